@@ -1,0 +1,3 @@
+module github.com/terrace-ml/terrace
+
+go 1.26

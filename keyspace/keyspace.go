@@ -1,0 +1,62 @@
+package keyspace
+
+import (
+	"errors"
+	"fmt"
+)
+
+// SlotBits is log2 of the number of consecutive keys in a slot. A slot is the
+// unit of placement (the ring places slots, not keys) and of server storage,
+// so that a dense run of keys stays together on one server and in one block
+// while small keys such as 0..1000 still spread over many servers.
+const SlotBits = 6
+
+// SlotSize is the number of consecutive keys in a slot.
+const SlotSize = 1 << SlotBits
+
+// ErrUnsorted is returned for a key list that is not strictly increasing.
+var ErrUnsorted = errors.New("keys not sorted and unique")
+
+// Slot returns the slot that holds key k.
+func Slot(k uint64) uint64 { return k >> SlotBits }
+
+// SlotStart returns the first key of slot s.
+func SlotStart(s uint64) uint64 { return s << SlotBits }
+
+// Range is the half-open key interval [Lo, Hi).
+type Range struct {
+	Lo, Hi uint64
+}
+
+// Len returns the number of keys in r.
+func (r Range) Len() uint64 {
+	if r.Hi <= r.Lo {
+		return 0
+	}
+	return r.Hi - r.Lo
+}
+
+// Contains reports whether k lies in r.
+func (r Range) Contains(k uint64) bool { return k >= r.Lo && k < r.Hi }
+
+func (r Range) String() string { return fmt.Sprintf("[%d,%d)", r.Lo, r.Hi) }
+
+// CheckSorted returns an error wrapping ErrUnsorted, naming the first
+// offending position, unless keys is strictly increasing.
+func CheckSorted(keys []uint64) error {
+	for i := 1; i < len(keys); i++ {
+		if keys[i] <= keys[i-1] {
+			return fmt.Errorf("%w: keys[%d]=%d after keys[%d]=%d", ErrUnsorted, i, keys[i], i-1, keys[i-1])
+		}
+	}
+	return nil
+}
+
+// Mix64 is a bijective 64-bit finaliser (splitmix64). Placement hashes slot
+// numbers with it so that neighbouring slots land on unrelated ring points.
+func Mix64(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
