@@ -51,7 +51,7 @@ func (r Rule) StateSlots() int {
 	case AdaGrad:
 		return 1
 	case Adam:
-		return 2 // first and second moment; the step count is kept per block
+		return 3 // first moment, second moment, and the value's own step count
 	case FTRL:
 		return 2 // z and n
 	}
