@@ -1,0 +1,129 @@
+package ring
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"github.com/terrace-ml/terrace/keyspace"
+)
+
+func servers(n int) []Server {
+	s := make([]Server, n)
+	for i := range s {
+		s[i] = Server{ID: fmt.Sprintf("s%d", i), Addr: fmt.Sprintf("127.0.0.1:%d", 7000+i)}
+	}
+	return s
+}
+
+func TestSmallKeysSpread(t *testing.T) {
+	m, err := New(1, servers(4), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Keys 0..64K: an equal split of the uint64 space would put all of them on one server.
+	count := make([]int, 4)
+	for k := uint64(0); k < 1<<16; k++ {
+		count[m.Owner(k)]++
+	}
+	for i, c := range count {
+		if c < (1<<16)/4/2 || c > (1<<16)/4*2 {
+			t.Errorf("server %d holds %d of %d small keys: %v", i, c, 1<<16, count)
+		}
+	}
+}
+
+func TestBalance(t *testing.T) {
+	const slots = 200000
+	for _, n := range []int{2, 3, 8} {
+		m, _ := New(1, servers(n), 0)
+		count := make([]int, n)
+		for s := uint64(0); s < slots; s++ {
+			count[m.SlotOwner(s)]++
+		}
+		mean := float64(slots) / float64(n)
+		for i, c := range count {
+			if d := float64(c)/mean - 1; d > 0.25 || d < -0.25 {
+				t.Errorf("n=%d: server %d holds %d slots, mean %.0f", n, i, c, mean)
+			}
+		}
+	}
+}
+
+func TestMinimalMovement(t *testing.T) {
+	const slots = 100000
+	a, _ := New(1, servers(4), 0)
+	b, _ := New(2, servers(5), 0)
+	moved := 0
+	for s := uint64(0); s < slots; s++ {
+		oa, ob := a.Servers[a.SlotOwner(s)].ID, b.Servers[b.SlotOwner(s)].ID
+		if oa != ob {
+			if ob != "s4" {
+				t.Fatalf("slot %d moved from %s to %s, not to the new server", s, oa, ob)
+			}
+			moved++
+		}
+	}
+	if f := float64(moved) / slots; f < 0.1 || f > 0.3 {
+		t.Errorf("adding a fifth server moved %.2f of the slots, want about 0.2", f)
+	}
+}
+
+func TestJSONRoundTrip(t *testing.T) {
+	m, _ := New(7, servers(3), 16)
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d Map
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatal(err)
+	}
+	r, err := d.Rebuild()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := uint64(0); k < 10000; k += 7 {
+		if m.Owner(k) != r.Owner(k) {
+			t.Fatalf("key %d: owner %d before, %d after round trip", k, m.Owner(k), r.Owner(k))
+		}
+	}
+	if r.Epoch != 7 {
+		t.Fatalf("epoch %d", r.Epoch)
+	}
+}
+
+func TestOwnedRunsPartition(t *testing.T) {
+	m, _ := New(1, servers(3), 0)
+	r := keyspace.Range{Lo: 5, Hi: 5000}
+	covered := make([]int, r.Hi)
+	for s := range m.Servers {
+		prev := uint64(0)
+		m.OwnedRuns(r, s, func(lo, hi uint64) {
+			if lo < prev || hi <= lo {
+				t.Fatalf("server %d: run [%d,%d) after %d", s, lo, hi, prev)
+			}
+			prev = hi
+			for k := lo; k < hi; k++ {
+				if m.Owner(k) != s {
+					t.Fatalf("key %d in run of server %d, owned by %d", k, s, m.Owner(k))
+				}
+				covered[k]++
+			}
+		})
+	}
+	for k := r.Lo; k < r.Hi; k++ {
+		if covered[k] != 1 {
+			t.Fatalf("key %d covered %d times", k, covered[k])
+		}
+	}
+}
+
+func TestRejectsBadServers(t *testing.T) {
+	if _, err := New(1, nil, 0); err != ErrNoServers {
+		t.Errorf("no servers: %v", err)
+	}
+	if _, err := New(1, []Server{{ID: "a"}, {ID: "a"}}, 0); err == nil {
+		t.Error("duplicate IDs accepted")
+	}
+}
