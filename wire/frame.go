@@ -1,0 +1,255 @@
+package wire
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"net"
+)
+
+// Protocol constants.
+const (
+	Magic      uint16 = 0x5054 // "TP" on the wire
+	Version    uint8  = 1
+	HeaderSize        = 32
+	// DefaultMaxPayload bounds a frame's payload. Senders cut large vectors
+	// into frames of FrameTarget bytes, so a larger frame is a fault.
+	DefaultMaxPayload = 16 << 20
+	// FrameTarget is the payload size senders aim for when they cut a large
+	// message: big enough that per-frame costs vanish, small enough that
+	// frames pipeline through both ends.
+	FrameTarget = 2 << 20
+)
+
+// Type is a frame's message type.
+type Type uint8
+
+// The message types.
+const (
+	THello    Type = 1 // client introduces itself; body: Hello
+	TPush     Type = 2 // body: Data with values
+	TPull     Type = 3 // body: Data without values
+	TPushPull Type = 4 // body: Data with values; the reply holds the values after the push
+	TClock    Type = 5 // body: Clock
+	TReply    Type = 6 // body: Reply (values for pulls)
+	TError    Type = 7 // body: Error
+)
+
+func (t Type) String() string {
+	switch t {
+	case THello:
+		return "hello"
+	case TPush:
+		return "push"
+	case TPull:
+		return "pull"
+	case TPushPull:
+		return "pushpull"
+	case TClock:
+		return "clock"
+	case TReply:
+		return "reply"
+	case TError:
+		return "error"
+	}
+	return fmt.Sprintf("type(%d)", uint8(t))
+}
+
+// Decoding errors. Every decoder failure wraps ErrCorrupt.
+var (
+	ErrCorrupt   = errors.New("wire: corrupt frame")
+	ErrBadMagic  = fmt.Errorf("%w: bad magic", ErrCorrupt)
+	ErrVersion   = fmt.Errorf("%w: unsupported version", ErrCorrupt)
+	ErrTooLarge  = fmt.Errorf("%w: payload too large", ErrCorrupt)
+	ErrChecksum  = fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
+	ErrTruncated = fmt.Errorf("%w: truncated", ErrCorrupt)
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Header is a frame header.
+type Header struct {
+	Type  Type
+	Flags uint16
+	Epoch uint64
+	ReqID uint64
+	Len   uint32
+	CRC   uint32
+}
+
+// put writes h (with Len and CRC as set) into b[:HeaderSize].
+func (h *Header) put(b []byte) {
+	binary.LittleEndian.PutUint16(b[0:], Magic)
+	b[2] = Version
+	b[3] = byte(h.Type)
+	binary.LittleEndian.PutUint16(b[4:], h.Flags)
+	binary.LittleEndian.PutUint16(b[6:], 0)
+	binary.LittleEndian.PutUint64(b[8:], h.Epoch)
+	binary.LittleEndian.PutUint64(b[16:], h.ReqID)
+	binary.LittleEndian.PutUint32(b[24:], h.Len)
+	binary.LittleEndian.PutUint32(b[28:], h.CRC)
+}
+
+// ParseHeader decodes and checks a header; maxPayload <= 0 means DefaultMaxPayload.
+func ParseHeader(b []byte, maxPayload int) (Header, error) {
+	if len(b) < HeaderSize {
+		return Header{}, ErrTruncated
+	}
+	if binary.LittleEndian.Uint16(b[0:]) != Magic {
+		return Header{}, ErrBadMagic
+	}
+	if b[2] != Version {
+		return Header{}, fmt.Errorf("%w %d", ErrVersion, b[2])
+	}
+	if maxPayload <= 0 {
+		maxPayload = DefaultMaxPayload
+	}
+	h := Header{
+		Type:  Type(b[3]),
+		Flags: binary.LittleEndian.Uint16(b[4:]),
+		Epoch: binary.LittleEndian.Uint64(b[8:]),
+		ReqID: binary.LittleEndian.Uint64(b[16:]),
+		Len:   binary.LittleEndian.Uint32(b[24:]),
+		CRC:   binary.LittleEndian.Uint32(b[28:]),
+	}
+	if h.Type < THello || h.Type > TError {
+		return Header{}, fmt.Errorf("%w: unknown message type %d", ErrCorrupt, b[3])
+	}
+	if binary.LittleEndian.Uint16(b[6:]) != 0 {
+		return Header{}, fmt.Errorf("%w: reserved header bits set", ErrCorrupt)
+	}
+	if int64(h.Len) > int64(maxPayload) {
+		return Header{}, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, h.Len, maxPayload)
+	}
+	return h, nil
+}
+
+// headerCRC is the CRC32C of the header's first 28 bytes (everything but the CRC).
+func headerCRC(b []byte) uint32 { return crc32.Update(0, castagnoli, b[:HeaderSize-4]) }
+
+// Frame is an outgoing frame: a header and a payload in parts, which are
+// written with one vectored write and never copied, so that float32 vectors
+// go to the socket straight from the caller's memory.
+type Frame struct {
+	hdr   [HeaderSize]byte
+	parts net.Buffers
+}
+
+// NewFrame builds a frame of the given parts. The parts must not change
+// until the frame is written.
+func NewFrame(h Header, parts ...[]byte) *Frame {
+	f := &Frame{}
+	f.Reset(h, parts...)
+	return f
+}
+
+// Reset rebuilds f in place, for reuse.
+func (f *Frame) Reset(h Header, parts ...[]byte) {
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+	}
+	h.Len = uint32(n)
+	h.CRC = 0
+	h.put(f.hdr[:])
+	crc := headerCRC(f.hdr[:])
+	for _, p := range parts {
+		crc = crc32.Update(crc, castagnoli, p)
+	}
+	h.CRC = crc
+	h.put(f.hdr[:])
+	f.parts = append(f.parts[:0], f.hdr[:])
+	for _, p := range parts {
+		if len(p) > 0 {
+			f.parts = append(f.parts, p)
+		}
+	}
+}
+
+// Size is the frame's length on the wire.
+func (f *Frame) Size() int {
+	n := 0
+	for _, p := range f.parts {
+		n += len(p)
+	}
+	return n
+}
+
+// AppendTo appends the frame's buffers to bufs, for batching several frames
+// into one vectored write.
+func (f *Frame) AppendTo(bufs net.Buffers) net.Buffers { return append(bufs, f.parts...) }
+
+// WriteTo writes the frame.
+func (f *Frame) WriteTo(w io.Writer) (int64, error) {
+	b := append(net.Buffers(nil), f.parts...)
+	return b.WriteTo(w)
+}
+
+// Reader reads frames from a stream into reusable, 8-byte-aligned buffers.
+type Reader struct {
+	r          io.Reader
+	hdr        [HeaderSize]byte
+	buf        []uint64
+	MaxPayload int
+}
+
+// NewReader returns a Reader on r; maxPayload <= 0 means DefaultMaxPayload.
+func NewReader(r io.Reader, maxPayload int) *Reader {
+	if maxPayload <= 0 {
+		maxPayload = DefaultMaxPayload
+	}
+	return &Reader{r: r, MaxPayload: maxPayload}
+}
+
+// Next reads the next frame's header and checks it, leaving the payload
+// unread; the caller then calls Payload or ReadPayloadInto.
+func (r *Reader) Next() (Header, error) {
+	if _, err := io.ReadFull(r.r, r.hdr[:]); err != nil {
+		if err == io.ErrUnexpectedEOF {
+			return Header{}, ErrTruncated
+		}
+		return Header{}, err
+	}
+	return ParseHeader(r.hdr[:], r.MaxPayload)
+}
+
+// Payload reads the payload of the frame whose header Next returned into
+// the Reader's own buffer, valid until the next call, and checks the CRC.
+func (r *Reader) Payload(h Header) ([]byte, error) {
+	words := (int(h.Len) + 7) / 8
+	if cap(r.buf) < words {
+		r.buf = make([]uint64, words)
+	}
+	p := U64Bytes(r.buf[:words])[:h.Len]
+	if err := r.ReadPayloadInto(h, p); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// ReadPayloadInto reads the payload into dst (len(dst) == h.Len) and checks
+// the CRC; this lets a caller receive a vector straight into its final place.
+func (r *Reader) ReadPayloadInto(h Header, dst []byte) error {
+	if len(dst) != int(h.Len) {
+		return fmt.Errorf("wire: payload buffer of %d bytes for a %d-byte payload", len(dst), h.Len)
+	}
+	if _, err := io.ReadFull(r.r, dst); err != nil {
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			return ErrTruncated
+		}
+		return err
+	}
+	if crc32.Update(headerCRC(r.hdr[:]), castagnoli, dst) != h.CRC {
+		return ErrChecksum
+	}
+	return nil
+}
+
+// Discard skips the payload of a frame nobody wants (a reply to a request
+// that was abandoned), still checking the stream stays in sync.
+func (r *Reader) Discard(h Header) error {
+	_, err := r.Payload(h)
+	return err
+}
