@@ -1,0 +1,75 @@
+package layout
+
+import (
+	"fmt"
+
+	"github.com/terrace-ml/terrace/ring"
+	"github.com/terrace-ml/terrace/table"
+)
+
+// Table is a table with the id that data messages carry.
+type Table struct {
+	ID   uint32     `json:"id"`
+	Spec table.Spec `json:"spec"`
+}
+
+// Layout is one version of the cluster's configuration. Version grows with
+// every change; Epoch grows only when the placement of keys changes, and is
+// the epoch every data message carries.
+type Layout struct {
+	Version uint64        `json:"version"`
+	Epoch   uint64        `json:"epoch"`
+	Servers []ring.Server `json:"servers"`
+	VNodes  int           `json:"vnodes"`
+	Tables  []Table       `json:"tables"`
+	// Workers is the number of worker ranks; clocks are kept per rank.
+	Workers int `json:"workers"`
+	// Partitions is the number of data partitions; partition p belongs to
+	// worker rank p mod Workers.
+	Partitions int `json:"partitions"`
+	// Ready is false until every expected server and worker has joined.
+	Ready bool `json:"ready"`
+}
+
+// Ring builds the range map of l.
+func (l *Layout) Ring() (*ring.Map, error) {
+	return ring.New(l.Epoch, l.Servers, l.VNodes)
+}
+
+// Table returns the table named name.
+func (l *Layout) Table(name string) (Table, bool) {
+	for _, t := range l.Tables {
+		if t.Spec.Name == name {
+			return t, true
+		}
+	}
+	return Table{}, false
+}
+
+// PartitionsOf returns the partitions that worker rank trains.
+func (l *Layout) PartitionsOf(rank int) []int {
+	var ps []int
+	for p := rank; p < l.Partitions && l.Workers > 0; p += l.Workers {
+		ps = append(ps, p)
+	}
+	return ps
+}
+
+// Validate checks that l is internally consistent.
+func (l *Layout) Validate() error {
+	if l.Workers < 0 || l.Partitions < 0 {
+		return fmt.Errorf("layout: negative workers or partitions")
+	}
+	seen := map[uint32]bool{}
+	for i := range l.Tables {
+		t := &l.Tables[i]
+		if seen[t.ID] {
+			return fmt.Errorf("layout: duplicate table id %d", t.ID)
+		}
+		seen[t.ID] = true
+		if err := t.Spec.Validate(); err != nil {
+			return fmt.Errorf("layout: %w", err)
+		}
+	}
+	return nil
+}
