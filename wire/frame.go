@@ -247,6 +247,28 @@ func (r *Reader) ReadPayloadInto(h Header, dst []byte) error {
 	return nil
 }
 
+// ReadPayloadSplit reads a payload of len(head)+len(body) bytes into two
+// buffers and checks the CRC: a reply's fixed prefix into head, and its
+// values straight into the caller's destination vector.
+func (r *Reader) ReadPayloadSplit(h Header, head, body []byte) error {
+	if len(head)+len(body) != int(h.Len) {
+		return fmt.Errorf("wire: payload buffers of %d+%d bytes for a %d-byte payload", len(head), len(body), h.Len)
+	}
+	for _, b := range [][]byte{head, body} {
+		if _, err := io.ReadFull(r.r, b); err != nil {
+			if err == io.EOF || err == io.ErrUnexpectedEOF {
+				return ErrTruncated
+			}
+			return err
+		}
+	}
+	crc := crc32.Update(headerCRC(r.hdr[:]), castagnoli, head)
+	if crc32.Update(crc, castagnoli, body) != h.CRC {
+		return ErrChecksum
+	}
+	return nil
+}
+
 // Discard skips the payload of a frame nobody wants (a reply to a request
 // that was abandoned), still checking the stream stays in sync.
 func (r *Reader) Discard(h Header) error {

@@ -1,0 +1,187 @@
+package coord
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/terrace-ml/terrace/layout"
+	"github.com/terrace-ml/terrace/ring"
+	"github.com/terrace-ml/terrace/table"
+)
+
+// Errors callers can test with errors.Is.
+var (
+	ErrFull          = errors.New("coord: cluster already has every node it expects")
+	ErrTableConflict = errors.New("coord: a different table of that name exists")
+)
+
+// Options configure a Coordinator.
+type Options struct {
+	// Servers and Workers are how many nodes of each role the layout waits
+	// for before it is ready.
+	Servers, Workers int
+	// Partitions is the number of data partitions (4 per worker if 0).
+	Partitions int
+	VNodes     int
+}
+
+// Coordinator holds the cluster's layout.
+type Coordinator struct {
+	opts Options
+
+	mu      sync.Mutex
+	lay     layout.Layout
+	changed chan struct{} // closed and replaced at every change
+	workers map[string]int
+	reports map[int]json.RawMessage
+	done    chan struct{}
+}
+
+// New returns a coordinator waiting for its nodes.
+func New(o Options) *Coordinator {
+	if o.Partitions <= 0 {
+		o.Partitions = 4 * max(o.Workers, 1)
+	}
+	return &Coordinator{
+		opts:    o,
+		lay:     layout.Layout{Version: 1, VNodes: o.VNodes, Workers: o.Workers, Partitions: o.Partitions},
+		changed: make(chan struct{}),
+		workers: map[string]int{},
+		reports: map[int]json.RawMessage{},
+		done:    make(chan struct{}),
+	}
+}
+
+// publish bumps the version and wakes long-pollers; c.mu is held.
+func (c *Coordinator) publish() {
+	c.lay.Version++
+	c.lay.Ready = len(c.lay.Servers) == c.opts.Servers && len(c.workers) == c.opts.Workers
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+func (c *Coordinator) snapshot() *layout.Layout {
+	l := c.lay
+	l.Servers = slices.Clone(l.Servers)
+	l.Tables = slices.Clone(l.Tables)
+	return &l
+}
+
+// Layout returns the first layout whose version is above after, waiting
+// for one until ctx ends.
+func (c *Coordinator) Layout(ctx context.Context, after uint64) (*layout.Layout, error) {
+	for {
+		c.mu.Lock()
+		if c.lay.Version > after {
+			l := c.snapshot()
+			c.mu.Unlock()
+			return l, nil
+		}
+		ch := c.changed
+		c.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// JoinServer admits a server, or updates the address of a known one.
+func (c *Coordinator) JoinServer(id, addr string) (*layout.Layout, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, s := range c.lay.Servers {
+		if s.ID == id {
+			if s.Addr != addr {
+				c.lay.Servers[i].Addr = addr
+				c.lay.Epoch++
+				c.publish()
+			}
+			return c.snapshot(), nil
+		}
+	}
+	if len(c.lay.Servers) >= c.opts.Servers {
+		return nil, fmt.Errorf("%w: server %s would be number %d of %d", ErrFull, id, len(c.lay.Servers)+1, c.opts.Servers)
+	}
+	servers := append(slices.Clone(c.lay.Servers), ring.Server{ID: id, Addr: addr})
+	if _, err := ring.New(c.lay.Epoch+1, servers, c.opts.VNodes); err != nil {
+		return nil, err
+	}
+	c.lay.Servers = servers
+	c.lay.Epoch++
+	c.publish()
+	return c.snapshot(), nil
+}
+
+// JoinWorker admits a worker and returns its rank; a worker that joins
+// again under the same ID gets the same rank.
+func (c *Coordinator) JoinWorker(id string) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r, ok := c.workers[id]; ok {
+		return r, nil
+	}
+	if len(c.workers) >= c.opts.Workers {
+		return 0, fmt.Errorf("%w: worker %s would be number %d of %d", ErrFull, id, len(c.workers)+1, c.opts.Workers)
+	}
+	r := len(c.workers)
+	c.workers[id] = r
+	c.publish()
+	return r, nil
+}
+
+// CreateTable adds a table, or checks that an identical one exists.
+func (c *Coordinator) CreateTable(_ context.Context, spec table.Spec) (*layout.Layout, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t, ok := c.lay.Table(spec.Name); ok {
+		if t.Spec != spec {
+			return nil, fmt.Errorf("%w: %q is %+v, not %+v", ErrTableConflict, spec.Name, t.Spec, spec)
+		}
+		return c.snapshot(), nil
+	}
+	c.lay.Tables = append(c.lay.Tables, layout.Table{ID: uint32(len(c.lay.Tables) + 1), Spec: spec})
+	c.publish()
+	return c.snapshot(), nil
+}
+
+// Report records worker rank's final report; once every worker has
+// reported, Done is closed.
+func (c *Coordinator) Report(rank int, report json.RawMessage) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if rank < 0 || rank >= c.opts.Workers {
+		return fmt.Errorf("coord: report from rank %d of %d", rank, c.opts.Workers)
+	}
+	c.reports[rank] = slices.Clone(report)
+	if len(c.reports) == c.opts.Workers {
+		select {
+		case <-c.done:
+		default:
+			close(c.done)
+		}
+	}
+	return nil
+}
+
+// Reports returns the reports received, by rank.
+func (c *Coordinator) Reports() map[int]json.RawMessage {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[int]json.RawMessage, len(c.reports))
+	for k, v := range c.reports {
+		out[k] = v
+	}
+	return out
+}
+
+// Done is closed when every worker has reported.
+func (c *Coordinator) Done() <-chan struct{} { return c.done }

@@ -1,0 +1,248 @@
+package coord
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/terrace-ml/terrace/layout"
+	"github.com/terrace-ml/terrace/table"
+)
+
+// pollWait is how long a layout long-poll is held open before the
+// coordinator answers with the unchanged layout.
+const pollWait = 20 * time.Second
+
+type joinRequest struct {
+	Role string `json:"role"`
+	ID   string `json:"id"`
+	Addr string `json:"addr,omitempty"`
+}
+
+type joinReply struct {
+	Rank   int            `json:"rank"`
+	Layout *layout.Layout `json:"layout,omitempty"`
+}
+
+// Handler serves the coordinator's HTTP API:
+//
+//	GET  /v1/layout?after=V   long-poll for a layout newer than version V
+//	POST /v1/join             {"role":"server"|"worker","id":..,"addr":..}
+//	POST /v1/tables           a table.Spec
+//	POST /v1/report?rank=R    a worker's final report (any JSON)
+//	GET  /v1/reports          the reports received
+//	GET  /healthz
+func (c *Coordinator) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/layout", func(w http.ResponseWriter, r *http.Request) {
+		after, _ := strconv.ParseUint(r.URL.Query().Get("after"), 10, 64)
+		ctx, cancel := context.WithTimeout(r.Context(), pollWait)
+		defer cancel()
+		l, err := c.Layout(ctx, after)
+		if errors.Is(err, context.DeadlineExceeded) {
+			c.mu.Lock()
+			l, err = c.snapshot(), nil
+			c.mu.Unlock()
+		}
+		reply(w, l, err)
+	})
+	mux.HandleFunc("POST /v1/join", func(w http.ResponseWriter, r *http.Request) {
+		var req joinRequest
+		if err := decode(r, &req); err != nil {
+			reply(w, nil, err)
+			return
+		}
+		switch req.Role {
+		case "server":
+			l, err := c.JoinServer(req.ID, req.Addr)
+			reply(w, joinReply{Layout: l}, err)
+		case "worker":
+			rank, err := c.JoinWorker(req.ID)
+			reply(w, joinReply{Rank: rank}, err)
+		default:
+			reply(w, nil, fmt.Errorf("%w: unknown role %q", errBadRequest, req.Role))
+		}
+	})
+	mux.HandleFunc("POST /v1/tables", func(w http.ResponseWriter, r *http.Request) {
+		var spec table.Spec
+		if err := decode(r, &spec); err != nil {
+			reply(w, nil, err)
+			return
+		}
+		l, err := c.CreateTable(r.Context(), spec)
+		reply(w, l, err)
+	})
+	mux.HandleFunc("POST /v1/report", func(w http.ResponseWriter, r *http.Request) {
+		rank, err := strconv.Atoi(r.URL.Query().Get("rank"))
+		var raw json.RawMessage
+		if err == nil {
+			err = decode(r, &raw)
+		}
+		if err == nil {
+			err = c.Report(rank, raw)
+		}
+		reply(w, struct{}{}, err)
+	})
+	mux.HandleFunc("GET /v1/reports", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, c.Reports(), nil)
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+	return mux
+}
+
+var errBadRequest = errors.New("coord: bad request")
+
+func decode(r *http.Request, v any) error {
+	d := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
+	d.DisallowUnknownFields()
+	if err := d.Decode(v); err != nil {
+		return fmt.Errorf("%w: %v", errBadRequest, err)
+	}
+	return nil
+}
+
+func reply(w http.ResponseWriter, v any, err error) {
+	w.Header().Set("Content-Type", "application/json")
+	if err != nil {
+		code := http.StatusInternalServerError
+		switch {
+		case errors.Is(err, errBadRequest), errors.Is(err, table.ErrInvalid):
+			code = http.StatusBadRequest
+		case errors.Is(err, ErrFull), errors.Is(err, ErrTableConflict):
+			code = http.StatusConflict
+		}
+		w.WriteHeader(code)
+		json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+		return
+	}
+	json.NewEncoder(w).Encode(v)
+}
+
+// Client talks to a coordinator over HTTP. It implements ps.Control.
+type Client struct {
+	base string
+	hc   *http.Client
+}
+
+// NewClient returns a client for the coordinator at addr (host:port or URL).
+func NewClient(addr string) *Client {
+	if !strings.Contains(addr, "://") {
+		addr = "http://" + addr
+	}
+	return &Client{base: strings.TrimRight(addr, "/"), hc: &http.Client{Timeout: pollWait + 10*time.Second}}
+}
+
+func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("coordinator %s: %w", c.base, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("coordinator %s: %w", c.base, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct{ Error string }
+		json.Unmarshal(b, &e)
+		err := fmt.Errorf("coordinator %s: %s %s: %s: %s", c.base, method, path, resp.Status, e.Error)
+		if resp.StatusCode == http.StatusConflict {
+			if strings.Contains(e.Error, "table") {
+				err = fmt.Errorf("%w (%v)", ErrTableConflict, err)
+			} else {
+				err = fmt.Errorf("%w (%v)", ErrFull, err)
+			}
+		}
+		return err
+	}
+	if out != nil {
+		return json.Unmarshal(b, out)
+	}
+	return nil
+}
+
+// Layout implements ps.Control.
+func (c *Client) Layout(ctx context.Context, after uint64) (*layout.Layout, error) {
+	for {
+		var l layout.Layout
+		if err := c.do(ctx, "GET", fmt.Sprintf("/v1/layout?after=%d", after), nil, &l); err != nil {
+			return nil, err
+		}
+		if l.Version > after {
+			return &l, nil
+		}
+	}
+}
+
+// CreateTable implements ps.Control.
+func (c *Client) CreateTable(ctx context.Context, spec table.Spec) (*layout.Layout, error) {
+	var l layout.Layout
+	return &l, c.do(ctx, "POST", "/v1/tables", spec, &l)
+}
+
+// JoinServer admits a server.
+func (c *Client) JoinServer(ctx context.Context, id, addr string) (*layout.Layout, error) {
+	var r joinReply
+	return r.Layout, c.do(ctx, "POST", "/v1/join", joinRequest{Role: "server", ID: id, Addr: addr}, &r)
+}
+
+// JoinWorker admits a worker and returns its rank.
+func (c *Client) JoinWorker(ctx context.Context, id string) (int, error) {
+	var r joinReply
+	return r.Rank, c.do(ctx, "POST", "/v1/join", joinRequest{Role: "worker", ID: id}, &r)
+}
+
+// Report sends a worker's final report.
+func (c *Client) Report(ctx context.Context, rank int, report any) error {
+	return c.do(ctx, "POST", fmt.Sprintf("/v1/report?rank=%d", rank), report, nil)
+}
+
+// Reports fetches the reports received so far.
+func (c *Client) Reports(ctx context.Context) (map[int]json.RawMessage, error) {
+	var m map[int]json.RawMessage
+	return m, c.do(ctx, "GET", "/v1/reports", nil, &m)
+}
+
+// WaitReachable polls the coordinator's health endpoint until it answers
+// or ctx ends, so that a node started before its coordinator waits a
+// bounded time and then fails with a clear message.
+func (c *Client) WaitReachable(ctx context.Context) error {
+	var last error
+	for {
+		req, _ := http.NewRequestWithContext(ctx, "GET", c.base+"/healthz", nil)
+		resp, err := c.hc.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("health check: %s", resp.Status)
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("coordinator %s unreachable: %v", c.base, last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,306 @@
+package ps
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/terrace-ml/terrace/layout"
+	"github.com/terrace-ml/terrace/ring"
+	"github.com/terrace-ml/terrace/table"
+	"github.com/terrace-ml/terrace/transport"
+	"github.com/terrace-ml/terrace/wire"
+)
+
+// Control is what a client needs from the coordinator.
+type Control interface {
+	// Layout returns the first layout whose version is above after,
+	// waiting until there is one or ctx ends.
+	Layout(ctx context.Context, after uint64) (*layout.Layout, error)
+	// CreateTable adds spec, or checks that an identical table exists, and
+	// returns a layout that holds it.
+	CreateTable(ctx context.Context, spec table.Spec) (*layout.Layout, error)
+}
+
+// Options configure a Client.
+type Options struct {
+	// Rank is the worker's rank in [0, layout.Workers), or -1 for a client
+	// that is not a worker (an evaluator or a tool): its reads never wait
+	// and it has no clock.
+	Rank int
+	// NodeID names the client in servers' logs.
+	NodeID string
+	// DialTimeout bounds connecting to a server (5 s if 0).
+	DialTimeout time.Duration
+	// MaxRefused is how many non-finite updates of a table the servers may
+	// refuse before every further operation on it fails with ErrNonFinite
+	// (1000 if 0; negative means no limit).
+	MaxRefused int64
+	Logger     *slog.Logger
+}
+
+// Client is a worker's connection to every server.
+type Client struct {
+	ctl  Control
+	opts Options
+	log  *slog.Logger
+
+	mu      sync.RWMutex
+	lay     *layout.Layout
+	rm      *ring.Map
+	conns   map[string]*transport.Client // by server ID
+	tables  map[string]*Table
+	closed  bool
+	refresh chan struct{} // held while one goroutine refreshes the layout
+
+	clock   atomic.Int64
+	nextKey atomic.Uint32 // key-set cache ids, shared by all connections
+}
+
+// Connect waits for a ready layout and connects to every server.
+func Connect(ctx context.Context, ctl Control, o Options) (*Client, error) {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.MaxRefused == 0 {
+		o.MaxRefused = 1000
+	}
+	c := &Client{ctl: ctl, opts: o, log: o.Logger, conns: map[string]*transport.Client{}, tables: map[string]*Table{}, refresh: make(chan struct{}, 1)}
+	var after uint64
+	for {
+		l, err := ctl.Layout(ctx, after)
+		if err != nil {
+			return nil, fmt.Errorf("ps: waiting for the cluster layout: %w", err)
+		}
+		if l.Ready {
+			if err := c.install(ctx, l); err != nil {
+				return nil, err
+			}
+			break
+		}
+		after = l.Version
+	}
+	if o.Rank >= 0 && o.Rank >= c.lay.Workers {
+		return nil, fmt.Errorf("%w: rank %d, but the layout has %d workers", ErrBadArgument, o.Rank, c.lay.Workers)
+	}
+	return c, nil
+}
+
+// install adopts layout l, dialling servers that are new.
+func (c *Client) install(ctx context.Context, l *layout.Layout) error {
+	rm, err := l.Ring()
+	if err != nil {
+		return fmt.Errorf("ps: layout %d: %w", l.Version, err)
+	}
+	conns := make(map[string]*transport.Client, len(rm.Servers))
+	c.mu.RLock()
+	for _, s := range rm.Servers {
+		if cc, ok := c.conns[s.ID]; ok && cc.Addr() == s.Addr && cc.Err() == nil {
+			conns[s.ID] = cc
+		}
+	}
+	c.mu.RUnlock()
+	worker := uint32(wire.NoWorker)
+	if c.opts.Rank >= 0 {
+		worker = uint32(c.opts.Rank)
+	}
+	for _, s := range rm.Servers {
+		if conns[s.ID] != nil {
+			continue
+		}
+		cc, err := transport.Dial(ctx, s.Addr, transport.DialOptions{Hello: wire.Hello{Worker: worker, Node: c.opts.NodeID}, DialTimeout: c.opts.DialTimeout})
+		if err != nil {
+			return fmt.Errorf("ps: server %s: %w", s.ID, err)
+		}
+		conns[s.ID] = cc
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		for _, cc := range conns {
+			cc.Close()
+		}
+		return ErrClosed
+	}
+	for id, cc := range c.conns {
+		if conns[id] != cc {
+			cc.Close()
+		}
+	}
+	if c.lay == nil || l.Version > c.lay.Version {
+		c.lay, c.rm = l, rm
+	}
+	c.conns = conns
+	return nil
+}
+
+// current returns the layout, range map and connections in use.
+func (c *Client) current() (*ring.Map, map[string]*transport.Client, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed {
+		return nil, nil, ErrClosed
+	}
+	return c.rm, c.conns, nil
+}
+
+// refreshLayout fetches a layout newer than the one that failed (epoch
+// seen), or reconnects to the current one if a connection broke.
+func (c *Client) refreshLayout(ctx context.Context, seen uint64) error {
+	select {
+	case c.refresh <- struct{}{}:
+		defer func() { <-c.refresh }()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	c.mu.RLock()
+	cur := c.lay
+	c.mu.RUnlock()
+	if cur.Epoch > seen {
+		return nil // another goroutine already moved on
+	}
+	l := cur
+	if seen > 0 {
+		var err error
+		if l, err = c.ctl.Layout(ctx, cur.Version); err != nil {
+			return err
+		}
+	}
+	return c.install(ctx, l)
+}
+
+// Rank is the worker's rank, or -1.
+func (c *Client) Rank() int { return c.opts.Rank }
+
+// Layout returns the layout in use.
+func (c *Client) Layout() *layout.Layout {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.lay
+}
+
+// Table returns the table called name, waiting for the coordinator to
+// announce it if need be.
+func (c *Client) Table(ctx context.Context, name string) (*Table, error) {
+	for {
+		c.mu.Lock()
+		if t, ok := c.tables[name]; ok {
+			c.mu.Unlock()
+			return t, nil
+		}
+		lt, ok := c.lay.Table(name)
+		version := c.lay.Version
+		if ok {
+			t := newTable(c, lt)
+			c.tables[name] = t
+			c.mu.Unlock()
+			return t, nil
+		}
+		c.mu.Unlock()
+		l, err := c.ctl.Layout(ctx, version)
+		if err != nil {
+			return nil, fmt.Errorf("%w %q: %w", ErrNoTable, name, err)
+		}
+		if err := c.install(ctx, l); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// CreateTable creates the table described by spec, or opens it if an
+// identical one exists; a different table of the same name is an error.
+func (c *Client) CreateTable(ctx context.Context, spec table.Spec) (*Table, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadArgument, err)
+	}
+	l, err := c.ctl.CreateTable(ctx, spec)
+	if err != nil {
+		return nil, fmt.Errorf("ps: create table %q: %w", spec.Name, err)
+	}
+	if err := c.install(ctx, l); err != nil {
+		return nil, err
+	}
+	return c.Table(ctx, spec.Name)
+}
+
+// Clock returns the worker's current clock.
+func (c *Client) Clock() int64 { return c.clock.Load() }
+
+// Tick ends the worker's current clock: every server learns that this
+// worker's updates for it have all been sent. Reads under BSP and SSP wait
+// on these clocks.
+func (c *Client) Tick() *Future { return c.sendClock(c.clock.Add(1)) }
+
+// Finish tells the servers that this worker will send no more clocks, so
+// that it no longer holds back workers that go on.
+func (c *Client) Finish() *Future {
+	c.clock.Store(finished)
+	return c.sendClock(finished)
+}
+
+const finished = 1<<63 - 1
+
+func (c *Client) sendClock(v int64) *Future {
+	if c.opts.Rank < 0 {
+		return failed(fmt.Errorf("%w: a client without a rank has no clock", ErrBadArgument))
+	}
+	rm, conns, err := c.current()
+	if err != nil {
+		return failed(err)
+	}
+	f := newFuture(len(rm.Servers))
+	for _, s := range rm.Servers {
+		cc := conns[s.ID]
+		var b [wire.ClockSize]byte
+		wire.Clock{Worker: uint32(c.opts.Rank), Clock: v}.Put(&b)
+		id := cc.NextID()
+		fr := wire.NewFrame(wire.Header{Type: wire.TClock, Epoch: rm.Epoch, ReqID: id}, b[:])
+		cc.Call(fr, id, &transport.Call{
+			OnReply: func(h wire.Header, r *wire.Reader) error {
+				p, err := r.Payload(h)
+				if err != nil {
+					return err
+				}
+				f.partDone(replyError(s.ID, h, p))
+				return nil
+			},
+			OnFail: f.partDone,
+		}, nil)
+	}
+	return f
+}
+
+func replyError(server string, h wire.Header, p []byte) error {
+	if h.Type == wire.TReply {
+		return nil
+	}
+	if h.Type != wire.TError {
+		return fmt.Errorf("%w: %v frame in reply", wire.ErrCorrupt, h.Type)
+	}
+	code, msg, err := wire.ParseError(p)
+	if err != nil {
+		return err
+	}
+	return &ServerError{Server: server, Code: code, Msg: msg}
+}
+
+// Close closes every connection; operations in flight fail.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	var errs []error
+	for _, cc := range c.conns {
+		if err := cc.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
