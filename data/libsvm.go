@@ -1,0 +1,204 @@
+package data
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"math"
+	"os"
+)
+
+// Sparse is a labelled sparse matrix in compressed sparse row form: row i
+// has keys Keys[RowPtr[i]:RowPtr[i+1]] (strictly increasing) with values
+// Vals at the same positions, and label Labels[i].
+type Sparse struct {
+	Labels []float32 // 0 or 1
+	RowPtr []int     // len Len()+1, RowPtr[0] == 0
+	Keys   []uint64
+	Vals   []float32
+	// NumFeatures is the largest key plus one (0 if there are no features).
+	// It is a uint64 because keys index the parameter key space directly;
+	// a test set may see fewer features than its training set.
+	NumFeatures uint64
+}
+
+// Len returns the number of rows.
+func (s *Sparse) Len() int { return len(s.Labels) }
+
+// Row returns the keys, values and label of row i. The slices alias s;
+// their capacity is clipped so that appending to them cannot clobber the
+// next row.
+func (s *Sparse) Row(i int) (keys []uint64, vals []float32, label float32) {
+	lo, hi := s.RowPtr[i], s.RowPtr[i+1]
+	return s.Keys[lo:hi:hi], s.Vals[lo:hi:hi], s.Labels[i]
+}
+
+// ReadLIBSVM reads a LIBSVM file, plain or gzip-compressed. See ParseLIBSVM.
+func ReadLIBSVM(path string) (*Sparse, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return ParseLIBSVM(f, path)
+}
+
+// ParseLIBSVM reads binary-labelled LIBSVM data, plain or gzip-compressed
+// (detected from the magic bytes), naming errors after name.
+//
+// Each line is "label index:value index:value ..." with an optional trailing
+// "# comment". Labels -1/+1 and 0/1 (in any float spelling, such as 1.0) are
+// stored as 0/1. Indices are non-negative decimal integers, strictly
+// increasing within a line; values are finite float32s. Blank and
+// comment-only lines are skipped; LF and CRLF endings are both accepted. An
+// empty input yields an empty matrix.
+//
+// A malformed line gives a *LineError wrapping ErrMalformed.
+func ParseLIBSVM(r io.Reader, name string) (*Sparse, error) {
+	lr, err := newLineReader(r, name)
+	if err != nil {
+		return nil, err
+	}
+	var b sparseBuilder
+	b.rowPtr.add(0)
+	for {
+		line, err := lr.next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		if reason := b.addLine(line); reason != "" {
+			return nil, &LineError{File: name, Line: lr.line, Reason: reason}
+		}
+	}
+	s := &Sparse{
+		Labels: b.labels.slice(),
+		RowPtr: b.rowPtr.slice(),
+		Keys:   b.keys.slice(),
+		Vals:   b.vals.slice(),
+	}
+	if len(s.Keys) > 0 {
+		s.NumFeatures = b.maxKey + 1
+	}
+	return s, nil
+}
+
+type sparseBuilder struct {
+	labels, vals column[float32]
+	keys         column[uint64]
+	rowPtr       column[int]
+	maxKey       uint64
+}
+
+// addLine parses one line, adding a row unless the line is blank. A
+// non-empty reason means the line is malformed; b is then inconsistent and
+// must be dropped.
+func (b *sparseBuilder) addLine(line []byte) (reason string) {
+	if i := bytes.IndexByte(line, '#'); i >= 0 {
+		line = line[:i]
+	}
+	tok, rest := field(line)
+	if len(tok) == 0 {
+		return ""
+	}
+	label, ok := parseLabel(tok)
+	if !ok {
+		return fmt.Sprintf("label %s is not -1, +1, 0 or 1", quote(tok))
+	}
+	var last uint64
+	for first := true; ; first = false {
+		for len(rest) > 0 && isSpace(rest[0]) {
+			rest = rest[1:]
+		}
+		if len(rest) == 0 {
+			break
+		}
+		var (
+			key uint64
+			v   float32
+		)
+		key, v, rest, reason = nextFeature(rest)
+		if reason != "" {
+			return reason
+		}
+		if !first && key <= last {
+			return fmt.Sprintf("feature index %d follows %d (indices must be strictly increasing)", key, last)
+		}
+		b.keys.add(key)
+		b.vals.add(v)
+		last = key
+	}
+	b.labels.add(label)
+	b.rowPtr.add(b.keys.len())
+	b.maxKey = max(b.maxKey, last)
+	return ""
+}
+
+// nextFeature parses the "index:value" that b starts with. The common case,
+// a short index, is scanned in one pass; anything else goes to
+// parseFeature, which also explains what is wrong.
+func nextFeature(b []byte) (key uint64, v float32, rest []byte, reason string) {
+	i := 0
+	for ; i < len(b) && i < 19 && b[i] >= '0' && b[i] <= '9'; i++ { // 19 digits cannot overflow
+		key = key*10 + uint64(b[i]-'0')
+	}
+	if i == 0 || i == len(b) || b[i] != ':' {
+		tok, rest := field(b)
+		key, v, reason = parseFeature(tok)
+		return key, v, rest, reason
+	}
+	j := i + 1
+	for j < len(b) && !isSpace(b[j]) {
+		j++
+	}
+	val := b[i+1 : j]
+	v, why := parseFloat32(val)
+	if why != "" {
+		return 0, 0, nil, fmt.Sprintf("feature %d value %s %s", key, quote(val), why)
+	}
+	return key, v, b[j:], ""
+}
+
+func parseFeature(tok []byte) (key uint64, v float32, reason string) {
+	colon := bytes.IndexByte(tok, ':')
+	if colon < 0 {
+		return 0, 0, fmt.Sprintf("feature %s has no colon (want index:value)", quote(tok))
+	}
+	idx, val := tok[:colon], tok[colon+1:]
+	// MaxUint64 itself is refused so that NumFeatures cannot overflow.
+	key, ok, tooBig := parseUint(idx, math.MaxUint64-1)
+	switch {
+	case tooBig:
+		return 0, 0, fmt.Sprintf("feature index %s is too large", quote(idx))
+	case !ok && len(idx) > 1 && idx[0] == '-':
+		return 0, 0, fmt.Sprintf("feature index %s is negative", quote(idx))
+	case !ok:
+		return 0, 0, fmt.Sprintf("feature index %s is not an integer", quote(idx))
+	}
+	v, why := parseFloat32(val)
+	if why != "" {
+		return 0, 0, fmt.Sprintf("feature %d value %s %s", key, quote(val), why)
+	}
+	return key, v, ""
+}
+
+func parseLabel(b []byte) (float32, bool) {
+	switch string(b) {
+	case "1", "+1":
+		return 1, true
+	case "0", "-1":
+		return 0, true
+	}
+	f, reason := parseFloat32(b)
+	switch {
+	case reason != "":
+		return 0, false
+	case f == 1:
+		return 1, true
+	case f == 0 || f == -1:
+		return 0, true
+	}
+	return 0, false
+}

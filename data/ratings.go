@@ -1,0 +1,193 @@
+package data
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"math"
+	"os"
+)
+
+// Ratings holds (user, item, rating) triples, such as MovieLens ratings,
+// in file order.
+type Ratings struct {
+	Users  []uint32 // ids as given in the file (MovieLens counts from 1)
+	Items  []uint32
+	Values []float32
+	// NumUsers and NumItems are the largest id plus one, so that ids index
+	// factor matrices directly; ids never seen are rows that stay untrained.
+	NumUsers, NumItems int
+}
+
+// Len returns the number of ratings.
+func (r *Ratings) Len() int { return len(r.Values) }
+
+// Mean returns the mean rating, or 0 when there are none; matrix
+// factorisation uses it as the global bias.
+func (r *Ratings) Mean() float64 {
+	if len(r.Values) == 0 {
+		return 0
+	}
+	var sum float64
+	for _, v := range r.Values {
+		sum += float64(v)
+	}
+	return sum / float64(len(r.Values))
+}
+
+// ReadRatings reads a ratings file, plain or gzip-compressed. See
+// ParseRatings.
+func ReadRatings(path string) (*Ratings, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return ParseRatings(f, path)
+}
+
+// ParseRatings reads lines "user item rating [timestamp]", plain or
+// gzip-compressed (detected from the magic bytes), naming errors after name.
+// Fields are separated by runs of spaces or tabs (MovieLens u.data) or, when
+// a line holds a comma, by commas with optional surrounding spaces
+// (ratings.csv). Ids are decimal uint32s, the rating a finite float32, and
+// the timestamp, which is checked but not kept, a non-negative integer.
+// Blank lines are skipped, and so is a header: a first line whose fields
+// are all words, such as "userId,movieId,rating,timestamp".
+//
+// A malformed line gives a *LineError wrapping ErrMalformed.
+func ParseRatings(r io.Reader, name string) (*Ratings, error) {
+	lr, err := newLineReader(r, name)
+	if err != nil {
+		return nil, err
+	}
+	rs := &Ratings{}
+	var maxUser, maxItem uint32
+	first := true
+	var fields [5][]byte
+	for {
+		line, err := lr.next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		n := splitFields(line, &fields)
+		if n == 0 {
+			continue
+		}
+		if first {
+			first = false
+			if isHeader(fields[:min(n, len(fields))]) {
+				continue
+			}
+		}
+		if n < 3 || n > 4 {
+			return nil, &LineError{File: name, Line: lr.line,
+				Reason: fmt.Sprintf("%d fields, want user item rating [timestamp]", n)}
+		}
+		u, i, v, reason := parseRating(fields[:n])
+		if reason != "" {
+			return nil, &LineError{File: name, Line: lr.line, Reason: reason}
+		}
+		rs.Users = append(rs.Users, u)
+		rs.Items = append(rs.Items, i)
+		rs.Values = append(rs.Values, v)
+		maxUser, maxItem = max(maxUser, u), max(maxItem, i)
+	}
+	if rs.Len() > 0 {
+		rs.NumUsers, rs.NumItems = int(maxUser)+1, int(maxItem)+1
+	}
+	return rs, nil
+}
+
+// splitFields stores up to len(f) fields of line in f and returns how many
+// fields the line has in all (possibly more than len(f)). Empty fields count
+// only between commas, where they are an error the caller reports.
+func splitFields(line []byte, f *[5][]byte) int {
+	n := 0
+	if bytes.IndexByte(line, ',') >= 0 {
+		for {
+			i := bytes.IndexByte(line, ',')
+			tok := line
+			if i >= 0 {
+				tok = line[:i]
+			}
+			if n < len(f) {
+				f[n] = trimSpace(tok)
+			}
+			n++
+			if i < 0 {
+				return n
+			}
+			line = line[i+1:]
+		}
+	}
+	for {
+		var tok []byte
+		tok, line = field(line)
+		if len(tok) == 0 {
+			return n
+		}
+		if n < len(f) {
+			f[n] = tok
+		}
+		n++
+	}
+}
+
+// parseRating parses the 3 or 4 fields of a rating line.
+func parseRating(f [][]byte) (user, item uint32, v float32, reason string) {
+	if user, reason = parseID("user", f[0]); reason != "" {
+		return
+	}
+	if item, reason = parseID("item", f[1]); reason != "" {
+		return
+	}
+	if v, reason = parseFloat32(f[2]); reason != "" {
+		return 0, 0, 0, fmt.Sprintf("rating %s %s", quote(f[2]), reason)
+	}
+	if len(f) == 4 {
+		if _, ok, _ := parseUint(f[3], math.MaxInt64); !ok {
+			return 0, 0, 0, fmt.Sprintf("timestamp %s is not a non-negative integer", quote(f[3]))
+		}
+	}
+	return user, item, v, ""
+}
+
+// isHeader reports whether every field is a word, not a number; "inf" and
+// "nan" are numbers here so that a bad data line is never mistaken for one.
+func isHeader(fields [][]byte) bool {
+	for _, f := range fields {
+		if len(f) == 0 || !(f[0] >= 'a' && f[0] <= 'z' || f[0] >= 'A' && f[0] <= 'Z') {
+			return false
+		}
+		if _, reason := parseFloat32(f); reason != "is not a number" {
+			return false
+		}
+	}
+	return true
+}
+
+// trimSpace is bytes.TrimSpace restricted to the ASCII separators of isSpace.
+func trimSpace(b []byte) []byte {
+	for len(b) > 0 && isSpace(b[0]) {
+		b = b[1:]
+	}
+	for len(b) > 0 && isSpace(b[len(b)-1]) {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+func parseID(what string, b []byte) (uint32, string) {
+	v, ok, tooBig := parseUint(b, math.MaxUint32)
+	switch {
+	case tooBig:
+		return 0, fmt.Sprintf("%s id %s does not fit in 32 bits", what, quote(b))
+	case !ok:
+		return 0, fmt.Sprintf("%s id %s is not a non-negative integer", what, quote(b))
+	}
+	return uint32(v), ""
+}
