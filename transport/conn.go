@@ -138,7 +138,7 @@ func (c *Conn) writeLoop() {
 				n++
 			}
 			batch = append(batch[:0], c.queue[:n]...)
-			c.queue = c.queue[copy(c.queue, c.queue[n:]):]
+			c.queue = c.queue[:copy(c.queue, c.queue[n:])]
 			c.mu.Unlock()
 			if n == 0 {
 				break

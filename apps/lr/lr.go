@@ -1,0 +1,301 @@
+package lr
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/terrace-ml/terrace/data"
+	"github.com/terrace-ml/terrace/keyspace"
+	"github.com/terrace-ml/terrace/metrics"
+	"github.com/terrace-ml/terrace/ps"
+	"github.com/terrace-ml/terrace/table"
+)
+
+// Config configures a training run.
+type Config struct {
+	Train, Test string
+	Epochs      int
+	// Batch is the number of examples in one worker's minibatch.
+	Batch       int
+	Rule        table.Rule
+	Consistency table.Consistency
+	Encoding    table.Encoding
+	// Significance turns on the significantly-modified push filter.
+	Significance float32
+	Seed         uint64
+	// Progress, when set, is called by rank 0 after every epoch.
+	Progress func(EpochStats)
+}
+
+// DefaultConfig is the configuration `terrace train --app lr` starts from.
+func DefaultConfig() Config {
+	return Config{
+		Epochs:      10,
+		Batch:       100,
+		Rule:        table.Rule{Kind: table.FTRL, LR: 0.1, Beta: 1, L1: 0.001, L2: 0.01},
+		Consistency: table.Consistency{Model: table.SSP, Staleness: 2},
+		Seed:        1,
+	}
+}
+
+// EpochStats is rank 0's view after one epoch.
+type EpochStats struct {
+	Epoch        int     `json:"epoch"`
+	Seconds      float64 `json:"seconds"`
+	TrainLogLoss float64 `json:"train_logloss"`
+	TestAccuracy float64 `json:"test_accuracy"`
+	TestLogLoss  float64 `json:"test_logloss"`
+	TestAUC      float64 `json:"test_auc"`
+}
+
+// Report is one worker's result; test metrics are rank 0's.
+type Report struct {
+	App               string       `json:"app"`
+	Rank              int          `json:"rank"`
+	Examples          int64        `json:"examples"`
+	Seconds           float64      `json:"seconds"`
+	ExamplesPerSecond float64      `json:"examples_per_second"`
+	TestAccuracy      float64      `json:"test_accuracy,omitempty"`
+	TestLogLoss       float64      `json:"test_logloss,omitempty"`
+	TestAUC           float64      `json:"test_auc,omitempty"`
+	Refused           int64        `json:"refused_non_finite"`
+	Epochs            []EpochStats `json:"epochs,omitempty"`
+}
+
+// TableName is the weight table's name.
+const TableName = "lr.weights"
+
+// Key 0 holds the bias; feature f is key f+1.
+func featureKey(f uint64) uint64 { return f + 1 }
+
+// Run trains on this worker's partitions of cfg.Train and, on rank 0,
+// evaluates on cfg.Test after every epoch.
+func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
+	train, err := data.ReadLIBSVM(cfg.Train)
+	if err != nil {
+		return nil, fmt.Errorf("lr: %w", err)
+	}
+	var test *data.Sparse
+	if c.Rank() == 0 && cfg.Test != "" {
+		if test, err = data.ReadLIBSVM(cfg.Test); err != nil {
+			return nil, fmt.Errorf("lr: %w", err)
+		}
+	}
+	tbl, err := c.CreateTable(ctx, table.Spec{Name: TableName, Width: 1, Rule: cfg.Rule, Consistency: cfg.Consistency, Encoding: cfg.Encoding, Significance: cfg.Significance})
+	if err != nil {
+		return nil, fmt.Errorf("lr: %w", err)
+	}
+	lay := c.Layout()
+	parts := data.Partition(train.Len(), lay.Partitions)
+	var rows []int
+	longest := 0
+	for r := range lay.Workers {
+		n := 0
+		for _, p := range lay.PartitionsOf(r) {
+			n += parts[p].Len()
+			if r == c.Rank() {
+				for i := parts[p].Lo; i < parts[p].Hi; i++ {
+					rows = append(rows, i)
+				}
+			}
+		}
+		longest = max(longest, n)
+	}
+	// Every worker takes the same number of steps per epoch, whatever its
+	// share, so that clocks and barriers line up.
+	steps := (longest + cfg.Batch - 1) / cfg.Batch
+	nkeys := featureKey(train.NumFeatures)
+	if test != nil {
+		nkeys = max(nkeys, featureKey(test.NumFeatures))
+	}
+	w := newWorker(train, nkeys, tbl, cfg.Consistency.Bound() < 0)
+	rep := &Report{App: "lr", Rank: c.Rank()}
+	start := time.Now()
+	for e := range cfg.Epochs {
+		epochStart := time.Now()
+		order := slices.Clone(rows)
+		data.Shuffle(order, cfg.Seed+uint64(e)*7919+uint64(c.Rank()))
+		batches := make([][]int, steps)
+		for s := range steps {
+			lo, hi := min(s*len(order)/steps, len(order)), min((s+1)*len(order)/steps, len(order))
+			batches[s] = order[lo:hi]
+		}
+		loss, n, err := w.epoch(ctx, c, batches)
+		if err != nil {
+			return nil, fmt.Errorf("lr: epoch %d: %w", e+1, err)
+		}
+		rep.Examples += int64(n)
+		if err := tbl.Flush().Wait(ctx); err != nil {
+			return nil, fmt.Errorf("lr: flush: %w", err)
+		}
+		if err := c.Barrier(ctx); err != nil {
+			return nil, fmt.Errorf("lr: epoch %d: %w", e+1, err)
+		}
+		if test != nil {
+			st := EpochStats{Epoch: e + 1, Seconds: time.Since(epochStart).Seconds(), TrainLogLoss: loss / float64(max(n, 1))}
+			if st.TestAccuracy, st.TestLogLoss, st.TestAUC, err = Evaluate(ctx, tbl, test, nkeys); err != nil {
+				return nil, err
+			}
+			rep.Epochs = append(rep.Epochs, st)
+			if cfg.Progress != nil {
+				cfg.Progress(st)
+			}
+		}
+	}
+	rep.Seconds = time.Since(start).Seconds()
+	rep.ExamplesPerSecond = float64(rep.Examples) / rep.Seconds
+	rep.Refused = tbl.Refused()
+	if n := len(rep.Epochs); n > 0 {
+		last := rep.Epochs[n-1]
+		rep.TestAccuracy, rep.TestLogLoss, rep.TestAUC = last.TestAccuracy, last.TestLogLoss, last.TestAUC
+	}
+	if err := c.Finish().Wait(ctx); err != nil {
+		return nil, err
+	}
+	return rep, nil
+}
+
+// Evaluate pulls the whole model and scores test.
+func Evaluate(ctx context.Context, tbl *ps.Table, test *data.Sparse, nkeys uint64) (acc, logloss, auc float64, err error) {
+	model := make([]float32, nkeys)
+	if err := tbl.PullRange(keyspace.Range{Lo: 0, Hi: nkeys}, model).Wait(ctx); err != nil {
+		return 0, 0, 0, fmt.Errorf("lr: pull model: %w", err)
+	}
+	probs := make([]float64, test.Len())
+	for i := range probs {
+		keys, vals, _ := test.Row(i)
+		z := float64(model[0])
+		for j, k := range keys {
+			if fk := featureKey(k); fk < nkeys {
+				z += float64(model[fk]) * float64(vals[j])
+			}
+		}
+		probs[i] = sigmoid(z)
+	}
+	scores := probs
+	return metrics.Accuracy(test.Labels, probs), metrics.LogLoss(test.Labels, probs), metrics.AUC(test.Labels, scores), nil
+}
+
+func sigmoid(z float64) float64 {
+	if z >= 0 {
+		return 1 / (1 + math.Exp(-z))
+	}
+	e := math.Exp(z)
+	return e / (1 + e)
+}
+
+// worker holds one worker's scratch space for minibatches.
+type worker struct {
+	train    *data.Sparse
+	tbl      *ps.Table
+	prefetch bool
+	// pos maps a key to its index in the current batch's key list; every
+	// key a batch reads is set before the batch uses it.
+	pos []int32
+}
+
+func newWorker(train *data.Sparse, nkeys uint64, tbl *ps.Table, prefetch bool) *worker {
+	return &worker{train: train, tbl: tbl, prefetch: prefetch, pos: make([]int32, nkeys)}
+}
+
+// batch is one minibatch's key list and weights.
+type batch struct {
+	rows []int
+	keys []uint64
+	w    []float32
+	pull *ps.Future
+}
+
+func (wk *worker) prepare(rows []int) *batch {
+	b := &batch{rows: rows, keys: []uint64{0}}
+	for _, r := range rows {
+		keys, _, _ := wk.train.Row(r)
+		for _, k := range keys {
+			b.keys = append(b.keys, featureKey(k))
+		}
+	}
+	slices.Sort(b.keys)
+	b.keys = slices.Compact(b.keys)
+	b.w = make([]float32, len(b.keys))
+	b.pull = wk.tbl.Pull(b.keys, b.w)
+	return b
+}
+
+// epoch runs the minibatches; it returns the summed training log loss and
+// the number of examples. Under ASP the next batch's weights are fetched
+// while this one computes.
+func (wk *worker) epoch(ctx context.Context, c *ps.Client, batches [][]int) (float64, int, error) {
+	var loss float64
+	n := 0
+	var next *batch
+	var pushes []*ps.Future
+	for s, rows := range batches {
+		cur := next
+		if cur == nil {
+			cur = wk.prepare(rows)
+		}
+		next = nil
+		if err := cur.pull.Wait(ctx); err != nil {
+			return 0, 0, err
+		}
+		if wk.prefetch && s+1 < len(batches) {
+			next = wk.prepare(batches[s+1])
+		}
+		grad, l := wk.gradient(cur)
+		loss += l
+		n += len(rows)
+		pushes = append(pushes, wk.tbl.Push(cur.keys, grad))
+		c.Tick()
+		if len(pushes) >= 8 {
+			if err := pushes[0].Wait(ctx); err != nil {
+				return 0, 0, err
+			}
+			pushes = pushes[1:]
+		}
+	}
+	if next != nil {
+		next.pull.Wait(ctx)
+	}
+	for _, f := range pushes {
+		if err := f.Wait(ctx); err != nil {
+			return 0, 0, err
+		}
+	}
+	return loss, n, nil
+}
+
+// gradient returns the minibatch's mean log-loss gradient on cur's keys and
+// its summed log loss.
+func (wk *worker) gradient(cur *batch) ([]float32, float64) {
+	for i, k := range cur.keys {
+		wk.pos[k] = int32(i)
+	}
+	grad := make([]float32, len(cur.keys))
+	var loss float64
+	for _, r := range cur.rows {
+		keys, vals, y := wk.train.Row(r)
+		z := float64(cur.w[0])
+		for j, k := range keys {
+			z += float64(cur.w[wk.pos[featureKey(k)]]) * float64(vals[j])
+		}
+		p := sigmoid(z)
+		if y > 0 {
+			loss -= math.Log(max(p, 1e-15))
+		} else {
+			loss -= math.Log(max(1-p, 1e-15))
+		}
+		g := float32(p - float64(y))
+		grad[0] += g
+		for j, k := range keys {
+			grad[wk.pos[featureKey(k)]] += g * vals[j]
+		}
+	}
+	scale := 1 / float32(max(len(cur.rows), 1))
+	for i := range grad {
+		grad[i] *= scale
+	}
+	return grad, loss
+}

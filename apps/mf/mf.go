@@ -1,0 +1,240 @@
+package mf
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/terrace-ml/terrace/data"
+	"github.com/terrace-ml/terrace/metrics"
+	"github.com/terrace-ml/terrace/ps"
+	"github.com/terrace-ml/terrace/table"
+)
+
+// Config configures a training run.
+type Config struct {
+	Train, Test string
+	Epochs      int
+	// Rank is the number of latent factors.
+	Rank int
+	// Batch is the number of ratings in one worker's minibatch.
+	Batch       int
+	LR          float32
+	L2          float32
+	Consistency table.Consistency
+	Seed        uint64
+	Progress    func(EpochStats)
+}
+
+// DefaultConfig is the configuration `terrace train --app mf` starts from.
+func DefaultConfig() Config {
+	return Config{Epochs: 25, Rank: 32, Batch: 64, LR: 0.01, L2: 0.05, Consistency: table.Consistency{Model: table.SSP, Staleness: 2}, Seed: 1}
+}
+
+// EpochStats is rank 0's view after one epoch.
+type EpochStats struct {
+	Epoch     int     `json:"epoch"`
+	Seconds   float64 `json:"seconds"`
+	TrainRMSE float64 `json:"train_rmse"`
+	TestRMSE  float64 `json:"test_rmse"`
+}
+
+// Report is one worker's result; the test metric is rank 0's.
+type Report struct {
+	App               string       `json:"app"`
+	Rank              int          `json:"rank"`
+	Examples          int64        `json:"examples"`
+	Seconds           float64      `json:"seconds"`
+	ExamplesPerSecond float64      `json:"examples_per_second"`
+	TestRMSE          float64      `json:"test_rmse,omitempty"`
+	Refused           int64        `json:"refused_non_finite"`
+	Epochs            []EpochStats `json:"epochs,omitempty"`
+}
+
+// Users and items share one key space: user u is key 2u, item i is 2i+1.
+func userKey(u uint32) uint64 { return uint64(u) << 1 }
+func itemKey(i uint32) uint64 { return uint64(i)<<1 | 1 }
+
+// Run trains on this worker's partitions of cfg.Train and, on rank 0,
+// evaluates on cfg.Test after every epoch.
+func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
+	train, err := data.ReadRatings(cfg.Train)
+	if err != nil {
+		return nil, fmt.Errorf("mf: %w", err)
+	}
+	var test *data.Ratings
+	if c.Rank() == 0 && cfg.Test != "" {
+		if test, err = data.ReadRatings(cfg.Test); err != nil {
+			return nil, fmt.Errorf("mf: %w", err)
+		}
+	}
+	rule := table.Rule{Kind: table.SGD, LR: cfg.LR, L2: cfg.L2}
+	factors, err := c.CreateTable(ctx, table.Spec{Name: "mf.factors", Width: cfg.Rank, Rule: rule, Consistency: cfg.Consistency,
+		Init: table.Init{Kind: table.Normal, Scale: 0.1, Seed: cfg.Seed}})
+	if err != nil {
+		return nil, fmt.Errorf("mf: %w", err)
+	}
+	bias, err := c.CreateTable(ctx, table.Spec{Name: "mf.bias", Width: 1, Rule: table.Rule{Kind: table.SGD, LR: cfg.LR}, Consistency: cfg.Consistency})
+	if err != nil {
+		return nil, fmt.Errorf("mf: %w", err)
+	}
+	lay := c.Layout()
+	parts := data.Partition(train.Len(), lay.Partitions)
+	var rows []int
+	longest := 0
+	for r := range lay.Workers {
+		n := 0
+		for _, p := range lay.PartitionsOf(r) {
+			n += parts[p].Len()
+			if r == c.Rank() {
+				for i := parts[p].Lo; i < parts[p].Hi; i++ {
+					rows = append(rows, i)
+				}
+			}
+		}
+		longest = max(longest, n)
+	}
+	steps := (longest + cfg.Batch - 1) / cfg.Batch
+	m := &model{train: train, factors: factors, bias: bias, k: cfg.Rank, mu: float32(train.Mean())}
+	rep := &Report{App: "mf", Rank: c.Rank()}
+	start := time.Now()
+	for e := range cfg.Epochs {
+		epochStart := time.Now()
+		order := slices.Clone(rows)
+		data.Shuffle(order, cfg.Seed+uint64(e)*7919+uint64(c.Rank()))
+		var sq float64
+		for s := range steps {
+			lo, hi := min(s*len(order)/steps, len(order)), min((s+1)*len(order)/steps, len(order))
+			l, err := m.step(ctx, order[lo:hi])
+			if err != nil {
+				return nil, fmt.Errorf("mf: epoch %d: %w", e+1, err)
+			}
+			sq += l
+			c.Tick()
+		}
+		rep.Examples += int64(len(order))
+		if err := c.Barrier(ctx); err != nil {
+			return nil, fmt.Errorf("mf: epoch %d: %w", e+1, err)
+		}
+		if test != nil {
+			st := EpochStats{Epoch: e + 1, Seconds: time.Since(epochStart).Seconds(), TrainRMSE: math.Sqrt(sq / float64(max(len(order), 1)))}
+			if st.TestRMSE, err = m.evaluate(ctx, test); err != nil {
+				return nil, err
+			}
+			rep.Epochs = append(rep.Epochs, st)
+			if cfg.Progress != nil {
+				cfg.Progress(st)
+			}
+		}
+	}
+	rep.Seconds = time.Since(start).Seconds()
+	rep.ExamplesPerSecond = float64(rep.Examples) / rep.Seconds
+	rep.Refused = factors.Refused() + bias.Refused()
+	if n := len(rep.Epochs); n > 0 {
+		rep.TestRMSE = rep.Epochs[n-1].TestRMSE
+	}
+	if err := c.Finish().Wait(ctx); err != nil {
+		return nil, err
+	}
+	return rep, nil
+}
+
+type model struct {
+	train         *data.Ratings
+	factors, bias *ps.Table
+	k             int
+	mu            float32
+	pos           map[uint64]int
+}
+
+func ratingKeys(r *data.Ratings, rows []int) []uint64 {
+	keys := make([]uint64, 0, 2*len(rows))
+	for _, i := range rows {
+		keys = append(keys, userKey(r.Users[i]), itemKey(r.Items[i]))
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys)
+}
+
+// pull fetches the factors and biases of keys.
+func (m *model) pull(ctx context.Context, keys []uint64) (f, b []float32, err error) {
+	f = make([]float32, len(keys)*m.k)
+	b = make([]float32, len(keys))
+	if err := ps.All(m.factors.Pull(keys, f), m.bias.Pull(keys, b)).Wait(ctx); err != nil {
+		return nil, nil, err
+	}
+	return f, b, nil
+}
+
+// step trains one minibatch and returns its summed squared error.
+func (m *model) step(ctx context.Context, rows []int) (float64, error) {
+	keys := ratingKeys(m.train, rows)
+	f, b, err := m.pull(ctx, keys)
+	if err != nil {
+		return 0, err
+	}
+	if m.pos == nil {
+		m.pos = make(map[uint64]int)
+	}
+	clear(m.pos)
+	for i, k := range keys {
+		m.pos[k] = i
+	}
+	k := m.k
+	gf := make([]float32, len(f))
+	gb := make([]float32, len(b))
+	var sq float64
+	for _, i := range rows {
+		u, it := m.pos[userKey(m.train.Users[i])], m.pos[itemKey(m.train.Items[i])]
+		pu, qi := f[u*k:(u+1)*k], f[it*k:(it+1)*k]
+		pred := m.mu + b[u] + b[it] + dot(pu, qi)
+		e := pred - m.train.Values[i]
+		sq += float64(e) * float64(e)
+		gb[u] += e
+		gb[it] += e
+		gu, gi := gf[u*k:(u+1)*k], gf[it*k:(it+1)*k]
+		for j := range pu {
+			gu[j] += e * qi[j]
+			gi[j] += e * pu[j]
+		}
+	}
+	if err := ps.All(m.factors.Push(keys, gf), m.bias.Push(keys, gb)).Wait(ctx); err != nil {
+		return 0, err
+	}
+	return sq, nil
+}
+
+func (m *model) evaluate(ctx context.Context, test *data.Ratings) (float64, error) {
+	all := make([]int, test.Len())
+	for i := range all {
+		all[i] = i
+	}
+	keys := ratingKeys(test, all)
+	f, b, err := m.pull(ctx, keys)
+	if err != nil {
+		return 0, fmt.Errorf("mf: pull model: %w", err)
+	}
+	pos := make(map[uint64]int, len(keys))
+	for i, k := range keys {
+		pos[k] = i
+	}
+	pred := make([]float64, test.Len())
+	truth := make([]float64, test.Len())
+	for i := range all {
+		u, it := pos[userKey(test.Users[i])], pos[itemKey(test.Items[i])]
+		p := m.mu + b[u] + b[it] + dot(f[u*m.k:(u+1)*m.k], f[it*m.k:(it+1)*m.k])
+		pred[i] = float64(min(max(p, 1), 5))
+		truth[i] = float64(test.Values[i])
+	}
+	return metrics.RMSE(pred, truth), nil
+}
+
+func dot(a, b []float32) float32 {
+	var s float32
+	for i := range a {
+		s += a[i] * b[i]
+	}
+	return s
+}

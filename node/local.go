@@ -1,0 +1,137 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/terrace-ml/terrace/coord"
+	"github.com/terrace-ml/terrace/server"
+)
+
+// LocalConfig configures a local cluster.
+type LocalConfig struct {
+	Servers, Workers int
+	Partitions       int
+	Logger           *slog.Logger
+}
+
+// Local is a whole cluster in this process: a coordinator, servers and
+// workers, each on its own loopback TCP port, talking as separate hosts would.
+type Local struct {
+	cfg       LocalConfig
+	Coord     *coord.Coordinator
+	CoordAddr string
+	Servers   []*server.Server
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	errs   []error
+}
+
+// StartLocal starts the coordinator and the servers.
+func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Servers < 1 || cfg.Workers < 1 {
+		return nil, fmt.Errorf("local cluster: need at least one server and one worker, got %d and %d", cfg.Servers, cfg.Workers)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	l := &Local{cfg: cfg, cancel: cancel}
+	ready := make(chan struct{})
+	l.goRun(func() error {
+		return RunCoordinator(ctx, CoordinatorConfig{
+			Listen:  "127.0.0.1:0",
+			Options: coord.Options{Servers: cfg.Servers, Workers: cfg.Workers, Partitions: cfg.Partitions},
+			Ready: func(c *coord.Coordinator, addr string) {
+				l.Coord, l.CoordAddr = c, addr
+				close(ready)
+			},
+		})
+	})
+	select {
+	case <-ready:
+	case <-ctx.Done():
+		l.Close()
+		return nil, ctx.Err()
+	}
+	srv := make(chan *server.Server, cfg.Servers)
+	for i := range cfg.Servers {
+		l.goRun(func() error {
+			return RunServer(ctx, ServerConfig{
+				ID: fmt.Sprintf("server-%d", i), Listen: "127.0.0.1:0", Coordinator: l.CoordAddr,
+				Logger: cfg.Logger, Ready: func(s *server.Server) { srv <- s },
+			})
+		})
+	}
+	for range cfg.Servers {
+		select {
+		case s := <-srv:
+			l.Servers = append(l.Servers, s)
+		case <-ctx.Done():
+			l.Close()
+			return nil, errors.Join(ctx.Err(), l.err())
+		}
+	}
+	return l, nil
+}
+
+func (l *Local) goRun(fn func() error) {
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		if err := fn(); err != nil {
+			l.mu.Lock()
+			l.errs = append(l.errs, err)
+			l.mu.Unlock()
+		}
+	}()
+}
+
+func (l *Local) err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return errors.Join(l.errs...)
+}
+
+// RunWorkers runs job on every worker at once and returns their reports by
+// rank, or the first failure.
+func (l *Local) RunWorkers(ctx context.Context, job Job) (map[int]json.RawMessage, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, l.cfg.Workers)
+	for i := range l.cfg.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := RunWorker(ctx, WorkerConfig{ID: fmt.Sprintf("worker-%d", i), Coordinator: l.CoordAddr, Logger: l.cfg.Logger}, job)
+			if err != nil {
+				errc <- err
+				cancel() // one worker failing would leave the others waiting on its clock
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	var errs []error
+	for err := range errc {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return l.Coord.Reports(), nil
+}
+
+// Close stops every node and waits for them.
+func (l *Local) Close() error {
+	l.cancel()
+	l.wg.Wait()
+	return l.err()
+}

@@ -1,0 +1,476 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/terrace-ml/terrace/keyspace"
+	"github.com/terrace-ml/terrace/layout"
+	"github.com/terrace-ml/terrace/ring"
+	"github.com/terrace-ml/terrace/store"
+	"github.com/terrace-ml/terrace/table"
+	"github.com/terrace-ml/terrace/transport"
+	"github.com/terrace-ml/terrace/wire"
+)
+
+// Options configure a Server.
+type Options struct {
+	// ID is the server's node ID, as it appears in the range map.
+	ID string
+	// MaxPayload bounds an incoming frame's payload (wire.DefaultMaxPayload if 0).
+	MaxPayload int
+	// KeyCacheBytes bounds the cached key lists kept per connection (64 MiB if 0).
+	KeyCacheBytes int
+	Logger        *slog.Logger
+}
+
+// Server serves its share of every table.
+type Server struct {
+	opts Options
+	log  *slog.Logger
+
+	mu     sync.RWMutex
+	lay    *layout.Layout
+	ring   *ring.Map
+	me     int
+	tables map[uint32]*tableState
+
+	clocks clocks
+	bsp    deferred
+	stats  counters
+
+	connMu sync.Mutex
+	conns  map[*transport.Conn]struct{}
+	closed bool
+}
+
+type tableState struct {
+	id    uint32
+	spec  table.Spec
+	store *store.Table
+}
+
+type counters struct {
+	pushes, pulls, clocks, keysPushed, keysPulled, refused, bytesIn, errors atomic.Int64
+}
+
+// New returns a server that serves nothing until Configure gives it a layout.
+func New(o Options) *Server {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.KeyCacheBytes <= 0 {
+		o.KeyCacheBytes = 64 << 20
+	}
+	return &Server{
+		opts:   o,
+		log:    o.Logger.With("server", o.ID),
+		tables: make(map[uint32]*tableState),
+		conns:  make(map[*transport.Conn]struct{}),
+	}
+}
+
+// Configure installs layout l: new tables are created, and data messages
+// are from now on checked against l's epoch.
+func (s *Server) Configure(l *layout.Layout) error {
+	if err := l.Validate(); err != nil {
+		return err
+	}
+	rm, err := l.Ring()
+	if err != nil {
+		return fmt.Errorf("server %s: %w", s.opts.ID, err)
+	}
+	me := rm.Index(s.opts.ID)
+	if me < 0 {
+		return fmt.Errorf("server %s: not in the range map of epoch %d", s.opts.ID, l.Epoch)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range l.Tables {
+		if old, ok := s.tables[t.ID]; ok {
+			if old.spec != t.Spec {
+				return fmt.Errorf("server %s: table %d changed its spec from %+v to %+v", s.opts.ID, t.ID, old.spec, t.Spec)
+			}
+			continue
+		}
+		st, err := store.New(t.Spec)
+		if err != nil {
+			return fmt.Errorf("server %s: table %q: %w", s.opts.ID, t.Spec.Name, err)
+		}
+		s.tables[t.ID] = &tableState{id: t.ID, spec: t.Spec, store: st}
+	}
+	s.lay, s.ring, s.me = l, rm, me
+	s.clocks.resize(l.Workers)
+	return nil
+}
+
+// Epoch returns the epoch of the current range map, or 0.
+func (s *Server) Epoch() uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.ring == nil {
+		return 0
+	}
+	return s.ring.Epoch
+}
+
+// Serve accepts connections on ln until ctx is done or ln fails.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer s.closeConns()
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("server %s: accept: %w", s.opts.ID, err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.serveConn(nc)
+		}()
+	}
+}
+
+func (s *Server) closeConns() {
+	s.connMu.Lock()
+	s.closed = true
+	for c := range s.conns {
+		c.Close()
+	}
+	s.connMu.Unlock()
+	s.clocks.dropWaiters()
+}
+
+// conn is the server's state for one client connection.
+type conn struct {
+	*transport.Conn
+	hello      wire.Hello
+	cache      map[uint32]cachedKeys
+	cacheBytes int
+	scratch    []float32
+}
+
+type cachedKeys struct {
+	epoch uint64
+	keys  []uint64
+}
+
+func (s *Server) serveConn(nc net.Conn) {
+	tc := transport.NewConn(nc, s.opts.MaxPayload)
+	s.connMu.Lock()
+	if s.closed {
+		s.connMu.Unlock()
+		tc.Close()
+		return
+	}
+	s.conns[tc] = struct{}{}
+	s.connMu.Unlock()
+	defer func() {
+		s.connMu.Lock()
+		delete(s.conns, tc)
+		s.connMu.Unlock()
+		tc.Close()
+	}()
+	c := &conn{Conn: tc, cache: make(map[uint32]cachedKeys)}
+	h, err := tc.Reader.Next()
+	if err == nil && h.Type != wire.THello {
+		err = fmt.Errorf("first frame is %v, not hello", h.Type)
+	}
+	var p []byte
+	if err == nil {
+		p, err = tc.Reader.Payload(h)
+	}
+	if err == nil {
+		c.hello, err = wire.ParseHello(p)
+	}
+	if err != nil {
+		s.log.Warn("refusing connection", "peer", nc.RemoteAddr(), "err", err)
+		return
+	}
+	for {
+		h, err := tc.Reader.Next()
+		if err == nil {
+			p, err = tc.Reader.Payload(h)
+		}
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) && tc.Err() == nil && !isEOF(err) {
+				s.stats.errors.Add(1)
+				s.log.Warn("dropping connection", "peer", c.hello.Node, "err", err)
+			}
+			return
+		}
+		s.stats.bytesIn.Add(int64(h.Len) + wire.HeaderSize)
+		s.handle(c, h, p)
+	}
+}
+
+func isEOF(err error) bool { return err != nil && err.Error() == "EOF" }
+
+func (s *Server) handle(c *conn, h wire.Header, p []byte) {
+	switch h.Type {
+	case wire.TPush, wire.TPull, wire.TPushPull:
+		if code, err := s.handleData(c, h, p); err != nil {
+			s.replyError(c, h, code, err.Error())
+		}
+	case wire.TClock:
+		if err := s.handleClock(c, h, p); err != nil {
+			s.replyError(c, h, wire.CodeBadRequest, err.Error())
+		}
+	default:
+		s.replyError(c, h, wire.CodeBadRequest, fmt.Sprintf("unexpected %v frame", h.Type))
+	}
+}
+
+func (s *Server) replyError(c *conn, h wire.Header, code wire.Code, msg string) {
+	s.stats.errors.Add(1)
+	c.Send(transport.Outgoing{Frame: wire.NewFrame(wire.Header{Type: wire.TError, Epoch: s.Epoch(), ReqID: h.ReqID}, wire.AppendError(nil, code, msg))})
+}
+
+func (s *Server) handleClock(c *conn, h wire.Header, p []byte) error {
+	m, err := wire.ParseClock(p)
+	if err != nil {
+		return err
+	}
+	oldMin, newMin, ready, ok := s.clocks.advance(int(m.Worker), m.Clock)
+	if !ok {
+		return fmt.Errorf("clock from worker %d, but the layout has %d workers", m.Worker, s.workers())
+	}
+	s.stats.clocks.Add(1)
+	if newMin > oldMin {
+		s.bsp.flush(newMin)
+	}
+	for _, run := range ready {
+		run()
+	}
+	var pre [wire.ReplyPrefixSize]byte
+	wire.PutReply(&pre, 0)
+	c.Send(transport.Outgoing{Frame: wire.NewFrame(wire.Header{Type: wire.TReply, Epoch: s.Epoch(), ReqID: h.ReqID}, pre[:])})
+	return nil
+}
+
+func (s *Server) workers() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.lay == nil {
+		return 0
+	}
+	return s.lay.Workers
+}
+
+// keySet is what a data message addresses: sorted keys, or dense runs.
+type keySet struct {
+	keys []uint64
+	runs [][2]uint64
+	n    int // number of keys
+}
+
+func (k keySet) clone() keySet {
+	return keySet{keys: slices.Clone(k.keys), runs: k.runs, n: k.n}
+}
+
+func (s *Server) handleData(c *conn, h wire.Header, p []byte) (wire.Code, error) {
+	d, err := wire.ParseData(p, h.Type != wire.TPull)
+	if err != nil {
+		return wire.CodeBadRequest, err
+	}
+	s.mu.RLock()
+	rm, me, t := s.ring, s.me, s.tables[d.Table]
+	s.mu.RUnlock()
+	switch {
+	case rm == nil:
+		return wire.CodeNotConfigured, errors.New("server has no layout yet")
+	case h.Epoch != rm.Epoch:
+		return wire.CodeStaleEpoch, fmt.Errorf("epoch %d, server is at %d", h.Epoch, rm.Epoch)
+	case t == nil:
+		return wire.CodeUnknownTable, fmt.Errorf("no table %d", d.Table)
+	case int(d.Width) != t.spec.Width:
+		return wire.CodeBadRequest, fmt.Errorf("table %q has width %d, message says %d", t.spec.Name, t.spec.Width, d.Width)
+	}
+	ks, code, err := s.resolveKeys(c, rm, me, &d)
+	if err != nil {
+		return code, err
+	}
+	refused := 0
+	if h.Type != wire.TPull {
+		var vals []float32
+		if d.Enc == wire.EncRaw {
+			vals = wire.BytesF32(d.Vals)
+		} else {
+			if cap(c.scratch) < d.NumValues() {
+				c.scratch = make([]float32, d.NumValues())
+			}
+			vals = c.scratch[:d.NumValues()]
+			if err := wire.DecodeValues(d.Enc, d.Vals, vals); err != nil {
+				return wire.CodeBadRequest, err
+			}
+		}
+		s.stats.pushes.Add(1)
+		s.stats.keysPushed.Add(int64(ks.n))
+		if t.spec.Consistency.Model == table.BSP && d.Worker != wire.NoWorker && d.Clock >= s.clocks.minimum() {
+			ks, vals := ks.clone(), slices.Clone(vals)
+			s.bsp.add(d.Clock, d.Worker, func() { s.stats.refused.Add(int64(push(t.store, ks, vals, t.spec.Width))) })
+		} else {
+			refused = push(t.store, ks, vals, t.spec.Width)
+			s.stats.refused.Add(int64(refused))
+		}
+	}
+	if h.Type == wire.TPush {
+		var pre [wire.ReplyPrefixSize]byte
+		wire.PutReply(&pre, uint32(refused))
+		c.Send(transport.Outgoing{Frame: wire.NewFrame(wire.Header{Type: wire.TReply, Epoch: rm.Epoch, ReqID: h.ReqID}, pre[:])})
+		return 0, nil
+	}
+	s.stats.pulls.Add(1)
+	s.stats.keysPulled.Add(int64(ks.n))
+	answer := func() { s.replyValues(c, t, ks, h.ReqID, rm.Epoch, refused) }
+	need := int64(-1 << 63)
+	if b := t.spec.Consistency.Bound(); b >= 0 && d.Worker != wire.NoWorker {
+		need = d.Clock - int64(b)
+	}
+	if need > s.clocks.minimum() {
+		// The pull waits for slower workers; the payload buffer it points
+		// into is reused by the next frame, so keep a copy of the keys.
+		ks = ks.clone()
+		answer = func() { s.replyValues(c, t, ks, h.ReqID, rm.Epoch, refused) }
+	}
+	s.clocks.when(need, answer)
+	return 0, nil
+}
+
+func (s *Server) resolveKeys(c *conn, rm *ring.Map, me int, d *wire.Data) (keySet, wire.Code, error) {
+	switch d.Kind {
+	case wire.KeysExplicit, wire.KeysCache:
+		if err := keyspace.CheckSorted(d.Keys); err != nil {
+			return keySet{}, wire.CodeBadRequest, err
+		}
+		if err := checkOwned(rm, me, d.Keys); err != nil {
+			return keySet{}, wire.CodeNotOwner, err
+		}
+		if d.Kind == wire.KeysCache {
+			c.remember(d.CacheID, rm.Epoch, d.Keys, s.opts.KeyCacheBytes)
+		}
+		return keySet{keys: d.Keys, n: len(d.Keys)}, 0, nil
+	case wire.KeysCached:
+		ck, ok := c.cache[d.CacheID]
+		if !ok || ck.epoch != rm.Epoch || len(ck.keys) != int(d.Count) {
+			return keySet{}, wire.CodeUnknownKeySet, fmt.Errorf("no cached key list %d of %d keys at epoch %d", d.CacheID, d.Count, rm.Epoch)
+		}
+		return keySet{keys: ck.keys, n: len(ck.keys)}, 0, nil
+	case wire.KeysRange:
+		var ks keySet
+		rm.OwnedRuns(keyspace.Range{Lo: d.Lo, Hi: d.Hi}, me, func(lo, hi uint64) {
+			ks.runs = append(ks.runs, [2]uint64{lo, hi})
+			ks.n += int(hi - lo)
+		})
+		if ks.n != int(d.Count) {
+			return keySet{}, wire.CodeNotOwner, fmt.Errorf("range [%d,%d): server owns %d keys, message carries %d", d.Lo, d.Hi, ks.n, d.Count)
+		}
+		return ks, 0, nil
+	}
+	return keySet{}, wire.CodeBadRequest, fmt.Errorf("key kind %d", d.Kind)
+}
+
+func (c *conn) remember(id uint32, epoch uint64, keys []uint64, limit int) {
+	if old, ok := c.cache[id]; ok {
+		c.cacheBytes -= 8 * len(old.keys)
+	}
+	if c.cacheBytes+8*len(keys) > limit {
+		// Forget everything: the client resends any list it still uses.
+		clear(c.cache)
+		c.cacheBytes = 0
+	}
+	c.cache[id] = cachedKeys{epoch: epoch, keys: slices.Clone(keys)}
+	c.cacheBytes += 8 * len(keys)
+}
+
+func checkOwned(rm *ring.Map, me int, keys []uint64) error {
+	last := ^uint64(0)
+	for _, k := range keys {
+		if sl := keyspace.Slot(k); sl != last {
+			if rm.SlotOwner(sl) != me {
+				return fmt.Errorf("key %d belongs to server %s at epoch %d", k, rm.Servers[rm.SlotOwner(sl)].ID, rm.Epoch)
+			}
+			last = sl
+		}
+	}
+	return nil
+}
+
+func push(st *store.Table, ks keySet, vals []float32, width int) int {
+	if ks.keys != nil || ks.runs == nil {
+		return st.Push(ks.keys, vals)
+	}
+	refused, off := 0, 0
+	for _, r := range ks.runs {
+		n := int(r[1]-r[0]) * width
+		refused += st.PushRun(r[0], vals[off:off+n])
+		off += n
+	}
+	return refused
+}
+
+func (s *Server) replyValues(c *conn, t *tableState, ks keySet, reqID, epoch uint64, refused int) {
+	w := t.spec.Width
+	buf := getBuf(ks.n * w)
+	vals := (*buf)[:ks.n*w]
+	if ks.runs == nil {
+		t.store.Pull(ks.keys, vals)
+	} else {
+		off := 0
+		for _, r := range ks.runs {
+			n := int(r[1]-r[0]) * w
+			t.store.PullRun(r[0], vals[off:off+n])
+			off += n
+		}
+	}
+	var pre [wire.ReplyPrefixSize]byte
+	wire.PutReply(&pre, uint32(refused))
+	f := wire.NewFrame(wire.Header{Type: wire.TReply, Epoch: epoch, ReqID: reqID}, pre[:], wire.F32Bytes(vals))
+	c.Send(transport.Outgoing{Frame: f, Done: func(error) { putBuf(buf) }})
+}
+
+// Stats is a snapshot of a server's counters and memory.
+type Stats struct {
+	Pushes, Pulls, Clocks    int64
+	KeysPushed, KeysPulled   int64
+	Refused                  int64 `json:"refused_non_finite"`
+	BytesIn                  int64
+	Errors                   int64
+	Keys, Values, StoreBytes int64
+	BytesPerValue            float64
+	MinClock                 int64
+}
+
+// Stats returns the server's counters and what its tables hold.
+func (s *Server) Stats() Stats {
+	st := Stats{
+		Pushes: s.stats.pushes.Load(), Pulls: s.stats.pulls.Load(), Clocks: s.stats.clocks.Load(),
+		KeysPushed: s.stats.keysPushed.Load(), KeysPulled: s.stats.keysPulled.Load(),
+		Refused: s.stats.refused.Load(), BytesIn: s.stats.bytesIn.Load(), Errors: s.stats.errors.Load(),
+		MinClock: s.clocks.minimum(),
+	}
+	s.mu.RLock()
+	for _, t := range s.tables {
+		ts := t.store.Stats()
+		st.Keys += ts.Keys
+		st.Values += ts.Values
+		st.StoreBytes += ts.Bytes
+	}
+	s.mu.RUnlock()
+	if st.Values > 0 {
+		st.BytesPerValue = float64(st.StoreBytes) / float64(st.Values)
+	}
+	return st
+}
