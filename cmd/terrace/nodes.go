@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/terrace-ml/terrace/coord"
+	"github.com/terrace-ml/terrace/node"
+	"github.com/terrace-ml/terrace/server"
+)
+
+func coordinatorCmd() *cobra.Command {
+	var o coord.Options
+	var listen, reportPath string
+	var exitWhenDone bool
+	cmd := &cobra.Command{
+		Use:   "coordinator",
+		Short: "Run the coordinator: admits servers and workers and publishes the layout",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
+			done := make(chan *coord.Coordinator, 1)
+			errc := make(chan error, 1)
+			go func() {
+				errc <- node.RunCoordinator(ctx, node.CoordinatorConfig{Listen: listen, Options: o, Ready: func(c *coord.Coordinator, addr string) {
+					fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator listening on %s, waiting for %d server(s) and %d worker(s)\n", addr, o.Servers, o.Workers)
+					done <- c
+				}})
+			}()
+			var c *coord.Coordinator
+			select {
+			case c = <-done:
+			case err := <-errc:
+				return err
+			}
+			select {
+			case <-c.Done():
+				fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator: all %d worker(s) reported\n", o.Workers)
+				if err := writeReport(reportPath, c.Reports()); err != nil {
+					return err
+				}
+				if exitWhenDone {
+					cancel()
+					return <-errc
+				}
+				return <-errc
+			case err := <-errc:
+				return err
+			}
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&listen, "listen", "127.0.0.1:7070", "address for the HTTP control plane")
+	fs.IntVar(&o.Servers, "servers", 2, "servers to wait for")
+	fs.IntVar(&o.Workers, "workers", 2, "workers to wait for")
+	fs.IntVar(&o.Partitions, "partitions", 0, "data partitions (4 per worker if 0)")
+	fs.StringVar(&reportPath, "report", "", "write the workers' reports to this JSON file once all have reported")
+	fs.BoolVar(&exitWhenDone, "exit-when-done", false, "exit once every worker has reported")
+	addConfigFlag(cmd)
+	return cmd
+}
+
+func serverCmd() *cobra.Command {
+	var cfg node.ServerConfig
+	var logLevel string
+	var statsEvery time.Duration
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Run a parameter server that joins the coordinator",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.ID == "" {
+				h, _ := os.Hostname()
+				cfg.ID = fmt.Sprintf("server-%s-%d", h, os.Getpid())
+			}
+			cfg.Logger = newLogger(logLevel)
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
+			cfg.Ready = func(s *server.Server) {
+				fmt.Fprintf(cmd.OutOrStdout(), "terrace server %s joined %s\n", cfg.ID, cfg.Coordinator)
+				if statsEvery > 0 {
+					go func() {
+						t := time.NewTicker(statsEvery)
+						defer t.Stop()
+						for {
+							select {
+							case <-t.C:
+								b, _ := json.Marshal(s.Stats())
+								fmt.Fprintf(cmd.OutOrStdout(), "stats %s\n", b)
+							case <-ctx.Done():
+								return
+							}
+						}
+					}()
+				}
+			}
+			return node.RunServer(ctx, cfg)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&cfg.ID, "id", "", "node ID (host name and pid if empty)")
+	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:0", "data-plane address to listen on")
+	fs.StringVar(&cfg.Advertise, "advertise", "", "address workers should dial (the listen address if empty)")
+	fs.StringVar(&cfg.Coordinator, "coordinator", "127.0.0.1:7070", "coordinator address")
+	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", node.DefaultJoinTimeout, "give up if the coordinator cannot be reached within this time")
+	fs.StringVar(&logLevel, "log-level", "info", "log level")
+	fs.DurationVar(&statsEvery, "stats-every", 0, "print server statistics as JSON at this interval (0: never)")
+	addConfigFlag(cmd)
+	return cmd
+}
+
+func workerCmd() *cobra.Command {
+	var a appFlags
+	var cfg node.WorkerConfig
+	var logLevel, reportPath string
+	cmd := &cobra.Command{
+		Use:   "worker",
+		Short: "Run a worker that joins the coordinator and trains an application",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.ID == "" {
+				h, _ := os.Hostname()
+				cfg.ID = fmt.Sprintf("worker-%s-%d", h, os.Getpid())
+			}
+			cfg.Logger = newLogger(logLevel)
+			job, err := a.job(cmd.OutOrStdout())
+			if err != nil {
+				return err
+			}
+			rep, err := node.RunWorker(cmd.Context(), cfg, job)
+			if err != nil {
+				return err
+			}
+			return writeReport(reportPath, rep)
+		},
+	}
+	fs := cmd.Flags()
+	a.register(fs)
+	fs.StringVar(&cfg.ID, "id", "", "node ID (host name and pid if empty)")
+	fs.StringVar(&cfg.Coordinator, "coordinator", "127.0.0.1:7070", "coordinator address")
+	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", node.DefaultJoinTimeout, "give up if the coordinator or servers cannot be reached within this time")
+	fs.StringVar(&logLevel, "log-level", "warn", "log level")
+	fs.StringVar(&reportPath, "report", "", "write this worker's JSON report to this file")
+	addConfigFlag(cmd)
+	return cmd
+}
