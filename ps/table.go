@@ -166,7 +166,7 @@ type op struct {
 	// carries the positions of the op it came from); nil is the identity.
 	pos      []int32
 	f        *Future
-	attempts int
+	attempts atomic.Int32
 }
 
 func (o *op) n() int {
@@ -283,9 +283,11 @@ func (t *Table) onReply(o *op, p *part, server string, epoch uint64, h wire.Head
 			if code == wire.CodeUnknownKeySet {
 				p.cachedOn.Store(nil)
 			}
-			seen := epoch
-			if code != wire.CodeStaleEpoch && code != wire.CodeNotOwner {
-				seen = 0 // same layout; just send again
+			// Fetch a newer layout only if the server has one; a server
+			// still behind this client's layout just needs a moment.
+			seen := uint64(0)
+			if h.Epoch > epoch {
+				seen = epoch
 			}
 			go t.retry(o, p, seen, serr)
 		default:
@@ -366,12 +368,12 @@ func scatter(dst, src []float32, runs [][2]int, pos []int32, w int) {
 // gets a newer layout when the refusal says the map was stale, and sends
 // the part's keys again, re-split under the map it then has.
 func (t *Table) retry(o *op, p *part, seenEpoch uint64, cause error) {
-	o.attempts++
-	if o.attempts > maxRetries || t.c.isClosed() {
-		o.f.partDone(fmt.Errorf("ps: table %q: giving up after %d attempts: %w", t.spec.Name, o.attempts, cause))
+	n := o.attempts.Add(1)
+	if n > maxRetries || t.c.isClosed() {
+		o.f.partDone(fmt.Errorf("ps: table %q: giving up after %d attempts: %w", t.spec.Name, n, cause))
 		return
 	}
-	time.Sleep(time.Duration(o.attempts) * 5 * time.Millisecond)
+	time.Sleep(time.Duration(n) * 5 * time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	err := t.c.refreshLayout(ctx, seenEpoch)
 	cancel()
@@ -379,7 +381,7 @@ func (t *Table) retry(o *op, p *part, seenEpoch uint64, cause error) {
 		o.f.partDone(fmt.Errorf("ps: table %q: %w (after %w)", t.spec.Name, err, cause))
 		return
 	}
-	sub := &op{typ: o.typ, f: o.f, attempts: o.attempts, keys: make([]uint64, 0, p.count), pos: make([]int32, 0, p.count)}
+	sub := &op{typ: o.typ, f: o.f, keys: make([]uint64, 0, p.count), pos: make([]int32, 0, p.count)}
 	w := t.spec.Width
 	if o.vals != nil {
 		sub.vals = make([]float32, 0, p.count*w)
@@ -405,6 +407,7 @@ func (t *Table) retry(o *op, p *part, seenEpoch uint64, cause error) {
 	if o.dst == nil {
 		sub.pos = nil
 	}
+	sub.attempts.Store(n)
 	t.run(sub) // takes over the count that p held
 }
 

@@ -13,10 +13,14 @@ const Finished = math.MaxInt64
 // one. It is the whole of the server's consistency logic apart from BSP's
 // deferred application of pushes (see bsp.go).
 type clocks struct {
-	mu      sync.Mutex
-	clock   []int64
-	min     int64
-	waiters []waiter
+	// advancing serialises advance, the flush of deferred pushes, and
+	// publish, so that a read never sees a minimum whose pushes are not
+	// all applied.
+	advancing sync.Mutex
+	mu        sync.Mutex
+	clock     []int64
+	min       int64
+	waiters   []waiter
 }
 
 type waiter struct {
@@ -30,31 +34,36 @@ func (c *clocks) resize(workers int) {
 	for len(c.clock) < workers {
 		c.clock = append(c.clock, 0)
 	}
-	c.recompute()
 }
 
-func (c *clocks) recompute() {
-	m := int64(Finished)
-	for _, v := range c.clock {
-		m = min(m, v)
-	}
-	c.min = m
-}
-
-// advance records that worker reached clock v and returns the previous and
-// new minimum together with the waiters now runnable, which the caller runs
-// after applying anything that must precede them.
-func (c *clocks) advance(worker int, v int64) (oldMin, newMin int64, ready []func(), ok bool) {
+// advance records that worker reached clock v and returns the minimum over
+// all workers. The minimum that reads see moves only with publish, so that
+// the server can apply BSP's deferred pushes in between.
+func (c *clocks) advance(worker int, v int64) (int64, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if worker < 0 || worker >= len(c.clock) {
-		return 0, 0, nil, false
+		return 0, false
 	}
 	if v > c.clock[worker] {
 		c.clock[worker] = v
 	}
-	oldMin = c.min
-	c.recompute()
+	m := int64(Finished)
+	for _, x := range c.clock {
+		m = min(m, x)
+	}
+	return m, true
+}
+
+// publish makes m the minimum that reads wait for and returns the waiters
+// it releases, which the caller runs.
+func (c *clocks) publish(m int64) (ready []func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if m <= c.min {
+		return nil
+	}
+	c.min = m
 	keep := c.waiters[:0]
 	for _, w := range c.waiters {
 		if w.need <= c.min {
@@ -65,7 +74,7 @@ func (c *clocks) advance(worker int, v int64) (oldMin, newMin int64, ready []fun
 	}
 	clear(c.waiters[len(keep):])
 	c.waiters = keep
-	return oldMin, c.min, ready, true
+	return ready
 }
 
 // when runs fn at once if every worker has reached need, and otherwise

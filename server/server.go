@@ -243,14 +243,19 @@ func (s *Server) handleClock(c *conn, h wire.Header, p []byte) error {
 	if err != nil {
 		return err
 	}
-	oldMin, newMin, ready, ok := s.clocks.advance(int(m.Worker), m.Clock)
+	s.clocks.advancing.Lock()
+	newMin, ok := s.clocks.advance(int(m.Worker), m.Clock)
 	if !ok {
+		s.clocks.advancing.Unlock()
 		return fmt.Errorf("clock from worker %d, but the layout has %d workers", m.Worker, s.workers())
 	}
-	s.stats.clocks.Add(1)
-	if newMin > oldMin {
+	var ready []func()
+	if newMin > s.clocks.minimum() {
 		s.bsp.flush(newMin)
+		ready = s.clocks.publish(newMin)
 	}
+	s.clocks.advancing.Unlock()
+	s.stats.clocks.Add(1)
 	for _, run := range ready {
 		run()
 	}
