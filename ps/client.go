@@ -148,8 +148,9 @@ func (c *Client) current() (*ring.Map, map[string]*transport.Client, error) {
 	return c.rm, c.conns, nil
 }
 
-// refreshLayout fetches a layout newer than the one that failed (epoch
-// seen), or reconnects to the current one if a connection broke.
+// refreshLayout fetches a layout newer than epoch seen when a server said
+// it has one; with seen 0 it re-installs the current layout, which re-dials
+// any connection that broke.
 func (c *Client) refreshLayout(ctx context.Context, seen uint64) error {
 	select {
 	case c.refresh <- struct{}{}:
@@ -160,15 +161,15 @@ func (c *Client) refreshLayout(ctx context.Context, seen uint64) error {
 	c.mu.RLock()
 	cur := c.lay
 	c.mu.RUnlock()
+	if seen == 0 {
+		return c.install(ctx, cur)
+	}
 	if cur.Epoch > seen {
 		return nil // another goroutine already moved on
 	}
-	l := cur
-	if seen > 0 {
-		var err error
-		if l, err = c.ctl.Layout(ctx, cur.Version); err != nil {
-			return err
-		}
+	l, err := c.ctl.Layout(ctx, cur.Version)
+	if err != nil {
+		return err
 	}
 	return c.install(ctx, l)
 }

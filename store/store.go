@@ -120,10 +120,8 @@ func (t *Table) PushRun(lo uint64, vals []float32) (refused int) {
 	st := make([][]float32, t.planes-1)
 	t.runs(lo, len(vals), func(slot uint64, o, n, i int) {
 		s := t.stripe(slot)
-		s.mu.Lock()
 		b := t.insert(s, slot, s.blocks[slot], span(uint(o), uint(o+n)))
 		refused += t.apply(b, b.rank(uint(o)), n, vals[i*t.width:(i+n)*t.width], st)
-		s.mu.Unlock()
 	})
 	return refused
 }
