@@ -30,7 +30,7 @@ type Config struct {
 
 // DefaultConfig is the configuration `terrace train --app mf` starts from.
 func DefaultConfig() Config {
-	return Config{Epochs: 25, Rank: 32, Batch: 64, LR: 0.01, L2: 0.05, Consistency: table.Consistency{Model: table.SSP, Staleness: 2}, Seed: 1}
+	return Config{Epochs: 30, Rank: 64, Batch: 64, LR: 0.01, L2: 0.08, Consistency: table.Consistency{Model: table.SSP, Staleness: 2}, Seed: 1}
 }
 
 // EpochStats is rank 0's view after one epoch.
