@@ -17,17 +17,17 @@ import (
 
 // trainReport is the JSON report of `terrace train`.
 type trainReport struct {
-	App               string                     `json:"app"`
-	Config            map[string]any             `json:"config"`
-	Seconds           float64                    `json:"seconds"`
-	Examples          int64                      `json:"examples"`
-	ExamplesPerSecond float64                    `json:"examples_per_second"`
-	TestAccuracy      *float64                   `json:"test_accuracy,omitempty"`
-	TestLogLoss       *float64                   `json:"test_logloss,omitempty"`
-	TestAUC           *float64                   `json:"test_auc,omitempty"`
-	TestRMSE          *float64                   `json:"test_rmse,omitempty"`
-	Workers           map[int]json.RawMessage    `json:"workers"`
-	Servers           map[string]server.Stats    `json:"servers"`
+	App               string                  `json:"app"`
+	Config            map[string]any          `json:"config"`
+	Seconds           float64                 `json:"seconds"`
+	Examples          int64                   `json:"examples"`
+	ExamplesPerSecond float64                 `json:"examples_per_second"`
+	TestAccuracy      *float64                `json:"test_accuracy,omitempty"`
+	TestLogLoss       *float64                `json:"test_logloss,omitempty"`
+	TestAUC           *float64                `json:"test_auc,omitempty"`
+	TestRMSE          *float64                `json:"test_rmse,omitempty"`
+	Workers           map[int]json.RawMessage `json:"workers"`
+	Servers           map[string]server.Stats `json:"servers"`
 }
 
 func trainCmd() *cobra.Command {
