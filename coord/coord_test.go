@@ -1,0 +1,119 @@
+package coord
+
+import (
+	"context"
+	"errors"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/terrace-ml/terrace/table"
+)
+
+func TestJoinAndPublish(t *testing.T) {
+	c := New(Options{Servers: 2, Workers: 2})
+	hs := httptest.NewServer(c.Handler())
+	defer hs.Close()
+	cl := NewClient(hs.URL)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+
+	l, err := cl.JoinServer(ctx, "s0", "127.0.0.1:1")
+	if err != nil || l.Ready || l.Epoch != 1 {
+		t.Fatalf("first server: %+v %v", l, err)
+	}
+	// A long-poll started now wakes when the layout changes.
+	woke := make(chan uint64)
+	go func() {
+		nl, err := cl.Layout(ctx, l.Version)
+		if err != nil {
+			t.Error(err)
+		}
+		woke <- nl.Version
+	}()
+	if _, err := cl.JoinServer(ctx, "s1", "127.0.0.1:2"); err != nil {
+		t.Fatal(err)
+	}
+	if v := <-woke; v <= l.Version {
+		t.Fatalf("long-poll returned version %d, not newer than %d", v, l.Version)
+	}
+	if _, err := cl.JoinServer(ctx, "s2", "127.0.0.1:3"); !errors.Is(err, ErrFull) {
+		t.Fatalf("third server of two: %v, want ErrFull", err)
+	}
+	r0, err := cl.JoinWorker(ctx, "w-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1, _ := cl.JoinWorker(ctx, "w-b")
+	again, _ := cl.JoinWorker(ctx, "w-a")
+	if r0 != 0 || r1 != 1 || again != 0 {
+		t.Fatalf("ranks %d %d, rejoin %d", r0, r1, again)
+	}
+	l, err = cl.Layout(ctx, 0)
+	if err != nil || !l.Ready || l.Epoch != 2 || len(l.Servers) != 2 || l.Workers != 2 {
+		t.Fatalf("final layout %+v %v", l, err)
+	}
+	if got := l.PartitionsOf(1); len(got) != 4 || got[0] != 1 || got[1] != 3 {
+		t.Fatalf("rank 1 partitions %v", got)
+	}
+}
+
+func TestTables(t *testing.T) {
+	c := New(Options{Servers: 1, Workers: 1})
+	hs := httptest.NewServer(c.Handler())
+	defer hs.Close()
+	cl := NewClient(hs.URL)
+	ctx := context.Background()
+	spec := table.Spec{Name: "w", Width: 4, Rule: table.Rule{Kind: table.Adam}}
+	l, err := cl.CreateTable(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb, ok := l.Table("w")
+	if !ok || tb.Spec.Rule.Beta1 != 0.9 {
+		t.Fatalf("table %+v: defaults not filled", tb)
+	}
+	if _, err := cl.CreateTable(ctx, spec); err != nil {
+		t.Fatalf("identical re-create: %v", err)
+	}
+	spec.Width = 5
+	if _, err := cl.CreateTable(ctx, spec); !errors.Is(err, ErrTableConflict) {
+		t.Fatalf("conflicting re-create: %v", err)
+	}
+	if _, err := cl.CreateTable(ctx, table.Spec{Name: "bad", Width: 0}); err == nil {
+		t.Fatal("width 0 accepted")
+	}
+}
+
+func TestReports(t *testing.T) {
+	c := New(Options{Servers: 1, Workers: 2})
+	hs := httptest.NewServer(c.Handler())
+	defer hs.Close()
+	cl := NewClient(hs.URL)
+	ctx := context.Background()
+	if err := cl.Report(ctx, 0, map[string]int{"x": 1}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-c.Done():
+		t.Fatal("done after one of two reports")
+	default:
+	}
+	if err := cl.Report(ctx, 5, 1); err == nil {
+		t.Fatal("report from rank 5 of 2 accepted")
+	}
+	cl.Report(ctx, 1, "ok")
+	<-c.Done()
+	if r, err := cl.Reports(ctx); err != nil || len(r) != 2 {
+		t.Fatalf("reports %v %v", r, err)
+	}
+}
+
+func TestUnreachable(t *testing.T) {
+	cl := NewClient("127.0.0.1:1")
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := cl.WaitReachable(ctx); err == nil {
+		t.Fatal("reached a closed port")
+	}
+}
