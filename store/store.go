@@ -23,7 +23,8 @@ const (
 
 // Table is one table's keys, values and optimizer state on one server. Its
 // methods are safe for concurrent use. Value slices are flat: width floats
-// per key, keys in the order given.
+// per key, keys in the order given; a slice of the wrong length panics, as
+// it is the caller's bug.
 type Table struct {
 	width  int
 	planes int // the value plane and each optimizer state plane
