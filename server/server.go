@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/terrace-ml/terrace/keyspace"
 	"github.com/terrace-ml/terrace/layout"
@@ -40,6 +41,8 @@ type Server struct {
 	ring   *ring.Map
 	me     int
 	tables map[uint32]*tableState
+	// changed is closed and replaced whenever Configure installs a layout.
+	changed chan struct{}
 
 	clocks clocks
 	bsp    deferred
@@ -71,8 +74,36 @@ func New(o Options) *Server {
 	return &Server{
 		opts:   o,
 		log:    o.Logger.With("server", o.ID),
-		tables: make(map[uint32]*tableState),
-		conns:  make(map[*transport.Conn]struct{}),
+		tables:  make(map[uint32]*tableState),
+		conns:   make(map[*transport.Conn]struct{}),
+		changed: make(chan struct{}),
+	}
+}
+
+// catchUpWait bounds how long a connection waits for this server to learn
+// a layout that a client already has (epoch) or a table it names.
+const catchUpWait = 2 * time.Second
+
+// awaitLayout blocks until the server's layout is at epoch or later and
+// knows table, or the wait runs out. Blocking the connection's reader
+// keeps that connection's requests in order, which refusing and having the
+// client retry would not.
+func (s *Server) awaitLayout(epoch uint64, table uint32) {
+	deadline := time.NewTimer(catchUpWait)
+	defer deadline.Stop()
+	for {
+		s.mu.RLock()
+		ok := s.ring != nil && s.ring.Epoch >= epoch && s.tables[table] != nil
+		ch := s.changed
+		s.mu.RUnlock()
+		if ok {
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			return
+		}
 	}
 }
 
@@ -107,6 +138,8 @@ func (s *Server) Configure(l *layout.Layout) error {
 	}
 	s.lay, s.ring, s.me = l, rm, me
 	s.clocks.resize(l.Workers)
+	close(s.changed)
+	s.changed = make(chan struct{})
 	return nil
 }
 
@@ -293,6 +326,12 @@ func (s *Server) handleData(c *conn, h wire.Header, p []byte) (wire.Code, error)
 	s.mu.RLock()
 	rm, me, t := s.ring, s.me, s.tables[d.Table]
 	s.mu.RUnlock()
+	if rm == nil || h.Epoch > rm.Epoch || t == nil {
+		s.awaitLayout(h.Epoch, d.Table)
+		s.mu.RLock()
+		rm, me, t = s.ring, s.me, s.tables[d.Table]
+		s.mu.RUnlock()
+	}
 	switch {
 	case rm == nil:
 		return wire.CodeNotConfigured, errors.New("server has no layout yet")
