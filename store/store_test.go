@@ -611,3 +611,54 @@ func TestLengthMismatchPanics(t *testing.T) {
 		}()
 	}
 }
+
+func TestExportImport(t *testing.T) {
+	spec := table.Spec{Name: "t", Width: 3, Rule: table.Rule{Kind: table.Adam}}
+	if err := spec.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := New(spec)
+	b, _ := New(spec)
+	keys := []uint64{1, 2, 3, 63, 64, 100, 5000}
+	g := make([]float32, len(keys)*3)
+	for i := range g {
+		g[i] = float32(i%5) - 2
+	}
+	a.Push(keys, g)
+	a.Push(keys, g)
+	a.PushRun(200, make([]float32, 70*3))
+	st := make([]float32, len(keys)*a.Stride())
+	a.Export(keys, st)
+	b.Import(keys, st)
+	run := make([]float32, 70*a.Stride())
+	a.ExportRun(200, run)
+	b.ImportRun(200, run)
+	want := map[uint64][]float32{}
+	a.Range(0, 1<<20, func(k uint64, v []float32, s [][]float32) bool {
+		for _, p := range s {
+			v = append(append([]float32(nil), v...), p...)
+		}
+		want[k] = v
+		return true
+	})
+	n := 0
+	b.Range(0, 1<<20, func(k uint64, v []float32, s [][]float32) bool {
+		for _, p := range s {
+			v = append(append([]float32(nil), v...), p...)
+		}
+		w, ok := want[k]
+		if !ok || len(w) != len(v) {
+			t.Fatalf("key %d: %v, want %v", k, v, w)
+		}
+		for i := range w {
+			if w[i] != v[i] {
+				t.Fatalf("key %d: %v, want %v", k, v, w)
+			}
+		}
+		n++
+		return true
+	})
+	if n != len(want) || n != len(keys)+70 {
+		t.Fatalf("%d keys imported, %d exported", n, len(want))
+	}
+}
