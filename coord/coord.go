@@ -27,6 +27,8 @@ type Options struct {
 	// Partitions is the number of data partitions (4 per worker if 0).
 	Partitions int
 	VNodes     int
+	// Replication is how many servers hold each slot (k).
+	Replication int
 }
 
 // Coordinator holds the cluster's layout.
@@ -39,6 +41,7 @@ type Coordinator struct {
 	workers map[string]int
 	reports map[int]json.RawMessage
 	done    chan struct{}
+	removed int // servers removed after failures: they no longer count towards readiness
 }
 
 // New returns a coordinator waiting for its nodes.
@@ -48,7 +51,7 @@ func New(o Options) *Coordinator {
 	}
 	return &Coordinator{
 		opts:    o,
-		lay:     layout.Layout{Version: 1, VNodes: o.VNodes, Workers: o.Workers, Partitions: o.Partitions},
+		lay:     layout.Layout{Version: 1, VNodes: o.VNodes, Workers: o.Workers, Partitions: o.Partitions, Replication: max(1, o.Replication)},
 		changed: make(chan struct{}),
 		workers: map[string]int{},
 		reports: map[int]json.RawMessage{},
@@ -59,7 +62,7 @@ func New(o Options) *Coordinator {
 // publish bumps the version and wakes long-pollers; c.mu is held.
 func (c *Coordinator) publish() {
 	c.lay.Version++
-	c.lay.Ready = len(c.lay.Servers) == c.opts.Servers && len(c.workers) == c.opts.Workers
+	c.lay.Ready = c.lay.Ready || len(c.lay.Servers)+c.removed >= c.opts.Servers && len(c.workers) == c.opts.Workers
 	close(c.changed)
 	c.changed = make(chan struct{})
 }
@@ -105,8 +108,11 @@ func (c *Coordinator) JoinServer(id, addr string) (*layout.Layout, error) {
 			return c.snapshot(), nil
 		}
 	}
-	if len(c.lay.Servers) >= c.opts.Servers {
-		return nil, fmt.Errorf("%w: server %s would be number %d of %d", ErrFull, id, len(c.lay.Servers)+1, c.opts.Servers)
+	if len(c.lay.Servers) >= c.opts.Servers || c.lay.Ready {
+		// A server joining a running cluster needs its slots handed over
+		// first (pre-copy, then the delta), which this coordinator does not
+		// do yet; admitting it empty would lose their state.
+		return nil, fmt.Errorf("%w: server %s would be number %d of %d (joining a running cluster is not supported yet)", ErrFull, id, len(c.lay.Servers)+1, c.opts.Servers)
 	}
 	servers := append(slices.Clone(c.lay.Servers), ring.Server{ID: id, Addr: addr})
 	if _, err := ring.New(c.lay.Epoch+1, servers, c.opts.VNodes); err != nil {
@@ -116,6 +122,23 @@ func (c *Coordinator) JoinServer(id, addr string) (*layout.Layout, error) {
 	c.lay.Epoch++
 	c.publish()
 	return c.snapshot(), nil
+}
+
+// RemoveServer takes a failed or departed server out of the layout: its
+// slots fall to the next servers of their chains, which hold copies when
+// the replication factor is above 1.
+func (c *Coordinator) RemoveServer(id, addr string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i := slices.IndexFunc(c.lay.Servers, func(s ring.Server) bool { return s.ID == id && (addr == "" || s.Addr == addr) })
+	if i < 0 || len(c.lay.Servers) == 1 {
+		return false
+	}
+	c.lay.Servers = slices.Delete(slices.Clone(c.lay.Servers), i, i+1)
+	c.lay.Epoch++
+	c.removed++
+	c.publish()
+	return true
 }
 
 // JoinWorker admits a worker and returns its rank; a worker that joins

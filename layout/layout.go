@@ -21,7 +21,9 @@ type Layout struct {
 	Epoch   uint64        `json:"epoch"`
 	Servers []ring.Server `json:"servers"`
 	VNodes  int           `json:"vnodes"`
-	Tables  []Table       `json:"tables"`
+	// Replication is how many servers hold each slot (k); 0 means 1.
+	Replication int     `json:"replication,omitempty"`
+	Tables      []Table `json:"tables"`
 	// Workers is the number of worker ranks; clocks are kept per rank.
 	Workers int `json:"workers"`
 	// Partitions is the number of data partitions; partition p belongs to
@@ -35,6 +37,9 @@ type Layout struct {
 func (l *Layout) Ring() (*ring.Map, error) {
 	return ring.New(l.Epoch, l.Servers, l.VNodes)
 }
+
+// K is the replication factor, at least 1.
+func (l *Layout) K() int { return max(1, l.Replication) }
 
 // Table returns the table named name.
 func (l *Layout) Table(name string) (Table, bool) {

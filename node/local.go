@@ -16,6 +16,7 @@ import (
 type LocalConfig struct {
 	Servers, Workers int
 	Partitions       int
+	Replication      int
 	Logger           *slog.Logger
 }
 
@@ -28,6 +29,7 @@ type Local struct {
 	Servers   []*server.Server
 
 	cancel context.CancelFunc
+	kill   []context.CancelFunc // per server
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	errs   []error
@@ -47,7 +49,8 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 	l.goRun(func() error {
 		return RunCoordinator(ctx, CoordinatorConfig{
 			Listen:  "127.0.0.1:0",
-			Options: coord.Options{Servers: cfg.Servers, Workers: cfg.Workers, Partitions: cfg.Partitions},
+			Options: coord.Options{Servers: cfg.Servers, Workers: cfg.Workers, Partitions: cfg.Partitions, Replication: cfg.Replication},
+			Logger:  cfg.Logger,
 			Ready: func(c *coord.Coordinator, addr string) {
 				l.Coord, l.CoordAddr = c, addr
 				close(ready)
@@ -62,8 +65,10 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 	}
 	srv := make(chan *server.Server, cfg.Servers)
 	for i := range cfg.Servers {
+		sctx, kill := context.WithCancel(ctx)
+		l.kill = append(l.kill, kill)
 		l.goRun(func() error {
-			return RunServer(ctx, ServerConfig{
+			return RunServer(sctx, ServerConfig{
 				ID: fmt.Sprintf("server-%d", i), Listen: "127.0.0.1:0", Coordinator: l.CoordAddr,
 				Logger: cfg.Logger, Ready: func(s *server.Server) { srv <- s },
 			})
@@ -98,6 +103,10 @@ func (l *Local) err() error {
 	defer l.mu.Unlock()
 	return errors.Join(l.errs...)
 }
+
+// KillServer stops server i at once: its listener and connections close,
+// as a killed process's would.
+func (l *Local) KillServer(i int) { l.kill[i]() }
 
 // RunWorkers runs job on every worker at once and returns their reports by
 // rank, or the first failure.

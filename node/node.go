@@ -22,6 +22,7 @@ const DefaultJoinTimeout = 30 * time.Second
 type CoordinatorConfig struct {
 	Listen  string
 	Options coord.Options
+	Logger  *slog.Logger
 	// Ready, when set, receives the coordinator once it listens.
 	Ready func(c *coord.Coordinator, addr string)
 }
@@ -34,6 +35,11 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig) error {
 	}
 	c := coord.New(cfg.Options)
 	hs := &http.Server{Handler: c.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	go c.Monitor(ctx, log)
 	if cfg.Ready != nil {
 		cfg.Ready(c, ln.Addr().String())
 	}

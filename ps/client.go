@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,6 +60,10 @@ type Client struct {
 
 	clock   atomic.Int64
 	nextKey atomic.Uint32 // key-set cache ids, shared by all connections
+
+	// id and seqs number this client's pushes for exactly-once retries.
+	id   uint64
+	seqs seqTracker
 }
 
 // Connect waits for a ready layout and connects to every server.
@@ -69,7 +74,7 @@ func Connect(ctx context.Context, ctl Control, o Options) (*Client, error) {
 	if o.MaxRefused == 0 {
 		o.MaxRefused = 1000
 	}
-	c := &Client{ctl: ctl, opts: o, log: o.Logger, conns: map[string]*transport.Client{}, tables: map[string]*Table{}, refresh: make(chan struct{}, 1)}
+	c := &Client{ctl: ctl, opts: o, log: o.Logger, conns: map[string]*transport.Client{}, tables: map[string]*Table{}, refresh: make(chan struct{}, 1), id: rand.Uint64()}
 	var after uint64
 	for {
 		l, err := ctl.Layout(ctx, after)
@@ -97,6 +102,7 @@ func (c *Client) install(ctx context.Context, l *layout.Layout) error {
 		return fmt.Errorf("ps: layout %d: %w", l.Version, err)
 	}
 	conns := make(map[string]*transport.Client, len(rm.Servers))
+	var dialErrs []error
 	c.mu.RLock()
 	for _, s := range rm.Servers {
 		if cc, ok := c.conns[s.ID]; ok && cc.Addr() == s.Addr && cc.Err() == nil {
@@ -112,9 +118,13 @@ func (c *Client) install(ctx context.Context, l *layout.Layout) error {
 		if conns[s.ID] != nil {
 			continue
 		}
-		cc, err := transport.Dial(ctx, s.Addr, transport.DialOptions{Hello: wire.Hello{Worker: worker, Node: c.opts.NodeID}, DialTimeout: c.opts.DialTimeout})
+		cc, err := transport.Dial(ctx, s.Addr, transport.DialOptions{Hello: wire.Hello{Worker: worker, Client: c.id, Node: c.opts.NodeID}, DialTimeout: c.opts.DialTimeout})
 		if err != nil {
-			return fmt.Errorf("ps: server %s: %w", s.ID, err)
+			// A server that is down makes only its own requests wait for a
+			// layout without it; the rest of the cluster is usable.
+			c.log.Warn("server unreachable", "server", s.ID, "addr", s.Addr, "err", err)
+			dialErrs = append(dialErrs, fmt.Errorf("ps: server %s: %w", s.ID, err))
+			continue
 		}
 		conns[s.ID] = cc
 	}
@@ -135,6 +145,9 @@ func (c *Client) install(ctx context.Context, l *layout.Layout) error {
 		c.lay, c.rm = l, rm
 	}
 	c.conns = conns
+	if len(conns) == 0 {
+		return errors.Join(dialErrs...)
+	}
 	return nil
 }
 
@@ -162,7 +175,22 @@ func (c *Client) refreshLayout(ctx context.Context, seen uint64) error {
 	cur := c.lay
 	c.mu.RUnlock()
 	if seen == 0 {
-		return c.install(ctx, cur)
+		if err := c.install(ctx, cur); err != nil {
+			return err
+		}
+		c.mu.RLock()
+		missing := len(c.conns) < len(cur.Servers)
+		c.mu.RUnlock()
+		if !missing {
+			return nil
+		}
+		// A server of this layout is unreachable: wait for the coordinator
+		// to publish one without it.
+		l, err := c.ctl.Layout(ctx, cur.Version)
+		if err != nil {
+			return err
+		}
+		return c.install(ctx, l)
 	}
 	if cur.Epoch > seen {
 		return nil // another goroutine already moved on

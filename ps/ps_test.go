@@ -368,7 +368,9 @@ func (s staticControl) Layout(ctx context.Context, after uint64) (*layout.Layout
 	return nil, ctx.Err()
 }
 
-func (s staticControl) CreateTable(context.Context, table.Spec) (*layout.Layout, error) { return s.l, nil }
+func (s staticControl) CreateTable(context.Context, table.Spec) (*layout.Layout, error) {
+	return s.l, nil
+}
 
 func blackHole(t *testing.T, closeConns bool) string {
 	t.Helper()

@@ -167,6 +167,12 @@ type op struct {
 	pos      []int32
 	f        *Future
 	attempts atomic.Int32
+	// seq is the sequence number a retried push part keeps, so that a
+	// server holding its effect recognises it; 0 for a fresh op.
+	seq uint64
+	// seqs are the sequence numbers a fresh op's parts took; they are done
+	// when its future is, however its parts were retried.
+	seqs []uint64
 }
 
 func (o *op) n() int {
@@ -191,6 +197,13 @@ func (t *Table) start(o *op) *Future {
 	}
 	o.f.remaining.Store(1)
 	t.run(o)
+	if seqs := o.seqs; len(seqs) > 0 {
+		o.f.then(func(error) {
+			for _, s := range seqs {
+				t.c.seqs.done(s)
+			}
+		})
+	}
 	return o.f
 }
 
@@ -205,16 +218,28 @@ func (t *Table) run(o *op) {
 	pl := t.plans.get(t, rm, o)
 	o.f.remaining.Add(int64(len(pl.parts)))
 	for _, p := range pl.parts {
-		t.send(o, rm, conns, pl, p)
+		seq := o.seq
+		if seq == 0 && o.vals != nil {
+			seq = t.c.seqs.next()
+			o.seqs = append(o.seqs, seq)
+		}
+		t.send(o, rm, conns, pl, p, seq)
 	}
 	o.f.partDone(nil)
 }
 
-func (t *Table) send(o *op, rm *ring.Map, conns map[string]*transport.Client, pl *plan, p *part) {
+func (t *Table) send(o *op, rm *ring.Map, conns map[string]*transport.Client, pl *plan, p *part, seq uint64) {
 	srv := rm.Servers[p.server]
 	cc := conns[srv.ID]
+	if cc == nil || cc.Err() != nil {
+		go t.retry(o, p, 0, seq, fmt.Errorf("ps: server %s: no connection", srv.ID))
+		return
+	}
 	w := t.spec.Width
-	d := wire.Data{Table: t.id, Worker: uint32(max(t.c.opts.Rank, -1)), Clock: t.c.clock.Load(), Count: uint32(p.count), Width: uint32(w)}
+	d := wire.Data{Table: t.id, Worker: uint32(max(t.c.opts.Rank, -1)), Clock: t.c.clock.Load(), Count: uint32(p.count), Width: uint32(w), Seq: seq}
+	if seq != 0 {
+		d.Acked = t.c.seqs.watermark()
+	}
 	if t.c.opts.Rank < 0 {
 		d.Worker = wire.NoWorker
 	}
@@ -241,16 +266,11 @@ func (t *Table) send(o *op, rm *ring.Map, conns map[string]*transport.Client, pl
 	id := cc.NextID()
 	fr := wire.NewFrame(wire.Header{Type: o.typ, Epoch: rm.Epoch, ReqID: id}, d.Parts(&pre)...)
 	cc.Call(fr, id, &transport.Call{
-		OnReply: func(h wire.Header, r *wire.Reader) error { return t.onReply(o, p, srv.ID, rm.Epoch, h, r) },
-		OnFail: func(err error) {
-			if o.vals != nil {
-				// The server may have applied the push before the
-				// connection broke; sending it again could apply it twice.
-				o.f.partDone(fmt.Errorf("ps: table %q: push to server %s: %w", t.spec.Name, srv.ID, err))
-				return
-			}
-			go t.retry(o, p, 0, err)
-		},
+		OnReply: func(h wire.Header, r *wire.Reader) error { return t.onReply(o, p, srv.ID, rm.Epoch, seq, h, r) },
+		// The server may have applied a push before the connection broke;
+		// sending it again under the same seq is safe, as servers and their
+		// replicas remember which (client, seq) pairs they hold.
+		OnFail: func(err error) { go t.retry(o, p, 0, seq, err) },
 	}, nil)
 }
 
@@ -267,7 +287,7 @@ func gather(vals []float32, runs [][2]int, count, w int) []float32 {
 	return out
 }
 
-func (t *Table) onReply(o *op, p *part, server string, epoch uint64, h wire.Header, r *wire.Reader) error {
+func (t *Table) onReply(o *op, p *part, server string, epoch, seq uint64, h wire.Header, r *wire.Reader) error {
 	if h.Type == wire.TError {
 		pay, err := r.Payload(h)
 		if err != nil {
@@ -289,7 +309,7 @@ func (t *Table) onReply(o *op, p *part, server string, epoch uint64, h wire.Head
 			if h.Epoch > epoch {
 				seen = epoch
 			}
-			go t.retry(o, p, seen, serr)
+			go t.retry(o, p, seen, seq, serr)
 		default:
 			o.f.partDone(serr)
 		}
@@ -367,7 +387,7 @@ func scatter(dst, src []float32, runs [][2]int, pos []int32, w int) {
 // retry re-sends part p of o after a refusal or a broken connection: it
 // gets a newer layout when the refusal says the map was stale, and sends
 // the part's keys again, re-split under the map it then has.
-func (t *Table) retry(o *op, p *part, seenEpoch uint64, cause error) {
+func (t *Table) retry(o *op, p *part, seenEpoch, seq uint64, cause error) {
 	n := o.attempts.Add(1)
 	if n > maxRetries || t.c.isClosed() {
 		o.f.partDone(fmt.Errorf("ps: table %q: giving up after %d attempts: %w", t.spec.Name, n, cause))
@@ -381,7 +401,7 @@ func (t *Table) retry(o *op, p *part, seenEpoch uint64, cause error) {
 		o.f.partDone(fmt.Errorf("ps: table %q: %w (after %w)", t.spec.Name, err, cause))
 		return
 	}
-	sub := &op{typ: o.typ, f: o.f, keys: make([]uint64, 0, p.count), pos: make([]int32, 0, p.count)}
+	sub := &op{typ: o.typ, f: o.f, seq: seq, keys: make([]uint64, 0, p.count), pos: make([]int32, 0, p.count)}
 	w := t.spec.Width
 	if o.vals != nil {
 		sub.vals = make([]float32, 0, p.count*w)

@@ -147,3 +147,32 @@ func (m *Map) OwnedRuns(r keyspace.Range, server int, fn func(lo, hi uint64)) {
 		fn(runLo, r.Hi)
 	}
 }
+
+// Chain appends to dst the indexes of the k servers that hold slot s: the
+// owner (the head), then the next distinct servers clockwise. When the
+// head leaves the ring, its slots fall to the next of these, which already
+// holds them. Fewer than k are returned when the ring has fewer servers.
+func (m *Map) Chain(s uint64, k int, dst []int) []int {
+	dst = dst[:0]
+	k = min(k, len(m.Servers))
+	if k <= 1 {
+		return append(dst, m.SlotOwner(s))
+	}
+	h := keyspace.Mix64(s)
+	i, _ := slices.BinarySearchFunc(m.points, h, func(p point, h uint64) int {
+		if p.hash < h {
+			return -1
+		}
+		if p.hash > h {
+			return 1
+		}
+		return 0
+	})
+	for n := 0; len(dst) < k && n < len(m.points); n++ {
+		srv := m.points[(i+n)%len(m.points)].server
+		if !slices.Contains(dst, srv) {
+			dst = append(dst, srv)
+		}
+	}
+	return dst
+}

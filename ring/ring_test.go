@@ -127,3 +127,27 @@ func TestRejectsBadServers(t *testing.T) {
 		t.Error("duplicate IDs accepted")
 	}
 }
+
+func TestChainFailover(t *testing.T) {
+	all := servers(5)
+	m, _ := New(1, all, 0)
+	without := append(append([]Server(nil), all[:2]...), all[3:]...) // s2 leaves
+	m2, _ := New(2, without, 0)
+	var chain []int
+	for s := uint64(0); s < 20000; s++ {
+		chain = m.Chain(s, 3, chain)
+		if len(chain) != 3 || chain[0] != m.SlotOwner(s) || chain[0] == chain[1] || chain[1] == chain[2] || chain[0] == chain[2] {
+			t.Fatalf("slot %d: chain %v", s, chain)
+		}
+		if m.Servers[chain[0]].ID == "s2" {
+			// The slot's next server takes it over, and it had a copy.
+			if got := m2.Servers[m2.SlotOwner(s)].ID; got != m.Servers[chain[1]].ID {
+				t.Fatalf("slot %d: head s2 left; new head %s, want its successor %s", s, got, m.Servers[chain[1]].ID)
+			}
+		}
+	}
+	one, _ := New(1, all[:1], 0)
+	if c := one.Chain(7, 2, nil); len(c) != 1 {
+		t.Fatalf("one server, k=2: chain %v", c)
+	}
+}

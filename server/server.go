@@ -47,6 +47,10 @@ type Server struct {
 	clocks clocks
 	bsp    deferred
 	stats  counters
+	dedup  dedup
+
+	replMu sync.Mutex
+	repl   map[string]*replicator // by peer server ID
 
 	connMu sync.Mutex
 	conns  map[*transport.Conn]struct{}
@@ -61,6 +65,7 @@ type tableState struct {
 
 type counters struct {
 	pushes, pulls, clocks, keysPushed, keysPulled, refused, bytesIn, errors atomic.Int64
+	duplicates, replicated                                                  atomic.Int64
 }
 
 // New returns a server that serves nothing until Configure gives it a layout.
@@ -72,11 +77,12 @@ func New(o Options) *Server {
 		o.KeyCacheBytes = 64 << 20
 	}
 	return &Server{
-		opts:   o,
-		log:    o.Logger.With("server", o.ID),
+		opts:    o,
+		log:     o.Logger.With("server", o.ID),
 		tables:  make(map[uint32]*tableState),
 		conns:   make(map[*transport.Conn]struct{}),
 		changed: make(chan struct{}),
+		repl:    make(map[string]*replicator),
 	}
 }
 
@@ -88,12 +94,13 @@ const catchUpWait = 2 * time.Second
 // knows table, or the wait runs out. Blocking the connection's reader
 // keeps that connection's requests in order, which refusing and having the
 // client retry would not.
-func (s *Server) awaitLayout(epoch uint64, table uint32) {
+// A negative table waits for the epoch alone.
+func (s *Server) awaitLayout(epoch uint64, table int64) {
 	deadline := time.NewTimer(catchUpWait)
 	defer deadline.Stop()
 	for {
 		s.mu.RLock()
-		ok := s.ring != nil && s.ring.Epoch >= epoch && s.tables[table] != nil
+		ok := s.ring != nil && s.ring.Epoch >= epoch && (table < 0 || s.tables[uint32(table)] != nil)
 		ch := s.changed
 		s.mu.RUnlock()
 		if ok {
@@ -140,6 +147,7 @@ func (s *Server) Configure(l *layout.Layout) error {
 	s.clocks.resize(l.Workers)
 	close(s.changed)
 	s.changed = make(chan struct{})
+	s.dropReplicators(rm)
 	return nil
 }
 
@@ -147,6 +155,10 @@ func (s *Server) Configure(l *layout.Layout) error {
 func (s *Server) Epoch() uint64 {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	return s.epochLocked()
+}
+
+func (s *Server) epochLocked() uint64 {
 	if s.ring == nil {
 		return 0
 	}
@@ -184,6 +196,13 @@ func (s *Server) closeConns() {
 	}
 	s.connMu.Unlock()
 	s.clocks.dropWaiters()
+	s.replMu.Lock()
+	repl := s.repl
+	s.repl = map[string]*replicator{}
+	s.replMu.Unlock()
+	for _, r := range repl {
+		r.leave()
+	}
 }
 
 // conn is the server's state for one client connection.
@@ -257,6 +276,18 @@ func (s *Server) handle(c *conn, h wire.Header, p []byte) {
 		if code, err := s.handleData(c, h, p); err != nil {
 			s.replyError(c, h, code, err.Error())
 		}
+	case wire.TPing:
+		var pre [wire.ReplyPrefixSize]byte
+		wire.PutReply(&pre, 0)
+		c.Send(transport.Outgoing{Frame: wire.NewFrame(wire.Header{Type: wire.TReply, Epoch: s.Epoch(), ReqID: h.ReqID}, pre[:])})
+	case wire.TReplicate:
+		if c.hello.Role != wire.RoleReplica {
+			s.replyError(c, h, wire.CodeBadRequest, "replication from a client connection")
+			return
+		}
+		if code, err := s.handleReplicate(c, h, p); err != nil {
+			s.replyError(c, h, code, err.Error())
+		}
 	case wire.TClock:
 		if err := s.handleClock(c, h, p); err != nil {
 			s.replyError(c, h, wire.CodeBadRequest, err.Error())
@@ -327,7 +358,7 @@ func (s *Server) handleData(c *conn, h wire.Header, p []byte) (wire.Code, error)
 	rm, me, t := s.ring, s.me, s.tables[d.Table]
 	s.mu.RUnlock()
 	if rm == nil || h.Epoch > rm.Epoch || t == nil {
-		s.awaitLayout(h.Epoch, d.Table)
+		s.awaitLayout(h.Epoch, int64(d.Table))
 		s.mu.RLock()
 		rm, me, t = s.ring, s.me, s.tables[d.Table]
 		s.mu.RUnlock()
@@ -347,6 +378,7 @@ func (s *Server) handleData(c *conn, h wire.Header, p []byte) (wire.Code, error)
 		return code, err
 	}
 	refused := 0
+	var groups map[int][]dirty
 	if h.Type != wire.TPull {
 		var vals []float32
 		if d.Enc == wire.EncRaw {
@@ -362,23 +394,60 @@ func (s *Server) handleData(c *conn, h wire.Header, p []byte) (wire.Code, error)
 		}
 		s.stats.pushes.Add(1)
 		s.stats.keysPushed.Add(int64(ks.n))
-		if t.spec.Consistency.Model == table.BSP && d.Worker != wire.NoWorker && d.Clock >= s.clocks.minimum() {
+		dup := d.Seq != 0 && s.dedup.check(c.hello.Client, d.Seq, d.Acked)
+		switch {
+		case dup:
+			s.stats.duplicates.Add(1)
+		case t.spec.Consistency.Model == table.BSP && d.Worker != wire.NoWorker && d.Clock >= s.clocks.minimum():
 			ks, vals := ks.clone(), slices.Clone(vals)
 			s.bsp.add(d.Clock, d.Worker, func() { s.stats.refused.Add(int64(push(t.store, ks, vals, t.spec.Width))) })
-		} else {
+		default:
 			refused = push(t.store, ks, vals, t.spec.Width)
 			s.stats.refused.Add(int64(refused))
 		}
+		if k := s.replication(); k > 1 && t.spec.Consistency.Model != table.BSP {
+			groups = successorGroups(rm, k, t, ks)
+		}
 	}
-	if h.Type == wire.TPush {
-		var pre [wire.ReplyPrefixSize]byte
-		wire.PutReply(&pre, uint32(refused))
-		c.Send(transport.Outgoing{Frame: wire.NewFrame(wire.Header{Type: wire.TReply, Epoch: rm.Epoch, ReqID: h.ReqID}, pre[:])})
+	answer := func() {
+		if h.Type == wire.TPush {
+			var pre [wire.ReplyPrefixSize]byte
+			wire.PutReply(&pre, uint32(refused))
+			c.Send(transport.Outgoing{Frame: wire.NewFrame(wire.Header{Type: wire.TReply, Epoch: rm.Epoch, ReqID: h.ReqID}, pre[:])})
+			return
+		}
+		s.pull(c, t, ks, d, h.ReqID, rm.Epoch, refused)
+	}
+	if len(groups) == 0 {
+		answer()
 		return 0, nil
 	}
+	// Acknowledge only once every other server of the keys' chains holds
+	// their new state. The pull half of a pushpull then reads after it.
+	if h.Type != wire.TPush {
+		ks = ks.clone()
+	}
+	var pairs []wire.Pair
+	if d.Seq != 0 {
+		pairs = []wire.Pair{{Client: c.hello.Client, Seq: d.Seq}}
+	}
+	var left atomic.Int32
+	left.Store(int32(len(groups)))
+	for srv, items := range groups {
+		s.replicatorFor(rm.Servers[srv]).add(items, pairs, func() {
+			if left.Add(-1) == 0 {
+				answer()
+			}
+		})
+	}
+	return 0, nil
+}
+
+// pull answers a pull (or the pull half of a pushpull) once the table's
+// consistency bound allows.
+func (s *Server) pull(c *conn, t *tableState, ks keySet, d wire.Data, reqID, epoch uint64, refused int) {
 	s.stats.pulls.Add(1)
 	s.stats.keysPulled.Add(int64(ks.n))
-	answer := func() { s.replyValues(c, t, ks, h.ReqID, rm.Epoch, refused) }
 	need := int64(-1 << 63)
 	if b := t.spec.Consistency.Bound(); b >= 0 && d.Worker != wire.NoWorker {
 		need = d.Clock - int64(b)
@@ -387,10 +456,95 @@ func (s *Server) handleData(c *conn, h wire.Header, p []byte) (wire.Code, error)
 		// The pull waits for slower workers; the payload buffer it points
 		// into is reused by the next frame, so keep a copy of the keys.
 		ks = ks.clone()
-		answer = func() { s.replyValues(c, t, ks, h.ReqID, rm.Epoch, refused) }
 	}
-	s.clocks.when(need, answer)
-	return 0, nil
+	s.clocks.when(need, func() { s.replyValues(c, t, ks, reqID, epoch, refused) })
+}
+
+// replication is the layout's replication factor.
+func (s *Server) replication() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.lay == nil {
+		return 1
+	}
+	return s.lay.K()
+}
+
+// replicatorFor returns the stream to peer, starting it if need be.
+func (s *Server) replicatorFor(peer ring.Server) *replicator {
+	s.replMu.Lock()
+	defer s.replMu.Unlock()
+	r := s.repl[peer.ID]
+	if r == nil || r.peer.Addr != peer.Addr {
+		if r != nil {
+			go r.leave()
+		}
+		r = newReplicator(s, peer)
+		s.repl[peer.ID] = r
+	}
+	return r
+}
+
+// dropReplicators stops the streams to servers that left the layout and
+// releases the pushes that waited for them.
+func (s *Server) dropReplicators(rm *ring.Map) {
+	s.replMu.Lock()
+	var gone []*replicator
+	for id, r := range s.repl {
+		if rm.Index(id) < 0 {
+			gone = append(gone, r)
+			delete(s.repl, id)
+		}
+	}
+	s.replMu.Unlock()
+	for _, r := range gone {
+		r.leave()
+	}
+}
+
+// successorGroups splits the keys of a push by the other servers of their
+// slots' chains: what each must receive.
+func successorGroups(rm *ring.Map, k int, t *tableState, ks keySet) map[int][]dirty {
+	groups := map[int][]dirty{}
+	var chain []int
+	if ks.runs == nil {
+		for i := 0; i < len(ks.keys); {
+			sl := keyspace.Slot(ks.keys[i])
+			j := i + 1
+			for j < len(ks.keys) && keyspace.Slot(ks.keys[j]) == sl {
+				j++
+			}
+			chain = rm.Chain(sl, k, chain)
+			for _, srv := range chain[1:] {
+				g := groups[srv]
+				if len(g) == 0 {
+					g = append(g, dirty{t: t})
+				}
+				g[0].keys = append(g[0].keys, ks.keys[i:j]...)
+				groups[srv] = g
+			}
+			i = j
+		}
+		return groups
+	}
+	for _, r := range ks.runs {
+		for lo := r[0]; lo < r[1]; {
+			sl := keyspace.Slot(lo)
+			hi := min(r[1], keyspace.SlotStart(sl+1))
+			chain = rm.Chain(sl, k, chain)
+			for _, srv := range chain[1:] {
+				g := groups[srv]
+				if n := len(g); n > 0 && g[n-1].keys == nil && g[n-1].lo+uint64(g[n-1].n) == lo {
+					g[n-1].n += int(hi - lo)
+				} else {
+					g = append(g, dirty{t: t, lo: lo, n: int(hi - lo)})
+				}
+				groups[srv] = g
+			}
+			lo = hi
+		}
+	}
+	return groups
 }
 
 func (s *Server) resolveKeys(c *conn, rm *ring.Map, me int, d *wire.Data) (keySet, wire.Code, error) {

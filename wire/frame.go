@@ -35,6 +35,11 @@ const (
 	TClock    Type = 5 // body: Clock
 	TReply    Type = 6 // body: Reply (values for pulls)
 	TError    Type = 7 // body: Error
+	// TReplicate carries the full state of keys from a range's head to
+	// the other servers of its chain; body: Replicate.
+	TReplicate Type = 8
+	// TPing asks for an empty reply at once: the coordinator's liveness probe.
+	TPing Type = 9
 )
 
 func (t Type) String() string {
@@ -53,6 +58,10 @@ func (t Type) String() string {
 		return "reply"
 	case TError:
 		return "error"
+	case TReplicate:
+		return "replicate"
+	case TPing:
+		return "ping"
 	}
 	return fmt.Sprintf("type(%d)", uint8(t))
 }
@@ -114,7 +123,7 @@ func ParseHeader(b []byte, maxPayload int) (Header, error) {
 		Len:   binary.LittleEndian.Uint32(b[24:]),
 		CRC:   binary.LittleEndian.Uint32(b[28:]),
 	}
-	if h.Type < THello || h.Type > TError {
+	if h.Type < THello || h.Type > TPing {
 		return Header{}, fmt.Errorf("%w: unknown message type %d", ErrCorrupt, b[3])
 	}
 	if binary.LittleEndian.Uint16(b[6:]) != 0 {

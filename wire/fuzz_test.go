@@ -44,6 +44,8 @@ func FuzzReader(f *testing.F) {
 				_, _, _ = ParseError(p)
 			case TReply:
 				_, _, _ = ParseReply(p)
+			case TReplicate:
+				_, _ = ParseReplicate(p)
 			}
 		}
 	})

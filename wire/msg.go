@@ -36,7 +36,7 @@ const (
 )
 
 // DataPrefixSize is the fixed part of a data message; keys follow it, then values.
-const DataPrefixSize = 48
+const DataPrefixSize = 64
 
 // Data is the body of push, pull and pushpull messages.
 type Data struct {
@@ -49,8 +49,16 @@ type Data struct {
 	Count   uint32 // keys named
 	Width   uint32 // values per key
 	Lo, Hi  uint64 // KeysRange only
-	Keys    []uint64
-	Vals    []byte // encoded values; empty for pulls
+	// Seq numbers a push among its client's pushes (from 1; 0 for pulls).
+	// Servers remember applied (client, seq) pairs, and replicas receive
+	// them with the state, so that a push re-sent after a failure is
+	// applied exactly once.
+	Seq uint64
+	// Acked is the client's low watermark: every push with a smaller Seq
+	// has been acknowledged, so servers may forget those pairs.
+	Acked uint64
+	Keys  []uint64
+	Vals  []byte // encoded values; empty for pulls
 }
 
 // NumValues is Count*Width.
@@ -69,6 +77,8 @@ func (d *Data) PutPrefix(b *[DataPrefixSize]byte) {
 	binary.LittleEndian.PutUint32(b[28:], d.Width)
 	binary.LittleEndian.PutUint64(b[32:], d.Lo)
 	binary.LittleEndian.PutUint64(b[40:], d.Hi)
+	binary.LittleEndian.PutUint64(b[48:], d.Seq)
+	binary.LittleEndian.PutUint64(b[56:], d.Acked)
 }
 
 // Parts returns the payload parts of d with prefix buffer b: the prefix, the
@@ -105,6 +115,8 @@ func ParseData(p []byte, withVals bool) (Data, error) {
 		Width:   binary.LittleEndian.Uint32(p[28:]),
 		Lo:      binary.LittleEndian.Uint64(p[32:]),
 		Hi:      binary.LittleEndian.Uint64(p[40:]),
+		Seq:     binary.LittleEndian.Uint64(p[48:]),
+		Acked:   binary.LittleEndian.Uint64(p[56:]),
 	}
 	if binary.LittleEndian.Uint16(p[18:]) != 0 {
 		return Data{}, fmt.Errorf("%w: reserved data bits set", ErrCorrupt)
@@ -387,9 +399,22 @@ func ParseClock(p []byte) (Clock, error) {
 	return c, nil
 }
 
+// Role says who opened a connection.
+type Role uint8
+
+// The roles.
+const (
+	RoleClient  Role = 0 // a worker or a tool
+	RoleReplica Role = 1 // a server that replicates to this one
+)
+
 // Hello is the first message of a connection.
 type Hello struct {
 	Worker uint32 // the worker's rank, or NoWorker for a non-worker client
+	Role   Role
+	// Client identifies the client process across connections and
+	// servers: the key of its (client, seq) pairs. Random per process.
+	Client uint64
 	Node   string // the client's node ID, for logs and errors
 }
 
@@ -399,20 +424,25 @@ const NoWorker = math.MaxUint32
 // AppendHello encodes h.
 func AppendHello(b []byte, h Hello) []byte {
 	b = binary.LittleEndian.AppendUint32(b, h.Worker)
+	b = append(b, byte(h.Role), 0)
 	b = binary.LittleEndian.AppendUint16(b, uint16(len(h.Node)))
+	b = binary.LittleEndian.AppendUint64(b, h.Client)
 	return append(b, h.Node...)
 }
 
 // ParseHello decodes a hello message.
 func ParseHello(p []byte) (Hello, error) {
-	if len(p) < 6 {
+	if len(p) < 16 {
 		return Hello{}, fmt.Errorf("%w: hello of %d bytes", ErrTruncated, len(p))
 	}
-	n := int(binary.LittleEndian.Uint16(p[4:]))
-	if len(p) != 6+n {
-		return Hello{}, fmt.Errorf("%w: hello node ID of %d bytes in %d", ErrCorrupt, n, len(p)-6)
+	n := int(binary.LittleEndian.Uint16(p[6:]))
+	if len(p) != 16+n {
+		return Hello{}, fmt.Errorf("%w: hello node ID of %d bytes in %d", ErrCorrupt, n, len(p)-16)
 	}
-	return Hello{Worker: binary.LittleEndian.Uint32(p), Node: string(p[6:])}, nil
+	if r := Role(p[4]); r > RoleReplica || p[5] != 0 {
+		return Hello{}, fmt.Errorf("%w: hello role %d", ErrCorrupt, r)
+	}
+	return Hello{Worker: binary.LittleEndian.Uint32(p), Role: Role(p[4]), Client: binary.LittleEndian.Uint64(p[8:]), Node: string(p[16:])}, nil
 }
 
 // Code is an error reply's code.

@@ -227,3 +227,42 @@ func equalF32(a, b []float32) bool {
 	}
 	return true
 }
+
+func TestReplicateRoundTrip(t *testing.T) {
+	m := Replicate{
+		Pairs: []Pair{{1, 2}, {3, 4}},
+		States: []State{
+			{Table: 1, Stride: 3, Keys: []uint64{5, 9}, Floats: []float32{1, 2, 3, 4, 5, 6}},
+			{Table: 2, Stride: 1, Lo: 100, N: 3, Floats: []float32{7, 8, 9}},
+		},
+	}
+	raw := frameBytes(t, Header{Type: TReplicate, Epoch: 1, ReqID: 5}, m.Parts()...)
+	r := NewReader(bytes.NewReader(raw), 0)
+	h, err := r.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := r.Payload(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ParseReplicate(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Pairs) != 2 || got.Pairs[1] != (Pair{3, 4}) || len(got.States) != 2 {
+		t.Fatalf("%+v", got)
+	}
+	if !equalU64(got.States[0].Keys, []uint64{5, 9}) || !equalF32(got.States[0].Floats, m.States[0].Floats) {
+		t.Fatalf("state 0 %+v", got.States[0])
+	}
+	if s := got.States[1]; s.Keys != nil || s.Lo != 100 || s.N != 3 || !equalF32(s.Floats, []float32{7, 8, 9}) {
+		t.Fatalf("state 1 %+v", s)
+	}
+	for cut := 1; cut < len(p); cut += 7 {
+		w := make([]uint64, (cut+7)/8)
+		if _, err := ParseReplicate(copy2(U64Bytes(w)[:cut], p[:cut])); err == nil {
+			t.Fatalf("truncated at %d of %d: accepted", cut, len(p))
+		}
+	}
+}

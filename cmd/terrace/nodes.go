@@ -60,6 +60,7 @@ func coordinatorCmd() *cobra.Command {
 	fs.IntVar(&o.Servers, "servers", 2, "servers to wait for")
 	fs.IntVar(&o.Workers, "workers", 2, "workers to wait for")
 	fs.IntVar(&o.Partitions, "partitions", 0, "data partitions (4 per worker if 0)")
+	fs.IntVar(&o.Replication, "replication", 2, "servers holding each key slot (k)")
 	fs.StringVar(&reportPath, "report", "", "write the workers' reports to this JSON file once all have reported")
 	fs.BoolVar(&exitWhenDone, "exit-when-done", false, "exit once every worker has reported")
 	addConfigFlag(cmd)

@@ -32,7 +32,7 @@ type trainReport struct {
 
 func trainCmd() *cobra.Command {
 	var a appFlags
-	var servers, workers, partitions int
+	var servers, workers, partitions, replication int
 	var reportPath, logLevel string
 	cmd := &cobra.Command{
 		Use:   "train",
@@ -53,7 +53,7 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 			log := newLogger(logLevel)
 			fmt.Fprintf(out, "terrace: training %s on %d server(s) and %d worker(s), consistency %s\n", a.app, servers, workers, a.consistency)
 			start := time.Now()
-			l, err := node.StartLocal(ctx, node.LocalConfig{Servers: servers, Workers: workers, Partitions: partitions, Logger: log})
+			l, err := node.StartLocal(ctx, node.LocalConfig{Servers: servers, Workers: workers, Partitions: partitions, Replication: replication, Logger: log})
 			if err != nil {
 				return err
 			}
@@ -82,6 +82,7 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 	fs.IntVar(&servers, "servers", 2, "number of servers")
 	fs.IntVar(&workers, "workers", 2, "number of workers")
 	fs.IntVar(&partitions, "partitions", 0, "data partitions (4 per worker if 0)")
+	fs.IntVar(&replication, "replication", 2, "servers holding each key slot (k); a push is acknowledged once all k have it")
 	fs.StringVar(&reportPath, "report", "", "write the JSON report to this file")
 	fs.StringVar(&logLevel, "log-level", "warn", "log level: debug, info, warn or error")
 	addConfigFlag(cmd)

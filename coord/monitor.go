@@ -1,0 +1,134 @@
+package coord
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/terrace-ml/terrace/transport"
+	"github.com/terrace-ml/terrace/wire"
+)
+
+// Failure detection: the coordinator holds a connection to every server
+// and pings it. A killed process closes its sockets, which the coordinator
+// sees at once; a machine that vanishes silently misses its pings. Either
+// way one re-dial decides, so that a slow network does not evict a live
+// server on a single missed ping.
+const (
+	PingEvery   = 200 * time.Millisecond
+	PingTimeout = 800 * time.Millisecond
+)
+
+// Monitor watches the layout's servers and removes those that fail.
+func (c *Coordinator) Monitor(ctx context.Context, log *slog.Logger) {
+	var mu sync.Mutex
+	watching := map[string]context.CancelFunc{}
+	var version uint64
+	for ctx.Err() == nil {
+		l, err := c.Layout(ctx, version)
+		if err != nil {
+			break
+		}
+		version = l.Version
+		mu.Lock()
+		live := map[string]bool{}
+		for _, s := range l.Servers {
+			live[s.ID+"@"+s.Addr] = true
+			key := s.ID + "@" + s.Addr
+			if _, ok := watching[key]; ok {
+				continue
+			}
+			wctx, cancel := context.WithCancel(ctx)
+			watching[key] = cancel
+			go func(id, addr string) {
+				if c.watchServer(wctx, id, addr) {
+					log.Warn("server failed; removing it from the layout", "server", id, "addr", addr)
+					c.RemoveServer(id, addr)
+				}
+			}(s.ID, s.Addr)
+		}
+		for key, cancel := range watching {
+			if !live[key] {
+				cancel()
+				delete(watching, key)
+			}
+		}
+		mu.Unlock()
+	}
+	mu.Lock()
+	for _, cancel := range watching {
+		cancel()
+	}
+	mu.Unlock()
+}
+
+// watchServer returns true once the server at addr has failed, false when
+// ctx ends first.
+func (c *Coordinator) watchServer(ctx context.Context, id, addr string) bool {
+	for ctx.Err() == nil {
+		conn, err := c.probe(ctx, addr)
+		if err != nil {
+			return ctx.Err() == nil
+		}
+		c.pingLoop(ctx, conn)
+		conn.Close()
+		// The connection broke or went silent: one fresh dial decides.
+	}
+	return false
+}
+
+func (c *Coordinator) probe(ctx context.Context, addr string) (*transport.Client, error) {
+	dctx, cancel := context.WithTimeout(ctx, PingTimeout)
+	defer cancel()
+	conn, err := transport.Dial(dctx, addr, transport.DialOptions{Hello: wire.Hello{Worker: wire.NoWorker, Node: "coordinator"}, DialTimeout: PingTimeout})
+	if err != nil {
+		return nil, err
+	}
+	if err := ping(dctx, conn); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return conn, nil
+}
+
+// pingLoop pings until a ping fails or ctx ends.
+func (c *Coordinator) pingLoop(ctx context.Context, conn *transport.Client) {
+	t := time.NewTicker(PingEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, PingTimeout)
+		err := ping(pctx, conn)
+		cancel()
+		if err != nil {
+			return
+		}
+	}
+}
+
+func ping(ctx context.Context, conn *transport.Client) error {
+	done := make(chan error, 1)
+	id := conn.NextID()
+	conn.Call(wire.NewFrame(wire.Header{Type: wire.TPing, ReqID: id}), id, &transport.Call{
+		OnReply: func(h wire.Header, r *wire.Reader) error {
+			_, err := r.Payload(h)
+			done <- err
+			return err
+		},
+		OnFail: func(err error) { done <- err },
+	}, nil)
+	select {
+	case err := <-done:
+		return err
+	case <-conn.Done():
+		return transport.ErrConnLost
+	case <-ctx.Done():
+		conn.Forget(id)
+		return ctx.Err()
+	}
+}
