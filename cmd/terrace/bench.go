@@ -1,0 +1,61 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/terrace-ml/terrace/bench"
+)
+
+func benchCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Run a benchmark that measures its own baseline in the same run and reports the ratio",
+	}
+	var wo bench.WireOptions
+	var wireReport string
+	wire := &cobra.Command{
+		Use:   "wire",
+		Short: "Dense and sparse push/pull through the parameter server against raw TCP over the same loopback",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			rep, err := bench.Wire(cmd.Context(), wo, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), rep.Summary())
+			return writeReport(wireReport, rep)
+		},
+	}
+	wf := wire.Flags()
+	wf.IntVar(&wo.DenseBytes, "dense-bytes", 0, "bytes of the dense vector (64 MiB if 0)")
+	wf.IntVar(&wo.Rounds, "rounds", 0, "timed rounds per figure; the median is reported (5 if 0)")
+	wf.IntVar(&wo.SparseKeys, "sparse-keys", 0, "keys per sparse operation (10,000 if 0)")
+	wf.StringVar(&wireReport, "report", "", "write the JSON report to this file")
+
+	var ao bench.AppOptions
+	var appReport string
+	app := &cobra.Command{
+		Use:   "app",
+		Short: "Logistic regression examples/s through the parameter server against a plain single-process loop",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			rep, err := bench.App(cmd.Context(), ao, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), rep.Summary())
+			return writeReport(appReport, rep)
+		},
+	}
+	af := app.Flags()
+	af.StringVar(&ao.Train, "train", "", "LIBSVM training data (the shipped a9a if empty)")
+	af.StringVar(&ao.Test, "test", "", "LIBSVM test data (the shipped a9a.t if empty)")
+	af.IntVar(&ao.Epochs, "epochs", 0, "epochs (10 if 0)")
+	af.IntVar(&ao.Batch, "batch", 0, "minibatch size (100 if 0)")
+	af.IntVar(&ao.Repeats, "repeats", 0, "runs per side, alternating; the median is reported (3 if 0)")
+	af.StringVar(&appReport, "report", "", "write the JSON report to this file")
+	cmd.AddCommand(wire, app)
+	return cmd
+}
