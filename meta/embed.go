@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 
@@ -57,6 +58,7 @@ type Embedded struct {
 	etcd      *embed.Etcd
 	endpoints []string
 	closing   *atomic.Bool
+	closeOnce sync.Once
 }
 
 // StartEmbedded starts an etcd member and waits until it serves clients.
@@ -216,9 +218,12 @@ func (e *Embedded) Endpoints() []string { return e.endpoints }
 // failed listener.
 func (e *Embedded) Err() <-chan error { return e.etcd.Err() }
 
-// Close stops the member. Its data stays in the data directory.
+// Close stops the member; closing it again does nothing. Its data stays
+// in the data directory.
 func (e *Embedded) Close() error {
-	e.closing.Store(true)
-	e.etcd.Close()
+	e.closeOnce.Do(func() {
+		e.closing.Store(true)
+		e.etcd.Close()
+	})
 	return nil
 }

@@ -40,7 +40,7 @@ func (s *Store) Campaign(ctx context.Context, id string) (*Leadership, error) {
 	}
 	sess, err := concurrency.NewSession(s.cli, concurrency.WithLease(g.ID))
 	if err != nil {
-		s.cli.Revoke(context.WithoutCancel(ctx), g.ID)
+		s.revokeQuietly(ctx, g.ID)
 		return nil, fmt.Errorf("meta: campaign %s: session: %w", id, err)
 	}
 	elec := concurrency.NewElection(sess, s.electionPrefix())

@@ -71,7 +71,7 @@ func (s *Store) Register(ctx context.Context, role, id string, info NodeInfo, tt
 	}
 	if err != nil {
 		// The lease would expire by itself; revoking frees it now.
-		s.cli.Revoke(context.WithoutCancel(ctx), g.ID)
+		s.revokeQuietly(ctx, g.ID)
 		return nil, fmt.Errorf("meta: register %s/%s: %w", role, id, err)
 	}
 	// The keep-alive outlives ctx, which only bounds the registration.
@@ -79,7 +79,7 @@ func (s *Store) Register(ctx context.Context, role, id string, info NodeInfo, tt
 	ka, err := s.cli.KeepAlive(kctx, g.ID)
 	if err != nil {
 		stop()
-		s.cli.Revoke(context.WithoutCancel(ctx), g.ID)
+		s.revokeQuietly(ctx, g.ID)
 		return nil, fmt.Errorf("meta: register %s/%s: keep alive: %w", role, id, err)
 	}
 	m := &Member{role: role, id: id, lease: g.ID, stop: stop, lost: make(chan struct{}), store: s}
@@ -159,8 +159,9 @@ func (s *Store) Members(ctx context.Context, role string) (map[string]NodeInfo, 
 }
 
 // WatchMembers streams the changes to role's members after revision
-// fromRev (as returned by Members; 0 means from now). See watch for when
-// the channel closes.
+// fromRev (as returned by Members; 0 means from now). The channel closes
+// when ctx ends, when the Store closes, or when the history after fromRev
+// has been compacted; the caller then reads again and watches from there.
 func (s *Store) WatchMembers(ctx context.Context, role string, fromRev int64) <-chan MemberEvent {
 	pfx := s.membersKey(role)
 	return watch(ctx, s, pfx, fromRev, func(ev *clientv3.Event) (MemberEvent, bool) {

@@ -619,3 +619,20 @@ func TestPartitions(t *testing.T) {
 		}
 	}
 }
+
+func TestWatchEndsWithStore(t *testing.T) {
+	s, err := Open(ctxT(t, 5*time.Second), shared.Endpoints(), "/test/"+t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := s.WatchPartitions(t.Context(), 0)
+	s.Close()
+	select {
+	case _, ok := <-events:
+		if ok {
+			t.Error("event from a closed store")
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("watch still open 5 s after its Store closed")
+	}
+}

@@ -109,8 +109,8 @@ func (s *Store) PartitionOwners(ctx context.Context) (map[int]string, int64, err
 }
 
 // WatchPartitions streams changes of partition holders after revision
-// fromRev (as returned by PartitionOwners; 0 means from now). See watch for
-// when the channel closes.
+// fromRev (as returned by PartitionOwners; 0 means from now). The channel
+// closes as WatchMembers's does.
 func (s *Store) WatchPartitions(ctx context.Context, fromRev int64) <-chan PartitionEvent {
 	pfx := s.partsKey()
 	return watch(ctx, s, pfx, fromRev, func(ev *clientv3.Event) (PartitionEvent, bool) {

@@ -77,7 +77,7 @@ func (s *Store) Placement(ctx context.Context) (Placement, uint64, error) {
 }
 
 // WatchPlacement streams the placements written after revision fromRev
-// (an epoch; 0 means from now). See watch for when the channel closes.
+// (an epoch; 0 means from now). The channel closes as WatchMembers's does.
 func (s *Store) WatchPlacement(ctx context.Context, fromRev int64) <-chan PlacementEvent {
 	// The exact key is a prefix of nothing else under our layout.
 	return watch(ctx, s, s.placementKey(), fromRev, func(ev *clientv3.Event) (PlacementEvent, bool) {

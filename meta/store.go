@@ -117,8 +117,14 @@ func checkName(what, name string) error {
 // watches from the revision of that read.
 func watch[T any](ctx context.Context, s *Store, key string, fromRev int64, conv func(*clientv3.Event) (T, bool)) <-chan T {
 	out := make(chan T)
+	// Calls on a closed client can take seconds to give up; ending ctx
+	// with the Store ends them at once.
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(s.cli.Ctx(), cancel)
 	go func() {
 		defer close(out)
+		defer stop()
+		defer cancel()
 		if fromRev <= 0 {
 			resp, err := getRetrying(ctx, s, key)
 			if err != nil {
@@ -130,10 +136,10 @@ func watch[T any](ctx context.Context, s *Store, key string, fromRev int64, conv
 		for ctx.Err() == nil {
 			// Without a leader an etcd member would hold the watch open
 			// but deliver nothing; requiring one makes it fail over.
-			wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+			wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 			for resp := range s.cli.Watch(wctx, key, clientv3.WithPrefix(), clientv3.WithRev(next)) {
 				if resp.CompactRevision != 0 {
-					cancel()
+					wcancel()
 					return
 				}
 				if resp.Err() != nil {
@@ -148,18 +154,26 @@ func watch[T any](ctx context.Context, s *Store, key string, fromRev int64, conv
 					select {
 					case out <- v:
 					case <-ctx.Done():
-						cancel()
+						wcancel()
 						return
 					}
 				}
 			}
-			cancel()
+			wcancel()
 			if !pause(ctx, 100*time.Millisecond) {
 				return
 			}
 		}
 	}()
 	return out
+}
+
+// revokeQuietly frees a lease that a failed call granted. It would expire
+// by itself, so the revoke is bounded and its error ignored.
+func (s *Store) revokeQuietly(ctx context.Context, id clientv3.LeaseID) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	s.cli.Revoke(ctx, id)
 }
 
 // getRetrying reads key until it succeeds or ctx ends.

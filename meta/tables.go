@@ -96,8 +96,8 @@ func (s *Store) Tables(ctx context.Context) ([]layout.Table, int64, error) {
 }
 
 // WatchTables streams the tables created after revision fromRev (as
-// returned by Tables; 0 means from now). See watch for when the channel
-// closes.
+// returned by Tables; 0 means from now). The channel closes as
+// WatchMembers's does.
 func (s *Store) WatchTables(ctx context.Context, fromRev int64) <-chan TableEvent {
 	return watch(ctx, s, s.tablesKey(), fromRev, func(ev *clientv3.Event) (TableEvent, bool) {
 		var t layout.Table

@@ -1,0 +1,300 @@
+package meta
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/terrace-ml/terrace/table"
+)
+
+// initialCluster names n members m0..m(n-1) at peers.
+func initialCluster(peers []string) string {
+	parts := make([]string, len(peers))
+	for i, p := range peers {
+		parts[i] = fmt.Sprintf("m%d=http://%s", i, p)
+	}
+	return strings.Join(parts, ",")
+}
+
+// writeUntil retries a write (a new table each time, so that no attempt is
+// ambiguous) until one succeeds, and returns how long that took.
+func writeUntil(t *testing.T, s *Store, name string, within time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for i := 0; ; i++ {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		_, err := s.CreateTable(ctx, table.Spec{Name: fmt.Sprintf("%s-%d", name, i), Width: 1})
+		cancel()
+		if err == nil {
+			return time.Since(start)
+		}
+		if time.Since(start) > within {
+			t.Fatalf("no write succeeded within %v: %v", within, err)
+		}
+	}
+}
+
+// Three coordinators each embed one member of one cluster.
+func TestThreeEmbeddedMembers(t *testing.T) {
+	addrs := freeAddrs(t, 6)
+	clients, peers := addrs[:3], addrs[3:]
+	ic := initialCluster(peers)
+	members := make([]*Embedded, 3)
+	errs := make([]error, 3)
+	ctx := ctxT(t, 30*time.Second)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range 3 {
+		// Each waits for a quorum, so they must start together.
+		wg.Go(func() {
+			members[i], errs[i] = StartEmbedded(ctx, EmbedConfig{
+				Name: fmt.Sprintf("m%d", i), Dir: t.TempDir(),
+				ClientAddr: clients[i], PeerAddr: peers[i], InitialCluster: ic,
+			})
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("member %d: %v", i, err)
+		}
+		defer members[i].Close()
+	}
+	t.Logf("three embedded members ready in %v", time.Since(start))
+
+	var all []string
+	for _, m := range members {
+		all = append(all, m.Endpoints()...)
+	}
+	s, err := Open(ctx, all, "/c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	id, err := s.CreateTable(ctx, table.Spec{Name: "w", Width: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every member serves the table, through its own endpoint only.
+	for i, m := range members {
+		one, err := Open(ctx, m.Endpoints(), "/c")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts, _, err := one.Tables(ctx)
+		one.Close()
+		if err != nil || len(ts) != 1 || ts[0].ID != id {
+			t.Fatalf("member %d tables = %+v, %v", i, ts, err)
+		}
+	}
+
+	// Stop the raft leader's coordinator; the other two carry on.
+	leader := -1
+	for i, m := range members {
+		if m.etcd.Server.Leader() == m.etcd.Server.MemberID() {
+			leader = i
+		}
+	}
+	if leader < 0 {
+		t.Fatal("no member is the raft leader")
+	}
+	_, rev, err := s.Members(ctx, "server")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The watch's stream may be on the member that goes away; it resumes
+	// on another.
+	events := s.WatchMembers(ctx, "server", rev)
+	members[leader].Close()
+	stall := writeUntil(t, s, "after-close", 10*time.Second)
+	t.Logf("after closing the leader member m%d, a write succeeded in %v", leader, stall)
+	m, err := s.Register(ctx, "server", "s1", NodeInfo{Addr: "a"}, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Leave(ctx)
+	select {
+	case ev := <-events:
+		if ev.ID != "s1" || ev.Deleted {
+			t.Errorf("watched %+v, want s1 joining", ev)
+		}
+	case <-ctx.Done():
+		t.Fatal("watch did not survive the loss of a member")
+	}
+	for i, m := range members {
+		if i != leader && m.etcd.Server.Leader() == m.etcd.Server.MemberID() {
+			leader = -1
+		}
+	}
+	if leader != -1 {
+		t.Error("no remaining member became raft leader")
+	}
+}
+
+// etcdBinary finds Debian's etcd-server.
+func etcdBinary(t *testing.T) string {
+	if p, err := exec.LookPath("etcd"); err == nil {
+		return p
+	}
+	if _, err := os.Stat("/usr/bin/etcd"); err == nil {
+		return "/usr/bin/etcd"
+	}
+	t.Skip("etcd-server not installed: apt-get install etcd-server")
+	return ""
+}
+
+// An external three-member cluster keeps serving when its leader is killed.
+func TestExternalClusterLeaderKill(t *testing.T) {
+	bin := etcdBinary(t)
+	addrs := freeAddrs(t, 6)
+	clients, peers := addrs[:3], addrs[3:]
+	ic := initialCluster(peers)
+	dir := t.TempDir()
+	procs := make([]*exec.Cmd, 3)
+	logs := make([]string, 3)
+	for i := range 3 {
+		logs[i] = filepath.Join(dir, fmt.Sprintf("m%d.log", i))
+		f, err := os.Create(logs[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin,
+			"--name", fmt.Sprintf("m%d", i),
+			"--data-dir", filepath.Join(dir, fmt.Sprintf("m%d", i)),
+			"--listen-client-urls", "http://"+clients[i],
+			"--advertise-client-urls", "http://"+clients[i],
+			"--listen-peer-urls", "http://"+peers[i],
+			"--initial-advertise-peer-urls", "http://"+peers[i],
+			"--initial-cluster", ic,
+			"--initial-cluster-state", "new",
+			"--initial-cluster-token", "meta-test",
+			// The embedded defaults, so that 1 s leases are possible.
+			"--heartbeat-interval", fmt.Sprint(DefaultTickMs),
+			"--election-timeout", fmt.Sprint(DefaultElectionMs),
+			"--logger", "zap", "--log-level", "warn",
+		)
+		cmd.Stdout, cmd.Stderr = f, f
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		procs[i] = cmd
+		t.Cleanup(func() {
+			cmd.Process.Kill()
+			cmd.Wait()
+		})
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, l := range logs {
+				b, _ := os.ReadFile(l)
+				t.Logf("%s:\n%s", l, b)
+			}
+		}
+	})
+
+	ctx := ctxT(t, 40*time.Second)
+	var s *Store
+	start := time.Now()
+	eventually(t, 15*time.Second, "external cluster serving", func() bool {
+		var err error
+		s, err = Open(ctx, clients, "/ext")
+		return err == nil
+	})
+	defer s.Close()
+	t.Logf("external cluster (%s) serving after %v", bin, time.Since(start))
+
+	// A member with a lease that spans the leader change, and one with the
+	// shortest lease, to see whether a leader change costs it.
+	long, err := s.Register(ctx, "server", "long", NodeInfo{Addr: "a"}, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, err := s.Register(ctx, "server", "short", NodeInfo{Addr: "b"}, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateTable(ctx, table.Spec{Name: "before", Width: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// A coordinator leading through the kill, on a 1 s session.
+	before, err := s.Campaign(ctx, "before")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	leaderID, killed := uint64(0), -1
+	for i, ep := range clients {
+		st, err := s.cli.Status(ctx, ep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaderID = st.Leader
+		if st.Header.MemberId == st.Leader {
+			killed = i
+		}
+	}
+	if killed < 0 {
+		t.Fatal("no member reports itself leader")
+	}
+	if err := procs[killed].Process.Kill(); err != nil { // SIGKILL
+		t.Fatal(err)
+	}
+	stall := writeUntil(t, s, "after-kill", 10*time.Second)
+	t.Logf("after SIGKILL of leader m%d, a write succeeded in %v", killed, stall)
+
+	for i, ep := range clients {
+		if i == killed {
+			continue
+		}
+		st, err := s.cli.Status(ctx, ep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Leader == 0 || st.Leader == leaderID {
+			t.Errorf("m%d reports leader %x after m%d (%x) was killed", i, st.Leader, killed, leaderID)
+		}
+	}
+	got, _, err := s.Members(ctx, "server")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := got["long"]; !ok {
+		t.Error("member with a 5 s lease lost in the leader change")
+	}
+	select {
+	case <-long.Lost():
+		t.Error("5 s lease reported lost")
+	default:
+	}
+	select {
+	case <-short.Lost():
+		t.Logf("1 s lease was lost in the leader change")
+	default:
+		_, ok := got["short"]
+		t.Logf("1 s lease survived the leader change (registered: %v)", ok)
+	}
+	select {
+	case <-before.Lost():
+		t.Logf("the coordinator's 1 s leadership was lost in the leader change")
+	default:
+		t.Logf("the coordinator's 1 s leadership survived the leader change")
+	}
+	// Leadership moves between coordinators on the two survivors.
+	before.Resign(ctx)
+	after, err := s.Campaign(ctx, "after")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, err := s.Leader(ctx); err != nil || id != "after" {
+		t.Errorf("leader = %q, %v; want after", id, err)
+	}
+	after.Resign(ctx)
+}
