@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/terrace-ml/terrace/layout"
 	"github.com/terrace-ml/terrace/ring"
@@ -17,6 +18,9 @@ import (
 var (
 	ErrFull          = errors.New("coord: cluster already has every node it expects")
 	ErrTableConflict = errors.New("coord: a different table of that name exists")
+	// ErrLeaseLost: the worker no longer holds the partition (it was
+	// declared dead, and another worker may be training it).
+	ErrLeaseLost = errors.New("coord: lease lost")
 )
 
 // Options configure a Coordinator.
@@ -42,6 +46,11 @@ type Coordinator struct {
 	reports map[int]json.RawMessage
 	done    chan struct{}
 	removed int // servers removed after failures: they no longer count towards readiness
+
+	work        map[int]*epochWork // by epoch
+	beats       map[int]time.Time  // last heartbeat by rank
+	maxClock    int64
+	deadWorkers int
 }
 
 // New returns a coordinator waiting for its nodes.
@@ -62,7 +71,7 @@ func New(o Options) *Coordinator {
 // publish bumps the version and wakes long-pollers; c.mu is held.
 func (c *Coordinator) publish() {
 	c.lay.Version++
-	c.lay.Ready = c.lay.Ready || len(c.lay.Servers)+c.removed >= c.opts.Servers && len(c.workers) == c.opts.Workers
+	c.lay.Ready = c.lay.Ready || len(c.lay.Servers)+c.removed >= c.opts.Servers && len(c.workers) >= c.opts.Workers
 	close(c.changed)
 	c.changed = make(chan struct{})
 }
@@ -149,11 +158,16 @@ func (c *Coordinator) JoinWorker(id string) (int, error) {
 	if r, ok := c.workers[id]; ok {
 		return r, nil
 	}
-	if len(c.workers) >= c.opts.Workers {
+	if len(c.workers) >= c.opts.Workers && !c.lay.Ready {
 		return 0, fmt.Errorf("%w: worker %s would be number %d of %d", ErrFull, id, len(c.workers)+1, c.opts.Workers)
 	}
+	// A worker joining a running cluster takes a new rank; it leases
+	// partitions like the others from its first request for work.
 	r := len(c.workers)
 	c.workers[id] = r
+	if r >= c.lay.Workers {
+		c.lay.Workers = r + 1
+	}
 	c.publish()
 	return r, nil
 }
@@ -181,11 +195,11 @@ func (c *Coordinator) CreateTable(_ context.Context, spec table.Spec) (*layout.L
 func (c *Coordinator) Report(rank int, report json.RawMessage) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if rank < 0 || rank >= c.opts.Workers {
-		return fmt.Errorf("coord: report from rank %d of %d", rank, c.opts.Workers)
+	if rank < 0 || rank >= c.lay.Workers {
+		return fmt.Errorf("coord: report from rank %d of %d", rank, c.lay.Workers)
 	}
 	c.reports[rank] = slices.Clone(report)
-	if len(c.reports) == c.opts.Workers {
+	if len(c.reports)+len(c.lay.Finished) >= c.lay.Workers {
 		select {
 		case <-c.done:
 		default:

@@ -94,6 +94,7 @@ func (c *Coordinator) Handler() http.Handler {
 		reply(w, c.Reports(), nil)
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+	c.workHandlers(mux)
 	return mux
 }
 
@@ -115,7 +116,7 @@ func reply(w http.ResponseWriter, v any, err error) {
 		switch {
 		case errors.Is(err, errBadRequest), errors.Is(err, table.ErrInvalid):
 			code = http.StatusBadRequest
-		case errors.Is(err, ErrFull), errors.Is(err, ErrTableConflict):
+		case errors.Is(err, ErrFull), errors.Is(err, ErrTableConflict), errors.Is(err, ErrLeaseLost):
 			code = http.StatusConflict
 		}
 		w.WriteHeader(code)
@@ -167,9 +168,12 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		json.Unmarshal(b, &e)
 		err := fmt.Errorf("coordinator %s: %s %s: %s: %s", c.base, method, path, resp.Status, e.Error)
 		if resp.StatusCode == http.StatusConflict {
-			if strings.Contains(e.Error, "table") {
+			switch {
+			case strings.Contains(e.Error, "lease lost"):
+				err = fmt.Errorf("%w (%v)", ErrLeaseLost, err)
+			case strings.Contains(e.Error, "table"):
 				err = fmt.Errorf("%w (%v)", ErrTableConflict, err)
-			} else {
+			default:
 				err = fmt.Errorf("%w (%v)", ErrFull, err)
 			}
 		}
@@ -245,4 +249,83 @@ func (c *Client) WaitReachable(ctx context.Context) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+type workRequest struct {
+	Rank      int   `json:"rank"`
+	Epoch     int   `json:"epoch"`
+	Partition int   `json:"partition"`
+	Offset    int   `json:"offset"`
+	Clock     int64 `json:"clock"`
+	Complete  bool  `json:"complete"`
+}
+
+func (c *Coordinator) workHandlers(mux *http.ServeMux) {
+	mux.HandleFunc("POST /v1/work/acquire", func(w http.ResponseWriter, r *http.Request) {
+		var req workRequest
+		if err := decode(r, &req); err != nil {
+			reply(w, nil, err)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), pollWait)
+		defer cancel()
+		g, err := c.Acquire(ctx, req.Rank, req.Epoch)
+		if errors.Is(err, context.DeadlineExceeded) {
+			g, err = Grant{Partition: -1}, nil // nothing yet; the client asks again
+		}
+		reply(w, g, err)
+	})
+	mux.HandleFunc("POST /v1/work/progress", func(w http.ResponseWriter, r *http.Request) {
+		var req workRequest
+		if err := decode(r, &req); err != nil {
+			reply(w, nil, err)
+			return
+		}
+		reply(w, struct{}{}, c.Progress(req.Rank, req.Epoch, req.Partition, req.Offset, req.Clock, req.Complete))
+	})
+	mux.HandleFunc("POST /v1/heartbeat", func(w http.ResponseWriter, r *http.Request) {
+		var req workRequest
+		if err := decode(r, &req); err != nil {
+			reply(w, nil, err)
+			return
+		}
+		reply(w, struct{}{}, c.Heartbeat(req.Rank))
+	})
+	mux.HandleFunc("POST /v1/leave", func(w http.ResponseWriter, r *http.Request) {
+		var req workRequest
+		if err := decode(r, &req); err != nil {
+			reply(w, nil, err)
+			return
+		}
+		c.ReleaseWorker(req.Rank)
+		reply(w, struct{}{}, nil)
+	})
+}
+
+// Acquire asks for a partition of epoch e to train (see Coordinator.Acquire).
+func (c *Client) Acquire(ctx context.Context, rank, epoch int) (Grant, error) {
+	for {
+		var g Grant
+		if err := c.do(ctx, "POST", "/v1/work/acquire", workRequest{Rank: rank, Epoch: epoch}, &g); err != nil {
+			return Grant{}, err
+		}
+		if g.Done || g.Partition >= 0 {
+			return g, nil
+		}
+	}
+}
+
+// Progress reports training progress on a leased partition.
+func (c *Client) Progress(ctx context.Context, rank, epoch, partition, offset int, clock int64, complete bool) error {
+	return c.do(ctx, "POST", "/v1/work/progress", workRequest{Rank: rank, Epoch: epoch, Partition: partition, Offset: offset, Clock: clock, Complete: complete}, nil)
+}
+
+// Heartbeat keeps a worker's leases alive.
+func (c *Client) Heartbeat(ctx context.Context, rank int) error {
+	return c.do(ctx, "POST", "/v1/heartbeat", workRequest{Rank: rank}, nil)
+}
+
+// Leave ends a worker's membership (a drained departure).
+func (c *Client) Leave(ctx context.Context, rank int) error {
+	return c.do(ctx, "POST", "/v1/leave", workRequest{Rank: rank}, nil)
 }

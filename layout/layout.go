@@ -31,6 +31,9 @@ type Layout struct {
 	Partitions int `json:"partitions"`
 	// Ready is false until every expected server and worker has joined.
 	Ready bool `json:"ready"`
+	// Finished lists worker ranks that died or departed: their clocks no
+	// longer hold the others back.
+	Finished []int `json:"finished,omitempty"`
 }
 
 // Ring builds the range map of l.

@@ -40,6 +40,7 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig) error {
 		log = slog.Default()
 	}
 	go c.Monitor(ctx, log)
+	go c.WatchWorkers(ctx)
 	if cfg.Ready != nil {
 		cfg.Ready(c, ln.Addr().String())
 	}

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/terrace-ml/terrace/coord"
 	"github.com/terrace-ml/terrace/layout"
 	"github.com/terrace-ml/terrace/ring"
 	"github.com/terrace-ml/terrace/table"
@@ -25,6 +26,14 @@ type Control interface {
 	// CreateTable adds spec, or checks that an identical table exists, and
 	// returns a layout that holds it.
 	CreateTable(ctx context.Context, spec table.Spec) (*layout.Layout, error)
+	// Acquire leases a data partition of an epoch to a worker (see coord.Grant).
+	Acquire(ctx context.Context, rank, epoch int) (coord.Grant, error)
+	// Progress records how far a worker trained a leased partition.
+	Progress(ctx context.Context, rank, epoch, partition, offset int, clock int64, complete bool) error
+	// Heartbeat keeps a worker's leases alive.
+	Heartbeat(ctx context.Context, rank int) error
+	// Leave ends a worker's membership: its leases return to the pool.
+	Leave(ctx context.Context, rank int) error
 }
 
 // Options configure a Client.
@@ -64,6 +73,8 @@ type Client struct {
 	// id and seqs number this client's pushes for exactly-once retries.
 	id   uint64
 	seqs seqTracker
+
+	stopBeat context.CancelFunc
 }
 
 // Connect waits for a ready layout and connects to every server.
@@ -90,7 +101,16 @@ func Connect(ctx context.Context, ctl Control, o Options) (*Client, error) {
 		after = l.Version
 	}
 	if o.Rank >= 0 && o.Rank >= c.lay.Workers {
-		return nil, fmt.Errorf("%w: rank %d, but the layout has %d workers", ErrBadArgument, o.Rank, c.lay.Workers)
+		if l, err := ctl.Layout(ctx, c.lay.Version); err == nil && o.Rank < l.Workers {
+			c.install(ctx, l)
+		} else {
+			return nil, fmt.Errorf("%w: rank %d, but the layout has %d workers", ErrBadArgument, o.Rank, c.lay.Workers)
+		}
+	}
+	if o.Rank >= 0 {
+		hctx, stop := context.WithCancel(context.Background())
+		c.stopBeat = stop
+		go c.heartbeat(hctx)
 	}
 	return c, nil
 }
@@ -325,6 +345,9 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closed = true
+	if c.stopBeat != nil {
+		c.stopBeat()
+	}
 	var errs []error
 	for _, cc := range c.conns {
 		if err := cc.Close(); err != nil {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/terrace-ml/terrace/coord"
 	"github.com/terrace-ml/terrace/keyspace"
 	"github.com/terrace-ml/terrace/layout"
 	"github.com/terrace-ml/terrace/node"
@@ -371,6 +372,14 @@ func (s staticControl) Layout(ctx context.Context, after uint64) (*layout.Layout
 func (s staticControl) CreateTable(context.Context, table.Spec) (*layout.Layout, error) {
 	return s.l, nil
 }
+
+func (s staticControl) Acquire(context.Context, int, int) (coord.Grant, error) {
+	return coord.Grant{Done: true, Partition: -1}, nil
+}
+
+func (s staticControl) Progress(context.Context, int, int, int, int, int64, bool) error { return nil }
+func (s staticControl) Heartbeat(context.Context, int) error                            { return nil }
+func (s staticControl) Leave(context.Context, int) error                                { return nil }
 
 func blackHole(t *testing.T, closeConns bool) string {
 	t.Helper()

@@ -3,6 +3,7 @@ package ps
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -167,12 +168,14 @@ type op struct {
 	pos      []int32
 	f        *Future
 	attempts atomic.Int32
-	// seq is the sequence number a retried push part keeps, so that a
-	// server holding its effect recognises it; 0 for a fresh op.
-	seq uint64
-	// seqs are the sequence numbers a fresh op's parts took; they are done
-	// when its future is, however its parts were retried.
-	seqs []uint64
+	// ancestors are the sequence numbers of the parts a retried op re-sends:
+	// a server that holds the effect of one of them skips the push.
+	ancestors []uint64
+	// root is the op the caller started; its seqs are every sequence number
+	// its parts and their retries took, done when its future is.
+	root  *op
+	seqMu sync.Mutex
+	seqs  []uint64
 }
 
 func (o *op) n() int {
@@ -196,14 +199,18 @@ func (t *Table) start(o *op) *Future {
 		return o.f
 	}
 	o.f.remaining.Store(1)
-	t.run(o)
-	if seqs := o.seqs; len(seqs) > 0 {
+	o.root = o
+	if o.vals != nil {
 		o.f.then(func(error) {
+			o.seqMu.Lock()
+			seqs := o.seqs
+			o.seqMu.Unlock()
 			for _, s := range seqs {
 				t.c.seqs.done(s)
 			}
 		})
 	}
+	t.run(o)
 	return o.f
 }
 
@@ -218,10 +225,12 @@ func (t *Table) run(o *op) {
 	pl := t.plans.get(t, rm, o)
 	o.f.remaining.Add(int64(len(pl.parts)))
 	for _, p := range pl.parts {
-		seq := o.seq
-		if seq == 0 && o.vals != nil {
+		var seq uint64
+		if o.vals != nil {
 			seq = t.c.seqs.next()
-			o.seqs = append(o.seqs, seq)
+			o.root.seqMu.Lock()
+			o.root.seqs = append(o.root.seqs, seq)
+			o.root.seqMu.Unlock()
 		}
 		t.send(o, rm, conns, pl, p, seq)
 	}
@@ -236,7 +245,7 @@ func (t *Table) send(o *op, rm *ring.Map, conns map[string]*transport.Client, pl
 		return
 	}
 	w := t.spec.Width
-	d := wire.Data{Table: t.id, Worker: uint32(max(t.c.opts.Rank, -1)), Clock: t.c.clock.Load(), Count: uint32(p.count), Width: uint32(w), Seq: seq}
+	d := wire.Data{Table: t.id, Worker: uint32(max(t.c.opts.Rank, -1)), Clock: t.c.clock.Load(), Count: uint32(p.count), Width: uint32(w), Seq: seq, Ancestors: o.ancestors}
 	if seq != 0 {
 		d.Acked = t.c.seqs.watermark()
 	}
@@ -401,7 +410,15 @@ func (t *Table) retry(o *op, p *part, seenEpoch, seq uint64, cause error) {
 		o.f.partDone(fmt.Errorf("ps: table %q: %w (after %w)", t.spec.Name, err, cause))
 		return
 	}
-	sub := &op{typ: o.typ, f: o.f, seq: seq, keys: make([]uint64, 0, p.count), pos: make([]int32, 0, p.count)}
+	anc := o.ancestors
+	if seq != 0 {
+		anc = append(slices.Clone(anc), seq)
+		if len(anc) > wire.MaxAncestors {
+			o.f.partDone(fmt.Errorf("ps: table %q: push re-sent %d times: %w", t.spec.Name, len(anc), cause))
+			return
+		}
+	}
+	sub := &op{typ: o.typ, f: o.f, root: o.root, ancestors: anc, keys: make([]uint64, 0, p.count), pos: make([]int32, 0, p.count)}
 	w := t.spec.Width
 	if o.vals != nil {
 		sub.vals = make([]float32, 0, p.count*w)
@@ -459,13 +476,19 @@ type part struct {
 	cachedOn atomic.Pointer[transport.Client]
 }
 
-func (t *Table) maxPartKeys() int {
-	return max(1, wire.FrameTarget/(4*t.spec.Width+8))
+// maxPartKeys is how many keys one frame carries: FrameTarget bytes of
+// values, and of keys when the op names them.
+func (t *Table) maxPartKeys(isRange bool) int {
+	per := 4 * t.spec.Width
+	if !isRange {
+		per += 8
+	}
+	return max(1, wire.FrameTarget/per)
 }
 
 func (t *Table) buildPlan(rm *ring.Map, o *op) *plan {
 	pl := &plan{epoch: rm.Epoch}
-	limit := t.maxPartKeys()
+	limit := t.maxPartKeys(o.isRange)
 	runs := make([][][2]int, len(rm.Servers))
 	add := func(s, from, to int) {
 		rs := runs[s]

@@ -28,18 +28,29 @@ func (d *dedup) get(client uint64) *seen {
 	return c
 }
 
-// check reports whether (client, seq) was applied before, records it if
-// not, and forgets pairs below the client's acknowledged watermark.
-func (d *dedup) check(client, seq, acked uint64) (dup bool) {
+// check reports whether this server holds the effect of (client, seq) or
+// of one of its ancestors (the parts it re-sends), records seq if not, and
+// forgets pairs below the client's acknowledged watermark.
+func (d *dedup) check(client, seq, acked uint64, ancestors []uint64) (dup bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	c := d.get(client)
 	c.prune(acked)
-	if _, ok := c.set[seq]; ok || seq < c.low {
+	if c.has(seq) {
 		return true
+	}
+	for _, a := range ancestors {
+		if c.has(a) {
+			return true
+		}
 	}
 	c.set[seq] = struct{}{}
 	return false
+}
+
+func (c *seen) has(seq uint64) bool {
+	_, ok := c.set[seq]
+	return ok || seq < c.low
 }
 
 // add records pairs a head has applied.

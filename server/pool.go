@@ -24,3 +24,23 @@ func putBuf(b *[]float32) {
 		bufPools[c].Put(b)
 	}
 }
+
+// Payload buffers are []uint64 so that keys and values in them are aligned.
+var payloadPools [40]sync.Pool
+
+func getPayload(n int) *[]uint64 {
+	words := max((n+7)/8, 1)
+	c := bits.Len(uint(words - 1))
+	if b, ok := payloadPools[c].Get().(*[]uint64); ok {
+		return b
+	}
+	b := make([]uint64, 1<<c)
+	return &b
+}
+
+func putPayload(b *[]uint64) {
+	c := bits.Len(uint(cap(*b) - 1))
+	if 1<<c == cap(*b) {
+		payloadPools[c].Put(b)
+	}
+}

@@ -258,6 +258,11 @@ func (s *Server) handleReplicate(c *conn, h wire.Header, p []byte) (wire.Code, e
 	// Check and import under the layout lock: a new layout (which may make
 	// this server the head of these slots) cannot be installed in between,
 	// so a deposed head's late state never overwrites newer pushes.
+	s.replicaMu.Lock()
+	defer s.replicaMu.Unlock()
+	if c.gen != s.replicaGen[c.hello.Node] {
+		return wire.CodeStaleEpoch, fmt.Errorf("replication on a superseded connection from %s", c.hello.Node)
+	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	rm := s.ring
@@ -288,7 +293,7 @@ func (s *Server) handleReplicate(c *conn, h wire.Header, p []byte) (wire.Code, e
 	s.stats.replicated.Add(int64(len(p)))
 	var pre [wire.ReplyPrefixSize]byte
 	wire.PutReply(&pre, 0)
-	c.Send(transport.Outgoing{Frame: wire.NewFrame(wire.Header{Type: wire.TReply, Epoch: s.Epoch(), ReqID: h.ReqID}, pre[:])})
+	c.Send(transport.Outgoing{Frame: wire.NewFrame(wire.Header{Type: wire.TReply, Epoch: rm.Epoch, ReqID: h.ReqID}, pre[:])})
 	return 0, nil
 }
 

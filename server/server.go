@@ -52,6 +52,13 @@ type Server struct {
 	replMu sync.Mutex
 	repl   map[string]*replicator // by peer server ID
 
+	// replicaMu orders replication imports; replicaGen numbers each
+	// sender's replica connections, and only the newest may import, so that
+	// frames still in flight on a sender's old connection cannot land after
+	// newer state sent on its new one.
+	replicaMu  sync.Mutex
+	replicaGen map[string]uint64
+
 	connMu sync.Mutex
 	conns  map[*transport.Conn]struct{}
 	closed bool
@@ -83,6 +90,8 @@ func New(o Options) *Server {
 		conns:   make(map[*transport.Conn]struct{}),
 		changed: make(chan struct{}),
 		repl:    make(map[string]*replicator),
+
+		replicaGen: make(map[string]uint64),
 	}
 }
 
@@ -148,6 +157,10 @@ func (s *Server) Configure(l *layout.Layout) error {
 	close(s.changed)
 	s.changed = make(chan struct{})
 	s.dropReplicators(rm)
+	// Workers that died or left no longer hold the others back.
+	for _, r := range l.Finished {
+		go s.advanceClock(r, Finished)
+	}
 	return nil
 }
 
@@ -209,6 +222,7 @@ func (s *Server) closeConns() {
 type conn struct {
 	*transport.Conn
 	hello      wire.Hello
+	gen        uint64 // replica connections: see Server.replicaGen
 	cache      map[uint32]cachedKeys
 	cacheBytes int
 	scratch    []float32
@@ -251,21 +265,49 @@ func (s *Server) serveConn(nc net.Conn) {
 		s.log.Warn("refusing connection", "peer", nc.RemoteAddr(), "err", err)
 		return
 	}
-	for {
-		h, err := tc.Reader.Next()
-		if err == nil {
-			p, err = tc.Reader.Payload(h)
-		}
-		if err != nil {
-			if !errors.Is(err, net.ErrClosed) && tc.Err() == nil && !isEOF(err) {
-				s.stats.errors.Add(1)
-				s.log.Warn("dropping connection", "peer", c.hello.Node, "err", err)
-			}
-			return
-		}
-		s.stats.bytesIn.Add(int64(h.Len) + wire.HeaderSize)
-		s.handle(c, h, p)
+	if c.hello.Role == wire.RoleReplica {
+		s.replicaMu.Lock()
+		s.replicaGen[c.hello.Node]++
+		c.gen = s.replicaGen[c.hello.Node]
+		s.replicaMu.Unlock()
 	}
+	// One goroutine reads frames while another applies them, so that the
+	// socket's next frame arrives while this one is applied; the channel
+	// keeps the connection's requests in order.
+	frames := make(chan frame, 4)
+	go func() {
+		defer close(frames)
+		for {
+			h, err := tc.Reader.Next()
+			var buf *[]uint64
+			if err == nil {
+				buf = getPayload(int(h.Len))
+				err = tc.Reader.ReadPayloadInto(h, wire.U64Bytes(*buf)[:h.Len])
+			}
+			if err != nil {
+				if buf != nil {
+					putPayload(buf)
+				}
+				if !errors.Is(err, net.ErrClosed) && tc.Err() == nil && !isEOF(err) {
+					s.stats.errors.Add(1)
+					s.log.Warn("dropping connection", "peer", c.hello.Node, "err", err)
+				}
+				tc.Close()
+				return
+			}
+			frames <- frame{h, buf}
+		}
+	}()
+	for f := range frames {
+		s.stats.bytesIn.Add(int64(f.h.Len) + wire.HeaderSize)
+		s.handle(c, f.h, wire.U64Bytes(*f.buf)[:f.h.Len])
+		putPayload(f.buf)
+	}
+}
+
+type frame struct {
+	h   wire.Header
+	buf *[]uint64
 }
 
 func isEOF(err error) bool { return err != nil && err.Error() == "EOF" }
@@ -307,11 +349,24 @@ func (s *Server) handleClock(c *conn, h wire.Header, p []byte) error {
 	if err != nil {
 		return err
 	}
+	if err := s.advanceClock(int(m.Worker), m.Clock); err != nil {
+		return err
+	}
+	s.stats.clocks.Add(1)
+	var pre [wire.ReplyPrefixSize]byte
+	wire.PutReply(&pre, 0)
+	c.Send(transport.Outgoing{Frame: wire.NewFrame(wire.Header{Type: wire.TReply, Epoch: s.Epoch(), ReqID: h.ReqID}, pre[:])})
+	return nil
+}
+
+// advanceClock records worker's clock, applies the BSP pushes the new
+// minimum releases, and then answers the reads that were waiting for it.
+func (s *Server) advanceClock(worker int, v int64) error {
 	s.clocks.advancing.Lock()
-	newMin, ok := s.clocks.advance(int(m.Worker), m.Clock)
+	newMin, ok := s.clocks.advance(worker, v)
 	if !ok {
 		s.clocks.advancing.Unlock()
-		return fmt.Errorf("clock from worker %d, but the layout has %d workers", m.Worker, s.workers())
+		return fmt.Errorf("clock from worker %d, but the layout has %d workers", worker, s.workers())
 	}
 	var ready []func()
 	if newMin > s.clocks.minimum() {
@@ -319,13 +374,9 @@ func (s *Server) handleClock(c *conn, h wire.Header, p []byte) error {
 		ready = s.clocks.publish(newMin)
 	}
 	s.clocks.advancing.Unlock()
-	s.stats.clocks.Add(1)
 	for _, run := range ready {
 		run()
 	}
-	var pre [wire.ReplyPrefixSize]byte
-	wire.PutReply(&pre, 0)
-	c.Send(transport.Outgoing{Frame: wire.NewFrame(wire.Header{Type: wire.TReply, Epoch: s.Epoch(), ReqID: h.ReqID}, pre[:])})
 	return nil
 }
 
@@ -394,7 +445,7 @@ func (s *Server) handleData(c *conn, h wire.Header, p []byte) (wire.Code, error)
 		}
 		s.stats.pushes.Add(1)
 		s.stats.keysPushed.Add(int64(ks.n))
-		dup := d.Seq != 0 && s.dedup.check(c.hello.Client, d.Seq, d.Acked)
+		dup := d.Seq != 0 && s.dedup.check(c.hello.Client, d.Seq, d.Acked, d.Ancestors)
 		switch {
 		case dup:
 			s.stats.duplicates.Add(1)
@@ -434,7 +485,11 @@ func (s *Server) handleData(c *conn, h wire.Header, p []byte) (wire.Code, error)
 	var left atomic.Int32
 	left.Store(int32(len(groups)))
 	for srv, items := range groups {
-		s.replicatorFor(rm.Servers[srv]).add(items, pairs, func() {
+		r := s.replicatorFor(rm.Servers[srv])
+		if r == nil {
+			return wire.CodeShuttingDown, errors.New("server is shutting down")
+		}
+		r.add(items, pairs, func() {
 			if left.Add(-1) == 0 {
 				answer()
 			}
@@ -470,10 +525,18 @@ func (s *Server) replication() int {
 	return s.lay.K()
 }
 
-// replicatorFor returns the stream to peer, starting it if need be.
+// replicatorFor returns the stream to peer, starting it if need be, or nil
+// once the server is shutting down: a stopping server must not start
+// streams that outlive it.
 func (s *Server) replicatorFor(peer ring.Server) *replicator {
+	s.connMu.Lock()
+	closed := s.closed
+	s.connMu.Unlock()
 	s.replMu.Lock()
 	defer s.replMu.Unlock()
+	if closed {
+		return nil
+	}
 	r := s.repl[peer.ID]
 	if r == nil || r.peer.Addr != peer.Addr {
 		if r != nil {

@@ -35,8 +35,12 @@ const (
 	EncInt8   Enc = 3 // scale f32, pad u32, int8 each; value = q*scale
 )
 
-// DataPrefixSize is the fixed part of a data message; keys follow it, then values.
+// DataPrefixSize is the fixed part of a data message; ancestors follow it,
+// then keys, then values.
 const DataPrefixSize = 64
+
+// MaxAncestors bounds how many re-sends a part remembers.
+const MaxAncestors = 16
 
 // Data is the body of push, pull and pushpull messages.
 type Data struct {
@@ -57,7 +61,12 @@ type Data struct {
 	// Acked is the client's low watermark: every push with a smaller Seq
 	// has been acknowledged, so servers may forget those pairs.
 	Acked uint64
-	Keys  []uint64
+	// Ancestors are the Seqs of the parts this one re-sends after failures
+	// (at most MaxAncestors): a server holding the effect of any of them
+	// holds this part's, since only the original part's own state carries
+	// their pairs.
+	Ancestors []uint64
+	Keys      []uint64
 	Vals  []byte // encoded values; empty for pulls
 }
 
@@ -71,7 +80,7 @@ func (d *Data) PutPrefix(b *[DataPrefixSize]byte) {
 	binary.LittleEndian.PutUint64(b[8:], uint64(d.Clock))
 	b[16] = byte(d.Kind)
 	b[17] = byte(d.Enc)
-	binary.LittleEndian.PutUint16(b[18:], 0)
+	binary.LittleEndian.PutUint16(b[18:], uint16(len(d.Ancestors)))
 	binary.LittleEndian.PutUint32(b[20:], d.CacheID)
 	binary.LittleEndian.PutUint32(b[24:], d.Count)
 	binary.LittleEndian.PutUint32(b[28:], d.Width)
@@ -86,6 +95,9 @@ func (d *Data) PutPrefix(b *[DataPrefixSize]byte) {
 func (d *Data) Parts(b *[DataPrefixSize]byte) [][]byte {
 	d.PutPrefix(b)
 	parts := [][]byte{b[:]}
+	if len(d.Ancestors) > 0 {
+		parts = append(parts, U64Bytes(d.Ancestors))
+	}
 	if d.Kind == KeysExplicit || d.Kind == KeysCache {
 		parts = append(parts, U64Bytes(d.Keys))
 	}
@@ -118,13 +130,17 @@ func ParseData(p []byte, withVals bool) (Data, error) {
 		Seq:     binary.LittleEndian.Uint64(p[48:]),
 		Acked:   binary.LittleEndian.Uint64(p[56:]),
 	}
-	if binary.LittleEndian.Uint16(p[18:]) != 0 {
-		return Data{}, fmt.Errorf("%w: reserved data bits set", ErrCorrupt)
-	}
 	if d.Width == 0 || d.Width > 1<<16 {
 		return Data{}, fmt.Errorf("%w: width %d", ErrCorrupt, d.Width)
 	}
 	rest := p[DataPrefixSize:]
+	if na := int(binary.LittleEndian.Uint16(p[18:])); na > 0 {
+		if na > MaxAncestors || 8*na > len(rest) {
+			return Data{}, fmt.Errorf("%w: %d ancestors", ErrCorrupt, na)
+		}
+		d.Ancestors = BytesU64(rest[:8*na])
+		rest = rest[8*na:]
+	}
 	switch d.Kind {
 	case KeysExplicit, KeysCache:
 		n := int(d.Count) * 8

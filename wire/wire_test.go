@@ -104,7 +104,7 @@ func TestParseDataRejects(t *testing.T) {
 		"bad_kind":       func(b []byte) []byte { b[16] = 9; return b },
 		"bad_enc":        func(b []byte) []byte { b[17] = 9; return b },
 		"huge_count":     func(b []byte) []byte { binary.LittleEndian.PutUint32(b[24:], math.MaxUint32); return b },
-		"reserved":       func(b []byte) []byte { b[18] = 1; return b },
+		"ancestors":      func(b []byte) []byte { b[18] = 200; return b },
 	}
 	for name, mod := range cases {
 		if _, err := ParseData(aligned(mod(bytes.Clone(good))), true); !errors.Is(err, ErrCorrupt) {

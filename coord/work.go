@@ -1,0 +1,240 @@
+package coord
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Data partitions are leased to workers epoch by epoch (Litz's
+// over-decomposition): a worker asks for work, trains a partition from the
+// offset recorded for it, reports progress, and completes it. A worker that
+// stops heartbeating loses its leases, and the partitions go back to the
+// pool at their last reported offset, so another worker trains the rest.
+// When every partition of an epoch is complete, asking for work answers
+// "epoch done" to everyone: that is the epoch barrier, and it waits for no
+// dead worker.
+
+// WorkerTimeout is how long a worker may go without a heartbeat before its
+// leases are taken back and its clock stops holding the others.
+const WorkerTimeout = time.Second
+
+// Grant answers a request for work.
+type Grant struct {
+	// Partition and Offset say what to train: rows Offset.. of the
+	// partition. Partition is -1 when the epoch is done.
+	Partition int `json:"partition"`
+	Offset    int `json:"offset"`
+	// Done is set when every partition of the epoch is complete.
+	Done bool `json:"done"`
+	// Clock, with Done, is the highest clock any worker reported: workers
+	// advance to it so that none holds the others back next epoch.
+	Clock int64 `json:"clock"`
+}
+
+type lease struct {
+	rank   int // -1 when free
+	offset int
+	done   bool
+}
+
+type epochWork struct {
+	parts []lease
+	left  int // partitions not yet complete
+}
+
+func (c *Coordinator) epochLocked(e int) *epochWork {
+	if c.work == nil {
+		c.work = map[int]*epochWork{}
+	}
+	w := c.work[e]
+	if w == nil {
+		w = &epochWork{parts: make([]lease, c.lay.Partitions), left: c.lay.Partitions}
+		for i := range w.parts {
+			w.parts[i].rank = -1
+		}
+		c.work[e] = w
+	}
+	return w
+}
+
+// Acquire leases a partition of epoch e to worker rank, preferring the
+// partitions that are rank's by default (p mod workers), so that data stays
+// where it was while nothing fails, then any free one; it waits while every
+// remaining partition is leased to a live worker.
+func (c *Coordinator) Acquire(ctx context.Context, rank, e int) (Grant, error) {
+	for {
+		c.mu.Lock()
+		if err := c.checkRankLocked(rank); err != nil {
+			c.mu.Unlock()
+			return Grant{}, err
+		}
+		c.beatLocked(rank)
+		w := c.epochLocked(e)
+		if w.left == 0 {
+			g := Grant{Partition: -1, Done: true, Clock: c.maxClock}
+			c.mu.Unlock()
+			return g, nil
+		}
+		pick := -1
+		for p, l := range w.parts {
+			if l.done || l.rank >= 0 {
+				continue
+			}
+			if p%max(1, c.lay.Workers) == rank%max(1, c.lay.Workers) {
+				pick = p
+				break
+			}
+			if pick < 0 {
+				pick = p
+			}
+		}
+		if pick >= 0 {
+			w.parts[pick].rank = rank
+			g := Grant{Partition: pick, Offset: w.parts[pick].offset}
+			c.mu.Unlock()
+			return g, nil
+		}
+		ch := c.changed
+		c.mu.Unlock()
+		select {
+		case <-ch:
+		case <-time.After(WorkerTimeout / 4):
+			c.expireWorkers()
+		case <-ctx.Done():
+			return Grant{}, ctx.Err()
+		}
+	}
+}
+
+// Progress records that rank has trained partition p of epoch e up to
+// offset, with its pushes acknowledged, and that its clock is clock.
+func (c *Coordinator) Progress(rank, e, p, offset int, clock int64, complete bool) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.checkRankLocked(rank); err != nil {
+		return err
+	}
+	c.beatLocked(rank)
+	c.maxClock = max(c.maxClock, clock)
+	w := c.epochLocked(e)
+	if p < 0 || p >= len(w.parts) {
+		return fmt.Errorf("%w: partition %d of %d", errBadRequest, p, len(w.parts))
+	}
+	l := &w.parts[p]
+	if l.done {
+		return nil
+	}
+	if l.rank != rank {
+		return fmt.Errorf("%w: partition %d of epoch %d is not leased to rank %d", ErrLeaseLost, p, e, rank)
+	}
+	l.offset = max(l.offset, offset)
+	if complete {
+		l.done, l.rank = true, -1
+		w.left--
+		if w.left == 0 {
+			c.publish()
+		}
+	}
+	return nil
+}
+
+// Heartbeat keeps rank's leases alive.
+func (c *Coordinator) Heartbeat(rank int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.checkRankLocked(rank); err != nil {
+		return err
+	}
+	c.beatLocked(rank)
+	return nil
+}
+
+func (c *Coordinator) beatLocked(rank int) {
+	if c.beats == nil {
+		c.beats = map[int]time.Time{}
+	}
+	c.beats[rank] = time.Now()
+}
+
+func (c *Coordinator) checkRankLocked(rank int) error {
+	if rank < 0 || rank >= c.lay.Workers {
+		return fmt.Errorf("%w: rank %d of %d", errBadRequest, rank, c.lay.Workers)
+	}
+	for _, d := range c.lay.Finished {
+		if d == rank {
+			return fmt.Errorf("%w: rank %d was declared dead", ErrLeaseLost, rank)
+		}
+	}
+	return nil
+}
+
+// expireWorkers declares dead every worker silent for WorkerTimeout: its
+// leases return to the pool at their last offsets, and the layout lists its
+// rank as finished, so that servers stop waiting for its clock.
+func (c *Coordinator) expireWorkers() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	changed := false
+	for rank, t := range c.beats {
+		if now.Sub(t) < WorkerTimeout || c.finishedLocked(rank) {
+			continue
+		}
+		c.lay.Finished = append(c.lay.Finished, rank)
+		c.deadWorkers++
+		for _, w := range c.work {
+			for i := range w.parts {
+				if w.parts[i].rank == rank {
+					w.parts[i].rank = -1
+				}
+			}
+		}
+		changed = true
+	}
+	if changed {
+		c.publish()
+	}
+}
+
+func (c *Coordinator) finishedLocked(rank int) bool {
+	for _, d := range c.lay.Finished {
+		if d == rank {
+			return true
+		}
+	}
+	return false
+}
+
+// ReleaseWorker ends rank's membership at once (a drained departure): its
+// leases return to the pool and its clock stops counting.
+func (c *Coordinator) ReleaseWorker(rank int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.finishedLocked(rank) {
+		return
+	}
+	c.lay.Finished = append(c.lay.Finished, rank)
+	for _, w := range c.work {
+		for i := range w.parts {
+			if w.parts[i].rank == rank {
+				w.parts[i].rank = -1
+			}
+		}
+	}
+	c.publish()
+}
+
+// WatchWorkers expires silent workers until ctx ends.
+func (c *Coordinator) WatchWorkers(ctx context.Context) {
+	t := time.NewTicker(WorkerTimeout / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			c.expireWorkers()
+		}
+	}
+}

@@ -1,0 +1,83 @@
+package ps
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// HeartbeatEvery is how often a worker tells the coordinator it is alive;
+// the coordinator takes back the leases of a worker silent for a second.
+const HeartbeatEvery = 200 * time.Millisecond
+
+func (c *Client) heartbeat(ctx context.Context) {
+	t := time.NewTicker(HeartbeatEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		bctx, cancel := context.WithTimeout(ctx, HeartbeatEvery*4)
+		if err := c.ctl.Heartbeat(bctx, c.opts.Rank); err != nil && ctx.Err() == nil {
+			c.log.Warn("heartbeat failed", "err", err)
+		}
+		cancel()
+	}
+}
+
+// Lease is a data partition leased to this worker for one epoch.
+type Lease struct {
+	c         *Client
+	Epoch     int
+	Partition int
+	// Offset is where training of the partition starts: 0, or where a
+	// worker that lost the lease had got to.
+	Offset int
+}
+
+// Work asks the coordinator for a partition of epoch e to train. It returns
+// nil when every partition of the epoch has been trained (by whichever
+// workers), which makes Work the epoch's barrier; the client's clock then
+// moves up to the highest any worker reported, so that no worker holds the
+// others back in the next epoch.
+func (c *Client) Work(ctx context.Context, e int) (*Lease, error) {
+	if c.opts.Rank < 0 {
+		return nil, fmt.Errorf("%w: a client without a rank leases no work", ErrBadArgument)
+	}
+	g, err := c.ctl.Acquire(ctx, c.opts.Rank, e)
+	if err != nil {
+		return nil, fmt.Errorf("ps: work for epoch %d: %w", e, err)
+	}
+	if g.Done {
+		if g.Clock > c.clock.Load() {
+			c.clock.Store(g.Clock)
+			if err := c.sendClock(g.Clock).Wait(ctx); err != nil {
+				return nil, err
+			}
+		}
+		return nil, nil
+	}
+	return &Lease{c: c, Epoch: e, Partition: g.Partition, Offset: g.Offset}, nil
+}
+
+// Progress records that the partition's rows before offset are trained and
+// their pushes acknowledged: if this worker dies, another resumes there.
+func (l *Lease) Progress(ctx context.Context, offset int) error {
+	return l.c.ctl.Progress(ctx, l.c.opts.Rank, l.Epoch, l.Partition, offset, l.c.clock.Load(), false)
+}
+
+// Complete records that the whole partition is trained.
+func (l *Lease) Complete(ctx context.Context, offset int) error {
+	return l.c.ctl.Progress(ctx, l.c.opts.Rank, l.Epoch, l.Partition, offset, l.c.clock.Load(), true)
+}
+
+// Leave tells the coordinator this worker is going (a drained departure):
+// its leases return to the pool and its clock stops holding the others.
+func (c *Client) Leave(ctx context.Context) error {
+	if c.opts.Rank < 0 {
+		return nil
+	}
+	return c.ctl.Leave(ctx, c.opts.Rank)
+}
