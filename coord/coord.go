@@ -199,7 +199,7 @@ func (c *Coordinator) Report(rank int, report json.RawMessage) error {
 		return fmt.Errorf("coord: report from rank %d of %d", rank, c.lay.Workers)
 	}
 	c.reports[rank] = slices.Clone(report)
-	if len(c.reports)+len(c.lay.Finished) >= c.lay.Workers {
+	if c.allAccountedLocked() {
 		select {
 		case <-c.done:
 		default:
@@ -207,6 +207,16 @@ func (c *Coordinator) Report(rank int, report json.RawMessage) error {
 		}
 	}
 	return nil
+}
+
+// allAccountedLocked reports whether every rank has reported or is gone.
+func (c *Coordinator) allAccountedLocked() bool {
+	for r := range c.lay.Workers {
+		if _, ok := c.reports[r]; !ok && !c.finishedLocked(r) {
+			return false
+		}
+	}
+	return true
 }
 
 // Reports returns the reports received, by rank.

@@ -81,3 +81,21 @@ func (c *Client) Leave(ctx context.Context) error {
 	}
 	return c.ctl.Leave(ctx, c.opts.Rank)
 }
+
+// EachPartition calls train for every partition of epoch e this worker
+// leases, until the epoch is done (every partition trained by some
+// worker). train must call Progress as it goes and Complete at the end.
+func (c *Client) EachPartition(ctx context.Context, e int, train func(ctx context.Context, l *Lease) error) error {
+	for {
+		l, err := c.Work(ctx, e)
+		if err != nil {
+			return err
+		}
+		if l == nil {
+			return nil
+		}
+		if err := train(ctx, l); err != nil {
+			return fmt.Errorf("ps: epoch %d partition %d: %w", e, l.Partition, err)
+		}
+	}
+}

@@ -53,6 +53,10 @@ type Report struct {
 	Epochs            []EpochStats `json:"epochs,omitempty"`
 }
 
+// progressEvery is how many minibatches pass between progress reports: what
+// a dead worker's successor repeats at most.
+const progressEvery = 16
+
 // Users and items share one key space: user u is key 2u, item i is 2i+1.
 func userKey(u uint32) uint64 { return uint64(u) << 1 }
 func itemKey(i uint32) uint64 { return uint64(i)<<1 | 1 }
@@ -80,46 +84,50 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mf: %w", err)
 	}
-	lay := c.Layout()
-	parts := data.Partition(train.Len(), lay.Partitions)
-	var rows []int
-	longest := 0
-	for r := range lay.Workers {
-		n := 0
-		for _, p := range lay.PartitionsOf(r) {
-			n += parts[p].Len()
-			if r == c.Rank() {
-				for i := parts[p].Lo; i < parts[p].Hi; i++ {
-					rows = append(rows, i)
-				}
-			}
-		}
-		longest = max(longest, n)
-	}
-	steps := (longest + cfg.Batch - 1) / cfg.Batch
+	parts := data.Partition(train.Len(), c.Layout().Partitions)
 	m := &model{train: train, factors: factors, bias: bias, k: cfg.Rank, mu: float32(train.Mean())}
 	rep := &Report{App: "mf", Rank: c.Rank()}
 	start := time.Now()
 	for e := range cfg.Epochs {
 		epochStart := time.Now()
-		order := slices.Clone(rows)
-		data.Shuffle(order, cfg.Seed+uint64(e)*7919+uint64(c.Rank()))
 		var sq float64
-		for s := range steps {
-			lo, hi := min(s*len(order)/steps, len(order)), min((s+1)*len(order)/steps, len(order))
-			l, err := m.step(ctx, order[lo:hi])
-			if err != nil {
-				return nil, fmt.Errorf("mf: epoch %d: %w", e+1, err)
+		n := 0
+		// Partitions are leased: a dead worker's partition is finished by
+		// another from where it got to, and the loop returns when every
+		// partition of the epoch is trained, which is the epoch's barrier.
+		err := c.EachPartition(ctx, e, func(ctx context.Context, l *ps.Lease) error {
+			p := parts[l.Partition]
+			order := make([]int, 0, p.Len())
+			for i := p.Lo; i < p.Hi; i++ {
+				order = append(order, i)
 			}
-			sq += l
-			c.Tick()
-		}
-		rep.Examples += int64(len(order))
-		if err := c.Barrier(ctx); err != nil {
+			// The order depends only on (epoch, partition), so whoever
+			// resumes a partition continues the same sequence.
+			data.Shuffle(order, cfg.Seed+uint64(e)*7919+uint64(l.Partition)*104729)
+			for off, b := l.Offset, 0; off < len(order); b++ {
+				end := min(off+cfg.Batch, len(order))
+				sqb, err := m.step(ctx, order[off:end])
+				if err != nil {
+					return err
+				}
+				sq += sqb
+				n += end - off
+				off = end
+				c.Tick()
+				if b%progressEvery == progressEvery-1 && off < len(order) {
+					if err := l.Progress(ctx, off); err != nil {
+						return err
+					}
+				}
+			}
+			return l.Complete(ctx, len(order))
+		})
+		if err != nil {
 			return nil, fmt.Errorf("mf: epoch %d: %w", e+1, err)
 		}
+		rep.Examples += int64(n)
 		if test != nil {
-			st := EpochStats{Epoch: e + 1, Seconds: time.Since(epochStart).Seconds(), TrainRMSE: math.Sqrt(sq / float64(max(len(order), 1)))}
+			st := EpochStats{Epoch: e + 1, Seconds: time.Since(epochStart).Seconds(), TrainRMSE: math.Sqrt(sq / float64(max(n, 1)))}
 			if st.TestRMSE, err = m.evaluate(ctx, test); err != nil {
 				return nil, err
 			}
