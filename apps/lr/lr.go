@@ -28,6 +28,23 @@ type Config struct {
 	Seed         uint64
 	// Progress, when set, is called by rank 0 after every epoch.
 	Progress func(EpochStats)
+
+	// Audit makes every worker keep an account of its work in two tables
+	// of its own, independent of the model: with every minibatch it also
+	// pushes +1 to one of its AuditKeys in AuditTable and +1 to key r of
+	// TrainedTable for each training row r of the batch (both sum-rule ASP
+	// tables), and it counts the AuditTable increments that the servers
+	// acknowledged (Report.AuditAcked). Comparing that count with the sum
+	// of the worker's keys, and the TrainedTable counts with the number of
+	// epochs, tells whether acknowledged updates were lost and which
+	// examples were trained more or fewer times than asked. Off by default.
+	Audit bool
+	// OnAuditAck, when set with Audit, is called from the worker's
+	// goroutine each time the worker sees an AuditTable push acknowledged,
+	// with its rank, the count so far and the time it saw it. Acks are
+	// seen once per minibatch step (and while waiting for pushes), so the
+	// time is at most one step late. An error stops training.
+	OnAuditAck func(rank int, acked int64, at time.Time) error
 }
 
 // DefaultConfig is the configuration `terrace train --app lr` starts from.
@@ -63,10 +80,27 @@ type Report struct {
 	TestAUC           float64      `json:"test_auc,omitempty"`
 	Refused           int64        `json:"refused_non_finite"`
 	Epochs            []EpochStats `json:"epochs,omitempty"`
+	// AuditAcked is, with Config.Audit, how many of this worker's
+	// AuditTable increments the servers acknowledged.
+	AuditAcked int64 `json:"audit_acked,omitempty"`
 }
 
 // TableName is the weight table's name.
 const TableName = "lr.weights"
+
+// The audit tables (Config.Audit): AuditTable counts each worker's
+// minibatch pushes under its AuditKeys; TrainedTable counts how often each
+// training row (key: its 0-based row number in Config.Train) was trained.
+const (
+	AuditTable   = "lr.audit"
+	TrainedTable = "lr.trained"
+)
+
+// AuditSpec is the spec of both audit tables: counters that the servers
+// add to (sum rule), never waiting on clocks (ASP).
+func AuditSpec(name string) table.Spec {
+	return table.Spec{Name: name, Width: 1, Rule: table.Rule{Kind: table.Sum}, Consistency: table.Consistency{Model: table.ASP}}
+}
 
 // Key 0 holds the bias; feature f is key f+1.
 func featureKey(f uint64) uint64 { return f + 1 }
@@ -112,6 +146,11 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 		nkeys = max(nkeys, featureKey(test.NumFeatures))
 	}
 	w := newWorker(train, nkeys, tbl, cfg.Consistency.Bound() < 0)
+	if cfg.Audit {
+		if w.audit, err = newAuditor(ctx, c, cfg.OnAuditAck); err != nil {
+			return nil, err
+		}
+	}
 	rep := &Report{App: "lr", Rank: c.Rank()}
 	start := time.Now()
 	for e := range cfg.Epochs {
@@ -148,6 +187,9 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 	rep.Seconds = time.Since(start).Seconds()
 	rep.ExamplesPerSecond = float64(rep.Examples) / rep.Seconds
 	rep.Refused = tbl.Refused()
+	if w.audit != nil {
+		rep.AuditAcked = w.audit.acked
+	}
 	if n := len(rep.Epochs); n > 0 {
 		last := rep.Epochs[n-1]
 		rep.TestAccuracy, rep.TestLogLoss, rep.TestAUC = last.TestAccuracy, last.TestLogLoss, last.TestAUC
@@ -195,6 +237,8 @@ type worker struct {
 	// pos maps a key to its index in the current batch's key list; every
 	// key a batch reads is set before the batch uses it.
 	pos []int32
+	// audit is nil unless Config.Audit.
+	audit *auditor
 }
 
 func newWorker(train *data.Sparse, nkeys uint64, tbl *ps.Table, prefetch bool) *worker {
@@ -248,6 +292,9 @@ func (wk *worker) epoch(ctx context.Context, c *ps.Client, batches [][]int) (flo
 		loss += l
 		n += len(rows)
 		pushes = append(pushes, wk.tbl.Push(cur.keys, grad))
+		if wk.audit != nil {
+			wk.audit.push(rows)
+		}
 		c.Tick()
 		if len(pushes) >= 8 {
 			if err := pushes[0].Wait(ctx); err != nil {
@@ -255,12 +302,22 @@ func (wk *worker) epoch(ctx context.Context, c *ps.Client, batches [][]int) (flo
 			}
 			pushes = pushes[1:]
 		}
+		if wk.audit != nil {
+			if err := wk.audit.collect(ctx, false); err != nil {
+				return 0, 0, err
+			}
+		}
 	}
 	if next != nil {
 		next.pull.Wait(ctx)
 	}
 	for _, f := range pushes {
 		if err := f.Wait(ctx); err != nil {
+			return 0, 0, err
+		}
+	}
+	if wk.audit != nil {
+		if err := wk.audit.collect(ctx, true); err != nil {
 			return 0, 0, err
 		}
 	}

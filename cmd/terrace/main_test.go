@@ -211,3 +211,186 @@ func TestConfigFile(t *testing.T) {
 		t.Fatalf("unknown config key: %v\n%s", err, out)
 	}
 }
+
+// drillReport is what the drill tests read of a `train --processes` report.
+type drillReport struct {
+	TestAccuracy *float64 `json:"test_accuracy"`
+	TestAUC      *float64 `json:"test_auc"`
+	RunDir       string   `json:"run_dir"`
+	Faults       []struct {
+		TimeS  float64 `json:"time_s"`
+		Action string  `json:"action"`
+		Role   string  `json:"role"`
+		Node   string  `json:"node"`
+		PID    int     `json:"pid"`
+		Note   string  `json:"note"`
+	} `json:"faults"`
+	Nodes []struct {
+		Name     string `json:"name"`
+		Role     string `json:"role"`
+		Finished bool   `json:"finished"`
+	} `json:"nodes"`
+	TrainingSeconds         float64  `json:"training_seconds"`
+	MaxStallSeconds         *float64 `json:"max_stall_seconds"`
+	MaxStallAtSeconds       *float64 `json:"max_stall_at_seconds"`
+	AckedUpdatesLost        *int64   `json:"acked_updates_lost"`
+	AckedUpdatesDuplicated  *int64   `json:"acked_updates_duplicated"`
+	AckedExampleUpdatesLost *int64   `json:"acked_example_updates_lost"`
+	ExamplesRepeated        *int64   `json:"examples_repeated"`
+	ExamplesSkipped         *int64   `json:"examples_skipped"`
+	Notes                   []string `json:"notes"`
+}
+
+// runDrill runs `terrace train --processes` with args on the a9a data and
+// returns its report; it fails the test if the command fails.
+func runDrill(t *testing.T, args ...string) *drillReport {
+	t.Helper()
+	dir := t.TempDir()
+	report := filepath.Join(dir, "r.json")
+	args = append([]string{"train", "--processes", "--train", repoFile("datasets/a9a/a9a.gz"), "--test", repoFile("datasets/a9a/a9a.t.gz"),
+		"--run-dir", filepath.Join(dir, "run"), "--report", report, "--timeout", "2m"}, args...)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, terrace(t), args...).CombinedOutput()
+	var rep drillReport
+	b, rerr := os.ReadFile(report)
+	if rerr == nil {
+		rerr = json.Unmarshal(b, &rep)
+	}
+	if err != nil || rerr != nil {
+		t.Fatalf("terrace %s: %v (report: %v)\n%s", strings.Join(args, " "), err, rerr, out)
+	}
+	t.Logf("terrace %s\n%s", strings.Join(args, " "), out)
+	return &rep
+}
+
+func hasFault(rep *drillReport, action, role string) bool {
+	for _, f := range rep.Faults {
+		if f.Action == action && f.Role == role && f.Node != "" && f.PID > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// TestDrillServerKill kills one of three servers (k = 2) a second into
+// training, every node its own process: training must finish, with no
+// acknowledged update lost and the usual model quality.
+func TestDrillServerKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a cluster of six processes")
+	}
+	rep := runDrill(t, "--servers", "3", "--workers", "2", "--replication", "2", "--epochs", "5", "--kill", "server@1s")
+	if !hasFault(rep, "kill", "server") {
+		t.Errorf("faults %+v: no server kill", rep.Faults)
+	}
+	if rep.AckedUpdatesLost == nil || *rep.AckedUpdatesLost != 0 {
+		t.Errorf("acked_updates_lost %v, want 0 (notes %q)", ptr(rep.AckedUpdatesLost), rep.Notes)
+	}
+	// Both workers finish, so every increment of the trained table was
+	// acknowledged too: a row trained fewer times than epochs is an
+	// acknowledged update lost.
+	if rep.AckedExampleUpdatesLost == nil || *rep.AckedExampleUpdatesLost != 0 {
+		t.Errorf("acked_example_updates_lost %v, want 0 (notes %q)", ptr(rep.AckedExampleUpdatesLost), rep.Notes)
+	}
+	if rep.AckedUpdatesDuplicated == nil || *rep.AckedUpdatesDuplicated != 0 || rep.ExamplesRepeated == nil || *rep.ExamplesRepeated != 0 {
+		t.Errorf("updates applied twice %v, examples repeated %v; want 0 and 0", ptr(rep.AckedUpdatesDuplicated), ptr(rep.ExamplesRepeated))
+	}
+	if rep.TestAUC == nil || *rep.TestAUC < 0.90 || *rep.TestAccuracy < 0.845 {
+		t.Errorf("test accuracy %v AUC %v, want >= 0.845 and >= 0.90", ptr(rep.TestAccuracy), ptr(rep.TestAUC))
+	}
+	if rep.MaxStallSeconds == nil {
+		t.Fatal("no max_stall_seconds")
+	}
+	t.Logf("server kill at %.2fs: max_stall_seconds %.3f (at %.2fs), training %.2fs", rep.Faults[0].TimeS, *rep.MaxStallSeconds, *rep.MaxStallAtSeconds, rep.TrainingSeconds)
+}
+
+// TestDrillWorkerKill kills one of two workers: the other must still
+// train to the end, and the report must own up to the examples the dead
+// worker's partitions did not get (nothing hands them over yet).
+func TestDrillWorkerKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a cluster of five processes")
+	}
+	rep := runDrill(t, "--servers", "2", "--workers", "2", "--replication", "2", "--epochs", "5", "--kill", "worker@1s")
+	if !hasFault(rep, "kill", "worker") {
+		t.Fatalf("faults %+v: no worker kill", rep.Faults)
+	}
+	finished := 0
+	for _, n := range rep.Nodes {
+		if n.Role == "worker" && n.Finished {
+			finished++
+		}
+	}
+	if finished != 1 {
+		t.Errorf("%d workers finished, want the one that was not killed", finished)
+	}
+	if rep.ExamplesSkipped == nil || *rep.ExamplesSkipped == 0 {
+		t.Errorf("examples_skipped %v: the killed worker's partitions were trained by nobody, and the report must say so", ptr(rep.ExamplesSkipped))
+	}
+	if rep.AckedUpdatesLost == nil || *rep.AckedUpdatesLost != 0 {
+		t.Errorf("acked_updates_lost %v, want 0", ptr(rep.AckedUpdatesLost))
+	}
+	if rep.AckedExampleUpdatesLost != nil {
+		t.Errorf("acked_example_updates_lost %v: cannot be told from skipped partitions when a worker stopped, want null", *rep.AckedExampleUpdatesLost)
+	}
+	if rep.TestAUC == nil {
+		t.Error("no test metrics")
+	}
+	t.Logf("worker kill at %.2fs: examples_skipped %d, max_stall_seconds %.3f, test AUC %.4f", rep.Faults[0].TimeS, *rep.ExamplesSkipped, *rep.MaxStallSeconds, *rep.TestAUC)
+}
+
+func ptr[T any](p *T) any {
+	if p == nil {
+		return "null"
+	}
+	return *p
+}
+
+// TestDrillFlags checks the command line of the drill without starting a
+// cluster.
+func TestDrillFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--kill", "server@1s"}, "--kill and --evict need --processes"},
+		{[]string{"--evict", "worker@1s"}, "--kill and --evict need --processes"},
+		{[]string{"--processes", "--coordinators", "3"}, "needs the etcd coordinator, not built yet"},
+		{[]string{"--coordinators", "2"}, "needs the etcd coordinator, not built yet"},
+		{[]string{"--processes", "--kill", "server@1s,srv@2s"}, `--kill item 2 "srv@2s": unknown role "srv"`},
+		{[]string{"--processes", "--evict", "worker@3"}, `--evict item 1 "worker@3"`},
+		{[]string{"--app", "mf", "--audit"}, "--audit: only --app lr"},
+	} {
+		out, err := exec.Command(terrace(t), append([]string{"train"}, tc.args...)...).CombinedOutput()
+		if err == nil || !bytes.Contains(out, []byte(tc.want)) {
+			t.Errorf("train %q: %v, want an error containing %q:\n%s", tc.args, err, tc.want, out)
+		}
+	}
+}
+
+// TestTrainAudit runs the audit in one process: nothing fails, so nothing
+// is lost, repeated or skipped.
+func TestTrainAudit(t *testing.T) {
+	dir := t.TempDir()
+	report := filepath.Join(dir, "r.json")
+	out, err := exec.Command(terrace(t), "train", "--audit", "--train", repoFile("datasets/a9a/a9a.gz"), "--test", repoFile("datasets/a9a/a9a.t.gz"),
+		"--epochs", "2", "--report", report).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var rep drillReport
+	b, _ := os.ReadFile(report)
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatalf("report: %v\n%s", err, b)
+	}
+	for name, v := range map[string]*int64{"acked_updates_lost": rep.AckedUpdatesLost, "acked_example_updates_lost": rep.AckedExampleUpdatesLost,
+		"examples_repeated": rep.ExamplesRepeated, "examples_skipped": rep.ExamplesSkipped, "acked_updates_duplicated": rep.AckedUpdatesDuplicated} {
+		if v == nil || *v != 0 {
+			t.Errorf("%s %v, want 0", name, ptr(v))
+		}
+	}
+	if rep.MaxStallSeconds == nil || len(rep.Faults) != 0 {
+		t.Errorf("max_stall_seconds %v, faults %v", ptr(rep.MaxStallSeconds), rep.Faults)
+	}
+}

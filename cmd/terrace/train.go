@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,8 +13,14 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/terrace-ml/terrace/apps/lr"
+	"github.com/terrace-ml/terrace/coord"
+	"github.com/terrace-ml/terrace/data"
+	"github.com/terrace-ml/terrace/drill"
 	"github.com/terrace-ml/terrace/node"
+	"github.com/terrace-ml/terrace/ps"
 	"github.com/terrace-ml/terrace/server"
+	"github.com/terrace-ml/terrace/table"
 )
 
 // trainReport is the JSON report of `terrace train`.
@@ -28,10 +36,60 @@ type trainReport struct {
 	TestRMSE          *float64                `json:"test_rmse,omitempty"`
 	Workers           map[int]json.RawMessage `json:"workers"`
 	Servers           map[string]server.Stats `json:"servers"`
+	// The drill's findings (--processes) and the audit's (--audit): faults,
+	// max_stall_seconds, acked_updates_lost, examples_skipped, ...
+	*drill.Report
+}
+
+// drillFlags are train's flags for --processes and --audit.
+type drillFlags struct {
+	processes    bool
+	runDir       string
+	coordinators int
+	kill, evict  string
+	audit        bool
+	auditEvery   int
+	timeout      time.Duration
+}
+
+func (d *drillFlags) register(fs *pflag.FlagSet) {
+	fs.BoolVar(&d.processes, "processes", false, "run every node as its own OS process (this binary re-executed), with a log per node in --run-dir; turns --audit on")
+	fs.StringVar(&d.runDir, "run-dir", "", "with --processes: directory for the per-node logs, audit logs and worker reports (a new temporary directory if empty)")
+	fs.IntVar(&d.coordinators, "coordinators", 1, "coordinator replicas (more than 1 needs the etcd coordinator, not built yet)")
+	fs.StringVar(&d.kill, "kill", "", "with --processes: SIGKILL a random live node of a role at times after training starts, e.g. server@2s,worker@4s,coordinator@6s")
+	fs.StringVar(&d.evict, "evict", "", "with --processes: give a random live node of a role eviction notice (its endpoint, or SIGTERM), e.g. worker@3s")
+	fs.BoolVar(&d.audit, "audit", false, "lr: count acknowledged updates and trained examples in audit tables and report acked_updates_lost, examples_repeated, examples_skipped, max_stall_seconds")
+	fs.IntVar(&d.auditEvery, "audit-every", drill.DefaultAuditEvery, "with --processes: acknowledged pushes a worker holds before appending them to its audit log")
+	fs.DurationVar(&d.timeout, "timeout", 10*time.Minute, "with --processes: stop every node and fail after this long (0: no limit)")
+}
+
+// check refuses combinations that cannot run.
+func (d *drillFlags) check(app string) (drill.Schedule, error) {
+	if d.coordinators > 1 {
+		return nil, fmt.Errorf("--coordinators %d: %w", d.coordinators, drill.ErrNeedsEtcd)
+	}
+	if d.coordinators < 1 {
+		return nil, fmt.Errorf("--coordinators %d: need at least one", d.coordinators)
+	}
+	sched, err := drill.ParseSchedule(d.kill, d.evict)
+	if err != nil {
+		return nil, err
+	}
+	if !d.processes && len(sched) > 0 {
+		return nil, errors.New("--kill and --evict need --processes: faults are injected into separate node processes")
+	}
+	if !d.processes && d.runDir != "" {
+		return nil, errors.New("--run-dir needs --processes")
+	}
+	if d.audit && app != "lr" {
+		return nil, fmt.Errorf("--audit: only --app lr keeps audit tables, not %s", app)
+	}
+	return sched, nil
 }
 
 func trainCmd() *cobra.Command {
 	var a appFlags
+	var d drillFlags
 	var servers, workers, partitions, replication int
 	var reportPath, logLevel string
 	cmd := &cobra.Command{
@@ -41,13 +99,34 @@ func trainCmd() *cobra.Command {
 in this process, trains --app on --train, evaluates on --test after every epoch,
 prints progress and a summary, and writes a JSON report to --report.
 
+With --processes every node is a process of its own, and --kill and --evict
+inject faults: the resilience drill (docs/design/drill.md), e.g.
+
+  terrace train --processes --servers 3 --workers 2 --kill server@1s --report drill.json
+
 With no flags it trains sparse logistic regression on the a9a data the project ships.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			out := cmd.OutOrStdout()
-			job, err := a.job(out)
+			sched, err := d.check(a.app)
 			if err != nil {
+				return err
+			}
+			if d.processes {
+				return trainProcesses(ctx, cmd, a, d, sched, servers, workers, partitions, replication, logLevel, reportPath)
+			}
+			var timeline *drill.Timeline
+			var job node.Job
+			if d.audit {
+				timeline = &drill.Timeline{}
+				cfg, err := a.lrConfig(out)
+				if err != nil {
+					return err
+				}
+				cfg.Audit, cfg.OnAuditAck = true, timeline.Record
+				job = func(ctx context.Context, c *ps.Client) (any, error) { return lr.Run(ctx, c, cfg) }
+			} else if job, err = a.job(out); err != nil {
 				return err
 			}
 			log := newLogger(logLevel)
@@ -58,6 +137,10 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 				return err
 			}
 			reps, err := l.RunWorkers(ctx, job)
+			var audit *drill.Report
+			if err == nil && timeline != nil {
+				audit, err = accountLocal(ctx, a, timeline, l.CoordAddr, workers, reps)
+			}
 			secs := time.Since(start).Seconds()
 			stats := map[string]server.Stats{}
 			for i, s := range l.Servers {
@@ -73,12 +156,15 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 			if err != nil {
 				return err
 			}
+			rep.Report = audit
 			printSummary(out, rep)
 			return writeReport(reportPath, rep)
 		},
 	}
+	cmd.AddCommand(drillWorkerCmd())
 	fs := cmd.Flags()
 	a.register(fs)
+	d.register(fs)
 	fs.IntVar(&servers, "servers", 2, "number of servers")
 	fs.IntVar(&workers, "workers", 2, "number of workers")
 	fs.IntVar(&partitions, "partitions", 0, "data partitions (4 per worker if 0)")
@@ -133,6 +219,21 @@ func printSummary(w io.Writer, r *trainReport) {
 	for id, s := range r.Servers {
 		fmt.Fprintf(w, "terrace: %s: %d keys, %d pushes, %d pulls, %d refused non-finite\n", id, s.Keys, s.Pushes, s.Pulls, s.Refused)
 	}
+	if d := r.Report; d != nil {
+		if d.RunDir != "" {
+			fmt.Fprintf(w, "terrace: drill: %d fault(s) injected; logs in %s\n", len(d.Faults), d.RunDir)
+		}
+		if d.AckedUpdatesLost != nil {
+			fmt.Fprintf(w, "terrace: audit: acked updates lost %d, applied twice %d; examples repeated %d, skipped %d\n",
+				*d.AckedUpdatesLost, *d.AckedUpdatesDuplicated, *d.ExamplesRepeated, *d.ExamplesSkipped)
+		}
+		if d.MaxStallSeconds != nil {
+			fmt.Fprintf(w, "terrace: audit: longest time without an acknowledged push %.3fs (at %.2fs)\n", *d.MaxStallSeconds, *d.MaxStallAtSeconds)
+		}
+		for _, n := range d.Notes {
+			fmt.Fprintf(w, "terrace: note: %s\n", n)
+		}
+	}
 }
 
 func writeReport(path string, v any) error {
@@ -151,4 +252,230 @@ func writeReport(path string, v any) error {
 		return fmt.Errorf("report: %w", err)
 	}
 	return nil
+}
+
+// trainProcesses runs the drill: every node its own process, faults on
+// schedule, and the report with the drill's findings. The report is
+// written even when the drill fails, as far as it got.
+func trainProcesses(ctx context.Context, cmd *cobra.Command, a appFlags, d drillFlags, sched drill.Schedule,
+	servers, workers, partitions, replication int, logLevel, reportPath string) error {
+	out := cmd.OutOrStdout()
+	if _, err := a.job(nil); err != nil { // the same checks as the workers', before anything starts
+		return err
+	}
+	cfg := drill.Config{
+		RunDir: d.runDir, Servers: servers, Workers: workers, Replication: replication, Partitions: partitions,
+		Coordinators: d.coordinators, Schedule: sched, Seed: a.seed, WorkerArgs: appArgs(cmd.Flags()),
+		LogLevel: logLevel, Out: out,
+	}
+	if a.app == "lr" {
+		train, err := data.ReadLIBSVM(or(a.train, defaultTrain))
+		if err != nil {
+			return err
+		}
+		epochs := lr.DefaultConfig().Epochs
+		setInt(&epochs, a.epochs)
+		cfg.Audit = &drill.Audit{Rows: train.Len(), Epochs: epochs, Every: d.auditEvery}
+		cfg.Evaluate = evaluator(train, or(a.test, defaultTest))
+	}
+	if d.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d.timeout)
+		defer cancel()
+	}
+	fmt.Fprintf(out, "terrace: training %s on %d server(s) and %d worker(s), each its own process, consistency %s\n", a.app, servers, workers, a.consistency)
+	start := time.Now()
+	drep, err := drill.Run(ctx, cfg)
+	secs := time.Since(start).Seconds()
+	if drep == nil {
+		return err
+	}
+	if ctx.Err() != nil && d.timeout > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		err = fmt.Errorf("--timeout %v: %w", d.timeout, err)
+	}
+	stats := map[string]server.Stats{}
+	for id, raw := range drep.ServerStats {
+		var s server.Stats
+		if json.Unmarshal(raw, &s) == nil {
+			stats[id] = s
+		}
+	}
+	rep, berr := buildReport(a, cmd, secs, drep.WorkerReports, stats)
+	if berr != nil {
+		return errors.Join(err, berr)
+	}
+	rep.Report = drep
+	if rep.TestAUC == nil && drep.FinalEvaluation != nil {
+		m := drep.FinalEvaluation
+		acc, ll, auc := m["test_accuracy"], m["test_logloss"], m["test_auc"]
+		rep.TestAccuracy, rep.TestLogLoss, rep.TestAUC = &acc, &ll, &auc
+	}
+	printSummary(out, rep)
+	if werr := writeReport(reportPath, rep); werr != nil {
+		return errors.Join(err, werr)
+	}
+	return err
+}
+
+// appArgs are the application flags given to train (on the command line
+// or in --config), to pass on to the drill's workers.
+func appArgs(fs *pflag.FlagSet) []string {
+	names := pflag.NewFlagSet("app", pflag.ContinueOnError)
+	(&appFlags{}).register(names)
+	var args []string
+	fs.Visit(func(f *pflag.Flag) {
+		if names.Lookup(f.Name) != nil {
+			args = append(args, "--"+f.Name+"="+f.Value.String())
+		}
+	})
+	return args
+}
+
+// evaluator scores the final lr model on the test file, for a drill whose
+// rank 0 did not finish.
+func evaluator(train *data.Sparse, testPath string) func(context.Context, *ps.Client) (map[string]float64, error) {
+	return func(ctx context.Context, c *ps.Client) (map[string]float64, error) {
+		test, err := data.ReadLIBSVM(testPath)
+		if err != nil {
+			return nil, err
+		}
+		tbl, err := c.Table(ctx, lr.TableName)
+		if err != nil {
+			return nil, err
+		}
+		nkeys := max(train.NumFeatures, test.NumFeatures) + 1 // key 0 is the bias
+		acc, ll, auc, err := lr.Evaluate(ctx, tbl, test, nkeys)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]float64{"test_accuracy": acc, "test_logloss": ll, "test_auc": auc}, nil
+	}
+}
+
+// accountLocal reads the audit tables of an in-process run.
+func accountLocal(ctx context.Context, a appFlags, t *drill.Timeline, coordAddr string, workers int, reps map[int]json.RawMessage) (*drill.Report, error) {
+	train, err := data.ReadLIBSVM(or(a.train, defaultTrain))
+	if err != nil {
+		return nil, err
+	}
+	epochs := lr.DefaultConfig().Epochs
+	setInt(&epochs, a.epochs)
+	c, err := ps.Connect(ctx, coord.NewClient(coordAddr), ps.Options{Rank: -1, NodeID: "audit"})
+	if err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	defer c.Close()
+	finished := map[int]bool{}
+	for r := range reps {
+		finished[r] = true
+	}
+	rep, err := t.Account(ctx, c, workers, drill.Audit{Rows: train.Len(), Epochs: epochs}, finished)
+	if err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	return rep, nil
+}
+
+// lrConfig is the lr configuration that appFlags.job builds (keep the two
+// in step), for the callers that turn the audit on.
+func (a *appFlags) lrConfig(progress io.Writer) (lr.Config, error) {
+	cons, err := table.ParseConsistency(a.consistency)
+	if err != nil {
+		return lr.Config{}, err
+	}
+	cfg := lr.DefaultConfig()
+	cfg.Train, cfg.Test = or(a.train, defaultTrain), or(a.test, defaultTest)
+	if err := readable(cfg.Train, cfg.Test); err != nil {
+		return lr.Config{}, err
+	}
+	cfg.Consistency, cfg.Encoding, cfg.Seed = cons, table.Encoding(a.encoding), a.seed
+	cfg.Significance = float32(a.significance)
+	setInt(&cfg.Epochs, a.epochs)
+	setInt(&cfg.Batch, a.batch)
+	cfg.Rule.LR, cfg.Rule.L1, cfg.Rule.L2 = float32(a.lr), float32(a.l1), float32(a.l2)
+	if progress != nil {
+		cfg.Progress = func(s lr.EpochStats) {
+			fmt.Fprintf(progress, "epoch %2d/%d  %6.2fs  train logloss %.4f  test accuracy %.4f  logloss %.4f  AUC %.4f\n",
+				s.Epoch, cfg.Epochs, s.Seconds, s.TrainLogLoss, s.TestAccuracy, s.TestLogLoss, s.TestAUC)
+		}
+	}
+	return cfg, nil
+}
+
+// drillWorkerCmd is the worker that `train --processes` starts: `terrace
+// worker` with the lr audit on and its log, printing the lines the drill
+// reads (drill.MarkerRank, drill.MarkerFirstAck), and writing its report
+// even when the coordinator is gone by the time it finishes.
+func drillWorkerCmd() *cobra.Command {
+	var a appFlags
+	var cfg node.WorkerConfig
+	var logLevel, reportPath, auditPath string
+	var auditEvery int
+	cmd := &cobra.Command{
+		Use:    "drill-worker",
+		Short:  "Run a worker for train --processes (terrace worker with the audit on)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			out := cmd.OutOrStdout()
+			if cfg.ID == "" {
+				h, _ := os.Hostname()
+				cfg.ID = fmt.Sprintf("worker-%s-%d", h, os.Getpid())
+			}
+			cfg.Logger = newLogger(logLevel)
+			var audit *drill.AuditLog
+			var inner node.Job
+			if a.app == "lr" && auditPath != "" {
+				lcfg, err := a.lrConfig(out)
+				if err != nil {
+					return err
+				}
+				audit = drill.NewAuditLog(auditPath, auditEvery)
+				lcfg.Audit = true
+				lcfg.OnAuditAck = func(rank int, acked int64, at time.Time) error {
+					if err := audit.Record(rank, acked, at); err != nil {
+						return err
+					}
+					if acked == 1 {
+						fmt.Fprintln(out, drill.MarkerFirstAck)
+					}
+					return nil
+				}
+				inner = func(ctx context.Context, c *ps.Client) (any, error) { return lr.Run(ctx, c, lcfg) }
+			} else {
+				job, err := a.job(out)
+				if err != nil {
+					return err
+				}
+				// Without the audit nothing sees acknowledgements: the
+				// drill's clock starts when the first worker starts its job.
+				inner = func(ctx context.Context, c *ps.Client) (any, error) {
+					fmt.Fprintln(out, drill.MarkerFirstAck)
+					return job(ctx, c)
+				}
+			}
+			job := func(ctx context.Context, c *ps.Client) (any, error) {
+				fmt.Fprintf(out, "%s%d\n", drill.MarkerRank, c.Rank())
+				return inner(ctx, c)
+			}
+			rep, err := node.RunWorker(cmd.Context(), cfg, job)
+			if audit != nil {
+				err = errors.Join(err, audit.Close())
+			}
+			if rep != nil {
+				err = errors.Join(err, writeReport(reportPath, rep))
+			}
+			return err
+		},
+	}
+	fs := cmd.Flags()
+	a.register(fs)
+	fs.StringVar(&cfg.ID, "id", "", "node ID (host name and pid if empty)")
+	fs.StringVar(&cfg.Coordinator, "coordinator", "127.0.0.1:7070", "coordinator address")
+	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", node.DefaultJoinTimeout, "give up if the coordinator or servers cannot be reached within this time")
+	fs.StringVar(&logLevel, "log-level", "warn", "log level")
+	fs.StringVar(&reportPath, "report", "", "write this worker's JSON report to this file")
+	fs.StringVar(&auditPath, "audit-log", "", "lr: turn the audit on and append acknowledged audit pushes to this file")
+	fs.IntVar(&auditEvery, "audit-every", drill.DefaultAuditEvery, "acknowledged pushes held before appending them to --audit-log")
+	return cmd
 }

@@ -1,0 +1,17 @@
+//go:build !unix
+
+package drill
+
+import (
+	"os"
+	"syscall"
+)
+
+func sysProcAttr() *syscall.SysProcAttr { return nil }
+
+func killGroup(p *os.Process) error { return p.Kill() }
+
+const killMethod = "kill"
+
+// terminate kills p: there is no polite signal to send.
+func terminate(p *os.Process) (string, error) { return "kill (no SIGTERM on this system)", p.Kill() }
