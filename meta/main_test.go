@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -39,11 +40,36 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// open returns a Store on the shared member under a prefix of the test's
-// own, closed at the end of the test.
+var (
+	prefixMu sync.Mutex
+	prefixes = map[*testing.T]string{}
+	runs     int
+)
+
+// testPrefix is the test's own prefix: the same for every Store the test
+// opens, and new for every run of it (-count).
+func testPrefix(t *testing.T) string {
+	prefixMu.Lock()
+	defer prefixMu.Unlock()
+	p, ok := prefixes[t]
+	if !ok {
+		runs++
+		p = fmt.Sprintf("/test/%s/%d", strings.ReplaceAll(t.Name(), "/", "_"), runs)
+		prefixes[t] = p
+		t.Cleanup(func() {
+			prefixMu.Lock()
+			delete(prefixes, t)
+			prefixMu.Unlock()
+		})
+	}
+	return p
+}
+
+// open returns a Store on the shared member under the test's prefix,
+// closed at the end of the test.
 func open(t *testing.T) *Store {
 	t.Helper()
-	s, err := Open(ctxT(t, 5*time.Second), shared.Endpoints(), "/test/"+strings.ReplaceAll(t.Name(), "/", "_"))
+	s, err := Open(ctxT(t, 5*time.Second), shared.Endpoints(), testPrefix(t))
 	if err != nil {
 		t.Fatal(err)
 	}

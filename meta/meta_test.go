@@ -621,7 +621,7 @@ func TestPartitions(t *testing.T) {
 }
 
 func TestWatchEndsWithStore(t *testing.T) {
-	s, err := Open(ctxT(t, 5*time.Second), shared.Endpoints(), "/test/"+t.Name())
+	s, err := Open(ctxT(t, 5*time.Second), shared.Endpoints(), testPrefix(t))
 	if err != nil {
 		t.Fatal(err)
 	}
