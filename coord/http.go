@@ -291,6 +291,21 @@ func (c *Coordinator) workHandlers(mux *http.ServeMux) {
 		}
 		reply(w, struct{}{}, c.Heartbeat(req.Rank))
 	})
+	mux.HandleFunc("POST /v1/servers/leave", func(w http.ResponseWriter, r *http.Request) {
+		var req joinRequest
+		if err := decode(r, &req); err != nil {
+			reply(w, nil, err)
+			return
+		}
+		if !c.RemoveServer(req.ID, "") {
+			reply(w, nil, fmt.Errorf("%w: server %s is not in the layout, or is the last one", errBadRequest, req.ID))
+			return
+		}
+		c.mu.Lock()
+		l := c.snapshot()
+		c.mu.Unlock()
+		reply(w, l, nil)
+	})
 	mux.HandleFunc("POST /v1/leave", func(w http.ResponseWriter, r *http.Request) {
 		var req workRequest
 		if err := decode(r, &req); err != nil {
@@ -328,4 +343,11 @@ func (c *Client) Heartbeat(ctx context.Context, rank int) error {
 // Leave ends a worker's membership (a drained departure).
 func (c *Client) Leave(ctx context.Context, rank int) error {
 	return c.do(ctx, "POST", "/v1/leave", workRequest{Rank: rank}, nil)
+}
+
+// LeaveServer takes a server out of the layout (a drained departure) and
+// returns the layout without it.
+func (c *Client) LeaveServer(ctx context.Context, id string) (*layout.Layout, error) {
+	var l layout.Layout
+	return &l, c.do(ctx, "POST", "/v1/servers/leave", joinRequest{Role: "server", ID: id}, &l)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/terrace-ml/terrace/coord"
+	"github.com/terrace-ml/terrace/evict"
 	"github.com/terrace-ml/terrace/ps"
 	"github.com/terrace-ml/terrace/server"
 )
@@ -66,7 +67,16 @@ type ServerConfig struct {
 	Logger      *slog.Logger
 	// Ready, when set, receives the server once it has joined.
 	Ready func(s *server.Server)
+	// Notices, when set, delivers an eviction notice (or SIGTERM): the
+	// server then leaves the layout, so that the next servers of its
+	// chains, which hold every acknowledged update, take its slots, and
+	// exits once its peers have the new layout.
+	Notices <-chan evict.Notice
 }
+
+// drainLinger is how long a departing server keeps answering (with
+// refusals that make clients re-route) before it closes.
+const drainLinger = 500 * time.Millisecond
 
 // RunServer listens, joins the coordinator, and serves while following
 // the published layout, until ctx ends.
@@ -103,14 +113,50 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	if cfg.Ready != nil {
 		cfg.Ready(s)
 	}
-	errc := make(chan error, 2)
-	go func() { errc <- s.Serve(ctx, ln) }()
-	go func() { errc <- followLayout(ctx, cc, s, l.Version, cfg.Logger) }()
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	errc := make(chan error, 3)
+	go func() { errc <- s.Serve(sctx, ln) }()
+	go func() { errc <- followLayout(sctx, cc, s, l.Version, cfg.Logger) }()
+	if cfg.Notices != nil {
+		go func() {
+			select {
+			case n, ok := <-cfg.Notices:
+				if ok {
+					errc <- drainServer(sctx, cc, s, cfg, n)
+				}
+			case <-sctx.Done():
+			}
+		}()
+	}
 	err = <-errc
-	if ctx.Err() != nil {
+	if ctx.Err() != nil && !errors.Is(err, ErrDrained) {
 		return nil
 	}
 	return err
+}
+
+func drainServer(ctx context.Context, cc *coord.Client, s *server.Server, cfg ServerConfig, n evict.Notice) error {
+	cfg.Logger.Warn("eviction notice: leaving the layout", "source", n.Source, "deadline", n.Deadline)
+	dctx, cancel := context.WithDeadline(ctx, n.Deadline)
+	defer cancel()
+	l, err := cc.LeaveServer(dctx, cfg.ID)
+	if err != nil {
+		return fmt.Errorf("server %s: drain: %w", cfg.ID, err)
+	}
+	if l.K() < 2 {
+		cfg.Logger.Error("drained with replication 1: this server's keys had no other copy and are lost; run with --replication 2")
+	}
+	// Wait until this server runs on the layout without it, then answer
+	// stragglers' requests with refusals for a moment before closing.
+	for s.Epoch() < l.Epoch && dctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case <-time.After(drainLinger):
+	case <-dctx.Done():
+	}
+	return ErrDrained
 }
 
 // followLayout installs every new layout the coordinator publishes. A
@@ -148,7 +194,15 @@ type WorkerConfig struct {
 	Coordinator string
 	JoinTimeout time.Duration
 	Logger      *slog.Logger
+	// Notices, when set, delivers an eviction notice (or SIGTERM): the
+	// worker then drains, finishing its minibatch, recording its
+	// partition's progress and leaving, so its work moves on intact.
+	Notices <-chan evict.Notice
 }
+
+// ErrDrained is returned by RunWorker and RunServer after a drained
+// departure; the command exits 0 on it.
+var ErrDrained = errors.New("node drained")
 
 // RunWorker joins the coordinator, connects to the servers, runs job and
 // reports its result to the coordinator.
@@ -174,7 +228,40 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, job Job) (any, error) {
 		return nil, fmt.Errorf("worker %s: %w", cfg.ID, err)
 	}
 	defer c.Close()
-	rep, err := job(ctx, c)
+	jobCtx, stopJob := context.WithCancel(ctx)
+	defer stopJob()
+	if cfg.Notices != nil {
+		go func() {
+			select {
+			case n, ok := <-cfg.Notices:
+				if !ok {
+					return
+				}
+				cfg.Logger.Warn("eviction notice: draining", "source", n.Source, "deadline", n.Deadline, "detail", n.Detail)
+				c.Drain()
+				// The loop stops at its next minibatch; past the deadline
+				// the worker stops anyway.
+				t := time.NewTimer(time.Until(n.Deadline))
+				defer t.Stop()
+				select {
+				case <-t.C:
+					stopJob()
+				case <-jobCtx.Done():
+				}
+			case <-jobCtx.Done():
+			}
+		}()
+	}
+	rep, err := job(jobCtx, c)
+	if errors.Is(err, ps.ErrDrained) {
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if lerr := c.Leave(lctx); lerr != nil {
+			return nil, fmt.Errorf("worker %s: drained, but leaving failed: %w", cfg.ID, lerr)
+		}
+		cfg.Logger.Warn("drained: progress recorded, leases returned")
+		return nil, ErrDrained
+	}
 	if err != nil {
 		return nil, fmt.Errorf("worker %s (rank %d): %w", cfg.ID, rank, err)
 	}

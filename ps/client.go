@@ -75,6 +75,7 @@ type Client struct {
 	seqs seqTracker
 
 	stopBeat context.CancelFunc
+	draining atomic.Bool
 }
 
 // Connect waits for a ready layout and connects to every server.

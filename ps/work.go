@@ -2,6 +2,7 @@ package ps
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -99,3 +100,14 @@ func (c *Client) EachPartition(ctx context.Context, e int, train func(ctx contex
 		}
 	}
 }
+
+// ErrDrained is returned by training loops that stopped early because the
+// worker is draining (an eviction notice or SIGTERM).
+var ErrDrained = errors.New("ps: worker drained")
+
+// Drain asks the training loop to stop at the next minibatch boundary:
+// apps check Draining, record their progress and return ErrDrained.
+func (c *Client) Drain() { c.draining.Store(true) }
+
+// Draining reports whether Drain was called.
+func (c *Client) Draining() bool { return c.draining.Load() }

@@ -133,10 +133,10 @@ func (s *Server) Configure(l *layout.Layout) error {
 	if err != nil {
 		return fmt.Errorf("server %s: %w", s.opts.ID, err)
 	}
+	// A server missing from the layout has departed (drained or declared
+	// failed): it keeps the map, owns nothing, and so refuses every data
+	// request with a code that makes the client re-route.
 	me := rm.Index(s.opts.ID)
-	if me < 0 {
-		return fmt.Errorf("server %s: not in the range map of epoch %d", s.opts.ID, l.Epoch)
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, t := range l.Tables {

@@ -183,8 +183,18 @@ func TestConfigureRejectsChangedTable(t *testing.T) {
 	if err == nil {
 		t.Fatal("a table changed its width and the server accepted it")
 	}
-	err = s.Configure(&layout.Layout{Version: 2, Epoch: 4, Servers: []ring.Server{{ID: "other", Addr: addr}}})
-	if err == nil {
-		t.Fatal("a layout without this server was accepted")
+	// A layout without this server means it departed: it serves nothing.
+	if err := s.Configure(&layout.Layout{Version: 2, Epoch: 4, Servers: []ring.Server{{ID: "other", Addr: addr}}, Tables: []layout.Table{{ID: 1, Spec: mustSpec(t)}}}); err != nil {
+		t.Fatal(err)
 	}
+	h, p := call(t, addr, wire.TPush, 4, wire.Data{Table: 1, Kind: wire.KeysExplicit, Count: 1, Width: 2, Keys: []uint64{5}, Vals: wire.F32Bytes([]float32{1, 2})})
+	wantError(t, h, p, wire.CodeNotOwner)
+}
+
+func mustSpec(t *testing.T) table.Spec {
+	spec := table.Spec{Name: "t", Width: 2}
+	if err := spec.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return spec
 }

@@ -114,6 +114,12 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 				n += end - off
 				off = end
 				c.Tick()
+				if c.Draining() {
+					if err := l.Progress(ctx, off); err != nil {
+						return err
+					}
+					return ps.ErrDrained
+				}
 				if b%progressEvery == progressEvery-1 && off < len(order) {
 					if err := l.Progress(ctx, off); err != nil {
 						return err

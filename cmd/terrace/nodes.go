@@ -69,6 +69,7 @@ func coordinatorCmd() *cobra.Command {
 
 func serverCmd() *cobra.Command {
 	var cfg node.ServerConfig
+	var notices noticeFlags
 	var logLevel string
 	var statsEvery time.Duration
 	cmd := &cobra.Command{
@@ -83,6 +84,7 @@ func serverCmd() *cobra.Command {
 			cfg.Logger = newLogger(logLevel)
 			ctx, cancel := context.WithCancel(cmd.Context())
 			defer cancel()
+			cfg.Notices = notices.watch(ctx)
 			cfg.Ready = func(s *server.Server) {
 				fmt.Fprintf(cmd.OutOrStdout(), "terrace server %s joined %s\n", cfg.ID, cfg.Coordinator)
 				if statsEvery > 0 {
@@ -112,12 +114,14 @@ func serverCmd() *cobra.Command {
 	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", node.DefaultJoinTimeout, "give up if the coordinator cannot be reached within this time")
 	fs.StringVar(&logLevel, "log-level", "info", "log level")
 	fs.DurationVar(&statsEvery, "stats-every", 0, "print server statistics as JSON at this interval (0: never)")
+	notices.register(fs)
 	addConfigFlag(cmd)
 	return cmd
 }
 
 func workerCmd() *cobra.Command {
 	var a appFlags
+	var notices noticeFlags
 	var cfg node.WorkerConfig
 	var logLevel, reportPath string
 	cmd := &cobra.Command{
@@ -134,7 +138,10 @@ func workerCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			rep, err := node.RunWorker(cmd.Context(), cfg, job)
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
+			cfg.Notices = notices.watch(ctx)
+			rep, err := node.RunWorker(ctx, cfg, job)
 			if err != nil {
 				return err
 			}
@@ -148,6 +155,7 @@ func workerCmd() *cobra.Command {
 	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", node.DefaultJoinTimeout, "give up if the coordinator or servers cannot be reached within this time")
 	fs.StringVar(&logLevel, "log-level", "warn", "log level")
 	fs.StringVar(&reportPath, "report", "", "write this worker's JSON report to this file")
+	notices.register(fs)
 	addConfigFlag(cmd)
 	return cmd
 }

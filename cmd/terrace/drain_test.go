@@ -1,0 +1,137 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/terrace-ml/terrace/data"
+)
+
+// lineWatcher copies a process's output and signals when a line contains want.
+type lineWatcher struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	want string
+	seen chan struct{}
+	once sync.Once
+}
+
+func (w *lineWatcher) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if strings.Contains(w.buf.String(), w.want) {
+		w.once.Do(func() { close(w.seen) })
+	}
+	return len(p), nil
+}
+
+func (w *lineWatcher) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// TestWorkerDrainsOnSIGTERM sends SIGTERM to one of two workers once
+// training is under way: it must record its progress, return its leases and
+// exit 0, and the other worker must train everything left.
+func TestWorkerDrainsOnSIGTERM(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs five processes")
+	}
+	trainPath, ok := data.SharedPath("ratings/ml-100k/u1.base")
+	testPath, ok2 := data.SharedPath("ratings/ml-100k/u1.test")
+	if !ok || !ok2 {
+		t.Skip("MovieLens 100K not found under ../shared/data/ratings/ml-100k")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	_, out := start(t, ctx, "coordinator", "--listen", "127.0.0.1:0", "--servers", "2", "--workers", "2", "--replication", "2")
+	line, err := out.ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(line)
+	addr := strings.TrimSuffix(f[slicesIndex(f, "on")+1], ",")
+	go drain(out)
+	for i := range 2 {
+		_, so := start(t, ctx, "server", "--coordinator", addr, "--id", fmt.Sprintf("s%d", i), "--log-level", "warn")
+		go drain(so)
+	}
+	var cmds []*exec.Cmd
+	var outs []*lineWatcher
+	for i := range 2 {
+		w := &lineWatcher{want: "epoch  1/", seen: make(chan struct{})}
+		cmd := exec.CommandContext(ctx, terrace(t), "worker", "--coordinator", addr, "--id", fmt.Sprintf("w%d", i),
+			"--app", "mf", "--train", trainPath, "--test", testPath, "--epochs", "4", "--log-level", "warn",
+			"--report", filepath.Join(dir, fmt.Sprintf("w%d.json", i)))
+		cmd.Stdout, cmd.Stderr = w, w
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds, outs = append(cmds, cmd), append(outs, w)
+	}
+	// Rank 0 prints the epoch lines; drain the other one after the first.
+	var rank0 int
+	select {
+	case <-outs[0].seen:
+		rank0 = 0
+	case <-outs[1].seen:
+		rank0 = 1
+	case <-ctx.Done():
+		t.Fatal("no epoch finished")
+	}
+	other := 1 - rank0
+	if err := cmds[other].Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmds[other].Wait(); err != nil {
+		t.Fatalf("drained worker: %v\n%s", err, outs[other])
+	}
+	if !strings.Contains(outs[other].String(), "drained") {
+		t.Errorf("drained worker did not say so:\n%s", outs[other])
+	}
+	if err := cmds[rank0].Wait(); err != nil {
+		t.Fatalf("remaining worker: %v\n%s", err, outs[rank0])
+	}
+	var rep struct {
+		Examples int64   `json:"examples"`
+		TestRMSE float64 `json:"test_rmse"`
+	}
+	b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("w%d.json", rank0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	// 80,000 ratings a epoch; alone for three of four epochs, the remaining
+	// worker trains well over half of them.
+	if rep.Examples <= 4*80000/2 {
+		t.Errorf("remaining worker trained %d examples; the drained worker's partitions were not taken over", rep.Examples)
+	}
+	if rep.TestRMSE == 0 || rep.TestRMSE > 1.0 {
+		t.Errorf("test RMSE %v after a drain", rep.TestRMSE)
+	}
+	t.Logf("remaining worker trained %d examples, test RMSE %.4f", rep.Examples, rep.TestRMSE)
+}
+
+func drain(r *bufio.Reader) {
+	for {
+		if _, err := r.ReadString('\n'); err != nil {
+			return
+		}
+	}
+}
