@@ -102,6 +102,10 @@ func AuditSpec(name string) table.Spec {
 	return table.Spec{Name: name, Width: 1, Rule: table.Rule{Kind: table.Sum}, Consistency: table.Consistency{Model: table.ASP}}
 }
 
+// progressEvery is how many minibatches pass between progress reports: what
+// a dead worker's successor repeats at most.
+const progressEvery = 8
+
 // Key 0 holds the bias; feature f is key f+1.
 func featureKey(f uint64) uint64 { return f + 1 }
 
@@ -122,25 +126,7 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lr: %w", err)
 	}
-	lay := c.Layout()
-	parts := data.Partition(train.Len(), lay.Partitions)
-	var rows []int
-	longest := 0
-	for r := range lay.Workers {
-		n := 0
-		for _, p := range lay.PartitionsOf(r) {
-			n += parts[p].Len()
-			if r == c.Rank() {
-				for i := parts[p].Lo; i < parts[p].Hi; i++ {
-					rows = append(rows, i)
-				}
-			}
-		}
-		longest = max(longest, n)
-	}
-	// Every worker takes the same number of steps per epoch, whatever its
-	// share, so that clocks and barriers line up.
-	steps := (longest + cfg.Batch - 1) / cfg.Batch
+	parts := data.Partition(train.Len(), c.Layout().Partitions)
 	nkeys := featureKey(train.NumFeatures)
 	if test != nil {
 		nkeys = max(nkeys, featureKey(test.NumFeatures))
@@ -155,23 +141,54 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 	start := time.Now()
 	for e := range cfg.Epochs {
 		epochStart := time.Now()
-		order := slices.Clone(rows)
-		data.Shuffle(order, cfg.Seed+uint64(e)*7919+uint64(c.Rank()))
-		batches := make([][]int, steps)
-		for s := range steps {
-			lo, hi := min(s*len(order)/steps, len(order)), min((s+1)*len(order)/steps, len(order))
-			batches[s] = order[lo:hi]
-		}
-		loss, n, err := w.epoch(ctx, c, batches)
+		var loss float64
+		n := 0
+		// Partitions are leased: a dead or drained worker's partition is
+		// finished by another from its last recorded offset, and the loop
+		// returns when every partition of the epoch is trained, which is
+		// the epoch's barrier.
+		err := c.EachPartition(ctx, e, func(ctx context.Context, l *ps.Lease) error {
+			p := parts[l.Partition]
+			order := make([]int, 0, p.Len())
+			for i := p.Lo; i < p.Hi; i++ {
+				order = append(order, i)
+			}
+			// The order depends only on (epoch, partition), so whoever
+			// resumes a partition continues the same sequence.
+			data.Shuffle(order, cfg.Seed+uint64(e)*7919+uint64(l.Partition)*104729)
+			for off := l.Offset; off < len(order); {
+				var batches [][]int
+				for b := 0; b < progressEvery && off < len(order); b++ {
+					end := min(off+cfg.Batch, len(order))
+					batches = append(batches, order[off:end])
+					off = end
+				}
+				// epoch returns once every push of these batches is
+				// acknowledged, so the offset recorded next is safe.
+				bl, bn, err := w.epoch(ctx, c, batches)
+				if err != nil {
+					return err
+				}
+				loss += bl
+				n += bn
+				if off == len(order) {
+					break
+				}
+				if err := l.Progress(ctx, off); err != nil {
+					return err
+				}
+				if c.Draining() {
+					return ps.ErrDrained
+				}
+			}
+			return l.Complete(ctx, len(order))
+		})
 		if err != nil {
 			return nil, fmt.Errorf("lr: epoch %d: %w", e+1, err)
 		}
 		rep.Examples += int64(n)
 		if err := tbl.Flush().Wait(ctx); err != nil {
 			return nil, fmt.Errorf("lr: flush: %w", err)
-		}
-		if err := c.Barrier(ctx); err != nil {
-			return nil, fmt.Errorf("lr: epoch %d: %w", e+1, err)
 		}
 		if test != nil {
 			st := EpochStats{Epoch: e + 1, Seconds: time.Since(epochStart).Seconds(), TrainLogLoss: loss / float64(max(n, 1))}
@@ -235,14 +252,18 @@ type worker struct {
 	tbl      *ps.Table
 	prefetch bool
 	// pos maps a key to its index in the current batch's key list; every
-	// key a batch reads is set before the batch uses it.
-	pos []int32
+	// key a batch reads is set before the batch uses it. stamp marks the
+	// keys already collected for the batch being prepared (gen), so that
+	// only distinct keys are sorted.
+	pos   []int32
+	stamp []uint32
+	gen   uint32
 	// audit is nil unless Config.Audit.
 	audit *auditor
 }
 
 func newWorker(train *data.Sparse, nkeys uint64, tbl *ps.Table, prefetch bool) *worker {
-	return &worker{train: train, tbl: tbl, prefetch: prefetch, pos: make([]int32, nkeys)}
+	return &worker{train: train, tbl: tbl, prefetch: prefetch, pos: make([]int32, nkeys), stamp: make([]uint32, nkeys)}
 }
 
 // batch is one minibatch's key list and weights.
@@ -254,15 +275,19 @@ type batch struct {
 }
 
 func (wk *worker) prepare(rows []int) *batch {
+	wk.gen++
 	b := &batch{rows: rows, keys: []uint64{0}}
+	wk.stamp[0] = wk.gen
 	for _, r := range rows {
 		keys, _, _ := wk.train.Row(r)
 		for _, k := range keys {
-			b.keys = append(b.keys, featureKey(k))
+			if fk := featureKey(k); wk.stamp[fk] != wk.gen {
+				wk.stamp[fk] = wk.gen
+				b.keys = append(b.keys, fk)
+			}
 		}
 	}
 	slices.Sort(b.keys)
-	b.keys = slices.Compact(b.keys)
 	b.w = make([]float32, len(b.keys))
 	b.pull = wk.tbl.Pull(b.keys, b.w)
 	return b
