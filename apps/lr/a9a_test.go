@@ -1,0 +1,49 @@
+package lr_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/terrace-ml/terrace/apps/lr"
+	"github.com/terrace-ml/terrace/node"
+	"github.com/terrace-ml/terrace/ps"
+	"github.com/terrace-ml/terrace/table"
+)
+
+// TestA9A trains on the shipped a9a data under each consistency model and
+// checks the targets: test accuracy >= 0.845 and AUC >= 0.90 (liblinear:
+// 0.8495 and 0.902).
+func TestA9A(t *testing.T) {
+	for _, cons := range []table.Consistency{{Model: table.BSP}, {Model: table.SSP, Staleness: 2}, {Model: table.ASP}} {
+		t.Run(cons.String(), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			l, err := node.StartLocal(ctx, node.LocalConfig{Servers: 2, Workers: 2, Replication: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			cfg := lr.DefaultConfig()
+			cfg.Train = filepath.Join("..", "..", "datasets", "a9a", "a9a.gz")
+			cfg.Test = filepath.Join("..", "..", "datasets", "a9a", "a9a.t.gz")
+			cfg.Consistency = cons
+			var rep0 *lr.Report
+			_, err = l.RunWorkers(ctx, func(ctx context.Context, c *ps.Client) (any, error) {
+				rep, err := lr.Run(ctx, c, cfg)
+				if err == nil && c.Rank() == 0 {
+					rep0 = rep
+				}
+				return rep, err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep0.TestAccuracy < 0.845 || rep0.TestAUC < 0.90 {
+				t.Fatalf("test accuracy %.4f AUC %.4f, want >= 0.845 and >= 0.90", rep0.TestAccuracy, rep0.TestAUC)
+			}
+			t.Logf("%s: accuracy %.4f logloss %.4f AUC %.4f", cons, rep0.TestAccuracy, rep0.TestLogLoss, rep0.TestAUC)
+		})
+	}
+}
