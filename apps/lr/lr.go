@@ -132,6 +132,7 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 		nkeys = max(nkeys, featureKey(test.NumFeatures))
 	}
 	w := newWorker(train, nkeys, tbl, cfg.Consistency.Bound() < 0)
+	w.clocked = cfg.Consistency.Model != table.ASP
 	if cfg.Audit {
 		if w.audit, err = newAuditor(ctx, c, cfg.OnAuditAck); err != nil {
 			return nil, err
@@ -156,32 +157,14 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 			// The order depends only on (epoch, partition), so whoever
 			// resumes a partition continues the same sequence.
 			data.Shuffle(order, cfg.Seed+uint64(e)*7919+uint64(l.Partition)*104729)
-			for off := l.Offset; off < len(order); {
-				var batches [][]int
-				for b := 0; b < progressEvery && off < len(order); b++ {
-					end := min(off+cfg.Batch, len(order))
-					batches = append(batches, order[off:end])
-					off = end
-				}
-				// epoch returns once every push of these batches is
-				// acknowledged, so the offset recorded next is safe.
-				bl, bn, err := w.epoch(ctx, c, batches)
-				if err != nil {
-					return err
-				}
-				loss += bl
-				n += bn
-				if off == len(order) {
-					break
-				}
-				if err := l.Progress(ctx, off); err != nil {
-					return err
-				}
-				if c.Draining() {
-					return ps.ErrDrained
-				}
+			var batches [][]int
+			for off := l.Offset; off < len(order); off += cfg.Batch {
+				batches = append(batches, order[off:min(off+cfg.Batch, len(order))])
 			}
-			return l.Complete(ctx, len(order))
+			bl, bn, err := w.partition(ctx, c, l, batches, len(order))
+			loss += bl
+			n += bn
+			return err
 		})
 		if err != nil {
 			return nil, fmt.Errorf("lr: epoch %d: %w", e+1, err)
@@ -251,6 +234,9 @@ type worker struct {
 	train    *data.Sparse
 	tbl      *ps.Table
 	prefetch bool
+	// clocked is false under ASP, whose reads never wait on clocks, so a
+	// clock message per minibatch would be pure overhead.
+	clocked bool
 	// pos maps a key to its index in the current batch's key list; every
 	// key a batch reads is set before the batch uses it. stamp marks the
 	// keys already collected for the batch being prepared (gen), so that
@@ -293,14 +279,25 @@ func (wk *worker) prepare(rows []int) *batch {
 	return b
 }
 
-// epoch runs the minibatches; it returns the summed training log loss and
-// the number of examples. Under ASP the next batch's weights are fetched
-// while this one computes.
-func (wk *worker) epoch(ctx context.Context, c *ps.Client, batches [][]int) (float64, int, error) {
+// partition trains the minibatches of a leased partition, which end at
+// offset size; it returns the summed training log loss and the number of
+// examples. Under ASP the next batch's weights are fetched while this one
+// computes. Every progressEvery minibatches it records, without waiting,
+// the offset up to which every push is acknowledged, so that the push
+// pipeline never drains; on a drain it waits for its pushes and records the
+// exact offset.
+func (wk *worker) partition(ctx context.Context, c *ps.Client, l *ps.Lease, batches [][]int, size int) (float64, int, error) {
+	type sent struct {
+		end  int // partition offset after this batch
+		push *ps.Future
+	}
 	var loss float64
 	n := 0
 	var next *batch
-	var pushes []*ps.Future
+	var inflight []sent
+	off := l.Offset
+	reported := make(chan error, 1)
+	reporting := false
 	for s, rows := range batches {
 		cur := next
 		if cur == nil {
@@ -313,31 +310,64 @@ func (wk *worker) epoch(ctx context.Context, c *ps.Client, batches [][]int) (flo
 		if wk.prefetch && s+1 < len(batches) {
 			next = wk.prepare(batches[s+1])
 		}
-		grad, l := wk.gradient(cur)
-		loss += l
+		grad, bl := wk.gradient(cur)
+		loss += bl
 		n += len(rows)
-		pushes = append(pushes, wk.tbl.Push(cur.keys, grad))
+		off += len(rows)
+		inflight = append(inflight, sent{off, wk.tbl.Push(cur.keys, grad)})
 		if wk.audit != nil {
 			wk.audit.push(rows)
 		}
-		c.Tick()
-		if len(pushes) >= 8 {
-			if err := pushes[0].Wait(ctx); err != nil {
+		if wk.clocked {
+			c.Tick()
+		}
+		// Keep at most 8 pushes in flight, and learn how far every push
+		// is acknowledged.
+		if len(inflight) > 8 {
+			if err := inflight[0].push.Wait(ctx); err != nil {
 				return 0, 0, err
 			}
-			pushes = pushes[1:]
+		}
+		done := 0
+		for done < len(inflight) && isDone(inflight[done].push) {
+			if err := inflight[done].push.Err(); err != nil {
+				return 0, 0, err
+			}
+			done++
+		}
+		acked := l.Offset
+		if done > 0 {
+			acked = inflight[done-1].end
+			inflight = inflight[done:]
 		}
 		if wk.audit != nil {
 			if err := wk.audit.collect(ctx, false); err != nil {
 				return 0, 0, err
 			}
 		}
+		if c.Draining() {
+			break
+		}
+		if s%progressEvery == progressEvery-1 && done > 0 {
+			select {
+			case err := <-reported:
+				reporting = false
+				if err != nil {
+					return 0, 0, err
+				}
+			default:
+			}
+			if !reporting {
+				reporting = true
+				go func(at int) { reported <- l.Progress(ctx, at) }(acked)
+			}
+		}
 	}
 	if next != nil {
 		next.pull.Wait(ctx)
 	}
-	for _, f := range pushes {
-		if err := f.Wait(ctx); err != nil {
+	for _, f := range inflight {
+		if err := f.push.Wait(ctx); err != nil {
 			return 0, 0, err
 		}
 	}
@@ -346,7 +376,27 @@ func (wk *worker) epoch(ctx context.Context, c *ps.Client, batches [][]int) (flo
 			return 0, 0, err
 		}
 	}
-	return loss, n, nil
+	if reporting {
+		if err := <-reported; err != nil {
+			return 0, 0, err
+		}
+	}
+	if c.Draining() && off < size {
+		if err := l.Progress(ctx, off); err != nil {
+			return 0, 0, err
+		}
+		return loss, n, ps.ErrDrained
+	}
+	return loss, n, l.Complete(ctx, size)
+}
+
+func isDone(f *ps.Future) bool {
+	select {
+	case <-f.Done():
+		return true
+	default:
+		return false
+	}
 }
 
 // gradient returns the minibatch's mean log-loss gradient on cur's keys and
