@@ -51,6 +51,7 @@ type Coordinator struct {
 	beats       map[int]time.Time  // last heartbeat by rank
 	maxClock    int64
 	deadWorkers int
+	synced      map[string]map[string]bool // joiner -> ring servers that shipped it its copies
 }
 
 // New returns a coordinator waiting for its nodes.
@@ -65,6 +66,7 @@ func New(o Options) *Coordinator {
 		workers: map[string]int{},
 		reports: map[int]json.RawMessage{},
 		done:    make(chan struct{}),
+		synced:  map[string]map[string]bool{},
 	}
 }
 
@@ -117,11 +119,26 @@ func (c *Coordinator) JoinServer(id, addr string) (*layout.Layout, error) {
 			return c.snapshot(), nil
 		}
 	}
-	if len(c.lay.Servers) >= c.opts.Servers || c.lay.Ready {
-		// A server joining a running cluster needs its slots handed over
-		// first (pre-copy, then the delta), which this coordinator does not
-		// do yet; admitting it empty would lose their state.
-		return nil, fmt.Errorf("%w: server %s would be number %d of %d (joining a running cluster is not supported yet)", ErrFull, id, len(c.lay.Servers)+1, c.opts.Servers)
+	for i, s := range c.lay.Joining {
+		if s.ID == id {
+			c.lay.Joining[i].Addr = addr
+			c.publish()
+			return c.snapshot(), nil
+		}
+	}
+	if c.lay.Ready || len(c.lay.Servers) >= c.opts.Servers {
+		// A running cluster takes a new server in two phases: first it
+		// joins the chains of the slots it will hold, and the heads ship it
+		// full copies and every later push; once every head reports it
+		// caught up (Synced), it goes on the ring with a new epoch.
+		c.lay.Joining = append(slices.Clone(c.lay.Joining), ring.Server{ID: id, Addr: addr})
+		if _, err := c.lay.Final(); err != nil {
+			c.lay.Joining = c.lay.Joining[:len(c.lay.Joining)-1]
+			return nil, err
+		}
+		c.synced[id] = map[string]bool{}
+		c.publish()
+		return c.snapshot(), nil
 	}
 	servers := append(slices.Clone(c.lay.Servers), ring.Server{ID: id, Addr: addr})
 	if _, err := ring.New(c.lay.Epoch+1, servers, c.opts.VNodes); err != nil {
@@ -139,15 +156,67 @@ func (c *Coordinator) JoinServer(id, addr string) (*layout.Layout, error) {
 func (c *Coordinator) RemoveServer(id, addr string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	i := slices.IndexFunc(c.lay.Servers, func(s ring.Server) bool { return s.ID == id && (addr == "" || s.Addr == addr) })
+	match := func(s ring.Server) bool { return s.ID == id && (addr == "" || s.Addr == addr) }
+	if j := slices.IndexFunc(c.lay.Joining, match); j >= 0 {
+		c.lay.Joining = slices.Delete(slices.Clone(c.lay.Joining), j, j+1)
+		delete(c.synced, id)
+		c.publish()
+		return true
+	}
+	i := slices.IndexFunc(c.lay.Servers, match)
 	if i < 0 || len(c.lay.Servers) == 1 {
 		return false
 	}
 	c.lay.Servers = slices.Delete(slices.Clone(c.lay.Servers), i, i+1)
 	c.lay.Epoch++
 	c.removed++
+	c.promoteLocked()
 	c.publish()
 	return true
+}
+
+// Synced records that server from has shipped joiner full copies of its
+// slots under layout version; once every server on the ring has, the
+// joiner goes on the ring.
+func (c *Coordinator) Synced(from, joiner string, version uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	got := c.synced[joiner]
+	if got == nil {
+		return
+	}
+	got[from] = true
+	if c.promoteLocked() {
+		c.publish()
+	}
+}
+
+// promoteLocked moves every joiner that all ring servers have synced onto
+// the ring, in one new epoch.
+func (c *Coordinator) promoteLocked() bool {
+	var stay []ring.Server
+	promoted := false
+	for _, j := range c.lay.Joining {
+		all := true
+		for _, s := range c.lay.Servers {
+			if !c.synced[j.ID][s.ID] {
+				all = false
+				break
+			}
+		}
+		if all {
+			c.lay.Servers = append(slices.Clone(c.lay.Servers), j)
+			delete(c.synced, j.ID)
+			promoted = true
+			continue
+		}
+		stay = append(stay, j)
+	}
+	if promoted {
+		c.lay.Joining = stay
+		c.lay.Epoch++
+	}
+	return promoted
 }
 
 // JoinWorker admits a worker and returns its rank; a worker that joins

@@ -37,9 +37,22 @@ func TestJoinAndPublish(t *testing.T) {
 	if v := <-woke; v <= l.Version {
 		t.Fatalf("long-poll returned version %d, not newer than %d", v, l.Version)
 	}
-	if _, err := cl.JoinServer(ctx, "s2", "127.0.0.1:3"); !errors.Is(err, ErrFull) {
-		t.Fatalf("third server of two: %v, want ErrFull", err)
+	// A server beyond the expected count joins in two phases: first as a
+	// joiner, off the ring.
+	jl, err := cl.JoinServer(ctx, "s2", "127.0.0.1:3")
+	if err != nil || len(jl.Joining) != 1 || len(jl.Servers) != 2 || jl.Epoch != 2 {
+		t.Fatalf("third server of two: %+v %v, want it joining at epoch 2", jl, err)
 	}
+	c.Synced("s0", "s2", jl.Version)
+	if l, _ := cl.Layout(ctx, 0); len(l.Joining) != 1 {
+		t.Fatal("joiner promoted before every ring server synced it")
+	}
+	c.Synced("s1", "s2", jl.Version)
+	pl, _ := cl.Layout(ctx, 0)
+	if len(pl.Joining) != 0 || len(pl.Servers) != 3 || pl.Epoch != 3 {
+		t.Fatalf("after both synced: %+v, want s2 on the ring at epoch 3", pl)
+	}
+	c.RemoveServer("s2", "")
 	r0, err := cl.JoinWorker(ctx, "w-a")
 	if err != nil {
 		t.Fatal(err)
@@ -50,7 +63,7 @@ func TestJoinAndPublish(t *testing.T) {
 		t.Fatalf("ranks %d %d, rejoin %d", r0, r1, again)
 	}
 	l, err = cl.Layout(ctx, 0)
-	if err != nil || !l.Ready || l.Epoch != 2 || len(l.Servers) != 2 || l.Workers != 2 {
+	if err != nil || !l.Ready || l.Epoch != 4 || len(l.Servers) != 2 || l.Workers != 2 {
 		t.Fatalf("final layout %+v %v", l, err)
 	}
 	if got := l.PartitionsOf(1); len(got) != 4 || got[0] != 1 || got[1] != 3 {

@@ -306,6 +306,15 @@ func (c *Coordinator) workHandlers(mux *http.ServeMux) {
 		c.mu.Unlock()
 		reply(w, l, nil)
 	})
+	mux.HandleFunc("POST /v1/servers/synced", func(w http.ResponseWriter, r *http.Request) {
+		var req syncedRequest
+		if err := decode(r, &req); err != nil {
+			reply(w, nil, err)
+			return
+		}
+		c.Synced(req.From, req.Joiner, req.Version)
+		reply(w, struct{}{}, nil)
+	})
 	mux.HandleFunc("POST /v1/leave", func(w http.ResponseWriter, r *http.Request) {
 		var req workRequest
 		if err := decode(r, &req); err != nil {
@@ -350,4 +359,15 @@ func (c *Client) Leave(ctx context.Context, rank int) error {
 func (c *Client) LeaveServer(ctx context.Context, id string) (*layout.Layout, error) {
 	var l layout.Layout
 	return &l, c.do(ctx, "POST", "/v1/servers/leave", joinRequest{Role: "server", ID: id}, &l)
+}
+
+type syncedRequest struct {
+	From    string `json:"from"`
+	Joiner  string `json:"joiner"`
+	Version uint64 `json:"version"`
+}
+
+// Synced reports that server from has shipped joiner its copies.
+func (c *Client) Synced(ctx context.Context, from, joiner string, version uint64) error {
+	return c.do(ctx, "POST", "/v1/servers/synced", syncedRequest{From: from, Joiner: joiner, Version: version}, nil)
 }

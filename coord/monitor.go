@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/terrace-ml/terrace/ring"
 	"github.com/terrace-ml/terrace/transport"
 	"github.com/terrace-ml/terrace/wire"
 )
@@ -33,7 +34,7 @@ func (c *Coordinator) Monitor(ctx context.Context, log *slog.Logger) {
 		version = l.Version
 		mu.Lock()
 		live := map[string]bool{}
-		for _, s := range l.Servers {
+		for _, s := range append(append([]ring.Server(nil), l.Servers...), l.Joining...) {
 			live[s.ID+"@"+s.Addr] = true
 			key := s.ID + "@" + s.Addr
 			if _, ok := watching[key]; ok {

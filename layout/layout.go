@@ -21,6 +21,11 @@ type Layout struct {
 	Epoch   uint64        `json:"epoch"`
 	Servers []ring.Server `json:"servers"`
 	VNodes  int           `json:"vnodes"`
+	// Joining are servers receiving copies of the slots they will hold,
+	// before they join the ring: every head replicates those slots to them,
+	// and the coordinator moves them into Servers (a new epoch) once every
+	// head reports them caught up. That is the two-phase range handoff.
+	Joining []ring.Server `json:"joining,omitempty"`
 	// Replication is how many servers hold each slot (k); 0 means 1.
 	Replication int     `json:"replication,omitempty"`
 	Tables      []Table `json:"tables"`
@@ -39,6 +44,11 @@ type Layout struct {
 // Ring builds the range map of l.
 func (l *Layout) Ring() (*ring.Map, error) {
 	return ring.New(l.Epoch, l.Servers, l.VNodes)
+}
+
+// Final builds the map the ring will have once the joining servers are in.
+func (l *Layout) Final() (*ring.Map, error) {
+	return ring.New(l.Epoch, append(append([]ring.Server(nil), l.Servers...), l.Joining...), l.VNodes)
 }
 
 // K is the replication factor, at least 1.

@@ -28,6 +28,7 @@ type Local struct {
 	CoordAddr string
 	Servers   []*server.Server
 
+	ctx    context.Context
 	cancel context.CancelFunc
 	kill   []context.CancelFunc // per server
 	wg     sync.WaitGroup
@@ -44,7 +45,7 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 		return nil, fmt.Errorf("local cluster: need at least one server and one worker, got %d and %d", cfg.Servers, cfg.Workers)
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	l := &Local{cfg: cfg, cancel: cancel}
+	l := &Local{cfg: cfg, ctx: ctx, cancel: cancel}
 	ready := make(chan struct{})
 	l.goRun(func() error {
 		return RunCoordinator(ctx, CoordinatorConfig{
@@ -102,6 +103,32 @@ func (l *Local) err() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return errors.Join(l.errs...)
+}
+
+// AddServer starts one more server, which joins the running cluster (as a
+// joiner first, then on the ring once its copies are in).
+func (l *Local) AddServer(ctx context.Context) (*server.Server, error) {
+	l.mu.Lock()
+	i := len(l.kill)
+	sctx, kill := context.WithCancel(l.ctx)
+	l.kill = append(l.kill, kill)
+	l.mu.Unlock()
+	ready := make(chan *server.Server, 1)
+	l.goRun(func() error {
+		return RunServer(sctx, ServerConfig{
+			ID: fmt.Sprintf("server-%d", i), Listen: "127.0.0.1:0", Coordinator: l.CoordAddr,
+			Logger: l.cfg.Logger, Ready: func(s *server.Server) { ready <- s },
+		})
+	})
+	select {
+	case s := <-ready:
+		l.mu.Lock()
+		l.Servers = append(l.Servers, s)
+		l.mu.Unlock()
+		return s, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // KillServer stops server i at once: its listener and connections close,

@@ -106,7 +106,13 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	if err != nil {
 		return fmt.Errorf("server %s: join: %w", cfg.ID, err)
 	}
-	s := server.New(server.Options{ID: cfg.ID, Logger: cfg.Logger})
+	s := server.New(server.Options{ID: cfg.ID, Logger: cfg.Logger, OnSynced: func(joiner string, version uint64) {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := cc.Synced(sctx, cfg.ID, joiner, version); err != nil {
+			cfg.Logger.Warn("could not report a joiner synced", "joiner", joiner, "err", err)
+		}
+	}})
 	if err := s.Configure(l); err != nil {
 		return err
 	}

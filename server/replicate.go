@@ -25,7 +25,7 @@ type replicator struct {
 	mu      sync.Mutex
 	pending []dirty
 	pairs   []wire.Pair
-	waiters []func()
+	waiters []func(error)
 	held    []batch // sent but not acknowledged, re-sent after a reconnect
 	gone    bool    // the peer left the layout: release everything
 	kick    chan struct{}
@@ -43,8 +43,13 @@ type dirty struct {
 type batch struct {
 	items   []dirty
 	pairs   []wire.Pair
-	waiters []func()
+	waiters []func(error)
 }
+
+// errMoved fails pushes whose slots this server stopped heading before
+// their replication was confirmed: the client re-sends them to the new
+// head, which holds them or not, and its pairs say which.
+var errMoved = errors.New("slots moved to another head before replication completed")
 
 func newReplicator(s *Server, peer ring.Server) *replicator {
 	r := &replicator{s: s, peer: peer, kick: make(chan struct{}, 1), stop: make(chan struct{})}
@@ -53,13 +58,14 @@ func newReplicator(s *Server, peer ring.Server) *replicator {
 }
 
 // add queues keys, the pushes they reflect, and a function to run once the
-// peer has their state (or has left the layout).
-func (r *replicator) add(items []dirty, pairs []wire.Pair, done func()) {
+// peer has their state (nil), or has left the layout (nil), or the slots
+// moved away (errMoved).
+func (r *replicator) add(items []dirty, pairs []wire.Pair, done func(error)) {
 	r.mu.Lock()
 	if r.gone {
 		r.mu.Unlock()
 		if done != nil {
-			done()
+			done(nil)
 		}
 		return
 	}
@@ -80,7 +86,7 @@ func (r *replicator) add(items []dirty, pairs []wire.Pair, done func()) {
 func (r *replicator) leave() {
 	r.mu.Lock()
 	r.gone = true
-	var release []func()
+	var release []func(error)
 	for _, b := range r.held {
 		release = append(release, b.waiters...)
 	}
@@ -89,7 +95,7 @@ func (r *replicator) leave() {
 	r.mu.Unlock()
 	close(r.stop)
 	for _, f := range release {
-		f()
+		f(nil)
 	}
 }
 
@@ -120,8 +126,26 @@ func (r *replicator) loop() {
 				r.held = append(r.held, batch{items: r.pending, pairs: r.pairs, waiters: r.waiters})
 				r.pending, r.pairs, r.waiters = nil, nil, nil
 			}
+			// Batches for slots this server no longer heads cannot be
+			// confirmed by the peer any more: fail their pushes.
+			var moved []batch
+			keep := r.held[:0]
+			for _, b := range r.held {
+				if r.s.headsAll(b.items) {
+					keep = append(keep, b)
+				} else {
+					moved = append(moved, b)
+				}
+			}
+			clear(r.held[len(keep):])
+			r.held = keep
 			todo := append([]batch(nil), r.held...)
 			r.mu.Unlock()
+			for _, b := range moved {
+				for _, f := range b.waiters {
+					f(errMoved)
+				}
+			}
 			if len(todo) == 0 {
 				break
 			}
@@ -159,7 +183,7 @@ func (r *replicator) loop() {
 			r.mu.Unlock()
 			for _, b := range todo {
 				for _, f := range b.waiters {
-					f()
+					f(nil)
 				}
 			}
 		}
@@ -329,4 +353,42 @@ func checkHead(rm *ring.Map, sender int, st wire.State) error {
 		}
 	}
 	return nil
+}
+
+// headsAll reports whether this server heads every slot of items under its
+// current layout.
+func (s *Server) headsAll(items []dirty) bool {
+	s.mu.RLock()
+	rm := s.ring
+	s.mu.RUnlock()
+	if rm == nil {
+		return false
+	}
+	me := rm.Index(s.opts.ID)
+	if me < 0 {
+		return false
+	}
+	for _, it := range items {
+		if it.keys != nil {
+			last := ^uint64(0)
+			for _, k := range it.keys {
+				if sl := keyspace.Slot(k); sl != last {
+					if rm.SlotOwner(sl) != me {
+						return false
+					}
+					last = sl
+				}
+			}
+			continue
+		}
+		if it.n == 0 {
+			continue
+		}
+		for sl := keyspace.Slot(it.lo); sl <= keyspace.Slot(it.lo+uint64(it.n)-1); sl++ {
+			if rm.SlotOwner(sl) != me {
+				return false
+			}
+		}
+	}
+	return true
 }

@@ -29,6 +29,10 @@ type Options struct {
 	// KeyCacheBytes bounds the cached key lists kept per connection (64 MiB if 0).
 	KeyCacheBytes int
 	Logger        *slog.Logger
+	// OnSynced, when set, is told once this server has shipped a joining
+	// server full copies of the slots it heads that the joiner will hold
+	// (the first phase of a handoff), for the layout version given.
+	OnSynced func(joiner string, version uint64)
 }
 
 // Server serves its share of every table.
@@ -39,6 +43,7 @@ type Server struct {
 	mu     sync.RWMutex
 	lay    *layout.Layout
 	ring   *ring.Map
+	chains chains
 	me     int
 	tables map[uint32]*tableState
 	// changed is closed and replaced whenever Configure installs a layout.
@@ -58,6 +63,9 @@ type Server struct {
 	// newer state sent on its new one.
 	replicaMu  sync.Mutex
 	replicaGen map[string]uint64
+
+	handoff      sync.Mutex
+	handoffStats HandoffStats
 
 	connMu sync.Mutex
 	conns  map[*transport.Conn]struct{}
@@ -152,11 +160,17 @@ func (s *Server) Configure(l *layout.Layout) error {
 		}
 		s.tables[t.ID] = &tableState{id: t.ID, spec: t.Spec, store: st}
 	}
-	s.lay, s.ring, s.me = l, rm, me
+	ch, err := newChains(l, rm)
+	if err != nil {
+		return fmt.Errorf("server %s: %w", s.opts.ID, err)
+	}
+	old := s.chains
+	s.lay, s.ring, s.me, s.chains = l, rm, me, ch
 	s.clocks.resize(l.Workers)
 	close(s.changed)
 	s.changed = make(chan struct{})
-	s.dropReplicators(rm)
+	s.dropReplicators(ch)
+	go s.rebuild(old, ch)
 	// Workers that died or left no longer hold the others back.
 	for _, r := range l.Finished {
 		go s.advanceClock(r, Finished)
@@ -429,7 +443,7 @@ func (s *Server) handleData(c *conn, h wire.Header, p []byte) (wire.Code, error)
 		return code, err
 	}
 	refused := 0
-	var groups map[int][]dirty
+	var groups map[string]*group
 	if h.Type != wire.TPull {
 		var vals []float32
 		if d.Enc == wire.EncRaw {
@@ -456,8 +470,11 @@ func (s *Server) handleData(c *conn, h wire.Header, p []byte) (wire.Code, error)
 			refused = push(t.store, ks, vals, t.spec.Width)
 			s.stats.refused.Add(int64(refused))
 		}
-		if k := s.replication(); k > 1 && t.spec.Consistency.Model != table.BSP {
-			groups = successorGroups(rm, k, t, ks)
+		s.mu.RLock()
+		ch := s.chains
+		s.mu.RUnlock()
+		if t.spec.Consistency.Model != table.BSP && ch.replicates() {
+			groups = ch.groups(t, ks)
 		}
 	}
 	answer := func() {
@@ -483,14 +500,22 @@ func (s *Server) handleData(c *conn, h wire.Header, p []byte) (wire.Code, error)
 		pairs = []wire.Pair{{Client: c.hello.Client, Seq: d.Seq}}
 	}
 	var left atomic.Int32
+	var failed atomic.Pointer[error]
 	left.Store(int32(len(groups)))
-	for srv, items := range groups {
-		r := s.replicatorFor(rm.Servers[srv])
+	for _, g := range groups {
+		r := s.replicatorFor(g.peer)
 		if r == nil {
 			return wire.CodeShuttingDown, errors.New("server is shutting down")
 		}
-		r.add(items, pairs, func() {
+		r.add(g.items, pairs, func(err error) {
+			if err != nil {
+				failed.CompareAndSwap(nil, &err)
+			}
 			if left.Add(-1) == 0 {
+				if e := failed.Load(); e != nil {
+					s.replyError(c, h, wire.CodeStaleEpoch, (*e).Error())
+					return
+				}
 				answer()
 			}
 		})
@@ -513,16 +538,6 @@ func (s *Server) pull(c *conn, t *tableState, ks keySet, d wire.Data, reqID, epo
 		ks = ks.clone()
 	}
 	s.clocks.when(need, func() { s.replyValues(c, t, ks, reqID, epoch, refused) })
-}
-
-// replication is the layout's replication factor.
-func (s *Server) replication() int {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.lay == nil {
-		return 1
-	}
-	return s.lay.K()
 }
 
 // replicatorFor returns the stream to peer, starting it if need be, or nil
@@ -550,11 +565,11 @@ func (s *Server) replicatorFor(peer ring.Server) *replicator {
 
 // dropReplicators stops the streams to servers that left the layout and
 // releases the pushes that waited for them.
-func (s *Server) dropReplicators(rm *ring.Map) {
+func (s *Server) dropReplicators(ch chains) {
 	s.replMu.Lock()
 	var gone []*replicator
 	for id, r := range s.repl {
-		if rm.Index(id) < 0 {
+		if ch.final.Index(id) < 0 {
 			gone = append(gone, r)
 			delete(s.repl, id)
 		}
@@ -563,51 +578,6 @@ func (s *Server) dropReplicators(rm *ring.Map) {
 	for _, r := range gone {
 		r.leave()
 	}
-}
-
-// successorGroups splits the keys of a push by the other servers of their
-// slots' chains: what each must receive.
-func successorGroups(rm *ring.Map, k int, t *tableState, ks keySet) map[int][]dirty {
-	groups := map[int][]dirty{}
-	var chain []int
-	if ks.runs == nil {
-		for i := 0; i < len(ks.keys); {
-			sl := keyspace.Slot(ks.keys[i])
-			j := i + 1
-			for j < len(ks.keys) && keyspace.Slot(ks.keys[j]) == sl {
-				j++
-			}
-			chain = rm.Chain(sl, k, chain)
-			for _, srv := range chain[1:] {
-				g := groups[srv]
-				if len(g) == 0 {
-					g = append(g, dirty{t: t})
-				}
-				g[0].keys = append(g[0].keys, ks.keys[i:j]...)
-				groups[srv] = g
-			}
-			i = j
-		}
-		return groups
-	}
-	for _, r := range ks.runs {
-		for lo := r[0]; lo < r[1]; {
-			sl := keyspace.Slot(lo)
-			hi := min(r[1], keyspace.SlotStart(sl+1))
-			chain = rm.Chain(sl, k, chain)
-			for _, srv := range chain[1:] {
-				g := groups[srv]
-				if n := len(g); n > 0 && g[n-1].keys == nil && g[n-1].lo+uint64(g[n-1].n) == lo {
-					g[n-1].n += int(hi - lo)
-				} else {
-					g = append(g, dirty{t: t, lo: lo, n: int(hi - lo)})
-				}
-				groups[srv] = g
-			}
-			lo = hi
-		}
-	}
-	return groups
 }
 
 func (s *Server) resolveKeys(c *conn, rm *ring.Map, me int, d *wire.Data) (keySet, wire.Code, error) {

@@ -1,6 +1,10 @@
 package store
 
-import "math/bits"
+import (
+	"math/bits"
+
+	"github.com/terrace-ml/terrace/keyspace"
+)
 
 // Stride is the number of floats of a key's full state: its value and each
 // optimizer state plane, width floats each.
@@ -62,4 +66,20 @@ func (t *Table) checkState(keys, floats int) {
 	if keys*t.stride != floats {
 		panic("store: state vector of the wrong length")
 	}
+}
+
+// Keys returns the present keys in [lo, hi), sorted; a range handoff uses
+// it to find what to copy.
+func (t *Table) Keys(lo, hi uint64) []uint64 {
+	var keys []uint64
+	for _, slot := range t.slots(lo, hi) {
+		s := t.stripe(slot)
+		s.mu.RLock()
+		have := s.blocks[slot].bits & t.slotSpan(slot, lo, hi)
+		s.mu.RUnlock()
+		for ; have != 0; have &= have - 1 {
+			keys = append(keys, keyspace.SlotStart(slot)+uint64(bits.TrailingZeros64(have)))
+		}
+	}
+	return keys
 }

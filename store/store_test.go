@@ -662,3 +662,17 @@ func TestExportImport(t *testing.T) {
 		t.Fatalf("%d keys imported, %d exported", n, len(want))
 	}
 }
+
+func TestKeys(t *testing.T) {
+	spec := table.Spec{Name: "t", Width: 1}
+	spec.Validate()
+	a, _ := New(spec)
+	want := []uint64{0, 5, 63, 64, 1000, 1 << 40}
+	a.Push(want, make([]float32, len(want)))
+	if got := a.Keys(0, 1<<62); !slices.Equal(got, want) {
+		t.Fatalf("Keys %v, want %v", got, want)
+	}
+	if got := a.Keys(5, 64); !slices.Equal(got, []uint64{5, 63}) {
+		t.Fatalf("Keys [5,64) %v", got)
+	}
+}

@@ -1,0 +1,127 @@
+package ps_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/terrace-ml/terrace/node"
+	"github.com/terrace-ml/terrace/ps"
+	"github.com/terrace-ml/terrace/table"
+)
+
+// TestServerJoinsLive adds a third server while two workers push +1 to
+// random counters: the joiner receives copies of its future slots, goes on
+// the ring, and every acknowledged increment is in the final model once.
+func TestServerJoinsLive(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	l, err := node.StartLocal(ctx, node.LocalConfig{Servers: 2, Workers: 2, Replication: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	const keys = 20000
+	var acked atomic.Int64
+	var joined sync.Once
+	joinErr := make(chan error, 1)
+	var maxWait atomic.Int64
+	_, err = l.RunWorkers(ctx, func(ctx context.Context, c *ps.Client) (any, error) {
+		tb, err := c.CreateTable(ctx, table.Spec{Name: "counters", Width: 4, Rule: table.Rule{Kind: table.Sum}})
+		if err != nil {
+			return nil, err
+		}
+		rng := rand.New(rand.NewPCG(uint64(c.Rank()), 2))
+		for i := range 400 {
+			if i == 100 && c.Rank() == 0 {
+				joined.Do(func() {
+					go func() {
+						_, err := l.AddServer(ctx)
+						joinErr <- err
+					}()
+				})
+			}
+			batch := map[uint64]bool{}
+			for len(batch) < 64 {
+				batch[rng.Uint64N(keys)] = true
+			}
+			ks := make([]uint64, 0, len(batch))
+			for k := range batch {
+				ks = append(ks, k)
+			}
+			ks = sortU64(ks)
+			ones := make([]float32, 4*len(ks))
+			for j := range ones {
+				ones[j] = 1
+			}
+			start := time.Now()
+			if err := tb.Push(ks, ones).Wait(ctx); err != nil {
+				return nil, fmt.Errorf("push %d: %w", i, err)
+			}
+			if d := time.Since(start).Nanoseconds(); d > maxWait.Load() {
+				maxWait.Store(d)
+			}
+			acked.Add(int64(len(ks)))
+		}
+		// Wait for the joiner to be on the ring before checking.
+		for v := uint64(0); ; {
+			lay, err := l.Coord.Layout(ctx, v)
+			if err != nil {
+				return nil, err
+			}
+			if len(lay.Servers) == 3 {
+				break
+			}
+			v = lay.Version
+		}
+		if err := c.Barrier(ctx); err != nil {
+			return nil, err
+		}
+		if c.Rank() != 0 {
+			return nil, nil
+		}
+		all := make([]uint64, keys)
+		for i := range all {
+			all[i] = uint64(i)
+		}
+		got := make([]float32, 4*keys)
+		if err := tb.Pull(all, got).Wait(ctx); err != nil {
+			return nil, err
+		}
+		var sum int64
+		for _, v := range got {
+			sum += int64(v)
+		}
+		if sum != 4*acked.Load() {
+			return nil, fmt.Errorf("counters hold %d increments, %d were acknowledged", sum, 4*acked.Load())
+		}
+		if n := len(c.Layout().Servers); n != 3 {
+			return nil, fmt.Errorf("%d servers on the ring after the join, want 3", n)
+		}
+		return nil, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-joinErr; err != nil {
+		t.Fatal(err)
+	}
+	var h struct {
+		keys, bytes int64
+		secs        float64
+	}
+	for _, s := range l.Servers {
+		st := s.Handoff()
+		h.keys += st.Keys
+		h.bytes += st.Bytes
+		h.secs = max(h.secs, st.Seconds)
+	}
+	if h.keys == 0 {
+		t.Fatal("no keys were copied to the joining server")
+	}
+	t.Logf("handoff copied %d keys (%d bytes) in %.3fs; longest wait for one push %v", h.keys, h.bytes, h.secs, time.Duration(maxWait.Load()))
+}

@@ -1,0 +1,236 @@
+package server
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/terrace-ml/terrace/keyspace"
+	"github.com/terrace-ml/terrace/layout"
+	"github.com/terrace-ml/terrace/ring"
+)
+
+// chains says, for the slots a server heads, which other servers must hold
+// them: the next servers of the ring's chain, and any joining server that
+// will hold the slot once it is on the ring.
+type chains struct {
+	version uint64
+	k       int
+	ring    *ring.Map // routing: heads
+	final   *ring.Map // the ring with the joining servers in it
+	joining map[string]bool
+}
+
+func newChains(l *layout.Layout, rm *ring.Map) (chains, error) {
+	final, err := l.Final()
+	if err != nil {
+		return chains{}, err
+	}
+	ch := chains{version: l.Version, k: l.K(), ring: rm, final: final}
+	if len(l.Joining) > 0 {
+		ch.joining = map[string]bool{}
+		for _, j := range l.Joining {
+			ch.joining[j.ID] = true
+		}
+	}
+	return ch, nil
+}
+
+func (ch chains) replicates() bool { return ch.ring != nil && (ch.k > 1 || len(ch.joining) > 0) }
+
+// successors appends to dst the servers other than the head that must
+// hold slot sl.
+func (ch chains) successors(sl uint64, dst []ring.Server, scratch []int) ([]ring.Server, []int) {
+	dst = dst[:0]
+	if ch.ring == nil {
+		return dst, scratch
+	}
+	scratch = ch.ring.Chain(sl, ch.k, scratch)
+	for _, i := range scratch[1:] {
+		dst = append(dst, ch.ring.Servers[i])
+	}
+	if len(ch.joining) > 0 {
+		scratch = ch.final.Chain(sl, ch.k, scratch)
+		for _, i := range scratch {
+			if srv := ch.final.Servers[i]; ch.joining[srv.ID] {
+				dst = append(dst, srv)
+			}
+		}
+	}
+	return dst, scratch
+}
+
+// group is what one peer must receive of a push.
+type group struct {
+	peer  ring.Server
+	items []dirty
+}
+
+// groups splits the keys of a push by the servers that must hold them.
+func (ch chains) groups(t *tableState, ks keySet) map[string]*group {
+	groups := map[string]*group{}
+	var succ []ring.Server
+	var scratch []int
+	get := func(p ring.Server) *group {
+		g := groups[p.ID]
+		if g == nil {
+			g = &group{peer: p}
+			groups[p.ID] = g
+		}
+		return g
+	}
+	if ks.runs == nil {
+		for i := 0; i < len(ks.keys); {
+			sl := keyspace.Slot(ks.keys[i])
+			j := i + 1
+			for j < len(ks.keys) && keyspace.Slot(ks.keys[j]) == sl {
+				j++
+			}
+			succ, scratch = ch.successors(sl, succ, scratch)
+			for _, p := range succ {
+				g := get(p)
+				if len(g.items) == 0 {
+					g.items = append(g.items, dirty{t: t})
+				}
+				g.items[0].keys = append(g.items[0].keys, ks.keys[i:j]...)
+			}
+			i = j
+		}
+		return groups
+	}
+	for _, r := range ks.runs {
+		for lo := r[0]; lo < r[1]; {
+			sl := keyspace.Slot(lo)
+			hi := min(r[1], keyspace.SlotStart(sl+1))
+			succ, scratch = ch.successors(sl, succ, scratch)
+			for _, p := range succ {
+				g := get(p)
+				if n := len(g.items); n > 0 && g.items[n-1].keys == nil && g.items[n-1].lo+uint64(g.items[n-1].n) == lo {
+					g.items[n-1].n += int(hi - lo)
+				} else {
+					g.items = append(g.items, dirty{t: t, lo: lo, n: int(hi - lo)})
+				}
+			}
+			lo = hi
+		}
+	}
+	return groups
+}
+
+// HandoffStats counts what rebuilds shipped: full copies of slots sent to
+// servers that newly belong to their chains.
+type HandoffStats struct {
+	Keys, Bytes int64
+	Seconds     float64
+}
+
+// rebuild sends, for every slot this server heads, a full copy to each
+// server that belongs to the slot's chain now but did not before: a new
+// successor after a failure (restoring k copies) or a joining server (the
+// handoff's pre-copy). Pushes keep flowing meanwhile: the copies read the
+// current state when they are sent, and every later push to the slot goes
+// to the new member too, in order on the same stream. When the copies a
+// joiner needs are acknowledged, OnSynced reports it.
+func (s *Server) rebuild(old, cur chains) {
+	if old.ring == nil {
+		s.reportSynced(cur)
+		return
+	}
+	start := time.Now()
+	s.mu.RLock()
+	tables := make([]*tableState, 0, len(s.tables))
+	for _, t := range s.tables {
+		tables = append(tables, t)
+	}
+	me := cur.ring.Index(s.opts.ID)
+	s.mu.RUnlock()
+	if me < 0 {
+		return
+	}
+	send := map[string]*group{}
+	var newSucc, oldSucc []ring.Server
+	var scratch []int
+	var keys int64
+	for _, t := range tables {
+		all := t.store.Keys(0, math.MaxUint64)
+		for i := 0; i < len(all); {
+			sl := keyspace.Slot(all[i])
+			j := i + 1
+			for j < len(all) && keyspace.Slot(all[j]) == sl {
+				j++
+			}
+			if cur.ring.SlotOwner(sl) == me {
+				newSucc, scratch = cur.successors(sl, newSucc, scratch)
+				oldSucc, scratch = old.successors(sl, oldSucc, scratch)
+				for _, p := range newSucc {
+					if contains(oldSucc, p.ID) {
+						continue
+					}
+					g := send[p.ID]
+					if g == nil {
+						g = &group{peer: p}
+						send[p.ID] = g
+					}
+					if n := len(g.items); n == 0 || g.items[n-1].t != t {
+						g.items = append(g.items, dirty{t: t})
+					}
+					it := &g.items[len(g.items)-1]
+					it.keys = append(it.keys, all[i:j]...)
+					keys += int64(j - i)
+				}
+			}
+			i = j
+		}
+	}
+	if len(send) == 0 {
+		s.reportSynced(cur)
+		return
+	}
+	var wg sync.WaitGroup
+	var bytes atomic.Int64
+	for _, g := range send {
+		r := s.replicatorFor(g.peer)
+		if r == nil {
+			return
+		}
+		for _, it := range g.items {
+			bytes.Add(int64(len(it.keys)) * int64(4*it.t.store.Stride()+8))
+		}
+		wg.Add(1)
+		r.add(g.items, nil, func(error) { wg.Done() })
+	}
+	wg.Wait()
+	s.handoff.Lock()
+	s.handoffStats.Keys += keys
+	s.handoffStats.Bytes += bytes.Load()
+	s.handoffStats.Seconds += time.Since(start).Seconds()
+	s.handoff.Unlock()
+	s.log.Info("rebuilt chain members", "keys", keys, "bytes", bytes.Load(), "seconds", time.Since(start).Seconds())
+	s.reportSynced(cur)
+}
+
+func (s *Server) reportSynced(ch chains) {
+	if s.opts.OnSynced == nil {
+		return
+	}
+	for j := range ch.joining {
+		s.opts.OnSynced(j, ch.version)
+	}
+}
+
+// Handoff returns what this server's rebuilds have shipped.
+func (s *Server) Handoff() HandoffStats {
+	s.handoff.Lock()
+	defer s.handoff.Unlock()
+	return s.handoffStats
+}
+
+func contains(ps []ring.Server, id string) bool {
+	for _, p := range ps {
+		if p.ID == id {
+			return true
+		}
+	}
+	return false
+}
