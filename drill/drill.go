@@ -42,10 +42,11 @@ const (
 	// MarkerFirstAck is printed by a drill worker when it sees its first
 	// push acknowledged; the first of these starts the fault clock.
 	MarkerFirstAck = "terrace drill: first acknowledged push"
-	// MarkerEvictEndpoint, followed by host:port, is what a node prints
-	// once it serves the eviction endpoint of package evict (POST
-	// /evict). Nodes that never print it are evicted with SIGTERM.
-	MarkerEvictEndpoint = "eviction endpoint listening on "
+	// MarkerEvictEndpoint, followed by host:port and "/evict", is what a
+	// node started with --evict-http prints once it serves the eviction
+	// endpoint of package evict. Nodes that never print it are evicted
+	// with SIGTERM.
+	MarkerEvictEndpoint = "eviction endpoint on http://"
 
 	coordinatorMarker = "terrace coordinator listening on "
 	statsMarker       = "stats "
@@ -132,7 +133,8 @@ type Fault struct {
 	PID      int     `json:"pid"`
 	// Method is how: a signal, or the eviction endpoint POSTed.
 	Method string `json:"method"`
-	// Note says what the drill did about it besides, or what went wrong.
+	// Note says what else is worth knowing: how an eviction was delivered,
+	// or what went wrong.
 	Note string `json:"note,omitempty"`
 }
 
@@ -286,7 +288,8 @@ type drill struct {
 func (d *drill) interesting(p *proc, text string) bool {
 	if i := strings.Index(text, MarkerEvictEndpoint); i >= 0 {
 		p.mu.Lock()
-		p.evictAddr = strings.TrimSpace(text[i+len(MarkerEvictEndpoint):])
+		addr, _, _ := strings.Cut(text[i+len(MarkerEvictEndpoint):], "/")
+		p.evictAddr = strings.TrimSpace(addr)
 		p.mu.Unlock()
 		return false
 	}
@@ -329,14 +332,14 @@ func (d *drill) run(ctx context.Context) error {
 	for i := range cfg.Servers {
 		name := fmt.Sprintf("server-%d", i)
 		if _, err := d.sup.start(name, Server, "server", "--coordinator", d.coord, "--id", name,
-			"--listen", "127.0.0.1:0", "--log-level", cfg.LogLevel, "--stats-every", "500ms"); err != nil {
+			"--listen", "127.0.0.1:0", "--log-level", cfg.LogLevel, "--stats-every", "500ms", "--evict-http", "127.0.0.1:0"); err != nil {
 			return err
 		}
 	}
 	for i := range cfg.Workers {
 		name := fmt.Sprintf("worker-%d", i)
 		args := append(slices.Clone(cfg.WorkerCommand), "--coordinator", d.coord, "--id", name,
-			"--log-level", cfg.LogLevel, "--report", filepath.Join(cfg.RunDir, workerFile(i, ".json")))
+			"--log-level", cfg.LogLevel, "--evict-http", "127.0.0.1:0", "--report", filepath.Join(cfg.RunDir, workerFile(i, ".json")))
 		if cfg.Audit != nil {
 			args = append(args, "--audit-log", filepath.Join(cfg.RunDir, workerFile(i, ".audit")),
 				"--audit-every", strconv.Itoa(cmpOr(cfg.Audit.Every, DefaultAuditEvery)))
@@ -383,7 +386,7 @@ func (d *drill) run(ctx context.Context) error {
 				d.connectObserver(ctx)
 			}
 		case p := <-d.sup.exits:
-			if err := d.exited(ctx, p); err != nil {
+			if err := d.exited(p); err != nil {
 				failed = append(failed, err)
 			}
 		case <-faultC:
@@ -477,7 +480,7 @@ func (d *drill) connectObserver(ctx context.Context) {
 
 // exited handles the exit of a process; it returns an error for a node
 // that failed without a fault.
-func (d *drill) exited(ctx context.Context, p *proc) error {
+func (d *drill) exited(p *proc) error {
 	if p.handled {
 		return nil
 	}
@@ -487,83 +490,9 @@ func (d *drill) exited(ctx context.Context, p *proc) error {
 		failure = fmt.Errorf("%w: %s exited (%v) though no fault hit it; see %s%s", ErrNodeFailed, p.name, exitString(p.waitErr), p.log, excerpt(p.log))
 		fmt.Fprintf(d.cfg.Out, "terrace: %s exited (%v) though no fault hit it; see %s\n", p.name, exitString(p.waitErr), p.log)
 	}
-	if p.role != Worker {
-		return failure
-	}
-	if d.workerReport(p) == nil && !d.started.IsZero() {
-		d.release(ctx, p)
-	}
 	p.handled = true
 	d.done = !slices.ContainsFunc(d.workers, func(w *proc) bool { return !w.handled })
 	return failure
-}
-
-// release tells the servers that a worker which stopped early will send no
-// more clocks, as the worker itself does when it finishes. Nothing in the
-// cluster does this for a dead worker yet, and under BSP or SSP the others
-// would wait for its clock for ever.
-func (d *drill) release(ctx context.Context, p *proc) {
-	msg := ""
-	if p.rank < 0 {
-		msg = "its rank is unknown, so the drill could not release its clock; the other workers may wait for it"
-	} else if err := releaseClock(ctx, d.coord, p.rank, "drill-release-"+p.name, d.log); err != nil {
-		msg = fmt.Sprintf("the drill could not release rank %d's clock (%v); the other workers may wait for it", p.rank, err)
-	} else {
-		msg = fmt.Sprintf("the drill sent Finish for rank %d on its behalf (nothing in the cluster releases a dead worker's clock yet)", p.rank)
-	}
-	for i := range d.rep.Faults {
-		if d.rep.Faults[i].Node == p.name {
-			d.rep.Faults[i].Note = msg
-			return
-		}
-	}
-	d.rep.note("%s: %s", p.name, msg)
-}
-
-// releaseClock sends Finish for rank through a client of its own. A
-// client whose layout still lists a server it cannot reach panics in
-// ps.(*Client).sendClock (it uses the missing connection); that panic
-// becomes an error here, and the drill tries again once the coordinator
-// has published a newer layout.
-func releaseClock(ctx context.Context, addr string, rank int, id string, log *slog.Logger) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	cc := coord.NewClient(addr)
-	var errs []error
-	for range 3 {
-		version, err := finishOnce(ctx, cc, rank, id, log)
-		if err == nil {
-			return nil
-		}
-		errs = append(errs, err)
-		if version == 0 {
-			break
-		}
-		lctx, lcancel := context.WithTimeout(ctx, 2*time.Second)
-		_, lerr := cc.Layout(lctx, version)
-		lcancel()
-		if lerr != nil && ctx.Err() != nil {
-			break
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// finishOnce connects as rank and sends Finish; it returns the version of
-// the layout it used, 0 if it could not connect.
-func finishOnce(ctx context.Context, cc *coord.Client, rank int, id string, log *slog.Logger) (version uint64, err error) {
-	c, err := ps.Connect(ctx, cc, ps.Options{Rank: rank, NodeID: id, Logger: log})
-	if err != nil {
-		return 0, err
-	}
-	defer c.Close()
-	version = c.Layout().Version
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("ps panicked sending the clock: %v", r)
-		}
-	}()
-	return version, c.Finish().Wait(ctx)
 }
 
 // inject carries out one planned fault on a live node of its role.

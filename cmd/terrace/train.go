@@ -403,11 +403,13 @@ func (a *appFlags) lrConfig(progress io.Writer) (lr.Config, error) {
 }
 
 // drillWorkerCmd is the worker that `train --processes` starts: `terrace
-// worker` with the lr audit on and its log, printing the lines the drill
-// reads (drill.MarkerRank, drill.MarkerFirstAck), and writing its report
-// even when the coordinator is gone by the time it finishes.
+// worker` (eviction notices and SIGTERM drain it) with the lr audit on and
+// its log, printing the lines the drill reads (drill.MarkerRank,
+// drill.MarkerFirstAck), and writing its report even when the coordinator
+// is gone by the time it finishes.
 func drillWorkerCmd() *cobra.Command {
 	var a appFlags
+	var notices noticeFlags
 	var cfg node.WorkerConfig
 	var logLevel, reportPath, auditPath string
 	var auditEvery int
@@ -458,7 +460,10 @@ func drillWorkerCmd() *cobra.Command {
 				fmt.Fprintf(out, "%s%d\n", drill.MarkerRank, c.Rank())
 				return inner(ctx, c)
 			}
-			rep, err := node.RunWorker(cmd.Context(), cfg, job)
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
+			cfg.Notices = notices.watch(ctx)
+			rep, err := node.RunWorker(ctx, cfg, job)
 			if audit != nil {
 				err = errors.Join(err, audit.Close())
 			}
@@ -477,5 +482,9 @@ func drillWorkerCmd() *cobra.Command {
 	fs.StringVar(&reportPath, "report", "", "write this worker's JSON report to this file")
 	fs.StringVar(&auditPath, "audit-log", "", "lr: turn the audit on and append acknowledged audit pushes to this file")
 	fs.IntVar(&auditEvery, "audit-every", drill.DefaultAuditEvery, "acknowledged pushes held before appending them to --audit-log")
+	notices.register(fs)
+	// Like `terrace worker`, and unlike train, SIGTERM drains (notices.go):
+	// this replaces the hook train passes on that would end the run.
+	cmd.PersistentPreRunE = func(*cobra.Command, []string) error { return nil }
 	return cmd
 }
