@@ -52,6 +52,9 @@ type Coordinator struct {
 	maxClock    int64
 	deadWorkers int
 	synced      map[string]map[string]bool // joiner -> ring servers that shipped it its copies
+
+	persist    func(ctx context.Context, blob []byte) error
+	persistErr error
 }
 
 // New returns a coordinator waiting for its nodes.
@@ -74,6 +77,9 @@ func New(o Options) *Coordinator {
 func (c *Coordinator) publish() {
 	c.lay.Version++
 	c.lay.Ready = c.lay.Ready || len(c.lay.Servers)+c.removed >= c.opts.Servers && len(c.workers) >= c.opts.Workers
+	// Saved before anyone can see it, so a successor never publishes an
+	// older version than a client has seen.
+	c.persistLocked()
 	close(c.changed)
 	c.changed = make(chan struct{})
 }
@@ -268,6 +274,9 @@ func (c *Coordinator) Report(rank int, report json.RawMessage) error {
 		return fmt.Errorf("coord: report from rank %d of %d", rank, c.lay.Workers)
 	}
 	c.reports[rank] = slices.Clone(report)
+	if err := c.persistLocked(); err != nil {
+		return err
+	}
 	if c.allAccountedLocked() {
 		select {
 		case <-c.done:

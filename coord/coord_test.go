@@ -130,3 +130,34 @@ func TestUnreachable(t *testing.T) {
 		t.Fatal("reached a closed port")
 	}
 }
+
+func TestLeasesSurviveRestore(t *testing.T) {
+	var saved []byte
+	c := New(Options{Servers: 1, Workers: 2, Partitions: 4})
+	c.SetPersist(func(_ context.Context, b []byte) error { saved = append(saved[:0], b...); return nil })
+	c.JoinServer("s0", "127.0.0.1:1")
+	c.JoinWorker("w0")
+	c.JoinWorker("w1")
+	ctx := context.Background()
+	g, err := c.Acquire(ctx, 0, 0)
+	if err != nil || g.Partition != 0 {
+		t.Fatalf("grant %+v %v", g, err)
+	}
+	if err := c.Progress(0, 0, 0, 17, 5, false); err != nil {
+		t.Fatal(err)
+	}
+	// The leader dies before the worker hears of its next grant; a new
+	// one restores the saved state.
+	c.Acquire(ctx, 1, 0)
+	n := New(Options{Servers: 1, Workers: 2, Partitions: 4})
+	if err := n.Restore(saved); err != nil {
+		t.Fatal(err)
+	}
+	g, err = n.Acquire(ctx, 0, 0)
+	if err != nil || g.Partition != 0 || g.Offset != 17 {
+		t.Fatalf("after restore, rank 0 gets %+v %v, want its partition 0 again from offset 17", g, err)
+	}
+	if l, _ := n.Layout(ctx, 0); !l.Ready || len(l.Servers) != 1 {
+		t.Fatalf("restored layout %+v", l)
+	}
+}

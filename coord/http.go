@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/terrace-ml/terrace/layout"
@@ -95,7 +96,18 @@ func (c *Coordinator) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	c.workHandlers(mux)
-	return mux
+	// A coordinator that could not save a change has lost its leadership:
+	// it answers nothing more, so that clients go to the new leader.
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c.mu.Lock()
+		err := c.persistErr
+		c.mu.Unlock()
+		if err != nil {
+			reply(w, nil, err)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 var errBadRequest = errors.New("coord: bad request")
@@ -116,6 +128,8 @@ func reply(w http.ResponseWriter, v any, err error) {
 		switch {
 		case errors.Is(err, errBadRequest), errors.Is(err, table.ErrInvalid):
 			code = http.StatusBadRequest
+		case errors.Is(err, ErrNotPersisted):
+			code = http.StatusServiceUnavailable
 		case errors.Is(err, ErrFull), errors.Is(err, ErrTableConflict), errors.Is(err, ErrLeaseLost):
 			code = http.StatusConflict
 		}
@@ -127,20 +141,63 @@ func reply(w http.ResponseWriter, v any, err error) {
 }
 
 // Client talks to a coordinator over HTTP. It implements ps.Control.
+// Given several coordinator addresses, it goes to whichever answers (the
+// leader), moving on when one is unreachable or no longer leads.
 type Client struct {
-	base string
-	hc   *http.Client
+	bases []string
+	cur   atomic.Int32
+	base  string // for messages
+	hc    *http.Client
+	// RetryFor bounds how long a call keeps trying while no coordinator
+	// answers (a failover in progress) before it fails.
+	RetryFor time.Duration
 }
 
-// NewClient returns a client for the coordinator at addr (host:port or URL).
-func NewClient(addr string) *Client {
-	if !strings.Contains(addr, "://") {
-		addr = "http://" + addr
+// NewClient returns a client for the coordinators at addrs, a
+// comma-separated list of host:port or URLs.
+func NewClient(addrs string) *Client {
+	c := &Client{hc: &http.Client{Timeout: pollWait + 10*time.Second}, RetryFor: 30 * time.Second}
+	for _, a := range strings.Split(addrs, ",") {
+		if a = strings.TrimSpace(a); a == "" {
+			continue
+		}
+		if !strings.Contains(a, "://") {
+			a = "http://" + a
+		}
+		c.bases = append(c.bases, strings.TrimRight(a, "/"))
 	}
-	return &Client{base: strings.TrimRight(addr, "/"), hc: &http.Client{Timeout: pollWait + 10*time.Second}}
+	c.base = strings.Join(c.bases, ",")
+	return c
 }
+
+// errTransient marks failures another coordinator (or a moment) may cure.
+var errTransient = errors.New("coordinator unavailable")
 
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	deadline := time.Now().Add(c.RetryFor)
+	backoff := 50 * time.Millisecond
+	for {
+		i := int(c.cur.Load()) % max(1, len(c.bases))
+		err := c.doOne(ctx, c.bases[i], method, path, in, out)
+		if err == nil || !errors.Is(err, errTransient) || ctx.Err() != nil {
+			return err
+		}
+		c.cur.CompareAndSwap(int32(i), int32((i+1)%len(c.bases)))
+		if time.Now().After(deadline) {
+			return err
+		}
+		if (i+1)%len(c.bases) == 0 {
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+				return err
+			}
+			backoff = min(2*backoff, time.Second)
+		}
+	}
+}
+
+func (c *Client) doOne(ctx context.Context, base, method, path string, in, out any) error {
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
@@ -149,24 +206,30 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		}
 		body = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	req, err := http.NewRequestWithContext(ctx, method, base+path, body)
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("coordinator %s: %w", c.base, err)
+		if ctx.Err() != nil {
+			return fmt.Errorf("coordinator %s: %w", base, err)
+		}
+		return fmt.Errorf("%w: %s: %v", errTransient, base, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return fmt.Errorf("coordinator %s: %w", c.base, err)
+		return fmt.Errorf("%w: %s: %v", errTransient, base, err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		var e struct{ Error string }
 		json.Unmarshal(b, &e)
-		err := fmt.Errorf("coordinator %s: %s %s: %s: %s", c.base, method, path, resp.Status, e.Error)
+		err := fmt.Errorf("coordinator %s: %s %s: %s: %s", base, method, path, resp.Status, e.Error)
+		if resp.StatusCode == http.StatusServiceUnavailable {
+			return fmt.Errorf("%w: %v", errTransient, err)
+		}
 		if resp.StatusCode == http.StatusConflict {
 			switch {
 			case strings.Contains(e.Error, "lease lost"):
@@ -232,12 +295,13 @@ func (c *Client) Reports(ctx context.Context) (map[int]json.RawMessage, error) {
 // bounded time and then fails with a clear message.
 func (c *Client) WaitReachable(ctx context.Context) error {
 	var last error
-	for {
-		req, _ := http.NewRequestWithContext(ctx, "GET", c.base+"/healthz", nil)
+	for i := 0; ; i++ {
+		req, _ := http.NewRequestWithContext(ctx, "GET", c.bases[i%len(c.bases)]+"/healthz", nil)
 		resp, err := c.hc.Do(req)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
+				c.cur.Store(int32(i % len(c.bases)))
 				return nil
 			}
 			err = fmt.Errorf("health check: %s", resp.Status)

@@ -77,6 +77,17 @@ func (c *Coordinator) Acquire(ctx context.Context, rank, e int) (Grant, error) {
 			return g, nil
 		}
 		pick := -1
+		// A worker asks for work only when it has none, so a partition
+		// still leased to it is one whose grant it never received (the
+		// coordinator that granted it failed before answering): grant it
+		// again, from its offset.
+		for p, l := range w.parts {
+			if !l.done && l.rank == rank {
+				g := Grant{Partition: p, Offset: l.offset}
+				c.mu.Unlock()
+				return g, nil
+			}
+		}
 		for p, l := range w.parts {
 			if l.done || l.rank >= 0 {
 				continue
@@ -92,8 +103,9 @@ func (c *Coordinator) Acquire(ctx context.Context, rank, e int) (Grant, error) {
 		if pick >= 0 {
 			w.parts[pick].rank = rank
 			g := Grant{Partition: pick, Offset: w.parts[pick].offset}
+			err := c.persistLocked()
 			c.mu.Unlock()
-			return g, nil
+			return g, err
 		}
 		ch := c.changed
 		c.mu.Unlock()
@@ -136,7 +148,7 @@ func (c *Coordinator) Progress(rank, e, p, offset int, clock int64, complete boo
 			c.publish()
 		}
 	}
-	return nil
+	return c.persistLocked()
 }
 
 // Heartbeat keeps rank's leases alive.

@@ -35,16 +35,21 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig) error {
 		return fmt.Errorf("coordinator: listen: %w", err)
 	}
 	c := coord.New(cfg.Options)
-	hs := &http.Server{Handler: c.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	go c.Monitor(ctx, log)
-	go c.WatchWorkers(ctx)
 	if cfg.Ready != nil {
 		cfg.Ready(c, ln.Addr().String())
 	}
+	return Serve(ctx, ln, c, cfg.Logger)
+}
+
+// Serve runs coordinator c's HTTP API on ln, and its failure detectors,
+// until ctx ends.
+func Serve(ctx context.Context, ln net.Listener, c *coord.Coordinator, log *slog.Logger) error {
+	if log == nil {
+		log = slog.Default()
+	}
+	hs := &http.Server{Handler: c.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go c.Monitor(ctx, log)
+	go c.WatchWorkers(ctx)
 	stop := context.AfterFunc(ctx, func() {
 		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()

@@ -128,6 +128,8 @@ func TestWorkerDrainsOnSIGTERM(t *testing.T) {
 	t.Logf("remaining worker trained %d examples, test RMSE %.4f", rep.Examples, rep.TestRMSE)
 }
 
+func syncOnce() sync.Once { return sync.Once{} }
+
 func drain(r *bufio.Reader) {
 	for {
 		if _, err := r.ReadString('\n'); err != nil {

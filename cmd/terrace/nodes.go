@@ -5,33 +5,53 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/terrace-ml/terrace/coord"
+	"github.com/terrace-ml/terrace/coordha"
 	"github.com/terrace-ml/terrace/node"
 	"github.com/terrace-ml/terrace/server"
 )
 
 func coordinatorCmd() *cobra.Command {
 	var o coord.Options
-	var listen, reportPath string
-	var exitWhenDone bool
+	var ha coordha.Config
+	var listen, reportPath, etcd, logLevel string
+	var exitWhenDone, inMemory bool
 	cmd := &cobra.Command{
 		Use:   "coordinator",
-		Short: "Run the coordinator: admits servers and workers and publishes the layout",
-		Args:  cobra.NoArgs,
+		Short: "Run a coordinator: admits servers and workers, leases data, publishes the layout; replicas fail over through etcd",
+		Long: `The coordinator keeps its state in etcd: by default in an etcd member it embeds
+(data in --etcd-dir), or in an external cluster (--etcd). Several coordinators
+form one replicated coordinator: give each the same --etcd endpoints, or let
+them form their own etcd cluster with --etcd-cluster. One leads and serves;
+the others wait, and the first to win the election after the leader fails
+restores its state and takes over. Clients take every coordinator's
+address, comma-separated.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithCancel(cmd.Context())
 			defer cancel()
+			log := newLogger(logLevel)
 			done := make(chan *coord.Coordinator, 1)
+			ready := func(c *coord.Coordinator, addr string) {
+				fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator listening on %s, waiting for %d server(s) and %d worker(s)\n", addr, o.Servers, o.Workers)
+				done <- c
+			}
 			errc := make(chan error, 1)
 			go func() {
-				errc <- node.RunCoordinator(ctx, node.CoordinatorConfig{Listen: listen, Options: o, Ready: func(c *coord.Coordinator, addr string) {
-					fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator listening on %s, waiting for %d server(s) and %d worker(s)\n", addr, o.Servers, o.Workers)
-					done <- c
-				}})
+				if inMemory {
+					errc <- node.RunCoordinator(ctx, node.CoordinatorConfig{Listen: listen, Options: o, Logger: log, Ready: ready})
+					return
+				}
+				ha.Listen, ha.Options, ha.Logger, ha.Ready = listen, o, log, ready
+				if etcd != "" {
+					ha.Endpoints = strings.Split(etcd, ",")
+				}
+				errc <- coordha.Run(ctx, ha)
 			}()
 			var c *coord.Coordinator
 			select {
@@ -47,7 +67,6 @@ func coordinatorCmd() *cobra.Command {
 				}
 				if exitWhenDone {
 					cancel()
-					return <-errc
 				}
 				return <-errc
 			case err := <-errc:
@@ -63,6 +82,15 @@ func coordinatorCmd() *cobra.Command {
 	fs.IntVar(&o.Replication, "replication", 2, "servers holding each key slot (k)")
 	fs.StringVar(&reportPath, "report", "", "write the workers' reports to this JSON file once all have reported")
 	fs.BoolVar(&exitWhenDone, "exit-when-done", false, "exit once every worker has reported")
+	fs.StringVar(&ha.ID, "id", "", "this coordinator's name in the election (host name and pid if empty)")
+	fs.StringVar(&etcd, "etcd", "", "endpoints of an external etcd cluster, comma-separated (default: embed a member)")
+	fs.StringVar(&ha.Embed.Dir, "etcd-dir", "", "data directory of the embedded etcd member (a temporary directory if empty)")
+	fs.StringVar(&ha.Embed.ClientAddr, "etcd-client", "127.0.0.1:0", "client address of the embedded etcd member")
+	fs.StringVar(&ha.Embed.PeerAddr, "etcd-peer", "127.0.0.1:0", "peer address of the embedded etcd member (fixed when --etcd-cluster is set)")
+	fs.StringVar(&ha.Embed.InitialCluster, "etcd-cluster", "", "name=http://peer,... of every embedded member, for coordinators that form their own etcd cluster (each with --id set to its name)")
+	fs.StringVar(&ha.Prefix, "etcd-prefix", "/terrace", "key prefix, to share an etcd cluster between Terrace clusters")
+	fs.BoolVar(&inMemory, "in-memory", false, "keep the state in memory only: no etcd, no failover")
+	fs.StringVar(&logLevel, "log-level", "warn", "log level")
 	addConfigFlag(cmd)
 	return cmd
 }

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func freePorts(t *testing.T, n int) []string {
+	t.Helper()
+	var addrs []string
+	var lns []net.Listener
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		addrs = append(addrs, ln.Addr().String())
+	}
+	for _, ln := range lns {
+		ln.Close()
+	}
+	return addrs
+}
+
+// TestCoordinatorFailover runs three coordinators that form their own etcd
+// cluster, SIGKILLs the leading one while two workers train, and checks
+// that another takes over and training finishes.
+func TestCoordinatorFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs eight processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	http, peers := freePorts(t, 3), freePorts(t, 3)
+	var cluster []string
+	for i := range 3 {
+		cluster = append(cluster, fmt.Sprintf("c%d=http://%s", i, peers[i]))
+	}
+	coords := make([]*exec.Cmd, 3)
+	outs := make([]*lineWatcher, 3)
+	for i := range 3 {
+		w := &lineWatcher{want: "listening on", seen: make(chan struct{})}
+		cmd := exec.CommandContext(ctx, terrace(t), "coordinator", "--id", fmt.Sprintf("c%d", i), "--listen", http[i],
+			"--etcd-cluster", strings.Join(cluster, ","), "--etcd-peer", peers[i], "--etcd-dir", filepath.Join(dir, fmt.Sprintf("etcd%d", i)),
+			"--servers", "2", "--workers", "2", "--replication", "2", "--log-level", "info")
+		cmd.Stdout, cmd.Stderr = w, w
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		coords[i], outs[i] = cmd, w
+	}
+	leader := waitAny(ctx, t, outs)
+	all := strings.Join(http, ",")
+	for i := range 2 {
+		_, so := start(t, ctx, "server", "--coordinator", all, "--id", fmt.Sprintf("s%d", i), "--log-level", "warn")
+		go drain(so)
+	}
+	workers := make([]*exec.Cmd, 2)
+	wouts := make([]*lineWatcher, 2)
+	for i := range 2 {
+		w := &lineWatcher{want: "epoch  3/", seen: make(chan struct{})}
+		cmd := exec.CommandContext(ctx, terrace(t), "worker", "--coordinator", all, "--id", fmt.Sprintf("w%d", i),
+			"--train", repoFile("datasets/a9a/a9a.gz"), "--test", repoFile("datasets/a9a/a9a.t.gz"), "--epochs", "40", "--log-level", "warn",
+			"--report", filepath.Join(dir, fmt.Sprintf("w%d.json", i)))
+		cmd.Stdout, cmd.Stderr = w, w
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		workers[i], wouts[i] = cmd, w
+	}
+	waitAny(ctx, t, wouts)
+	killed := time.Now()
+	if err := coords[leader].Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var rest []*lineWatcher
+	for i, w := range outs {
+		if i != leader {
+			w.mu.Lock()
+			w.buf.Reset()
+			w.once = syncOnce()
+			w.seen = make(chan struct{})
+			w.mu.Unlock()
+			rest = append(rest, w)
+		}
+	}
+	waitAny(ctx, t, rest)
+	takeover := time.Since(killed)
+	for i, w := range workers {
+		if err := w.Wait(); err != nil {
+			for j, o := range outs {
+				t.Logf("coordinator %d (leader %v):\n%s", j, j == leader, o)
+			}
+			t.Fatalf("worker %d: %v\n%s", i, err, wouts[i])
+		}
+	}
+	if takeover > 30*time.Second {
+		t.Errorf("took %v for another coordinator to lead", takeover)
+	}
+	t.Logf("coordinator SIGKILLed; another led and listened %v later; both workers finished", takeover)
+}
+
+// waitAny returns the index of the first watcher to see its line.
+func waitAny(ctx context.Context, t *testing.T, ws []*lineWatcher) int {
+	t.Helper()
+	found := make(chan int, len(ws))
+	for i, w := range ws {
+		go func() {
+			select {
+			case <-w.seen:
+				found <- i
+			case <-ctx.Done():
+			}
+		}()
+	}
+	select {
+	case i := <-found:
+		return i
+	case <-ctx.Done():
+		var b strings.Builder
+		for _, w := range ws {
+			b.WriteString(w.String())
+		}
+		t.Fatalf("timed out waiting:\n%s", b.String())
+	}
+	return -1
+}

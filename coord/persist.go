@@ -1,0 +1,122 @@
+package coord
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/terrace-ml/terrace/layout"
+)
+
+// ErrNotPersisted is returned for changes the coordinator could not save:
+// it has lost the right to act (another replica leads now), and clients
+// must go to the new leader.
+var ErrNotPersisted = errors.New("coord: state not persisted")
+
+// state is what a coordinator saves after every change, and what a
+// standby restores when it takes over. Heartbeat times are not saved: a
+// new leader gives every worker a fresh timeout.
+type state struct {
+	Layout      layout.Layout              `json:"layout"`
+	Workers     map[string]int             `json:"workers"`
+	Reports     map[int]json.RawMessage    `json:"reports,omitempty"`
+	Work        map[int][]savedLease       `json:"work,omitempty"`
+	MaxClock    int64                      `json:"max_clock"`
+	Removed     int                        `json:"removed"`
+	DeadWorkers int                        `json:"dead_workers"`
+	Synced      map[string]map[string]bool `json:"synced,omitempty"`
+}
+
+type savedLease struct {
+	Rank   int  `json:"rank"`
+	Offset int  `json:"offset"`
+	Done   bool `json:"done"`
+}
+
+// SetPersist makes the coordinator save its state with save after every
+// change, before it answers; a failed save makes it refuse further changes.
+func (c *Coordinator) SetPersist(save func(ctx context.Context, blob []byte) error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.persist = save
+}
+
+// persistLocked saves the state; c.mu is held.
+func (c *Coordinator) persistLocked() error {
+	if c.persist == nil {
+		return nil
+	}
+	if c.persistErr != nil {
+		return c.persistErr
+	}
+	st := state{
+		Layout: c.lay, Workers: c.workers, Reports: c.reports, MaxClock: c.maxClock,
+		Removed: c.removed, DeadWorkers: c.deadWorkers, Synced: c.synced, Work: map[int][]savedLease{},
+	}
+	for e, w := range c.work {
+		ls := make([]savedLease, len(w.parts))
+		for i, l := range w.parts {
+			ls[i] = savedLease{l.rank, l.offset, l.done}
+		}
+		st.Work[e] = ls
+	}
+	blob, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.persist(ctx, blob); err != nil {
+		c.persistErr = fmt.Errorf("%w: %v", ErrNotPersisted, err)
+		return c.persistErr
+	}
+	return nil
+}
+
+// Restore replaces the coordinator's state with one a previous leader saved.
+func (c *Coordinator) Restore(blob []byte) error {
+	var st state
+	if err := json.Unmarshal(blob, &st); err != nil {
+		return fmt.Errorf("coord: restore: %w", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lay = st.Layout
+	c.workers = st.Workers
+	if c.workers == nil {
+		c.workers = map[string]int{}
+	}
+	c.reports = st.Reports
+	if c.reports == nil {
+		c.reports = map[int]json.RawMessage{}
+	}
+	c.maxClock, c.removed, c.deadWorkers = st.MaxClock, st.Removed, st.DeadWorkers
+	c.synced = st.Synced
+	if c.synced == nil {
+		c.synced = map[string]map[string]bool{}
+	}
+	c.work = map[int]*epochWork{}
+	for e, ls := range st.Work {
+		w := &epochWork{parts: make([]lease, len(ls))}
+		for i, l := range ls {
+			w.parts[i] = lease{rank: l.Rank, offset: l.Offset, done: l.Done}
+			if !l.Done {
+				w.left++
+			}
+		}
+		c.work[e] = w
+	}
+	// Leases held when the old leader went stay with their holders, who
+	// keep heartbeating; a holder that died meanwhile times out as usual.
+	c.beats = map[int]time.Time{}
+	now := time.Now()
+	for _, r := range c.workers {
+		c.beats[r] = now
+	}
+	c.lay.Version++
+	close(c.changed)
+	c.changed = make(chan struct{})
+	return nil
+}

@@ -1,0 +1,124 @@
+package coordha
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/terrace-ml/terrace/coord"
+	"github.com/terrace-ml/terrace/meta"
+	"github.com/terrace-ml/terrace/node"
+)
+
+// Config configures Run.
+type Config struct {
+	// ID names this coordinator replica in the election.
+	ID string
+	// Listen is the HTTP control-plane address, bound once this replica
+	// leads (a standby does not listen, so clients move on to the leader).
+	Listen  string
+	Options coord.Options
+	// Endpoints of an external etcd cluster. When empty, the coordinator
+	// runs an embedded etcd member configured by Embed.
+	Endpoints []string
+	Embed     meta.EmbedConfig
+	// Prefix separates clusters sharing one etcd.
+	Prefix string
+	Logger *slog.Logger
+	// Ready, when set, is told once this replica leads and listens.
+	Ready func(c *coord.Coordinator, addr string)
+}
+
+// Run takes part in the coordinator election until ctx ends: it waits to
+// lead, restores the state the previous leader saved, and coordinates,
+// saving every change. It returns an error if it loses the lead (another
+// replica has taken over, and the process should stop).
+func Run(ctx context.Context, cfg Config) error {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.ID == "" {
+		h, _ := os.Hostname()
+		cfg.ID = fmt.Sprintf("coordinator-%s-%d", h, os.Getpid())
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = "/terrace"
+	}
+	endpoints := cfg.Endpoints
+	if len(endpoints) == 0 {
+		if cfg.Embed.Name == "" {
+			cfg.Embed.Name = cfg.ID
+		}
+		if cfg.Embed.Dir == "" {
+			dir, err := os.MkdirTemp("", "terrace-etcd-")
+			if err != nil {
+				return err
+			}
+			cfg.Embed.Dir = dir
+			cfg.Logger.Info("embedded etcd data in a temporary directory; pass --etcd-dir to keep it", "dir", dir)
+		}
+		e, err := meta.StartEmbedded(ctx, cfg.Embed)
+		if err != nil {
+			return fmt.Errorf("coordinator: embedded etcd: %w", err)
+		}
+		defer e.Close()
+		if len(strings.TrimSpace(cfg.Embed.InitialCluster)) > 0 && strings.Contains(cfg.Embed.InitialCluster, ",") {
+			// In a multi-member cluster every replica's store talks to
+			// whichever members answer, not only its own.
+			endpoints = append(endpoints, e.Endpoints()...)
+		} else {
+			endpoints = e.Endpoints()
+		}
+	}
+	st, err := meta.Open(ctx, endpoints, cfg.Prefix)
+	if err != nil {
+		return fmt.Errorf("coordinator: %w", err)
+	}
+	defer st.Close()
+	lead, err := st.Campaign(ctx, cfg.ID)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("coordinator %s: campaign: %w", cfg.ID, err)
+	}
+	took := time.Now()
+	c := coord.New(cfg.Options)
+	blob, err := st.Snapshot(ctx)
+	switch {
+	case err == nil:
+		if err := c.Restore(blob); err != nil {
+			return err
+		}
+		cfg.Logger.Warn("took over as coordinator; state restored", "id", cfg.ID)
+	case errors.Is(err, meta.ErrNotFound):
+	default:
+		return fmt.Errorf("coordinator %s: %w", cfg.ID, err)
+	}
+	c.SetPersist(func(ctx context.Context, blob []byte) error { return st.PutSnapshot(ctx, lead, blob) })
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("coordinator: listen: %w", err)
+	}
+	cfg.Logger.Info("leading", "id", cfg.ID, "addr", ln.Addr().String(), "election_to_listen", time.Since(took))
+	if cfg.Ready != nil {
+		cfg.Ready(c, ln.Addr().String())
+	}
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- node.Serve(lctx, ln, c, cfg.Logger) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-lead.Lost():
+		cancel()
+		<-errc
+		return fmt.Errorf("coordinator %s: lost the lead", cfg.ID)
+	}
+}
