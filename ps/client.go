@@ -302,9 +302,17 @@ func (c *Client) sendClock(v int64) *Future {
 	if err != nil {
 		return failed(err)
 	}
+	// Clocks are absolute, so a server that misses one (it is down, or its
+	// connection broke) is brought up to date by the next; a failed send
+	// is not an error for the worker.
 	f := newFuture(len(rm.Servers))
+	skip := func(error) { f.partDone(nil) }
 	for _, s := range rm.Servers {
 		cc := conns[s.ID]
+		if cc == nil || cc.Err() != nil {
+			skip(nil)
+			continue
+		}
 		var b [wire.ClockSize]byte
 		wire.Clock{Worker: uint32(c.opts.Rank), Clock: v}.Put(&b)
 		id := cc.NextID()
@@ -318,7 +326,7 @@ func (c *Client) sendClock(v int64) *Future {
 				f.partDone(replyError(s.ID, h, p))
 				return nil
 			},
-			OnFail: f.partDone,
+			OnFail: skip,
 		}, nil)
 	}
 	return f
