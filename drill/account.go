@@ -139,10 +139,10 @@ func (r *Report) fill(audits []WorkerAudit, timelines [][]int64, perWorker, perR
 	case acc.ExamplesSkipped > 0 && allFinished:
 		r.note("%d example trainings are missing (%d rows trained fewer than %d times) though every worker finished: their acknowledged increments of the trained table were lost", acc.ExamplesSkipped, acc.RowsSkipped, epochs)
 	case acc.ExamplesSkipped > 0:
-		r.note("%d example trainings were skipped (%d rows trained fewer than %d times): the data partitions of a worker that stops are not handed to the others yet (increments lost on the servers would add to this)", acc.ExamplesSkipped, acc.RowsSkipped, epochs)
+		r.note("%d example trainings were skipped (%d rows trained fewer than %d times): a worker stopped and its partitions were not all trained by the others (increments lost on the servers would add to this)", acc.ExamplesSkipped, acc.RowsSkipped, epochs)
 	}
 	if acc.ExamplesRepeated > 0 {
-		r.note("%d example trainings were repeated beyond %d epochs", acc.ExamplesRepeated, epochs)
+		r.note("%d example trainings were repeated beyond %d epochs (a partition taken over from its last recorded offset repeats what its worker trained after that)", acc.ExamplesRepeated, epochs)
 	}
 }
 

@@ -407,9 +407,7 @@ func (d *drill) run(ctx context.Context) error {
 		d.account(ctx)
 	}
 	// The workers are gone: stop the rest, politely first.
-	for _, p := range d.sup.procs {
-		d.sup.terminate(p, 3*time.Second)
-	}
+	d.sup.stopAll(3 * time.Second)
 	finished := 0
 	for _, w := range d.workers {
 		if d.workerReport(w) != nil {
@@ -495,6 +493,20 @@ func (d *drill) exited(p *proc) error {
 	return failure
 }
 
+// refreshObserver brings the observer's layout up to date while the
+// coordinator can still be asked, by reading through it: a server that is
+// ahead makes the client fetch the newer layout.
+func (d *drill) refreshObserver() {
+	if d.observer == nil || d.cfg.Audit == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, _, err := lr.ReadAudit(ctx, d.observer, d.cfg.Workers, 0); err != nil {
+		d.log.Warn("refreshing the observer before the coordinator goes", "err", err)
+	}
+}
+
 // inject carries out one planned fault on a live node of its role.
 func (d *drill) inject(pl Planned, rng *rand.Rand) {
 	var live []*proc
@@ -508,6 +520,9 @@ func (d *drill) inject(pl Planned, rng *rand.Rand) {
 		return
 	}
 	p := live[rng.IntN(len(live))]
+	if pl.Role == Coordinator {
+		d.refreshObserver()
+	}
 	f := Fault{PlannedS: pl.At.Seconds(), Action: pl.Action, Role: pl.Role, Node: p.name, PID: p.pid()}
 	var err error
 	switch pl.Action {

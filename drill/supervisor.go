@@ -183,19 +183,25 @@ func (s *supervisor) kill(p *proc) error {
 	return killGroup(p.cmd.Process)
 }
 
-// terminate asks p to stop, and kills it if it has not within grace.
-func (s *supervisor) terminate(p *proc, grace time.Duration) {
-	if p.done() {
-		return
+// stopAll interrupts every child still running (SIGINT ends a node's run
+// without the drain that SIGTERM starts) and kills those that have not
+// exited within grace.
+func (s *supervisor) stopAll(grace time.Duration) {
+	for _, p := range s.procs {
+		if !p.done() {
+			interrupt(p.cmd.Process)
+		}
 	}
-	terminate(p.cmd.Process)
 	t := time.NewTimer(grace)
 	defer t.Stop()
-	select {
-	case <-p.exited:
-	case <-t.C:
-		s.kill(p)
-		<-p.exited
+	for _, p := range s.procs {
+		select {
+		case <-p.exited:
+		case <-t.C:
+			t.Reset(0) // past the grace: kill the rest at once
+			s.kill(p)
+			<-p.exited
+		}
 	}
 }
 

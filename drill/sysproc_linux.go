@@ -23,3 +23,6 @@ const killMethod = "SIGKILL to its process group"
 
 // terminate asks p to leave and says how.
 func terminate(p *os.Process) (string, error) { return "SIGTERM", p.Signal(syscall.SIGTERM) }
+
+// interrupt asks p to end its run.
+func interrupt(p *os.Process) error { return p.Signal(syscall.SIGINT) }
