@@ -406,6 +406,9 @@ func (d *drill) run(ctx context.Context) error {
 		d.rep.TrainingSeconds = time.Since(d.started).Seconds()
 		d.account(ctx)
 	}
+	if cfg.Audit == nil {
+		d.rep.note("no audit (only --app lr keeps audit tables): training started when the first worker started its job, and the accounting fields are null")
+	}
 	// The workers are gone: stop the rest, politely first.
 	d.sup.stopAll(3 * time.Second)
 	finished := 0
