@@ -1,7 +1,7 @@
 package server
 
 import (
-	"math"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -153,35 +153,25 @@ func (s *Server) rebuild(old, cur chains) {
 	var scratch []int
 	var keys int64
 	for _, t := range tables {
-		all := t.store.Keys(0, math.MaxUint64)
-		for i := 0; i < len(all); {
-			sl := keyspace.Slot(all[i])
-			j := i + 1
-			for j < len(all) && keyspace.Slot(all[j]) == sl {
-				j++
+		t.store.Slots(func(sl, present uint64) {
+			if cur.ring.SlotOwner(sl) != me {
+				return
 			}
-			if cur.ring.SlotOwner(sl) == me {
-				newSucc, scratch = cur.successors(sl, newSucc, scratch)
-				oldSucc, scratch = old.successors(sl, oldSucc, scratch)
-				for _, p := range newSucc {
-					if contains(oldSucc, p.ID) {
-						continue
-					}
-					g := send[p.ID]
-					if g == nil {
-						g = &group{peer: p}
-						send[p.ID] = g
-					}
-					if n := len(g.items); n == 0 || g.items[n-1].t != t {
-						g.items = append(g.items, dirty{t: t})
-					}
-					it := &g.items[len(g.items)-1]
-					it.keys = append(it.keys, all[i:j]...)
-					keys += int64(j - i)
+			newSucc, scratch = cur.successors(sl, newSucc, scratch)
+			oldSucc, scratch = old.successors(sl, oldSucc, scratch)
+			for _, p := range newSucc {
+				if contains(oldSucc, p.ID) {
+					continue
 				}
+				g := send[p.ID]
+				if g == nil {
+					g = &group{peer: p}
+					send[p.ID] = g
+				}
+				g.addSlot(t, sl, present)
+				keys += int64(bits.OnesCount64(present))
 			}
-			i = j
-		}
+		})
 	}
 	if len(send) == 0 {
 		s.reportSynced(cur)
@@ -195,10 +185,10 @@ func (s *Server) rebuild(old, cur chains) {
 			return
 		}
 		for _, it := range g.items {
-			bytes.Add(int64(len(it.keys)) * int64(4*it.t.store.Stride()+8))
+			bytes.Add(int64(it.len()) * int64(4*it.t.store.Stride()))
+			wg.Add(1)
+			r.addBulk([]dirty{it}, func(error) { wg.Done() })
 		}
-		wg.Add(1)
-		r.add(g.items, nil, func(error) { wg.Done() })
 	}
 	wg.Wait()
 	s.handoff.Lock()
@@ -233,4 +223,39 @@ func contains(ps []ring.Server, id string) bool {
 		}
 	}
 	return false
+}
+
+// copyChunkKeys bounds one copy chunk, so that a waiting push is sent after
+// at most one chunk.
+const copyChunkKeys = 1 << 18
+
+// addSlot adds a slot's present keys to the copy for g's peer: a full slot
+// extends a run of consecutive keys (sent as a range, without a key list),
+// a partial one goes on a key list; chunks stay under copyChunkKeys.
+func (g *group) addSlot(t *tableState, sl, present uint64) {
+	start := keyspace.SlotStart(sl)
+	n := len(g.items)
+	if present == ^uint64(0) {
+		if n > 0 && g.items[n-1].t == t && g.items[n-1].keys == nil && g.items[n-1].lo+uint64(g.items[n-1].n) == start && g.items[n-1].n < copyChunkKeys {
+			g.items[n-1].n += keyspace.SlotSize
+			return
+		}
+		g.items = append(g.items, dirty{t: t, lo: start, n: keyspace.SlotSize})
+		return
+	}
+	if n == 0 || g.items[n-1].t != t || g.items[n-1].keys == nil || len(g.items[n-1].keys) >= copyChunkKeys {
+		g.items = append(g.items, dirty{t: t, keys: []uint64{}})
+		n++
+	}
+	it := &g.items[n-1]
+	for b := present; b != 0; b &= b - 1 {
+		it.keys = append(it.keys, start+uint64(bits.TrailingZeros64(b)))
+	}
+}
+
+func (d dirty) len() int {
+	if d.keys != nil {
+		return len(d.keys)
+	}
+	return d.n
 }

@@ -27,9 +27,14 @@ type replicator struct {
 	pairs   []wire.Pair
 	waiters []func(error)
 	held    []batch // sent but not acknowledged, re-sent after a reconnect
-	gone    bool    // the peer left the layout: release everything
-	kick    chan struct{}
-	stop    chan struct{}
+	// bulk holds copies for new chain members, sent a chunk at a time
+	// alongside the pushes: a copy reads the state when it is sent, so
+	// letting pushes overtake it loses nothing, and pushes do not queue
+	// behind a hundred megabytes of copies.
+	bulk []batch
+	gone bool // the peer left the layout: release everything
+	kick chan struct{}
+	stop chan struct{}
 }
 
 // dirty names keys whose state must reach the peer: sorted keys, or n keys from lo.
@@ -81,17 +86,33 @@ func (r *replicator) add(items []dirty, pairs []wire.Pair, done func(error)) {
 	}
 }
 
+// addBulk queues a copy chunk (see bulk).
+func (r *replicator) addBulk(items []dirty, done func(error)) {
+	r.mu.Lock()
+	if r.gone {
+		r.mu.Unlock()
+		done(nil)
+		return
+	}
+	r.bulk = append(r.bulk, batch{items: items, waiters: []func(error){done}})
+	r.mu.Unlock()
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
 // leave releases every waiter: the peer is no longer in the layout, so
 // pushes stop waiting for it (as Kafka's in-sync replica set shrinks).
 func (r *replicator) leave() {
 	r.mu.Lock()
 	r.gone = true
 	var release []func(error)
-	for _, b := range r.held {
+	for _, b := range append(r.held, r.bulk...) {
 		release = append(release, b.waiters...)
 	}
 	release = append(release, r.waiters...)
-	r.held, r.pending, r.pairs, r.waiters = nil, nil, nil, nil
+	r.held, r.bulk, r.pending, r.pairs, r.waiters = nil, nil, nil, nil, nil
 	r.mu.Unlock()
 	close(r.stop)
 	for _, f := range release {
@@ -125,6 +146,12 @@ func (r *replicator) loop() {
 			if len(r.pending) > 0 || len(r.waiters) > 0 {
 				r.held = append(r.held, batch{items: r.pending, pairs: r.pairs, waiters: r.waiters})
 				r.pending, r.pairs, r.waiters = nil, nil, nil
+			}
+			// One copy chunk rides along with each round of pushes: pushes
+			// wait for at most a chunk, and copies are never starved.
+			if len(r.bulk) > 0 && len(r.held) < 2 {
+				r.held = append(r.held, r.bulk[0])
+				r.bulk = r.bulk[1:]
 			}
 			// Batches for slots this server no longer heads cannot be
 			// confirmed by the peer any more: fail their pushes.
@@ -179,6 +206,11 @@ func (r *replicator) loop() {
 			}
 			backoff = 10 * time.Millisecond
 			r.mu.Lock()
+			if r.gone {
+				// leave released these batches' waiters already.
+				r.mu.Unlock()
+				return
+			}
 			r.held = r.held[len(todo):]
 			r.mu.Unlock()
 			for _, b := range todo {

@@ -83,3 +83,17 @@ func (t *Table) Keys(lo, hi uint64) []uint64 {
 	}
 	return keys
 }
+
+// Slots calls fn, in slot order, with every slot that holds keys and the
+// bitmap of its present keys (bit o is key slot*SlotSize+o).
+func (t *Table) Slots(fn func(slot, present uint64)) {
+	for _, slot := range t.slots(0, ^uint64(0)) {
+		s := t.stripe(slot)
+		s.mu.RLock()
+		bits := s.blocks[slot].bits
+		s.mu.RUnlock()
+		if bits != 0 {
+			fn(slot, bits)
+		}
+	}
+}
