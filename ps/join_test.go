@@ -125,3 +125,58 @@ func TestServerJoinsLive(t *testing.T) {
 	}
 	t.Logf("handoff copied %d keys (%d bytes) in %.3fs; longest wait for one push %v", h.keys, h.bytes, h.secs, time.Duration(maxWait.Load()))
 }
+
+// TestWorkerJoinsAndPushes starts a worker while another trains, and
+// measures the time from its start to its first acknowledged push.
+func TestWorkerJoinsAndPushes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	l, err := node.StartLocal(ctx, node.LocalConfig{Servers: 2, Workers: 1, Replication: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	first := make(chan struct{})
+	stop := make(chan struct{})
+	go l.RunWorkers(ctx, func(ctx context.Context, c *ps.Client) (any, error) {
+		tb, err := c.CreateTable(ctx, table.Spec{Name: "w", Width: 1})
+		if err != nil {
+			return nil, err
+		}
+		for i := 0; ; i++ {
+			if err := tb.Push([]uint64{uint64(i % 1000)}, []float32{1}).Wait(ctx); err != nil {
+				return nil, err
+			}
+			if i == 0 {
+				close(first)
+			}
+			select {
+			case <-stop:
+				return nil, nil
+			default:
+			}
+		}
+	})
+	<-first
+	start := time.Now()
+	var took time.Duration
+	_, err = node.RunWorker(ctx, node.WorkerConfig{ID: "late", Coordinator: l.CoordAddr}, func(ctx context.Context, c *ps.Client) (any, error) {
+		tb, err := c.Table(ctx, "w")
+		if err != nil {
+			return nil, err
+		}
+		if err := tb.Push([]uint64{7}, []float32{1}).Wait(ctx); err != nil {
+			return nil, err
+		}
+		took = time.Since(start)
+		return nil, c.Finish().Wait(ctx)
+	})
+	close(stop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took > 10*time.Second {
+		t.Fatalf("first push acknowledged %v after the worker started", took)
+	}
+	t.Logf("a worker joining a running cluster had its first push acknowledged %v after it started", took)
+}
