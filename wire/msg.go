@@ -67,7 +67,7 @@ type Data struct {
 	// their pairs.
 	Ancestors []uint64
 	Keys      []uint64
-	Vals  []byte // encoded values; empty for pulls
+	Vals      []byte // encoded values; empty for pulls
 }
 
 // NumValues is Count*Width.
