@@ -149,14 +149,7 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 		// returns when every partition of the epoch is trained, which is
 		// the epoch's barrier.
 		err := c.EachPartition(ctx, e, func(ctx context.Context, l *ps.Lease) error {
-			p := parts[l.Partition]
-			order := make([]int, 0, p.Len())
-			for i := p.Lo; i < p.Hi; i++ {
-				order = append(order, i)
-			}
-			// The order depends only on (epoch, partition), so whoever
-			// resumes a partition continues the same sequence.
-			data.Shuffle(order, cfg.Seed+uint64(e)*7919+uint64(l.Partition)*104729)
+			order := parts[l.Partition].Order(cfg.Seed + uint64(e)*7919 + uint64(l.Partition)*104729)
 			var batches [][]int
 			for off := l.Offset; off < len(order); off += cfg.Batch {
 				batches = append(batches, order[off:min(off+cfg.Batch, len(order))])

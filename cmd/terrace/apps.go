@@ -55,21 +55,9 @@ func (a *appFlags) job(progress io.Writer) (node.Job, error) {
 	}
 	switch a.app {
 	case "lr":
-		cfg := lr.DefaultConfig()
-		cfg.Train, cfg.Test = or(a.train, defaultTrain), or(a.test, defaultTest)
-		if err := readable(cfg.Train, cfg.Test); err != nil {
+		cfg, err := a.lrConfig(progress)
+		if err != nil {
 			return nil, err
-		}
-		cfg.Consistency, cfg.Encoding, cfg.Seed = cons, table.Encoding(a.encoding), a.seed
-		cfg.Significance = float32(a.significance)
-		setInt(&cfg.Epochs, a.epochs)
-		setInt(&cfg.Batch, a.batch)
-		cfg.Rule.LR, cfg.Rule.L1, cfg.Rule.L2 = float32(a.lr), float32(a.l1), float32(a.l2)
-		if progress != nil {
-			cfg.Progress = func(s lr.EpochStats) {
-				fmt.Fprintf(progress, "epoch %2d/%d  %6.2fs  train logloss %.4f  test accuracy %.4f  logloss %.4f  AUC %.4f\n",
-					s.Epoch, cfg.Epochs, s.Seconds, s.TrainLogLoss, s.TestAccuracy, s.TestLogLoss, s.TestAUC)
-			}
 		}
 		return func(ctx context.Context, c *ps.Client) (any, error) { return lr.Run(ctx, c, cfg) }, nil
 	case "mf":
@@ -120,4 +108,30 @@ func setInt(dst *int, v int) {
 	if v > 0 {
 		*dst = v
 	}
+}
+
+// lrConfig builds the lr configuration from the flags; job and the
+// drill's workers (which turn the audit on) share it.
+func (a *appFlags) lrConfig(progress io.Writer) (lr.Config, error) {
+	cons, err := table.ParseConsistency(a.consistency)
+	if err != nil {
+		return lr.Config{}, err
+	}
+	cfg := lr.DefaultConfig()
+	cfg.Train, cfg.Test = or(a.train, defaultTrain), or(a.test, defaultTest)
+	if err := readable(cfg.Train, cfg.Test); err != nil {
+		return lr.Config{}, err
+	}
+	cfg.Consistency, cfg.Encoding, cfg.Seed = cons, table.Encoding(a.encoding), a.seed
+	cfg.Significance = float32(a.significance)
+	setInt(&cfg.Epochs, a.epochs)
+	setInt(&cfg.Batch, a.batch)
+	cfg.Rule.LR, cfg.Rule.L1, cfg.Rule.L2 = float32(a.lr), float32(a.l1), float32(a.l2)
+	if progress != nil {
+		cfg.Progress = func(s lr.EpochStats) {
+			fmt.Fprintf(progress, "epoch %2d/%d  %6.2fs  train logloss %.4f  test accuracy %.4f  logloss %.4f  AUC %.4f\n",
+				s.Epoch, cfg.Epochs, s.Seconds, s.TrainLogLoss, s.TestAccuracy, s.TestLogLoss, s.TestAUC)
+		}
+	}
+	return cfg, nil
 }

@@ -20,7 +20,6 @@ import (
 	"github.com/terrace-ml/terrace/node"
 	"github.com/terrace-ml/terrace/ps"
 	"github.com/terrace-ml/terrace/server"
-	"github.com/terrace-ml/terrace/table"
 )
 
 // trainReport is the JSON report of `terrace train`.
@@ -374,32 +373,6 @@ func accountLocal(ctx context.Context, a appFlags, t *drill.Timeline, coordAddr 
 		return nil, fmt.Errorf("audit: %w", err)
 	}
 	return rep, nil
-}
-
-// lrConfig is the lr configuration that appFlags.job builds (keep the two
-// in step), for the callers that turn the audit on.
-func (a *appFlags) lrConfig(progress io.Writer) (lr.Config, error) {
-	cons, err := table.ParseConsistency(a.consistency)
-	if err != nil {
-		return lr.Config{}, err
-	}
-	cfg := lr.DefaultConfig()
-	cfg.Train, cfg.Test = or(a.train, defaultTrain), or(a.test, defaultTest)
-	if err := readable(cfg.Train, cfg.Test); err != nil {
-		return lr.Config{}, err
-	}
-	cfg.Consistency, cfg.Encoding, cfg.Seed = cons, table.Encoding(a.encoding), a.seed
-	cfg.Significance = float32(a.significance)
-	setInt(&cfg.Epochs, a.epochs)
-	setInt(&cfg.Batch, a.batch)
-	cfg.Rule.LR, cfg.Rule.L1, cfg.Rule.L2 = float32(a.lr), float32(a.l1), float32(a.l2)
-	if progress != nil {
-		cfg.Progress = func(s lr.EpochStats) {
-			fmt.Fprintf(progress, "epoch %2d/%d  %6.2fs  train logloss %.4f  test accuracy %.4f  logloss %.4f  AUC %.4f\n",
-				s.Epoch, cfg.Epochs, s.Seconds, s.TrainLogLoss, s.TestAccuracy, s.TestLogLoss, s.TestAUC)
-		}
-	}
-	return cfg, nil
 }
 
 // drillWorkerCmd is the worker that `train --processes` starts: `terrace
