@@ -80,11 +80,29 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("coordinator: %w", err)
 	}
 	defer st.Close()
-	lead, err := st.Campaign(ctx, cfg.ID)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil
+	// A replica that loses the lead (its etcd session lapsed, say while
+	// etcd re-elects its own leader) steps down and campaigns again: it
+	// must not exit, since its embedded etcd member is part of the quorum.
+	for ctx.Err() == nil {
+		if err := lead(ctx, st, cfg); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			cfg.Logger.Warn("stepped down as coordinator; campaigning again", "id", cfg.ID, "err", err)
+			select {
+			case <-time.After(200 * time.Millisecond):
+			case <-ctx.Done():
+			}
 		}
+	}
+	return nil
+}
+
+// lead campaigns, and once elected restores the saved state and serves
+// until ctx ends (nil) or the lead is lost (an error).
+func lead(ctx context.Context, st *meta.Store, cfg Config) error {
+	l, err := st.Campaign(ctx, cfg.ID)
+	if err != nil {
 		return fmt.Errorf("coordinator %s: campaign: %w", cfg.ID, err)
 	}
 	took := time.Now()
@@ -100,10 +118,21 @@ func Run(ctx context.Context, cfg Config) error {
 	default:
 		return fmt.Errorf("coordinator %s: %w", cfg.ID, err)
 	}
-	c.SetPersist(func(ctx context.Context, blob []byte) error { return st.PutSnapshot(ctx, lead, blob) })
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("coordinator: listen: %w", err)
+	c.SetPersist(func(ctx context.Context, blob []byte) error { return st.PutSnapshot(ctx, l, blob) })
+	var ln net.Listener
+	for {
+		// The listen address may still be held for a moment by the
+		// previous term of this replica.
+		if ln, err = net.Listen("tcp", cfg.Listen); err == nil {
+			break
+		}
+		select {
+		case <-l.Lost():
+			return fmt.Errorf("coordinator %s: lost the lead before listening", cfg.ID)
+		case <-time.After(100 * time.Millisecond):
+		case <-ctx.Done():
+			return nil
+		}
 	}
 	cfg.Logger.Info("leading", "id", cfg.ID, "addr", ln.Addr().String(), "election_to_listen", time.Since(took))
 	if cfg.Ready != nil {
@@ -116,7 +145,7 @@ func Run(ctx context.Context, cfg Config) error {
 	select {
 	case err := <-errc:
 		return err
-	case <-lead.Lost():
+	case <-l.Lost():
 		cancel()
 		<-errc
 		return fmt.Errorf("coordinator %s: lost the lead", cfg.ID)

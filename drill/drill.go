@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -23,9 +24,6 @@ import (
 
 // Errors callers can test with errors.Is.
 var (
-	// ErrNeedsEtcd: more than one coordinator needs the etcd-backed
-	// coordinator, which is not built yet.
-	ErrNeedsEtcd = errors.New("drill: more than one coordinator needs the etcd coordinator, not built yet")
 	// ErrBadConfig: a Config that cannot run.
 	ErrBadConfig = errors.New("drill: bad configuration")
 	// ErrNodeFailed: a node exited that no fault had hit.
@@ -75,8 +73,8 @@ type Config struct {
 	RunDir string
 
 	Servers, Workers, Replication, Partitions int
-	// Coordinators must be 1 (or 0, meaning 1) until the etcd coordinator
-	// exists.
+	// Coordinators is the number of coordinator replicas (0 means 1); more
+	// than one form their own etcd cluster and fail over for each other.
 	Coordinators int
 
 	Schedule Schedule
@@ -204,9 +202,6 @@ func (r *Report) note(format string, args ...any) {
 // Run stops every process it started before it returns, and on Linux the
 // kernel stops them if the drill itself is killed.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
-	if cfg.Coordinators > 1 {
-		return nil, fmt.Errorf("%w (asked for %d)", ErrNeedsEtcd, cfg.Coordinators)
-	}
 	if cfg.Coordinators < 0 || cfg.Servers < 1 || cfg.Workers < 1 {
 		return nil, fmt.Errorf("%w: need a coordinator, at least one server and one worker; got %d, %d and %d", ErrBadConfig, max(cfg.Coordinators, 1), cfg.Servers, cfg.Workers)
 	}
@@ -271,15 +266,18 @@ func workerFile(i int, ext string) string { return fmt.Sprintf("worker-%d%s", i,
 
 // drill is one run's state; its loop is the only goroutine that touches it.
 type drill struct {
-	cfg      Config
-	log      *slog.Logger
-	rep      *Report
-	sup      *supervisor
-	coord    string // the coordinator's address
-	started  time.Time
-	observer *ps.Client
-	workers  []*proc
-	done     bool // every worker has exited
+	cfg   Config
+	log   *slog.Logger
+	rep   *Report
+	sup   *supervisor
+	coord string // the coordinators' addresses, comma-separated
+	// coordUp is set once a coordinator leads; multiCoord when several
+	// replicas run (their addresses are fixed up front).
+	coordUp, multiCoord bool
+	started             time.Time
+	observer            *ps.Client
+	workers             []*proc
+	done                bool // every worker has exited
 }
 
 // interesting runs on the pumps' goroutines: it keeps servers' last
@@ -309,15 +307,44 @@ func (d *drill) interesting(p *proc, text string) bool {
 
 func (d *drill) run(ctx context.Context) error {
 	cfg := d.cfg
-	c, err := d.sup.start("coordinator", Coordinator, "coordinator", "--listen", "127.0.0.1:0",
-		"--servers", strconv.Itoa(cfg.Servers), "--workers", strconv.Itoa(cfg.Workers),
-		"--partitions", strconv.Itoa(cfg.Partitions), "--replication", strconv.Itoa(cfg.Replication))
+	common := []string{"--servers", strconv.Itoa(cfg.Servers), "--workers", strconv.Itoa(cfg.Workers),
+		"--partitions", strconv.Itoa(cfg.Partitions), "--replication", strconv.Itoa(cfg.Replication)}
+	var c *proc
+	var err error
+	if n := max(cfg.Coordinators, 1); n == 1 {
+		c, err = d.sup.start("coordinator", Coordinator, append([]string{"coordinator", "--listen", "127.0.0.1:0",
+			"--etcd-dir", filepath.Join(cfg.RunDir, "etcd")}, common...)...)
+	} else {
+		// Replicas that form their own etcd cluster: their addresses must
+		// be known up front, and every node is given all of them.
+		ports, perr := freePorts(2 * n)
+		if perr != nil {
+			return perr
+		}
+		var cluster []string
+		for i := range n {
+			cluster = append(cluster, fmt.Sprintf("c%d=http://%s", i, ports[n+i]))
+		}
+		d.coord = strings.Join(ports[:n], ",")
+		for i := range n {
+			p, serr := d.sup.start(fmt.Sprintf("coordinator-%d", i), Coordinator, append([]string{"coordinator", "--id", fmt.Sprintf("c%d", i),
+				"--listen", ports[i], "--etcd-peer", ports[n+i], "--etcd-cluster", strings.Join(cluster, ","),
+				"--etcd-dir", filepath.Join(cfg.RunDir, fmt.Sprintf("etcd-%d", i))}, common...)...)
+			if serr != nil {
+				return serr
+			}
+			if c == nil {
+				c = p
+			}
+		}
+		d.multiCoord = true
+	}
 	if err != nil {
 		return err
 	}
 	startBy := time.NewTimer(cfg.StartTimeout)
 	defer startBy.Stop()
-	for d.coord == "" {
+	for !d.coordUp {
 		select {
 		case l := <-d.sup.lines:
 			d.handle(l)
@@ -434,9 +461,12 @@ func cmpOr(v, def int) int {
 func (d *drill) handle(l line) bool {
 	switch {
 	case l.p.role == Coordinator:
-		addr := strings.TrimPrefix(l.text, coordinatorMarker)
-		addr, _, _ = strings.Cut(addr, ",")
-		d.coord = strings.TrimSpace(addr)
+		d.coordUp = true
+		if !d.multiCoord {
+			addr := strings.TrimPrefix(l.text, coordinatorMarker)
+			addr, _, _ = strings.Cut(addr, ",")
+			d.coord = strings.TrimSpace(addr)
+		}
 	case strings.HasPrefix(l.text, MarkerRank):
 		if r, err := strconv.Atoi(strings.TrimPrefix(l.text, MarkerRank)); err == nil {
 			l.p.rank = r
@@ -690,4 +720,24 @@ func excerpt(path string) string {
 		lines = lines[max(0, len(lines)-5):]
 	}
 	return ":\n\t" + strings.Join(lines, "\n\t")
+}
+
+// freePorts returns n loopback addresses that were free a moment ago.
+func freePorts(n int) ([]string, error) {
+	var addrs []string
+	var lns []net.Listener
+	defer func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}()
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("drill: pick a port: %w", err)
+		}
+		lns = append(lns, ln)
+		addrs = append(addrs, ln.Addr().String())
+	}
+	return addrs, nil
 }

@@ -360,6 +360,29 @@ func ptr[T any](p *T) any {
 	return *p
 }
 
+// TestDrillCoordinatorKill runs three coordinators that form their own
+// etcd cluster and kills one (leader or not, as the seed picks) and then a
+// server: training must finish with nothing acknowledged lost.
+func TestDrillCoordinatorKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a cluster of eight processes")
+	}
+	for _, seed := range []string{"1", "2"} {
+		rep := runDrill(t, "--coordinators", "3", "--servers", "3", "--workers", "2", "--replication", "2", "--epochs", "15",
+			"--seed", seed, "--kill", "coordinator@400ms,server@1s")
+		if !hasFault(rep, "kill", "coordinator") {
+			t.Fatalf("seed %s: faults %+v: no coordinator kill", seed, rep.Faults)
+		}
+		if rep.AckedUpdatesLost == nil || *rep.AckedUpdatesLost != 0 {
+			t.Errorf("seed %s: acked_updates_lost %v, want 0", seed, ptr(rep.AckedUpdatesLost))
+		}
+		if rep.ExamplesSkipped == nil || *rep.ExamplesSkipped != 0 {
+			t.Errorf("seed %s: examples_skipped %v, want 0", seed, ptr(rep.ExamplesSkipped))
+		}
+		t.Logf("seed %s: coordinator and server killed; max_stall_seconds %.3f, test AUC %v", seed, *rep.MaxStallSeconds, ptr(rep.TestAUC))
+	}
+}
+
 // TestDrillFlags checks the command line of the drill without starting a
 // cluster.
 func TestDrillFlags(t *testing.T) {
@@ -369,8 +392,7 @@ func TestDrillFlags(t *testing.T) {
 	}{
 		{[]string{"--kill", "server@1s"}, "--kill and --evict need --processes"},
 		{[]string{"--evict", "worker@1s"}, "--kill and --evict need --processes"},
-		{[]string{"--processes", "--coordinators", "3"}, "needs the etcd coordinator, not built yet"},
-		{[]string{"--coordinators", "2"}, "needs the etcd coordinator, not built yet"},
+		{[]string{"--coordinators", "0"}, "need at least one"},
 		{[]string{"--processes", "--kill", "server@1s,srv@2s"}, `--kill item 2 "srv@2s": unknown role "srv"`},
 		{[]string{"--processes", "--evict", "worker@3"}, `--evict item 1 "worker@3"`},
 		{[]string{"--app", "mf", "--audit"}, "--audit: only --app lr"},

@@ -36,10 +36,12 @@ address, comma-separated.`,
 			ctx, cancel := context.WithCancel(cmd.Context())
 			defer cancel()
 			log := newLogger(logLevel)
-			done := make(chan *coord.Coordinator, 1)
+			// A replica may lead more than once (it steps down when its
+			// etcd session lapses and may win again): follow the newest.
+			terms := make(chan *coord.Coordinator, 4)
 			ready := func(c *coord.Coordinator, addr string) {
 				fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator listening on %s, waiting for %d server(s) and %d worker(s)\n", addr, o.Servers, o.Workers)
-				done <- c
+				terms <- c
 			}
 			errc := make(chan error, 1)
 			go func() {
@@ -53,24 +55,24 @@ address, comma-separated.`,
 				}
 				errc <- coordha.Run(ctx, ha)
 			}()
-			var c *coord.Coordinator
-			select {
-			case c = <-done:
-			case err := <-errc:
-				return err
-			}
-			select {
-			case <-c.Done():
-				fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator: all %d worker(s) reported\n", o.Workers)
-				if err := writeReport(reportPath, c.Reports()); err != nil {
+			var done <-chan struct{}
+			var cur *coord.Coordinator
+			for {
+				select {
+				case cur = <-terms:
+					done = cur.Done()
+				case <-done:
+					done = nil
+					fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator: all %d worker(s) reported\n", o.Workers)
+					if err := writeReport(reportPath, cur.Reports()); err != nil {
+						return err
+					}
+					if exitWhenDone {
+						cancel()
+					}
+				case err := <-errc:
 					return err
 				}
-				if exitWhenDone {
-					cancel()
-				}
-				return <-errc
-			case err := <-errc:
-				return err
 			}
 		},
 	}

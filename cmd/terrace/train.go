@@ -54,7 +54,7 @@ type drillFlags struct {
 func (d *drillFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&d.processes, "processes", false, "run every node as its own OS process (this binary re-executed), with a log per node in --run-dir; turns --audit on")
 	fs.StringVar(&d.runDir, "run-dir", "", "with --processes: directory for the per-node logs, audit logs and worker reports (a new temporary directory if empty)")
-	fs.IntVar(&d.coordinators, "coordinators", 1, "coordinator replicas (more than 1 needs the etcd coordinator, not built yet)")
+	fs.IntVar(&d.coordinators, "coordinators", 1, "coordinator replicas; more than one form their own etcd cluster and fail over for each other")
 	fs.StringVar(&d.kill, "kill", "", "with --processes: SIGKILL a random live node of a role at times after training starts, e.g. server@2s,worker@4s,coordinator@6s")
 	fs.StringVar(&d.evict, "evict", "", "with --processes: give a random live node of a role eviction notice (its endpoint, or SIGTERM), e.g. worker@3s")
 	fs.BoolVar(&d.audit, "audit", false, "lr: count acknowledged updates and trained examples in audit tables and report acked_updates_lost, examples_repeated, examples_skipped, max_stall_seconds")
@@ -64,9 +64,6 @@ func (d *drillFlags) register(fs *pflag.FlagSet) {
 
 // check refuses combinations that cannot run.
 func (d *drillFlags) check(app string) (drill.Schedule, error) {
-	if d.coordinators > 1 {
-		return nil, fmt.Errorf("--coordinators %d: %w", d.coordinators, drill.ErrNeedsEtcd)
-	}
 	if d.coordinators < 1 {
 		return nil, fmt.Errorf("--coordinators %d: need at least one", d.coordinators)
 	}
