@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -33,6 +34,13 @@ type Options struct {
 	VNodes     int
 	// Replication is how many servers hold each slot (k).
 	Replication int
+	// CheckpointDir, with CheckpointEvery > 0, takes a cluster checkpoint
+	// there after every CheckpointEvery epochs.
+	CheckpointDir   string
+	CheckpointEvery int
+	// Resume starts from the newest committed checkpoint in CheckpointDir.
+	Resume bool
+	Logger *slog.Logger
 }
 
 // Coordinator holds the cluster's layout.
@@ -55,14 +63,31 @@ type Coordinator struct {
 
 	persist    func(ctx context.Context, blob []byte) error
 	persistErr error
+
+	log          *slog.Logger
+	ckptSeq      uint64
+	ckptReported map[string]bool
+	ckptStart    time.Time
+	ckptDone     []CheckpointStat
+	restored     map[string]bool
 }
 
-// New returns a coordinator waiting for its nodes.
+// New returns a coordinator waiting for its nodes; with o.Resume it starts
+// from the newest committed checkpoint (Open reports a failure to load it).
 func New(o Options) *Coordinator {
+	c, err := Open(o)
+	if err != nil {
+		panic(err) // only Resume can fail, and callers that resume use Open
+	}
+	return c
+}
+
+// Open is New, returning an error when o.Resume finds no usable checkpoint.
+func Open(o Options) (*Coordinator, error) {
 	if o.Partitions <= 0 {
 		o.Partitions = 4 * max(o.Workers, 1)
 	}
-	return &Coordinator{
+	c := &Coordinator{
 		opts:    o,
 		lay:     layout.Layout{Version: 1, VNodes: o.VNodes, Workers: o.Workers, Partitions: o.Partitions, Replication: max(1, o.Replication)},
 		changed: make(chan struct{}),
@@ -70,13 +95,23 @@ func New(o Options) *Coordinator {
 		reports: map[int]json.RawMessage{},
 		done:    make(chan struct{}),
 		synced:  map[string]map[string]bool{},
+		log:     o.Logger,
 	}
+	if c.log == nil {
+		c.log = slog.Default()
+	}
+	if o.Resume {
+		if err := c.resumeLocked(o.CheckpointDir); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
 }
 
 // publish bumps the version and wakes long-pollers; c.mu is held.
 func (c *Coordinator) publish() {
 	c.lay.Version++
-	c.lay.Ready = c.lay.Ready || len(c.lay.Servers)+c.removed >= c.opts.Servers && len(c.workers) >= c.opts.Workers
+	c.lay.Ready = c.lay.Ready || len(c.lay.Servers)+c.removed >= c.opts.Servers && len(c.workers) >= c.opts.Workers && c.lay.Resume == nil
 	// Saved before anyone can see it, so a successor never publishes an
 	// older version than a client has seen.
 	c.persistLocked()

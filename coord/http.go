@@ -379,6 +379,22 @@ func (c *Coordinator) workHandlers(mux *http.ServeMux) {
 		c.Synced(req.From, req.Joiner, req.Version)
 		reply(w, struct{}{}, nil)
 	})
+	mux.HandleFunc("POST /v1/servers/checkpointed", func(w http.ResponseWriter, r *http.Request) {
+		var req ckptReport
+		if err := decode(r, &req); err != nil {
+			reply(w, nil, err)
+			return
+		}
+		reply(w, struct{}{}, c.Checkpointed(req.From, req.Seq, req.Error))
+	})
+	mux.HandleFunc("POST /v1/servers/restored", func(w http.ResponseWriter, r *http.Request) {
+		var req ckptReport
+		if err := decode(r, &req); err != nil {
+			reply(w, nil, err)
+			return
+		}
+		reply(w, struct{}{}, c.Restored(req.From, req.Seq, req.Error))
+	})
 	mux.HandleFunc("POST /v1/leave", func(w http.ResponseWriter, r *http.Request) {
 		var req workRequest
 		if err := decode(r, &req); err != nil {
@@ -434,4 +450,27 @@ type syncedRequest struct {
 // Synced reports that server from has shipped joiner its copies.
 func (c *Client) Synced(ctx context.Context, from, joiner string, version uint64) error {
 	return c.do(ctx, "POST", "/v1/servers/synced", syncedRequest{From: from, Joiner: joiner, Version: version}, nil)
+}
+
+type ckptReport struct {
+	From  string `json:"from"`
+	Seq   uint64 `json:"seq"`
+	Error string `json:"error,omitempty"`
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// Checkpointed reports that server from wrote its part of checkpoint seq (err nil) or could not.
+func (c *Client) Checkpointed(ctx context.Context, from string, seq uint64, err error) error {
+	return c.do(ctx, "POST", "/v1/servers/checkpointed", ckptReport{From: from, Seq: seq, Error: errText(err)}, nil)
+}
+
+// Restored reports that server from loaded its slots of checkpoint seq (err nil) or could not.
+func (c *Client) Restored(ctx context.Context, from string, seq uint64, err error) error {
+	return c.do(ctx, "POST", "/v1/servers/restored", ckptReport{From: from, Seq: seq, Error: errText(err)}, nil)
 }

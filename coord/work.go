@@ -70,6 +70,17 @@ func (c *Coordinator) Acquire(ctx context.Context, rank, e int) (Grant, error) {
 			return Grant{}, err
 		}
 		c.beatLocked(rank)
+		if ck := c.lay.Checkpoint; ck != nil && e > ck.Epoch {
+			// The next epoch waits until the checkpoint is written.
+			ch := c.changed
+			c.mu.Unlock()
+			select {
+			case <-ch:
+				continue
+			case <-ctx.Done():
+				return Grant{}, ctx.Err()
+			}
+		}
 		w := c.epochLocked(e)
 		if w.left == 0 {
 			g := Grant{Partition: -1, Done: true, Clock: c.maxClock}
@@ -145,6 +156,7 @@ func (c *Coordinator) Progress(rank, e, p, offset int, clock int64, complete boo
 		l.done, l.rank = true, -1
 		w.left--
 		if w.left == 0 {
+			c.startCheckpointLocked(e)
 			c.publish()
 		}
 	}

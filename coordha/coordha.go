@@ -106,8 +106,16 @@ func lead(ctx context.Context, st *meta.Store, cfg Config) error {
 		return fmt.Errorf("coordinator %s: campaign: %w", cfg.ID, err)
 	}
 	took := time.Now()
-	c := coord.New(cfg.Options)
 	blob, err := st.Snapshot(ctx)
+	opts := cfg.Options
+	opts.Logger = cfg.Logger
+	if err == nil {
+		opts.Resume = false // the saved state is newer than any checkpoint
+	}
+	c, oerr := coord.Open(opts)
+	if oerr != nil {
+		return oerr
+	}
 	switch {
 	case err == nil:
 		if err := c.Restore(blob); err != nil {

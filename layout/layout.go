@@ -39,6 +39,23 @@ type Layout struct {
 	// Finished lists worker ranks that died or departed: their clocks no
 	// longer hold the others back.
 	Finished []int `json:"finished,omitempty"`
+	// Checkpoint, when set, asks every ring server to write the slots it
+	// heads into cluster checkpoint Seq; the coordinator commits it once
+	// all have, and holds the next epoch's work meanwhile.
+	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
+	// Resume, when set, asks every server to load the slots it holds from
+	// committed checkpoint Seq, written by Servers; the layout is not Ready
+	// until every server has.
+	Resume *Checkpoint `json:"resume,omitempty"`
+}
+
+// Checkpoint names a cluster checkpoint: server S's part is the
+// checkpoint Seq under Dir/servers/S.
+type Checkpoint struct {
+	Dir     string   `json:"dir"`
+	Seq     uint64   `json:"seq"`
+	Epoch   int      `json:"epoch"`
+	Servers []string `json:"servers,omitempty"`
 }
 
 // Ring builds the range map of l.

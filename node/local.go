@@ -17,7 +17,11 @@ type LocalConfig struct {
 	Servers, Workers int
 	Partitions       int
 	Replication      int
-	Logger           *slog.Logger
+	// CheckpointDir, CheckpointEvery and Resume: see coord.Options.
+	CheckpointDir   string
+	CheckpointEvery int
+	Resume          bool
+	Logger          *slog.Logger
 }
 
 // Local is a whole cluster in this process: a coordinator, servers and
@@ -47,19 +51,26 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	l := &Local{cfg: cfg, ctx: ctx, cancel: cancel}
 	ready := make(chan struct{})
+	failed := make(chan error, 1)
 	l.goRun(func() error {
-		return RunCoordinator(ctx, CoordinatorConfig{
-			Listen:  "127.0.0.1:0",
-			Options: coord.Options{Servers: cfg.Servers, Workers: cfg.Workers, Partitions: cfg.Partitions, Replication: cfg.Replication},
-			Logger:  cfg.Logger,
+		err := RunCoordinator(ctx, CoordinatorConfig{
+			Listen: "127.0.0.1:0",
+			Options: coord.Options{Servers: cfg.Servers, Workers: cfg.Workers, Partitions: cfg.Partitions, Replication: cfg.Replication,
+				CheckpointDir: cfg.CheckpointDir, CheckpointEvery: cfg.CheckpointEvery, Resume: cfg.Resume},
+			Logger: cfg.Logger,
 			Ready: func(c *coord.Coordinator, addr string) {
 				l.Coord, l.CoordAddr = c, addr
 				close(ready)
 			},
 		})
+		failed <- err
+		return err
 	})
 	select {
 	case <-ready:
+	case err := <-failed:
+		l.Close()
+		return nil, fmt.Errorf("local cluster: coordinator: %w", err)
 	case <-ctx.Done():
 		l.Close()
 		return nil, ctx.Err()

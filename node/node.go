@@ -34,7 +34,12 @@ func RunCoordinator(ctx context.Context, cfg CoordinatorConfig) error {
 	if err != nil {
 		return fmt.Errorf("coordinator: listen: %w", err)
 	}
-	c := coord.New(cfg.Options)
+	cfg.Options.Logger = cfg.Logger
+	c, err := coord.Open(cfg.Options)
+	if err != nil {
+		ln.Close()
+		return err
+	}
 	if cfg.Ready != nil {
 		cfg.Ready(c, ln.Addr().String())
 	}
@@ -111,13 +116,24 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	if err != nil {
 		return fmt.Errorf("server %s: join: %w", cfg.ID, err)
 	}
-	s := server.New(server.Options{ID: cfg.ID, Logger: cfg.Logger, OnSynced: func(joiner string, version uint64) {
+	report := func(what string, call func(ctx context.Context) error) {
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		if err := cc.Synced(sctx, cfg.ID, joiner, version); err != nil {
-			cfg.Logger.Warn("could not report a joiner synced", "joiner", joiner, "err", err)
+		if err := call(sctx); err != nil {
+			cfg.Logger.Warn("could not report to the coordinator", "what", what, "err", err)
 		}
-	}})
+	}
+	s := server.New(server.Options{ID: cfg.ID, Logger: cfg.Logger,
+		OnSynced: func(joiner string, version uint64) {
+			report("joiner synced", func(ctx context.Context) error { return cc.Synced(ctx, cfg.ID, joiner, version) })
+		},
+		OnCheckpointed: func(seq uint64, err error) {
+			report("checkpoint", func(ctx context.Context) error { return cc.Checkpointed(ctx, cfg.ID, seq, err) })
+		},
+		OnRestored: func(seq uint64, err error) {
+			report("restore", func(ctx context.Context) error { return cc.Restored(ctx, cfg.ID, seq, err) })
+		},
+	})
 	if err := s.Configure(l); err != nil {
 		return err
 	}

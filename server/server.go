@@ -33,6 +33,10 @@ type Options struct {
 	// server full copies of the slots it heads that the joiner will hold
 	// (the first phase of a handoff), for the layout version given.
 	OnSynced func(joiner string, version uint64)
+	// OnCheckpointed and OnRestored are told when this server has written
+	// its part of a cluster checkpoint, or loaded its slots from one.
+	OnCheckpointed func(seq uint64, err error)
+	OnRestored     func(seq uint64, err error)
 }
 
 // Server serves its share of every table.
@@ -66,6 +70,8 @@ type Server struct {
 
 	handoff      sync.Mutex
 	handoffStats HandoffStats
+
+	ckptSeq, restoredSeq uint64 // guarded by mu
 
 	connMu sync.Mutex
 	conns  map[*transport.Conn]struct{}
@@ -171,6 +177,17 @@ func (s *Server) Configure(l *layout.Layout) error {
 	s.changed = make(chan struct{})
 	s.dropReplicators(ch)
 	go s.rebuild(old, ch)
+	if ck := l.Checkpoint; ck != nil && ck.Seq > s.ckptSeq && me >= 0 {
+		s.ckptSeq = ck.Seq
+		go s.checkpointTo(*ck)
+	}
+	if r := l.Resume; r != nil && r.Seq != s.restoredSeq {
+		// Loaded once, under the first layout that asks: the slots a
+		// server holds only shrink as more servers join, so this is a
+		// superset of what it will hold.
+		s.restoredSeq = r.Seq
+		go s.restoreFrom(*r, ch)
+	}
 	// Workers that died or left no longer hold the others back.
 	for _, r := range l.Finished {
 		go s.advanceClock(r, Finished)

@@ -86,7 +86,8 @@ func (d *drillFlags) check(app string) (drill.Schedule, error) {
 func trainCmd() *cobra.Command {
 	var a appFlags
 	var d drillFlags
-	var servers, workers, partitions, replication int
+	var servers, workers, partitions, replication, checkpointEvery int
+	var checkpointDir, resumeDir string
 	var reportPath, logLevel string
 	cmd := &cobra.Command{
 		Use:   "train",
@@ -128,7 +129,14 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 			log := newLogger(logLevel)
 			fmt.Fprintf(out, "terrace: training %s on %d server(s) and %d worker(s), consistency %s\n", a.app, servers, workers, a.consistency)
 			start := time.Now()
-			l, err := node.StartLocal(ctx, node.LocalConfig{Servers: servers, Workers: workers, Partitions: partitions, Replication: replication, Logger: log})
+			if resumeDir != "" && checkpointDir == "" {
+				checkpointDir = resumeDir
+			}
+			if checkpointEvery > 0 && checkpointDir == "" {
+				return fmt.Errorf("--checkpoint-every needs --checkpoint-dir")
+			}
+			l, err := node.StartLocal(ctx, node.LocalConfig{Servers: servers, Workers: workers, Partitions: partitions, Replication: replication,
+				CheckpointDir: checkpointDir, CheckpointEvery: checkpointEvery, Resume: resumeDir != "", Logger: log})
 			if err != nil {
 				return err
 			}
@@ -165,6 +173,9 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 	fs.IntVar(&workers, "workers", 2, "number of workers")
 	fs.IntVar(&partitions, "partitions", 0, "data partitions (4 per worker if 0)")
 	fs.IntVar(&replication, "replication", 2, "servers holding each key slot (k); a push is acknowledged once all k have it")
+	fs.StringVar(&checkpointDir, "checkpoint-dir", "", "directory for durable cluster checkpoints")
+	fs.IntVar(&checkpointEvery, "checkpoint-every", 0, "take a checkpoint after every N epochs (0: never)")
+	fs.StringVar(&resumeDir, "resume", "", "continue from the newest committed checkpoint in this directory (epochs already done are skipped)")
 	fs.StringVar(&reportPath, "report", "", "write the JSON report to this file")
 	fs.StringVar(&logLevel, "log-level", "warn", "log level: debug, info, warn or error")
 	addConfigFlag(cmd)

@@ -1,0 +1,69 @@
+package checkpoint
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// A cluster checkpoint is made of one checkpoint per server, each in its
+// own directory, and a commit record the coordinator writes once every
+// server's is complete: a cluster checkpoint exists iff its commit record
+// does. The record is the coordinator's metadata (epochs, tables, the
+// servers that wrote), followed by a CRC32C of it.
+
+const commitPrefix = "commit-"
+
+func commitName(seq uint64) string { return fmt.Sprintf("%s%010d", commitPrefix, seq) }
+
+// Open returns checkpoint seq under dir if it is complete (see Latest).
+func Open(ctx context.Context, dir string, seq uint64) (*Checkpoint, error) {
+	return open(ctx, dir, seq)
+}
+
+// CommitCluster durably writes the commit record of cluster checkpoint seq.
+func CommitCluster(dir string, seq uint64, meta []byte) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	b := binary.LittleEndian.AppendUint32(append([]byte(nil), meta...), crc32.Checksum(meta, castagnoli))
+	if err := writeDurably(dir, commitName(seq), b); err != nil {
+		return fmt.Errorf("checkpoint: commit %d: %w", seq, err)
+	}
+	return nil
+}
+
+// LatestCommit returns the newest intact commit record under dir, with
+// the reasons newer ones were passed over, or ErrNoCheckpoint.
+func LatestCommit(dir string) (seq uint64, meta []byte, skipped []error, err error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, nil, nil, fmt.Errorf("%w: %v", ErrNoCheckpoint, err)
+	}
+	var seqs []uint64
+	for _, e := range entries {
+		if s, ok := strings.CutPrefix(e.Name(), commitPrefix); ok {
+			if n, err := strconv.ParseUint(s, 10, 64); err == nil {
+				seqs = append(seqs, n)
+			}
+		}
+	}
+	sort.Slice(seqs, func(i, j int) bool { return seqs[i] > seqs[j] })
+	for _, s := range seqs {
+		b, err := os.ReadFile(filepath.Join(dir, commitName(s)))
+		if err == nil && len(b) >= 4 && crc32.Checksum(b[:len(b)-4], castagnoli) == binary.LittleEndian.Uint32(b[len(b)-4:]) {
+			return s, b[:len(b)-4], skipped, nil
+		}
+		if err == nil {
+			err = &CorruptError{Path: filepath.Join(dir, commitName(s)), Reason: "commit record checksum mismatch"}
+		}
+		skipped = append(skipped, err)
+	}
+	return 0, nil, skipped, fmt.Errorf("%w under %s", ErrNoCheckpoint, dir)
+}
