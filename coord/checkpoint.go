@@ -31,9 +31,11 @@ type commitMeta struct {
 
 // startCheckpointLocked asks for a checkpoint after epoch e; c.mu is held.
 func (c *Coordinator) startCheckpointLocked(e int) {
-	if c.opts.CheckpointDir == "" || c.opts.CheckpointEvery <= 0 || (e+1)%c.opts.CheckpointEvery != 0 || c.lay.Checkpoint != nil {
+	due := c.ckptRequested || c.opts.CheckpointEvery > 0 && (e+1)%c.opts.CheckpointEvery == 0
+	if c.opts.CheckpointDir == "" || !due || c.lay.Checkpoint != nil {
 		return
 	}
+	c.ckptRequested = false
 	c.ckptSeq++
 	var ids []string
 	for _, s := range c.lay.Servers {
@@ -42,6 +44,17 @@ func (c *Coordinator) startCheckpointLocked(e int) {
 	c.lay.Checkpoint = &layout.Checkpoint{Dir: c.opts.CheckpointDir, Seq: c.ckptSeq, Epoch: e, Servers: ids}
 	c.ckptReported = map[string]bool{}
 	c.ckptStart = time.Now()
+}
+
+// RequestCheckpoint asks for a checkpoint at the next epoch boundary.
+func (c *Coordinator) RequestCheckpoint() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.opts.CheckpointDir == "" {
+		return fmt.Errorf("%w: the coordinator has no checkpoint directory", errBadRequest)
+	}
+	c.ckptRequested = true
+	return nil
 }
 
 // Checkpointed records that server from wrote its part of checkpoint seq,

@@ -64,12 +64,13 @@ type Coordinator struct {
 	persist    func(ctx context.Context, blob []byte) error
 	persistErr error
 
-	log          *slog.Logger
-	ckptSeq      uint64
-	ckptReported map[string]bool
-	ckptStart    time.Time
-	ckptDone     []CheckpointStat
-	restored     map[string]bool
+	log           *slog.Logger
+	ckptSeq       uint64
+	ckptReported  map[string]bool
+	ckptStart     time.Time
+	ckptDone      []CheckpointStat
+	ckptRequested bool
+	restored      map[string]bool
 }
 
 // New returns a coordinator waiting for its nodes; with o.Resume it starts

@@ -161,3 +161,36 @@ func TestLeasesSurviveRestore(t *testing.T) {
 		t.Fatalf("restored layout %+v", l)
 	}
 }
+
+func TestCheckpointOnDemand(t *testing.T) {
+	c := New(Options{Servers: 1, Workers: 1, Partitions: 1})
+	if err := c.RequestCheckpoint(); err == nil {
+		t.Fatal("a checkpoint was accepted without a checkpoint directory")
+	}
+	c = New(Options{Servers: 1, Workers: 1, Partitions: 1, CheckpointDir: t.TempDir()})
+	c.JoinServer("s0", "127.0.0.1:1")
+	c.JoinWorker("w0")
+	ctx := context.Background()
+	if err := c.RequestCheckpoint(); err != nil {
+		t.Fatal(err)
+	}
+	g, _ := c.Acquire(ctx, 0, 0)
+	c.Progress(0, 0, g.Partition, 10, 1, true)
+	l, _ := c.Layout(ctx, 0)
+	if l.Checkpoint == nil || l.Checkpoint.Epoch != 0 {
+		t.Fatalf("after epoch 0 with a checkpoint requested: %+v", l.Checkpoint)
+	}
+	// Epoch 1's work waits for the checkpoint.
+	wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := c.Acquire(wctx, 0, 1); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("epoch 1 work during the checkpoint: %v", err)
+	}
+	c.Checkpointed("s0", l.Checkpoint.Seq, "")
+	if g, err := c.Acquire(ctx, 0, 1); err != nil || g.Partition != 0 {
+		t.Fatalf("epoch 1 work after the checkpoint: %+v %v", g, err)
+	}
+	if cs := c.Checkpoints(); len(cs) != 1 || cs[0].Epoch != 0 {
+		t.Fatalf("checkpoints %+v", cs)
+	}
+}

@@ -32,7 +32,10 @@ type joinReply struct {
 	Layout *layout.Layout `json:"layout,omitempty"`
 }
 
-// Handler serves the coordinator's HTTP API:
+// Handler serves the coordinator's HTTP API (and the internal calls of
+// servers and workers: joins, leases, reports):
+//
+//	POST /v1/checkpoint       take a checkpoint at the next epoch boundary
 //
 //	GET  /v1/layout?after=V   long-poll for a layout newer than version V
 //	POST /v1/join             {"role":"server"|"worker","id":..,"addr":..}
@@ -378,6 +381,9 @@ func (c *Coordinator) workHandlers(mux *http.ServeMux) {
 		}
 		c.Synced(req.From, req.Joiner, req.Version)
 		reply(w, struct{}{}, nil)
+	})
+	mux.HandleFunc("POST /v1/checkpoint", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, struct{}{}, c.RequestCheckpoint())
 	})
 	mux.HandleFunc("POST /v1/servers/checkpointed", func(w http.ResponseWriter, r *http.Request) {
 		var req ckptReport
