@@ -117,6 +117,26 @@ const catchUpWait = 2 * time.Second
 // knows table, or the wait runs out. Blocking the connection's reader
 // keeps that connection's requests in order, which refusing and having the
 // client retry would not.
+// awaitWorkers waits, at most catchUpWait, for a layout with n workers.
+func (s *Server) awaitWorkers(n int) {
+	deadline := time.NewTimer(catchUpWait)
+	defer deadline.Stop()
+	for {
+		s.mu.RLock()
+		ok := s.lay != nil && s.lay.Workers >= n
+		ch := s.changed
+		s.mu.RUnlock()
+		if ok {
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			return
+		}
+	}
+}
+
 // A negative table waits for the epoch alone.
 func (s *Server) awaitLayout(epoch uint64, table int64) {
 	deadline := time.NewTimer(catchUpWait)
@@ -379,6 +399,11 @@ func (s *Server) handleClock(c *conn, h wire.Header, p []byte) error {
 	m, err := wire.ParseClock(p)
 	if err != nil {
 		return err
+	}
+	if int(m.Worker) >= s.workers() {
+		// A worker that joined a moment ago: this server may not have the
+		// layout that counts it yet.
+		s.awaitWorkers(int(m.Worker) + 1)
 	}
 	if err := s.advanceClock(int(m.Worker), m.Clock); err != nil {
 		return err
