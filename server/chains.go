@@ -9,7 +9,6 @@ import (
 	"github.com/terrace-ml/terrace/keyspace"
 	"github.com/terrace-ml/terrace/layout"
 	"github.com/terrace-ml/terrace/ring"
-	"github.com/terrace-ml/terrace/wire"
 )
 
 // chains says, for the slots a server heads, which other servers must hold
@@ -178,11 +177,6 @@ func (s *Server) rebuild(old, cur chains) {
 		s.reportSynced(cur)
 		return
 	}
-	// The copies reflect every push this server has applied, so they go
-	// with every (client, seq) pair it remembers, taken before any state is
-	// read: a new member that becomes head can then tell a retried push
-	// the copy already holds.
-	pairs := s.dedup.all()
 	var wg sync.WaitGroup
 	var bytes atomic.Int64
 	for _, g := range send {
@@ -190,14 +184,10 @@ func (s *Server) rebuild(old, cur chains) {
 		if r == nil {
 			return
 		}
-		for i, it := range g.items {
+		for _, it := range g.items {
 			bytes.Add(int64(it.len()) * int64(4*it.t.store.Stride()))
 			wg.Add(1)
-			var p []wire.Pair
-			if i == 0 {
-				p = pairs
-			}
-			r.addBulk([]dirty{it}, p, func(error) { wg.Done() })
+			r.addBulk([]dirty{it}, func(error) { wg.Done() })
 		}
 	}
 	wg.Wait()

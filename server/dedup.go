@@ -1,10 +1,6 @@
 package server
 
-import (
-	"sync"
-
-	"github.com/terrace-ml/terrace/wire"
-)
+import "sync"
 
 // dedup remembers which pushes (client, seq) this server has the effect of,
 // so that a push re-sent after a failure is applied once. Replicas learn
@@ -77,19 +73,6 @@ func (c *seen) prune(acked uint64) {
 			delete(c.set, s)
 		}
 	}
-}
-
-// all returns every remembered pair.
-func (d *dedup) all() []wire.Pair {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	var out []wire.Pair
-	for client, c := range d.clients {
-		for seq := range c.set {
-			out = append(out, wire.Pair{Client: client, Seq: seq})
-		}
-	}
-	return out
 }
 
 func (d *dedup) size() int {

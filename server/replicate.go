@@ -86,15 +86,15 @@ func (r *replicator) add(items []dirty, pairs []wire.Pair, done func(error)) {
 	}
 }
 
-// addBulk queues a copy chunk (see bulk), with the pushes it reflects.
-func (r *replicator) addBulk(items []dirty, pairs []wire.Pair, done func(error)) {
+// addBulk queues a copy chunk (see bulk).
+func (r *replicator) addBulk(items []dirty, done func(error)) {
 	r.mu.Lock()
 	if r.gone {
 		r.mu.Unlock()
 		done(nil)
 		return
 	}
-	r.bulk = append(r.bulk, batch{items: items, pairs: pairs, waiters: []func(error){done}})
+	r.bulk = append(r.bulk, batch{items: items, waiters: []func(error){done}})
 	r.mu.Unlock()
 	select {
 	case r.kick <- struct{}{}:
