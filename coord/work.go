@@ -70,8 +70,10 @@ func (c *Coordinator) Acquire(ctx context.Context, rank, e int) (Grant, error) {
 			return Grant{}, err
 		}
 		c.beatLocked(rank)
-		if ck := c.lay.Checkpoint; ck != nil && e > ck.Epoch {
-			// The next epoch waits until the checkpoint is written.
+		if ck := c.lay.Checkpoint; ck != nil && e >= ck.Epoch {
+			// The epoch's end (its barrier) and the next epoch wait until
+			// the checkpoint is committed, so that a run that ends right
+			// after it does not cut it short.
 			ch := c.changed
 			c.mu.Unlock()
 			select {

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/terrace-ml/terrace/coord"
@@ -67,13 +66,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("coordinator: embedded etcd: %w", err)
 		}
 		defer e.Close()
-		if len(strings.TrimSpace(cfg.Embed.InitialCluster)) > 0 && strings.Contains(cfg.Embed.InitialCluster, ",") {
-			// In a multi-member cluster every replica's store talks to
-			// whichever members answer, not only its own.
-			endpoints = append(endpoints, e.Endpoints()...)
-		} else {
-			endpoints = e.Endpoints()
-		}
+		endpoints = e.Endpoints()
 	}
 	st, err := meta.Open(ctx, endpoints, cfg.Prefix)
 	if err != nil {
@@ -126,7 +119,22 @@ func lead(ctx context.Context, st *meta.Store, cfg Config) error {
 	default:
 		return fmt.Errorf("coordinator %s: %w", cfg.ID, err)
 	}
-	c.SetPersist(func(ctx context.Context, blob []byte) error { return st.PutSnapshot(ctx, l, blob) })
+	// A save that fails means this replica can no longer act for the
+	// cluster (its lead lapsed, or etcd did not answer): it steps down, so
+	// that a replica (possibly itself, again) takes over from the last
+	// saved state instead of this one answering 503 while it holds the
+	// election.
+	stepDown := make(chan error, 1)
+	c.SetPersist(func(ctx context.Context, blob []byte) error {
+		err := st.PutSnapshot(ctx, l, blob)
+		if err != nil {
+			select {
+			case stepDown <- err:
+			default:
+			}
+		}
+		return err
+	})
 	var ln net.Listener
 	for {
 		// The listen address may still be held for a moment by the
@@ -157,5 +165,12 @@ func lead(ctx context.Context, st *meta.Store, cfg Config) error {
 		cancel()
 		<-errc
 		return fmt.Errorf("coordinator %s: lost the lead", cfg.ID)
+	case err := <-stepDown:
+		cancel()
+		<-errc
+		rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Second)
+		l.Resign(rctx)
+		rcancel()
+		return fmt.Errorf("coordinator %s: could not save its state: %w", cfg.ID, err)
 	}
 }
