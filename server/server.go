@@ -71,7 +71,8 @@ type Server struct {
 	handoff      sync.Mutex
 	handoffStats HandoffStats
 
-	ckptSeq, restoredSeq uint64 // guarded by mu
+	ckptSeq, restoredSeq uint64        // guarded by mu
+	lastRebuild          chan struct{} // closed when the newest rebuild is done; guarded by mu
 
 	connMu sync.Mutex
 	conns  map[*transport.Conn]struct{}
@@ -196,7 +197,17 @@ func (s *Server) Configure(l *layout.Layout) error {
 	close(s.changed)
 	s.changed = make(chan struct{})
 	s.dropReplicators(ch)
-	go s.rebuild(old, ch)
+	// Rebuilds run one after another in layout order: a later one reports a
+	// joiner synced only after the earlier ones' copies are acknowledged.
+	prev, done := s.lastRebuild, make(chan struct{})
+	s.lastRebuild = done
+	go func() {
+		if prev != nil {
+			<-prev
+		}
+		defer close(done)
+		s.rebuild(old, ch)
+	}()
 	if ck := l.Checkpoint; ck != nil && ck.Seq > s.ckptSeq && me >= 0 {
 		s.ckptSeq = ck.Seq
 		go s.checkpointTo(*ck)
