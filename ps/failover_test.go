@@ -43,19 +43,8 @@ func TestServerFailureLosesNoAckedPush(t *testing.T) {
 			if i == 150 && c.Rank() == 0 {
 				once.Do(func() { l.KillServer(1) })
 			}
-			batch := map[uint64]bool{}
-			for len(batch) < 50 {
-				batch[rng.Uint64N(keys)] = true
-			}
-			ks := make([]uint64, 0, len(batch))
-			for k := range batch {
-				ks = append(ks, k)
-			}
-			ks = sortU64(ks)
-			ones := make([]float32, len(ks))
-			for j := range ones {
-				ones[j] = 1
-			}
+			ks := randomKeys(rng, 50, keys)
+			ones := filled(len(ks), 1)
 			wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
 			err := tb.Push(ks, ones).Wait(wctx)
 			wcancel()

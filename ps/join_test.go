@@ -45,19 +45,8 @@ func TestServerJoinsLive(t *testing.T) {
 					}()
 				})
 			}
-			batch := map[uint64]bool{}
-			for len(batch) < 64 {
-				batch[rng.Uint64N(keys)] = true
-			}
-			ks := make([]uint64, 0, len(batch))
-			for k := range batch {
-				ks = append(ks, k)
-			}
-			ks = sortU64(ks)
-			ones := make([]float32, 4*len(ks))
-			for j := range ones {
-				ones[j] = 1
-			}
+			ks := randomKeys(rng, 64, keys)
+			ones := filled(4*len(ks), 1)
 			start := time.Now()
 			if err := tb.Push(ks, ones).Wait(ctx); err != nil {
 				return nil, fmt.Errorf("push %d: %w", i, err)

@@ -54,6 +54,14 @@ func randomKeys(rng *rand.Rand, n int, space uint64) []uint64 {
 	return sortU64(keys)
 }
 
+func filled(n int, v float32) []float32 {
+	out := make([]float32, n)
+	for i := range out {
+		out[i] = v
+	}
+	return out
+}
+
 func sortU64(k []uint64) []uint64 {
 	for i := 1; i < len(k); i++ {
 		for j := i; j > 0 && k[j] < k[j-1]; j-- {

@@ -101,19 +101,8 @@ func runSchedule(seed uint64) error {
 		}
 		wr := rand.New(rand.NewPCG(seed, uint64(c.Rank())))
 		for i := range steps {
-			set := map[uint64]bool{}
-			for len(set) < 20 {
-				set[wr.Uint64N(keys)] = true
-			}
-			ks := make([]uint64, 0, len(set))
-			for k := range set {
-				ks = append(ks, k)
-			}
-			ks = sortU64(ks)
-			ones := make([]float32, len(ks))
-			for j := range ones {
-				ones[j] = 1
-			}
+			ks := randomKeys(wr, 20, keys)
+			ones := filled(len(ks), 1)
 			if err := tb.Push(ks, ones).Wait(ctx); err != nil {
 				return nil, fmt.Errorf("step %d: %w", i, err)
 			}
