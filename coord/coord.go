@@ -55,11 +55,10 @@ type Coordinator struct {
 	done    chan struct{}
 	removed int // servers removed after failures: they no longer count towards readiness
 
-	work        map[int]*epochWork // by epoch
-	beats       map[int]time.Time  // last heartbeat by rank
-	maxClock    int64
-	deadWorkers int
-	synced      map[string]map[string]bool // joiner -> ring servers that shipped it its copies
+	work     map[int]*epochWork // by epoch
+	beats    map[int]time.Time  // last heartbeat by rank
+	maxClock int64
+	synced   map[string]map[string]bool // joiner -> ring servers that shipped it its copies
 
 	persist    func(ctx context.Context, blob []byte) error
 	persistErr error

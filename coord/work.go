@@ -208,7 +208,6 @@ func (c *Coordinator) expireWorkers() {
 			continue
 		}
 		c.lay.Finished = append(c.lay.Finished, rank)
-		c.deadWorkers++
 		for _, w := range c.work {
 			for i := range w.parts {
 				if w.parts[i].rank == rank {

@@ -40,14 +40,14 @@ func Partition(n, parts int) []Part {
 	return ps
 }
 
-// Order returns p's rows shuffled by seed. Callers derive the seed from the
-// epoch and the partition only, so that a worker resuming another's
-// partition at an offset continues the same sequence.
-func (p Part) Order(seed uint64) []int {
+// Order returns p's rows shuffled for epoch. The order depends only on
+// (seed, epoch, p.ID), so that a worker resuming another's partition at an
+// offset continues the same sequence.
+func (p Part) Order(seed uint64, epoch int) []int {
 	rows := make([]int, 0, p.Len())
 	for i := p.Lo; i < p.Hi; i++ {
 		rows = append(rows, i)
 	}
-	Shuffle(rows, seed)
+	Shuffle(rows, seed+uint64(epoch)*7919+uint64(p.ID)*104729)
 	return rows
 }

@@ -31,8 +31,8 @@ type Layout struct {
 	Tables      []Table `json:"tables"`
 	// Workers is the number of worker ranks; clocks are kept per rank.
 	Workers int `json:"workers"`
-	// Partitions is the number of data partitions; partition p belongs to
-	// worker rank p mod Workers.
+	// Partitions is the number of data partitions; workers lease them from
+	// the coordinator epoch by epoch.
 	Partitions int `json:"partitions"`
 	// Ready is false until every expected server and worker has joined.
 	Ready bool `json:"ready"`
@@ -79,15 +79,6 @@ func (l *Layout) Table(name string) (Table, bool) {
 		}
 	}
 	return Table{}, false
-}
-
-// PartitionsOf returns the partitions that worker rank trains.
-func (l *Layout) PartitionsOf(rank int) []int {
-	var ps []int
-	for p := rank; p < l.Partitions && l.Workers > 0; p += l.Workers {
-		ps = append(ps, p)
-	}
-	return ps
 }
 
 // Validate checks that l is internally consistent.

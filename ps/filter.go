@@ -27,8 +27,6 @@ type SignificanceFilter struct {
 
 	mu    sync.Mutex
 	resid map[uint64][]float32
-	held  int64
-	sent  int64
 }
 
 // NewSignificanceFilter returns a filter with the given threshold.
@@ -59,10 +57,8 @@ func (f *SignificanceFilter) Filter(keys []uint64, vals []float32, w int) ([]uin
 			outK = append(outK, k)
 			outV = append(outV, acc...)
 			delete(f.resid, k)
-			f.sent++
 		} else {
 			f.resid[k] = acc
-			f.held++
 		}
 	}
 	return outK, outV
@@ -83,11 +79,4 @@ func (f *SignificanceFilter) Flush(w int) ([]uint64, []float32) {
 	}
 	clear(f.resid)
 	return keys, vals
-}
-
-// Counts returns how many key updates were sent and how many held back.
-func (f *SignificanceFilter) Counts() (sent, held int64) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.sent, f.held
 }

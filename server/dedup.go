@@ -74,13 +74,3 @@ func (c *seen) prune(acked uint64) {
 		}
 	}
 }
-
-func (d *dedup) size() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	n := 0
-	for _, c := range d.clients {
-		n += len(c.set)
-	}
-	return n
-}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"slices"
@@ -350,7 +351,7 @@ func (s *Server) serveConn(nc net.Conn) {
 				if buf != nil {
 					putPayload(buf)
 				}
-				if !errors.Is(err, net.ErrClosed) && tc.Err() == nil && !isEOF(err) {
+				if !errors.Is(err, net.ErrClosed) && tc.Err() == nil && !errors.Is(err, io.EOF) {
 					s.stats.errors.Add(1)
 					s.log.Warn("dropping connection", "peer", c.hello.Node, "err", err)
 				}
@@ -371,8 +372,6 @@ type frame struct {
 	h   wire.Header
 	buf *[]uint64
 }
-
-func isEOF(err error) bool { return err != nil && err.Error() == "EOF" }
 
 func (s *Server) handle(c *conn, h wire.Header, p []byte) {
 	switch h.Type {

@@ -149,7 +149,7 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 		// returns when every partition of the epoch is trained, which is
 		// the epoch's barrier.
 		err := c.EachPartition(ctx, e, func(ctx context.Context, l *ps.Lease) error {
-			order := parts[l.Partition].Order(cfg.Seed + uint64(e)*7919 + uint64(l.Partition)*104729)
+			order := parts[l.Partition].Order(cfg.Seed, e)
 			var batches [][]int
 			for off := l.Offset; off < len(order); off += cfg.Batch {
 				batches = append(batches, order[off:min(off+cfg.Batch, len(order))])

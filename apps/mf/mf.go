@@ -96,7 +96,7 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 		// another from where it got to, and the loop returns when every
 		// partition of the epoch is trained, which is the epoch's barrier.
 		err := c.EachPartition(ctx, e, func(ctx context.Context, l *ps.Lease) error {
-			order := parts[l.Partition].Order(cfg.Seed + uint64(e)*7919 + uint64(l.Partition)*104729)
+			order := parts[l.Partition].Order(cfg.Seed, e)
 			for off, b := l.Offset, 0; off < len(order); b++ {
 				end := min(off+cfg.Batch, len(order))
 				sqb, err := m.step(ctx, order[off:end])
