@@ -59,6 +59,9 @@ type Coordinator struct {
 	beats    map[int]time.Time  // last heartbeat by rank
 	maxClock int64
 	synced   map[string]map[string]bool // joiner -> ring servers that shipped it its copies
+	// syncFrom is the first layout version whose synced reports count: any
+	// change of the ring or of the joiners changes what each head must ship.
+	syncFrom uint64
 
 	persist    func(ctx context.Context, blob []byte) error
 	persistErr error
@@ -155,6 +158,7 @@ func (c *Coordinator) JoinServer(id, addr string) (*layout.Layout, error) {
 			if s.Addr != addr {
 				c.lay.Servers[i].Addr = addr
 				c.lay.Epoch++
+				c.resetSyncLocked()
 				c.publish()
 			}
 			return c.snapshot(), nil
@@ -163,6 +167,7 @@ func (c *Coordinator) JoinServer(id, addr string) (*layout.Layout, error) {
 	for i, s := range c.lay.Joining {
 		if s.ID == id {
 			c.lay.Joining[i].Addr = addr
+			c.resetSyncLocked() // a restarted joiner holds nothing
 			c.publish()
 			return c.snapshot(), nil
 		}
@@ -178,6 +183,7 @@ func (c *Coordinator) JoinServer(id, addr string) (*layout.Layout, error) {
 			return nil, err
 		}
 		c.synced[id] = map[string]bool{}
+		c.resetSyncLocked()
 		c.publish()
 		return c.snapshot(), nil
 	}
@@ -187,6 +193,7 @@ func (c *Coordinator) JoinServer(id, addr string) (*layout.Layout, error) {
 	}
 	c.lay.Servers = servers
 	c.lay.Epoch++
+	c.resetSyncLocked()
 	c.publish()
 	return c.snapshot(), nil
 }
@@ -201,6 +208,7 @@ func (c *Coordinator) RemoveServer(id, addr string) bool {
 	if j := slices.IndexFunc(c.lay.Joining, match); j >= 0 {
 		c.lay.Joining = slices.Delete(slices.Clone(c.lay.Joining), j, j+1)
 		delete(c.synced, id)
+		c.resetSyncLocked()
 		c.publish()
 		return true
 	}
@@ -211,9 +219,22 @@ func (c *Coordinator) RemoveServer(id, addr string) bool {
 	c.lay.Servers = slices.Delete(slices.Clone(c.lay.Servers), i, i+1)
 	c.lay.Epoch++
 	c.removed++
-	c.promoteLocked()
+	// Joiners are not promoted here even if every remaining server synced
+	// them: the slots the departed server headed have new heads, which
+	// must ship them first (a pre-copy cut short by the failure lost them).
+	c.resetSyncLocked()
 	c.publish()
 	return true
+}
+
+// resetSyncLocked forgets every joiner's synced reports: the ring or the
+// joiners are changing in the version about to be published, and so is
+// what each head must ship. Heads report again after their rebuild for it.
+func (c *Coordinator) resetSyncLocked() {
+	for j := range c.synced {
+		c.synced[j] = map[string]bool{}
+	}
+	c.syncFrom = c.lay.Version + 1
 }
 
 // Synced records that server from has shipped joiner full copies of its
@@ -223,7 +244,7 @@ func (c *Coordinator) Synced(from, joiner string, version uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	got := c.synced[joiner]
-	if got == nil {
+	if got == nil || version < c.syncFrom {
 		return
 	}
 	got[from] = true
@@ -256,6 +277,7 @@ func (c *Coordinator) promoteLocked() bool {
 	if promoted {
 		c.lay.Joining = stay
 		c.lay.Epoch++
+		c.resetSyncLocked()
 	}
 	return promoted
 }

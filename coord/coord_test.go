@@ -194,3 +194,37 @@ func TestCheckpointOnDemand(t *testing.T) {
 		t.Fatalf("checkpoints %+v", cs)
 	}
 }
+
+// TestJoinerWaitsForNewHeads: a joiner that every surviving server synced
+// is not promoted when another ring server fails, since the failed server's
+// slots now have heads that have not shipped them yet; reports for a
+// layout older than the change do not count either.
+func TestJoinerWaitsForNewHeads(t *testing.T) {
+	c := New(Options{Servers: 3, Workers: 1})
+	for _, s := range []string{"s0", "s1", "s2"} {
+		if _, err := c.JoinServer(s, s+":1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	jl, err := c.JoinServer("s3", "s3:1")
+	if err != nil || len(jl.Joining) != 1 {
+		t.Fatalf("joiner: %+v %v", jl, err)
+	}
+	c.Synced("s1", "s3", jl.Version)
+	c.Synced("s2", "s3", jl.Version)
+	c.RemoveServer("s0", "") // s0 never shipped its slots
+	l := c.snapshot()
+	if len(l.Joining) != 1 || len(l.Servers) != 2 {
+		t.Fatalf("after s0 failed: %d joining, %d on the ring; want s3 still joining", len(l.Joining), len(l.Servers))
+	}
+	c.Synced("s1", "s3", jl.Version) // late reports for the old layout
+	c.Synced("s2", "s3", jl.Version)
+	if l := c.snapshot(); len(l.Joining) != 1 {
+		t.Fatal("joiner promoted on reports for a layout before s0 failed")
+	}
+	c.Synced("s1", "s3", l.Version)
+	c.Synced("s2", "s3", l.Version)
+	if l := c.snapshot(); len(l.Joining) != 0 || len(l.Servers) != 3 {
+		t.Fatalf("after the new heads synced: %d joining, %d on the ring", len(l.Joining), len(l.Servers))
+	}
+}

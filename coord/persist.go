@@ -26,6 +26,7 @@ type state struct {
 	MaxClock int64                      `json:"max_clock"`
 	Removed  int                        `json:"removed"`
 	Synced   map[string]map[string]bool `json:"synced,omitempty"`
+	SyncFrom uint64                     `json:"sync_from,omitempty"`
 }
 
 type savedLease struct {
@@ -52,7 +53,7 @@ func (c *Coordinator) persistLocked() error {
 	}
 	st := state{
 		Layout: c.lay, Workers: c.workers, Reports: c.reports, MaxClock: c.maxClock,
-		Removed: c.removed, Synced: c.synced, Work: map[int][]savedLease{},
+		Removed: c.removed, Synced: c.synced, SyncFrom: c.syncFrom, Work: map[int][]savedLease{},
 	}
 	for e, w := range c.work {
 		ls := make([]savedLease, len(w.parts))
@@ -92,7 +93,7 @@ func (c *Coordinator) Restore(blob []byte) error {
 		c.reports = map[int]json.RawMessage{}
 	}
 	c.maxClock, c.removed = st.MaxClock, st.Removed
-	c.synced = st.Synced
+	c.synced, c.syncFrom = st.Synced, st.SyncFrom
 	if c.synced == nil {
 		c.synced = map[string]map[string]bool{}
 	}

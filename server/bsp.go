@@ -17,6 +17,7 @@ type deferred struct {
 	mu       sync.Mutex
 	pending  []pendingPush
 	seq      uint64
+	flushed  int64 // every clock below it has been flushed
 }
 
 type pendingPush struct {
@@ -26,11 +27,18 @@ type pendingPush struct {
 	apply  func()
 }
 
-func (d *deferred) add(clock int64, worker uint32, apply func()) {
+// add defers apply until clock is flushed, or reports false if it already
+// was (the caller applies at once: waiting for the next flush could wait
+// for a clock that this very push's acknowledgement holds back).
+func (d *deferred) add(clock int64, worker uint32, apply func()) bool {
 	d.mu.Lock()
+	defer d.mu.Unlock()
+	if clock < d.flushed {
+		return false
+	}
 	d.seq++
 	d.pending = append(d.pending, pendingPush{clock, worker, d.seq, apply})
-	d.mu.Unlock()
+	return true
 }
 
 // flush applies, in order, every pending push of a clock below upTo.
@@ -38,6 +46,7 @@ func (d *deferred) flush(upTo int64) {
 	d.applying.Lock()
 	defer d.applying.Unlock()
 	d.mu.Lock()
+	d.flushed = max(d.flushed, upTo)
 	var due []pendingPush
 	keep := d.pending[:0]
 	for _, p := range d.pending {

@@ -128,7 +128,7 @@ type HandoffStats struct {
 // rebuild sends, for every slot this server heads, a full copy to each
 // server that belongs to the slot's chain now but did not before: a new
 // successor after a failure (restoring k copies) or a joining server (the
-// handoff's pre-copy). Pushes keep flowing meanwhile: the copies read the
+// handoff's pre-copy); and for every slot it newly heads, to every member. Pushes keep flowing meanwhile: the copies read the
 // current state when they are sent, and every later push to the slot goes
 // to the new member too, in order on the same stream. When the copies a
 // joiner needs are acknowledged, OnSynced reports it.
@@ -159,8 +159,13 @@ func (s *Server) rebuild(old, cur chains) {
 			}
 			newSucc, scratch = cur.successors(sl, newSucc, scratch)
 			oldSucc, scratch = old.successors(sl, oldSucc, scratch)
+			// A server that newly heads the slot cannot know how much of
+			// the old head's copies the other members received (a joiner's
+			// pre-copy, or a new successor's rebuild, cut short when the old
+			// head died): it copies the slot to all of them.
+			inherited := old.ring.Servers[old.ring.SlotOwner(sl)].ID != s.opts.ID
 			for _, p := range newSucc {
-				if contains(oldSucc, p.ID) {
+				if !inherited && contains(oldSucc, p.ID) {
 					continue
 				}
 				g := send[p.ID]
@@ -258,4 +263,13 @@ func (d dirty) len() int {
 		return len(d.keys)
 	}
 	return d.n
+}
+
+// addSlots adds the slots of d's keys to set (in increasing order).
+func (d dirty) addSlots(set *keyspace.SlotSet) {
+	if d.keys != nil {
+		set.AddKeys(d.keys)
+		return
+	}
+	set.AddKeyRun(d.lo, d.n)
 }

@@ -1,11 +1,24 @@
 package server
 
-import "sync"
+import (
+	"sync"
 
-// dedup remembers which pushes (client, seq) this server has the effect of,
-// so that a push re-sent after a failure is applied once. Replicas learn
-// pairs with the state they receive, so a replica promoted to head knows
-// exactly which pushes its state already holds.
+	"github.com/terrace-ml/terrace/keyspace"
+	"github.com/terrace-ml/terrace/wire"
+)
+
+// dedup remembers which pushes (client, seq) this server holds the effect
+// of, and for which slots, so that a push re-sent after a failure is applied
+// exactly once.
+//
+// A pair's scope is where its effect is known to be in this server's state.
+// A server that applied a push as its head holds the effect for every key
+// the push carried (scope: all; a re-sent part only carries keys of the
+// part it re-sends). A server that received state from a head holds it only
+// for the slots whose state came with the pair: each replication frame
+// carries the pairs scoped to the slots of its state. A head that answers a
+// re-sent part skips the keys in the scope of the part's own pair or of an
+// ancestor's, and applies the others.
 type dedup struct {
 	mu      sync.Mutex
 	clients map[uint64]*seen
@@ -13,7 +26,18 @@ type dedup struct {
 
 type seen struct {
 	low uint64 // every seq below low is acknowledged and forgotten
-	set map[uint64]struct{}
+	set map[uint64]scope
+}
+
+// scope is where a pair's effect is held: everywhere, or in slots.
+// applying, while not nil, is closed once the head has applied the push
+// (which a BSP table defers until its clock completes): until then the pair
+// is claimed against a second application but not yet shipped with copies.
+type scope struct {
+	table    uint32
+	all      bool
+	slots    keyspace.SlotSet
+	applying chan struct{}
 }
 
 func (d *dedup) get(client uint64) *seen {
@@ -22,45 +46,94 @@ func (d *dedup) get(client uint64) *seen {
 	}
 	c := d.clients[client]
 	if c == nil {
-		c = &seen{set: make(map[uint64]struct{})}
+		c = &seen{set: make(map[uint64]scope)}
 		d.clients[client] = c
 	}
 	return c
 }
 
-// check reports whether this server holds the effect of (client, seq) or
-// of one of its ancestors (the parts it re-sends), records seq if not, and
-// forgets pairs below the client's acknowledged watermark.
-func (d *dedup) check(client, seq, acked uint64, ancestors []uint64) (dup bool) {
+// check returns where this server holds the effect of (client, seq) or of
+// one of its ancestors (the parts it re-sends), and the pushes among those
+// still being applied; it records seq as held everywhere but still being
+// applied (the caller applies the rest and then calls applied), and forgets
+// pairs below the client's acknowledged watermark.
+func (d *dedup) check(client, seq, acked uint64, table uint32, ancestors []uint64) (held scope, wait []chan struct{}) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	c := d.get(client)
 	c.prune(acked)
-	if c.has(seq) {
-		return true
-	}
-	for _, a := range ancestors {
-		if c.has(a) {
-			return true
+	for _, a := range append([]uint64{seq}, ancestors...) {
+		h := c.lookup(a)
+		if h.applying != nil {
+			wait = append(wait, h.applying)
+		}
+		held.all = held.all || h.all
+		if !held.all {
+			held.slots = keyspace.Union(held.slots, h.slots)
 		}
 	}
-	c.set[seq] = struct{}{}
-	return false
+	c.set[seq] = scope{table: table, all: true, applying: make(chan struct{})}
+	return held, wait
 }
 
-func (c *seen) has(seq uint64) bool {
-	_, ok := c.set[seq]
-	return ok || seq < c.low
-}
-
-// add records pairs a head has applied.
-func (d *dedup) add(client, seq uint64) {
+// applied records that the push check returned for has been applied.
+func (d *dedup) applied(client, seq uint64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	c := d.get(client)
-	if seq >= c.low {
-		c.set[seq] = struct{}{}
+	if s, ok := c.set[seq]; ok && s.applying != nil {
+		close(s.applying)
+		s.applying = nil
+		c.set[seq] = s
 	}
+}
+
+func (c *seen) lookup(seq uint64) scope {
+	if seq < c.low {
+		return scope{all: true}
+	}
+	return c.set[seq]
+}
+
+// add records that this server holds the effect of (client, seq), a push
+// to table, in slots.
+func (d *dedup) add(client, seq uint64, table uint32, slots keyspace.SlotSet) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	c := d.get(client)
+	if seq < c.low {
+		return
+	}
+	s := c.set[seq]
+	s.table = table
+	if !s.all {
+		s.slots = keyspace.Union(s.slots, slots)
+	}
+	c.set[seq] = s
+}
+
+// scoped returns the applied pairs of table this server holds, each scoped
+// to the slots of within where it holds them: what a copy of those slots'
+// state, read after this call, may claim.
+func (d *dedup) scoped(table uint32, within keyspace.SlotSet) []wire.Pair {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []wire.Pair
+	for client, c := range d.clients {
+		for seq, s := range c.set {
+			if s.applying != nil || s.table != table {
+				continue
+			}
+			sl := within
+			if !s.all {
+				sl = keyspace.Intersect(s.slots, within)
+			}
+			if len(sl) > 0 {
+				out = append(out, wire.Pair{Client: client, Seq: seq, Table: table, Slots: sl})
+			}
+		}
+	}
+	return out
 }
 
 func (c *seen) prune(acked uint64) {
@@ -68,9 +141,9 @@ func (c *seen) prune(acked uint64) {
 		return
 	}
 	c.low = acked
-	for s := range c.set {
-		if s < acked {
-			delete(c.set, s)
+	for seq, s := range c.set {
+		if seq < acked && s.applying == nil {
+			delete(c.set, seq)
 		}
 	}
 }

@@ -23,8 +23,7 @@ type replicator struct {
 	peer ring.Server
 
 	mu      sync.Mutex
-	pending []dirty
-	pairs   []wire.Pair
+	pending []entry
 	waiters []func(error)
 	held    []batch // sent but not acknowledged, re-sent after a reconnect
 	// bulk holds copies for new chain members, sent a chunk at a time
@@ -45,9 +44,18 @@ type dirty struct {
 	n    int
 }
 
+// entry is keys whose state must reach the peer and the pushes whose
+// effect that state carries: the pairs of one push (the peer holds them for
+// the slots of the state it receives), or, for a copy, every applied pair
+// the head holds for the copied slots, read when it is sent.
+type entry struct {
+	items []dirty
+	pairs []wire.Pair
+	copy  bool
+}
+
 type batch struct {
-	items   []dirty
-	pairs   []wire.Pair
+	entries []entry
 	waiters []func(error)
 }
 
@@ -74,8 +82,7 @@ func (r *replicator) add(items []dirty, pairs []wire.Pair, done func(error)) {
 		}
 		return
 	}
-	r.pending = append(r.pending, items...)
-	r.pairs = append(r.pairs, pairs...)
+	r.pending = append(r.pending, entry{items: items, pairs: pairs})
 	if done != nil {
 		r.waiters = append(r.waiters, done)
 	}
@@ -94,7 +101,7 @@ func (r *replicator) addBulk(items []dirty, done func(error)) {
 		done(nil)
 		return
 	}
-	r.bulk = append(r.bulk, batch{items: items, waiters: []func(error){done}})
+	r.bulk = append(r.bulk, batch{entries: []entry{{items: items, copy: true}}, waiters: []func(error){done}})
 	r.mu.Unlock()
 	select {
 	case r.kick <- struct{}{}:
@@ -112,7 +119,7 @@ func (r *replicator) leave() {
 		release = append(release, b.waiters...)
 	}
 	release = append(release, r.waiters...)
-	r.held, r.bulk, r.pending, r.pairs, r.waiters = nil, nil, nil, nil, nil
+	r.held, r.bulk, r.pending, r.waiters = nil, nil, nil, nil
 	r.mu.Unlock()
 	close(r.stop)
 	for _, f := range release {
@@ -138,14 +145,20 @@ func (r *replicator) loop() {
 		case <-r.kick:
 		}
 		for {
+			// The round's entries are taken and their state read while no
+			// push is applied (applyMu): every effect the state carries is
+			// of a push whose entry is in this round or an earlier one, so
+			// its pair reaches the peer with the state or before it.
+			r.s.applyMu.Lock()
 			r.mu.Lock()
 			if r.gone {
 				r.mu.Unlock()
+				r.s.applyMu.Unlock()
 				return
 			}
 			if len(r.pending) > 0 || len(r.waiters) > 0 {
-				r.held = append(r.held, batch{items: r.pending, pairs: r.pairs, waiters: r.waiters})
-				r.pending, r.pairs, r.waiters = nil, nil, nil
+				r.held = append(r.held, batch{entries: r.pending, waiters: r.waiters})
+				r.pending, r.waiters = nil, nil
 			}
 			// One copy chunk rides along with each round of pushes: pushes
 			// wait for at most a chunk, and copies are never starved.
@@ -158,7 +171,7 @@ func (r *replicator) loop() {
 			var moved []batch
 			keep := r.held[:0]
 			for _, b := range r.held {
-				if r.s.headsAll(b.items) {
+				if r.s.headsAll(b.entries) {
 					keep = append(keep, b)
 				} else {
 					moved = append(moved, b)
@@ -168,6 +181,11 @@ func (r *replicator) loop() {
 			r.held = keep
 			todo := append([]batch(nil), r.held...)
 			r.mu.Unlock()
+			var msgs []wire.Replicate
+			if len(todo) > 0 {
+				msgs = r.build(todo)
+			}
+			r.s.applyMu.Unlock()
 			for _, b := range moved {
 				for _, f := range b.waiters {
 					f(errMoved)
@@ -192,7 +210,7 @@ func (r *replicator) loop() {
 					continue
 				}
 			}
-			if err := r.send(conn, todo); err != nil {
+			if err := r.send(conn, msgs); err != nil {
 				r.s.log.Warn("replication failed; retrying", "peer", r.peer.ID, "err", err)
 				conn.Close()
 				conn = nil
@@ -228,44 +246,86 @@ func (r *replicator) dial() (*transport.Client, error) {
 	return transport.Dial(ctx, r.peer.Addr, transport.DialOptions{Hello: wire.Hello{Worker: wire.NoWorker, Role: wire.RoleReplica, Node: r.s.opts.ID}, DialTimeout: time.Second})
 }
 
-// send ships the batches' current state and waits for the peer to confirm.
-func (r *replicator) send(conn *transport.Client, todo []batch) error {
+// build reads the batches' current state into replication messages. Frames
+// are cut at slot boundaries and each carries the pairs of its entries
+// scoped to the slots whose state it carries; all but the last are marked
+// More, and the peer imports none until it has the last, so that a peer
+// never holds an effect without its pair.
+func (r *replicator) build(todo []batch) []wire.Replicate {
 	var msgs []wire.Replicate
 	cur := wire.Replicate{}
 	size := 0
 	for _, b := range todo {
-		cur.Pairs = append(cur.Pairs, b.pairs...)
-		for _, it := range b.items {
-			st := it.t.store.Stride()
-			if it.keys != nil {
-				// Cut big key lists so a frame stays bounded.
-				per := max(1, maxReplicateFrame/(4*st+8))
-				for i := 0; i < len(it.keys); i += per {
-					keys := it.keys[i:min(i+per, len(it.keys))]
-					f := make([]float32, len(keys)*st)
-					it.t.store.Export(keys, f)
-					cur.States = append(cur.States, wire.State{Table: it.t.id, Stride: uint32(st), Keys: keys, Floats: f})
-					size += 4 * len(f)
-					if size >= maxReplicateFrame {
-						msgs, cur, size = append(msgs, cur), wire.Replicate{}, 0
+		for _, e := range b.entries {
+			var in keyspace.SlotSet // the entry's slots in cur
+			base := e.pairs
+			if e.copy {
+				var all keyspace.SlotSet
+				for _, it := range e.items {
+					it.addSlots(&all)
+				}
+				base = r.s.dedup.scoped(e.items[0].t.id, all) // before the state is read
+			}
+			claim := func() {
+				for _, p := range base {
+					sl := in
+					if p.Slots != nil {
+						sl = keyspace.Intersect(p.Slots, in)
+					}
+					if len(sl) > 0 {
+						cur.Pairs = append(cur.Pairs, wire.Pair{Client: p.Client, Seq: p.Seq, Table: p.Table, Slots: sl})
 					}
 				}
-				continue
+				in = nil
 			}
-			per := max(1, maxReplicateFrame/(4*st))
-			for i := 0; i < it.n; i += per {
-				n := min(per, it.n-i)
-				f := make([]float32, n*st)
-				it.t.store.ExportRun(it.lo+uint64(i), f)
-				cur.States = append(cur.States, wire.State{Table: it.t.id, Stride: uint32(st), Lo: it.lo + uint64(i), N: uint32(n), Floats: f})
-				size += 4 * len(f)
+			add := func(st wire.State) {
+				cur.States = append(cur.States, st)
+				if st.Keys != nil {
+					in.AddKeys(st.Keys)
+				} else {
+					in.AddKeyRun(st.Lo, int(st.N))
+				}
+				size += 4 * len(st.Floats)
 				if size >= maxReplicateFrame {
+					claim()
+					cur.More = true
 					msgs, cur, size = append(msgs, cur), wire.Replicate{}, 0
 				}
 			}
+			for _, it := range e.items {
+				st := it.t.store.Stride()
+				if it.keys != nil {
+					per := max(1, maxReplicateFrame/(4*st+8))
+					for i := 0; i < len(it.keys); {
+						j := min(i+per, len(it.keys))
+						for j < len(it.keys) && keyspace.Slot(it.keys[j]) == keyspace.Slot(it.keys[j-1]) {
+							j++ // a frame holds whole slots
+						}
+						keys := it.keys[i:j]
+						f := make([]float32, len(keys)*st)
+						it.t.store.Export(keys, f)
+						add(wire.State{Table: it.t.id, Stride: uint32(st), Keys: keys, Floats: f})
+						i = j
+					}
+					continue
+				}
+				per := uint64(max(keyspace.SlotSize, maxReplicateFrame/(4*st)))
+				for lo, end := it.lo, it.lo+uint64(it.n); lo < end; {
+					hi := min(end, (lo+per)&^(keyspace.SlotSize-1)) // a frame holds whole slots
+					f := make([]float32, int(hi-lo)*st)
+					it.t.store.ExportRun(lo, f)
+					add(wire.State{Table: it.t.id, Stride: uint32(st), Lo: lo, N: uint32(hi - lo), Floats: f})
+					lo = hi
+				}
+			}
+			claim()
 		}
 	}
-	msgs = append(msgs, cur)
+	return append(msgs, cur)
+}
+
+// send ships msgs and waits for the peer to confirm.
+func (r *replicator) send(conn *transport.Client, msgs []wire.Replicate) error {
 	errc := make(chan error, len(msgs))
 	epoch := r.s.Epoch()
 	for _, m := range msgs {
@@ -302,11 +362,45 @@ func (r *replicator) send(conn *transport.Client, todo []batch) error {
 	return errors.Join(errs...)
 }
 
-// handleReplicate installs state that a head sent.
+// maxStaged bounds the messages of one replication round a receiver holds
+// before the round's last (4 MiB of state each).
+const maxStaged = 1024
+
+// handleReplicate installs state that a head sent. The messages of a round
+// marked More are kept until its last, and then all are installed at once.
 func (s *Server) handleReplicate(c *conn, h wire.Header, p []byte) (wire.Code, error) {
 	m, err := wire.ParseReplicate(p)
 	if err != nil {
+		c.staged = nil
 		return wire.CodeBadRequest, err
+	}
+	round := []wire.Replicate{m}
+	if m.More || len(c.staged) > 0 {
+		if len(c.staged) >= maxStaged {
+			c.staged = nil
+			return wire.CodeBadRequest, fmt.Errorf("replication round of more than %d messages", maxStaged)
+		}
+		// The payload buffer is reused for the next frame: keep a copy.
+		own := make([]uint64, (len(p)+7)/8)
+		copy(wire.U64Bytes(own), p)
+		if m, err = wire.ParseReplicate(wire.U64Bytes(own)[:len(p)]); err != nil {
+			c.staged = nil
+			return wire.CodeBadRequest, err
+		}
+		c.staged = append(c.staged, staged{epoch: h.Epoch, m: m})
+		if m.More {
+			s.replyOK(c, h.ReqID, s.Epoch())
+			return 0, nil
+		}
+		round = round[:0]
+		for _, st := range c.staged {
+			if st.epoch != h.Epoch {
+				c.staged = nil
+				return wire.CodeStaleEpoch, fmt.Errorf("replication round spans epochs %d and %d", st.epoch, h.Epoch)
+			}
+			round = append(round, st.m)
+		}
+		c.staged = nil
 	}
 	if e := s.Epoch(); h.Epoch > e {
 		s.awaitLayout(h.Epoch, -1)
@@ -326,31 +420,44 @@ func (s *Server) handleReplicate(c *conn, h wire.Header, p []byte) (wire.Code, e
 		return wire.CodeStaleEpoch, fmt.Errorf("replication at epoch %d, server is at %d", h.Epoch, s.epochLocked())
 	}
 	sender := rm.Index(c.hello.Node)
-	for _, st := range m.States {
-		t := s.tables[st.Table]
-		if t == nil || int(st.Stride) != t.store.Stride() {
-			return wire.CodeUnknownTable, fmt.Errorf("replicated state for table %d of stride %d", st.Table, st.Stride)
-		}
-		if err := checkHead(rm, sender, st); err != nil {
-			return wire.CodeNotOwner, fmt.Errorf("replication from %s: %w", c.hello.Node, err)
-		}
-	}
-	for _, st := range m.States {
-		t := s.tables[st.Table]
-		if st.Keys != nil {
-			t.store.Import(st.Keys, st.Floats)
-		} else {
-			t.store.ImportRun(st.Lo, st.Floats)
+	for _, m := range round {
+		for _, st := range m.States {
+			t := s.tables[st.Table]
+			if t == nil || int(st.Stride) != t.store.Stride() {
+				return wire.CodeUnknownTable, fmt.Errorf("replicated state for table %d of stride %d", st.Table, st.Stride)
+			}
+			if err := checkHead(rm, sender, st); err != nil {
+				return wire.CodeNotOwner, fmt.Errorf("replication from %s: %w", c.hello.Node, err)
+			}
 		}
 	}
-	for _, pr := range m.Pairs {
-		s.dedup.add(pr.Client, pr.Seq)
+	for _, m := range round {
+		for _, st := range m.States {
+			t := s.tables[st.Table]
+			if st.Keys != nil {
+				t.store.Import(st.Keys, st.Floats)
+			} else {
+				t.store.ImportRun(st.Lo, st.Floats)
+			}
+		}
+		for _, pr := range m.Pairs {
+			s.dedup.add(pr.Client, pr.Seq, pr.Table, pr.Slots)
+		}
 	}
 	s.stats.replicated.Add(int64(len(p)))
+	s.replyOK(c, h.ReqID, rm.Epoch)
+	return 0, nil
+}
+
+type staged struct {
+	epoch uint64
+	m     wire.Replicate
+}
+
+func (s *Server) replyOK(c *conn, reqID, epoch uint64) {
 	var pre [wire.ReplyPrefixSize]byte
 	wire.PutReply(&pre, 0)
-	c.Send(transport.Outgoing{Frame: wire.NewFrame(wire.Header{Type: wire.TReply, Epoch: rm.Epoch, ReqID: h.ReqID}, pre[:])})
-	return 0, nil
+	c.Send(transport.Outgoing{Frame: wire.NewFrame(wire.Header{Type: wire.TReply, Epoch: epoch, ReqID: reqID}, pre[:])})
 }
 
 // checkHead reports an error unless server sender heads every slot of st.
@@ -387,9 +494,9 @@ func checkHead(rm *ring.Map, sender int, st wire.State) error {
 	return nil
 }
 
-// headsAll reports whether this server heads every slot of items under its
-// current layout.
-func (s *Server) headsAll(items []dirty) bool {
+// headsAll reports whether this server heads every slot of entries under
+// its current layout.
+func (s *Server) headsAll(entries []entry) bool {
 	s.mu.RLock()
 	rm := s.ring
 	s.mu.RUnlock()
@@ -400,6 +507,15 @@ func (s *Server) headsAll(items []dirty) bool {
 	if me < 0 {
 		return false
 	}
+	for _, e := range entries {
+		if !s.headsItems(rm, me, e.items) {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Server) headsItems(rm *ring.Map, me int, items []dirty) bool {
 	for _, it := range items {
 		if it.keys != nil {
 			last := ^uint64(0)

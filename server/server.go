@@ -53,11 +53,17 @@ type Server struct {
 	tables map[uint32]*tableState
 	// changed is closed and replaced whenever Configure installs a layout.
 	changed chan struct{}
+	// done is closed when the server stops serving.
+	done chan struct{}
 
 	clocks clocks
 	bsp    deferred
 	stats  counters
 	dedup  dedup
+	// applyMu is held for reading while a push is applied and queued for
+	// replication, and for writing while a replicator takes a round and
+	// reads its state (see replicator.loop).
+	applyMu sync.RWMutex
 
 	replMu sync.Mutex
 	repl   map[string]*replicator // by peer server ID
@@ -105,6 +111,7 @@ func New(o Options) *Server {
 		tables:  make(map[uint32]*tableState),
 		conns:   make(map[*transport.Conn]struct{}),
 		changed: make(chan struct{}),
+		done:    make(chan struct{}),
 		repl:    make(map[string]*replicator),
 
 		replicaGen: make(map[string]uint64),
@@ -266,6 +273,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 
 func (s *Server) closeConns() {
 	s.connMu.Lock()
+	if !s.closed {
+		close(s.done)
+	}
 	s.closed = true
 	for c := range s.conns {
 		c.Close()
@@ -288,6 +298,7 @@ type conn struct {
 	gen        uint64 // replica connections: see Server.replicaGen
 	cache      map[uint32]cachedKeys
 	cacheBytes int
+	staged     []staged // replication messages of a round not yet complete
 	scratch    []float32
 }
 
@@ -466,6 +477,45 @@ func (k keySet) clone() keySet {
 	return keySet{keys: slices.Clone(k.keys), runs: k.runs, n: k.n}
 }
 
+// without returns the keys of k outside the slots of held, and their values.
+func (k keySet) without(held keyspace.SlotSet, vals []float32, width int) (keySet, []float32) {
+	var out keySet
+	var kept []float32
+	if k.runs == nil {
+		out.keys = []uint64{}
+		for i, key := range k.keys {
+			if !held.Contains(keyspace.Slot(key)) {
+				out.keys = append(out.keys, key)
+				kept = append(kept, vals[i*width:(i+1)*width]...)
+			}
+		}
+		out.n = len(out.keys)
+		return out, kept
+	}
+	off := 0
+	for _, r := range k.runs {
+		for lo := r[0]; lo < r[1]; {
+			hi := min(r[1], keyspace.SlotStart(keyspace.Slot(lo)+1))
+			n := int(hi-lo) * width
+			if !held.Contains(keyspace.Slot(lo)) {
+				if m := len(out.runs); m > 0 && out.runs[m-1][1] == lo {
+					out.runs[m-1][1] = hi
+				} else {
+					out.runs = append(out.runs, [2]uint64{lo, hi})
+				}
+				out.n += int(hi - lo)
+				kept = append(kept, vals[off:off+n]...)
+			}
+			off += n
+			lo = hi
+		}
+	}
+	if out.runs == nil {
+		out.keys = []uint64{}
+	}
+	return out, kept
+}
+
 func (s *Server) handleData(c *conn, h wire.Header, p []byte) (wire.Code, error) {
 	d, err := wire.ParseData(p, h.Type != wire.TPull)
 	if err != nil {
@@ -494,85 +544,151 @@ func (s *Server) handleData(c *conn, h wire.Header, p []byte) (wire.Code, error)
 	if err != nil {
 		return code, err
 	}
-	refused := 0
-	var groups map[string]*group
-	if h.Type != wire.TPull {
-		var vals []float32
-		if d.Enc == wire.EncRaw {
-			vals = wire.BytesF32(d.Vals)
-		} else {
-			if cap(c.scratch) < d.NumValues() {
-				c.scratch = make([]float32, d.NumValues())
-			}
-			vals = c.scratch[:d.NumValues()]
-			if err := wire.DecodeValues(d.Enc, d.Vals, vals); err != nil {
-				return wire.CodeBadRequest, err
+	if h.Type == wire.TPull {
+		s.pull(c, t, ks, d, h.ReqID, rm.Epoch, 0)
+		return 0, nil
+	}
+	var vals []float32
+	if d.Enc == wire.EncRaw {
+		vals = wire.BytesF32(d.Vals)
+	} else {
+		if cap(c.scratch) < d.NumValues() {
+			c.scratch = make([]float32, d.NumValues())
+		}
+		vals = c.scratch[:d.NumValues()]
+		if err := wire.DecodeValues(d.Enc, d.Vals, vals); err != nil {
+			return wire.CodeBadRequest, err
+		}
+	}
+	s.stats.pushes.Add(1)
+	s.stats.keysPushed.Add(int64(ks.n))
+	// A part re-sent after a failure may find its effect here already, for
+	// all its keys or for the slots whose state came with its pair: those
+	// keys are skipped, the rest applied.
+	var held scope
+	if d.Seq != 0 {
+		var wait []chan struct{}
+		held, wait = s.dedup.check(c.hello.Client, d.Seq, d.Acked, d.Table, d.Ancestors)
+		for _, w := range wait {
+			select {
+			case <-w:
+			case <-s.done:
+				return wire.CodeShuttingDown, errors.New("server is shutting down")
 			}
 		}
-		s.stats.pushes.Add(1)
-		s.stats.keysPushed.Add(int64(ks.n))
-		dup := d.Seq != 0 && s.dedup.check(c.hello.Client, d.Seq, d.Acked, d.Ancestors)
-		switch {
-		case dup:
-			s.stats.duplicates.Add(1)
-		case t.spec.Consistency.Model == table.BSP && d.Worker != wire.NoWorker && d.Clock >= s.clocks.minimum():
-			ks, vals := ks.clone(), slices.Clone(vals)
-			s.bsp.add(d.Clock, d.Worker, func() { s.stats.refused.Add(int64(push(t.store, ks, vals, t.spec.Width))) })
-		default:
+	}
+	// The state to replicate is that of every key the part names, applied
+	// now or before.
+	all := ks
+	switch {
+	case held.all:
+		s.stats.duplicates.Add(1)
+		ks, vals = keySet{}, nil
+	case len(held.slots) > 0:
+		s.stats.duplicates.Add(1)
+		ks, vals = ks.without(held.slots, vals, t.spec.Width)
+	}
+	apply := func() int {
+		refused := 0
+		if ks.n > 0 {
 			refused = push(t.store, ks, vals, t.spec.Width)
 			s.stats.refused.Add(int64(refused))
 		}
-		s.mu.RLock()
-		ch := s.chains
-		s.mu.RUnlock()
-		if t.spec.Consistency.Model != table.BSP && ch.replicates() {
-			groups = ch.groups(t, ks)
+		if d.Seq != 0 {
+			s.dedup.applied(c.hello.Client, d.Seq)
+		}
+		return refused
+	}
+	if t.spec.Consistency.Model == table.BSP && d.Worker != wire.NoWorker && d.Clock >= s.clocks.minimum() {
+		// Applied, and then replicated, once every worker has finished
+		// the clock. It is acknowledged now: workers wait for their pushes
+		// before they tick. Until the clock completes the push is on this
+		// server only (docs/design/resilience.md).
+		all, ks, vals = all.clone(), ks.clone(), slices.Clone(vals)
+		client := c.hello.Client
+		if s.bsp.add(d.Clock, d.Worker, func() {
+			s.applyMu.RLock()
+			defer s.applyMu.RUnlock()
+			apply()
+			s.replicate(t, all, client, d.Seq, nil)
+		}) {
+			s.answer(c, h, t, all, d, rm.Epoch, 0)
+			return 0, nil
 		}
 	}
-	answer := func() {
-		if h.Type == wire.TPush {
-			var pre [wire.ReplyPrefixSize]byte
-			wire.PutReply(&pre, uint32(refused))
-			c.Send(transport.Outgoing{Frame: wire.NewFrame(wire.Header{Type: wire.TReply, Epoch: rm.Epoch, ReqID: h.ReqID}, pre[:])})
+	if h.Type != wire.TPush {
+		all = all.clone() // the pull half reads after the replication
+	}
+	s.applyMu.RLock()
+	defer s.applyMu.RUnlock()
+	refused := apply()
+	s.replicate(t, all, c.hello.Client, d.Seq, func(err error) {
+		if err != nil {
+			s.replyError(c, h, wire.CodeStaleEpoch, err.Error())
 			return
 		}
-		s.pull(c, t, ks, d, h.ReqID, rm.Epoch, refused)
+		s.answer(c, h, t, all, d, rm.Epoch, refused)
+	})
+	return 0, nil
+}
+
+// answer acknowledges a push, or answers the pull half of a pushpull.
+func (s *Server) answer(c *conn, h wire.Header, t *tableState, ks keySet, d wire.Data, epoch uint64, refused int) {
+	if h.Type == wire.TPush {
+		var pre [wire.ReplyPrefixSize]byte
+		wire.PutReply(&pre, uint32(refused))
+		c.Send(transport.Outgoing{Frame: wire.NewFrame(wire.Header{Type: wire.TReply, Epoch: epoch, ReqID: h.ReqID}, pre[:])})
+		return
+	}
+	s.pull(c, t, ks, d, h.ReqID, epoch, refused)
+}
+
+// replicate ships the state of keys ks, and the pair (client, seq) when seq
+// is not 0, to every other server of their chains, and then calls done
+// (when not nil) with nil, or with an error if the keys' slots moved to
+// another head first.
+func (s *Server) replicate(t *tableState, ks keySet, client, seq uint64, done func(error)) {
+	if done == nil {
+		done = func(error) {}
+	}
+	s.mu.RLock()
+	ch := s.chains
+	s.mu.RUnlock()
+	var groups map[string]*group
+	if ch.replicates() {
+		groups = ch.groups(t, ks)
 	}
 	if len(groups) == 0 {
-		answer()
-		return 0, nil
-	}
-	// Acknowledge only once every other server of the keys' chains holds
-	// their new state. The pull half of a pushpull then reads after it.
-	if h.Type != wire.TPush {
-		ks = ks.clone()
+		done(nil)
+		return
 	}
 	var pairs []wire.Pair
-	if d.Seq != 0 {
-		pairs = []wire.Pair{{Client: c.hello.Client, Seq: d.Seq}}
+	if seq != 0 {
+		pairs = []wire.Pair{{Client: client, Seq: seq, Table: t.id}}
 	}
 	var left atomic.Int32
 	var failed atomic.Pointer[error]
 	left.Store(int32(len(groups)))
+	finish := func(err error) {
+		if err != nil {
+			failed.CompareAndSwap(nil, &err)
+		}
+		if left.Add(-1) == 0 {
+			if e := failed.Load(); e != nil {
+				done(*e)
+				return
+			}
+			done(nil)
+		}
+	}
 	for _, g := range groups {
 		r := s.replicatorFor(g.peer)
 		if r == nil {
-			return wire.CodeShuttingDown, errors.New("server is shutting down")
+			finish(errors.New("server is shutting down"))
+			continue
 		}
-		r.add(g.items, pairs, func(err error) {
-			if err != nil {
-				failed.CompareAndSwap(nil, &err)
-			}
-			if left.Add(-1) == 0 {
-				if e := failed.Load(); e != nil {
-					s.replyError(c, h, wire.CodeStaleEpoch, (*e).Error())
-					return
-				}
-				answer()
-			}
-		})
+		r.add(g.items, pairs, finish)
 	}
-	return 0, nil
 }
 
 // pull answers a pull (or the pull half of a pushpull) once the table's
@@ -627,8 +743,10 @@ func (s *Server) dropReplicators(ch chains) {
 		}
 	}
 	s.replMu.Unlock()
+	// Not here: Configure holds s.mu, which a replicator may be waiting
+	// for while it holds its own lock (headsAll), which leave takes.
 	for _, r := range gone {
-		r.leave()
+		go r.leave()
 	}
 }
 

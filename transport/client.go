@@ -74,10 +74,16 @@ func (c *Client) NextID() uint64 { return c.nextID.Add(1) }
 func (c *Client) Call(f *wire.Frame, reqID uint64, call *Call, done func(error)) error {
 	c.mu.Lock()
 	if c.failed != nil {
+		// Broken between the caller's check and now: the call fails as
+		// any outstanding one did, so that every call ends in exactly one
+		// of OnReply and OnFail.
 		err := c.failed
 		c.mu.Unlock()
 		if done != nil {
 			done(err)
+		}
+		if call.OnFail != nil {
+			call.OnFail(err)
 		}
 		return err
 	}

@@ -111,18 +111,22 @@ func TestConnLostFailsPendingCalls(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("pending call not failed after the peer hung up")
 	}
-	// Later calls fail at once.
+	// Later calls fail at once, through OnFail as well as the result: a
+	// caller that checked the connection a moment before and ignores the
+	// result must not wait forever (a push lost this way hung a worker).
 	done := make(chan error, 1)
 	id = c.NextID()
 	err = c.Call(wire.NewFrame(wire.Header{Type: wire.TPull, ReqID: id}), id, &Call{OnFail: func(err error) { done <- err }}, nil)
 	if err == nil {
-		select {
-		case err = <-done:
-		case <-time.After(5 * time.Second):
-		}
+		t.Fatal("call on a dead connection returned no error")
 	}
-	if err == nil {
-		t.Fatal("call on a dead connection did not fail")
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrConnLost) {
+			t.Fatalf("OnFail got %v, want ErrConnLost", err)
+		}
+	default:
+		t.Fatal("call on a dead connection did not run OnFail")
 	}
 }
 

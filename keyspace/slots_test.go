@@ -1,0 +1,61 @@
+package keyspace
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+func TestSlotSetAgainstAMap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	random := func() (SlotSet, map[uint64]bool) {
+		var s SlotSet
+		m := map[uint64]bool{}
+		lo := uint64(rng.IntN(5))
+		for range rng.IntN(8) {
+			hi := lo + uint64(1+rng.IntN(4))
+			s.AddRange(lo, hi)
+			for x := lo; x < hi; x++ {
+				m[x] = true
+			}
+			lo = hi + uint64(rng.IntN(4)) // 0 touches the previous run
+		}
+		return s, m
+	}
+	for range 2000 {
+		a, ma := random()
+		b, mb := random()
+		u, in := Union(a, b), Intersect(a, b)
+		for _, s := range []SlotSet{a, b, u, in} {
+			if !s.Valid() {
+				t.Fatalf("invalid set %v (from %v and %v)", s, a, b)
+			}
+		}
+		for x := range uint64(60) {
+			if a.Contains(x) != ma[x] {
+				t.Fatalf("%v contains %d: %v", a, x, a.Contains(x))
+			}
+			if u.Contains(x) != (ma[x] || mb[x]) {
+				t.Fatalf("union %v of %v and %v at %d", u, a, b, x)
+			}
+			if in.Contains(x) != (ma[x] && mb[x]) {
+				t.Fatalf("intersection %v of %v and %v at %d", in, a, b, x)
+			}
+		}
+	}
+}
+
+func TestSlotSetFromKeys(t *testing.T) {
+	var s SlotSet
+	s.AddKeys([]uint64{0, 5, 63, 64, 200, 1000})
+	s.AddKeyRun(1024, 130)
+	if want := (SlotSet{0, 2, 3, 4, 15, 19}); !slices.Equal(s, want) {
+		t.Fatalf("got %v, want %v", s, want)
+	}
+	s.Add(2) // out of order
+	s.AddRange(30, 31)
+	s.AddRange(7, 9)
+	if want := (SlotSet{0, 4, 7, 9, 15, 19, 30, 31}); !slices.Equal(s, want) {
+		t.Fatalf("got %v, want %v", s, want)
+	}
+}
