@@ -159,11 +159,15 @@ func (s *Server) rebuild(old, cur chains) {
 			}
 			newSucc, scratch = cur.successors(sl, newSucc, scratch)
 			oldSucc, scratch = old.successors(sl, oldSucc, scratch)
-			// A server that newly heads the slot cannot know how much of
-			// the old head's copies the other members received (a joiner's
-			// pre-copy, or a new successor's rebuild, cut short when the old
-			// head died): it copies the slot to all of them.
-			inherited := old.ring.Servers[old.ring.SlotOwner(sl)].ID != s.opts.ID
+			// A server that heads the slot in place of a head that failed
+			// cannot know how much of that head's copies the other members
+			// received (a joiner's pre-copy, or a new successor's rebuild,
+			// cut short): it copies the slot to all of them. A promoted
+			// joiner whose old head is still on the ring does not: that
+			// head holds everything, and overwriting it could take away
+			// pushes it applied that are still on their way to the joiner.
+			oldHead := old.ring.Servers[old.ring.SlotOwner(sl)].ID
+			inherited := oldHead != s.opts.ID && cur.ring.Index(oldHead) < 0
 			for _, p := range newSucc {
 				if !inherited && contains(oldSucc, p.ID) {
 					continue
