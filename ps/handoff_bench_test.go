@@ -2,13 +2,16 @@ package ps_test
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/terrace-ml/terrace/coord"
 	"github.com/terrace-ml/terrace/keyspace"
 	"github.com/terrace-ml/terrace/node"
 	"github.com/terrace-ml/terrace/ps"
+	"github.com/terrace-ml/terrace/server"
 	"github.com/terrace-ml/terrace/table"
 )
 
@@ -37,28 +40,8 @@ func BenchmarkHandoff100MB(b *testing.B) {
 			}
 			stop := make(chan struct{})
 			done := make(chan error, 1)
-			go func() {
-				small := []uint64{1, 100, 10000, 1000000}
-				one := make([]float32, len(small)*width)
-				for {
-					select {
-					case <-stop:
-						done <- nil
-						return
-					default:
-					}
-					start := time.Now()
-					if err := t.Push(small, one).Wait(ctx); err != nil {
-						done <- err
-						return
-					}
-					if d := time.Since(start).Nanoseconds(); d > worst.Load() {
-						worst.Store(d)
-					}
-				}
-			}()
-			s, err := l.AddServer(ctx)
-			if err != nil {
+			go pushUntil(ctx, t, stop, done, &worst)
+			if _, err := l.AddServer(ctx); err != nil {
 				return nil, err
 			}
 			for v := uint64(0); ; {
@@ -75,7 +58,6 @@ func BenchmarkHandoff100MB(b *testing.B) {
 			if err := <-done; err != nil {
 				return nil, err
 			}
-			_ = s
 			for _, srv := range l.Servers {
 				h := srv.Handoff()
 				copied += float64(h.Bytes)
@@ -91,5 +73,103 @@ func BenchmarkHandoff100MB(b *testing.B) {
 		b.ReportMetric(copied/1e6/secs, "copy_MB/s")
 		b.ReportMetric(copied/1e6, "copied_MB")
 		b.ReportMetric(float64(worst.Load())/1e6, "max_push_wait_ms")
+	}
+}
+
+// BenchmarkDrain100MB loads 100 MB of values into three servers (k = 2),
+// then drains one through the coordinator, as an eviction notice does,
+// while a worker keeps pushing. It reports how long the departure took
+// (until the layout no longer had the server), how long the survivors took
+// to restore k copies of its slots, what they copied, and the longest wait
+// of a push meanwhile.
+func BenchmarkDrain100MB(b *testing.B) {
+	const width = 4
+	const keys = 100 << 20 / 4 / width
+	for range b.N {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		l, err := node.StartLocal(ctx, node.LocalConfig{Servers: 3, Workers: 1, Replication: 2})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var leave time.Duration
+		var copied, secs float64
+		var worst atomic.Int64
+		_, err = l.RunWorkers(ctx, func(ctx context.Context, c *ps.Client) (any, error) {
+			t, err := c.CreateTable(ctx, table.Spec{Name: "big", Width: width})
+			if err != nil {
+				return nil, err
+			}
+			vals := make([]float32, keys*width)
+			if err := t.PushRange(keyspace.Range{Lo: 0, Hi: keys}, vals).Wait(ctx); err != nil {
+				return nil, err
+			}
+			before := map[string]server.HandoffStats{}
+			for i, srv := range l.Servers {
+				before[fmt.Sprint(i)] = srv.Handoff()
+			}
+			stop := make(chan struct{})
+			done := make(chan error, 1)
+			go pushUntil(ctx, t, stop, done, &worst)
+			start := time.Now()
+			lay, err := coord.NewClient(l.CoordAddr).LeaveServer(ctx, "server-2")
+			if err != nil {
+				return nil, err
+			}
+			for len(lay.Servers) != 2 {
+				if lay, err = l.Coord.Layout(ctx, lay.Version); err != nil {
+					return nil, err
+				}
+			}
+			leave = time.Since(start)
+			// The survivors' rebuilds restore k copies; wait until their
+			// counters stop moving.
+			for last := -1.0; ; {
+				time.Sleep(200 * time.Millisecond)
+				copied, secs = 0, 0
+				for i, srv := range l.Servers[:2] {
+					h, b0 := srv.Handoff(), before[fmt.Sprint(i)]
+					copied += float64(h.Bytes - b0.Bytes)
+					secs = max(secs, h.Seconds-b0.Seconds)
+				}
+				if copied > 0 && copied == last {
+					break
+				}
+				last = copied
+			}
+			close(stop)
+			return nil, <-done
+		})
+		l.Close()
+		cancel()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(leave.Microseconds())/1e3, "leave_ms")
+		b.ReportMetric(secs, "restore_k_s")
+		b.ReportMetric(copied/1e6, "copied_MB")
+		b.ReportMetric(float64(worst.Load())/1e6, "max_push_wait_ms")
+	}
+}
+
+// pushUntil pushes to a few keys until stop closes, recording the longest
+// wait for an acknowledgement in worst.
+func pushUntil(ctx context.Context, t *ps.Table, stop <-chan struct{}, done chan<- error, worst *atomic.Int64) {
+	small := []uint64{1, 100, 10000, 1000000}
+	one := make([]float32, len(small)*t.Spec().Width)
+	for {
+		select {
+		case <-stop:
+			done <- nil
+			return
+		default:
+		}
+		start := time.Now()
+		if err := t.Push(small, one).Wait(ctx); err != nil {
+			done <- err
+			return
+		}
+		if d := time.Since(start).Nanoseconds(); d > worst.Load() {
+			worst.Store(d)
+		}
 	}
 }
