@@ -13,6 +13,7 @@ import (
 	"github.com/terrace-ml/terrace/layout"
 	"github.com/terrace-ml/terrace/ring"
 	"github.com/terrace-ml/terrace/table"
+	"github.com/terrace-ml/terrace/transport"
 )
 
 // Errors callers can test with errors.Is.
@@ -41,6 +42,8 @@ type Options struct {
 	// Resume starts from the newest committed checkpoint in CheckpointDir.
 	Resume bool
 	Logger *slog.Logger
+	// Network makes the failure detector's connections to servers (TCP if nil).
+	Network transport.Network
 }
 
 // Coordinator holds the cluster's layout.

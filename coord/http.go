@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/terrace-ml/terrace/layout"
 	"github.com/terrace-ml/terrace/table"
+	"github.com/terrace-ml/terrace/transport"
 )
 
 // pollWait is how long a layout long-poll is held open before the
@@ -157,9 +159,18 @@ type Client struct {
 }
 
 // NewClient returns a client for the coordinators at addrs, a
-// comma-separated list of host:port or URLs.
-func NewClient(addrs string) *Client {
+// comma-separated list of host:port or URLs, over TCP.
+func NewClient(addrs string) *Client { return NewClientOn(nil, addrs) }
+
+// NewClientOn is NewClient over network n (TCP, through net/http's default
+// transport, if nil).
+func NewClientOn(n transport.Network, addrs string) *Client {
 	c := &Client{hc: &http.Client{Timeout: pollWait + 10*time.Second}, RetryFor: 30 * time.Second}
+	if n != nil {
+		c.hc.Transport = &http.Transport{
+			DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) { return n.Dial(ctx, addr) },
+		}
+	}
 	for _, a := range strings.Split(addrs, ",") {
 		if a = strings.TrimSpace(a); a == "" {
 			continue

@@ -82,7 +82,7 @@ func (c *Coordinator) watchServer(ctx context.Context, id, addr string) bool {
 func (c *Coordinator) probe(ctx context.Context, addr string) (*transport.Client, error) {
 	dctx, cancel := context.WithTimeout(ctx, PingTimeout)
 	defer cancel()
-	conn, err := transport.Dial(dctx, addr, transport.DialOptions{Hello: wire.Hello{Worker: wire.NoWorker, Node: "coordinator"}, DialTimeout: PingTimeout})
+	conn, err := transport.Dial(dctx, addr, transport.DialOptions{Hello: wire.Hello{Worker: wire.NoWorker, Node: "coordinator"}, DialTimeout: PingTimeout, Network: c.opts.Network})
 	if err != nil {
 		return nil, err
 	}

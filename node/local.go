@@ -10,6 +10,7 @@ import (
 
 	"github.com/terrace-ml/terrace/coord"
 	"github.com/terrace-ml/terrace/server"
+	"github.com/terrace-ml/terrace/transport"
 )
 
 // LocalConfig configures a local cluster.
@@ -22,10 +23,15 @@ type LocalConfig struct {
 	CheckpointEvery int
 	Resume          bool
 	Logger          *slog.Logger
+	// Network, when set, gives each node, by ID ("coordinator",
+	// "server-0", "worker-1"), the network it listens and dials on; nil
+	// means TCP on loopback.
+	Network func(node string) transport.Network
 }
 
 // Local is a whole cluster in this process: a coordinator, servers and
-// workers, each on its own loopback TCP port, talking as separate hosts would.
+// workers, each on its own loopback TCP port (or its own host of
+// LocalConfig.Network), talking as separate hosts would.
 type Local struct {
 	cfg       LocalConfig
 	Coord     *coord.Coordinator
@@ -54,7 +60,7 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 	failed := make(chan error, 1)
 	l.goRun(func() error {
 		err := RunCoordinator(ctx, CoordinatorConfig{
-			Listen: "127.0.0.1:0",
+			Listen: "127.0.0.1:0", Network: l.network("coordinator"),
 			Options: coord.Options{Servers: cfg.Servers, Workers: cfg.Workers, Partitions: cfg.Partitions, Replication: cfg.Replication,
 				CheckpointDir: cfg.CheckpointDir, CheckpointEvery: cfg.CheckpointEvery, Resume: cfg.Resume},
 			Logger: cfg.Logger,
@@ -79,9 +85,10 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 	for i := range cfg.Servers {
 		sctx, kill := context.WithCancel(ctx)
 		l.kill = append(l.kill, kill)
+		id := fmt.Sprintf("server-%d", i)
 		l.goRun(func() error {
 			return RunServer(sctx, ServerConfig{
-				ID: fmt.Sprintf("server-%d", i), Listen: "127.0.0.1:0", Coordinator: l.CoordAddr,
+				ID: id, Listen: "127.0.0.1:0", Coordinator: l.CoordAddr, Network: l.network(id),
 				Logger: cfg.Logger, Ready: func(s *server.Server) { srv <- s },
 			})
 		})
@@ -96,6 +103,14 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 		}
 	}
 	return l, nil
+}
+
+// network is node id's network, or nil (TCP).
+func (l *Local) network(id string) transport.Network {
+	if l.cfg.Network == nil {
+		return nil
+	}
+	return l.cfg.Network(id)
 }
 
 func (l *Local) goRun(fn func() error) {
@@ -125,9 +140,10 @@ func (l *Local) AddServer(ctx context.Context) (*server.Server, error) {
 	l.kill = append(l.kill, kill)
 	l.mu.Unlock()
 	ready := make(chan *server.Server, 1)
+	id := fmt.Sprintf("server-%d", i)
 	l.goRun(func() error {
 		return RunServer(sctx, ServerConfig{
-			ID: fmt.Sprintf("server-%d", i), Listen: "127.0.0.1:0", Coordinator: l.CoordAddr,
+			ID: id, Listen: "127.0.0.1:0", Coordinator: l.CoordAddr, Network: l.network(id),
 			Logger: l.cfg.Logger, Ready: func(s *server.Server) { ready <- s },
 		})
 	})
@@ -157,7 +173,8 @@ func (l *Local) RunWorkers(ctx context.Context, job Job) (map[int]json.RawMessag
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := RunWorker(ctx, WorkerConfig{ID: fmt.Sprintf("worker-%d", i), Coordinator: l.CoordAddr, Logger: l.cfg.Logger}, job)
+			id := fmt.Sprintf("worker-%d", i)
+			_, err := RunWorker(ctx, WorkerConfig{ID: id, Coordinator: l.CoordAddr, Logger: l.cfg.Logger, Network: l.network(id)}, job)
 			if err != nil {
 				errc <- err
 				cancel() // one worker failing would leave the others waiting on its clock

@@ -13,6 +13,7 @@ import (
 	"github.com/terrace-ml/terrace/evict"
 	"github.com/terrace-ml/terrace/ps"
 	"github.com/terrace-ml/terrace/server"
+	"github.com/terrace-ml/terrace/transport"
 )
 
 // DefaultJoinTimeout bounds how long a node waits for its coordinator and
@@ -26,15 +27,19 @@ type CoordinatorConfig struct {
 	Logger  *slog.Logger
 	// Ready, when set, receives the coordinator once it listens.
 	Ready func(c *coord.Coordinator, addr string)
+	// Network is what the coordinator listens and dials on (TCP if nil); it
+	// replaces Options.Network.
+	Network transport.Network
 }
 
 // RunCoordinator serves a coordinator until ctx ends.
 func RunCoordinator(ctx context.Context, cfg CoordinatorConfig) error {
-	ln, err := net.Listen("tcp", cfg.Listen)
+	ln, err := transport.OrTCP(cfg.Network).Listen(cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("coordinator: listen: %w", err)
 	}
 	cfg.Options.Logger = cfg.Logger
+	cfg.Options.Network = cfg.Network
 	c, err := coord.Open(cfg.Options)
 	if err != nil {
 		ln.Close()
@@ -82,6 +87,8 @@ type ServerConfig struct {
 	// chains, which hold every acknowledged update, take its slots, and
 	// exits once its peers have the new layout.
 	Notices <-chan evict.Notice
+	// Network is what the server listens and dials on (TCP if nil).
+	Network transport.Network
 }
 
 // drainLinger is how long a departing server keeps answering (with
@@ -97,7 +104,7 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	if cfg.JoinTimeout <= 0 {
 		cfg.JoinTimeout = DefaultJoinTimeout
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
+	ln, err := transport.OrTCP(cfg.Network).Listen(cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("server %s: listen: %w", cfg.ID, err)
 	}
@@ -106,7 +113,7 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	if addr == "" {
 		addr = ln.Addr().String()
 	}
-	cc := coord.NewClient(cfg.Coordinator)
+	cc := coord.NewClientOn(cfg.Network, cfg.Coordinator)
 	jctx, cancel := context.WithTimeout(ctx, cfg.JoinTimeout)
 	defer cancel()
 	if err := cc.WaitReachable(jctx); err != nil {
@@ -123,7 +130,7 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 			cfg.Logger.Warn("could not report to the coordinator", "what", what, "err", err)
 		}
 	}
-	s := server.New(server.Options{ID: cfg.ID, Logger: cfg.Logger,
+	s := server.New(server.Options{ID: cfg.ID, Logger: cfg.Logger, Network: cfg.Network,
 		OnSynced: func(joiner string, version uint64) {
 			report("joiner synced", func(ctx context.Context) error { return cc.Synced(ctx, cfg.ID, joiner, version) })
 		},
@@ -225,6 +232,8 @@ type WorkerConfig struct {
 	// worker then drains, finishing its minibatch, recording its
 	// partition's progress and leaving, so its work moves on intact.
 	Notices <-chan evict.Notice
+	// Network is what the worker dials on (TCP if nil).
+	Network transport.Network
 }
 
 // ErrDrained is returned by RunWorker and RunServer after a drained
@@ -240,7 +249,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, job Job) (any, error) {
 	if cfg.JoinTimeout <= 0 {
 		cfg.JoinTimeout = DefaultJoinTimeout
 	}
-	cc := coord.NewClient(cfg.Coordinator)
+	cc := coord.NewClientOn(cfg.Network, cfg.Coordinator)
 	jctx, cancel := context.WithTimeout(ctx, cfg.JoinTimeout)
 	defer cancel()
 	if err := cc.WaitReachable(jctx); err != nil {
@@ -250,7 +259,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, job Job) (any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker %s: join: %w", cfg.ID, err)
 	}
-	c, err := ps.Connect(jctx, cc, ps.Options{Rank: rank, NodeID: cfg.ID, Logger: cfg.Logger})
+	c, err := ps.Connect(jctx, cc, ps.Options{Rank: rank, NodeID: cfg.ID, Logger: cfg.Logger, Network: cfg.Network})
 	if err != nil {
 		return nil, fmt.Errorf("worker %s: %w", cfg.ID, err)
 	}

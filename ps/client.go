@@ -51,6 +51,8 @@ type Options struct {
 	// (1000 if 0; negative means no limit).
 	MaxRefused int64
 	Logger     *slog.Logger
+	// Network makes the connections to servers (TCP if nil).
+	Network transport.Network
 }
 
 // Client is a worker's connection to every server.
@@ -139,7 +141,7 @@ func (c *Client) install(ctx context.Context, l *layout.Layout) error {
 		if conns[s.ID] != nil {
 			continue
 		}
-		cc, err := transport.Dial(ctx, s.Addr, transport.DialOptions{Hello: wire.Hello{Worker: worker, Client: c.id, Node: c.opts.NodeID}, DialTimeout: c.opts.DialTimeout})
+		cc, err := transport.Dial(ctx, s.Addr, transport.DialOptions{Hello: wire.Hello{Worker: worker, Client: c.id, Node: c.opts.NodeID}, DialTimeout: c.opts.DialTimeout, Network: c.opts.Network})
 		if err != nil {
 			// A server that is down makes only its own requests wait for a
 			// layout without it; the rest of the cluster is usable.

@@ -243,7 +243,7 @@ func (r *replicator) loop() {
 func (r *replicator) dial() (*transport.Client, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	return transport.Dial(ctx, r.peer.Addr, transport.DialOptions{Hello: wire.Hello{Worker: wire.NoWorker, Role: wire.RoleReplica, Node: r.s.opts.ID}, DialTimeout: time.Second})
+	return transport.Dial(ctx, r.peer.Addr, transport.DialOptions{Hello: wire.Hello{Worker: wire.NoWorker, Role: wire.RoleReplica, Node: r.s.opts.ID}, DialTimeout: time.Second, Network: r.s.opts.Network})
 }
 
 // build reads the batches' current state into replication messages. Frames

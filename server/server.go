@@ -38,6 +38,8 @@ type Options struct {
 	// its part of a cluster checkpoint, or loaded its slots from one.
 	OnCheckpointed func(seq uint64, err error)
 	OnRestored     func(seq uint64, err error)
+	// Network makes the connections to peer servers (TCP if nil).
+	Network transport.Network
 }
 
 // Server serves its share of every table.

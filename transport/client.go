@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,6 +44,8 @@ type DialOptions struct {
 	MaxPayload int
 	// DialTimeout bounds connecting; the context may cut it shorter.
 	DialTimeout time.Duration
+	// Network makes the connection (TCP if nil).
+	Network Network
 }
 
 // Dial connects to addr and introduces the client with a hello frame.
@@ -52,8 +53,9 @@ func Dial(ctx context.Context, addr string, o DialOptions) (*Client, error) {
 	if o.DialTimeout <= 0 {
 		o.DialTimeout = 5 * time.Second
 	}
-	d := net.Dialer{Timeout: o.DialTimeout, KeepAlive: 5 * time.Second}
-	nc, err := d.DialContext(ctx, "tcp", addr)
+	dctx, cancel := context.WithTimeout(ctx, o.DialTimeout)
+	defer cancel()
+	nc, err := OrTCP(o.Network).Dial(dctx, addr)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
