@@ -220,11 +220,33 @@ func (c *Coordinator) RemoveServer(id, addr string) bool {
 		return false
 	}
 	c.lay.Servers = slices.Delete(slices.Clone(c.lay.Servers), i, i+1)
+	c.lay.Leaving = slices.DeleteFunc(slices.Clone(c.lay.Leaving), func(l string) bool { return l == id })
+	delete(c.synced, id)
 	c.lay.Epoch++
 	c.removed++
 	// Joiners are not promoted here even if every remaining server synced
 	// them: the slots the departed server headed have new heads, which
 	// must ship them first (a pre-copy cut short by the failure lost them).
+	c.resetSyncLocked()
+	c.publish()
+	return true
+}
+
+// LeaveServer starts a drained departure: server id stays on the ring while
+// every head ships the slots it will no longer hold to their new holders,
+// and leaves the ring once all have (see promoteLocked). It reports false if
+// id is not on the ring or is the last server.
+func (c *Coordinator) LeaveServer(id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !slices.ContainsFunc(c.lay.Servers, func(s ring.Server) bool { return s.ID == id }) || len(c.lay.Servers)-len(c.lay.Leaving) <= 1 {
+		return false
+	}
+	if slices.Contains(c.lay.Leaving, id) {
+		return true
+	}
+	c.lay.Leaving = append(slices.Clone(c.lay.Leaving), id)
+	c.synced[id] = map[string]bool{}
 	c.resetSyncLocked()
 	c.publish()
 	return true
@@ -240,9 +262,10 @@ func (c *Coordinator) resetSyncLocked() {
 	c.syncFrom = c.lay.Version + 1
 }
 
-// Synced records that server from has shipped joiner full copies of its
-// slots under layout version; once every server on the ring has, the
-// joiner goes on the ring.
+// Synced records that server from has shipped full copies of its slots
+// to the servers that hold them once joiner (a joining or a leaving
+// server) has moved, under layout version; once every server on the ring
+// has, joiner goes on the ring, or off it.
 func (c *Coordinator) Synced(from, joiner string, version uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -257,32 +280,45 @@ func (c *Coordinator) Synced(from, joiner string, version uint64) {
 }
 
 // promoteLocked moves every joiner that all ring servers have synced onto
-// the ring, in one new epoch.
+// the ring, and takes every leaving server that all have synced off it, in
+// one new epoch.
 func (c *Coordinator) promoteLocked() bool {
-	var stay []ring.Server
-	promoted := false
-	for _, j := range c.lay.Joining {
-		all := true
+	done := func(id string) bool {
 		for _, s := range c.lay.Servers {
-			if !c.synced[j.ID][s.ID] {
-				all = false
-				break
+			if !c.synced[id][s.ID] {
+				return false
 			}
 		}
-		if all {
+		return true
+	}
+	var stay []ring.Server
+	changed := false
+	for _, j := range c.lay.Joining {
+		if done(j.ID) {
 			c.lay.Servers = append(slices.Clone(c.lay.Servers), j)
 			delete(c.synced, j.ID)
-			promoted = true
+			changed = true
 			continue
 		}
 		stay = append(stay, j)
 	}
-	if promoted {
-		c.lay.Joining = stay
+	var staying []string
+	for _, id := range c.lay.Leaving {
+		if done(id) {
+			c.lay.Servers = slices.DeleteFunc(slices.Clone(c.lay.Servers), func(s ring.Server) bool { return s.ID == id })
+			delete(c.synced, id)
+			c.removed++
+			changed = true
+			continue
+		}
+		staying = append(staying, id)
+	}
+	if changed {
+		c.lay.Joining, c.lay.Leaving = stay, staying
 		c.lay.Epoch++
 		c.resetSyncLocked()
 	}
-	return promoted
+	return changed
 }
 
 // JoinWorker admits a worker and returns its rank; a worker that joins

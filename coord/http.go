@@ -375,8 +375,8 @@ func (c *Coordinator) workHandlers(mux *http.ServeMux) {
 			reply(w, nil, err)
 			return
 		}
-		if !c.RemoveServer(req.ID, "") {
-			reply(w, nil, fmt.Errorf("%w: server %s is not in the layout, or is the last one", errBadRequest, req.ID))
+		if !c.LeaveServer(req.ID) {
+			reply(w, nil, fmt.Errorf("%w: server %s is not on the ring, or is the last one", errBadRequest, req.ID))
 			return
 		}
 		c.mu.Lock()
@@ -451,8 +451,8 @@ func (c *Client) Leave(ctx context.Context, rank int) error {
 	return c.do(ctx, "POST", "/v1/leave", workRequest{Rank: rank}, nil)
 }
 
-// LeaveServer takes a server out of the layout (a drained departure) and
-// returns the layout without it.
+// LeaveServer starts a server's drained departure (see
+// Coordinator.LeaveServer) and returns the layout that lists it leaving.
 func (c *Client) LeaveServer(ctx context.Context, id string) (*layout.Layout, error) {
 	var l layout.Layout
 	return &l, c.do(ctx, "POST", "/v1/servers/leave", joinRequest{Role: "server", ID: id}, &l)

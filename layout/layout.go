@@ -2,6 +2,7 @@ package layout
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/terrace-ml/terrace/ring"
 	"github.com/terrace-ml/terrace/table"
@@ -26,6 +27,11 @@ type Layout struct {
 	// and the coordinator moves them into Servers (a new epoch) once every
 	// head reports them caught up. That is the two-phase range handoff.
 	Joining []ring.Server `json:"joining,omitempty"`
+	// Leaving are ring servers draining: the same handoff in reverse. Every
+	// head replicates its slots to the servers that will hold them once the
+	// leaving ones are gone, and the coordinator takes a leaving server off
+	// the ring (a new epoch) once every head reports those caught up.
+	Leaving []string `json:"leaving,omitempty"`
 	// Replication is how many servers hold each slot (k); 0 means 1.
 	Replication int     `json:"replication,omitempty"`
 	Tables      []Table `json:"tables"`
@@ -63,9 +69,16 @@ func (l *Layout) Ring() (*ring.Map, error) {
 	return ring.New(l.Epoch, l.Servers, l.VNodes)
 }
 
-// Final builds the map the ring will have once the joining servers are in.
+// Final builds the map the ring will have once the joining servers are in
+// and the leaving ones out.
 func (l *Layout) Final() (*ring.Map, error) {
-	return ring.New(l.Epoch, append(append([]ring.Server(nil), l.Servers...), l.Joining...), l.VNodes)
+	var servers []ring.Server
+	for _, s := range l.Servers {
+		if !slices.Contains(l.Leaving, s.ID) {
+			servers = append(servers, s)
+		}
+	}
+	return ring.New(l.Epoch, append(servers, l.Joining...), l.VNodes)
 }
 
 // K is the replication factor, at least 1.

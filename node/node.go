@@ -174,17 +174,18 @@ func drainServer(ctx context.Context, cc *coord.Client, s *server.Server, cfg Se
 	cfg.Logger.Warn("eviction notice: leaving the layout", "source", n.Source, "deadline", n.Deadline)
 	dctx, cancel := context.WithDeadline(ctx, n.Deadline)
 	defer cancel()
-	l, err := cc.LeaveServer(dctx, cfg.ID)
-	if err != nil {
+	if _, err := cc.LeaveServer(dctx, cfg.ID); err != nil {
 		return fmt.Errorf("server %s: drain: %w", cfg.ID, err)
 	}
-	if l.K() < 2 {
-		cfg.Logger.Error("drained with replication 1: this server's keys had no other copy and are lost; run with --replication 2")
-	}
-	// Wait until this server runs on the layout without it, then answer
-	// stragglers' requests with refusals for a moment before closing.
-	for s.Epoch() < l.Epoch && dctx.Err() == nil {
+	// The heads (this one too) ship the slots this server holds to the
+	// servers that will hold them; the coordinator then takes it off the
+	// ring. Wait for that, then answer stragglers' requests with refusals
+	// for a moment before closing.
+	for s.OnRing() && dctx.Err() == nil {
 		time.Sleep(10 * time.Millisecond)
+	}
+	if s.OnRing() {
+		cfg.Logger.Error("drain deadline passed before the handoff finished; leaving anyway (with replication 1 this server's keys are lost)")
 	}
 	select {
 	case <-time.After(drainLinger):

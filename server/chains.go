@@ -2,6 +2,7 @@ package server
 
 import (
 	"math/bits"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,8 +19,10 @@ type chains struct {
 	version uint64
 	k       int
 	ring    *ring.Map // routing: heads
-	final   *ring.Map // the ring with the joining servers in it
-	joining map[string]bool
+	final   *ring.Map // the ring with the joining servers in and the leaving out
+	// moving lists the joining and leaving servers: while there are any,
+	// a slot's members include its chain on the final ring.
+	moving []string
 }
 
 func newChains(l *layout.Layout, rm *ring.Map) (chains, error) {
@@ -27,17 +30,14 @@ func newChains(l *layout.Layout, rm *ring.Map) (chains, error) {
 	if err != nil {
 		return chains{}, err
 	}
-	ch := chains{version: l.Version, k: l.K(), ring: rm, final: final}
-	if len(l.Joining) > 0 {
-		ch.joining = map[string]bool{}
-		for _, j := range l.Joining {
-			ch.joining[j.ID] = true
-		}
+	ch := chains{version: l.Version, k: l.K(), ring: rm, final: final, moving: slices.Clone(l.Leaving)}
+	for _, j := range l.Joining {
+		ch.moving = append(ch.moving, j.ID)
 	}
 	return ch, nil
 }
 
-func (ch chains) replicates() bool { return ch.ring != nil && (ch.k > 1 || len(ch.joining) > 0) }
+func (ch chains) replicates() bool { return ch.ring != nil && (ch.k > 1 || len(ch.moving) > 0) }
 
 // successors appends to dst the servers other than the head that must
 // hold slot sl.
@@ -47,13 +47,16 @@ func (ch chains) successors(sl uint64, dst []ring.Server, scratch []int) ([]ring
 		return dst, scratch
 	}
 	scratch = ch.ring.Chain(sl, ch.k, scratch)
+	head := ch.ring.Servers[scratch[0]].ID
 	for _, i := range scratch[1:] {
 		dst = append(dst, ch.ring.Servers[i])
 	}
-	if len(ch.joining) > 0 {
+	if len(ch.moving) > 0 {
+		// The servers that will hold the slot once the joiners are in and
+		// the leavers out: a joiner, or the new holder of a leaver's slot.
 		scratch = ch.final.Chain(sl, ch.k, scratch)
 		for _, i := range scratch {
-			if srv := ch.final.Servers[i]; ch.joining[srv.ID] {
+			if srv := ch.final.Servers[i]; srv.ID != head && !contains(dst, srv.ID) {
 				dst = append(dst, srv)
 			}
 		}
@@ -213,8 +216,8 @@ func (s *Server) reportSynced(ch chains) {
 	if s.opts.OnSynced == nil {
 		return
 	}
-	for j := range ch.joining {
-		s.opts.OnSynced(j, ch.version)
+	for _, id := range ch.moving {
+		s.opts.OnSynced(id, ch.version)
 	}
 }
 

@@ -96,11 +96,12 @@ func (c *seen) lookup(seq uint64) scope {
 }
 
 // add records that this server holds the effect of (client, seq), a push
-// to table, in slots.
-func (d *dedup) add(client, seq uint64, table uint32, slots keyspace.SlotSet) {
+// to table, in slots, and forgets the client's pairs below acked.
+func (d *dedup) add(client, seq, acked uint64, table uint32, slots keyspace.SlotSet) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	c := d.get(client)
+	c.prune(acked)
 	if seq < c.low {
 		return
 	}
@@ -129,7 +130,7 @@ func (d *dedup) scoped(table uint32, within keyspace.SlotSet) []wire.Pair {
 				sl = keyspace.Intersect(s.slots, within)
 			}
 			if len(sl) > 0 {
-				out = append(out, wire.Pair{Client: client, Seq: seq, Table: table, Slots: sl})
+				out = append(out, wire.Pair{Client: client, Seq: seq, Acked: c.low, Table: table, Slots: sl})
 			}
 		}
 	}

@@ -273,7 +273,7 @@ func (r *replicator) build(todo []batch) []wire.Replicate {
 						sl = keyspace.Intersect(p.Slots, in)
 					}
 					if len(sl) > 0 {
-						cur.Pairs = append(cur.Pairs, wire.Pair{Client: p.Client, Seq: p.Seq, Table: p.Table, Slots: sl})
+						cur.Pairs = append(cur.Pairs, wire.Pair{Client: p.Client, Seq: p.Seq, Acked: p.Acked, Table: p.Table, Slots: sl})
 					}
 				}
 				in = nil
@@ -441,7 +441,7 @@ func (s *Server) handleReplicate(c *conn, h wire.Header, p []byte) (wire.Code, e
 			}
 		}
 		for _, pr := range m.Pairs {
-			s.dedup.add(pr.Client, pr.Seq, pr.Table, pr.Slots)
+			s.dedup.add(pr.Client, pr.Seq, pr.Acked, pr.Table, pr.Slots)
 		}
 	}
 	s.stats.replicated.Add(int64(len(p)))

@@ -30,9 +30,10 @@ type Options struct {
 	// KeyCacheBytes bounds the cached key lists kept per connection (64 MiB if 0).
 	KeyCacheBytes int
 	Logger        *slog.Logger
-	// OnSynced, when set, is told once this server has shipped a joining
-	// server full copies of the slots it heads that the joiner will hold
-	// (the first phase of a handoff), for the layout version given.
+	// OnSynced, when set, is told once this server has shipped full copies
+	// of the slots it heads to the servers that will hold them once a
+	// joining or leaving server has moved (the first phase of a handoff),
+	// for the layout version given.
 	OnSynced func(joiner string, version uint64)
 	// OnCheckpointed and OnRestored are told when this server has written
 	// its part of a cluster checkpoint, or loaded its slots from one.
@@ -234,6 +235,13 @@ func (s *Server) Configure(l *layout.Layout) error {
 		go s.advanceClock(r, Finished)
 	}
 	return nil
+}
+
+// OnRing reports whether this server is on the ring of its current layout.
+func (s *Server) OnRing() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.ring != nil && s.me >= 0
 }
 
 // Epoch returns the epoch of the current range map, or 0.
@@ -612,7 +620,7 @@ func (s *Server) handleData(c *conn, h wire.Header, p []byte) (wire.Code, error)
 			s.applyMu.RLock()
 			defer s.applyMu.RUnlock()
 			apply()
-			s.replicate(t, all, client, d.Seq, nil)
+			s.replicate(t, all, client, d.Seq, d.Acked, nil)
 		}) {
 			s.answer(c, h, t, all, d, rm.Epoch, 0)
 			return 0, nil
@@ -624,7 +632,7 @@ func (s *Server) handleData(c *conn, h wire.Header, p []byte) (wire.Code, error)
 	s.applyMu.RLock()
 	defer s.applyMu.RUnlock()
 	refused := apply()
-	s.replicate(t, all, c.hello.Client, d.Seq, func(err error) {
+	s.replicate(t, all, c.hello.Client, d.Seq, d.Acked, func(err error) {
 		if err != nil {
 			s.replyError(c, h, wire.CodeStaleEpoch, err.Error())
 			return
@@ -649,7 +657,7 @@ func (s *Server) answer(c *conn, h wire.Header, t *tableState, ks keySet, d wire
 // is not 0, to every other server of their chains, and then calls done
 // (when not nil) with nil, or with an error if the keys' slots moved to
 // another head first.
-func (s *Server) replicate(t *tableState, ks keySet, client, seq uint64, done func(error)) {
+func (s *Server) replicate(t *tableState, ks keySet, client, seq, acked uint64, done func(error)) {
 	if done == nil {
 		done = func(error) {}
 	}
@@ -666,7 +674,7 @@ func (s *Server) replicate(t *tableState, ks keySet, client, seq uint64, done fu
 	}
 	var pairs []wire.Pair
 	if seq != 0 {
-		pairs = []wire.Pair{{Client: client, Seq: seq, Table: t.id}}
+		pairs = []wire.Pair{{Client: client, Seq: seq, Acked: acked, Table: t.id}}
 	}
 	var left atomic.Int32
 	var failed atomic.Pointer[error]
@@ -739,7 +747,7 @@ func (s *Server) dropReplicators(ch chains) {
 	s.replMu.Lock()
 	var gone []*replicator
 	for id, r := range s.repl {
-		if ch.final.Index(id) < 0 {
+		if ch.final.Index(id) < 0 && ch.ring.Index(id) < 0 {
 			gone = append(gone, r)
 			delete(s.repl, id)
 		}

@@ -11,8 +11,11 @@ import (
 // ([lo0, hi0, lo1, hi1, ...]; keyspace.SlotSet).
 type Pair struct {
 	Client, Seq uint64
-	Table       uint32
-	Slots       []uint64
+	// Acked is the client's watermark as the head knows it: replicas, which
+	// may never see the client's own messages, forget pairs below it.
+	Acked uint64
+	Table uint32
+	Slots []uint64
 }
 
 // State is the full state (value and optimizer state planes, Stride floats
@@ -57,6 +60,7 @@ func (m *Replicate) Parts() [][]byte {
 	for _, p := range m.Pairs {
 		head = binary.AppendUvarint(head, p.Client)
 		head = binary.AppendUvarint(head, p.Seq)
+		head = binary.AppendUvarint(head, p.Acked)
 		head = binary.AppendUvarint(head, uint64(p.Table))
 		head = binary.AppendUvarint(head, uint64(len(p.Slots)/2))
 		prev := uint64(0)
@@ -169,7 +173,7 @@ func ParseReplicate(p []byte) (Replicate, error) {
 
 // parsePairs decodes np pairs that must fill b exactly.
 func parsePairs(b []byte, np int) ([]Pair, error) {
-	if np > len(b)/4 {
+	if np > len(b)/5 {
 		return nil, fmt.Errorf("%w: %d pairs in %d bytes", ErrTruncated, np, len(b))
 	}
 	next := func() (uint64, error) {
@@ -182,7 +186,7 @@ func parsePairs(b []byte, np int) ([]Pair, error) {
 	}
 	pairs := make([]Pair, np)
 	for i := range pairs {
-		var vals [4]uint64
+		var vals [5]uint64
 		for j := range vals {
 			v, err := next()
 			if err != nil {
@@ -190,14 +194,14 @@ func parsePairs(b []byte, np int) ([]Pair, error) {
 			}
 			vals[j] = v
 		}
-		if vals[2] > 1<<32-1 {
-			return nil, fmt.Errorf("%w: pair %d: table %d", ErrCorrupt, i, vals[2])
+		if vals[3] > 1<<32-1 {
+			return nil, fmt.Errorf("%w: pair %d: table %d", ErrCorrupt, i, vals[3])
 		}
-		runs := vals[3]
+		runs := vals[4]
 		if runs > uint64(len(b))/2 {
 			return nil, fmt.Errorf("%w: pair %d: %d slot runs in %d bytes", ErrTruncated, i, runs, len(b))
 		}
-		p := Pair{Client: vals[0], Seq: vals[1], Table: uint32(vals[2]), Slots: make([]uint64, 0, 2*runs)}
+		p := Pair{Client: vals[0], Seq: vals[1], Acked: vals[2], Table: uint32(vals[3]), Slots: make([]uint64, 0, 2*runs)}
 		prev := uint64(0)
 		for r := range runs {
 			gap, err := next()
