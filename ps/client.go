@@ -114,6 +114,7 @@ func Connect(ctx context.Context, ctl Control, o Options) (*Client, error) {
 		hctx, stop := context.WithCancel(context.Background())
 		c.stopBeat = stop
 		go c.heartbeat(hctx)
+		go c.follow(hctx)
 	}
 	return c, nil
 }
@@ -150,6 +151,7 @@ func (c *Client) install(ctx context.Context, l *layout.Layout) error {
 			continue
 		}
 		conns[s.ID] = cc
+		c.sendClockOn(cc, rm.Epoch)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -225,6 +227,35 @@ func (c *Client) refreshLayout(ctx context.Context, seen uint64) error {
 	return c.install(ctx, l)
 }
 
+// follow installs every layout the coordinator publishes, so that a worker
+// waiting for work or for a read still connects to servers that join and
+// tells them its clock (sendClockOn), which a read of another worker's may
+// be waiting for there.
+func (c *Client) follow(ctx context.Context) {
+	for ctx.Err() == nil {
+		c.mu.RLock()
+		v := c.lay.Version
+		c.mu.RUnlock()
+		l, err := c.ctl.Layout(ctx, v)
+		if err == nil {
+			select {
+			case c.refresh <- struct{}{}:
+				err = c.install(ctx, l)
+				<-c.refresh
+			case <-ctx.Done():
+				return
+			}
+		}
+		if err != nil && ctx.Err() == nil {
+			c.log.Debug("following the layout", "err", err)
+			select {
+			case <-time.After(HeartbeatEvery):
+			case <-ctx.Done():
+			}
+		}
+	}
+}
+
 // Rank is the worker's rank, or -1.
 func (c *Client) Rank() int { return c.opts.Rank }
 
@@ -295,6 +326,28 @@ func (c *Client) Finish() *Future {
 }
 
 const finished = 1<<63 - 1
+
+// sendClockOn tells a server newly connected to (a joiner, or one whose
+// connection broke) this worker's clock: the clocks sent while it was not
+// connected never reached it, and a read waiting there for this worker
+// would otherwise wait for a clock this worker, blocked on the read, never
+// sends.
+func (c *Client) sendClockOn(cc *transport.Client, epoch uint64) {
+	v := c.clock.Load()
+	if c.opts.Rank < 0 || v == 0 {
+		return
+	}
+	var b [wire.ClockSize]byte
+	wire.Clock{Worker: uint32(c.opts.Rank), Clock: v}.Put(&b)
+	id := cc.NextID()
+	cc.Call(wire.NewFrame(wire.Header{Type: wire.TClock, Epoch: epoch, ReqID: id}, b[:]), id, &transport.Call{
+		OnReply: func(h wire.Header, r *wire.Reader) error {
+			_, err := r.Payload(h) // a refusal is cured by the next clock
+			return err
+		},
+		OnFail: func(error) {},
+	}, nil)
+}
 
 func (c *Client) sendClock(v int64) *Future {
 	if c.opts.Rank < 0 {

@@ -5,7 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/terrace-ml/terrace/coord"
+	"github.com/terrace-ml/terrace/wire"
 )
+
+// idleAfter is how long a request for work may take before the worker
+// declares itself idle (wire.ClockIdle).
+const idleAfter = 50 * time.Millisecond
 
 // HeartbeatEvery is how often a worker tells the coordinator it is alive;
 // the coordinator takes back the leases of a worker silent for a second.
@@ -47,20 +54,41 @@ func (c *Client) Work(ctx context.Context, e int) (*Lease, error) {
 	if c.opts.Rank < 0 {
 		return nil, fmt.Errorf("%w: a client without a rank leases no work", ErrBadArgument)
 	}
-	g, err := c.ctl.Acquire(ctx, c.opts.Rank, e)
-	if err != nil {
-		return nil, fmt.Errorf("ps: work for epoch %d: %w", e, err)
+	type result struct {
+		g   coord.Grant
+		err error
 	}
-	if g.Done {
-		if g.Clock > c.clock.Load() {
-			c.clock.Store(g.Clock)
-			if err := c.sendClock(g.Clock).Wait(ctx); err != nil {
-				return nil, err
-			}
+	got := make(chan result, 1)
+	go func() {
+		g, err := c.ctl.Acquire(ctx, c.opts.Rank, e)
+		got <- result{g, err}
+	}()
+	var r result
+	idle := false
+	select {
+	case r = <-got:
+	case <-time.After(idleAfter):
+		// No partition is free: the others finish theirs while this worker
+		// waits, and must not wait for its clock meanwhile.
+		idle = true
+		if err := c.sendClock(wire.ClockIdle).Wait(ctx); err != nil {
+			return nil, err
 		}
+		r = <-got
+	}
+	if r.err != nil {
+		return nil, fmt.Errorf("ps: work for epoch %d: %w", e, r.err)
+	}
+	if v := max(c.clock.Load(), r.g.Clock); v > c.clock.Load() || idle {
+		c.clock.Store(v)
+		if err := c.sendClock(v).Wait(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if r.g.Done {
 		return nil, nil
 	}
-	return &Lease{c: c, Epoch: e, Partition: g.Partition, Offset: g.Offset}, nil
+	return &Lease{c: c, Epoch: e, Partition: r.g.Partition, Offset: r.g.Offset}, nil
 }
 
 // Progress records that the partition's rows before offset are trained and

@@ -3,6 +3,8 @@ package server
 import (
 	"math"
 	"sync"
+
+	"github.com/terrace-ml/terrace/wire"
 )
 
 // Finished is the clock a worker sends when it has no more work: it then no
@@ -45,7 +47,16 @@ func (c *clocks) advance(worker int, v int64) (int64, bool) {
 	if worker < 0 || worker >= len(c.clock) {
 		return 0, false
 	}
-	if v > c.clock[worker] {
+	switch cur := c.clock[worker]; {
+	case v > cur:
+		c.clock[worker] = v
+	case cur == wire.ClockIdle && v < cur:
+		// Back from waiting for work (see wire.ClockIdle).
+		for i, x := range c.clock {
+			if i != worker && x < wire.ClockIdle {
+				v = max(v, x)
+			}
+		}
 		c.clock[worker] = v
 	}
 	m := int64(Finished)
@@ -53,6 +64,16 @@ func (c *clocks) advance(worker int, v int64) (int64, bool) {
 		m = min(m, x)
 	}
 	return m, true
+}
+
+// of returns worker's clock as this server knows it.
+func (c *clocks) of(worker int) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if worker < 0 || worker >= len(c.clock) {
+		return 0
+	}
+	return c.clock[worker]
 }
 
 // publish makes m the minimum that reads wait for and returns the waiters

@@ -550,6 +550,12 @@ func (s *Server) handleData(c *conn, h wire.Header, p []byte) (wire.Code, error)
 	case int(d.Width) != t.spec.Width:
 		return wire.CodeBadRequest, fmt.Errorf("table %q has width %d, message says %d", t.spec.Name, t.spec.Width, d.Width)
 	}
+	// A worker's message carries its clock: a server that missed the
+	// worker's clock messages (it joined later, or their connection broke)
+	// learns it here.
+	if w := int(d.Worker); d.Worker != wire.NoWorker && d.Clock > s.clocks.of(w) {
+		_ = s.advanceClock(w, d.Clock) // a rank beyond the layout: its clock message will say so
+	}
 	ks, code, err := s.resolveKeys(c, rm, me, &d)
 	if err != nil {
 		return code, err

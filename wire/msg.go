@@ -386,6 +386,13 @@ func ParseReply(p []byte) (refused uint32, vals []byte, err error) {
 	return binary.LittleEndian.Uint32(p), p[ReplyPrefixSize:], nil
 }
 
+// ClockIdle is the clock a worker sends while it waits for work: it pushes
+// nothing meanwhile, so it holds no one back. The next clock it sends ends
+// the wait; the server then counts it at that clock or at the highest clock
+// of the workers that kept going, whichever is higher, so that its pushes
+// are never in the past of a read that did not wait for it.
+const ClockIdle = 1<<63 - 2
+
 // Clock is the body of a clock message: worker has finished clock Clock-1
 // and starts Clock.
 type Clock struct {
