@@ -78,6 +78,7 @@ type Client struct {
 
 	stopBeat context.CancelFunc
 	draining atomic.Bool
+	idle     atomic.Bool // waiting for work: see wire.ClockIdle
 }
 
 // Connect waits for a ready layout and connects to every server.
@@ -200,14 +201,15 @@ func (c *Client) refreshLayout(ctx context.Context, seen uint64) error {
 	cur := c.lay
 	c.mu.RUnlock()
 	if seen == 0 {
-		if err := c.install(ctx, cur); err != nil {
-			return err
-		}
-		c.mu.RLock()
-		missing := len(c.conns) < len(cur.Servers)
-		c.mu.RUnlock()
-		if !missing {
-			return nil
+		// No server of the layout reachable is no error yet: the
+		// coordinator may have published one without them.
+		if err := c.install(ctx, cur); err == nil {
+			c.mu.RLock()
+			missing := len(c.conns) < len(cur.Servers)
+			c.mu.RUnlock()
+			if !missing {
+				return nil
+			}
 		}
 		// A server of this layout is unreachable: wait for the coordinator
 		// to publish one without it.
@@ -334,6 +336,9 @@ const finished = 1<<63 - 1
 // sends.
 func (c *Client) sendClockOn(cc *transport.Client, epoch uint64) {
 	v := c.clock.Load()
+	if c.idle.Load() {
+		v = wire.ClockIdle
+	}
 	if c.opts.Rank < 0 || v == 0 {
 		return
 	}

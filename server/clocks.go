@@ -33,9 +33,15 @@ type waiter struct {
 func (c *clocks) resize(workers int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if len(c.clock) >= workers {
+		return
+	}
 	for len(c.clock) < workers {
 		c.clock = append(c.clock, 0)
 	}
+	// A new worker starts at clock 0: reads from now on wait for it (the
+	// minimum goes down; reads already answered stay answered).
+	c.min = 0
 }
 
 // advance records that worker reached clock v and returns the minimum over
@@ -51,13 +57,7 @@ func (c *clocks) advance(worker int, v int64) (int64, bool) {
 	case v > cur:
 		c.clock[worker] = v
 	case cur == wire.ClockIdle && v < cur:
-		// Back from waiting for work (see wire.ClockIdle).
-		for i, x := range c.clock {
-			if i != worker && x < wire.ClockIdle {
-				v = max(v, x)
-			}
-		}
-		c.clock[worker] = v
+		c.clock[worker] = v // back from waiting for work (see wire.ClockIdle)
 	}
 	m := int64(Finished)
 	for _, x := range c.clock {

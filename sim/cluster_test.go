@@ -273,6 +273,9 @@ func (c *cluster) job(ctx context.Context, cl *ps.Client) (any, error) {
 	for e := range epochs {
 		w.set("rank %d: asking for work in epoch %d at clock %d", rank, e, cl.Clock())
 		err := cl.EachPartition(ctx, e, func(ctx context.Context, l *ps.Lease) error {
+			// A worker that waited for this lease comes back at the
+			// highest clock reported (wire.ClockIdle): Work sent it.
+			c.book.tick(rank, cl.Clock())
 			for off := l.Offset; off < rows; off++ {
 				if err := c.step(ctx, cl, tb, e, l.Partition, off); err != nil {
 					return fmt.Errorf("minibatch %d: %w", off, err)
