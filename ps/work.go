@@ -31,7 +31,30 @@ func (c *Client) heartbeat(ctx context.Context) {
 		if err := c.ctl.Heartbeat(bctx, c.opts.Rank); err != nil && ctx.Err() == nil {
 			c.log.Warn("heartbeat failed", "err", err)
 		}
+		c.restateClock(bctx)
 		cancel()
+	}
+}
+
+// restateClock sends this worker's clock (or wire.ClockIdle) to every
+// server again, re-dialling those whose connection broke. A clock that a
+// broken connection lost is otherwise only made good by the next Tick,
+// which a worker blocked in a read, or idle, never sends.
+func (c *Client) restateClock(ctx context.Context) {
+	rm, conns, err := c.current()
+	if err != nil {
+		return
+	}
+	broken := false
+	for _, s := range rm.Servers {
+		if cc := conns[s.ID]; cc != nil && cc.Err() == nil {
+			c.sendClockOn(cc, rm.Epoch)
+		} else {
+			broken = true
+		}
+	}
+	if broken {
+		_ = c.refreshLayout(ctx, 0) // dials, and sends the clock on each new connection
 	}
 }
 
@@ -71,10 +94,12 @@ func (c *Client) Work(ctx context.Context, e int) (*Lease, error) {
 		// No partition is free: the others finish theirs while this worker
 		// waits, and must not wait for its clock meanwhile.
 		idle = true
+		c.idle.Store(true)
 		if err := c.sendClock(wire.ClockIdle).Wait(ctx); err != nil {
 			return nil, err
 		}
 		r = <-got
+		c.idle.Store(false)
 	}
 	if r.err != nil {
 		return nil, fmt.Errorf("ps: work for epoch %d: %w", e, r.err)
