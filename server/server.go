@@ -550,6 +550,11 @@ func (s *Server) handleData(c *conn, h wire.Header, p []byte) (wire.Code, error)
 	case int(d.Width) != t.spec.Width:
 		return wire.CodeBadRequest, fmt.Errorf("table %q has width %d, message says %d", t.spec.Name, t.spec.Width, d.Width)
 	}
+	if w := int(d.Worker); d.Worker != wire.NoWorker && w >= s.workers() {
+		// A worker that joined a moment ago: learn the layout that counts
+		// it before its pushes, so that reads wait for its clock.
+		s.awaitWorkers(w + 1)
+	}
 	// A worker's message carries its clock: a server that missed the
 	// worker's clock messages (it joined later, or their connection broke)
 	// learns it here.

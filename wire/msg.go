@@ -388,9 +388,9 @@ func ParseReply(p []byte) (refused uint32, vals []byte, err error) {
 
 // ClockIdle is the clock a worker sends while it waits for work: it pushes
 // nothing meanwhile, so it holds no one back. The next clock it sends ends
-// the wait; the server then counts it at that clock or at the highest clock
-// of the workers that kept going, whichever is higher, so that its pushes
-// are never in the past of a read that did not wait for it.
+// the wait, and counts from then on (the highest clock any worker reported
+// to the coordinator, or its own if higher): reads that need its pushes from
+// then on wait for them as for any other worker's.
 const ClockIdle = 1<<63 - 2
 
 // Clock is the body of a clock message: worker has finished clock Clock-1
