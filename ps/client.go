@@ -342,16 +342,21 @@ func (c *Client) sendClockOn(cc *transport.Client, epoch uint64) {
 	if c.opts.Rank < 0 || v == 0 {
 		return
 	}
-	var b [wire.ClockSize]byte
-	wire.Clock{Worker: uint32(c.opts.Rank), Clock: v}.Put(&b)
-	id := cc.NextID()
-	cc.Call(wire.NewFrame(wire.Header{Type: wire.TClock, Epoch: epoch, ReqID: id}, b[:]), id, &transport.Call{
+	c.callClock(cc, epoch, v, &transport.Call{
 		OnReply: func(h wire.Header, r *wire.Reader) error {
 			_, err := r.Payload(h) // a refusal is cured by the next clock
 			return err
 		},
 		OnFail: func(error) {},
-	}, nil)
+	})
+}
+
+// callClock sends clock v of this worker on cc.
+func (c *Client) callClock(cc *transport.Client, epoch uint64, v int64, call *transport.Call) {
+	var b [wire.ClockSize]byte
+	wire.Clock{Worker: uint32(c.opts.Rank), Clock: v}.Put(&b)
+	id := cc.NextID()
+	cc.Call(wire.NewFrame(wire.Header{Type: wire.TClock, Epoch: epoch, ReqID: id}, b[:]), id, call, nil)
 }
 
 func (c *Client) sendClock(v int64) *Future {
@@ -373,11 +378,7 @@ func (c *Client) sendClock(v int64) *Future {
 			skip(nil)
 			continue
 		}
-		var b [wire.ClockSize]byte
-		wire.Clock{Worker: uint32(c.opts.Rank), Clock: v}.Put(&b)
-		id := cc.NextID()
-		fr := wire.NewFrame(wire.Header{Type: wire.TClock, Epoch: rm.Epoch, ReqID: id}, b[:])
-		cc.Call(fr, id, &transport.Call{
+		c.callClock(cc, rm.Epoch, v, &transport.Call{
 			OnReply: func(h wire.Header, r *wire.Reader) error {
 				p, err := r.Payload(h)
 				if err != nil {
@@ -387,7 +388,7 @@ func (c *Client) sendClock(v int64) *Future {
 				return nil
 			},
 			OnFail: skip,
-		}, nil)
+		})
 	}
 	return f
 }

@@ -72,19 +72,11 @@ func TestServerDrainsLive(t *testing.T) {
 				if c.Rank() != 0 {
 					return nil, nil
 				}
-				all := make([]uint64, keys)
-				for i := range all {
-					all[i] = uint64(i)
-				}
-				got := make([]float32, 2*keys)
-				if err := tb.Pull(all, got).Wait(ctx); err != nil {
+				got, err := pullAll(ctx, tb, keys)
+				if err != nil {
 					return nil, err
 				}
-				var sum int64
-				for _, v := range got {
-					sum += int64(v)
-				}
-				if sum != 2*acked.Load() {
+				if sum := total(got); sum != 2*acked.Load() {
 					return nil, fmt.Errorf("counters hold %d increments, %d were acknowledged", sum, 2*acked.Load())
 				}
 				return nil, nil

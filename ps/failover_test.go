@@ -69,19 +69,11 @@ func TestServerFailureLosesNoAckedPush(t *testing.T) {
 		if err := c.Barrier(ctx); err != nil {
 			return nil, err
 		}
-		all := make([]uint64, keys)
-		for i := range all {
-			all[i] = uint64(i)
-		}
-		got := make([]float32, keys)
-		if err := tb.Pull(all, got).Wait(ctx); err != nil {
+		got, err := pullAll(ctx, tb, keys)
+		if err != nil {
 			return nil, err
 		}
-		var sum int64
-		for _, v := range got {
-			sum += int64(v)
-		}
-		if sum != acked.Load() {
+		if sum := total(got); sum != acked.Load() {
 			lay := c.Layout()
 			bad := 0
 			for k, v := range got {

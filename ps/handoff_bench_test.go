@@ -2,7 +2,6 @@ package ps_test
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,8 +18,6 @@ import (
 // then adds a third while a worker keeps pushing, and reports the copy's
 // throughput and the longest wait of a push during it.
 func BenchmarkHandoff100MB(b *testing.B) {
-	const width = 4
-	const keys = 100 << 20 / 4 / width
 	for range b.N {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		l, err := node.StartLocal(ctx, node.LocalConfig{Servers: 2, Workers: 1, Replication: 2})
@@ -30,12 +27,8 @@ func BenchmarkHandoff100MB(b *testing.B) {
 		var copied, secs float64
 		var worst atomic.Int64
 		_, err = l.RunWorkers(ctx, func(ctx context.Context, c *ps.Client) (any, error) {
-			t, err := c.CreateTable(ctx, table.Spec{Name: "big", Width: width})
+			t, err := load100MB(ctx, c)
 			if err != nil {
-				return nil, err
-			}
-			vals := make([]float32, keys*width)
-			if err := t.PushRange(keyspace.Range{Lo: 0, Hi: keys}, vals).Wait(ctx); err != nil {
 				return nil, err
 			}
 			stop := make(chan struct{})
@@ -83,8 +76,6 @@ func BenchmarkHandoff100MB(b *testing.B) {
 // to restore k copies of its slots, what they copied, and the longest wait
 // of a push meanwhile.
 func BenchmarkDrain100MB(b *testing.B) {
-	const width = 4
-	const keys = 100 << 20 / 4 / width
 	for range b.N {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		l, err := node.StartLocal(ctx, node.LocalConfig{Servers: 3, Workers: 1, Replication: 2})
@@ -95,17 +86,13 @@ func BenchmarkDrain100MB(b *testing.B) {
 		var copied, secs float64
 		var worst atomic.Int64
 		_, err = l.RunWorkers(ctx, func(ctx context.Context, c *ps.Client) (any, error) {
-			t, err := c.CreateTable(ctx, table.Spec{Name: "big", Width: width})
+			t, err := load100MB(ctx, c)
 			if err != nil {
 				return nil, err
 			}
-			vals := make([]float32, keys*width)
-			if err := t.PushRange(keyspace.Range{Lo: 0, Hi: keys}, vals).Wait(ctx); err != nil {
-				return nil, err
-			}
-			before := map[string]server.HandoffStats{}
+			before := make([]server.HandoffStats, len(l.Servers))
 			for i, srv := range l.Servers {
-				before[fmt.Sprint(i)] = srv.Handoff()
+				before[i] = srv.Handoff()
 			}
 			stop := make(chan struct{})
 			done := make(chan error, 1)
@@ -127,7 +114,7 @@ func BenchmarkDrain100MB(b *testing.B) {
 				time.Sleep(200 * time.Millisecond)
 				copied, secs = 0, 0
 				for i, srv := range l.Servers[:2] {
-					h, b0 := srv.Handoff(), before[fmt.Sprint(i)]
+					h, b0 := srv.Handoff(), before[i]
 					copied += float64(h.Bytes - b0.Bytes)
 					secs = max(secs, h.Seconds-b0.Seconds)
 				}
@@ -149,6 +136,17 @@ func BenchmarkDrain100MB(b *testing.B) {
 		b.ReportMetric(copied/1e6, "copied_MB")
 		b.ReportMetric(float64(worst.Load())/1e6, "max_push_wait_ms")
 	}
+}
+
+// load100MB creates a table of 100 MB of values (width 4) through c.
+func load100MB(ctx context.Context, c *ps.Client) (*ps.Table, error) {
+	const width = 4
+	const keys = 100 << 20 / 4 / width
+	t, err := c.CreateTable(ctx, table.Spec{Name: "big", Width: width})
+	if err != nil {
+		return nil, err
+	}
+	return t, t.PushRange(keyspace.Range{Lo: 0, Hi: keys}, make([]float32, keys*width)).Wait(ctx)
 }
 
 // pushUntil pushes to a few keys until stop closes, recording the longest

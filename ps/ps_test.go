@@ -54,6 +54,25 @@ func randomKeys(rng *rand.Rand, n int, space uint64) []uint64 {
 	return sortU64(keys)
 }
 
+// pullAll reads keys 0..n-1 of tb.
+func pullAll(ctx context.Context, tb *ps.Table, n int) ([]float32, error) {
+	all := make([]uint64, n)
+	for i := range all {
+		all[i] = uint64(i)
+	}
+	got := make([]float32, n*tb.Spec().Width)
+	return got, tb.Pull(all, got).Wait(ctx)
+}
+
+// total sums counter values.
+func total(vals []float32) int64 {
+	var sum int64
+	for _, v := range vals {
+		sum += int64(v)
+	}
+	return sum
+}
+
 func filled(n int, v float32) []float32 {
 	out := make([]float32, n)
 	for i := range out {

@@ -131,16 +131,12 @@ func runSchedule(seed uint64) error {
 		if err != nil {
 			return nil, err
 		}
-		all := make([]uint64, keys)
-		for i := range all {
-			all[i] = uint64(i)
-		}
-		got := make([]float32, keys)
-		if err := tb.Pull(all, got).Wait(ctx); err != nil {
+		got, err := pullAll(ctx, tb, keys)
+		if err != nil {
 			return nil, err
 		}
+		sum = total(got)
 		for k, v := range got {
-			sum += int64(v)
 			if int64(v) != perKey[k].Load() && len(wrong) < 10 {
 				wrong = append(wrong, fmt.Sprintf("key %d (slot %d) holds %v, acked %d", k, k>>6, v, perKey[k].Load()))
 			}

@@ -62,7 +62,7 @@ func (d *dedup) check(client, seq, acked uint64, table uint32, ancestors []uint6
 	defer d.mu.Unlock()
 	c := d.get(client)
 	c.prune(acked)
-	for _, a := range append([]uint64{seq}, ancestors...) {
+	merge := func(a uint64) {
 		h := c.lookup(a)
 		if h.applying != nil {
 			wait = append(wait, h.applying)
@@ -71,6 +71,10 @@ func (d *dedup) check(client, seq, acked uint64, table uint32, ancestors []uint6
 		if !held.all {
 			held.slots = keyspace.Union(held.slots, h.slots)
 		}
+	}
+	merge(seq)
+	for _, a := range ancestors {
+		merge(a)
 	}
 	c.set[seq] = scope{table: table, all: true, applying: make(chan struct{})}
 	return held, wait

@@ -470,6 +470,10 @@ func (s *Server) advanceClock(worker int, v int64) error {
 func (s *Server) workers() int {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	return s.workersLocked()
+}
+
+func (s *Server) workersLocked() int {
 	if s.lay == nil {
 		return 0
 	}
@@ -532,12 +536,12 @@ func (s *Server) handleData(c *conn, h wire.Header, p []byte) (wire.Code, error)
 		return wire.CodeBadRequest, err
 	}
 	s.mu.RLock()
-	rm, me, t := s.ring, s.me, s.tables[d.Table]
+	rm, me, t, workers := s.ring, s.me, s.tables[d.Table], s.workersLocked()
 	s.mu.RUnlock()
 	if rm == nil || h.Epoch > rm.Epoch || t == nil {
 		s.awaitLayout(h.Epoch, int64(d.Table))
 		s.mu.RLock()
-		rm, me, t = s.ring, s.me, s.tables[d.Table]
+		rm, me, t, workers = s.ring, s.me, s.tables[d.Table], s.workersLocked()
 		s.mu.RUnlock()
 	}
 	switch {
@@ -550,7 +554,7 @@ func (s *Server) handleData(c *conn, h wire.Header, p []byte) (wire.Code, error)
 	case int(d.Width) != t.spec.Width:
 		return wire.CodeBadRequest, fmt.Errorf("table %q has width %d, message says %d", t.spec.Name, t.spec.Width, d.Width)
 	}
-	if w := int(d.Worker); d.Worker != wire.NoWorker && w >= s.workers() {
+	if w := int(d.Worker); d.Worker != wire.NoWorker && w >= workers {
 		// A worker that joined a moment ago: learn the layout that counts
 		// it before its pushes, so that reads wait for its clock.
 		s.awaitWorkers(w + 1)
