@@ -99,3 +99,26 @@ func Intersect(a, b SlotSet) SlotSet {
 	}
 	return out
 }
+
+// AllSlots is every slot.
+var AllSlots = SlotSet{0, 1 << (64 - SlotBits)}
+
+// Subtract returns the slots in a but not in b.
+func Subtract(a, b SlotSet) SlotSet {
+	var out SlotSet
+	j := 0
+	for i := 0; i < len(a); i += 2 {
+		lo, hi := a[i], a[i+1]
+		for j < len(b) && b[j+1] <= lo {
+			j += 2
+		}
+		for k := j; k < len(b) && b[k] < hi; k += 2 {
+			if b[k] > lo {
+				out.AddRange(lo, b[k])
+			}
+			lo = max(lo, b[k+1])
+		}
+		out.AddRange(lo, hi)
+	}
+	return out
+}

@@ -25,8 +25,8 @@ func TestSlotSetAgainstAMap(t *testing.T) {
 	for range 2000 {
 		a, ma := random()
 		b, mb := random()
-		u, in := Union(a, b), Intersect(a, b)
-		for _, s := range []SlotSet{a, b, u, in} {
+		u, in, diff := Union(a, b), Intersect(a, b), Subtract(a, b)
+		for _, s := range []SlotSet{a, b, u, in, diff} {
 			if !s.Valid() {
 				t.Fatalf("invalid set %v (from %v and %v)", s, a, b)
 			}
@@ -41,7 +41,20 @@ func TestSlotSetAgainstAMap(t *testing.T) {
 			if in.Contains(x) != (ma[x] && mb[x]) {
 				t.Fatalf("intersection %v of %v and %v at %d", in, a, b, x)
 			}
+			if diff.Contains(x) != (ma[x] && !mb[x]) {
+				t.Fatalf("difference %v of %v and %v at %d", diff, a, b, x)
+			}
 		}
+	}
+}
+
+func TestSubtractFromAllSlots(t *testing.T) {
+	s := Subtract(AllSlots, SlotSet{0, 3, 10, 11})
+	if !slices.Equal(s, SlotSet{3, 10, 11, AllSlots[1]}) {
+		t.Fatalf("all slots but [0,3) and 10: %v", s)
+	}
+	if got := Subtract(s, AllSlots); len(got) != 0 {
+		t.Fatalf("nothing left after subtracting everything: %v", got)
 	}
 }
 

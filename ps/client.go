@@ -112,6 +112,13 @@ func Connect(ctx context.Context, ctl Control, o Options) (*Client, error) {
 		}
 	}
 	if o.Rank >= 0 {
+		// A worker joining a running job starts at the clock the servers
+		// count it at, not at 0: reads they answered before it joined did
+		// not wait for it (wire.ClockReplySize).
+		if err := c.enterClock(ctx, 0); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("ps: telling the servers this worker's clock: %w", err)
+		}
 		hctx, stop := context.WithCancel(context.Background())
 		c.stopBeat = stop
 		go c.heartbeat(hctx)
@@ -359,7 +366,44 @@ func (c *Client) callClock(cc *transport.Client, epoch uint64, v int64, call *tr
 	cc.Call(wire.NewFrame(wire.Header{Type: wire.TClock, Epoch: epoch, ReqID: id}, b[:]), id, call, nil)
 }
 
-func (c *Client) sendClock(v int64) *Future {
+// enterClock sends clock v, as a worker that starts or comes back from
+// waiting for work, and moves its clock up to the highest any server
+// counts it at; if that is above v, the servers learn the new clock too.
+//
+// A server that does not answer within enterWait (a silent machine, about
+// to be declared failed) is not waited for: it answers reads without this
+// worker only until the worker's next clock reaches it.
+func (c *Client) enterClock(ctx context.Context, v int64) error {
+	var high atomic.Int64
+	high.Store(v)
+	wctx, cancel := context.WithTimeout(ctx, enterWait)
+	err := c.sendClockFrom(v, &high).Wait(wctx)
+	cancel()
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case errors.Is(err, context.DeadlineExceeded):
+		c.log.Warn("a server did not answer this worker's clock in time; going on", "wait", enterWait)
+	case err != nil:
+		return err
+	}
+	c.clock.Store(high.Load())
+	if h := high.Load(); h > v {
+		// Sent on each server's connection before anything else this
+		// worker sends there: no need to wait.
+		c.sendClock(h)
+	}
+	return nil
+}
+
+// enterWait bounds how long enterClock waits for the servers' answers.
+const enterWait = 2 * time.Second
+
+func (c *Client) sendClock(v int64) *Future { return c.sendClockFrom(v, nil) }
+
+// sendClockFrom sends clock v to every server; with high not nil, it
+// raises high to the clocks the servers answer they count this worker at.
+func (c *Client) sendClockFrom(v int64, high *atomic.Int64) *Future {
 	if c.opts.Rank < 0 {
 		return failed(fmt.Errorf("%w: a client without a rank has no clock", ErrBadArgument))
 	}
@@ -384,7 +428,16 @@ func (c *Client) sendClock(v int64) *Future {
 				if err != nil {
 					return err
 				}
-				f.partDone(replyError(s.ID, h, p))
+				if err := replyError(s.ID, h, p); err != nil || high == nil {
+					f.partDone(err)
+					return nil
+				}
+				counted, err := wire.ParseClockReply(p)
+				if err == nil && counted < wire.ClockIdle {
+					for cur := high.Load(); counted > cur && !high.CompareAndSwap(cur, counted); cur = high.Load() {
+					}
+				}
+				f.partDone(err)
 				return nil
 			},
 			OnFail: skip,

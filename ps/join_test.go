@@ -161,3 +161,50 @@ func TestWorkerJoinsAndPushes(t *testing.T) {
 	}
 	t.Logf("a worker joining a running cluster had its first push acknowledged %v after it started", took)
 }
+
+// TestWorkerJoinsAtTheJobsClock: a worker that joins a running SSP job
+// starts at the clock the servers count it at (their published minimum),
+// not at 0: reads they answered before it joined did not wait for it, so
+// its pushes must not count as older than those reads.
+func TestWorkerJoinsAtTheJobsClock(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	l, err := node.StartLocal(ctx, node.LocalConfig{Servers: 2, Workers: 1, Replication: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ticked := make(chan struct{})
+	stop := make(chan struct{})
+	go l.RunWorkers(ctx, func(ctx context.Context, c *ps.Client) (any, error) {
+		tb, err := c.CreateTable(ctx, table.Spec{Name: "w", Width: 1, Consistency: table.Consistency{Model: table.SSP, Staleness: 1}})
+		if err != nil {
+			return nil, err
+		}
+		for range 20 {
+			vals := make([]float32, 1)
+			if err := tb.Pull([]uint64{7}, vals).Wait(ctx); err != nil {
+				return nil, err
+			}
+			if err := c.Tick().Wait(ctx); err != nil {
+				return nil, err
+			}
+		}
+		close(ticked)
+		<-stop
+		return nil, nil
+	})
+	<-ticked
+	var start int64
+	_, err = node.RunWorker(ctx, node.WorkerConfig{ID: "late", Coordinator: l.CoordAddr}, func(ctx context.Context, c *ps.Client) (any, error) {
+		start = c.Clock()
+		return nil, c.Finish().Wait(ctx)
+	})
+	close(stop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if start != 20 {
+		t.Fatalf("a worker joining a job at clock 20 starts at clock %d", start)
+	}
+}

@@ -106,7 +106,7 @@ func (c *Client) Work(ctx context.Context, e int) (*Lease, error) {
 	}
 	if v := max(c.clock.Load(), r.g.Clock); v > c.clock.Load() || idle {
 		c.clock.Store(v)
-		if err := c.sendClock(v).Wait(ctx); err != nil {
+		if err := c.enterClock(ctx, v); err != nil {
 			return nil, err
 		}
 	}

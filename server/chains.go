@@ -4,7 +4,6 @@ import (
 	"math/bits"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/terrace-ml/terrace/keyspace"
@@ -151,7 +150,7 @@ func (s *Server) rebuild(old, cur chains) {
 	if me < 0 {
 		return
 	}
-	send := map[string]*group{}
+	send := map[string]*copyPlan{}
 	var newSucc, oldSucc []ring.Server
 	var scratch []int
 	var keys int64
@@ -167,20 +166,20 @@ func (s *Server) rebuild(old, cur chains) {
 			// received (a joiner's pre-copy, or a new successor's rebuild,
 			// cut short): it copies the slot to all of them. A promoted
 			// joiner whose old head is still on the ring does not: that
-			// head holds everything, and overwriting it could take away
-			// pushes it applied that are still on their way to the joiner.
+			// head holds everything it acknowledged (sync.go sends it a
+			// copy of each slot before the first push to it).
 			oldHead := old.ring.Servers[old.ring.SlotOwner(sl)].ID
 			inherited := oldHead != s.opts.ID && cur.ring.Index(oldHead) < 0
 			for _, p := range newSucc {
 				if !inherited && contains(oldSucc, p.ID) {
 					continue
 				}
-				g := send[p.ID]
-				if g == nil {
-					g = &group{peer: p}
-					send[p.ID] = g
+				c := send[p.ID]
+				if c == nil {
+					c = &copyPlan{peer: p}
+					send[p.ID] = c
 				}
-				g.addSlot(t, sl, present)
+				c.add(t, sl, bits.OnesCount64(present))
 				keys += int64(bits.OnesCount64(present))
 			}
 		})
@@ -190,25 +189,25 @@ func (s *Server) rebuild(old, cur chains) {
 		return
 	}
 	var wg sync.WaitGroup
-	var bytes atomic.Int64
-	for _, g := range send {
-		r := s.replicatorFor(g.peer)
+	var bytes int64
+	for _, c := range send {
+		r := s.replicatorFor(c.peer)
 		if r == nil {
 			return
 		}
-		for _, it := range g.items {
-			bytes.Add(int64(it.len()) * int64(4*it.t.store.Stride()))
+		for _, ch := range c.chunks {
+			bytes += int64(ch.keys) * int64(4*ch.t.store.Stride())
 			wg.Add(1)
-			r.addBulk([]dirty{it}, func(error) { wg.Done() })
+			r.addBulk(&ch.slotCopy, func(error) { wg.Done() })
 		}
 	}
 	wg.Wait()
 	s.handoff.Lock()
 	s.handoffStats.Keys += keys
-	s.handoffStats.Bytes += bytes.Load()
+	s.handoffStats.Bytes += bytes
 	s.handoffStats.Seconds += time.Since(start).Seconds()
 	s.handoff.Unlock()
-	s.log.Info("rebuilt chain members", "keys", keys, "bytes", bytes.Load(), "seconds", time.Since(start).Seconds())
+	s.log.Info("rebuilt chain members", "keys", keys, "bytes", bytes, "seconds", time.Since(start).Seconds())
 	s.reportSynced(cur)
 }
 
@@ -241,6 +240,28 @@ func contains(ps []ring.Server, id string) bool {
 // at most one chunk.
 const copyChunkKeys = 1 << 18
 
+// copyPlan is the copy chunks one peer must receive.
+type copyPlan struct {
+	peer   ring.Server
+	chunks []*chunk
+}
+
+type chunk struct {
+	slotCopy
+	keys int
+}
+
+// add adds a slot holding n keys to the plan.
+func (c *copyPlan) add(t *tableState, sl uint64, n int) {
+	last := len(c.chunks) - 1
+	if last < 0 || c.chunks[last].t != t || c.chunks[last].keys >= copyChunkKeys {
+		c.chunks = append(c.chunks, &chunk{slotCopy: slotCopy{t: t}})
+		last++
+	}
+	c.chunks[last].slots.Add(sl)
+	c.chunks[last].keys += n
+}
+
 // addSlot adds a slot's present keys to the copy for g's peer: a full slot
 // extends a run of consecutive keys (sent as a range, without a key list),
 // a partial one goes on a key list; chunks stay under copyChunkKeys.
@@ -270,13 +291,4 @@ func (d dirty) len() int {
 		return len(d.keys)
 	}
 	return d.n
-}
-
-// addSlots adds the slots of d's keys to set (in increasing order).
-func (d dirty) addSlots(set *keyspace.SlotSet) {
-	if d.keys != nil {
-		set.AddKeys(d.keys)
-		return
-	}
-	set.AddKeyRun(d.lo, d.n)
 }

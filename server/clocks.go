@@ -22,7 +22,11 @@ type clocks struct {
 	mu        sync.Mutex
 	clock     []int64
 	min       int64
-	waiters   []waiter
+	// floor is the highest minimum published while some worker was
+	// counted at a real clock (not idle, not finished): where a worker
+	// that starts counting again is counted from.
+	floor   int64
+	waiters []waiter
 }
 
 type waiter struct {
@@ -36,34 +40,50 @@ func (c *clocks) resize(workers int) {
 	if len(c.clock) >= workers {
 		return
 	}
+	// A new worker is counted from the published minimum (floor): reads already
+	// answered did not wait for it, so its pushes from then on must count
+	// as of that clock or later. It learns so in the reply to its first
+	// clock message (wire.ClockReplySize) before it pushes.
 	for len(c.clock) < workers {
-		c.clock = append(c.clock, 0)
+		c.clock = append(c.clock, c.floor)
 	}
-	// A new worker starts at clock 0: reads from now on wait for it (the
-	// minimum goes down; reads already answered stay answered).
-	c.min = 0
+	c.min = min(c.min, c.floor)
+}
+
+// lower makes m the published minimum when it is below a minimum of idle
+// or finished workers only: a worker counted again (back from waiting for
+// work) is counted from the floor, so reads answered meanwhile stay right
+// and reads from now on wait for it.
+func (c *clocks) lower(m int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.min >= wire.ClockIdle && m < c.min {
+		c.min = m
+	}
 }
 
 // advance records that worker reached clock v and returns the minimum over
-// all workers. The minimum that reads see moves only with publish, so that
-// the server can apply BSP's deferred pushes in between.
-func (c *clocks) advance(worker int, v int64) (int64, bool) {
+// all workers and the clock the worker is now counted at. The minimum that
+// reads see moves only with publish, so that the server can apply BSP's
+// deferred pushes in between.
+func (c *clocks) advance(worker int, v int64) (newMin, counted int64, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if worker < 0 || worker >= len(c.clock) {
-		return 0, false
+		return 0, 0, false
 	}
-	switch cur := c.clock[worker]; {
-	case v > cur:
-		c.clock[worker] = v
-	case cur == wire.ClockIdle && v < cur:
-		c.clock[worker] = v // back from waiting for work (see wire.ClockIdle)
+	cur := c.clock[worker]
+	if cur == wire.ClockIdle && v != wire.ClockIdle {
+		// Back from waiting for work: reads answered meanwhile did not
+		// wait for it, so it counts from the published minimum at least.
+		cur = c.floor
 	}
+	c.clock[worker] = max(cur, v)
 	m := int64(Finished)
 	for _, x := range c.clock {
 		m = min(m, x)
 	}
-	return m, true
+	return m, c.clock[worker], true
 }
 
 // of returns worker's clock as this server knows it.
@@ -85,6 +105,9 @@ func (c *clocks) publish(m int64) (ready []func()) {
 		return nil
 	}
 	c.min = m
+	if m < wire.ClockIdle {
+		c.floor = m
+	}
 	keep := c.waiters[:0]
 	for _, w := range c.waiters {
 		if w.need <= c.min {

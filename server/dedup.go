@@ -92,6 +92,43 @@ func (d *dedup) applied(client, seq uint64) {
 	}
 }
 
+// abandon forgets (client, seq), which check recorded but which was not
+// applied after all (the server stopped heading its keys first).
+func (d *dedup) abandon(client, seq uint64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	c := d.get(client)
+	if s, ok := c.set[seq]; ok {
+		if s.applying != nil {
+			close(s.applying)
+		}
+		delete(c.set, seq)
+	}
+}
+
+// drop forgets every pair's effect in slots of table: a full copy of those
+// slots replaces their state, and brings the pairs it holds.
+func (d *dedup) drop(table uint32, slots keyspace.SlotSet) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, c := range d.clients {
+		for seq, s := range c.set {
+			if s.table != table {
+				continue
+			}
+			if s.all {
+				s.all, s.slots = false, keyspace.AllSlots
+			}
+			s.slots = keyspace.Subtract(s.slots, slots)
+			if len(s.slots) == 0 && s.applying == nil {
+				delete(c.set, seq)
+				continue
+			}
+			c.set[seq] = s
+		}
+	}
+}
+
 func (c *seen) lookup(seq uint64) scope {
 	if seq < c.low {
 		return scope{all: true}

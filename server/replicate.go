@@ -32,6 +32,9 @@ type replicator struct {
 	// behind a hundred megabytes of copies.
 	bulk []batch
 	gone bool // the peer left the layout: release everything
+	// sync says which slots the peer holds in step with this server
+	// (sync.go); used under the server's applyMu write side.
+	sync syncState
 	kick chan struct{}
 	stop chan struct{}
 }
@@ -45,18 +48,23 @@ type dirty struct {
 }
 
 // entry is keys whose state must reach the peer and the pushes whose
-// effect that state carries: the pairs of one push (the peer holds them for
-// the slots of the state it receives), or, for a copy, every applied pair
-// the head holds for the copied slots, read when it is sent.
+// effect that state carries (the peer holds them for the slots of the state
+// it receives), or a full copy of slots (see slotCopy and sync.go).
 type entry struct {
 	items []dirty
 	pairs []wire.Pair
-	copy  bool
+	copy  *slotCopy
 }
 
 type batch struct {
 	entries []entry
 	waiters []func(error)
+	// checked: the copies its entries need are in it (copiesFirst).
+	checked bool
+	// stale: its entries were queued before this server stopped heading
+	// some slots; they may be of an earlier term as head, so they are
+	// failed rather than sent (the clients re-send, and pairs tell).
+	stale bool
 }
 
 // errMoved fails pushes whose slots this server stopped heading before
@@ -64,8 +72,11 @@ type batch struct {
 // head, which holds them or not, and its pairs say which.
 var errMoved = errors.New("slots moved to another head before replication completed")
 
-func newReplicator(s *Server, peer ring.Server) *replicator {
+// newReplicator starts a stream to peer; changes is how many chain changes
+// the server had seen.
+func newReplicator(s *Server, peer ring.Server, changes int) *replicator {
 	r := &replicator{s: s, peer: peer, kick: make(chan struct{}, 1), stop: make(chan struct{})}
+	r.sync.born, r.sync.bornSynced = changes, changes == 0
 	go r.loop()
 	return r
 }
@@ -94,18 +105,32 @@ func (r *replicator) add(items []dirty, pairs []wire.Pair, done func(error)) {
 }
 
 // addBulk queues a copy chunk (see bulk).
-func (r *replicator) addBulk(items []dirty, done func(error)) {
+func (r *replicator) addBulk(c *slotCopy, done func(error)) {
 	r.mu.Lock()
 	if r.gone {
 		r.mu.Unlock()
 		done(nil)
 		return
 	}
-	r.bulk = append(r.bulk, batch{entries: []entry{{items: items, copy: true}}, waiters: []func(error){done}})
+	r.bulk = append(r.bulk, batch{entries: []entry{{copy: c}}, waiters: []func(error){done}})
 	r.mu.Unlock()
 	select {
 	case r.kick <- struct{}{}:
 	default:
+	}
+}
+
+// cut marks what is queued as stale (see batch.stale): called, under the
+// server's applyMu, when a layout change may have taken slots from it.
+func (r *replicator) cut() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := range r.held {
+		r.held[i].stale = true
+	}
+	if len(r.pending) > 0 || len(r.waiters) > 0 {
+		r.held = append(r.held, batch{entries: r.pending, waiters: r.waiters, stale: true})
+		r.pending, r.waiters = nil, nil
 	}
 }
 
@@ -167,15 +192,24 @@ func (r *replicator) loop() {
 				r.bulk = r.bulk[1:]
 			}
 			// Batches for slots this server no longer heads cannot be
-			// confirmed by the peer any more: fail their pushes.
+			// confirmed by the peer any more, nor can batches of an
+			// earlier term: fail their pushes. The others get the copies
+			// their slots need first.
 			var moved []batch
 			keep := r.held[:0]
 			for _, b := range r.held {
-				if r.s.headsAll(b.entries) {
-					keep = append(keep, b)
-				} else {
+				if b.stale || !r.s.headsAll(b.entries) {
+					// Their pairs never reach the peer, but the state of
+					// later rounds may carry their effects: each of their
+					// slots must be copied to the peer before more of it.
 					moved = append(moved, b)
+					r.mustCopy(b.entries)
+					continue
 				}
+				if !b.checked {
+					b.entries, b.checked = r.copiesFirst(b.entries), true
+				}
+				keep = append(keep, b)
 			}
 			clear(r.held[len(keep):])
 			r.held = keep
@@ -258,13 +292,14 @@ func (r *replicator) build(todo []batch) []wire.Replicate {
 	for _, b := range todo {
 		for _, e := range b.entries {
 			var in keyspace.SlotSet // the entry's slots in cur
-			base := e.pairs
-			if e.copy {
-				var all keyspace.SlotSet
-				for _, it := range e.items {
-					it.addSlots(&all)
-				}
-				base = r.s.dedup.scoped(e.items[0].t.id, all) // before the state is read
+			base, items := e.pairs, e.items
+			if e.copy != nil {
+				// The copy replaces the peer's state and pairs in its
+				// slots, those without keys here too.
+				id := e.copy.t.id
+				cur.Replace = append(cur.Replace, wire.Replace{Table: id, Slots: e.copy.slots})
+				base = r.s.dedup.scoped(id, e.copy.slots) // before the state is read
+				items = e.copy.items()
 			}
 			claim := func() {
 				for _, p := range base {
@@ -292,7 +327,7 @@ func (r *replicator) build(todo []batch) []wire.Replicate {
 					msgs, cur, size = append(msgs, cur), wire.Replicate{}, 0
 				}
 			}
-			for _, it := range e.items {
+			for _, it := range items {
 				st := it.t.store.Stride()
 				if it.keys != nil {
 					per := max(1, maxReplicateFrame/(4*st+8))
@@ -362,6 +397,9 @@ func (r *replicator) send(conn *transport.Client, msgs []wire.Replicate) error {
 	return errors.Join(errs...)
 }
 
+// maxReplaced bounds the slots one replication round replaces.
+const maxReplaced = 1 << 22
+
 // maxStaged bounds the messages of one replication round a receiver holds
 // before the round's last (4 MiB of state each).
 const maxStaged = 1024
@@ -420,7 +458,23 @@ func (s *Server) handleReplicate(c *conn, h wire.Header, p []byte) (wire.Code, e
 		return wire.CodeStaleEpoch, fmt.Errorf("replication at epoch %d, server is at %d", h.Epoch, s.epochLocked())
 	}
 	sender := rm.Index(c.hello.Node)
+	replaced := 0
 	for _, m := range round {
+		for _, r := range m.Replace {
+			if s.tables[r.Table] == nil {
+				return wire.CodeUnknownTable, fmt.Errorf("replaced slots of table %d", r.Table)
+			}
+			for i := 0; i < len(r.Slots); i += 2 {
+				if replaced += int(r.Slots[i+1] - r.Slots[i]); replaced > maxReplaced {
+					return wire.CodeBadRequest, fmt.Errorf("replication round replaces more than %d slots", maxReplaced)
+				}
+				for sl := r.Slots[i]; sl < r.Slots[i+1]; sl++ {
+					if h := rm.SlotOwner(sl); h != sender {
+						return wire.CodeNotOwner, fmt.Errorf("replication from %s replaces slot %d, headed by %s", c.hello.Node, sl, rm.Servers[h].ID)
+					}
+				}
+			}
+		}
 		for _, st := range m.States {
 			t := s.tables[st.Table]
 			if t == nil || int(st.Stride) != t.store.Stride() {
@@ -429,6 +483,20 @@ func (s *Server) handleReplicate(c *conn, h wire.Header, p []byte) (wire.Code, e
 			if err := checkHead(rm, sender, st); err != nil {
 				return wire.CodeNotOwner, fmt.Errorf("replication from %s: %w", c.hello.Node, err)
 			}
+		}
+	}
+	// A full copy replaces the slots' state and pairs: first every copied
+	// slot is emptied, then the round's states and pairs are installed
+	// (all were read at once on the head).
+	for _, m := range round {
+		for _, r := range m.Replace {
+			t := s.tables[r.Table]
+			for i := 0; i < len(r.Slots); i += 2 {
+				for sl := r.Slots[i]; sl < r.Slots[i+1]; sl++ {
+					t.store.DeleteSlot(sl)
+				}
+			}
+			s.dedup.drop(r.Table, r.Slots)
 		}
 	}
 	for _, m := range round {

@@ -81,6 +81,10 @@ type Server struct {
 	handoff      sync.Mutex
 	handoffStats HandoffStats
 
+	// changes lists the chain changes this server has installed (sync.go);
+	// appended under applyMu and mu, both held for writing.
+	changes []chainsChange
+
 	ckptSeq, restoredSeq uint64        // guarded by mu
 	lastRebuild          chan struct{} // closed when the newest rebuild is done; guarded by mu
 
@@ -183,6 +187,11 @@ func (s *Server) Configure(l *layout.Layout) error {
 	// failed): it keeps the map, owns nothing, and so refuses every data
 	// request with a code that makes the client re-route.
 	me := rm.Index(s.opts.ID)
+	// No push is applied while the layout changes, and none after it
+	// under the old one (handleData checks): a server never applies a
+	// push to a slot it no longer heads.
+	s.applyMu.Lock()
+	defer s.applyMu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, t := range l.Tables {
@@ -203,6 +212,17 @@ func (s *Server) Configure(l *layout.Layout) error {
 		return fmt.Errorf("server %s: %w", s.opts.ID, err)
 	}
 	old := s.chains
+	if old.ring != nil && changed(old, ch) {
+		c := chainsChange{old: old, cur: ch, gap: ch.ring.Epoch > old.ring.Epoch+1}
+		s.changes = append(s.changes, c)
+		if c.gap || c.loses(s.opts.ID) {
+			s.replMu.Lock()
+			for _, r := range s.repl {
+				r.cut()
+			}
+			s.replMu.Unlock()
+		}
+	}
 	s.lay, s.ring, s.me, s.chains = l, rm, me, ch
 	s.clocks.resize(l.Workers)
 	close(s.changed)
@@ -436,35 +456,46 @@ func (s *Server) handleClock(c *conn, h wire.Header, p []byte) error {
 		// layout that counts it yet.
 		s.awaitWorkers(int(m.Worker) + 1)
 	}
-	if err := s.advanceClock(int(m.Worker), m.Clock); err != nil {
+	if h.Epoch > s.Epoch() {
+		// The worker's pushes of the clock it ends went to the heads of a
+		// newer layout: learn it first, so that the reads this clock
+		// releases here are refused if this server no longer heads their
+		// keys (see pull).
+		s.awaitLayout(h.Epoch, -1)
+	}
+	counted, err := s.advanceClock(int(m.Worker), m.Clock)
+	if err != nil {
 		return err
 	}
 	s.stats.clocks.Add(1)
-	var pre [wire.ReplyPrefixSize]byte
-	wire.PutReply(&pre, 0)
-	c.Send(transport.Outgoing{Frame: wire.NewFrame(wire.Header{Type: wire.TReply, Epoch: s.Epoch(), ReqID: h.ReqID}, pre[:])})
+	var b [wire.ClockReplySize]byte
+	wire.PutClockReply(&b, counted)
+	c.Send(transport.Outgoing{Frame: wire.NewFrame(wire.Header{Type: wire.TReply, Epoch: s.Epoch(), ReqID: h.ReqID}, b[:])})
 	return nil
 }
 
 // advanceClock records worker's clock, applies the BSP pushes the new
-// minimum releases, and then answers the reads that were waiting for it.
-func (s *Server) advanceClock(worker int, v int64) error {
+// minimum releases, and then answers the reads that were waiting for it. It
+// returns the clock the worker is counted at (see clocks.advance).
+func (s *Server) advanceClock(worker int, v int64) (int64, error) {
 	s.clocks.advancing.Lock()
-	newMin, ok := s.clocks.advance(worker, v)
+	newMin, counted, ok := s.clocks.advance(worker, v)
 	if !ok {
 		s.clocks.advancing.Unlock()
-		return fmt.Errorf("clock from worker %d, but the layout has %d workers", worker, s.workers())
+		return 0, fmt.Errorf("clock from worker %d, but the layout has %d workers", worker, s.workers())
 	}
 	var ready []func()
 	if newMin > s.clocks.minimum() {
 		s.bsp.flush(newMin)
 		ready = s.clocks.publish(newMin)
+	} else {
+		s.clocks.lower(newMin)
 	}
 	s.clocks.advancing.Unlock()
 	for _, run := range ready {
 		run()
 	}
-	return nil
+	return counted, nil
 }
 
 func (s *Server) workers() int {
@@ -563,7 +594,7 @@ func (s *Server) handleData(c *conn, h wire.Header, p []byte) (wire.Code, error)
 	// worker's clock messages (it joined later, or their connection broke)
 	// learns it here.
 	if w := int(d.Worker); d.Worker != wire.NoWorker && d.Clock > s.clocks.of(w) {
-		_ = s.advanceClock(w, d.Clock) // a rank beyond the layout: its clock message will say so
+		_, _ = s.advanceClock(w, d.Clock) // a rank beyond the layout: its clock message will say so
 	}
 	ks, code, err := s.resolveKeys(c, rm, me, &d)
 	if err != nil {
@@ -646,6 +677,17 @@ func (s *Server) handleData(c *conn, h wire.Header, p []byte) (wire.Code, error)
 	}
 	s.applyMu.RLock()
 	defer s.applyMu.RUnlock()
+	s.mu.RLock()
+	moved := s.ring.Epoch != rm.Epoch
+	s.mu.RUnlock()
+	if moved {
+		// The layout changed since the keys were resolved: this server
+		// may no longer head them.
+		if d.Seq != 0 {
+			s.dedup.abandon(c.hello.Client, d.Seq)
+		}
+		return wire.CodeStaleEpoch, fmt.Errorf("layout changed from epoch %d while the push waited", rm.Epoch)
+	}
 	refused := apply()
 	s.replicate(t, all, c.hello.Client, d.Seq, d.Acked, func(err error) {
 		if err != nil {
@@ -730,7 +772,15 @@ func (s *Server) pull(c *conn, t *tableState, ks keySet, d wire.Data, reqID, epo
 		// into is reused by the next frame, so keep a copy of the keys.
 		ks = ks.clone()
 	}
-	s.clocks.when(need, func() { s.replyValues(c, t, ks, reqID, epoch, refused) })
+	s.clocks.when(need, func() {
+		if s.Epoch() != epoch {
+			// The read waited while the layout changed: the pushes it
+			// must see may have gone to the keys' new heads.
+			s.replyError(c, wire.Header{ReqID: reqID}, wire.CodeStaleEpoch, fmt.Sprintf("layout changed from epoch %d while the read waited", epoch))
+			return
+		}
+		s.replyValues(c, t, ks, reqID, epoch, refused)
+	})
 }
 
 // replicatorFor returns the stream to peer, starting it if need be, or nil
@@ -740,6 +790,9 @@ func (s *Server) replicatorFor(peer ring.Server) *replicator {
 	s.connMu.Lock()
 	closed := s.closed
 	s.connMu.Unlock()
+	s.mu.RLock()
+	changes := len(s.changes)
+	s.mu.RUnlock()
 	s.replMu.Lock()
 	defer s.replMu.Unlock()
 	if closed {
@@ -750,7 +803,7 @@ func (s *Server) replicatorFor(peer ring.Server) *replicator {
 		if r != nil {
 			go r.leave()
 		}
-		r = newReplicator(s, peer)
+		r = newReplicator(s, peer, changes)
 		s.repl[peer.ID] = r
 	}
 	return r

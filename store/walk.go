@@ -71,6 +71,16 @@ func (t *Table) Load(key uint64, val []float32, state [][]float32) {
 	}
 }
 
+// DeleteSlot removes every key of slot.
+func (t *Table) DeleteSlot(slot uint64) {
+	s := t.stripe(slot)
+	s.mu.Lock()
+	if b, ok := s.blocks[slot]; ok {
+		t.remove(s, slot, b, ^uint64(0))
+	}
+	s.mu.Unlock()
+}
+
 // Delete removes every key in [lo,hi).
 func (t *Table) Delete(lo, hi uint64) {
 	for _, slot := range t.slots(lo, hi) {

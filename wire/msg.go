@@ -393,6 +393,33 @@ func ParseReply(p []byte) (refused uint32, vals []byte, err error) {
 // then on wait for them as for any other worker's.
 const ClockIdle = 1<<63 - 2
 
+// ClockReplySize is the size of the reply to a clock message: the reply
+// prefix, then the clock the server now counts the worker at (8 bytes,
+// little-endian). That is the worker's clock, or higher for a worker the
+// server did not count until now (new, or back from ClockIdle): the server
+// counts it at least at its published minimum, since reads it answered
+// meanwhile did not wait for it, and the worker moves its own clock up to
+// the highest any server answers.
+const ClockReplySize = ReplyPrefixSize + 8
+
+// PutClockReply writes the reply to a clock message.
+func PutClockReply(b *[ClockReplySize]byte, clock int64) {
+	binary.LittleEndian.PutUint64(b[0:], 0)
+	binary.LittleEndian.PutUint64(b[ReplyPrefixSize:], uint64(clock))
+}
+
+// ParseClockReply decodes the reply to a clock message.
+func ParseClockReply(p []byte) (int64, error) {
+	if len(p) != ClockReplySize {
+		return 0, fmt.Errorf("%w: clock reply of %d bytes", ErrCorrupt, len(p))
+	}
+	v := int64(binary.LittleEndian.Uint64(p[ReplyPrefixSize:]))
+	if v < 0 {
+		return 0, fmt.Errorf("%w: negative clock", ErrCorrupt)
+	}
+	return v, nil
+}
+
 // Clock is the body of a clock message: worker has finished clock Clock-1
 // and starts Clock.
 type Clock struct {

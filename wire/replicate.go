@@ -37,11 +37,21 @@ func (s *State) Len() int {
 	return int(s.N)
 }
 
+// Replace names slots of a table whose state and pairs a replication
+// message replaces wholesale: the receiver forgets its keys and pairs there
+// before it installs the message's states and pairs (a full copy of the
+// slots). Slots is a flattened run list, as in Pair.
+type Replace struct {
+	Table uint32
+	Slots []uint64
+}
+
 // Replicate is the body of a replication message: the pushes it reflects,
 // and the state they produced.
 type Replicate struct {
-	Pairs  []Pair
-	States []State
+	Pairs   []Pair
+	Replace []Replace
+	States  []State
 	// More says that the next message on the connection continues this
 	// one: the receiver applies none of them until the last.
 	More bool
@@ -61,19 +71,17 @@ func (m *Replicate) Parts() [][]byte {
 		head = binary.AppendUvarint(head, p.Client)
 		head = binary.AppendUvarint(head, p.Seq)
 		head = binary.AppendUvarint(head, p.Acked)
-		head = binary.AppendUvarint(head, uint64(p.Table))
-		head = binary.AppendUvarint(head, uint64(len(p.Slots)/2))
-		prev := uint64(0)
-		for i := 0; i+1 < len(p.Slots); i += 2 {
-			head = binary.AppendUvarint(head, p.Slots[i]-prev)
-			head = binary.AppendUvarint(head, p.Slots[i+1]-p.Slots[i])
-			prev = p.Slots[i+1]
-		}
+		head = appendSlots(head, p.Table, p.Slots)
+	}
+	for _, r := range m.Replace {
+		head = appendSlots(head, r.Table, r.Slots)
 	}
 	binary.LittleEndian.PutUint32(head[8:], uint32(len(head)-replicateHeader))
+	flags := uint32(len(m.Replace)) << 16
 	if m.More {
-		binary.LittleEndian.PutUint32(head[12:], 1)
+		flags |= 1
 	}
+	binary.LittleEndian.PutUint32(head[12:], flags)
 	var pad [8]byte
 	if n := len(head) % 8; n != 0 {
 		head = append(head, pad[:8-n]...)
@@ -114,18 +122,19 @@ func ParseReplicate(p []byte) (Replicate, error) {
 	ns, np := int(binary.LittleEndian.Uint32(p)), int(binary.LittleEndian.Uint32(p[4:]))
 	pl := uint64(binary.LittleEndian.Uint32(p[8:]))
 	flags := binary.LittleEndian.Uint32(p[12:])
-	if flags > 1 {
+	if flags&0xfffe != 0 {
 		return Replicate{}, fmt.Errorf("%w: replicate flags %#x", ErrCorrupt, flags)
 	}
+	nr := int(flags >> 16)
 	rest := p[replicateHeader:]
 	if padded := (pl + 7) / 8 * 8; padded > uint64(len(rest)) {
 		return Replicate{}, fmt.Errorf("%w: %d bytes of pairs in %d", ErrTruncated, pl, len(rest))
 	}
-	pairs, err := parsePairs(rest[:pl], np)
+	pairs, replace, err := parsePairs(rest[:pl], np, nr)
 	if err != nil {
 		return Replicate{}, err
 	}
-	m := Replicate{Pairs: pairs, More: flags == 1}
+	m := Replicate{Pairs: pairs, Replace: replace, More: flags&1 == 1}
 	rest = rest[(pl+7)/8*8:]
 	if ns > len(rest)/stateHeader {
 		return Replicate{}, fmt.Errorf("%w: %d states in %d bytes", ErrTruncated, ns, len(rest))
@@ -171,10 +180,25 @@ func ParseReplicate(p []byte) (Replicate, error) {
 	return m, nil
 }
 
-// parsePairs decodes np pairs that must fill b exactly.
-func parsePairs(b []byte, np int) ([]Pair, error) {
-	if np > len(b)/5 {
-		return nil, fmt.Errorf("%w: %d pairs in %d bytes", ErrTruncated, np, len(b))
+// appendSlots encodes a table and a slot run list: the table, the number
+// of runs, and each run as its gap from the previous run's end and its length.
+func appendSlots(b []byte, table uint32, slots []uint64) []byte {
+	b = binary.AppendUvarint(b, uint64(table))
+	b = binary.AppendUvarint(b, uint64(len(slots)/2))
+	prev := uint64(0)
+	for i := 0; i+1 < len(slots); i += 2 {
+		b = binary.AppendUvarint(b, slots[i]-prev)
+		b = binary.AppendUvarint(b, slots[i+1]-slots[i])
+		prev = slots[i+1]
+	}
+	return b
+}
+
+// parsePairs decodes np pairs and then nr replaced slot sets, which must
+// fill b exactly.
+func parsePairs(b []byte, np, nr int) ([]Pair, []Replace, error) {
+	if 5*uint64(np)+2*uint64(nr) > uint64(len(b)) {
+		return nil, nil, fmt.Errorf("%w: %d pairs and %d slot sets in %d bytes", ErrTruncated, np, nr, len(b))
 	}
 	next := func() (uint64, error) {
 		v, n := binary.Uvarint(b)
@@ -184,45 +208,67 @@ func parsePairs(b []byte, np int) ([]Pair, error) {
 		b = b[n:]
 		return v, nil
 	}
-	pairs := make([]Pair, np)
-	for i := range pairs {
-		var vals [5]uint64
-		for j := range vals {
-			v, err := next()
-			if err != nil {
-				return nil, err
-			}
-			vals[j] = v
+	slots := func(what string) (uint32, []uint64, error) {
+		table, err := next()
+		if err != nil {
+			return 0, nil, err
 		}
-		if vals[3] > 1<<32-1 {
-			return nil, fmt.Errorf("%w: pair %d: table %d", ErrCorrupt, i, vals[3])
+		if table > 1<<32-1 {
+			return 0, nil, fmt.Errorf("%w: %s: table %d", ErrCorrupt, what, table)
 		}
-		runs := vals[4]
+		runs, err := next()
+		if err != nil {
+			return 0, nil, err
+		}
 		if runs > uint64(len(b))/2 {
-			return nil, fmt.Errorf("%w: pair %d: %d slot runs in %d bytes", ErrTruncated, i, runs, len(b))
+			return 0, nil, fmt.Errorf("%w: %s: %d slot runs in %d bytes", ErrTruncated, what, runs, len(b))
 		}
-		p := Pair{Client: vals[0], Seq: vals[1], Acked: vals[2], Table: uint32(vals[3]), Slots: make([]uint64, 0, 2*runs)}
+		out := make([]uint64, 0, 2*runs)
 		prev := uint64(0)
 		for r := range runs {
 			gap, err := next()
 			if err != nil {
-				return nil, err
+				return 0, nil, err
 			}
 			n, err := next()
 			if err != nil {
-				return nil, err
+				return 0, nil, err
 			}
 			lo := prev + gap
 			if (r > 0 && gap == 0) || n == 0 || lo < prev || lo+n < lo {
-				return nil, fmt.Errorf("%w: pair %d: slot run %d is empty, overlapping or overflowing", ErrCorrupt, i, r)
+				return 0, nil, fmt.Errorf("%w: %s: slot run %d is empty, overlapping or overflowing", ErrCorrupt, what, r)
 			}
-			p.Slots = append(p.Slots, lo, lo+n)
+			out = append(out, lo, lo+n)
 			prev = lo + n
 		}
-		pairs[i] = p
+		return uint32(table), out, nil
+	}
+	pairs := make([]Pair, np)
+	for i := range pairs {
+		var vals [3]uint64
+		for j := range vals {
+			v, err := next()
+			if err != nil {
+				return nil, nil, err
+			}
+			vals[j] = v
+		}
+		table, sl, err := slots(fmt.Sprintf("pair %d", i))
+		if err != nil {
+			return nil, nil, err
+		}
+		pairs[i] = Pair{Client: vals[0], Seq: vals[1], Acked: vals[2], Table: table, Slots: sl}
+	}
+	var replace []Replace
+	for i := range nr {
+		table, sl, err := slots(fmt.Sprintf("replaced slot set %d", i))
+		if err != nil {
+			return nil, nil, err
+		}
+		replace = append(replace, Replace{Table: table, Slots: sl})
 	}
 	if len(b) != 0 {
-		return nil, fmt.Errorf("%w: %d bytes after the pair list", ErrCorrupt, len(b))
+		return nil, nil, fmt.Errorf("%w: %d bytes after the pair list", ErrCorrupt, len(b))
 	}
-	return pairs, nil
+	return pairs, replace, nil
 }

@@ -230,7 +230,9 @@ func equalF32(a, b []float32) bool {
 
 func TestReplicateRoundTrip(t *testing.T) {
 	m := Replicate{
-		Pairs: []Pair{{Client: 1, Seq: 2}, {Client: 3, Seq: 1 << 40, Acked: 99, Table: 7, Slots: []uint64{0, 2, 7, 8, 1 << 50, 1<<50 + 3}}},
+		Pairs:   []Pair{{Client: 1, Seq: 2}, {Client: 3, Seq: 1 << 40, Acked: 99, Table: 7, Slots: []uint64{0, 2, 7, 8, 1 << 50, 1<<50 + 3}}},
+		Replace: []Replace{{Table: 1, Slots: []uint64{0, 1}}, {Table: 2, Slots: []uint64{4, 6, 9, 10}}},
+		More:    true,
 		States: []State{
 			{Table: 1, Stride: 3, Keys: []uint64{5, 9}, Floats: []float32{1, 2, 3, 4, 5, 6}},
 			{Table: 2, Stride: 1, Lo: 100, N: 3, Floats: []float32{7, 8, 9}},
@@ -250,8 +252,13 @@ func TestReplicateRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got.Pairs) != 2 || len(got.States) != 2 {
+	if len(got.Pairs) != 2 || len(got.States) != 2 || len(got.Replace) != 2 || !got.More {
 		t.Fatalf("%+v", got)
+	}
+	for i, want := range m.Replace {
+		if g := got.Replace[i]; g.Table != want.Table || !equalU64(g.Slots, want.Slots) {
+			t.Fatalf("replaced set %d: got %+v, want %+v", i, g, want)
+		}
 	}
 	for i, want := range m.Pairs {
 		if g := got.Pairs[i]; g.Client != want.Client || g.Seq != want.Seq || g.Acked != want.Acked || g.Table != want.Table || !equalU64(g.Slots, want.Slots) {
