@@ -103,9 +103,25 @@ func Intersect(a, b SlotSet) SlotSet {
 // AllSlots is every slot.
 var AllSlots = SlotSet{0, 1 << (64 - SlotBits)}
 
+// Overlaps reports whether a and b have a slot in common.
+func Overlaps(a, b SlotSet) bool {
+	i, j := 0, 0
+	for i < len(a) && j < len(b) {
+		if max(a[i], b[j]) < min(a[i+1], b[j+1]) {
+			return true
+		}
+		if a[i+1] < b[j+1] {
+			i += 2
+		} else {
+			j += 2
+		}
+	}
+	return false
+}
+
 // Subtract returns the slots in a but not in b.
 func Subtract(a, b SlotSet) SlotSet {
-	var out SlotSet
+	out := make(SlotSet, 0, len(a)+len(b))
 	j := 0
 	for i := 0; i < len(a); i += 2 {
 		lo, hi := a[i], a[i+1]

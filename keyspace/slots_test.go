@@ -31,6 +31,9 @@ func TestSlotSetAgainstAMap(t *testing.T) {
 				t.Fatalf("invalid set %v (from %v and %v)", s, a, b)
 			}
 		}
+		if Overlaps(a, b) != (len(in) > 0) {
+			t.Fatalf("Overlaps(%v, %v) = %v, intersection %v", a, b, Overlaps(a, b), in)
+		}
 		for x := range uint64(60) {
 			if a.Contains(x) != ma[x] {
 				t.Fatalf("%v contains %d: %v", a, x, a.Contains(x))
@@ -40,6 +43,9 @@ func TestSlotSetAgainstAMap(t *testing.T) {
 			}
 			if in.Contains(x) != (ma[x] && mb[x]) {
 				t.Fatalf("intersection %v of %v and %v at %d", in, a, b, x)
+			}
+			if (ma[x] && mb[x]) && !Overlaps(a, b) {
+				t.Fatalf("%v and %v share %d, Overlaps says no", a, b, x)
 			}
 			if diff.Contains(x) != (ma[x] && !mb[x]) {
 				t.Fatalf("difference %v of %v and %v at %d", diff, a, b, x)

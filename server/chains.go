@@ -171,7 +171,7 @@ func (s *Server) rebuild(old, cur chains) {
 			oldHead := old.ring.Servers[old.ring.SlotOwner(sl)].ID
 			inherited := oldHead != s.opts.ID && cur.ring.Index(oldHead) < 0
 			for _, p := range newSucc {
-				if !inherited && contains(oldSucc, p.ID) {
+				if !inherited && (p.ID == oldHead || contains(oldSucc, p.ID)) {
 					continue
 				}
 				c := send[p.ID]

@@ -113,7 +113,7 @@ func (d *dedup) drop(table uint32, slots keyspace.SlotSet) {
 	defer d.mu.Unlock()
 	for _, c := range d.clients {
 		for seq, s := range c.set {
-			if s.table != table {
+			if s.table != table || (!s.all && !keyspace.Overlaps(s.slots, slots)) {
 				continue
 			}
 			if s.all {

@@ -120,13 +120,19 @@ func (r *replicator) addBulk(c *slotCopy, done func(error)) {
 	}
 }
 
-// cut marks what is queued as stale (see batch.stale): called, under the
-// server's applyMu, when a layout change may have taken slots from it.
+// cut marks the pushes queued as stale (see batch.stale): called, under
+// the server's applyMu, when a layout change may have taken slots from it.
+// Copies are read when sent, so they are never stale.
 func (r *replicator) cut() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for i := range r.held {
-		r.held[i].stale = true
+	for i, b := range r.held {
+		for _, e := range b.entries {
+			if e.copy == nil {
+				r.held[i].stale = true
+				break
+			}
+		}
 	}
 	if len(r.pending) > 0 || len(r.waiters) > 0 {
 		r.held = append(r.held, batch{entries: r.pending, waiters: r.waiters, stale: true})
@@ -485,18 +491,23 @@ func (s *Server) handleReplicate(c *conn, h wire.Header, p []byte) (wire.Code, e
 			}
 		}
 	}
-	// A full copy replaces the slots' state and pairs: first every copied
-	// slot is emptied, then the round's states and pairs are installed
-	// (all were read at once on the head).
-	for _, m := range round {
-		for _, r := range m.Replace {
-			t := s.tables[r.Table]
-			for i := 0; i < len(r.Slots); i += 2 {
-				for sl := r.Slots[i]; sl < r.Slots[i+1]; sl++ {
-					t.store.DeleteSlot(sl)
+	// A full copy replaces the slots' state and pairs: first the keys of
+	// the copied slots that the round does not carry are deleted (those it
+	// carries are overwritten in place) and the pairs there forgotten, then
+	// the round's states and pairs are installed (all were read at once on
+	// the head).
+	if replaced > 0 {
+		carried := carriedKeys(round)
+		for _, m := range round {
+			for _, r := range m.Replace {
+				t := s.tables[r.Table]
+				for i := 0; i < len(r.Slots); i += 2 {
+					for sl := r.Slots[i]; sl < r.Slots[i+1]; sl++ {
+						t.store.DeleteSlot(sl, carried[tableSlot{r.Table, sl}])
+					}
 				}
+				s.dedup.drop(r.Table, r.Slots)
 			}
-			s.dedup.drop(r.Table, r.Slots)
 		}
 	}
 	for _, m := range round {
@@ -515,6 +526,33 @@ func (s *Server) handleReplicate(c *conn, h wire.Header, p []byte) (wire.Code, e
 	s.stats.replicated.Add(int64(len(p)))
 	s.replyOK(c, h.ReqID, rm.Epoch)
 	return 0, nil
+}
+
+// carriedKeys returns, by table and slot, the bitmap of the keys whose
+// state round carries.
+func carriedKeys(round []wire.Replicate) map[tableSlot]uint64 {
+	out := map[tableSlot]uint64{}
+	for _, m := range round {
+		for _, st := range m.States {
+			if st.Keys != nil {
+				for _, k := range st.Keys {
+					out[tableSlot{st.Table, keyspace.Slot(k)}] |= 1 << (k % keyspace.SlotSize)
+				}
+				continue
+			}
+			for k, end := st.Lo, st.Lo+uint64(st.N); k < end; {
+				sl := keyspace.Slot(k)
+				hi := min(end, keyspace.SlotStart(sl+1))
+				bits := ^uint64(0)
+				if n := hi - k; n < keyspace.SlotSize {
+					bits = (uint64(1)<<n - 1) << (k - keyspace.SlotStart(sl))
+				}
+				out[tableSlot{st.Table, sl}] |= bits
+				k = hi
+			}
+		}
+	}
+	return out
 }
 
 type staged struct {

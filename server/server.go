@@ -212,7 +212,9 @@ func (s *Server) Configure(l *layout.Layout) error {
 		return fmt.Errorf("server %s: %w", s.opts.ID, err)
 	}
 	old := s.chains
-	if old.ring != nil && changed(old, ch) {
+	// Before the cluster is ready no server holds state: its layout
+	// changes move nothing that a copy would have to make good.
+	if old.ring != nil && s.lay.Ready && changed(old, ch) {
 		c := chainsChange{old: old, cur: ch, gap: ch.ring.Epoch > old.ring.Epoch+1}
 		s.changes = append(s.changes, c)
 		if c.gap || c.loses(s.opts.ID) {

@@ -242,14 +242,10 @@ type slotCopy struct {
 func (c *slotCopy) items() []dirty {
 	var g group
 	for i := 0; i < len(c.slots); i += 2 {
-		keys := c.t.store.Keys(keyspace.SlotStart(c.slots[i]), keyspace.SlotStart(c.slots[i+1]))
-		for j := 0; j < len(keys); {
-			sl := keyspace.Slot(keys[j])
-			present := uint64(0)
-			for ; j < len(keys) && keyspace.Slot(keys[j]) == sl; j++ {
-				present |= 1 << (keys[j] - keyspace.SlotStart(sl))
+		for sl := c.slots[i]; sl < c.slots[i+1]; sl++ {
+			if present := c.t.store.Present(sl); present != 0 {
+				g.addSlot(c.t, sl, present)
 			}
-			g.addSlot(c.t, sl, present)
 		}
 	}
 	return g.items

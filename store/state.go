@@ -84,6 +84,15 @@ func (t *Table) Keys(lo, hi uint64) []uint64 {
 	return keys
 }
 
+// Present returns the bitmap of slot's present keys (bit o is key
+// slot*SlotSize+o).
+func (t *Table) Present(slot uint64) uint64 {
+	s := t.stripe(slot)
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.blocks[slot].bits
+}
+
 // Slots calls fn, in slot order, with every slot that holds keys and the
 // bitmap of its present keys (bit o is key slot*SlotSize+o).
 func (t *Table) Slots(fn func(slot, present uint64)) {

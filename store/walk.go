@@ -71,12 +71,13 @@ func (t *Table) Load(key uint64, val []float32, state [][]float32) {
 	}
 }
 
-// DeleteSlot removes every key of slot.
-func (t *Table) DeleteSlot(slot uint64) {
+// DeleteSlot removes the keys of slot whose bits are not in keep (bit o is
+// key slot*SlotSize+o).
+func (t *Table) DeleteSlot(slot, keep uint64) {
 	s := t.stripe(slot)
 	s.mu.Lock()
 	if b, ok := s.blocks[slot]; ok {
-		t.remove(s, slot, b, ^uint64(0))
+		t.remove(s, slot, b, ^keep)
 	}
 	s.mu.Unlock()
 }
