@@ -2,7 +2,9 @@ package meta
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -20,11 +22,28 @@ func (s *Store) PutSnapshot(ctx context.Context, lead *Leadership, blob []byte) 
 	if len(blob) > MaxSnapshotBytes {
 		return fmt.Errorf("%w: snapshot of %d bytes, limit %d", ErrInvalid, len(blob), MaxSnapshotBytes)
 	}
-	if _, err := s.guarded(ctx, lead, clientv3.OpPut(s.snapshotKey(), string(blob))); err != nil {
+	// A proposal that reached an etcd leader which then died is dropped,
+	// and its request waits out its whole deadline; the members elect a new
+	// leader within about one election timeout. So each attempt gets a
+	// short deadline, and a timed-out one is tried again (the put is
+	// idempotent) until ctx runs out.
+	for {
+		actx, cancel := context.WithTimeout(ctx, putAttempt)
+		_, err := s.guarded(actx, lead, clientv3.OpPut(s.snapshotKey(), string(blob)))
+		cancel()
+		switch {
+		case err == nil:
+			return nil
+		case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
+			continue
+		}
 		return fmt.Errorf("meta: put snapshot: %w", err)
 	}
-	return nil
 }
+
+// putAttempt bounds one attempt of a write (see PutSnapshot): a few
+// election timeouts of the embedded members.
+const putAttempt = 4 * DefaultElectionMs * time.Millisecond
 
 // Snapshot returns the last saved coordinator state, or ErrNotFound.
 func (s *Store) Snapshot(ctx context.Context) ([]byte, error) {
