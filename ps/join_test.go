@@ -107,33 +107,45 @@ func TestServerJoinsLive(t *testing.T) {
 	t.Logf("handoff copied %d keys (%d bytes) in %.3fs; longest wait for one push %v", h.keys, h.bytes, h.secs, time.Duration(maxWait.Load()))
 }
 
+// withWorker starts two servers (k = 2) and one worker that runs job in
+// the background until the test ends or stop is called; job's stop channel
+// is closed then.
+func withWorker(t *testing.T, job func(ctx context.Context, c *ps.Client, stop <-chan struct{}) error) (context.Context, *node.Local, func()) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	l, err := node.StartLocal(ctx, node.LocalConfig{Servers: 2, Workers: 1, Replication: 2})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		l.Close()
+		cancel()
+	})
+	stop := make(chan struct{})
+	go l.RunWorkers(ctx, func(ctx context.Context, c *ps.Client) (any, error) { return nil, job(ctx, c, stop) })
+	return ctx, l, sync.OnceFunc(func() { close(stop) })
+}
+
 // TestWorkerJoinsAndPushes starts a worker while another trains, and
 // measures the time from its start to its first acknowledged push.
 func TestWorkerJoinsAndPushes(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	l, err := node.StartLocal(ctx, node.LocalConfig{Servers: 2, Workers: 1, Replication: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
 	first := make(chan struct{})
-	stop := make(chan struct{})
-	go l.RunWorkers(ctx, func(ctx context.Context, c *ps.Client) (any, error) {
+	ctx, l, stop := withWorker(t, func(ctx context.Context, c *ps.Client, stop <-chan struct{}) error {
 		tb, err := c.CreateTable(ctx, table.Spec{Name: "w", Width: 1})
 		if err != nil {
-			return nil, err
+			return err
 		}
 		for i := 0; ; i++ {
 			if err := tb.Push([]uint64{uint64(i % 1000)}, []float32{1}).Wait(ctx); err != nil {
-				return nil, err
+				return err
 			}
 			if i == 0 {
 				close(first)
 			}
 			select {
 			case <-stop:
-				return nil, nil
+				return nil
 			default:
 			}
 		}
@@ -141,7 +153,7 @@ func TestWorkerJoinsAndPushes(t *testing.T) {
 	<-first
 	start := time.Now()
 	var took time.Duration
-	_, err = node.RunWorker(ctx, node.WorkerConfig{ID: "late", Coordinator: l.CoordAddr}, func(ctx context.Context, c *ps.Client) (any, error) {
+	_, err := node.RunWorker(ctx, node.WorkerConfig{ID: "late", Coordinator: l.CoordAddr}, func(ctx context.Context, c *ps.Client) (any, error) {
 		tb, err := c.Table(ctx, "w")
 		if err != nil {
 			return nil, err
@@ -152,7 +164,7 @@ func TestWorkerJoinsAndPushes(t *testing.T) {
 		took = time.Since(start)
 		return nil, c.Finish().Wait(ctx)
 	})
-	close(stop)
+	stop()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,40 +179,32 @@ func TestWorkerJoinsAndPushes(t *testing.T) {
 // not at 0: reads they answered before it joined did not wait for it, so
 // its pushes must not count as older than those reads.
 func TestWorkerJoinsAtTheJobsClock(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	l, err := node.StartLocal(ctx, node.LocalConfig{Servers: 2, Workers: 1, Replication: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
 	ticked := make(chan struct{})
-	stop := make(chan struct{})
-	go l.RunWorkers(ctx, func(ctx context.Context, c *ps.Client) (any, error) {
+	ctx, l, stop := withWorker(t, func(ctx context.Context, c *ps.Client, stop <-chan struct{}) error {
 		tb, err := c.CreateTable(ctx, table.Spec{Name: "w", Width: 1, Consistency: table.Consistency{Model: table.SSP, Staleness: 1}})
 		if err != nil {
-			return nil, err
+			return err
 		}
 		for range 20 {
 			vals := make([]float32, 1)
 			if err := tb.Pull([]uint64{7}, vals).Wait(ctx); err != nil {
-				return nil, err
+				return err
 			}
 			if err := c.Tick().Wait(ctx); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		close(ticked)
 		<-stop
-		return nil, nil
+		return nil
 	})
 	<-ticked
 	var start int64
-	_, err = node.RunWorker(ctx, node.WorkerConfig{ID: "late", Coordinator: l.CoordAddr}, func(ctx context.Context, c *ps.Client) (any, error) {
+	_, err := node.RunWorker(ctx, node.WorkerConfig{ID: "late", Coordinator: l.CoordAddr}, func(ctx context.Context, c *ps.Client) (any, error) {
 		start = c.Clock()
 		return nil, c.Finish().Wait(ctx)
 	})
-	close(stop)
+	stop()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,8 +27,14 @@ func start(t *testing.T) (*Server, string) {
 		t.Fatal(err)
 	}
 	s := New(Options{ID: "s0"})
-	l := &layout.Layout{Version: 1, Epoch: 3, Workers: 1, Servers: []ring.Server{{ID: "s0", Addr: ln.Addr().String()}},
-		Tables: []layout.Table{{ID: 1, Spec: spec}}}
+	serve(t, s, ln, &layout.Layout{Version: 1, Epoch: 3, Workers: 1, Servers: []ring.Server{{ID: "s0", Addr: ln.Addr().String()}},
+		Tables: []layout.Table{{ID: 1, Spec: spec}}})
+	return s, ln.Addr().String()
+}
+
+// serve configures s with l and serves ln until the test ends.
+func serve(t *testing.T, s *Server, ln net.Listener, l *layout.Layout) {
+	t.Helper()
 	if err := s.Configure(l); err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +47,6 @@ func start(t *testing.T) (*Server, string) {
 			t.Error(err)
 		}
 	})
-	return s, ln.Addr().String()
 }
 
 // call sends one data frame and returns the reply's header and payload.

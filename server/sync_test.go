@@ -27,18 +27,9 @@ func replicaOf(t *testing.T) (*Server, uint64, func(...wire.Replicate)) {
 	l := &layout.Layout{Version: 1, Epoch: 3, Workers: 1, Replication: 2,
 		Servers: []ring.Server{{ID: "h", Addr: "127.0.0.1:1"}, {ID: "r", Addr: ln.Addr().String()}},
 		Tables:  []layout.Table{{ID: 1, Spec: mustSpec(t)}}}
-	if err := s.Configure(l); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- s.Serve(ctx, ln) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
+	serve(t, s, ln, l)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
 	rm, _ := l.Ring()
 	slot := uint64(0)
 	for rm.Servers[rm.SlotOwner(slot)].ID != "h" {
