@@ -100,3 +100,59 @@ func TestServerFailureLosesNoAckedPush(t *testing.T) {
 	}
 	t.Logf("acknowledged %d increments; longest wait for one push %v", acked.Load(), time.Duration(maxStall.Load()))
 }
+
+// TestBSPServerFailureLosesNoAckedPush: under BSP a head holds a push until
+// every worker has finished its clock, but acknowledges it once the rest of
+// its chains hold it too. Killing a server right after the pushes of a
+// clock were acknowledged, before the clock completes, must lose none.
+func TestBSPServerFailureLosesNoAckedPush(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	l, err := node.StartLocal(ctx, node.LocalConfig{Servers: 3, Workers: 2, Replication: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	const keys, steps = 3000, 60
+	var acked atomic.Int64
+	var once sync.Once
+	_, err = l.RunWorkers(ctx, func(ctx context.Context, c *ps.Client) (any, error) {
+		tb, err := c.CreateTable(ctx, table.Spec{Name: "counters", Width: 1, Consistency: table.Consistency{Model: table.BSP}})
+		if err != nil {
+			return nil, err
+		}
+		rng := rand.New(rand.NewPCG(uint64(c.Rank()), 7))
+		for i := range steps {
+			ks := randomKeys(rng, 100, keys)
+			if err := tb.Push(ks, filled(len(ks), 1)).Wait(ctx); err != nil {
+				return nil, fmt.Errorf("push %d: %w", i, err)
+			}
+			acked.Add(int64(len(ks)))
+			if i == steps/2 && c.Rank() == 0 {
+				// This clock's pushes are acknowledged, and it cannot
+				// complete before this worker ticks.
+				once.Do(func() { l.KillServer(1) })
+			}
+			if err := c.Tick().Wait(ctx); err != nil {
+				return nil, fmt.Errorf("tick %d: %w", i, err)
+			}
+		}
+		if err := c.Barrier(ctx); err != nil {
+			return nil, err
+		}
+		if c.Rank() != 0 {
+			return nil, nil
+		}
+		got, err := pullAll(ctx, tb, keys)
+		if err != nil {
+			return nil, err
+		}
+		if sum := total(got); sum != acked.Load() {
+			return nil, fmt.Errorf("counters hold %d increments, %d were acknowledged", sum, acked.Load())
+		}
+		return nil, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -38,6 +38,10 @@ type scope struct {
 	all      bool
 	slots    keyspace.SlotSet
 	applying chan struct{}
+	// durable, for a BSP push held until its clock completes, is closed
+	// once the other servers of its chains hold it too: a re-send waits
+	// for that, not for the clock (which may wait for the re-sender).
+	durable chan struct{}
 }
 
 func (d *dedup) get(client uint64) *seen {
@@ -64,7 +68,10 @@ func (d *dedup) check(client, seq, acked uint64, table uint32, ancestors []uint6
 	c.prune(acked)
 	merge := func(a uint64) {
 		h := c.lookup(a)
-		if h.applying != nil {
+		switch {
+		case h.durable != nil:
+			wait = append(wait, h.durable)
+		case h.applying != nil:
 			wait = append(wait, h.applying)
 		}
 		held.all = held.all || h.all
@@ -80,6 +87,39 @@ func (d *dedup) check(client, seq, acked uint64, table uint32, ancestors []uint6
 	return held, wait
 }
 
+// hold records (client, seq) as held in slots of table but still being
+// applied (a BSP push this server takes over from a failed head), and
+// returns the channel to close once it is durable (see scope.durable).
+func (d *dedup) hold(client, seq, acked uint64, table uint32, slots keyspace.SlotSet) chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	c := d.get(client)
+	c.prune(acked)
+	s := c.set[seq]
+	s.table = table
+	if !s.all {
+		s.slots = keyspace.Union(s.slots, slots)
+	}
+	if s.applying == nil {
+		s.applying = make(chan struct{})
+	}
+	s.durable = make(chan struct{})
+	c.set[seq] = s
+	return s.durable
+}
+
+// deferring marks the push check returned for as a BSP push held until its
+// clock completes, and returns the channel to close once it is durable.
+func (d *dedup) deferring(client, seq uint64) chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	c := d.get(client)
+	s := c.set[seq]
+	s.durable = make(chan struct{})
+	c.set[seq] = s
+	return s.durable
+}
+
 // applied records that the push check returned for has been applied.
 func (d *dedup) applied(client, seq uint64) {
 	d.mu.Lock()
@@ -88,6 +128,7 @@ func (d *dedup) applied(client, seq uint64) {
 	if s, ok := c.set[seq]; ok && s.applying != nil {
 		close(s.applying)
 		s.applying = nil
+		s.durable = nil
 		c.set[seq] = s
 	}
 }

@@ -54,6 +54,9 @@ type entry struct {
 	items []dirty
 	pairs []wire.Pair
 	copy  *slotCopy
+	// deferred is a BSP push for the peer to hold (see bsp.go); it carries
+	// no state.
+	deferred *wire.Deferred
 }
 
 type batch struct {
@@ -81,22 +84,20 @@ func newReplicator(s *Server, peer ring.Server, changes int) *replicator {
 	return r
 }
 
-// add queues keys, the pushes they reflect, and a function to run once the
-// peer has their state (nil), or has left the layout (nil), or the slots
-// moved away (errMoved).
-func (r *replicator) add(items []dirty, pairs []wire.Pair, done func(error)) {
+// add queues e, and a function to run once the peer has it (nil), or has
+// left the layout (nil), or its slots moved away (errMoved).
+func (r *replicator) add(e entry, done func(error)) {
+	if done == nil {
+		done = func(error) {}
+	}
 	r.mu.Lock()
 	if r.gone {
 		r.mu.Unlock()
-		if done != nil {
-			done(nil)
-		}
+		done(nil)
 		return
 	}
-	r.pending = append(r.pending, entry{items: items, pairs: pairs})
-	if done != nil {
-		r.waiters = append(r.waiters, done)
-	}
+	r.pending = append(r.pending, e)
+	r.waiters = append(r.waiters, done)
 	r.mu.Unlock()
 	select {
 	case r.kick <- struct{}{}:
@@ -122,22 +123,40 @@ func (r *replicator) addBulk(c *slotCopy, done func(error)) {
 
 // cut marks the pushes queued as stale (see batch.stale): called, under
 // the server's applyMu, when a layout change may have taken slots from it.
-// Copies are read when sent, so they are never stale.
+// Copies are read when sent, and deferred BSP pushes carry no state, so
+// neither is ever stale (failing a deferred push would have its client
+// re-send it here, where it would wait for its own clock to complete).
 func (r *replicator) cut() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i, b := range r.held {
 		for _, e := range b.entries {
-			if e.copy == nil {
+			if e.copy == nil && e.deferred == nil {
 				r.held[i].stale = true
 				break
 			}
 		}
 	}
-	if len(r.pending) > 0 || len(r.waiters) > 0 {
-		r.held = append(r.held, batch{entries: r.pending, waiters: r.waiters, stale: true})
-		r.pending, r.waiters = nil, nil
+	if len(r.pending) == 0 && len(r.waiters) == 0 {
+		return
 	}
+	// Every pending entry has its waiter (add), in the same order.
+	var stale, keep batch
+	stale.stale = true
+	for i, e := range r.pending {
+		b := &stale
+		if e.deferred != nil {
+			b = &keep
+		}
+		b.entries = append(b.entries, e)
+		b.waiters = append(b.waiters, r.waiters[i])
+	}
+	for _, b := range []batch{stale, keep} {
+		if len(b.entries) > 0 {
+			r.held = append(r.held, b)
+		}
+	}
+	r.pending, r.waiters = nil, nil
 }
 
 // leave releases every waiter: the peer is no longer in the layout, so
@@ -297,6 +316,10 @@ func (r *replicator) build(todo []batch) []wire.Replicate {
 	size := 0
 	for _, b := range todo {
 		for _, e := range b.entries {
+			if e.deferred != nil {
+				cur.Deferred = append(cur.Deferred, *e.deferred)
+				continue
+			}
 			var in keyspace.SlotSet // the entry's slots in cur
 			base, items := e.pairs, e.items
 			if e.copy != nil {
@@ -481,6 +504,15 @@ func (s *Server) handleReplicate(c *conn, h wire.Header, p []byte) (wire.Code, e
 				}
 			}
 		}
+		for _, d := range m.Deferred {
+			t := s.tables[d.Pair.Table]
+			if t == nil || len(d.Vals) != len(d.Keys)*t.spec.Width {
+				return wire.CodeBadRequest, fmt.Errorf("deferred push for table %d: %d keys, %d values", d.Pair.Table, len(d.Keys), len(d.Vals))
+			}
+			if err := checkHead(rm, sender, wire.State{Keys: d.Keys}); err != nil {
+				return wire.CodeNotOwner, fmt.Errorf("deferred push from %s: %w", c.hello.Node, err)
+			}
+		}
 		for _, st := range m.States {
 			t := s.tables[st.Table]
 			if t == nil || int(st.Stride) != t.store.Stride() {
@@ -519,8 +551,12 @@ func (s *Server) handleReplicate(c *conn, h wire.Header, p []byte) (wire.Code, e
 				t.store.ImportRun(st.Lo, st.Floats)
 			}
 		}
+		for _, d := range m.Deferred {
+			s.held.add(d)
+		}
 		for _, pr := range m.Pairs {
 			s.dedup.add(pr.Client, pr.Seq, pr.Acked, pr.Table, pr.Slots)
+			s.held.drop(pr.Client, pr.Seq)
 		}
 	}
 	s.stats.replicated.Add(int64(len(p)))
@@ -615,6 +651,9 @@ func (s *Server) headsAll(entries []entry) bool {
 	}
 	for _, e := range entries {
 		if !s.headsItems(rm, me, e.items) {
+			return false
+		}
+		if d := e.deferred; d != nil && !s.headsItems(rm, me, []dirty{{keys: d.Keys}}) {
 			return false
 		}
 	}

@@ -61,6 +61,7 @@ type Server struct {
 
 	clocks clocks
 	bsp    deferred
+	held   heldPushes // BSP pushes held for their heads (bsp.go)
 	stats  counters
 	dedup  dedup
 	// applyMu is held for reading while a push is applied and queued for
@@ -226,6 +227,7 @@ func (s *Server) Configure(l *layout.Layout) error {
 		}
 	}
 	s.lay, s.ring, s.me, s.chains = l, rm, me, ch
+	s.takeOver(rm, me)
 	s.clocks.resize(l.Workers)
 	close(s.changed)
 	s.changed = make(chan struct{})
@@ -526,12 +528,17 @@ func (k keySet) clone() keySet {
 
 // without returns the keys of k outside the slots of held, and their values.
 func (k keySet) without(held keyspace.SlotSet, vals []float32, width int) (keySet, []float32) {
+	return k.keep(func(sl uint64) bool { return !held.Contains(sl) }, vals, width)
+}
+
+// keep returns the keys of k in the slots that in accepts, and their values.
+func (k keySet) keep(in func(slot uint64) bool, vals []float32, width int) (keySet, []float32) {
 	var out keySet
 	var kept []float32
 	if k.runs == nil {
 		out.keys = []uint64{}
 		for i, key := range k.keys {
-			if !held.Contains(keyspace.Slot(key)) {
+			if in(keyspace.Slot(key)) {
 				out.keys = append(out.keys, key)
 				kept = append(kept, vals[i*width:(i+1)*width]...)
 			}
@@ -544,7 +551,7 @@ func (k keySet) without(held keyspace.SlotSet, vals []float32, width int) (keySe
 		for lo := r[0]; lo < r[1]; {
 			hi := min(r[1], keyspace.SlotStart(keyspace.Slot(lo)+1))
 			n := int(hi-lo) * width
-			if !held.Contains(keyspace.Slot(lo)) {
+			if in(keyspace.Slot(lo)) {
 				if m := len(out.runs); m > 0 && out.runs[m-1][1] == lo {
 					out.runs[m-1][1] = hi
 				} else {
@@ -659,18 +666,42 @@ func (s *Server) handleData(c *conn, h wire.Header, p []byte) (wire.Code, error)
 	}
 	if t.spec.Consistency.Model == table.BSP && d.Worker != wire.NoWorker && d.Clock >= s.clocks.minimum() {
 		// Applied, and then replicated, once every worker has finished
-		// the clock. It is acknowledged now: workers wait for their pushes
-		// before they tick. Until the clock completes the push is on this
-		// server only (docs/design/resilience.md).
+		// the clock. It is acknowledged once the other servers of its
+		// chains hold it too (workers wait for their pushes before they
+		// tick): if this server fails before the clock completes, the
+		// next head applies it (docs/design/resilience.md, "BSP").
 		all, ks, vals = all.clone(), ks.clone(), slices.Clone(vals)
-		client := c.hello.Client
+		client, width := c.hello.Client, t.spec.Width
 		if s.bsp.add(d.Clock, d.Worker, func() {
 			s.applyMu.RLock()
 			defer s.applyMu.RUnlock()
-			apply()
+			// Keys whose slots moved meanwhile are the new head's to apply.
+			heads := s.heads()
+			all, _ := all.keep(heads, nil, 0)
+			ks, vals := ks.keep(heads, vals, width)
+			refused := 0
+			if ks.n > 0 {
+				refused = push(t.store, ks, vals, width)
+				s.stats.refused.Add(int64(refused))
+			}
+			s.dedup.applied(client, d.Seq)
 			s.replicate(t, all, client, d.Seq, d.Acked, nil)
 		}) {
-			s.answer(c, h, t, all, d, rm.Epoch, 0)
+			pair := wire.Pair{Client: client, Seq: d.Seq, Acked: d.Acked, Table: t.id}
+			var durable chan struct{}
+			if d.Seq != 0 {
+				durable = s.dedup.deferring(client, d.Seq)
+			}
+			s.replicateDeferred(t, ks, vals, pair, d.Clock, d.Worker, func(err error) {
+				if durable != nil {
+					close(durable)
+				}
+				if err != nil {
+					s.replyError(c, h, wire.CodeStaleEpoch, err.Error())
+					return
+				}
+				s.answer(c, h, t, all, d, rm.Epoch, 0)
+			})
 			return 0, nil
 		}
 	}
@@ -756,7 +787,7 @@ func (s *Server) replicate(t *tableState, ks keySet, client, seq, acked uint64, 
 			finish(errors.New("server is shutting down"))
 			continue
 		}
-		r.add(g.items, pairs, finish)
+		r.add(entry{items: g.items, pairs: pairs}, finish)
 	}
 }
 

@@ -46,12 +46,26 @@ type Replace struct {
 	Slots []uint64
 }
 
+// Deferred is a BSP push that its head holds until its clock completes:
+// the receiver holds it too, so that if the head fails first, the push
+// (already acknowledged) is applied by the next head. Pair.Slots is unused.
+type Deferred struct {
+	Pair   Pair
+	Clock  int64
+	Worker uint32
+	// Keys and Vals (len(Keys) × width) are the push's keys in the
+	// receiver's slots and their update.
+	Keys []uint64
+	Vals []float32
+}
+
 // Replicate is the body of a replication message: the pushes it reflects,
 // and the state they produced.
 type Replicate struct {
-	Pairs   []Pair
-	Replace []Replace
-	States  []State
+	Pairs    []Pair
+	Replace  []Replace
+	States   []State
+	Deferred []Deferred
 	// More says that the next message on the connection continues this
 	// one: the receiver applies none of them until the last.
 	More bool
@@ -76,8 +90,15 @@ func (m *Replicate) Parts() [][]byte {
 	for _, r := range m.Replace {
 		head = appendSlots(head, r.Table, r.Slots)
 	}
+	for _, d := range m.Deferred {
+		head = binary.AppendUvarint(head, d.Pair.Client)
+		head = binary.AppendUvarint(head, d.Pair.Seq)
+		head = binary.AppendUvarint(head, d.Pair.Acked)
+		head = binary.AppendUvarint(head, uint64(d.Clock))
+		head = binary.AppendUvarint(head, uint64(d.Worker))
+	}
 	binary.LittleEndian.PutUint32(head[8:], uint32(len(head)-replicateHeader))
-	flags := uint32(len(m.Replace)) << 16
+	flags := uint32(len(m.Replace))<<16 | uint32(len(m.Deferred))<<1
 	if m.More {
 		flags |= 1
 	}
@@ -87,8 +108,16 @@ func (m *Replicate) Parts() [][]byte {
 		head = append(head, pad[:8-n]...)
 	}
 	parts := [][]byte{head}
-	for i := range m.States {
-		s := &m.States[i]
+	states := m.States
+	for _, d := range m.Deferred {
+		width := 0
+		if len(d.Keys) > 0 {
+			width = len(d.Vals) / len(d.Keys)
+		}
+		states = append(states[:len(states):len(states)], State{Table: d.Pair.Table, Stride: uint32(width), Keys: d.Keys, Floats: d.Vals})
+	}
+	for i := range states {
+		s := &states[i]
 		h := make([]byte, stateHeader)
 		binary.LittleEndian.PutUint32(h[0:], s.Table)
 		binary.LittleEndian.PutUint32(h[4:], s.Stride)
@@ -122,25 +151,22 @@ func ParseReplicate(p []byte) (Replicate, error) {
 	ns, np := int(binary.LittleEndian.Uint32(p)), int(binary.LittleEndian.Uint32(p[4:]))
 	pl := uint64(binary.LittleEndian.Uint32(p[8:]))
 	flags := binary.LittleEndian.Uint32(p[12:])
-	if flags&0xfffe != 0 {
-		return Replicate{}, fmt.Errorf("%w: replicate flags %#x", ErrCorrupt, flags)
-	}
-	nr := int(flags >> 16)
+	nr, nd := int(flags>>16), int(flags&0xfffe>>1)
 	rest := p[replicateHeader:]
 	if padded := (pl + 7) / 8 * 8; padded > uint64(len(rest)) {
 		return Replicate{}, fmt.Errorf("%w: %d bytes of pairs in %d", ErrTruncated, pl, len(rest))
 	}
-	pairs, replace, err := parsePairs(rest[:pl], np, nr)
+	pairs, replace, deferred, err := parsePairs(rest[:pl], np, nr, nd)
 	if err != nil {
 		return Replicate{}, err
 	}
 	m := Replicate{Pairs: pairs, Replace: replace, More: flags&1 == 1}
 	rest = rest[(pl+7)/8*8:]
-	if ns > len(rest)/stateHeader {
-		return Replicate{}, fmt.Errorf("%w: %d states in %d bytes", ErrTruncated, ns, len(rest))
+	if ns+nd > len(rest)/stateHeader {
+		return Replicate{}, fmt.Errorf("%w: %d states in %d bytes", ErrTruncated, ns+nd, len(rest))
 	}
-	m.States = make([]State, ns)
-	for i := range m.States {
+	all := make([]State, ns+nd)
+	for i := range all {
 		if len(rest) < stateHeader {
 			return Replicate{}, fmt.Errorf("%w: state %d header", ErrTruncated, i)
 		}
@@ -172,10 +198,19 @@ func ParseReplicate(p []byte) (Replicate, error) {
 		}
 		s.Floats = BytesF32(rest[:size])
 		rest = rest[(size+7)/8*8:]
-		m.States[i] = s
+		all[i] = s
 	}
 	if len(rest) != 0 {
 		return Replicate{}, fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(rest))
+	}
+	m.States = all[:ns]
+	for i, d := range deferred {
+		st := all[ns+i]
+		if st.Keys == nil {
+			return Replicate{}, fmt.Errorf("%w: deferred push %d without a key list", ErrCorrupt, i)
+		}
+		d.Pair.Table, d.Keys, d.Vals = st.Table, st.Keys, st.Floats
+		m.Deferred = append(m.Deferred, d)
 	}
 	return m, nil
 }
@@ -194,11 +229,11 @@ func appendSlots(b []byte, table uint32, slots []uint64) []byte {
 	return b
 }
 
-// parsePairs decodes np pairs and then nr replaced slot sets, which must
-// fill b exactly.
-func parsePairs(b []byte, np, nr int) ([]Pair, []Replace, error) {
-	if 5*uint64(np)+2*uint64(nr) > uint64(len(b)) {
-		return nil, nil, fmt.Errorf("%w: %d pairs and %d slot sets in %d bytes", ErrTruncated, np, nr, len(b))
+// parsePairs decodes np pairs, nr replaced slot sets and nd deferred
+// pushes' headers, which must fill b exactly.
+func parsePairs(b []byte, np, nr, nd int) ([]Pair, []Replace, []Deferred, error) {
+	if 5*uint64(np)+2*uint64(nr)+5*uint64(nd) > uint64(len(b)) {
+		return nil, nil, nil, fmt.Errorf("%w: %d pairs, %d slot sets and %d deferred pushes in %d bytes", ErrTruncated, np, nr, nd, len(b))
 	}
 	next := func() (uint64, error) {
 		v, n := binary.Uvarint(b)
@@ -249,13 +284,13 @@ func parsePairs(b []byte, np, nr int) ([]Pair, []Replace, error) {
 		for j := range vals {
 			v, err := next()
 			if err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 			vals[j] = v
 		}
 		table, sl, err := slots(fmt.Sprintf("pair %d", i))
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		pairs[i] = Pair{Client: vals[0], Seq: vals[1], Acked: vals[2], Table: table, Slots: sl}
 	}
@@ -263,12 +298,27 @@ func parsePairs(b []byte, np, nr int) ([]Pair, []Replace, error) {
 	for i := range nr {
 		table, sl, err := slots(fmt.Sprintf("replaced slot set %d", i))
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		replace = append(replace, Replace{Table: table, Slots: sl})
 	}
-	if len(b) != 0 {
-		return nil, nil, fmt.Errorf("%w: %d bytes after the pair list", ErrCorrupt, len(b))
+	var deferred []Deferred
+	for range nd {
+		var vals [5]uint64
+		for j := range vals {
+			v, err := next()
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			vals[j] = v
+		}
+		if vals[3] > 1<<63-1 || vals[4] > 1<<32-1 {
+			return nil, nil, nil, fmt.Errorf("%w: deferred push clock %d worker %d", ErrCorrupt, vals[3], vals[4])
+		}
+		deferred = append(deferred, Deferred{Pair: Pair{Client: vals[0], Seq: vals[1], Acked: vals[2]}, Clock: int64(vals[3]), Worker: uint32(vals[4])})
 	}
-	return pairs, replace, nil
+	if len(b) != 0 {
+		return nil, nil, nil, fmt.Errorf("%w: %d bytes after the pair list", ErrCorrupt, len(b))
+	}
+	return pairs, replace, deferred, nil
 }

@@ -230,9 +230,10 @@ func equalF32(a, b []float32) bool {
 
 func TestReplicateRoundTrip(t *testing.T) {
 	m := Replicate{
-		Pairs:   []Pair{{Client: 1, Seq: 2}, {Client: 3, Seq: 1 << 40, Acked: 99, Table: 7, Slots: []uint64{0, 2, 7, 8, 1 << 50, 1<<50 + 3}}},
-		Replace: []Replace{{Table: 1, Slots: []uint64{0, 1}}, {Table: 2, Slots: []uint64{4, 6, 9, 10}}},
-		More:    true,
+		Pairs:    []Pair{{Client: 1, Seq: 2}, {Client: 3, Seq: 1 << 40, Acked: 99, Table: 7, Slots: []uint64{0, 2, 7, 8, 1 << 50, 1<<50 + 3}}},
+		Replace:  []Replace{{Table: 1, Slots: []uint64{0, 1}}, {Table: 2, Slots: []uint64{4, 6, 9, 10}}},
+		Deferred: []Deferred{{Pair: Pair{Client: 9, Seq: 4, Acked: 2, Table: 1}, Clock: 17, Worker: 3, Keys: []uint64{8, 70}, Vals: []float32{1, 2, 3, 4, 5, 6}}},
+		More:     true,
 		States: []State{
 			{Table: 1, Stride: 3, Keys: []uint64{5, 9}, Floats: []float32{1, 2, 3, 4, 5, 6}},
 			{Table: 2, Stride: 1, Lo: 100, N: 3, Floats: []float32{7, 8, 9}},
@@ -254,6 +255,12 @@ func TestReplicateRoundTrip(t *testing.T) {
 	}
 	if len(got.Pairs) != 2 || len(got.States) != 2 || len(got.Replace) != 2 || !got.More {
 		t.Fatalf("%+v", got)
+	}
+	if len(got.Deferred) != 1 {
+		t.Fatalf("deferred pushes %+v", got.Deferred)
+	}
+	if d, want := got.Deferred[0], m.Deferred[0]; d.Pair.Client != want.Pair.Client || d.Pair.Seq != want.Pair.Seq || d.Pair.Acked != want.Pair.Acked || d.Pair.Table != want.Pair.Table || d.Clock != want.Clock || d.Worker != want.Worker || !equalU64(d.Keys, want.Keys) || !equalF32(d.Vals, want.Vals) {
+		t.Fatalf("deferred push %+v, want %+v", d, want)
 	}
 	for i, want := range m.Replace {
 		if g := got.Replace[i]; g.Table != want.Table || !equalU64(g.Slots, want.Slots) {
