@@ -76,9 +76,9 @@ type tableSlot struct {
 	slot  uint64
 }
 
-// mustCopy is the synced value of a slot of a batch that was failed
+// copyNeeded is the synced value of a slot of a batch that was failed
 // rather than sent (see replicator.mustCopy).
-const mustCopy = -1
+const copyNeeded = -1
 
 // syncState is what a replicator knows of its peer's slots. It is used
 // under the server's applyMu (write side), like the changes it reads.
@@ -90,7 +90,7 @@ type syncState struct {
 	born       int
 	bornSynced bool
 	// synced holds, per slot, the number of changes after which the peer
-	// was known to hold it in step (copied, or checked), or mustCopy.
+	// was known to hold it in step (copied, or checked), or copyNeeded.
 	synced map[tableSlot]int
 }
 
@@ -101,7 +101,7 @@ func (r *replicator) needsCopy(table uint32, sl uint64) bool {
 	key := tableSlot{table, sl}
 	v, ok := r.sync.synced[key]
 	switch {
-	case ok && v == mustCopy:
+	case ok && v == copyNeeded:
 		return true
 	case ok:
 	case r.sync.bornSynced:
@@ -151,13 +151,13 @@ func (r *replicator) mustCopy(entries []entry) {
 		if c := e.copy; c != nil {
 			for i := 0; i < len(c.slots); i += 2 {
 				for sl := c.slots[i]; sl < c.slots[i+1]; sl++ {
-					r.sync.synced[tableSlot{c.t.id, sl}] = mustCopy
+					r.sync.synced[tableSlot{c.t.id, sl}] = copyNeeded
 				}
 			}
 			continue
 		}
 		for _, it := range e.items {
-			it.eachSlot(func(sl uint64) { r.sync.synced[tableSlot{it.t.id, sl}] = mustCopy })
+			it.eachSlot(func(sl uint64) { r.sync.synced[tableSlot{it.t.id, sl}] = copyNeeded })
 		}
 	}
 }
