@@ -66,20 +66,7 @@ func TestServerDrainsLive(t *testing.T) {
 				if c.Rank() == 0 {
 					t.Logf("server-1 off the ring %v after the drain began", time.Since(start))
 				}
-				if err := c.Barrier(ctx); err != nil {
-					return nil, err
-				}
-				if c.Rank() != 0 {
-					return nil, nil
-				}
-				got, err := pullAll(ctx, tb, keys)
-				if err != nil {
-					return nil, err
-				}
-				if sum := total(got); sum != 2*acked.Load() {
-					return nil, fmt.Errorf("counters hold %d increments, %d were acknowledged", sum, 2*acked.Load())
-				}
-				return nil, nil
+				return nil, holdsAcked(ctx, c, tb, keys, func() int64 { return 2 * acked.Load() })
 			})
 			if err != nil {
 				t.Fatal(err)

@@ -137,20 +137,7 @@ func TestBSPServerFailureLosesNoAckedPush(t *testing.T) {
 				return nil, fmt.Errorf("tick %d: %w", i, err)
 			}
 		}
-		if err := c.Barrier(ctx); err != nil {
-			return nil, err
-		}
-		if c.Rank() != 0 {
-			return nil, nil
-		}
-		got, err := pullAll(ctx, tb, keys)
-		if err != nil {
-			return nil, err
-		}
-		if sum := total(got); sum != acked.Load() {
-			return nil, fmt.Errorf("counters hold %d increments, %d were acknowledged", sum, acked.Load())
-		}
-		return nil, nil
+		return nil, holdsAcked(ctx, c, tb, keys, acked.Load)
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -64,6 +64,26 @@ func pullAll(ctx context.Context, tb *ps.Table, n int) ([]float32, error) {
 	return got, tb.Pull(all, got).Wait(ctx)
 }
 
+// holdsAcked waits for every worker (Barrier) and then, on rank 0, checks
+// that counters 0..n-1 of tb sum to want(), the acknowledged increments
+// (read after the barrier, once every worker has counted its own).
+func holdsAcked(ctx context.Context, c *ps.Client, tb *ps.Table, n int, want func() int64) error {
+	if err := c.Barrier(ctx); err != nil {
+		return err
+	}
+	if c.Rank() != 0 {
+		return nil
+	}
+	got, err := pullAll(ctx, tb, n)
+	if err != nil {
+		return err
+	}
+	if sum, w := total(got), want(); sum != w {
+		return fmt.Errorf("counters hold %d increments, %d were acknowledged", sum, w)
+	}
+	return nil
+}
+
 // total sums counter values.
 func total(vals []float32) int64 {
 	var sum int64

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"slices"
 	"sync"
-	"sync/atomic"
 
 	"github.com/terrace-ml/terrace/keyspace"
 	"github.com/terrace-ml/terrace/ring"
@@ -180,21 +179,7 @@ func (s *Server) replicateDeferred(t *tableState, ks keySet, vals []float32, pai
 		done(nil)
 		return
 	}
-	var left atomic.Int32
-	var failed atomic.Pointer[error]
-	left.Store(int32(len(per)))
-	finish := func(err error) {
-		if err != nil {
-			failed.CompareAndSwap(nil, &err)
-		}
-		if left.Add(-1) == 0 {
-			if e := failed.Load(); e != nil {
-				done(*e)
-				return
-			}
-			done(nil)
-		}
-	}
+	finish := allDone(len(per), done)
 	for id, d := range per {
 		r := s.replicatorFor(peers[id])
 		if r == nil {
@@ -236,21 +221,11 @@ func (s *Server) takeOver(rm *ring.Map, me int) {
 		var slots keyspace.SlotSet
 		slots.AddKeys(ks.keys)
 		durable := s.dedup.hold(pk.client, pk.seq, hp.acked, hp.table, slots)
-		acked := hp.acked
 		// The push was on this server and its old head; it must be on
 		// this server's chains too before a re-send of it is answered.
-		pair := wire.Pair{Client: pk.client, Seq: pk.seq, Acked: acked, Table: hp.table}
+		pair := wire.Pair{Client: pk.client, Seq: pk.seq, Acked: hp.acked, Table: hp.table}
 		go s.replicateDeferred(t, ks, vals, pair, hp.clock, hp.worker, func(error) { close(durable) })
-		apply := func() {
-			s.applyMu.RLock()
-			defer s.applyMu.RUnlock()
-			ks, vals := ks.keep(s.heads(), vals, w)
-			if ks.n > 0 {
-				s.stats.refused.Add(int64(push(t.store, ks, vals, w)))
-			}
-			s.dedup.applied(pk.client, pk.seq)
-			s.replicate(t, ks, pk.client, pk.seq, acked, nil)
-		}
+		apply := func() { s.applyDeferred(t, ks, ks, vals, pk.client, pk.seq, pair.Acked) }
 		if !s.bsp.add(hp.clock, hp.worker, apply) {
 			go apply()
 		}

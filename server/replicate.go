@@ -188,6 +188,17 @@ func (r *replicator) loop() {
 		}
 	}()
 	backoff := 10 * time.Millisecond
+	// pause waits before a retry, and reports false if the replicator
+	// stopped meanwhile.
+	pause := func() bool {
+		select {
+		case <-r.stop:
+			return false
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+		return true
+	}
 	for {
 		select {
 		case <-r.stop:
@@ -260,12 +271,9 @@ func (r *replicator) loop() {
 					if backoff == 10*time.Millisecond {
 						r.s.log.Warn("replication peer unreachable; holding its acks until it returns or leaves the layout", "peer", r.peer.ID, "err", err)
 					}
-					select {
-					case <-r.stop:
+					if !pause() {
 						return
-					case <-time.After(backoff):
 					}
-					backoff = min(2*backoff, time.Second)
 					continue
 				}
 			}
@@ -273,12 +281,9 @@ func (r *replicator) loop() {
 				r.s.log.Warn("replication failed; retrying", "peer", r.peer.ID, "err", err)
 				conn.Close()
 				conn = nil
-				select {
-				case <-r.stop:
+				if !pause() {
 					return
-				case <-time.After(backoff):
 				}
-				backoff = min(2*backoff, time.Second)
 				continue
 			}
 			backoff = 10 * time.Millisecond

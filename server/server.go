@@ -653,17 +653,6 @@ func (s *Server) handleData(c *conn, h wire.Header, p []byte) (wire.Code, error)
 		s.stats.duplicates.Add(1)
 		ks, vals = ks.without(held.slots, vals, t.spec.Width)
 	}
-	apply := func() int {
-		refused := 0
-		if ks.n > 0 {
-			refused = push(t.store, ks, vals, t.spec.Width)
-			s.stats.refused.Add(int64(refused))
-		}
-		if d.Seq != 0 {
-			s.dedup.applied(c.hello.Client, d.Seq)
-		}
-		return refused
-	}
 	if t.spec.Consistency.Model == table.BSP && d.Worker != wire.NoWorker && d.Clock >= s.clocks.minimum() {
 		// Applied, and then replicated, once every worker has finished
 		// the clock. It is acknowledged once the other servers of its
@@ -671,22 +660,8 @@ func (s *Server) handleData(c *conn, h wire.Header, p []byte) (wire.Code, error)
 		// tick): if this server fails before the clock completes, the
 		// next head applies it (docs/design/resilience.md, "BSP").
 		all, ks, vals = all.clone(), ks.clone(), slices.Clone(vals)
-		client, width := c.hello.Client, t.spec.Width
-		if s.bsp.add(d.Clock, d.Worker, func() {
-			s.applyMu.RLock()
-			defer s.applyMu.RUnlock()
-			// Keys whose slots moved meanwhile are the new head's to apply.
-			heads := s.heads()
-			all, _ := all.keep(heads, nil, 0)
-			ks, vals := ks.keep(heads, vals, width)
-			refused := 0
-			if ks.n > 0 {
-				refused = push(t.store, ks, vals, width)
-				s.stats.refused.Add(int64(refused))
-			}
-			s.dedup.applied(client, d.Seq)
-			s.replicate(t, all, client, d.Seq, d.Acked, nil)
-		}) {
+		client := c.hello.Client
+		if s.bsp.add(d.Clock, d.Worker, func() { s.applyDeferred(t, all, ks, vals, client, d.Seq, d.Acked) }) {
 			pair := wire.Pair{Client: client, Seq: d.Seq, Acked: d.Acked, Table: t.id}
 			var durable chan struct{}
 			if d.Seq != 0 {
@@ -721,7 +696,7 @@ func (s *Server) handleData(c *conn, h wire.Header, p []byte) (wire.Code, error)
 		}
 		return wire.CodeStaleEpoch, fmt.Errorf("layout changed from epoch %d while the push waited", rm.Epoch)
 	}
-	refused := apply()
+	refused := s.applyPush(t, ks, vals, c.hello.Client, d.Seq)
 	s.replicate(t, all, c.hello.Client, d.Seq, d.Acked, func(err error) {
 		if err != nil {
 			s.replyError(c, h, wire.CodeStaleEpoch, err.Error())
@@ -730,6 +705,35 @@ func (s *Server) handleData(c *conn, h wire.Header, p []byte) (wire.Code, error)
 		s.answer(c, h, t, all, d, rm.Epoch, refused)
 	})
 	return 0, nil
+}
+
+// applyPush applies vals to keys ks of t, records the push (client, seq)
+// as applied when seq is not 0, and returns how many keys' updates were
+// refused as non-finite. The caller holds applyMu for reading.
+func (s *Server) applyPush(t *tableState, ks keySet, vals []float32, client, seq uint64) int {
+	refused := 0
+	if ks.n > 0 {
+		refused = push(t.store, ks, vals, t.spec.Width)
+		s.stats.refused.Add(int64(refused))
+	}
+	if seq != 0 {
+		s.dedup.applied(client, seq)
+	}
+	return refused
+}
+
+// applyDeferred applies a BSP push whose clock has completed: the keys of
+// ks this server still heads (those whose slots moved meanwhile are their
+// new head's to apply), then replicates the state of the keys of all it
+// still heads.
+func (s *Server) applyDeferred(t *tableState, all, ks keySet, vals []float32, client, seq, acked uint64) {
+	s.applyMu.RLock()
+	defer s.applyMu.RUnlock()
+	heads := s.heads()
+	all, _ = all.keep(heads, nil, 0)
+	ks, vals = ks.keep(heads, vals, t.spec.Width)
+	s.applyPush(t, ks, vals, client, seq)
+	s.replicate(t, all, client, seq, acked, nil)
 }
 
 // answer acknowledges a push, or answers the pull half of a pushpull.
@@ -766,10 +770,24 @@ func (s *Server) replicate(t *tableState, ks keySet, client, seq, acked uint64, 
 	if seq != 0 {
 		pairs = []wire.Pair{{Client: client, Seq: seq, Acked: acked, Table: t.id}}
 	}
+	finish := allDone(len(groups), done)
+	for _, g := range groups {
+		r := s.replicatorFor(g.peer)
+		if r == nil {
+			finish(errors.New("server is shutting down"))
+			continue
+		}
+		r.add(entry{items: g.items, pairs: pairs}, finish)
+	}
+}
+
+// allDone returns a function to call n times, with an error or nil: on
+// the nth call it calls done with the first error, or with nil.
+func allDone(n int, done func(error)) func(error) {
 	var left atomic.Int32
 	var failed atomic.Pointer[error]
-	left.Store(int32(len(groups)))
-	finish := func(err error) {
+	left.Store(int32(n))
+	return func(err error) {
 		if err != nil {
 			failed.CompareAndSwap(nil, &err)
 		}
@@ -780,14 +798,6 @@ func (s *Server) replicate(t *tableState, ks keySet, client, seq, acked uint64, 
 			}
 			done(nil)
 		}
-	}
-	for _, g := range groups {
-		r := s.replicatorFor(g.peer)
-		if r == nil {
-			finish(errors.New("server is shutting down"))
-			continue
-		}
-		r.add(entry{items: g.items, pairs: pairs}, finish)
 	}
 }
 

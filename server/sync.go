@@ -115,12 +115,17 @@ func (r *replicator) needsCopy(table uint32, sl uint64) bool {
 		}
 	}
 	if v < len(s.changes) {
-		if r.sync.synced == nil {
-			r.sync.synced = make(map[tableSlot]int)
-		}
-		r.sync.synced[key] = len(s.changes)
+		r.sync.set(key, len(s.changes))
 	}
 	return false
+}
+
+// set records slot key as in step as of v changes (or copyNeeded).
+func (st *syncState) set(key tableSlot, v int) {
+	if st.synced == nil {
+		st.synced = make(map[tableSlot]int)
+	}
+	st.synced[key] = v
 }
 
 // inSync reports whether every slot is known to be in step without a
@@ -131,12 +136,14 @@ func (r *replicator) inSync() bool {
 
 // markCopied records slots of table as copied, as of now.
 func (r *replicator) markCopied(table uint32, slots keyspace.SlotSet) {
-	if r.sync.synced == nil {
-		r.sync.synced = make(map[tableSlot]int)
-	}
+	r.sync.setAll(table, slots, len(r.s.changes))
+}
+
+// setAll records every slot of slots as set does.
+func (st *syncState) setAll(table uint32, slots keyspace.SlotSet, v int) {
 	for i := 0; i < len(slots); i += 2 {
 		for sl := slots[i]; sl < slots[i+1]; sl++ {
-			r.sync.synced[tableSlot{table, sl}] = len(r.s.changes)
+			st.set(tableSlot{table, sl}, v)
 		}
 	}
 }
@@ -144,20 +151,13 @@ func (r *replicator) markCopied(table uint32, slots keyspace.SlotSet) {
 // mustCopy records every slot of entries, which will not reach the peer,
 // as needing a full copy before any more of its state.
 func (r *replicator) mustCopy(entries []entry) {
-	if r.sync.synced == nil {
-		r.sync.synced = make(map[tableSlot]int)
-	}
 	for _, e := range entries {
 		if c := e.copy; c != nil {
-			for i := 0; i < len(c.slots); i += 2 {
-				for sl := c.slots[i]; sl < c.slots[i+1]; sl++ {
-					r.sync.synced[tableSlot{c.t.id, sl}] = copyNeeded
-				}
-			}
+			r.sync.setAll(c.t.id, c.slots, copyNeeded)
 			continue
 		}
 		for _, it := range e.items {
-			it.eachSlot(func(sl uint64) { r.sync.synced[tableSlot{it.t.id, sl}] = copyNeeded })
+			it.eachSlot(func(sl uint64) { r.sync.set(tableSlot{it.t.id, sl}, copyNeeded) })
 		}
 	}
 }

@@ -278,15 +278,22 @@ func parsePairs(b []byte, np, nr, nd int) ([]Pair, []Replace, []Deferred, error)
 		}
 		return uint32(table), out, nil
 	}
-	pairs := make([]Pair, np)
-	for i := range pairs {
-		var vals [3]uint64
+	// fill reads len(vals) uvarints.
+	fill := func(vals []uint64) error {
 		for j := range vals {
 			v, err := next()
 			if err != nil {
-				return nil, nil, nil, err
+				return err
 			}
 			vals[j] = v
+		}
+		return nil
+	}
+	pairs := make([]Pair, np)
+	for i := range pairs {
+		var vals [3]uint64
+		if err := fill(vals[:]); err != nil {
+			return nil, nil, nil, err
 		}
 		table, sl, err := slots(fmt.Sprintf("pair %d", i))
 		if err != nil {
@@ -305,12 +312,8 @@ func parsePairs(b []byte, np, nr, nd int) ([]Pair, []Replace, []Deferred, error)
 	var deferred []Deferred
 	for range nd {
 		var vals [5]uint64
-		for j := range vals {
-			v, err := next()
-			if err != nil {
-				return nil, nil, nil, err
-			}
-			vals[j] = v
+		if err := fill(vals[:]); err != nil {
+			return nil, nil, nil, err
 		}
 		if vals[3] > 1<<63-1 || vals[4] > 1<<32-1 {
 			return nil, nil, nil, fmt.Errorf("%w: deferred push clock %d worker %d", ErrCorrupt, vals[3], vals[4])
