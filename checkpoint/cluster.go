@@ -39,9 +39,11 @@ func CommitCluster(dir string, seq uint64, meta []byte) error {
 	return nil
 }
 
-// LatestCommit returns the newest intact commit record under dir, with
-// the reasons newer ones were passed over, or ErrNoCheckpoint.
-func LatestCommit(dir string) (seq uint64, meta []byte, skipped []error, err error) {
+// LatestCommit returns the newest intact commit record under dir that
+// accept (if not nil) accepts, with the reasons newer ones were passed
+// over, or ErrNoCheckpoint. accept checks what the record names besides the
+// servers' checkpoints (the partition states).
+func LatestCommit(dir string, accept func(seq uint64, meta []byte) error) (seq uint64, meta []byte, skipped []error, err error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return 0, nil, nil, fmt.Errorf("%w: %v", ErrNoCheckpoint, err)
@@ -58,9 +60,13 @@ func LatestCommit(dir string) (seq uint64, meta []byte, skipped []error, err err
 	for _, s := range seqs {
 		b, err := os.ReadFile(filepath.Join(dir, commitName(s)))
 		if err == nil && len(b) >= 4 && crc32.Checksum(b[:len(b)-4], castagnoli) == binary.LittleEndian.Uint32(b[len(b)-4:]) {
-			return s, b[:len(b)-4], skipped, nil
-		}
-		if err == nil {
+			if accept == nil {
+				return s, b[:len(b)-4], skipped, nil
+			}
+			if err = accept(s, b[:len(b)-4]); err == nil {
+				return s, b[:len(b)-4], skipped, nil
+			}
+		} else if err == nil {
 			err = &CorruptError{Path: filepath.Join(dir, commitName(s)), Reason: "commit record checksum mismatch"}
 		}
 		skipped = append(skipped, err)

@@ -1,6 +1,7 @@
 package coord
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -27,6 +28,29 @@ type commitMeta struct {
 	MaxClock   int64           `json:"max_clock"`
 	Time       time.Time       `json:"time"`
 	Extra      json.RawMessage `json:"extra,omitempty"`
+	// States names the partition-state file, if any partition has state.
+	States *checkpoint.StateFile `json:"partition_states,omitempty"`
+}
+
+// writeStatesLocked writes every partition's current state into the
+// checkpoint (nothing if none has state). It runs at an epoch boundary,
+// while no worker reports progress.
+func (c *Coordinator) writeStatesLocked(dir string, seq uint64) (*checkpoint.StateFile, error) {
+	if len(c.stateVer) == 0 {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	blobs := make(map[int][]byte, len(c.stateVer))
+	for p, ver := range c.stateVer {
+		b, err := c.states.GetState(ctx, p, ver)
+		if err != nil {
+			return nil, fmt.Errorf("coord: checkpoint %d: partition %d state: %w", seq, p, err)
+		}
+		blobs[p] = b
+	}
+	sf, err := checkpoint.WritePartStates(dir, seq, blobs)
+	return &sf, err
 }
 
 // startCheckpointLocked asks for a checkpoint after epoch e; c.mu is held.
@@ -79,8 +103,14 @@ func (c *Coordinator) Checkpointed(from string, seq uint64, errMsg string) error
 			return nil
 		}
 	}
-	meta, err := json.Marshal(commitMeta{Seq: seq, Epoch: ck.Epoch, Servers: ck.Servers, Tables: c.lay.Tables,
-		Partitions: c.lay.Partitions, MaxClock: c.maxClock, Time: time.Now().UTC()})
+	m := commitMeta{Seq: seq, Epoch: ck.Epoch, Servers: ck.Servers, Tables: c.lay.Tables,
+		Partitions: c.lay.Partitions, MaxClock: c.maxClock, Time: time.Now().UTC()}
+	var meta []byte
+	sf, err := c.writeStatesLocked(ck.Dir, seq)
+	if err == nil {
+		m.States = sf
+		meta, err = json.Marshal(m)
+	}
 	if err == nil {
 		err = checkpoint.CommitCluster(ck.Dir, seq, meta)
 	}
@@ -112,7 +142,20 @@ func (c *Coordinator) Checkpoints() []CheckpointStat {
 // completed epochs and the servers that wrote it; the layout is then not
 // Ready until every server has loaded its slots (Restored).
 func (c *Coordinator) resumeLocked(dir string) error {
-	seq, raw, skipped, err := checkpoint.LatestCommit(dir)
+	var states map[int][]byte
+	seq, raw, skipped, err := checkpoint.LatestCommit(dir, func(seq uint64, raw []byte) error {
+		var m commitMeta
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return fmt.Errorf("commit record %d: %w", seq, err)
+		}
+		states = nil
+		if m.States == nil {
+			return nil
+		}
+		var err error
+		states, err = checkpoint.ReadPartStates(dir, *m.States)
+		return err
+	})
 	for _, s := range skipped {
 		c.log.Warn("passing over a damaged checkpoint commit", "err", s)
 	}
@@ -136,6 +179,13 @@ func (c *Coordinator) resumeLocked(dir string) error {
 		c.work[e] = w
 	}
 	c.maxClock = m.MaxClock
+	for p, blob := range states {
+		c.nextStateVer++
+		c.stateVer[p] = c.nextStateVer
+		if err := c.states.PutState(context.Background(), p, c.nextStateVer, blob); err != nil {
+			return fmt.Errorf("coord: resume: partition %d state: %w", p, err)
+		}
+	}
 	c.ckptSeq = seq
 	c.lay.Resume = &layout.Checkpoint{Dir: dir, Seq: seq, Epoch: m.Epoch, Servers: m.Servers}
 	c.restored = map[string]bool{}

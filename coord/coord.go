@@ -66,6 +66,12 @@ type Coordinator struct {
 	// change of the ring or of the joiners changes what each head must ship.
 	syncFrom uint64
 
+	// stateVer is the current state version of each partition with state
+	// (see state.go), nextStateVer the last version handed out.
+	stateVer     map[int]uint64
+	nextStateVer uint64
+	states       StateStore
+
 	persist    func(ctx context.Context, blob []byte) error
 	persistErr error
 
@@ -102,6 +108,9 @@ func Open(o Options) (*Coordinator, error) {
 		done:    make(chan struct{}),
 		synced:  map[string]map[string]bool{},
 		log:     o.Logger,
+
+		stateVer: map[int]uint64{},
+		states:   &memStates{},
 	}
 	if c.log == nil {
 		c.log = slog.Default()

@@ -143,7 +143,7 @@ func TestLeasesSurviveRestore(t *testing.T) {
 	if err != nil || g.Partition != 0 {
 		t.Fatalf("grant %+v %v", g, err)
 	}
-	if err := c.Progress(0, 0, 0, 17, 5, false); err != nil {
+	if _, err := c.Progress(ctx, Update{Rank: 0, Epoch: 0, Partition: 0, Offset: 17, Clock: 5}); err != nil {
 		t.Fatal(err)
 	}
 	// The leader dies before the worker hears of its next grant; a new
@@ -175,7 +175,7 @@ func TestCheckpointOnDemand(t *testing.T) {
 		t.Fatal(err)
 	}
 	g, _ := c.Acquire(ctx, 0, 0)
-	c.Progress(0, 0, g.Partition, 10, 1, true)
+	c.Progress(ctx, Update{Partition: g.Partition, Offset: 10, Clock: 1, Complete: true})
 	l, _ := c.Layout(ctx, 0)
 	if l.Checkpoint == nil || l.Checkpoint.Epoch != 0 {
 		t.Fatalf("after epoch 0 with a checkpoint requested: %+v", l.Checkpoint)

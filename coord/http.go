@@ -43,6 +43,9 @@ type joinReply struct {
 //	POST /v1/join             {"role":"server"|"worker","id":..,"addr":..}
 //	POST /v1/tables           a table.Spec
 //	POST /v1/report?rank=R    a worker's final report (any JSON)
+//	POST /v1/work/acquire     lease a data partition ({"rank","epoch"})
+//	POST /v1/work/progress    an Update; answers the partition's state version
+//	GET  /v1/work/state?partition=P&version=V   a partition's state blob
 //	GET  /v1/reports          the reports received
 //	GET  /healthz
 func (c *Coordinator) Handler() http.Handler {
@@ -117,8 +120,11 @@ func (c *Coordinator) Handler() http.Handler {
 
 var errBadRequest = errors.New("coord: bad request")
 
-func decode(r *http.Request, v any) error {
-	d := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
+func decode(r *http.Request, v any) error { return decodeUpTo(r, v, 1<<20) }
+
+// decodeUpTo decodes a request body of at most n bytes.
+func decodeUpTo(r *http.Request, v any, n int64) error {
+	d := json.NewDecoder(io.LimitReader(r.Body, n))
 	d.DisallowUnknownFields()
 	if err := d.Decode(v); err != nil {
 		return fmt.Errorf("%w: %v", errBadRequest, err)
@@ -131,8 +137,10 @@ func reply(w http.ResponseWriter, v any, err error) {
 	if err != nil {
 		code := http.StatusInternalServerError
 		switch {
-		case errors.Is(err, errBadRequest), errors.Is(err, table.ErrInvalid):
+		case errors.Is(err, errBadRequest), errors.Is(err, table.ErrInvalid), errors.Is(err, ErrStateTooLarge):
 			code = http.StatusBadRequest
+		case errors.Is(err, ErrNoState):
+			code = http.StatusNotFound
 		case errors.Is(err, ErrNotPersisted):
 			code = http.StatusServiceUnavailable
 		case errors.Is(err, ErrFull), errors.Is(err, ErrTableConflict), errors.Is(err, ErrLeaseLost):
@@ -244,6 +252,9 @@ func (c *Client) doOne(ctx context.Context, base, method, path string, in, out a
 		if resp.StatusCode == http.StatusServiceUnavailable {
 			return fmt.Errorf("%w: %v", errTransient, err)
 		}
+		if resp.StatusCode == http.StatusNotFound && strings.Contains(e.Error, "no such partition state") {
+			return fmt.Errorf("%w (%v)", ErrNoState, err)
+		}
 		if resp.StatusCode == http.StatusConflict {
 			switch {
 			case strings.Contains(e.Error, "lease lost"):
@@ -255,6 +266,10 @@ func (c *Client) doOne(ctx context.Context, base, method, path string, in, out a
 			}
 		}
 		return err
+	}
+	if raw, ok := out.(*[]byte); ok {
+		*raw = b
+		return nil
 	}
 	if out != nil {
 		return json.Unmarshal(b, out)
@@ -354,12 +369,29 @@ func (c *Coordinator) workHandlers(mux *http.ServeMux) {
 		reply(w, g, err)
 	})
 	mux.HandleFunc("POST /v1/work/progress", func(w http.ResponseWriter, r *http.Request) {
-		var req workRequest
-		if err := decode(r, &req); err != nil {
+		var u Update
+		// Room for a state blob of MaxStateBytes, base64-encoded.
+		if err := decodeUpTo(r, &u, MaxStateBytes/3*4+1<<20); err != nil {
 			reply(w, nil, err)
 			return
 		}
-		reply(w, struct{}{}, c.Progress(req.Rank, req.Epoch, req.Partition, req.Offset, req.Clock, req.Complete))
+		ver, err := c.Progress(r.Context(), u)
+		reply(w, progressReply{State: ver}, err)
+	})
+	mux.HandleFunc("GET /v1/work/state", func(w http.ResponseWriter, r *http.Request) {
+		p, perr := strconv.Atoi(r.URL.Query().Get("partition"))
+		ver, verr := strconv.ParseUint(r.URL.Query().Get("version"), 10, 64)
+		if err := errors.Join(perr, verr); err != nil {
+			reply(w, nil, fmt.Errorf("%w: %v", errBadRequest, err))
+			return
+		}
+		blob, err := c.State(r.Context(), p, ver)
+		if err != nil {
+			reply(w, nil, err)
+			return
+		}
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Write(blob)
 	})
 	mux.HandleFunc("POST /v1/heartbeat", func(w http.ResponseWriter, r *http.Request) {
 		var req workRequest
@@ -436,9 +468,22 @@ func (c *Client) Acquire(ctx context.Context, rank, epoch int) (Grant, error) {
 	}
 }
 
-// Progress reports training progress on a leased partition.
-func (c *Client) Progress(ctx context.Context, rank, epoch, partition, offset int, clock int64, complete bool) error {
-	return c.do(ctx, "POST", "/v1/work/progress", workRequest{Rank: rank, Epoch: epoch, Partition: partition, Offset: offset, Clock: clock, Complete: complete}, nil)
+type progressReply struct {
+	State uint64 `json:"state"`
+}
+
+// Progress reports training progress on a leased partition, and returns
+// the partition's state version after it (see Coordinator.Progress).
+func (c *Client) Progress(ctx context.Context, u Update) (uint64, error) {
+	var r progressReply
+	err := c.do(ctx, "POST", "/v1/work/progress", u, &r)
+	return r.State, err
+}
+
+// State fetches version ver of partition p's worker state.
+func (c *Client) State(ctx context.Context, p int, ver uint64) ([]byte, error) {
+	var blob []byte
+	return blob, c.do(ctx, "GET", fmt.Sprintf("/v1/work/state?partition=%d&version=%d", p, ver), nil, &blob)
 }
 
 // Heartbeat keeps a worker's leases alive.

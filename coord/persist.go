@@ -27,6 +27,9 @@ type state struct {
 	Removed  int                        `json:"removed"`
 	Synced   map[string]map[string]bool `json:"synced,omitempty"`
 	SyncFrom uint64                     `json:"sync_from,omitempty"`
+	// StateVer is the current state version by partition.
+	StateVer     map[int]uint64 `json:"state_versions,omitempty"`
+	NextStateVer uint64         `json:"next_state_version,omitempty"`
 }
 
 type savedLease struct {
@@ -54,6 +57,7 @@ func (c *Coordinator) persistLocked() error {
 	st := state{
 		Layout: c.lay, Workers: c.workers, Reports: c.reports, MaxClock: c.maxClock,
 		Removed: c.removed, Synced: c.synced, SyncFrom: c.syncFrom, Work: map[int][]savedLease{},
+		StateVer: c.stateVer, NextStateVer: c.nextStateVer,
 	}
 	for e, w := range c.work {
 		ls := make([]savedLease, len(w.parts))
@@ -96,6 +100,10 @@ func (c *Coordinator) Restore(blob []byte) error {
 	c.synced, c.syncFrom = st.Synced, st.SyncFrom
 	if c.synced == nil {
 		c.synced = map[string]map[string]bool{}
+	}
+	c.stateVer, c.nextStateVer = st.StateVer, st.NextStateVer
+	if c.stateVer == nil {
+		c.stateVer = map[int]uint64{}
 	}
 	c.work = map[int]*epochWork{}
 	for e, ls := range st.Work {

@@ -25,6 +25,9 @@ type Grant struct {
 	// partition. Partition is -1 when the epoch is done.
 	Partition int `json:"partition"`
 	Offset    int `json:"offset"`
+	// State is the version of the partition's worker state as of Offset
+	// (0: none yet); fetch it with State.
+	State uint64 `json:"state,omitempty"`
 	// Done is set when every partition of the epoch is complete.
 	Done bool `json:"done"`
 	// Clock, with Done, is the highest clock any worker reported: workers
@@ -96,7 +99,7 @@ func (c *Coordinator) Acquire(ctx context.Context, rank, e int) (Grant, error) {
 		// again, from its offset.
 		for p, l := range w.parts {
 			if !l.done && l.rank == rank {
-				g := Grant{Partition: p, Offset: l.offset}
+				g := Grant{Partition: p, Offset: l.offset, State: c.stateVer[p]}
 				c.mu.Unlock()
 				return g, nil
 			}
@@ -115,7 +118,7 @@ func (c *Coordinator) Acquire(ctx context.Context, rank, e int) (Grant, error) {
 		}
 		if pick >= 0 {
 			w.parts[pick].rank = rank
-			g := Grant{Partition: pick, Offset: w.parts[pick].offset}
+			g := Grant{Partition: pick, Offset: w.parts[pick].offset, State: c.stateVer[pick]}
 			err := c.persistLocked()
 			c.mu.Unlock()
 			return g, err
@@ -132,37 +135,71 @@ func (c *Coordinator) Acquire(ctx context.Context, rank, e int) (Grant, error) {
 	}
 }
 
-// Progress records that rank has trained partition p of epoch e up to
-// offset, with its pushes acknowledged, and that its clock is clock.
-func (c *Coordinator) Progress(rank, e, p, offset int, clock int64, complete bool) error {
+// Progress records that u.Rank has trained partition u.Partition of epoch
+// u.Epoch up to u.Offset, with its pushes acknowledged, and that its clock
+// is u.Clock; with u.HasState, u.State becomes the partition's state. It
+// returns the partition's state version after the update (0 if it has
+// none).
+func (c *Coordinator) Progress(ctx context.Context, u Update) (uint64, error) {
+	var ver uint64
+	if u.HasState {
+		v, err := c.putState(ctx, u)
+		if err != nil {
+			return 0, err
+		}
+		ver = v
+	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if err := c.checkRankLocked(rank); err != nil {
-		return err
+	l, err := c.leaseLocked(u)
+	if err != nil || l.done {
+		c.mu.Unlock()
+		c.dropState(u.Partition, ver)
+		return 0, err
 	}
-	c.beatLocked(rank)
-	c.maxClock = max(c.maxClock, clock)
-	w := c.epochLocked(e)
-	if p < 0 || p >= len(w.parts) {
-		return fmt.Errorf("%w: partition %d of %d", errBadRequest, p, len(w.parts))
+	c.maxClock = max(c.maxClock, u.Clock)
+	drop := ver
+	if u.HasState && u.Offset >= l.offset {
+		// A report that lost a race with a later one keeps neither its
+		// offset nor its state.
+		drop, c.stateVer[u.Partition] = c.stateVer[u.Partition], ver
 	}
-	l := &w.parts[p]
-	if l.done {
-		return nil
-	}
-	if l.rank != rank {
-		return fmt.Errorf("%w: partition %d of epoch %d is not leased to rank %d", ErrLeaseLost, p, e, rank)
-	}
-	l.offset = max(l.offset, offset)
-	if complete {
+	l.offset = max(l.offset, u.Offset)
+	if u.Complete {
 		l.done, l.rank = true, -1
+		w := c.work[u.Epoch]
 		w.left--
 		if w.left == 0 {
-			c.startCheckpointLocked(e)
+			c.startCheckpointLocked(u.Epoch)
 			c.publish()
 		}
 	}
-	return c.persistLocked()
+	cur := c.stateVer[u.Partition]
+	err = c.persistLocked()
+	c.mu.Unlock()
+	if err != nil {
+		// Not saved: the version stays unnamed, and the next leader sweeps it.
+		return 0, err
+	}
+	c.dropState(u.Partition, drop)
+	return cur, nil
+}
+
+// leaseLocked returns the lease u reports on, or an error if u.Rank does
+// not hold it; a lease already complete is returned without error.
+func (c *Coordinator) leaseLocked(u Update) (*lease, error) {
+	if err := c.checkRankLocked(u.Rank); err != nil {
+		return nil, err
+	}
+	c.beatLocked(u.Rank)
+	w := c.epochLocked(u.Epoch)
+	if u.Partition < 0 || u.Partition >= len(w.parts) {
+		return nil, fmt.Errorf("%w: partition %d of %d", errBadRequest, u.Partition, len(w.parts))
+	}
+	l := &w.parts[u.Partition]
+	if !l.done && l.rank != u.Rank {
+		return nil, fmt.Errorf("%w: partition %d of epoch %d is not leased to rank %d", ErrLeaseLost, u.Partition, u.Epoch, u.Rank)
+	}
+	return l, nil
 }
 
 // Heartbeat keeps rank's leases alive.

@@ -119,6 +119,14 @@ func lead(ctx context.Context, st *meta.Store, cfg Config) error {
 	default:
 		return fmt.Errorf("coordinator %s: %w", cfg.ID, err)
 	}
+	if err := c.SetStateStore(ctx, partStates{st, l}); err != nil {
+		return err
+	}
+	if n, err := st.SweepPartStates(ctx, l, c.StateVersions()); err != nil {
+		cfg.Logger.Warn("could not sweep partition states a previous leader left unsaved", "err", err)
+	} else if n > 0 {
+		cfg.Logger.Info("swept partition states a previous leader left unsaved", "versions", n)
+	}
 	// A save that fails means this replica can no longer act for the
 	// cluster (its lead lapsed, or etcd did not answer): it steps down, so
 	// that a replica (possibly itself, again) takes over from the last
@@ -173,4 +181,27 @@ func lead(ctx context.Context, st *meta.Store, cfg Config) error {
 		rcancel()
 		return fmt.Errorf("coordinator %s: could not save its state: %w", cfg.ID, err)
 	}
+}
+
+// partStates keeps the coordinator's partition state blobs in etcd, written
+// under this replica's leadership.
+type partStates struct {
+	st   *meta.Store
+	lead *meta.Leadership
+}
+
+func (p partStates) PutState(ctx context.Context, part int, ver uint64, blob []byte) error {
+	return p.st.PutPartState(ctx, p.lead, part, ver, blob)
+}
+
+func (p partStates) GetState(ctx context.Context, part int, ver uint64) ([]byte, error) {
+	blob, err := p.st.PartState(ctx, part, ver)
+	if errors.Is(err, meta.ErrNotFound) {
+		return nil, fmt.Errorf("%w: %v", coord.ErrNoState, err)
+	}
+	return blob, err
+}
+
+func (p partStates) DeleteState(ctx context.Context, part int, ver uint64) error {
+	return p.st.DeletePartState(ctx, p.lead, part, ver)
 }

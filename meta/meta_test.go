@@ -555,22 +555,13 @@ func TestPartitions(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Only the holder writes progress and state.
+	// Only the holder writes progress.
 	pr := Progress{Epoch: 2, Offset: 1000}
 	if err := s2.SetProgress(ctx, 0, pr, w2); !errors.Is(err, ErrNotHolder) {
 		t.Errorf("progress by non-holder: err = %v, want ErrNotHolder", err)
 	}
-	if err := s2.PutState(ctx, 0, []byte("x"), w2); !errors.Is(err, ErrNotHolder) {
-		t.Errorf("state by non-holder: err = %v, want ErrNotHolder", err)
-	}
 	if err := s1.SetProgress(ctx, 0, pr, w1); err != nil {
 		t.Fatal(err)
-	}
-	if err := s1.PutState(ctx, 0, []byte("rng-state"), w1); err != nil {
-		t.Fatal(err)
-	}
-	if err := s1.PutState(ctx, 0, make([]byte, MaxStateBytes+1), w1); !errors.Is(err, ErrInvalid) {
-		t.Errorf("oversized state: err = %v, want ErrInvalid", err)
 	}
 	if got, err := coord.Progress(ctx, 0); err != nil || got != (Progress{Epoch: 2, Offset: 1000, Worker: "w1"}) {
 		t.Errorf("progress = %+v, %v", got, err)
@@ -587,9 +578,6 @@ func TestPartitions(t *testing.T) {
 	acquire(s2, 0, w2, true)
 	if got, err := s2.Progress(ctx, 0); err != nil || got.Offset != 1000 || got.Worker != "w1" {
 		t.Errorf("progress after takeover = %+v, %v", got, err)
-	}
-	if st, err := s2.State(ctx, 0); err != nil || string(st) != "rng-state" {
-		t.Errorf("state after takeover = %q, %v", st, err)
 	}
 	if err := s1.SetProgress(ctx, 0, Progress{Offset: 5}, w1); !errors.Is(err, ErrNotHolder) {
 		t.Errorf("late progress from the evicted holder: err = %v, want ErrNotHolder", err)

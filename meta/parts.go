@@ -10,12 +10,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// MaxStateBytes bounds a partition's state blob. etcd refuses requests
-// over 1.5 MiB by default and keeps every revision of a value until
-// compaction, so larger state (a model shard, a replay buffer) belongs in
-// the caller's own storage, with only a reference to it kept here.
-const MaxStateBytes = 1 << 20
-
 // Progress is how far a data partition has been trained. It outlives the
 // worker that wrote it, so a worker that takes the partition over resumes
 // where the last holder stopped.
@@ -74,7 +68,7 @@ func (s *Store) AcquirePartition(ctx context.Context, p int, worker string, m *M
 }
 
 // ReleasePartition frees partition p if worker holds it, and fails with
-// ErrNotHolder otherwise. Its progress and state stay.
+// ErrNotHolder otherwise. Its progress stays.
 func (s *Store) ReleasePartition(ctx context.Context, p int, worker string) error {
 	key := s.partKey(p)
 	resp, err := s.cli.Txn(ctx).
@@ -177,31 +171,4 @@ func (s *Store) Progress(ctx context.Context, p int) (Progress, error) {
 		}
 	}
 	return pr, nil
-}
-
-// PutState stores blob (at most MaxStateBytes) as partition p's worker
-// state if m holds p; otherwise it fails with ErrNotHolder.
-func (s *Store) PutState(ctx context.Context, p int, blob []byte, m *Member) error {
-	if err := checkPart(p); err != nil {
-		return fmt.Errorf("meta: put state: %w", err)
-	}
-	if len(blob) > MaxStateBytes {
-		return fmt.Errorf("meta: put state %d: %w: %d bytes, at most %d", p, ErrInvalid, len(blob), MaxStateBytes)
-	}
-	if err := s.holderPut(ctx, p, "", m, clientv3.OpPut(s.stateKey(p), string(blob))); err != nil {
-		return fmt.Errorf("meta: put state %d: %w", p, err)
-	}
-	return nil
-}
-
-// State returns partition p's state blob, or nil if none was stored.
-func (s *Store) State(ctx context.Context, p int) ([]byte, error) {
-	resp, err := s.cli.Get(ctx, s.stateKey(p))
-	if err != nil {
-		return nil, fmt.Errorf("meta: state %d: %w", p, err)
-	}
-	if len(resp.Kvs) == 0 {
-		return nil, nil
-	}
-	return resp.Kvs[0].Value, nil
 }

@@ -2,7 +2,6 @@ package meta
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -27,18 +26,10 @@ func (s *Store) PutSnapshot(ctx context.Context, lead *Leadership, blob []byte) 
 	// leader within about one election timeout. So each attempt gets a
 	// short deadline, and a timed-out one is tried again (the put is
 	// idempotent) until ctx runs out.
-	for {
-		actx, cancel := context.WithTimeout(ctx, putAttempt)
-		_, err := s.guarded(actx, lead, clientv3.OpPut(s.snapshotKey(), string(blob)))
-		cancel()
-		switch {
-		case err == nil:
-			return nil
-		case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
-			continue
-		}
+	if err := s.retryGuarded(ctx, lead, clientv3.OpPut(s.snapshotKey(), string(blob))); err != nil {
 		return fmt.Errorf("meta: put snapshot: %w", err)
 	}
+	return nil
 }
 
 // putAttempt bounds one attempt of a write (see PutSnapshot): a few

@@ -98,7 +98,6 @@ func (s *Store) tableSeqKey() string           { return s.key("table-seq") }
 func (s *Store) partsKey() string              { return s.key("parts") + "/" }
 func (s *Store) partKey(p int) string          { return s.partsKey() + strconv.Itoa(p) }
 func (s *Store) progressKey(p int) string      { return s.key("progress", strconv.Itoa(p)) }
-func (s *Store) stateKey(p int) string         { return s.key("state", strconv.Itoa(p)) }
 
 // checkName refuses names that would change the key layout.
 func checkName(what, name string) error {

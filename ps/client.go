@@ -28,8 +28,11 @@ type Control interface {
 	CreateTable(ctx context.Context, spec table.Spec) (*layout.Layout, error)
 	// Acquire leases a data partition of an epoch to a worker (see coord.Grant).
 	Acquire(ctx context.Context, rank, epoch int) (coord.Grant, error)
-	// Progress records how far a worker trained a leased partition.
-	Progress(ctx context.Context, rank, epoch, partition, offset int, clock int64, complete bool) error
+	// Progress records how far a worker trained a leased partition, and
+	// its state there; it returns the partition's state version.
+	Progress(ctx context.Context, u coord.Update) (uint64, error)
+	// State fetches a version of a partition's worker state.
+	State(ctx context.Context, partition int, version uint64) ([]byte, error)
 	// Heartbeat keeps a worker's leases alive.
 	Heartbeat(ctx context.Context, rank int) error
 	// Leave ends a worker's membership: its leases return to the pool.
@@ -75,6 +78,8 @@ type Client struct {
 	// id and seqs number this client's pushes for exactly-once retries.
 	id   uint64
 	seqs seqTracker
+
+	parts partStates // per-partition worker state (state.go)
 
 	stopBeat context.CancelFunc
 	draining atomic.Bool

@@ -424,9 +424,12 @@ func (s staticControl) Acquire(context.Context, int, int) (coord.Grant, error) {
 	return coord.Grant{Done: true, Partition: -1}, nil
 }
 
-func (s staticControl) Progress(context.Context, int, int, int, int, int64, bool) error { return nil }
-func (s staticControl) Heartbeat(context.Context, int) error                            { return nil }
-func (s staticControl) Leave(context.Context, int) error                                { return nil }
+func (s staticControl) Progress(context.Context, coord.Update) (uint64, error) { return 0, nil }
+func (s staticControl) State(context.Context, int, uint64) ([]byte, error) {
+	return nil, coord.ErrNoState
+}
+func (s staticControl) Heartbeat(context.Context, int) error { return nil }
+func (s staticControl) Leave(context.Context, int) error     { return nil }
 
 func blackHole(t *testing.T, closeConns bool) string {
 	t.Helper()

@@ -66,6 +66,7 @@ type Lease struct {
 	// Offset is where training of the partition starts: 0, or where a
 	// worker that lost the lease had got to.
 	Offset int
+	state  *heldState // with KeepState
 }
 
 // Work asks the coordinator for a partition of epoch e to train. It returns
@@ -113,18 +114,44 @@ func (c *Client) Work(ctx context.Context, e int) (*Lease, error) {
 	if r.g.Done {
 		return nil, nil
 	}
-	return &Lease{c: c, Epoch: e, Partition: r.g.Partition, Offset: r.g.Offset}, nil
+	l := &Lease{c: c, Epoch: e, Partition: r.g.Partition, Offset: r.g.Offset}
+	if err := c.parts.attach(ctx, c.ctl, l, r.g.State); err != nil {
+		return nil, err
+	}
+	return l, nil
 }
 
 // Progress records that the partition's rows before offset are trained and
 // their pushes acknowledged: if this worker dies, another resumes there.
+// With KeepState, it records the partition's state too, which must then
+// reflect exactly the rows before offset.
 func (l *Lease) Progress(ctx context.Context, offset int) error {
-	return l.c.ctl.Progress(ctx, l.c.opts.Rank, l.Epoch, l.Partition, offset, l.c.clock.Load(), false)
+	return l.report(ctx, offset, false)
 }
 
-// Complete records that the whole partition is trained.
+// Complete records that the whole partition is trained (and, with
+// KeepState, its state at the end of the pass).
 func (l *Lease) Complete(ctx context.Context, offset int) error {
-	return l.c.ctl.Progress(ctx, l.c.opts.Rank, l.Epoch, l.Partition, offset, l.c.clock.Load(), true)
+	return l.report(ctx, offset, true)
+}
+
+func (l *Lease) report(ctx context.Context, offset int, complete bool) error {
+	u := coord.Update{Rank: l.c.opts.Rank, Epoch: l.Epoch, Partition: l.Partition, Offset: offset, Clock: l.c.clock.Load(), Complete: complete}
+	if l.state != nil {
+		blob, err := l.state.st.MarshalBinary()
+		if err != nil {
+			return fmt.Errorf("ps: partition %d state: %w", l.Partition, err)
+		}
+		u.State, u.HasState = blob, true
+	}
+	ver, err := l.c.ctl.Progress(ctx, u)
+	if err != nil {
+		return err
+	}
+	if l.state != nil {
+		l.c.parts.saved(l, ver, complete)
+	}
+	return nil
 }
 
 // Leave tells the coordinator this worker is going (a drained departure):
