@@ -1,0 +1,50 @@
+package data
+
+import (
+	"io"
+	"os"
+)
+
+// ReadVocab reads a vocabulary file, plain or gzip-compressed. See
+// ParseVocab.
+func ReadVocab(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return ParseVocab(f, path)
+}
+
+// ParseVocab reads one word per line, such as a UCI Bag of Words
+// vocabulary (KOS's dictionary.txt): the word on 0-based line i is word id
+// i of the matching doc-word-count file. Spaces, tabs and CRs around a word
+// are dropped. Because a word's id is its line number, a blank line, which
+// would shift every id after it, is an error, and so is a word with white
+// space inside.
+//
+// A malformed line gives a *LineError wrapping ErrMalformed.
+func ParseVocab(r io.Reader, name string) ([]string, error) {
+	lr, err := newLineReader(r, name)
+	if err != nil {
+		return nil, err
+	}
+	var words []string
+	for {
+		line, err := lr.next()
+		if err == io.EOF {
+			return words, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		tok, rest := field(line)
+		if len(tok) == 0 {
+			return nil, &LineError{File: name, Line: lr.line, Reason: "blank line (each line is one word, its id the 0-based line number)"}
+		}
+		if more, _ := field(rest); len(more) > 0 {
+			return nil, &LineError{File: name, Line: lr.line, Reason: "word " + quote(line) + " has white space inside"}
+		}
+		words = append(words, string(tok))
+	}
+}
