@@ -113,11 +113,17 @@ func (c *Coordinator) StateVersions() map[int]uint64 {
 	return maps.Clone(c.stateVer)
 }
 
-// State returns version ver of partition p's state.
+// State returns version ver of partition p's state. Only the current
+// version is served: a worker asking for an older one was granted the
+// partition, then declared dead while the next holder trained it on
+// (ErrLeaseLost).
 func (c *Coordinator) State(ctx context.Context, p int, ver uint64) ([]byte, error) {
 	c.mu.Lock()
-	st := c.states
+	st, cur := c.states, c.stateVer[p]
 	c.mu.Unlock()
+	if ver != cur {
+		return nil, fmt.Errorf("%w: partition %d's state is at version %d, not %d", ErrLeaseLost, p, cur, ver)
+	}
 	return st.GetState(ctx, p, ver)
 }
 

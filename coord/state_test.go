@@ -50,8 +50,11 @@ func TestStateMovesWithLease(t *testing.T) {
 	if err != nil || v2 <= v1 {
 		t.Fatalf("second progress: version %d (after %d), %v", v2, v1, err)
 	}
-	if _, err := cl.State(ctx, 0, v1); !errors.Is(err, ErrNoState) {
-		t.Fatalf("superseded version %d: %v, want ErrNoState (deleted)", v1, err)
+	if _, err := cl.State(ctx, 0, v1); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("superseded version %d: %v, want ErrLeaseLost", v1, err)
+	}
+	if _, err := c.states.GetState(ctx, 0, v1); !errors.Is(err, ErrNoState) {
+		t.Fatalf("superseded version %d still stored: %v", v1, err)
 	}
 	// A report for an earlier offset that arrives late keeps neither.
 	if v, err := cl.Progress(ctx, Update{Rank: 0, Partition: 0, Offset: 15, State: []byte("rows<15"), HasState: true}); err != nil || v != v2 {

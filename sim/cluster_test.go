@@ -270,6 +270,7 @@ func (c *cluster) job(ctx context.Context, cl *ps.Client) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	cl.KeepState(func(int) ps.PartitionState { return &trained{} })
 	for e := range epochs {
 		w.set("rank %d: asking for work in epoch %d at clock %d", rank, e, cl.Clock())
 		err := cl.EachPartition(ctx, e, func(ctx context.Context, l *ps.Lease) error {
@@ -280,12 +281,16 @@ func (c *cluster) job(ctx context.Context, cl *ps.Client) (any, error) {
 				if err := c.step(ctx, cl, tb, e, l.Partition, off); err != nil {
 					return fmt.Errorf("minibatch %d: %w", off, err)
 				}
+				l.State().(*trained)[off]++
 				if (off+1)%progressEvery == 0 && off+1 < rows {
 					w.set("rank %d: epoch %d partition %d: recording progress %d", rank, e, l.Partition, off+1)
 					if err := l.Progress(ctx, off+1); err != nil {
 						return err
 					}
 				}
+			}
+			if r := slices.IndexFunc(l.State().(*trained)[:], func(n uint8) bool { return int(n) != e+1 }); r >= 0 {
+				c.problem(lostState, "rank %d epoch %d partition %d: row %d trained %d times by the state's account", rank, e, l.Partition, r, l.State().(*trained)[r])
 			}
 			w.set("rank %d: epoch %d partition %d: completing", rank, e, l.Partition)
 			if err := l.Complete(ctx, rows); err != nil {
@@ -303,6 +308,22 @@ func (c *cluster) job(ctx context.Context, cl *ps.Client) (any, error) {
 	w.set("rank %d: finishing", rank)
 	c.book.tick(rank, 1<<63-1)
 	return nil, cl.Finish().Wait(ctx)
+}
+
+// trained is a partition's worker state: how many times each row was
+// trained, by the account of the state that moves with the partition.
+// Rows a dead worker trained past its last progress are trained again,
+// but each appears in the state once per epoch.
+type trained [rows]uint8
+
+func (t *trained) MarshalBinary() ([]byte, error) { return slices.Clone(t[:]), nil }
+
+func (t *trained) UnmarshalBinary(b []byte) error {
+	if len(b) != rows {
+		return fmt.Errorf("partition state of %d bytes, want %d", len(b), rows)
+	}
+	copy(t[:], b)
+	return nil
 }
 
 // hotKey is rank r's own counter, which every minibatch of r increments

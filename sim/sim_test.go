@@ -65,6 +65,7 @@ func TestSimulation(t *testing.T) {
 const (
 	exactlyOnce = "acknowledged increments not applied exactly once"
 	stale       = "staleness bound broken"
+	lostState   = "partition state did not move with its partition"
 	stall       = "training did not finish"
 	failed      = "a worker failed"
 	broken      = "cluster broken"
@@ -98,7 +99,7 @@ func (s *summary) report(t *testing.T, n int) {
 		return
 	}
 	var lines []string
-	for _, k := range []string{exactlyOnce, stale, stall, failed, broken} {
+	for _, k := range []string{exactlyOnce, stale, lostState, stall, failed, broken} {
 		if seeds := s.byKind[k]; len(seeds) > 0 {
 			slices.Sort(seeds)
 			lines = append(lines, fmt.Sprintf("%s: %d seeds %v", k, len(seeds), seeds))

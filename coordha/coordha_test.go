@@ -1,0 +1,108 @@
+package coordha_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/terrace-ml/terrace/coord"
+	"github.com/terrace-ml/terrace/coordha"
+	"github.com/terrace-ml/terrace/meta"
+)
+
+// replica runs one coordinator replica on etcd at endpoints until its
+// context ends, and returns the address it listens on once it leads.
+func replica(ctx context.Context, t *testing.T, id string, endpoints []string) (string, <-chan error) {
+	t.Helper()
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- coordha.Run(ctx, coordha.Config{
+			ID: id, Listen: "127.0.0.1:0", Endpoints: endpoints, Prefix: "/state-test",
+			Options: coord.Options{Servers: 1, Workers: 1, Partitions: 2},
+			Ready:   func(_ *coord.Coordinator, addr string) { ready <- addr },
+		})
+	}()
+	select {
+	case addr := <-ready:
+		return addr, done
+	case err := <-done:
+		t.Fatalf("replica %s: %v", id, err)
+	case <-ctx.Done():
+		t.Fatalf("replica %s never led", id)
+	}
+	return "", nil
+}
+
+// TestStateSurvivesFailover: a partition state of several etcd requests,
+// reported to one coordinator, is handed out by the next one after the
+// first is gone, and the next one sweeps a version no leader saved.
+func TestStateSurvivesFailover(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e, err := meta.StartEmbedded(ctx, meta.EmbedConfig{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+
+	actx, stopA := context.WithCancel(ctx)
+	addr, doneA := replica(actx, t, "a", e.Endpoints())
+	cl := coord.NewClient(addr)
+	if _, err := cl.JoinServer(ctx, "s0", "127.0.0.1:1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.JoinWorker(ctx, "w0"); err != nil {
+		t.Fatal(err)
+	}
+	g, err := cl.Acquire(ctx, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blob := make([]byte, 2*meta.StateChunk+100)
+	for i := range blob {
+		blob[i] = byte(rand.N(256))
+	}
+	ver, err := cl.Progress(ctx, coord.Update{Partition: g.Partition, Offset: 7, State: blob, HasState: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopA()
+	if err := <-doneA; err != nil {
+		t.Fatal(err)
+	}
+
+	// A leader that wrote a version and died before saving it.
+	st, err := meta.Open(ctx, e.Endpoints(), "/state-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	lead, err := st.Campaign(ctx, "dead-leader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.PutPartState(ctx, lead, g.Partition, ver+1, []byte("never saved")); err != nil {
+		t.Fatal(err)
+	}
+	if err := lead.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	addr, _ = replica(ctx, t, "b", e.Endpoints())
+	cl = coord.NewClient(addr)
+	g2, err := cl.Acquire(ctx, 0, 0)
+	if err != nil || g2.Partition != g.Partition || g2.Offset != 7 || g2.State != ver {
+		t.Fatalf("grant after failover %+v %v; want partition %d at offset 7 with state %d", g2, err, g.Partition, ver)
+	}
+	got, err := cl.State(ctx, g2.Partition, g2.State)
+	if err != nil || !bytes.Equal(got, blob) {
+		t.Fatalf("state after failover: %d bytes, %v; want the %d reported", len(got), err, len(blob))
+	}
+	if _, err := st.PartState(ctx, g.Partition, ver+1); !errors.Is(err, meta.ErrNotFound) {
+		t.Fatalf("unsaved version after takeover: %v, want swept (ErrNotFound)", err)
+	}
+}
