@@ -59,6 +59,7 @@ type Coordinator struct {
 	removed int // servers removed after failures: they no longer count towards readiness
 
 	work     map[int]*epochWork // by epoch
+	grants   uint64             // the last lease grant number
 	beats    map[int]time.Time  // last heartbeat by rank
 	maxClock int64
 	synced   map[string]map[string]bool // joiner -> ring servers that shipped it its copies

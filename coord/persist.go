@@ -30,12 +30,14 @@ type state struct {
 	// StateVer is the current state version by partition.
 	StateVer     map[int]uint64 `json:"state_versions,omitempty"`
 	NextStateVer uint64         `json:"next_state_version,omitempty"`
+	Grants       uint64         `json:"grants,omitempty"`
 }
 
 type savedLease struct {
-	Rank   int  `json:"rank"`
-	Offset int  `json:"offset"`
-	Done   bool `json:"done"`
+	Rank   int    `json:"rank"`
+	Offset int    `json:"offset"`
+	Done   bool   `json:"done"`
+	Grant  uint64 `json:"grant,omitempty"`
 }
 
 // SetPersist makes the coordinator save its state with save after every
@@ -57,12 +59,12 @@ func (c *Coordinator) persistLocked() error {
 	st := state{
 		Layout: c.lay, Workers: c.workers, Reports: c.reports, MaxClock: c.maxClock,
 		Removed: c.removed, Synced: c.synced, SyncFrom: c.syncFrom, Work: map[int][]savedLease{},
-		StateVer: c.stateVer, NextStateVer: c.nextStateVer,
+		StateVer: c.stateVer, NextStateVer: c.nextStateVer, Grants: c.grants,
 	}
 	for e, w := range c.work {
 		ls := make([]savedLease, len(w.parts))
 		for i, l := range w.parts {
-			ls[i] = savedLease{l.rank, l.offset, l.done}
+			ls[i] = savedLease{l.rank, l.offset, l.done, l.grant}
 		}
 		st.Work[e] = ls
 	}
@@ -101,7 +103,7 @@ func (c *Coordinator) Restore(blob []byte) error {
 	if c.synced == nil {
 		c.synced = map[string]map[string]bool{}
 	}
-	c.stateVer, c.nextStateVer = st.StateVer, st.NextStateVer
+	c.stateVer, c.nextStateVer, c.grants = st.StateVer, st.NextStateVer, st.Grants
 	if c.stateVer == nil {
 		c.stateVer = map[int]uint64{}
 	}
@@ -109,7 +111,7 @@ func (c *Coordinator) Restore(blob []byte) error {
 	for e, ls := range st.Work {
 		w := &epochWork{parts: make([]lease, len(ls))}
 		for i, l := range ls {
-			w.parts[i] = lease{rank: l.Rank, offset: l.Offset, done: l.Done}
+			w.parts[i] = lease{rank: l.Rank, offset: l.Offset, done: l.Done, grant: l.Grant}
 			if !l.Done {
 				w.left++
 			}

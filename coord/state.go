@@ -44,6 +44,8 @@ type Update struct {
 	Offset    int   `json:"offset"`
 	Clock     int64 `json:"clock"`
 	Complete  bool  `json:"complete,omitempty"`
+	// Lease is the grant reported on (Grant.Lease; 0 checks the rank only).
+	Lease uint64 `json:"lease,omitempty"`
 	// State, when HasState is set, is the partition's worker state as of
 	// Offset (possibly empty).
 	State    []byte `json:"state,omitempty"`

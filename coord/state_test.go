@@ -175,3 +175,37 @@ func TestCheckpointCarriesStates(t *testing.T) {
 		t.Fatalf("after damaging the newest state file, resumed states %v; want the previous checkpoint's", got)
 	}
 }
+
+// TestReportsNameTheirGrant: a worker restarted under its old ID gets its
+// rank and its unfinished partition again; a report its previous
+// incarnation sent under the earlier grant is refused.
+func TestReportsNameTheirGrant(t *testing.T) {
+	var saved []byte
+	c := stateCluster(t, Options{Partitions: 2}, &saved)
+	ctx := context.Background()
+	old, err := c.Acquire(ctx, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := c.Acquire(ctx, 0, 0) // the restarted worker asks
+	if err != nil || again.Partition != old.Partition || again.Lease == old.Lease {
+		t.Fatalf("grant again %+v (first %+v) %v: want the same partition under a new grant", again, old, err)
+	}
+	late := Update{Rank: 0, Partition: old.Partition, Offset: 50, Lease: old.Lease, State: []byte("old life"), HasState: true}
+	if _, err := c.Progress(ctx, late); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("report under the earlier grant: %v, want ErrLeaseLost", err)
+	}
+	if _, err := c.Progress(ctx, Update{Rank: 0, Partition: old.Partition, Offset: 5, Lease: again.Lease}); err != nil {
+		t.Fatal(err)
+	}
+	n := New(Options{Servers: 1, Workers: 2, Partitions: 2})
+	if err := n.Restore(saved); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Progress(ctx, late); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("after a failover, report under the earlier grant: %v, want ErrLeaseLost", err)
+	}
+	if _, err := n.Progress(ctx, Update{Rank: 0, Partition: old.Partition, Offset: 9, Lease: again.Lease}); err != nil {
+		t.Fatalf("after a failover, report under the current grant: %v", err)
+	}
+}

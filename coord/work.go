@@ -3,6 +3,7 @@ package coord
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -28,6 +29,8 @@ type Grant struct {
 	// State is the version of the partition's worker state as of Offset
 	// (0: none yet); fetch it with State.
 	State uint64 `json:"state,omitempty"`
+	// Lease names this grant; reports on the partition carry it.
+	Lease uint64 `json:"lease,omitempty"`
 	// Done is set when every partition of the epoch is complete.
 	Done bool `json:"done"`
 	// Clock, with Done, is the highest clock any worker reported: workers
@@ -39,6 +42,10 @@ type lease struct {
 	rank   int // -1 when free
 	offset int
 	done   bool
+	// grant numbers the lease's current grant: a report names it, so that
+	// one sent under an earlier grant of the same partition to the same
+	// rank (a worker restarted under its old ID) is refused.
+	grant uint64
 }
 
 type epochWork struct {
@@ -92,33 +99,19 @@ func (c *Coordinator) Acquire(ctx context.Context, rank, e int) (Grant, error) {
 			c.mu.Unlock()
 			return g, nil
 		}
-		pick := -1
 		// A worker asks for work only when it has none, so a partition
 		// still leased to it is one whose grant it never received (the
 		// coordinator that granted it failed before answering): grant it
-		// again, from its offset.
-		for p, l := range w.parts {
-			if !l.done && l.rank == rank {
-				g := Grant{Partition: p, Offset: l.offset, State: c.stateVer[p]}
-				c.mu.Unlock()
-				return g, nil
-			}
-		}
-		for p, l := range w.parts {
-			if l.done || l.rank >= 0 {
-				continue
-			}
-			if p%max(1, c.lay.Workers) == rank%max(1, c.lay.Workers) {
-				pick = p
-				break
-			}
-			if pick < 0 {
-				pick = p
-			}
+		// again, from its offset, under a new grant number.
+		pick := slices.IndexFunc(w.parts, func(l lease) bool { return !l.done && l.rank == rank })
+		if pick < 0 {
+			pick = c.freePartitionLocked(w, rank)
 		}
 		if pick >= 0 {
-			w.parts[pick].rank = rank
-			g := Grant{Partition: pick, Offset: w.parts[pick].offset, State: c.stateVer[pick]}
+			c.grants++
+			l := &w.parts[pick]
+			l.rank, l.grant = rank, c.grants
+			g := Grant{Partition: pick, Offset: l.offset, State: c.stateVer[pick], Lease: l.grant}
 			err := c.persistLocked()
 			c.mu.Unlock()
 			return g, err
@@ -133,6 +126,24 @@ func (c *Coordinator) Acquire(ctx context.Context, rank, e int) (Grant, error) {
 			return Grant{}, ctx.Err()
 		}
 	}
+}
+
+// freePartitionLocked picks a free partition for rank, its own (p mod
+// workers) first; -1 if none is free.
+func (c *Coordinator) freePartitionLocked(w *epochWork, rank int) int {
+	pick := -1
+	for p, l := range w.parts {
+		if l.done || l.rank >= 0 {
+			continue
+		}
+		if p%max(1, c.lay.Workers) == rank%max(1, c.lay.Workers) {
+			return p
+		}
+		if pick < 0 {
+			pick = p
+		}
+	}
+	return pick
 }
 
 // Progress records that u.Rank has trained partition u.Partition of epoch
@@ -196,8 +207,8 @@ func (c *Coordinator) leaseLocked(u Update) (*lease, error) {
 		return nil, fmt.Errorf("%w: partition %d of %d", errBadRequest, u.Partition, len(w.parts))
 	}
 	l := &w.parts[u.Partition]
-	if !l.done && l.rank != u.Rank {
-		return nil, fmt.Errorf("%w: partition %d of epoch %d is not leased to rank %d", ErrLeaseLost, u.Partition, u.Epoch, u.Rank)
+	if !l.done && (l.rank != u.Rank || u.Lease != 0 && u.Lease != l.grant) {
+		return nil, fmt.Errorf("%w: partition %d of epoch %d is not leased to rank %d under grant %d", ErrLeaseLost, u.Partition, u.Epoch, u.Rank, u.Lease)
 	}
 	return l, nil
 }

@@ -66,6 +66,7 @@ type Lease struct {
 	// Offset is where training of the partition starts: 0, or where a
 	// worker that lost the lease had got to.
 	Offset int
+	grant  uint64     // names this grant in reports
 	state  *heldState // with KeepState
 }
 
@@ -114,7 +115,7 @@ func (c *Client) Work(ctx context.Context, e int) (*Lease, error) {
 	if r.g.Done {
 		return nil, nil
 	}
-	l := &Lease{c: c, Epoch: e, Partition: r.g.Partition, Offset: r.g.Offset}
+	l := &Lease{c: c, Epoch: e, Partition: r.g.Partition, Offset: r.g.Offset, grant: r.g.Lease}
 	if err := c.parts.attach(ctx, c.ctl, l, r.g.State); err != nil {
 		return nil, err
 	}
@@ -136,7 +137,7 @@ func (l *Lease) Complete(ctx context.Context, offset int) error {
 }
 
 func (l *Lease) report(ctx context.Context, offset int, complete bool) error {
-	u := coord.Update{Rank: l.c.opts.Rank, Epoch: l.Epoch, Partition: l.Partition, Offset: offset, Clock: l.c.clock.Load(), Complete: complete}
+	u := coord.Update{Rank: l.c.opts.Rank, Epoch: l.Epoch, Partition: l.Partition, Offset: offset, Clock: l.c.clock.Load(), Complete: complete, Lease: l.grant}
 	if l.state != nil {
 		blob, err := l.state.st.MarshalBinary()
 		if err != nil {
