@@ -1,0 +1,414 @@
+package lda
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/terrace-ml/terrace/data"
+	"github.com/terrace-ml/terrace/keyspace"
+	"github.com/terrace-ml/terrace/ps"
+	"github.com/terrace-ml/terrace/table"
+)
+
+// Config configures a training run.
+type Config struct {
+	// Train is a doc-word-count file (data.ReadDocWords). Every HoldOut-th
+	// document is held out of training to measure perplexity (none if 0).
+	Train   string
+	HoldOut int
+	// Vocab, when set, is the vocabulary (data.ReadVocab) that rank 0
+	// names each topic's top words with.
+	Vocab string
+	// Epochs is the number of passes over the data: the first assigns
+	// every token a random topic and pushes the counts, each later one is
+	// a Gibbs sweep.
+	Epochs int
+	// Topics is K, Alpha and Beta the symmetric Dirichlet priors of the
+	// documents' topic mixtures and the topics' word distributions.
+	Topics      int
+	Alpha, Beta float64
+	// Batch is the number of documents in one worker's minibatch.
+	Batch       int
+	Consistency table.Consistency
+	Seed        uint64
+	// Progress, when set, is called by rank 0 after every epoch.
+	Progress func(EpochStats)
+	// AfterBatch, when set, is called from the worker's goroutine once a
+	// minibatch's pushes are sent, with the partition offset after it and
+	// the partition's topics (valid during the call only). Tests drain a
+	// worker there; an error stops the worker as if it died between two
+	// progress reports, except that it first waits for the pushes it sent,
+	// so that the test knows what the servers hold.
+	AfterBatch func(epoch, partition, offset int, z []uint16) error
+	// OnComplete, when set, is called once a partition's pass is recorded
+	// complete, with the topics of its tokens in corpus order (valid
+	// during the call only): what the partition's next holder gets back.
+	OnComplete func(epoch, partition int, z []uint16)
+}
+
+// DefaultConfig is the configuration `terrace train --app lda` starts from.
+func DefaultConfig() Config {
+	return Config{Epochs: 30, Topics: 20, Alpha: 0.1, Beta: 0.01, Batch: 64, HoldOut: 10,
+		Consistency: table.Consistency{Model: table.SSP, Staleness: 2}, Seed: 1}
+}
+
+func (cfg *Config) check() error {
+	switch {
+	case cfg.Topics < 1 || cfg.Topics > math.MaxUint16:
+		return fmt.Errorf("lda: %d topics: want 1 to %d", cfg.Topics, math.MaxUint16)
+	case !(cfg.Alpha > 0) || !(cfg.Beta > 0) || math.IsInf(cfg.Alpha, 0) || math.IsInf(cfg.Beta, 0):
+		return fmt.Errorf("lda: priors alpha %v and beta %v must be positive", cfg.Alpha, cfg.Beta)
+	case cfg.Epochs < 1 || cfg.Batch < 1:
+		return fmt.Errorf("lda: %d epochs of minibatches of %d documents: want at least 1 of each", cfg.Epochs, cfg.Batch)
+	case cfg.HoldOut < 0 || cfg.HoldOut == 1:
+		return fmt.Errorf("lda: hold out every %d-th document: want 0 (none) or at least 2", cfg.HoldOut)
+	}
+	return nil
+}
+
+// EpochStats is rank 0's view after one epoch.
+type EpochStats struct {
+	Epoch   int     `json:"epoch"`
+	Seconds float64 `json:"seconds"`
+	// LogLikelihood is log p(w | z) per training token (see logLikelihood).
+	LogLikelihood  float64 `json:"train_loglik_per_token"`
+	TestPerplexity float64 `json:"test_perplexity,omitempty"`
+}
+
+// Topic is one topic's share of the training tokens and its top words.
+type Topic struct {
+	Tokens int      `json:"tokens"`
+	Words  []string `json:"words"`
+}
+
+// Report is one worker's result; the model's figures are rank 0's.
+type Report struct {
+	App  string `json:"app"`
+	Rank int    `json:"rank"`
+	// Examples counts the documents this worker trained, Tokens their
+	// tokens, once per pass (a resumed partition's repeated ones again).
+	Examples          int64        `json:"examples"`
+	Tokens            int64        `json:"tokens"`
+	Seconds           float64      `json:"seconds"`
+	ExamplesPerSecond float64      `json:"examples_per_second"`
+	TokensPerSecond   float64      `json:"tokens_per_second"`
+	LogLikelihood     float64      `json:"train_loglik_per_token,omitempty"`
+	TestPerplexity    float64      `json:"test_perplexity,omitempty"`
+	Refused           int64        `json:"refused_non_finite"`
+	Epochs            []EpochStats `json:"epochs,omitempty"`
+	// Topics, largest first, with their top words.
+	Topics []Topic `json:"topics,omitempty"`
+}
+
+// TableName is the word-topic count table's name. Key w < V holds word
+// w's count in each topic, key V the topics' totals.
+const TableName = "lda.topics"
+
+// progressEvery is how many minibatches pass between progress reports: at
+// most what a dead worker's successor repeats.
+const progressEvery = 4
+
+// maxWords bounds the vocabulary: workers keep arrays indexed by word.
+const maxWords = 1 << 24
+
+// topWords is how many words each topic of the report lists.
+const topWords = 10
+
+// Run trains on this worker's partitions of cfg.Train and, on rank 0,
+// evaluates the model after every epoch.
+func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	corpus, err := data.ReadDocWords(cfg.Train)
+	if err != nil {
+		return nil, fmt.Errorf("lda: %w", err)
+	}
+	if corpus.NumWords > maxWords {
+		return nil, fmt.Errorf("lda: %s: word ids up to %d, at most %d supported", cfg.Train, corpus.NumWords-1, maxWords-1)
+	}
+	var vocab []string
+	if cfg.Vocab != "" && c.Rank() == 0 {
+		if vocab, err = data.ReadVocab(cfg.Vocab); err != nil {
+			return nil, fmt.Errorf("lda: %w", err)
+		}
+		if len(vocab) < corpus.NumWords {
+			return nil, fmt.Errorf("lda: %s has %d words, but %s uses word id %d", cfg.Vocab, len(vocab), cfg.Train, corpus.NumWords-1)
+		}
+	}
+	train, test := split(corpus, cfg.HoldOut)
+	tbl, err := c.CreateTable(ctx, table.Spec{Name: TableName, Width: cfg.Topics, Rule: table.Rule{Kind: table.Sum},
+		Consistency: cfg.Consistency, Encoding: table.Sparse})
+	if err != nil {
+		return nil, fmt.Errorf("lda: %w", err)
+	}
+	// Every worker sizes the model from the whole corpus, so that all
+	// agree on V (the totals' key and the prior's Vβ).
+	w := newWorker(c, tbl, train, corpus.NumWords, cfg)
+	c.KeepState(func(p int) ps.PartitionState { return newState(train, w.parts[p], cfg.Topics, cfg.Seed) })
+	rep := &Report{App: "lda", Rank: c.Rank()}
+	start := time.Now()
+	for e := range cfg.Epochs {
+		epochStart := time.Now()
+		// Partitions are leased: a dead or drained worker's partition is
+		// finished by another from its last recorded offset, with the
+		// topics as they were there, and the loop returns when every
+		// partition of the epoch is trained, which is the epoch's barrier.
+		err := c.EachPartition(ctx, e, func(ctx context.Context, l *ps.Lease) error { return w.partition(ctx, l, e) })
+		if err != nil {
+			return nil, fmt.Errorf("lda: epoch %d: %w", e+1, err)
+		}
+		if c.Rank() == 0 {
+			st, err := w.evaluate(ctx, test, vocab, e == cfg.Epochs-1, rep)
+			if err != nil {
+				return nil, err
+			}
+			st.Epoch, st.Seconds = e+1, time.Since(epochStart).Seconds()
+			rep.Epochs = append(rep.Epochs, st)
+			if cfg.Progress != nil {
+				cfg.Progress(st)
+			}
+		}
+	}
+	rep.Seconds = time.Since(start).Seconds()
+	rep.Examples, rep.Tokens = w.docs, w.tokens
+	rep.ExamplesPerSecond = float64(rep.Examples) / rep.Seconds
+	rep.TokensPerSecond = float64(rep.Tokens) / rep.Seconds
+	rep.Refused = tbl.Refused()
+	if n := len(rep.Epochs); n > 0 {
+		rep.LogLikelihood, rep.TestPerplexity = rep.Epochs[n-1].LogLikelihood, rep.Epochs[n-1].TestPerplexity
+	}
+	if err := c.Finish().Wait(ctx); err != nil {
+		return nil, err
+	}
+	return rep, nil
+}
+
+// split holds every every-th document of c out of training (none if every
+// is 0).
+func split(c *data.Corpus, every int) (train, test *data.Corpus) {
+	train = &data.Corpus{DocPtr: []int{0}, NumWords: c.NumWords}
+	test = &data.Corpus{DocPtr: []int{0}, NumWords: c.NumWords}
+	for d := range c.NumDocs() {
+		to := train
+		if every > 0 && d%every == every-1 {
+			to = test
+		}
+		to.IDs = append(to.IDs, c.IDs[d])
+		to.Words = append(to.Words, c.Doc(d)...)
+		to.DocPtr = append(to.DocPtr, len(to.Words))
+	}
+	return train, test
+}
+
+// worker trains leased partitions: it holds one minibatch's key list and
+// scratch space.
+type worker struct {
+	c       *ps.Client
+	tbl     *ps.Table
+	cfg     Config
+	train   *data.Corpus
+	parts   []data.Part
+	v, k    int
+	sampler *sampler
+	// pos maps a word to its row in the current batch's key list; stamp
+	// marks the words already collected for the batch (gen).
+	pos   []int32
+	stamp []uint32
+	gen   uint32
+	// docs and tokens count what this worker trained.
+	docs, tokens int64
+}
+
+func newWorker(c *ps.Client, tbl *ps.Table, train *data.Corpus, v int, cfg Config) *worker {
+	return &worker{
+		c: c, tbl: tbl, cfg: cfg, train: train, v: v, k: cfg.Topics,
+		parts:   data.Partition(train.NumDocs(), c.Layout().Partitions),
+		sampler: newSampler(cfg.Topics, v, cfg.Alpha, cfg.Beta),
+		pos:     make([]int32, v), stamp: make([]uint32, v),
+	}
+}
+
+// errStateLost is returned when a lease's state is not the one its offset
+// needs, such as a fresh state for a partition already trained: training
+// on would make the table disagree with the topics for good.
+var errStateLost = errors.New("lda: partition state lost")
+
+// partition trains one leased partition from its offset: minibatches in
+// the epoch's order, their pushes acknowledged before each Progress so
+// that the state it snapshots (the topics) matches the offset it records.
+func (w *worker) partition(ctx context.Context, l *ps.Lease, e int) error {
+	if w.c.Draining() {
+		return ps.ErrDrained
+	}
+	st := l.State().(*partState)
+	if want := e - 1 + min(l.Offset, 1); st.pass != want {
+		return fmt.Errorf("%w: partition %d at offset %d of epoch %d holds pass %d, want %d", errStateLost, l.Partition, l.Offset, e, st.pass, want)
+	}
+	st.pass = e
+	order := w.parts[l.Partition].Order(w.cfg.Seed, e)
+	var sent []*ps.Future
+	for off, b := l.Offset, 0; off < len(order); b++ {
+		end := min(off+w.cfg.Batch, len(order))
+		push, err := w.batch(ctx, st, e, order[off:end])
+		if err != nil {
+			return err
+		}
+		sent = append(sent, push)
+		w.c.Tick()
+		off = end
+		if w.cfg.AfterBatch != nil {
+			if err := w.cfg.AfterBatch(e, l.Partition, off, st.z); err != nil {
+				return errors.Join(err, ps.All(sent...).Wait(ctx))
+			}
+		}
+		if off == len(order) {
+			break
+		}
+		if w.c.Draining() {
+			if err := w.progress(ctx, l, off, sent); err != nil {
+				return err
+			}
+			return ps.ErrDrained
+		}
+		if b%progressEvery == progressEvery-1 {
+			if err := w.progress(ctx, l, off, sent); err != nil {
+				return err
+			}
+			sent = sent[:0]
+		}
+	}
+	if err := ps.All(sent...).Wait(ctx); err != nil {
+		return fmt.Errorf("lda: push: %w", err)
+	}
+	if err := l.Complete(ctx, len(order)); err != nil {
+		return err
+	}
+	if w.cfg.OnComplete != nil {
+		w.cfg.OnComplete(e, l.Partition, st.z)
+	}
+	if w.c.Draining() {
+		return ps.ErrDrained
+	}
+	return nil
+}
+
+// progress waits for the pushes sent since the last report, then records
+// offset, and with it the state, which the caller has not moved past it.
+func (w *worker) progress(ctx context.Context, l *ps.Lease, offset int, sent []*ps.Future) error {
+	if err := ps.All(sent...).Wait(ctx); err != nil {
+		return fmt.Errorf("lda: push: %w", err)
+	}
+	return l.Progress(ctx, offset)
+}
+
+// batch trains the documents docs of st's partition and returns the push
+// of their count changes: in pass 0 their initial topics' counts, later
+// the moves of a Gibbs sweep over them against counts pulled for their
+// words.
+func (w *worker) batch(ctx context.Context, st *partState, e int, docs []int) (*ps.Future, error) {
+	keys := w.keys(docs)
+	k := w.k
+	vals := make([]float32, len(keys)*k)
+	if e == 0 {
+		totals := vals[len(vals)-k:]
+		for _, d := range docs {
+			words := w.train.Doc(d)
+			for i, t := range st.topics(w.train, d) {
+				vals[int(w.pos[words[i]])*k+int(t)]++
+				totals[t]++
+			}
+		}
+	} else {
+		if err := w.tbl.Pull(keys, vals).Wait(ctx); err != nil {
+			return nil, fmt.Errorf("lda: pull: %w", err)
+		}
+		pulled := slices.Clone(vals)
+		totals := vals[len(vals)-k:]
+		for _, d := range docs {
+			w.sampler.resample(w.train.Doc(d), st.topics(w.train, d), w.pos, vals, totals, docRNG(w.cfg.Seed, e, d))
+		}
+		for i := range vals {
+			vals[i] -= pulled[i]
+		}
+	}
+	for _, d := range docs {
+		w.tokens += int64(len(w.train.Doc(d)))
+	}
+	w.docs += int64(len(docs))
+	return w.tbl.Push(keys, vals), nil
+}
+
+// keys returns the sorted distinct words of docs and then the totals' key
+// V, and points w.pos at each word's row.
+func (w *worker) keys(docs []int) []uint64 {
+	w.gen++
+	var keys []uint64
+	for _, d := range docs {
+		for _, word := range w.train.Doc(d) {
+			if w.stamp[word] != w.gen {
+				w.stamp[word] = w.gen
+				keys = append(keys, uint64(word))
+			}
+		}
+	}
+	slices.Sort(keys)
+	for i, key := range keys {
+		w.pos[key] = int32(i)
+	}
+	return append(keys, uint64(w.v))
+}
+
+// evaluate pulls the whole table after an epoch's barrier and scores it:
+// the training log-likelihood per token, the held-out perplexity, and,
+// after the last epoch, into rep, the topics' top words.
+func (w *worker) evaluate(ctx context.Context, test *data.Corpus, vocab []string, last bool, rep *Report) (EpochStats, error) {
+	wk := make([]float32, (w.v+1)*w.k)
+	if err := w.tbl.PullRange(keyspace.Range{Lo: 0, Hi: uint64(w.v) + 1}, wk).Wait(ctx); err != nil {
+		return EpochStats{}, fmt.Errorf("lda: pull model: %w", err)
+	}
+	st := EpochStats{LogLikelihood: logLikelihood(wk, w.v, w.k, w.cfg.Beta) / float64(w.train.Tokens())}
+	if test.Tokens() > 0 {
+		st.TestPerplexity = perplexity(test, wk, w.v, w.k, w.cfg.Alpha, w.cfg.Beta, w.cfg.Seed)
+	}
+	if last {
+		rep.Topics = topics(wk, w.v, w.k, vocab)
+	}
+	return st, nil
+}
+
+// topics lists the topics, largest first, each with its most frequent
+// words (named from vocab if given).
+func topics(wk []float32, v, k int, vocab []string) []Topic {
+	ts := make([]Topic, k)
+	order := make([]int, k)
+	for t := range k {
+		order[t] = t
+		words := make([]int, 0, v)
+		for word := range v {
+			if wk[word*k+t] > 0 {
+				ts[t].Tokens += int(wk[word*k+t])
+				words = append(words, word)
+			}
+		}
+		slices.SortStableFunc(words, func(a, b int) int { return cmp.Compare(wk[b*k+t], wk[a*k+t]) })
+		for _, word := range words[:min(topWords, len(words))] {
+			if vocab != nil {
+				ts[t].Words = append(ts[t].Words, vocab[word])
+			} else {
+				ts[t].Words = append(ts[t].Words, fmt.Sprintf("#%d", word))
+			}
+		}
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return ts[b].Tokens - ts[a].Tokens })
+	out := make([]Topic, k)
+	for i, t := range order {
+		out[i] = ts[t]
+	}
+	return out
+}
