@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -15,7 +16,7 @@ import (
 
 // replica runs one coordinator replica on etcd at endpoints until its
 // context ends, and returns the address it listens on once it leads.
-func replica(ctx context.Context, t *testing.T, id string, endpoints []string) (string, <-chan error) {
+func replica(ctx context.Context, t testing.TB, id string, endpoints []string) (string, <-chan error) {
 	t.Helper()
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
@@ -104,5 +105,53 @@ func TestStateSurvivesFailover(t *testing.T) {
 	}
 	if _, err := st.PartState(ctx, g.Partition, ver+1); !errors.Is(err, meta.ErrNotFound) {
 		t.Fatalf("unsaved version after takeover: %v, want swept (ErrNotFound)", err)
+	}
+}
+
+// BenchmarkProgressWithState measures a progress report carrying a
+// partition state of each size, saved in etcd (an embedded member, fsync
+// on), against the same report without state in the same run.
+func BenchmarkProgressWithState(b *testing.B) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	e, err := meta.StartEmbedded(ctx, meta.EmbedConfig{Dir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close()
+	addr, _ := replica(ctx, b, "bench", e.Endpoints())
+	cl := coord.NewClient(addr)
+	if _, err := cl.JoinServer(ctx, "s0", "127.0.0.1:1"); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := cl.JoinWorker(ctx, "w0"); err != nil {
+		b.Fatal(err)
+	}
+	g, err := cl.Acquire(ctx, 0, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	report := func(n, size int) time.Duration {
+		u := coord.Update{Partition: g.Partition, Lease: g.Lease, HasState: size >= 0, State: make([]byte, max(size, 0))}
+		start := time.Now()
+		for i := range n {
+			u.Offset = int(start.UnixNano()%1e6) + i // only grows within a run
+			if _, err := cl.Progress(ctx, u); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return time.Since(start) / time.Duration(n)
+	}
+	for _, size := range []int{4 << 10, 256 << 10, 1 << 20} {
+		b.Run(fmt.Sprintf("state=%dKiB", size>>10), func(b *testing.B) {
+			var with, without time.Duration
+			for b.Loop() {
+				without += report(5, -1)
+				with += report(5, size)
+			}
+			b.ReportMetric(float64(with.Microseconds())/float64(b.N)/1000, "ms/report")
+			b.ReportMetric(float64(without.Microseconds())/float64(b.N)/1000, "ms/report-without-state")
+			b.ReportMetric(float64(with)/float64(without), "ratio")
+		})
 	}
 }

@@ -103,6 +103,10 @@ func TestWorkerDrainsOnSIGTERM(t *testing.T) {
 	if !strings.Contains(outs[other].String(), "drained") {
 		t.Errorf("drained worker did not say so:\n%s", outs[other])
 	}
+	// Should the remaining worker hang (it did once, under a loaded full
+	// suite, and never since), its goroutine stacks say where.
+	dump := time.AfterFunc(150*time.Second, func() { cmds[rank0].Process.Signal(syscall.SIGQUIT) })
+	defer dump.Stop()
 	if err := cmds[rank0].Wait(); err != nil {
 		t.Fatalf("remaining worker: %v\n%s", err, outs[rank0])
 	}
