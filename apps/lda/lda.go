@@ -57,7 +57,9 @@ func DefaultConfig() Config {
 		Consistency: table.Consistency{Model: table.SSP, Staleness: 2}, Seed: 1}
 }
 
-func (cfg *Config) check() error {
+// Check refuses a configuration that cannot train: Run calls it, and a
+// command can before it starts a cluster.
+func (cfg *Config) Check() error {
 	switch {
 	case cfg.Topics < 1 || cfg.Topics > math.MaxUint16:
 		return fmt.Errorf("lda: %d topics: want 1 to %d", cfg.Topics, math.MaxUint16)
@@ -122,7 +124,7 @@ const topWords = 10
 // Run trains on this worker's partitions of cfg.Train and, on rank 0,
 // evaluates the model after every epoch.
 func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
-	if err := cfg.check(); err != nil {
+	if err := cfg.Check(); err != nil {
 		return nil, err
 	}
 	corpus, err := data.ReadDocWords(cfg.Train)

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/pflag"
 
+	"github.com/terrace-ml/terrace/apps/lda"
 	"github.com/terrace-ml/terrace/apps/lr"
 	"github.com/terrace-ml/terrace/apps/mf"
 	"github.com/terrace-ml/terrace/node"
@@ -18,27 +20,33 @@ import (
 // appFlags are the flags that choose and configure an application; train
 // and worker share them.
 type appFlags struct {
-	app, train, test, consistency, encoding string
-	epochs, batch, rank                     int
-	lr, l1, l2, significance                float64
-	seed                                    uint64
-	fs                                      *pflag.FlagSet
+	app, train, test, vocab, consistency, encoding string
+	epochs, batch, rank, topics                    int
+	lr, l1, l2, significance, alpha, beta          float64
+	seed                                           uint64
+	fs                                             *pflag.FlagSet
 }
 
 const (
-	defaultTrain = "datasets/a9a/a9a.gz"
-	defaultTest  = "datasets/a9a/a9a.t.gz"
+	defaultTrain    = "datasets/a9a/a9a.gz"
+	defaultTest     = "datasets/a9a/a9a.t.gz"
+	defaultLDATrain = "datasets/kos/doc_word_count.tsv.gz"
+	defaultLDAVocab = "datasets/kos/dictionary.txt"
 )
 
 func (a *appFlags) register(fs *pflag.FlagSet) {
 	a.fs = fs
-	fs.StringVar(&a.app, "app", "lr", "application: lr (sparse logistic regression) or mf (matrix factorisation)")
-	fs.StringVar(&a.train, "train", "", "training data (lr: LIBSVM, plain or gzip; mf: user item rating lines); lr defaults to "+defaultTrain)
-	fs.StringVar(&a.test, "test", "", "test data, same format; lr defaults to "+defaultTest)
+	fs.StringVar(&a.app, "app", "lr", "application: lr (sparse logistic regression), mf (matrix factorisation) or lda (topic model)")
+	fs.StringVar(&a.train, "train", "", "training data (lr: LIBSVM, plain or gzip; mf: user item rating lines; lda: doc word count lines); lr defaults to "+defaultTrain+", lda to "+defaultLDATrain)
+	fs.StringVar(&a.test, "test", "", "test data, same format; lr defaults to "+defaultTest+" (lda holds out every 10th document of --train instead)")
+	fs.StringVar(&a.vocab, "vocab", "", "lda: vocabulary, one word a line, to print topics' top words with; defaults to "+defaultLDAVocab+" with the default --train")
+	fs.IntVar(&a.topics, "topics", 20, "lda: number of topics K")
+	fs.Float64Var(&a.alpha, "alpha", 0.1, "lda: Dirichlet prior of the documents' topic mixtures")
+	fs.Float64Var(&a.beta, "beta", 0.01, "lda: Dirichlet prior of the topics' word distributions")
 	fs.StringVar(&a.consistency, "consistency", "ssp:2", "consistency model: bsp, ssp:S or asp")
 	fs.StringVar(&a.encoding, "encoding", "raw", "push encoding: raw, sparse, fp16 or int8 (the last two are lossy)")
-	fs.IntVar(&a.epochs, "epochs", 0, "passes over the training data (app default if 0: lr 10, mf 30)")
-	fs.IntVar(&a.batch, "batch", 0, "examples per worker minibatch (app default if 0: lr 100, mf 64)")
+	fs.IntVar(&a.epochs, "epochs", 0, "passes over the training data (app default if 0: lr 10, mf 30, lda 30, the first of which assigns random topics)")
+	fs.IntVar(&a.batch, "batch", 0, "examples per worker minibatch (app default if 0: lr 100, mf 64, lda 64 documents)")
 	fs.IntVar(&a.rank, "factors", 64, "mf: number of latent factors")
 	fs.Float64Var(&a.lr, "lr", 0.1, "learning rate (lr: FTRL alpha; mf: SGD step, default 0.01 there)")
 	fs.Float64Var(&a.l1, "l1", 0.001, "lr: FTRL L1 strength")
@@ -84,8 +92,20 @@ func (a *appFlags) job(progress io.Writer) (node.Job, error) {
 			}
 		}
 		return func(ctx context.Context, c *ps.Client) (any, error) { return mf.Run(ctx, c, cfg) }, nil
+	case "lda":
+		cfg, err := a.ldaConfig(progress)
+		if err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context, c *ps.Client) (any, error) {
+			rep, err := lda.Run(ctx, c, cfg)
+			if err == nil && progress != nil && c.Rank() == 0 {
+				printTopics(progress, rep.Topics)
+			}
+			return rep, err
+		}, nil
 	}
-	return nil, fmt.Errorf("unknown --app %q: want lr or mf", a.app)
+	return nil, fmt.Errorf("unknown --app %q: want lr, mf or lda", a.app)
 }
 
 func readable(paths ...string) error {
@@ -134,4 +154,50 @@ func (a *appFlags) lrConfig(progress io.Writer) (lr.Config, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// ldaConfig builds the lda configuration from the flags.
+func (a *appFlags) ldaConfig(progress io.Writer) (lda.Config, error) {
+	cons, err := table.ParseConsistency(a.consistency)
+	if err != nil {
+		return lda.Config{}, err
+	}
+	for _, f := range []string{"test", "encoding", "significance"} {
+		if a.fs.Changed(f) {
+			// Counts must arrive exactly: a lossy encoding or a filter that
+			// holds deltas back would part the table from the topics.
+			return lda.Config{}, fmt.Errorf("--app lda does not take --%s (it holds out every 10th document and pushes exact count deltas)", f)
+		}
+	}
+	cfg := lda.DefaultConfig()
+	cfg.Train, cfg.Vocab = or(a.train, defaultLDATrain), a.vocab
+	if a.train == "" && a.vocab == "" {
+		cfg.Vocab = defaultLDAVocab
+	}
+	if err := readable(cfg.Train); err != nil {
+		return lda.Config{}, err
+	}
+	cfg.Consistency, cfg.Seed, cfg.Topics, cfg.Alpha, cfg.Beta = cons, a.seed, a.topics, a.alpha, a.beta
+	setInt(&cfg.Epochs, a.epochs)
+	setInt(&cfg.Batch, a.batch)
+	if err := cfg.Check(); err != nil {
+		return lda.Config{}, err
+	}
+	if progress != nil {
+		cfg.Progress = func(s lda.EpochStats) {
+			fmt.Fprintf(progress, "epoch %2d/%d  %6.2fs  train log-likelihood/token %.4f  held-out perplexity %.1f\n",
+				s.Epoch, cfg.Epochs, s.Seconds, s.LogLikelihood, s.TestPerplexity)
+		}
+	}
+	return cfg, nil
+}
+
+// shownTopics is how many topics the end of an lda run prints.
+const shownTopics = 8
+
+// printTopics prints the largest topics' top words.
+func printTopics(w io.Writer, topics []lda.Topic) {
+	for i, t := range topics[:min(shownTopics, len(topics))] {
+		fmt.Fprintf(w, "topic %d (%d tokens): %s\n", i+1, t.Tokens, strings.Join(t.Words, " "))
+	}
 }
