@@ -249,10 +249,9 @@ func (w *worker) partition(ctx context.Context, l *ps.Lease, e int) error {
 		return ps.ErrDrained
 	}
 	st := l.State().(*partState)
-	if want := e - 1 + min(l.Offset, 1); st.pass != want {
-		return fmt.Errorf("%w: partition %d at offset %d of epoch %d holds pass %d, want %d", errStateLost, l.Partition, l.Offset, e, st.pass, want)
+	if err := st.resume(l.Offset, e); err != nil {
+		return err
 	}
-	st.pass = e
 	order := w.parts[l.Partition].Order(w.cfg.Seed, e)
 	var sent []*ps.Future
 	for off, b := l.Offset, 0; off < len(order); b++ {
@@ -300,6 +299,17 @@ func (w *worker) partition(ctx context.Context, l *ps.Lease, e int) error {
 	return nil
 }
 
+// resume checks that the state is the one a lease of epoch e at offset
+// needs, pass e-1's at offset 0 and pass e's past it, and marks it pass
+// e's.
+func (s *partState) resume(offset, e int) error {
+	if want := e - 1 + min(offset, 1); s.pass != want {
+		return fmt.Errorf("%w: partition %d at offset %d of epoch %d holds pass %d, want %d", errStateLost, s.part.ID, offset, e, s.pass, want)
+	}
+	s.pass = e
+	return nil
+}
+
 // progress waits for the pushes sent since the last report, then records
 // offset, and with it the state, which the caller has not moved past it.
 func (w *worker) progress(ctx context.Context, l *ps.Lease, offset int, sent []*ps.Future) error {
@@ -311,39 +321,50 @@ func (w *worker) progress(ctx context.Context, l *ps.Lease, offset int, sent []*
 
 // batch trains the documents docs of st's partition and returns the push
 // of their count changes: in pass 0 their initial topics' counts, later
-// the moves of a Gibbs sweep over them against counts pulled for their
-// words.
+// the moves of a Gibbs sweep over them.
 func (w *worker) batch(ctx context.Context, st *partState, e int, docs []int) (*ps.Future, error) {
 	keys := w.keys(docs)
-	k := w.k
-	vals := make([]float32, len(keys)*k)
+	vals := make([]float32, len(keys)*w.k)
 	if e == 0 {
-		totals := vals[len(vals)-k:]
-		for _, d := range docs {
-			words := w.train.Doc(d)
-			for i, t := range st.topics(w.train, d) {
-				vals[int(w.pos[words[i]])*k+int(t)]++
-				totals[t]++
-			}
-		}
-	} else {
-		if err := w.tbl.Pull(keys, vals).Wait(ctx); err != nil {
-			return nil, fmt.Errorf("lda: pull: %w", err)
-		}
-		pulled := slices.Clone(vals)
-		totals := vals[len(vals)-k:]
-		for _, d := range docs {
-			w.sampler.resample(w.train.Doc(d), st.topics(w.train, d), w.pos, vals, totals, docRNG(w.cfg.Seed, e, d))
-		}
-		for i := range vals {
-			vals[i] -= pulled[i]
-		}
+		w.count(st, docs, vals)
+	} else if err := w.sweep(ctx, st, e, docs, keys, vals); err != nil {
+		return nil, err
 	}
 	for _, d := range docs {
 		w.tokens += int64(len(w.train.Doc(d)))
 	}
 	w.docs += int64(len(docs))
 	return w.tbl.Push(keys, vals), nil
+}
+
+// count adds the counts of docs' topics to vals, the rows of w.keys(docs).
+func (w *worker) count(st *partState, docs []int, vals []float32) {
+	k := w.k
+	totals := vals[len(vals)-k:]
+	for _, d := range docs {
+		words := w.train.Doc(d)
+		for i, t := range st.topics(w.train, d) {
+			vals[int(w.pos[words[i]])*k+int(t)]++
+			totals[t]++
+		}
+	}
+}
+
+// sweep pulls keys' rows into vals, resamples docs against that copy, and
+// leaves in vals the copy minus what was pulled: exactly the moves made.
+func (w *worker) sweep(ctx context.Context, st *partState, e int, docs []int, keys []uint64, vals []float32) error {
+	if err := w.tbl.Pull(keys, vals).Wait(ctx); err != nil {
+		return fmt.Errorf("lda: pull: %w", err)
+	}
+	pulled := slices.Clone(vals)
+	totals := vals[len(vals)-w.k:]
+	for _, d := range docs {
+		w.sampler.resample(w.train.Doc(d), st.topics(w.train, d), w.pos, vals, totals, docRNG(w.cfg.Seed, e, d))
+	}
+	for i := range vals {
+		vals[i] -= pulled[i]
+	}
+	return nil
 }
 
 // keys returns the sorted distinct words of docs and then the totals' key

@@ -60,7 +60,7 @@ func (s *partState) topics(train *data.Corpus, d int) []uint16 {
 // At K = 20 a topic takes 5 bits: a KOS partition of 8 (48,560 tokens) is
 // 30,365 bytes. zstd (klauspost/compress, default level) of one byte a
 // topic measured 48,574 bytes for the random first topics and 24,454 after
-// 30 sweeps, and 27,776 on the packed bytes: a fifth smaller at best, late
+// 30 sweeps (27,776 for the packed bytes then): a fifth smaller at best, late
 // in training, which pays neither for a dependency nor for a second pass
 // over the blob at every Progress.
 const (
