@@ -171,13 +171,7 @@ func (c *Coordinator) resumeLocked(dir string) error {
 		c.lay.Partitions = m.Partitions
 	}
 	c.work = map[int]*epochWork{}
-	for e := 0; e <= m.Epoch; e++ {
-		w := &epochWork{parts: make([]lease, c.lay.Partitions)}
-		for i := range w.parts {
-			w.parts[i] = lease{rank: -1, done: true}
-		}
-		c.work[e] = w
-	}
+	c.doneBefore = m.Epoch + 1
 	c.maxClock = m.MaxClock
 	for p, blob := range states {
 		c.nextStateVer++

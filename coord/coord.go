@@ -58,11 +58,13 @@ type Coordinator struct {
 	done    chan struct{}
 	removed int // servers removed after failures: they no longer count towards readiness
 
-	work     map[int]*epochWork // by epoch
-	grants   uint64             // the last lease grant number
-	beats    map[int]time.Time  // last heartbeat by rank
-	maxClock int64
-	synced   map[string]map[string]bool // joiner -> ring servers that shipped it its copies
+	work map[int]*epochWork // by epoch, from doneBefore on
+	// doneBefore: every epoch below it is complete.
+	doneBefore int
+	grants     uint64            // the last lease grant number
+	beats      map[int]time.Time // last heartbeat by rank
+	maxClock   int64
+	synced     map[string]map[string]bool // joiner -> ring servers that shipped it its copies
 	// syncFrom is the first layout version whose synced reports count: any
 	// change of the ring or of the joiners changes what each head must ship.
 	syncFrom uint64

@@ -228,3 +228,46 @@ func TestJoinerWaitsForNewHeads(t *testing.T) {
 		t.Fatalf("after the new heads synced: %d joining, %d on the ring", len(l.Joining), len(l.Servers))
 	}
 }
+
+// TestSavedStateDoesNotGrowWithEpochs: complete epochs are forgotten (the
+// saved state is rewritten on every change and capped at 1 MiB), and a
+// worker asking for work in one still hears that it is done.
+func TestSavedStateDoesNotGrowWithEpochs(t *testing.T) {
+	var saved []byte
+	c := New(Options{Servers: 1, Workers: 1, Partitions: 8})
+	c.SetPersist(func(_ context.Context, b []byte) error { saved = append(saved[:0], b...); return nil })
+	c.JoinServer("s0", "127.0.0.1:1")
+	c.JoinWorker("w0")
+	ctx := context.Background()
+	var after3 int
+	for e := range 200 {
+		for {
+			g, err := c.Acquire(ctx, 0, e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g.Done {
+				break
+			}
+			if _, err := c.Progress(ctx, Update{Epoch: e, Partition: g.Partition, Offset: 100, Lease: g.Lease, Complete: true}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if e == 3 {
+			after3 = len(saved)
+		}
+	}
+	if len(saved) > after3+100 {
+		t.Fatalf("saved state grew from %d bytes after 4 epochs to %d after 200", after3, len(saved))
+	}
+	n := New(Options{Servers: 1, Workers: 1, Partitions: 8})
+	if err := n.Restore(saved); err != nil {
+		t.Fatal(err)
+	}
+	if g, err := n.Acquire(ctx, 0, 17); err != nil || !g.Done {
+		t.Fatalf("work in a forgotten epoch after a restore: %+v %v, want done", g, err)
+	}
+	if g, err := n.Acquire(ctx, 0, 200); err != nil || g.Done || g.Partition != 0 {
+		t.Fatalf("work in the next epoch: %+v %v", g, err)
+	}
+}

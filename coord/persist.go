@@ -31,6 +31,7 @@ type state struct {
 	StateVer     map[int]uint64 `json:"state_versions,omitempty"`
 	NextStateVer uint64         `json:"next_state_version,omitempty"`
 	Grants       uint64         `json:"grants,omitempty"`
+	DoneBefore   int            `json:"done_before,omitempty"`
 }
 
 type savedLease struct {
@@ -59,7 +60,7 @@ func (c *Coordinator) persistLocked() error {
 	st := state{
 		Layout: c.lay, Workers: c.workers, Reports: c.reports, MaxClock: c.maxClock,
 		Removed: c.removed, Synced: c.synced, SyncFrom: c.syncFrom, Work: map[int][]savedLease{},
-		StateVer: c.stateVer, NextStateVer: c.nextStateVer, Grants: c.grants,
+		StateVer: c.stateVer, NextStateVer: c.nextStateVer, Grants: c.grants, DoneBefore: c.doneBefore,
 	}
 	for e, w := range c.work {
 		ls := make([]savedLease, len(w.parts))
@@ -103,7 +104,7 @@ func (c *Coordinator) Restore(blob []byte) error {
 	if c.synced == nil {
 		c.synced = map[string]map[string]bool{}
 	}
-	c.stateVer, c.nextStateVer, c.grants = st.StateVer, st.NextStateVer, st.Grants
+	c.stateVer, c.nextStateVer, c.grants, c.doneBefore = st.StateVer, st.NextStateVer, st.Grants, st.DoneBefore
 	if c.stateVer == nil {
 		c.stateVer = map[int]uint64{}
 	}

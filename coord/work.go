@@ -54,6 +54,14 @@ type epochWork struct {
 }
 
 func (c *Coordinator) epochLocked(e int) *epochWork {
+	if e < c.doneBefore {
+		// Complete and forgotten (retireEpochsLocked).
+		w := &epochWork{parts: make([]lease, c.lay.Partitions)}
+		for i := range w.parts {
+			w.parts[i] = lease{rank: -1, done: true}
+		}
+		return w
+	}
 	if c.work == nil {
 		c.work = map[int]*epochWork{}
 	}
@@ -180,6 +188,7 @@ func (c *Coordinator) Progress(ctx context.Context, u Update) (uint64, error) {
 		w := c.work[u.Epoch]
 		w.left--
 		if w.left == 0 {
+			c.retireEpochsLocked()
 			c.startCheckpointLocked(u.Epoch)
 			c.publish()
 		}
@@ -193,6 +202,16 @@ func (c *Coordinator) Progress(ctx context.Context, u Update) (uint64, error) {
 	}
 	c.dropState(u.Partition, drop)
 	return cur, nil
+}
+
+// retireEpochsLocked forgets the leases of complete epochs, keeping only
+// the first epoch not complete (doneBefore): the saved state would
+// otherwise grow with every epoch, and is rewritten on every change.
+func (c *Coordinator) retireEpochsLocked() {
+	for w := c.work[c.doneBefore]; w != nil && w.left == 0; w = c.work[c.doneBefore] {
+		delete(c.work, c.doneBefore)
+		c.doneBefore++
+	}
 }
 
 // leaseLocked returns the lease u reports on, or an error if u.Rank does

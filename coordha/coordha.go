@@ -166,6 +166,7 @@ func lead(ctx context.Context, st *meta.Store, cfg Config) error {
 	defer cancel()
 	errc := make(chan error, 1)
 	go func() { errc <- node.Serve(lctx, ln, c, cfg.Logger) }()
+	go compact(lctx, st, cfg.Logger)
 	select {
 	case err := <-errc:
 		return err
@@ -204,4 +205,36 @@ func (p partStates) GetState(ctx context.Context, part int, ver uint64) ([]byte,
 
 func (p partStates) DeleteState(ctx context.Context, part int, ver uint64) error {
 	return p.st.DeletePartState(ctx, p.lead, part, ver)
+}
+
+// CompactEvery is how often the leader discards etcd's history, keeping
+// the last CompactEvery of it. The coordinator rewrites its state on every
+// change and partition states with every progress report (megabytes a
+// second for an LDA sampler), and etcd keeps every revision until
+// compacted: with the embedded member's own 10-minute retention the data
+// file grew by 345 MB in a 39 s run. Nothing of the coordinator's reads
+// old revisions.
+const CompactEvery = 10 * time.Second
+
+func compact(ctx context.Context, st *meta.Store, log *slog.Logger) {
+	t := time.NewTicker(CompactEvery)
+	defer t.Stop()
+	var prev int64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rev, err := st.Revision(ctx)
+		if err != nil {
+			continue
+		}
+		if prev > 0 {
+			if err := st.Compact(ctx, prev); err != nil && ctx.Err() == nil {
+				log.Warn("could not compact etcd's history", "err", err)
+			}
+		}
+		prev = rev
+	}
 }

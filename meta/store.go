@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -198,4 +199,22 @@ func pause(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// Revision returns etcd's current revision.
+func (s *Store) Revision(ctx context.Context) (int64, error) {
+	resp, err := s.cli.Get(ctx, s.key("revision-probe"), clientv3.WithCountOnly())
+	if err != nil {
+		return 0, fmt.Errorf("meta: revision: %w", err)
+	}
+	return resp.Header.Revision, nil
+}
+
+// Compact discards etcd's history before rev (for every prefix: etcd's
+// history is one). A revision already compacted is not an error.
+func (s *Store) Compact(ctx context.Context, rev int64) error {
+	if _, err := s.cli.Compact(ctx, rev); err != nil && !errors.Is(err, rpctypes.ErrCompacted) {
+		return fmt.Errorf("meta: compact to %d: %w", rev, err)
+	}
+	return nil
 }

@@ -68,6 +68,7 @@ type Lease struct {
 	Offset int
 	grant  uint64     // names this grant in reports
 	state  *heldState // with KeepState
+	last   *Future    // the last report sent
 }
 
 // Work asks the coordinator for a partition of epoch e to train. It returns
@@ -127,32 +128,49 @@ func (c *Client) Work(ctx context.Context, e int) (*Lease, error) {
 // With KeepState, it records the partition's state too, which must then
 // reflect exactly the rows before offset.
 func (l *Lease) Progress(ctx context.Context, offset int) error {
+	return l.report(ctx, offset, false).Wait(ctx)
+}
+
+// ProgressAsync is Progress without waiting for the coordinator: the state
+// is snapshotted before it returns (the caller may change it at once), and
+// the report is sent in the background, after any earlier one of the
+// lease. Its future completes once the coordinator has recorded it.
+func (l *Lease) ProgressAsync(ctx context.Context, offset int) *Future {
 	return l.report(ctx, offset, false)
 }
 
 // Complete records that the whole partition is trained (and, with
-// KeepState, its state at the end of the pass).
+// KeepState, its state at the end of the pass), after any report still in
+// flight.
 func (l *Lease) Complete(ctx context.Context, offset int) error {
-	return l.report(ctx, offset, true)
+	return l.report(ctx, offset, true).Wait(ctx)
 }
 
-func (l *Lease) report(ctx context.Context, offset int, complete bool) error {
+// report snapshots the state and sends the report once the lease's
+// previous one has been answered, so that reports arrive in order. A
+// Lease's methods are called from one goroutine.
+func (l *Lease) report(ctx context.Context, offset int, complete bool) *Future {
 	u := coord.Update{Rank: l.c.opts.Rank, Epoch: l.Epoch, Partition: l.Partition, Offset: offset, Clock: l.c.clock.Load(), Complete: complete, Lease: l.grant}
 	if l.state != nil {
 		blob, err := l.state.st.MarshalBinary()
 		if err != nil {
-			return fmt.Errorf("ps: partition %d state: %w", l.Partition, err)
+			return failed(fmt.Errorf("ps: partition %d state: %w", l.Partition, err))
 		}
 		u.State, u.HasState = blob, true
 	}
-	ver, err := l.c.ctl.Progress(ctx, u)
-	if err != nil {
-		return err
-	}
-	if l.state != nil {
-		l.c.parts.saved(l, ver, complete)
-	}
-	return nil
+	f, prev := newFuture(1), l.last
+	l.last = f
+	go func() {
+		if prev != nil {
+			<-prev.Done()
+		}
+		ver, err := l.c.ctl.Progress(ctx, u)
+		if err == nil && l.state != nil {
+			l.c.parts.saved(l, ver, complete)
+		}
+		f.partDone(err)
+	}()
+	return f
 }
 
 // Leave tells the coordinator this worker is going (a drained departure):

@@ -254,6 +254,7 @@ func (w *worker) partition(ctx context.Context, l *ps.Lease, e int) error {
 	}
 	order := w.parts[l.Partition].Order(w.cfg.Seed, e)
 	var sent []*ps.Future
+	reported := ps.All() // the last progress report, recorded
 	for off, b := l.Offset, 0; off < len(order); b++ {
 		end := min(off+w.cfg.Batch, len(order))
 		push, err := w.batch(ctx, st, e, order[off:end])
@@ -278,14 +279,16 @@ func (w *worker) partition(ctx context.Context, l *ps.Lease, e int) error {
 			return ps.ErrDrained
 		}
 		if b%progressEvery == progressEvery-1 {
-			if err := w.progress(ctx, l, off, sent); err != nil {
-				return err
+			// Recorded in the background while the next batches train;
+			// the one before must have been recorded by now.
+			if err := errors.Join(reported.Wait(ctx), ps.All(sent...).Wait(ctx)); err != nil {
+				return fmt.Errorf("lda: progress: %w", err)
 			}
-			sent = sent[:0]
+			reported, sent = l.ProgressAsync(ctx, off), sent[:0]
 		}
 	}
-	if err := ps.All(sent...).Wait(ctx); err != nil {
-		return fmt.Errorf("lda: push: %w", err)
+	if err := errors.Join(reported.Wait(ctx), ps.All(sent...).Wait(ctx)); err != nil {
+		return fmt.Errorf("lda: progress: %w", err)
 	}
 	if err := l.Complete(ctx, len(order)); err != nil {
 		return err
