@@ -56,3 +56,48 @@ func TestTrainLDARefusesLossyFlags(t *testing.T) {
 		t.Fatalf("err %v, output:\n%s", err, out)
 	}
 }
+
+// TestDrillLDAStateSurvives runs the LDA sampler with every node its own
+// process and three coordinators on etcd, SIGKILLs a coordinator (the
+// leader, in some runs) and then a worker: the dead worker's partitions'
+// topics must reach the surviving worker from etcd, through whichever
+// coordinator leads (the sampler refuses to train on a state that is not
+// the one its offset needs: errStateLost).
+func TestDrillLDAStateSurvives(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a cluster of seven processes")
+	}
+	dir := t.TempDir()
+	report := filepath.Join(dir, "r.json")
+	args := []string{"train", "--processes", "--app", "lda", "--epochs", "20", "--topics", "10",
+		"--servers", "2", "--workers", "2", "--replication", "2", "--coordinators", "3",
+		"--kill", "coordinator@" + drillKillAt + ",worker@1200ms",
+		"--run-dir", filepath.Join(dir, "run"), "--report", report, "--timeout", "2m"}
+	cmd := exec.Command(terrace(t), args...)
+	cmd.Dir = repoFile("")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("terrace %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	var rep drillReport
+	b, err := os.ReadFile(report)
+	if err == nil {
+		err = json.Unmarshal(b, &rep)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hasFault(&rep, "kill", "coordinator") || !hasFault(&rep, "kill", "worker") {
+		t.Fatalf("faults %+v: want a coordinator and a worker killed (training took %.2fs)", rep.Faults, rep.TrainingSeconds)
+	}
+	finished := 0
+	for _, n := range rep.Nodes {
+		if n.Role == "worker" && n.Finished {
+			finished++
+		}
+	}
+	if finished != 1 {
+		t.Fatalf("%d workers finished, want the one not killed\n%s", finished, out)
+	}
+	t.Logf("faults %+v; training %.2fs", rep.Faults, rep.TrainingSeconds)
+}
