@@ -38,6 +38,24 @@ func replica(ctx context.Context, t testing.TB, id string, endpoints []string) (
 	return "", nil
 }
 
+// leaseOne makes the coordinator at addr ready (a server, a worker) and
+// leases the worker a partition of epoch 0.
+func leaseOne(ctx context.Context, t testing.TB, addr string) (*coord.Client, coord.Grant) {
+	t.Helper()
+	cl := coord.NewClient(addr)
+	if _, err := cl.JoinServer(ctx, "s0", "127.0.0.1:1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.JoinWorker(ctx, "w0"); err != nil {
+		t.Fatal(err)
+	}
+	g, err := cl.Acquire(ctx, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl, g
+}
+
 // TestStateSurvivesFailover: a partition state of several etcd requests,
 // reported to one coordinator, is handed out by the next one after the
 // first is gone, and the next one sweeps a version no leader saved.
@@ -52,17 +70,7 @@ func TestStateSurvivesFailover(t *testing.T) {
 
 	actx, stopA := context.WithCancel(ctx)
 	addr, doneA := replica(actx, t, "a", e.Endpoints())
-	cl := coord.NewClient(addr)
-	if _, err := cl.JoinServer(ctx, "s0", "127.0.0.1:1"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cl.JoinWorker(ctx, "w0"); err != nil {
-		t.Fatal(err)
-	}
-	g, err := cl.Acquire(ctx, 0, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl, g := leaseOne(ctx, t, addr)
 	blob := make([]byte, 2*meta.StateChunk+100)
 	for i := range blob {
 		blob[i] = byte(rand.N(256))
@@ -120,17 +128,7 @@ func BenchmarkProgressWithState(b *testing.B) {
 	}
 	defer e.Close()
 	addr, _ := replica(ctx, b, "bench", e.Endpoints())
-	cl := coord.NewClient(addr)
-	if _, err := cl.JoinServer(ctx, "s0", "127.0.0.1:1"); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := cl.JoinWorker(ctx, "w0"); err != nil {
-		b.Fatal(err)
-	}
-	g, err := cl.Acquire(ctx, 0, 0)
-	if err != nil {
-		b.Fatal(err)
-	}
+	cl, g := leaseOne(ctx, b, addr)
 	report := func(n, size int) time.Duration {
 		u := coord.Update{Partition: g.Partition, Lease: g.Lease, HasState: size >= 0, State: make([]byte, max(size, 0))}
 		start := time.Now()

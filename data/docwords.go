@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 )
 
 // Corpus is a bag-of-words text corpus with every occurrence of a word
@@ -41,12 +40,7 @@ const maxCount = 1 << 20
 // ReadDocWords reads a doc-word-count file, plain or gzip-compressed. See
 // ParseDocWords.
 func ReadDocWords(path string) (*Corpus, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return ParseDocWords(f, path)
+	return readFile(path, ParseDocWords)
 }
 
 // ParseDocWords reads lines "doc word count", plain or gzip-compressed

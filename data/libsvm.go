@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 )
 
 // Sparse is a labelled sparse matrix in compressed sparse row form: row i
@@ -35,12 +34,7 @@ func (s *Sparse) Row(i int) (keys []uint64, vals []float32, label float32) {
 
 // ReadLIBSVM reads a LIBSVM file, plain or gzip-compressed. See ParseLIBSVM.
 func ReadLIBSVM(path string) (*Sparse, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return ParseLIBSVM(f, path)
+	return readFile(path, ParseLIBSVM)
 }
 
 // ParseLIBSVM reads binary-labelled LIBSVM data, plain or gzip-compressed

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 )
 
 const bufSize = 64 << 10
@@ -19,6 +20,18 @@ type lineReader struct {
 	name string
 	line int    // number of the line last returned
 	long []byte // holds a line longer than br's buffer
+}
+
+// readFile opens path and parses it with parse, which names its errors
+// after path.
+func readFile[T any](path string, parse func(io.Reader, string) (T, error)) (T, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	defer f.Close()
+	return parse(f, path)
 }
 
 func newLineReader(r io.Reader, name string) (*lineReader, error) {

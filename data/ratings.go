@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 )
 
 // Ratings holds (user, item, rating) triples, such as MovieLens ratings,
@@ -38,12 +37,7 @@ func (r *Ratings) Mean() float64 {
 // ReadRatings reads a ratings file, plain or gzip-compressed. See
 // ParseRatings.
 func ReadRatings(path string) (*Ratings, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return ParseRatings(f, path)
+	return readFile(path, ParseRatings)
 }
 
 // ParseRatings reads lines "user item rating [timestamp]", plain or

@@ -2,18 +2,12 @@ package data
 
 import (
 	"io"
-	"os"
 )
 
 // ReadVocab reads a vocabulary file, plain or gzip-compressed. See
 // ParseVocab.
 func ReadVocab(path string) ([]string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return ParseVocab(f, path)
+	return readFile(path, ParseVocab)
 }
 
 // ParseVocab reads one word per line, such as a UCI Bag of Words

@@ -90,13 +90,7 @@ func TestDrillLDAStateSurvives(t *testing.T) {
 	if !hasFault(&rep, "kill", "coordinator") || !hasFault(&rep, "kill", "worker") {
 		t.Fatalf("faults %+v: want a coordinator and a worker killed (training took %.2fs)", rep.Faults, rep.TrainingSeconds)
 	}
-	finished := 0
-	for _, n := range rep.Nodes {
-		if n.Role == "worker" && n.Finished {
-			finished++
-		}
-	}
-	if finished != 1 {
+	if finished := finishedWorkers(&rep); finished != 1 {
 		t.Fatalf("%d workers finished, want the one not killed\n%s", finished, out)
 	}
 	t.Logf("faults %+v; training %.2fs", rep.Faults, rep.TrainingSeconds)

@@ -264,6 +264,17 @@ func runDrill(t *testing.T, args ...string) *drillReport {
 	return &rep
 }
 
+// finishedWorkers counts the workers that trained to the end.
+func finishedWorkers(rep *drillReport) int {
+	n := 0
+	for _, node := range rep.Nodes {
+		if node.Role == "worker" && node.Finished {
+			n++
+		}
+	}
+	return n
+}
+
 func hasFault(rep *drillReport, action, role string) bool {
 	for _, f := range rep.Faults {
 		if f.Action == action && f.Role == role && f.Node != "" && f.PID > 0 {
@@ -323,13 +334,7 @@ func TestDrillWorkerKill(t *testing.T) {
 	if !hasFault(rep, "kill", "worker") {
 		t.Fatalf("faults %+v: no worker kill (training took %.2fs)", rep.Faults, rep.TrainingSeconds)
 	}
-	finished := 0
-	for _, n := range rep.Nodes {
-		if n.Role == "worker" && n.Finished {
-			finished++
-		}
-	}
-	if finished != 1 {
+	if finished := finishedWorkers(rep); finished != 1 {
 		t.Errorf("%d workers finished, want the one that was not killed", finished)
 	}
 	if rep.ExamplesSkipped == nil || *rep.ExamplesSkipped != 0 {
