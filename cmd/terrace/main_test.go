@@ -340,11 +340,15 @@ func TestDrillWorkerKill(t *testing.T) {
 	if rep.ExamplesSkipped == nil || *rep.ExamplesSkipped != 0 {
 		t.Errorf("examples_skipped %v: the killed worker's partitions were not taken over", ptr(rep.ExamplesSkipped))
 	}
-	// lr records, every 8 minibatches of 100 examples, the offset up to
-	// which its pushes are acknowledged, with up to 8 more in flight: a
-	// successor repeats at most 16 minibatches.
-	if rep.ExamplesRepeated == nil || *rep.ExamplesRepeated > 1600 {
-		t.Errorf("examples_repeated %v, want at most the 1600 since the killed worker's last recorded progress", ptr(rep.ExamplesRepeated))
+	// A successor repeats only what the killed worker trained of the
+	// partition it held since its last recorded progress: at most that
+	// partition (a9a's 32,561 rows in 8 partitions). lr tries to record
+	// progress every 8 minibatches of 100 (300-900 repeated is typical),
+	// but a record still on its way to the coordinator holds the next
+	// back: on a loaded machine a record can take dozens of minibatches
+	// (2,800 repeated, seen once in CI), so the tighter figure is timing.
+	if rep.ExamplesRepeated == nil || *rep.ExamplesRepeated > (32561+7)/8 {
+		t.Errorf("examples_repeated %v, want at most the %d rows of the partition the killed worker held", ptr(rep.ExamplesRepeated), (32561+7)/8)
 	}
 	if rep.AckedUpdatesLost == nil || *rep.AckedUpdatesLost != 0 {
 		t.Errorf("acked_updates_lost %v, want 0", ptr(rep.AckedUpdatesLost))
