@@ -418,18 +418,32 @@ func (r *replicator) send(conn *transport.Client, msgs []wire.Replicate) error {
 		}, nil)
 	}
 	var errs []error
-	for range msgs {
+	quiet := time.NewTimer(replicateQuiet)
+	defer quiet.Stop()
+	for i := range msgs {
 		select {
 		case err := <-errc:
 			if err != nil {
 				errs = append(errs, err)
 			}
+			quiet.Reset(replicateQuiet)
+		case <-quiet.C:
+			// A peer that is up but answers nothing would otherwise hold
+			// every push of these slots unacknowledged, silently: the
+			// caller warns, reconnects and sends again (importing state
+			// twice is harmless; a superseded connection's rounds are
+			// refused).
+			return fmt.Errorf("peer confirmed %d of %d replication messages, then nothing for %v", i, len(msgs), replicateQuiet)
 		case <-r.stop:
 			return errors.New("replicator stopped")
 		}
 	}
 	return errors.Join(errs...)
 }
+
+// replicateQuiet is how long a replicator waits for its peer's next
+// confirmation before it gives up on the connection.
+const replicateQuiet = 10 * time.Second
 
 // maxReplaced bounds the slots one replication round replaces.
 const maxReplaced = 1 << 22

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -73,6 +74,14 @@ func localCluster(t testing.TB, ctx context.Context, servers, workers, partition
 func runWorkers(ctx context.Context, l *node.Local, n int, job func(ctx context.Context, c *ps.Client) (*Report, error)) ([]*Report, []error) {
 	reps := make([]*Report, n)
 	errs := make([]error, n)
+	if deadline, ok := ctx.Deadline(); ok {
+		// Should training hang (it did once, in a loaded CI run: a
+		// worker waited 2 minutes for a progress report or its pushes),
+		// every goroutine's stack, of workers, servers and coordinator
+		// alike, says where.
+		dump := time.AfterFunc(time.Until(deadline)-5*time.Second, dumpStacks)
+		defer dump.Stop()
+	}
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Add(1)
@@ -91,6 +100,18 @@ func runWorkers(ctx context.Context, l *node.Local, n int, job func(ctx context.
 	}
 	wg.Wait()
 	return reps, errs
+}
+
+// dumpStacks writes every goroutine's stack to a file and says where.
+func dumpStacks() {
+	f, err := os.CreateTemp("", "terrace-lda-hang-*.stacks")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "lda test: training hangs; stacks not written:", err)
+		return
+	}
+	defer f.Close()
+	pprof.Lookup("goroutine").WriteTo(f, 2)
+	fmt.Fprintln(os.Stderr, "lda test: training hangs; every goroutine's stack is in", f.Name())
 }
 
 // pullTable reads the whole word-topic table (v word rows, then the totals).
