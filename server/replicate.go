@@ -442,8 +442,8 @@ func (r *replicator) send(conn *transport.Client, msgs []wire.Replicate) error {
 }
 
 // replicateQuiet is how long a replicator waits for its peer's next
-// confirmation before it gives up on the connection.
-const replicateQuiet = 10 * time.Second
+// confirmation before it gives up on the connection (a variable for tests).
+var replicateQuiet = 10 * time.Second
 
 // maxReplaced bounds the slots one replication round replaces.
 const maxReplaced = 1 << 22
