@@ -281,14 +281,14 @@ func (w *worker) partition(ctx context.Context, l *ps.Lease, e int) error {
 		if b%progressEvery == progressEvery-1 {
 			// Recorded in the background while the next batches train;
 			// the one before must have been recorded by now.
-			if err := errors.Join(reported.Wait(ctx), ps.All(sent...).Wait(ctx)); err != nil {
-				return fmt.Errorf("lda: progress: %w", err)
+			if err := settle(ctx, reported, sent); err != nil {
+				return err
 			}
 			reported, sent = l.ProgressAsync(ctx, off), sent[:0]
 		}
 	}
-	if err := errors.Join(reported.Wait(ctx), ps.All(sent...).Wait(ctx)); err != nil {
-		return fmt.Errorf("lda: progress: %w", err)
+	if err := settle(ctx, reported, sent); err != nil {
+		return err
 	}
 	if err := l.Complete(ctx, len(order)); err != nil {
 		return err
@@ -298,6 +298,18 @@ func (w *worker) partition(ctx context.Context, l *ps.Lease, e int) error {
 	}
 	if w.c.Draining() {
 		return ps.ErrDrained
+	}
+	return nil
+}
+
+// settle waits for the last progress report to be recorded and for the
+// pushes sent since, saying which failed.
+func settle(ctx context.Context, reported *ps.Future, sent []*ps.Future) error {
+	if err := reported.Wait(ctx); err != nil {
+		return fmt.Errorf("lda: progress report: %w", err)
+	}
+	if err := ps.All(sent...).Wait(ctx); err != nil {
+		return fmt.Errorf("lda: push: %w", err)
 	}
 	return nil
 }
