@@ -254,10 +254,8 @@ func (c *Coordinator) checkRankLocked(rank int) error {
 	if rank < 0 || rank >= c.lay.Workers {
 		return fmt.Errorf("%w: rank %d of %d", errBadRequest, rank, c.lay.Workers)
 	}
-	for _, d := range c.lay.Finished {
-		if d == rank {
-			return fmt.Errorf("%w: rank %d was declared dead", ErrLeaseLost, rank)
-		}
+	if c.finishedLocked(rank) {
+		return fmt.Errorf("%w: rank %d was declared dead", ErrLeaseLost, rank)
 	}
 	return nil
 }
@@ -274,14 +272,7 @@ func (c *Coordinator) expireWorkers() {
 		if now.Sub(t) < WorkerTimeout || c.finishedLocked(rank) {
 			continue
 		}
-		c.lay.Finished = append(c.lay.Finished, rank)
-		for _, w := range c.work {
-			for i := range w.parts {
-				if w.parts[i].rank == rank {
-					w.parts[i].rank = -1
-				}
-			}
-		}
+		c.finishLocked(rank)
 		changed = true
 	}
 	if changed {
@@ -290,12 +281,19 @@ func (c *Coordinator) expireWorkers() {
 }
 
 func (c *Coordinator) finishedLocked(rank int) bool {
-	for _, d := range c.lay.Finished {
-		if d == rank {
-			return true
+	return slices.Contains(c.lay.Finished, rank)
+}
+
+// finishLocked lists rank as finished and returns its leases to the pool.
+func (c *Coordinator) finishLocked(rank int) {
+	c.lay.Finished = append(c.lay.Finished, rank)
+	for _, w := range c.work {
+		for i := range w.parts {
+			if w.parts[i].rank == rank {
+				w.parts[i].rank = -1
+			}
 		}
 	}
-	return false
 }
 
 // ReleaseWorker ends rank's membership at once (a drained departure): its
@@ -306,14 +304,7 @@ func (c *Coordinator) ReleaseWorker(rank int) {
 	if c.finishedLocked(rank) {
 		return
 	}
-	c.lay.Finished = append(c.lay.Finished, rank)
-	for _, w := range c.work {
-		for i := range w.parts {
-			if w.parts[i].rank == rank {
-				w.parts[i].rank = -1
-			}
-		}
-	}
+	c.finishLocked(rank)
 	c.publish()
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/terrace-ml/terrace/coord"
+	"github.com/terrace-ml/terrace/layout"
 	"github.com/terrace-ml/terrace/node"
 	"github.com/terrace-ml/terrace/ps"
 	"github.com/terrace-ml/terrace/table"
@@ -53,15 +54,8 @@ func TestServerDrainsLive(t *testing.T) {
 					}
 					acked.Add(int64(len(ks)))
 				}
-				for v := uint64(0); ; {
-					lay, err := l.Coord.Layout(ctx, v)
-					if err != nil {
-						return nil, err
-					}
-					if len(lay.Servers) == 2 && len(lay.Leaving) == 0 {
-						break
-					}
-					v = lay.Version
+				if err := awaitLayout(ctx, l, func(lay *layout.Layout) bool { return len(lay.Servers) == 2 && len(lay.Leaving) == 0 }); err != nil {
+					return nil, err
 				}
 				if c.Rank() == 0 {
 					t.Logf("server-1 off the ring %v after the drain began", time.Since(start))

@@ -37,15 +37,8 @@ func BenchmarkHandoff100MB(b *testing.B) {
 			if _, err := l.AddServer(ctx); err != nil {
 				return nil, err
 			}
-			for v := uint64(0); ; {
-				lay, err := l.Coord.Layout(ctx, v)
-				if err != nil {
-					return nil, err
-				}
-				if len(lay.Servers) == 3 {
-					break
-				}
-				v = lay.Version
+			if err := awaitLayout(ctx, l, threeServers); err != nil {
+				return nil, err
 			}
 			close(stop)
 			if err := <-done; err != nil {

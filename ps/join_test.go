@@ -57,15 +57,8 @@ func TestServerJoinsLive(t *testing.T) {
 			acked.Add(int64(len(ks)))
 		}
 		// Wait for the joiner to be on the ring before checking.
-		for v := uint64(0); ; {
-			lay, err := l.Coord.Layout(ctx, v)
-			if err != nil {
-				return nil, err
-			}
-			if len(lay.Servers) == 3 {
-				break
-			}
-			v = lay.Version
+		if err := awaitLayout(ctx, l, threeServers); err != nil {
+			return nil, err
 		}
 		if err := holdsAcked(ctx, c, tb, keys, func() int64 { return 4 * acked.Load() }); err != nil || c.Rank() != 0 {
 			return nil, err

@@ -42,6 +42,23 @@ func run(t *testing.T, servers, workers int, job node.Job) *node.Local {
 	return l
 }
 
+// awaitLayout waits for a layout of l's coordinator for which done holds.
+func awaitLayout(ctx context.Context, l *node.Local, done func(*layout.Layout) bool) error {
+	for v := uint64(0); ; {
+		lay, err := l.Coord.Layout(ctx, v)
+		if err != nil {
+			return err
+		}
+		if done(lay) {
+			return nil
+		}
+		v = lay.Version
+	}
+}
+
+// threeServers holds for a layout with three servers on the ring.
+func threeServers(lay *layout.Layout) bool { return len(lay.Servers) == 3 }
+
 func randomKeys(rng *rand.Rand, n int, space uint64) []uint64 {
 	set := map[uint64]bool{}
 	for len(set) < n {

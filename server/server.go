@@ -130,17 +130,16 @@ func New(o Options) *Server {
 // a layout that a client already has (epoch) or a table it names.
 const catchUpWait = 2 * time.Second
 
-// awaitLayout blocks until the server's layout is at epoch or later and
-// knows table, or the wait runs out. Blocking the connection's reader
-// keeps that connection's requests in order, which refusing and having the
-// client retry would not.
-// awaitWorkers waits, at most catchUpWait, for a layout with n workers.
-func (s *Server) awaitWorkers(n int) {
+// catchUp blocks until ready, read under the server's lock, holds for
+// the server's layout, or catchUpWait runs out. Blocking the connection's
+// reader keeps that connection's requests in order, which refusing and
+// having the client retry would not.
+func (s *Server) catchUp(ready func() bool) {
 	deadline := time.NewTimer(catchUpWait)
 	defer deadline.Stop()
 	for {
 		s.mu.RLock()
-		ok := s.lay != nil && s.lay.Workers >= n
+		ok := ready()
 		ch := s.changed
 		s.mu.RUnlock()
 		if ok {
@@ -154,24 +153,18 @@ func (s *Server) awaitWorkers(n int) {
 	}
 }
 
-// A negative table waits for the epoch alone.
+// awaitWorkers waits, at most catchUpWait, for a layout with n workers.
+func (s *Server) awaitWorkers(n int) {
+	s.catchUp(func() bool { return s.lay != nil && s.lay.Workers >= n })
+}
+
+// awaitLayout waits, at most catchUpWait, until the server's layout is at
+// epoch or later and knows table; a negative table waits for the epoch
+// alone.
 func (s *Server) awaitLayout(epoch uint64, table int64) {
-	deadline := time.NewTimer(catchUpWait)
-	defer deadline.Stop()
-	for {
-		s.mu.RLock()
-		ok := s.ring != nil && s.ring.Epoch >= epoch && (table < 0 || s.tables[uint32(table)] != nil)
-		ch := s.changed
-		s.mu.RUnlock()
-		if ok {
-			return
-		}
-		select {
-		case <-ch:
-		case <-deadline.C:
-			return
-		}
-	}
+	s.catchUp(func() bool {
+		return s.ring != nil && s.ring.Epoch >= epoch && (table < 0 || s.tables[uint32(table)] != nil)
+	})
 }
 
 // Configure installs layout l: new tables are created, and data messages

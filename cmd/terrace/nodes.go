@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/terrace-ml/terrace/coord"
 	"github.com/terrace-ml/terrace/coordha"
@@ -152,43 +153,56 @@ func serverCmd() *cobra.Command {
 	return cmd
 }
 
+// workerFlags are the flags and set-up that worker and drill-worker share.
+type workerFlags struct {
+	a                    appFlags
+	notices              noticeFlags
+	cfg                  node.WorkerConfig
+	logLevel, reportPath string
+}
+
+func (w *workerFlags) register(fs *pflag.FlagSet) {
+	w.a.register(fs)
+	fs.StringVar(&w.cfg.ID, "id", "", "node ID (host name and pid if empty)")
+	fs.StringVar(&w.cfg.Coordinator, "coordinator", "127.0.0.1:7070", "coordinator address")
+	fs.DurationVar(&w.cfg.JoinTimeout, "join-timeout", node.DefaultJoinTimeout, "give up if the coordinator or servers cannot be reached within this time")
+	fs.StringVar(&w.logLevel, "log-level", "warn", "log level")
+	fs.StringVar(&w.reportPath, "report", "", "write this worker's JSON report to this file")
+	w.notices.register(fs)
+}
+
+// run runs job as a worker until it ends, draining on a notice.
+func (w *workerFlags) run(ctx context.Context, job node.Job) (any, error) {
+	if w.cfg.ID == "" {
+		h, _ := os.Hostname()
+		w.cfg.ID = fmt.Sprintf("worker-%s-%d", h, os.Getpid())
+	}
+	w.cfg.Logger = newLogger(w.logLevel)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w.cfg.Notices = w.notices.watch(ctx)
+	return node.RunWorker(ctx, w.cfg, job)
+}
+
 func workerCmd() *cobra.Command {
-	var a appFlags
-	var notices noticeFlags
-	var cfg node.WorkerConfig
-	var logLevel, reportPath string
+	var w workerFlags
 	cmd := &cobra.Command{
 		Use:   "worker",
 		Short: "Run a worker that joins the coordinator and trains an application",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if cfg.ID == "" {
-				h, _ := os.Hostname()
-				cfg.ID = fmt.Sprintf("worker-%s-%d", h, os.Getpid())
-			}
-			cfg.Logger = newLogger(logLevel)
-			job, err := a.job(cmd.OutOrStdout())
+			job, err := w.a.job(cmd.OutOrStdout())
 			if err != nil {
 				return err
 			}
-			ctx, cancel := context.WithCancel(cmd.Context())
-			defer cancel()
-			cfg.Notices = notices.watch(ctx)
-			rep, err := node.RunWorker(ctx, cfg, job)
+			rep, err := w.run(cmd.Context(), job)
 			if err != nil {
 				return err
 			}
-			return writeReport(reportPath, rep)
+			return writeReport(w.reportPath, rep)
 		},
 	}
-	fs := cmd.Flags()
-	a.register(fs)
-	fs.StringVar(&cfg.ID, "id", "", "node ID (host name and pid if empty)")
-	fs.StringVar(&cfg.Coordinator, "coordinator", "127.0.0.1:7070", "coordinator address")
-	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", node.DefaultJoinTimeout, "give up if the coordinator or servers cannot be reached within this time")
-	fs.StringVar(&logLevel, "log-level", "warn", "log level")
-	fs.StringVar(&reportPath, "report", "", "write this worker's JSON report to this file")
-	notices.register(fs)
+	w.register(cmd.Flags())
 	addConfigFlag(cmd)
 	return cmd
 }

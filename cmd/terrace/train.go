@@ -389,10 +389,8 @@ func accountLocal(ctx context.Context, a appFlags, t *drill.Timeline, coordAddr 
 // drill.MarkerFirstAck), and writing its report even when the coordinator
 // is gone by the time it finishes.
 func drillWorkerCmd() *cobra.Command {
-	var a appFlags
-	var notices noticeFlags
-	var cfg node.WorkerConfig
-	var logLevel, reportPath, auditPath string
+	var w workerFlags
+	var auditPath string
 	var auditEvery int
 	cmd := &cobra.Command{
 		Use:    "drill-worker",
@@ -401,15 +399,10 @@ func drillWorkerCmd() *cobra.Command {
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := cmd.OutOrStdout()
-			if cfg.ID == "" {
-				h, _ := os.Hostname()
-				cfg.ID = fmt.Sprintf("worker-%s-%d", h, os.Getpid())
-			}
-			cfg.Logger = newLogger(logLevel)
 			var audit *drill.AuditLog
 			var inner node.Job
-			if a.app == "lr" && auditPath != "" {
-				lcfg, err := a.lrConfig(out)
+			if w.a.app == "lr" && auditPath != "" {
+				lcfg, err := w.a.lrConfig(out)
 				if err != nil {
 					return err
 				}
@@ -426,7 +419,7 @@ func drillWorkerCmd() *cobra.Command {
 				}
 				inner = func(ctx context.Context, c *ps.Client) (any, error) { return lr.Run(ctx, c, lcfg) }
 			} else {
-				job, err := a.job(out)
+				job, err := w.a.job(out)
 				if err != nil {
 					return err
 				}
@@ -441,29 +434,20 @@ func drillWorkerCmd() *cobra.Command {
 				fmt.Fprintf(out, "%s%d\n", drill.MarkerRank, c.Rank())
 				return inner(ctx, c)
 			}
-			ctx, cancel := context.WithCancel(cmd.Context())
-			defer cancel()
-			cfg.Notices = notices.watch(ctx)
-			rep, err := node.RunWorker(ctx, cfg, job)
+			rep, err := w.run(cmd.Context(), job)
 			if audit != nil {
 				err = errors.Join(err, audit.Close())
 			}
 			if rep != nil {
-				err = errors.Join(err, writeReport(reportPath, rep))
+				err = errors.Join(err, writeReport(w.reportPath, rep))
 			}
 			return err
 		},
 	}
 	fs := cmd.Flags()
-	a.register(fs)
-	fs.StringVar(&cfg.ID, "id", "", "node ID (host name and pid if empty)")
-	fs.StringVar(&cfg.Coordinator, "coordinator", "127.0.0.1:7070", "coordinator address")
-	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", node.DefaultJoinTimeout, "give up if the coordinator or servers cannot be reached within this time")
-	fs.StringVar(&logLevel, "log-level", "warn", "log level")
-	fs.StringVar(&reportPath, "report", "", "write this worker's JSON report to this file")
+	w.register(fs)
 	fs.StringVar(&auditPath, "audit-log", "", "lr: turn the audit on and append acknowledged audit pushes to this file")
 	fs.IntVar(&auditEvery, "audit-every", drill.DefaultAuditEvery, "acknowledged pushes held before appending them to --audit-log")
-	notices.register(fs)
 	// Like `terrace worker`, and unlike train, SIGTERM drains (notices.go):
 	// this replaces the hook train passes on that would end the run.
 	cmd.PersistentPreRunE = func(*cobra.Command, []string) error { return nil }
