@@ -44,6 +44,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Network makes the failure detector's connections to servers (TCP if nil).
 	Network transport.Network
+	// Membership, when set, is published in the layout: nodes register
+	// there, and MemberGone hears of their leases' expiry.
+	Membership *layout.Membership
 }
 
 // Coordinator holds the cluster's layout.
@@ -75,8 +78,13 @@ type Coordinator struct {
 	nextStateVer uint64
 	states       StateStore
 
-	persist    func(ctx context.Context, blob []byte) error
+	persist    Persist
 	persistErr error
+	// newEpoch: the layout about to be published begins an epoch, which
+	// persistLocked numbers.
+	newEpoch bool
+	// incarnations: the incarnation each node joined with, by "role/id".
+	incarnations map[string]string
 
 	log           *slog.Logger
 	ckptSeq       uint64
@@ -103,8 +111,9 @@ func Open(o Options) (*Coordinator, error) {
 		o.Partitions = 4 * max(o.Workers, 1)
 	}
 	c := &Coordinator{
-		opts:    o,
-		lay:     layout.Layout{Version: 1, VNodes: o.VNodes, Workers: o.Workers, Partitions: o.Partitions, Replication: max(1, o.Replication)},
+		opts: o,
+		lay: layout.Layout{Version: 1, VNodes: o.VNodes, Workers: o.Workers, Partitions: o.Partitions, Replication: max(1, o.Replication),
+			Membership: o.Membership},
 		changed: make(chan struct{}),
 		workers: map[string]int{},
 		reports: map[int]json.RawMessage{},
@@ -112,8 +121,9 @@ func Open(o Options) (*Coordinator, error) {
 		synced:  map[string]map[string]bool{},
 		log:     o.Logger,
 
-		stateVer: map[int]uint64{},
-		states:   &memStates{},
+		stateVer:     map[int]uint64{},
+		states:       &memStates{},
+		incarnations: map[string]string{},
 	}
 	if c.log == nil {
 		c.log = slog.Default()
@@ -131,10 +141,24 @@ func (c *Coordinator) publish() {
 	c.lay.Version++
 	c.lay.Ready = c.lay.Ready || len(c.lay.Servers)+c.removed >= c.opts.Servers && len(c.workers) >= c.opts.Workers && c.lay.Resume == nil
 	// Saved before anyone can see it, so a successor never publishes an
-	// older version than a client has seen.
+	// older version than a client has seen. A version that could not be
+	// saved is shown to no one (see Layout): this coordinator answers
+	// nothing more, and its successor goes on from the last saved state.
+	// Pollers wake either way: they see the layout, or ErrNotPersisted.
 	c.persistLocked()
 	close(c.changed)
 	c.changed = make(chan struct{})
+}
+
+// newEpochLocked starts a new epoch in the layout about to be published:
+// the placement of keys changes. The epoch gets its final number when it
+// is saved (persistLocked); until then it is the next count.
+func (c *Coordinator) newEpochLocked() {
+	if !c.newEpoch {
+		c.lay.PrevEpoch = c.lay.Epoch
+	}
+	c.lay.Epoch = c.lay.PrevEpoch + 1
+	c.newEpoch = true
 }
 
 func (c *Coordinator) snapshot() *layout.Layout {
@@ -145,10 +169,15 @@ func (c *Coordinator) snapshot() *layout.Layout {
 }
 
 // Layout returns the first layout whose version is above after, waiting
-// for one until ctx ends.
+// for one until ctx ends. A coordinator that could not save its state
+// returns ErrNotPersisted: its layout may be one its successor never saw.
 func (c *Coordinator) Layout(ctx context.Context, after uint64) (*layout.Layout, error) {
 	for {
 		c.mu.Lock()
+		if err := c.persistErr; err != nil {
+			c.mu.Unlock()
+			return nil, err
+		}
 		if c.lay.Version > after {
 			l := c.snapshot()
 			c.mu.Unlock()
@@ -166,13 +195,20 @@ func (c *Coordinator) Layout(ctx context.Context, after uint64) (*layout.Layout,
 
 // JoinServer admits a server, or updates the address of a known one.
 func (c *Coordinator) JoinServer(id, addr string) (*layout.Layout, error) {
+	return c.JoinServerAs(id, addr, "")
+}
+
+// JoinServerAs is JoinServer for a server process that registers in etcd
+// as incarnation inc (see MemberGone).
+func (c *Coordinator) JoinServerAs(id, addr, inc string) (*layout.Layout, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.incarnateLocked(RoleServer, id, inc)
 	for i, s := range c.lay.Servers {
 		if s.ID == id {
 			if s.Addr != addr {
 				c.lay.Servers[i].Addr = addr
-				c.lay.Epoch++
+				c.newEpochLocked()
 				c.resetSyncLocked()
 				c.publish()
 			}
@@ -207,7 +243,7 @@ func (c *Coordinator) JoinServer(id, addr string) (*layout.Layout, error) {
 		return nil, err
 	}
 	c.lay.Servers = servers
-	c.lay.Epoch++
+	c.newEpochLocked()
 	c.resetSyncLocked()
 	c.publish()
 	return c.snapshot(), nil
@@ -219,6 +255,10 @@ func (c *Coordinator) JoinServer(id, addr string) (*layout.Layout, error) {
 func (c *Coordinator) RemoveServer(id, addr string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.removeServerLocked(id, addr)
+}
+
+func (c *Coordinator) removeServerLocked(id, addr string) bool {
 	match := func(s ring.Server) bool { return s.ID == id && (addr == "" || s.Addr == addr) }
 	if j := slices.IndexFunc(c.lay.Joining, match); j >= 0 {
 		c.lay.Joining = slices.Delete(slices.Clone(c.lay.Joining), j, j+1)
@@ -234,7 +274,7 @@ func (c *Coordinator) RemoveServer(id, addr string) bool {
 	c.lay.Servers = slices.Delete(slices.Clone(c.lay.Servers), i, i+1)
 	c.lay.Leaving = slices.DeleteFunc(slices.Clone(c.lay.Leaving), func(l string) bool { return l == id })
 	delete(c.synced, id)
-	c.lay.Epoch++
+	c.newEpochLocked()
 	c.removed++
 	// Joiners are not promoted here even if every remaining server synced
 	// them: the slots the departed server headed have new heads, which
@@ -327,7 +367,7 @@ func (c *Coordinator) promoteLocked() bool {
 	}
 	if changed {
 		c.lay.Joining, c.lay.Leaving = stay, staying
-		c.lay.Epoch++
+		c.newEpochLocked()
 		c.resetSyncLocked()
 	}
 	return changed
@@ -336,8 +376,15 @@ func (c *Coordinator) promoteLocked() bool {
 // JoinWorker admits a worker and returns its rank; a worker that joins
 // again under the same ID gets the same rank.
 func (c *Coordinator) JoinWorker(id string) (int, error) {
+	return c.JoinWorkerAs(id, "")
+}
+
+// JoinWorkerAs is JoinWorker for a worker process that registers in etcd
+// as incarnation inc (see MemberGone).
+func (c *Coordinator) JoinWorkerAs(id, inc string) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.incarnateLocked(RoleWorker, id, inc)
 	if r, ok := c.workers[id]; ok {
 		return r, nil
 	}
@@ -354,6 +401,55 @@ func (c *Coordinator) JoinWorker(id string) (int, error) {
 	c.publish()
 	return r, nil
 }
+
+// incarnateLocked records that node role/id is now incarnation inc, and
+// saves that at once: a join may publish nothing else.
+func (c *Coordinator) incarnateLocked(role, id, inc string) {
+	key := role + "/" + id
+	if inc == "" || c.incarnations[key] == inc {
+		return
+	}
+	c.incarnations[key] = inc
+	c.persistLocked()
+}
+
+// MemberGone is told that node role/id, incarnation inc, is no longer
+// registered in etcd: its lease expired (the process died, or cannot
+// reach etcd) or was revoked (it left). If inc is the incarnation that
+// joined last, the node is gone: a server leaves the layout as
+// RemoveServer takes it out, a worker's rank is finished and its leases
+// return to the pool. An older incarnation's registration ending, after
+// the node restarted and joined again, changes nothing. It reports
+// whether the layout changed.
+func (c *Coordinator) MemberGone(role, id, inc string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if inc == "" || c.incarnations[role+"/"+id] != inc {
+		return false
+	}
+	switch role {
+	case RoleServer:
+		return c.removeServerLocked(id, "")
+	case RoleWorker:
+		r, ok := c.workers[id]
+		if !ok || c.finishedLocked(r) {
+			return false
+		}
+		if _, reported := c.reports[r]; reported {
+			return false // it finished its work and exited
+		}
+		c.finishLocked(r)
+		c.publish()
+		return true
+	}
+	return false
+}
+
+// Roles of the nodes, as they join and register.
+const (
+	RoleServer = "server"
+	RoleWorker = "worker"
+)
 
 // CreateTable adds a table, or checks that an identical one exists.
 func (c *Coordinator) CreateTable(_ context.Context, spec table.Spec) (*layout.Layout, error) {

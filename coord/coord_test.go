@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/terrace-ml/terrace/layout"
 	"github.com/terrace-ml/terrace/table"
 )
 
@@ -134,7 +135,10 @@ func TestUnreachable(t *testing.T) {
 func TestLeasesSurviveRestore(t *testing.T) {
 	var saved []byte
 	c := New(Options{Servers: 1, Workers: 2, Partitions: 4})
-	c.SetPersist(func(_ context.Context, b []byte) error { saved = append(saved[:0], b...); return nil })
+	c.SetPersist(func(_ context.Context, b []byte, _ *layout.Layout) (uint64, error) {
+		saved = append(saved[:0], b...)
+		return 0, nil
+	})
 	c.JoinServer("s0", "127.0.0.1:1")
 	c.JoinWorker("w0")
 	c.JoinWorker("w1")
@@ -150,7 +154,7 @@ func TestLeasesSurviveRestore(t *testing.T) {
 	// one restores the saved state.
 	c.Acquire(ctx, 1, 0)
 	n := New(Options{Servers: 1, Workers: 2, Partitions: 4})
-	if err := n.Restore(saved); err != nil {
+	if err := n.Restore(saved, 0); err != nil {
 		t.Fatal(err)
 	}
 	g, err = n.Acquire(ctx, 0, 0)
@@ -235,7 +239,10 @@ func TestJoinerWaitsForNewHeads(t *testing.T) {
 func TestSavedStateDoesNotGrowWithEpochs(t *testing.T) {
 	var saved []byte
 	c := New(Options{Servers: 1, Workers: 1, Partitions: 8})
-	c.SetPersist(func(_ context.Context, b []byte) error { saved = append(saved[:0], b...); return nil })
+	c.SetPersist(func(_ context.Context, b []byte, _ *layout.Layout) (uint64, error) {
+		saved = append(saved[:0], b...)
+		return 0, nil
+	})
 	c.JoinServer("s0", "127.0.0.1:1")
 	c.JoinWorker("w0")
 	ctx := context.Background()
@@ -261,7 +268,7 @@ func TestSavedStateDoesNotGrowWithEpochs(t *testing.T) {
 		t.Fatalf("saved state grew from %d bytes after 4 epochs to %d after 200", after3, len(saved))
 	}
 	n := New(Options{Servers: 1, Workers: 1, Partitions: 8})
-	if err := n.Restore(saved); err != nil {
+	if err := n.Restore(saved, 0); err != nil {
 		t.Fatal(err)
 	}
 	if g, err := n.Acquire(ctx, 0, 17); err != nil || !g.Done {

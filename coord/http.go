@@ -24,9 +24,10 @@ import (
 const pollWait = 20 * time.Second
 
 type joinRequest struct {
-	Role string `json:"role"`
-	ID   string `json:"id"`
-	Addr string `json:"addr,omitempty"`
+	Role        string `json:"role"`
+	ID          string `json:"id"`
+	Addr        string `json:"addr,omitempty"`
+	Incarnation string `json:"incarnation,omitempty"`
 }
 
 type joinReply struct {
@@ -69,11 +70,11 @@ func (c *Coordinator) Handler() http.Handler {
 			return
 		}
 		switch req.Role {
-		case "server":
-			l, err := c.JoinServer(req.ID, req.Addr)
+		case RoleServer:
+			l, err := c.JoinServerAs(req.ID, req.Addr, req.Incarnation)
 			reply(w, joinReply{Layout: l}, err)
-		case "worker":
-			rank, err := c.JoinWorker(req.ID)
+		case RoleWorker:
+			rank, err := c.JoinWorkerAs(req.ID, req.Incarnation)
 			reply(w, joinReply{Rank: rank}, err)
 		default:
 			reply(w, nil, fmt.Errorf("%w: unknown role %q", errBadRequest, req.Role))
@@ -298,14 +299,25 @@ func (c *Client) CreateTable(ctx context.Context, spec table.Spec) (*layout.Layo
 
 // JoinServer admits a server.
 func (c *Client) JoinServer(ctx context.Context, id, addr string) (*layout.Layout, error) {
+	return c.JoinServerAs(ctx, id, addr, "")
+}
+
+// JoinServerAs admits incarnation inc of a server (see
+// Coordinator.MemberGone).
+func (c *Client) JoinServerAs(ctx context.Context, id, addr, inc string) (*layout.Layout, error) {
 	var r joinReply
-	return r.Layout, c.do(ctx, "POST", "/v1/join", joinRequest{Role: "server", ID: id, Addr: addr}, &r)
+	return r.Layout, c.do(ctx, "POST", "/v1/join", joinRequest{Role: RoleServer, ID: id, Addr: addr, Incarnation: inc}, &r)
 }
 
 // JoinWorker admits a worker and returns its rank.
 func (c *Client) JoinWorker(ctx context.Context, id string) (int, error) {
+	return c.JoinWorkerAs(ctx, id, "")
+}
+
+// JoinWorkerAs admits incarnation inc of a worker and returns its rank.
+func (c *Client) JoinWorkerAs(ctx context.Context, id, inc string) (int, error) {
 	var r joinReply
-	return r.Rank, c.do(ctx, "POST", "/v1/join", joinRequest{Role: "worker", ID: id}, &r)
+	return r.Rank, c.do(ctx, "POST", "/v1/join", joinRequest{Role: RoleWorker, ID: id, Incarnation: inc}, &r)
 }
 
 // Report sends a worker's final report.

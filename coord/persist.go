@@ -32,6 +32,9 @@ type state struct {
 	NextStateVer uint64         `json:"next_state_version,omitempty"`
 	Grants       uint64         `json:"grants,omitempty"`
 	DoneBefore   int            `json:"done_before,omitempty"`
+	// Incarnations: the incarnation each node joined with, by
+	// "role/id" (see MemberGone).
+	Incarnations map[string]string `json:"incarnations,omitempty"`
 }
 
 type savedLease struct {
@@ -41,9 +44,16 @@ type savedLease struct {
 	Grant  uint64 `json:"grant,omitempty"`
 }
 
+// Persist saves the coordinator's state (blob). placement is set when the
+// save begins a new epoch: it is the layout about to be published, and
+// Persist returns the number the epoch gets, the revision of its write in
+// etcd (or 0 to keep the coordinator's own count). That number must
+// exceed every epoch saved before.
+type Persist func(ctx context.Context, blob []byte, placement *layout.Layout) (epoch uint64, err error)
+
 // SetPersist makes the coordinator save its state with save after every
 // change, before it answers; a failed save makes it refuse further changes.
-func (c *Coordinator) SetPersist(save func(ctx context.Context, blob []byte) error) {
+func (c *Coordinator) SetPersist(save Persist) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.persist = save
@@ -52,6 +62,7 @@ func (c *Coordinator) SetPersist(save func(ctx context.Context, blob []byte) err
 // persistLocked saves the state; c.mu is held.
 func (c *Coordinator) persistLocked() error {
 	if c.persist == nil {
+		c.newEpoch = false
 		return nil
 	}
 	if c.persistErr != nil {
@@ -61,6 +72,7 @@ func (c *Coordinator) persistLocked() error {
 		Layout: c.lay, Workers: c.workers, Reports: c.reports, MaxClock: c.maxClock,
 		Removed: c.removed, Synced: c.synced, SyncFrom: c.syncFrom, Work: map[int][]savedLease{},
 		StateVer: c.stateVer, NextStateVer: c.nextStateVer, Grants: c.grants, DoneBefore: c.doneBefore,
+		Incarnations: c.incarnations,
 	}
 	for e, w := range c.work {
 		ls := make([]savedLease, len(w.parts))
@@ -73,17 +85,34 @@ func (c *Coordinator) persistLocked() error {
 	if err != nil {
 		return err
 	}
+	var placement *layout.Layout
+	if c.newEpoch {
+		placement = c.snapshot()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := c.persist(ctx, blob); err != nil {
+	epoch, err := c.persist(ctx, blob, placement)
+	if err != nil {
 		c.persistErr = fmt.Errorf("%w: %v", ErrNotPersisted, err)
 		return c.persistErr
+	}
+	if c.newEpoch {
+		c.newEpoch = false
+		if epoch > 0 {
+			if epoch <= c.lay.PrevEpoch {
+				c.persistErr = fmt.Errorf("%w: epoch %d saved after epoch %d", ErrNotPersisted, epoch, c.lay.PrevEpoch)
+				return c.persistErr
+			}
+			c.lay.Epoch = epoch
+		}
 	}
 	return nil
 }
 
-// Restore replaces the coordinator's state with one a previous leader saved.
-func (c *Coordinator) Restore(blob []byte) error {
+// Restore replaces the coordinator's state with one a previous leader
+// saved. epoch, if not 0, is the number Persist gave the last epoch saved:
+// the state saved with it did not know it yet.
+func (c *Coordinator) Restore(blob []byte, epoch uint64) error {
 	var st state
 	if err := json.Unmarshal(blob, &st); err != nil {
 		return fmt.Errorf("coord: restore: %w", err)
@@ -103,6 +132,16 @@ func (c *Coordinator) Restore(blob []byte) error {
 	c.synced, c.syncFrom = st.Synced, st.SyncFrom
 	if c.synced == nil {
 		c.synced = map[string]map[string]bool{}
+	}
+	if epoch > 0 {
+		c.lay.Epoch = epoch
+	}
+	// Nodes register where this coordinator says: the saved layout names
+	// the etcd members the previous leader saw.
+	c.lay.Membership = c.opts.Membership
+	c.incarnations = st.Incarnations
+	if c.incarnations == nil {
+		c.incarnations = map[string]string{}
 	}
 	c.stateVer, c.nextStateVer, c.grants, c.doneBefore = st.StateVer, st.NextStateVer, st.Grants, st.DoneBefore
 	if c.stateVer == nil {

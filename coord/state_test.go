@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/terrace-ml/terrace/layout"
 )
 
 // stateCluster is a coordinator with one server and two workers, its state
@@ -19,7 +21,10 @@ func stateCluster(t *testing.T, o Options, saved *[]byte) *Coordinator {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.SetPersist(func(_ context.Context, b []byte) error { *saved = append((*saved)[:0], b...); return nil })
+	c.SetPersist(func(_ context.Context, b []byte, _ *layout.Layout) (uint64, error) {
+		*saved = append((*saved)[:0], b...)
+		return 0, nil
+	})
 	c.JoinServer("s0", "127.0.0.1:1")
 	c.JoinWorker("w0")
 	c.JoinWorker("w1")
@@ -90,7 +95,7 @@ func TestStateMovesWithLease(t *testing.T) {
 	// A standby restores the saved state: versions come with it, and new
 	// ones do not collide with them.
 	n := New(Options{Servers: 1, Workers: 2, Partitions: 2})
-	if err := n.Restore(saved); err != nil {
+	if err := n.Restore(saved, 0); err != nil {
 		t.Fatal(err)
 	}
 	if got := n.StateVersions(); got[0] != v3 {
@@ -199,7 +204,7 @@ func TestReportsNameTheirGrant(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := New(Options{Servers: 1, Workers: 2, Partitions: 2})
-	if err := n.Restore(saved); err != nil {
+	if err := n.Restore(saved, 0); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := n.Progress(ctx, late); !errors.Is(err, ErrLeaseLost) {

@@ -272,6 +272,7 @@ func (c *Coordinator) expireWorkers() {
 		if now.Sub(t) < WorkerTimeout || c.finishedLocked(rank) {
 			continue
 		}
+		c.log.Warn("worker silent; its leases return to the pool", "rank", rank, "silent", now.Sub(t).Round(time.Millisecond))
 		c.finishLocked(rank)
 		changed = true
 	}

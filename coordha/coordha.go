@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/terrace-ml/terrace/coord"
+	"github.com/terrace-ml/terrace/layout"
 	"github.com/terrace-ml/terrace/meta"
 	"github.com/terrace-ml/terrace/node"
 )
@@ -31,7 +32,16 @@ type Config struct {
 	Logger *slog.Logger
 	// Ready, when set, is told once this replica leads and listens.
 	Ready func(c *coord.Coordinator, addr string)
+	// MemberTTL is the lease under which every node registers in etcd
+	// (DefaultMemberTTL if 0): its expiry tells the coordinator the node
+	// is gone, if its own failure detection has not already.
+	MemberTTL time.Duration
 }
+
+// DefaultMemberTTL is the lease of a node's registration. etcd raises it
+// to 1.5 election timeouts, rounded up to a second: the embedded members'
+// 500 ms election timeout keeps 1 s (meta's design note).
+const DefaultMemberTTL = time.Second
 
 // Run takes part in the coordinator election until ctx ends: it waits to
 // lead, restores the state the previous leader saved, and coordinates,
@@ -47,6 +57,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if cfg.Prefix == "" {
 		cfg.Prefix = "/terrace"
+	}
+	if cfg.MemberTTL <= 0 {
+		cfg.MemberTTL = DefaultMemberTTL
 	}
 	endpoints := cfg.Endpoints
 	if len(endpoints) == 0 {
@@ -99,19 +112,20 @@ func lead(ctx context.Context, st *meta.Store, cfg Config) error {
 		return fmt.Errorf("coordinator %s: campaign: %w", cfg.ID, err)
 	}
 	took := time.Now()
-	blob, err := st.Snapshot(ctx)
+	saved, err := st.Snapshot(ctx)
 	opts := cfg.Options
 	opts.Logger = cfg.Logger
 	if err == nil {
 		opts.Resume = false // the saved state is newer than any checkpoint
 	}
+	opts.Membership = membership(ctx, st, cfg)
 	c, oerr := coord.Open(opts)
 	if oerr != nil {
 		return oerr
 	}
 	switch {
 	case err == nil:
-		if err := c.Restore(blob); err != nil {
+		if err := c.Restore(saved.State, saved.Epoch); err != nil {
 			return err
 		}
 		cfg.Logger.Warn("took over as coordinator; state restored", "id", cfg.ID)
@@ -133,15 +147,21 @@ func lead(ctx context.Context, st *meta.Store, cfg Config) error {
 	// saved state instead of this one answering 503 while it holds the
 	// election.
 	stepDown := make(chan error, 1)
-	c.SetPersist(func(ctx context.Context, blob []byte) error {
-		err := st.PutSnapshot(ctx, l, blob)
+	// The configuration epoch is the revision of the save that begins it,
+	// which also writes the placement (meta's design note).
+	c.SetPersist(func(ctx context.Context, blob []byte, lay *layout.Layout) (uint64, error) {
+		var p *meta.Placement
+		if lay != nil {
+			p = &meta.Placement{Servers: lay.Servers, VNodes: lay.VNodes, Replication: min(lay.K(), len(lay.Servers))}
+		}
+		epoch, err := st.PutSnapshot(ctx, l, blob, p)
 		if err != nil {
 			select {
 			case stepDown <- err:
 			default:
 			}
 		}
-		return err
+		return epoch, err
 	})
 	var ln net.Listener
 	for {
@@ -167,6 +187,9 @@ func lead(ctx context.Context, st *meta.Store, cfg Config) error {
 	errc := make(chan error, 1)
 	go func() { errc <- node.Serve(lctx, ln, c, cfg.Logger) }()
 	go compact(lctx, st, cfg.Logger)
+	for _, role := range []string{coord.RoleServer, coord.RoleWorker} {
+		go watchMembers(lctx, st, c, role, saved.Rev, cfg.Logger)
+	}
 	select {
 	case err := <-errc:
 		return err
@@ -181,6 +204,50 @@ func lead(ctx context.Context, st *meta.Store, cfg Config) error {
 		l.Resign(rctx)
 		rcancel()
 		return fmt.Errorf("coordinator %s: could not save its state: %w", cfg.ID, err)
+	}
+}
+
+// membership tells nodes where to register: every member of the etcd
+// cluster, so that a node keeps its registration through the loss of any
+// one member (the configured endpoints if the member list is unavailable).
+func membership(ctx context.Context, st *meta.Store, cfg Config) *layout.Membership {
+	m := &layout.Membership{Endpoints: cfg.Endpoints, Prefix: cfg.Prefix, TTLMillis: cfg.MemberTTL.Milliseconds()}
+	lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	urls, err := st.ClientURLs(lctx)
+	if err == nil && len(urls) > 0 {
+		m.Endpoints = urls
+	} else if len(m.Endpoints) == 0 {
+		cfg.Logger.Warn("no etcd endpoints to give the nodes: they will not register", "err", err)
+		return nil
+	}
+	return m
+}
+
+// watchMembers tells c of every node of role whose registration ends,
+// until ctx ends. It starts from revision from, the previous leader's
+// last save, so that registrations that ended during the failover are
+// heard too (MemberGone ignores what the previous leader already
+// handled). If that history has been compacted it starts from now, and
+// nodes that died meanwhile are left to the coordinator's own detection.
+func watchMembers(ctx context.Context, st *meta.Store, c *coord.Coordinator, role string, from int64, log *slog.Logger) {
+	for ctx.Err() == nil {
+		for ev := range st.WatchMembers(ctx, role, from) {
+			from = ev.Rev
+			if ev.Deleted && c.MemberGone(role, ev.ID, ev.Info.Labels[layout.IncarnationLabel]) {
+				log.Warn("node's etcd registration ended: it is gone", "role", role, "id", ev.ID)
+			}
+		}
+		// The watch ended: ctx ended, or the history after from was
+		// compacted.
+		if ctx.Err() == nil {
+			_, rev, err := st.Members(ctx, role)
+			if err != nil {
+				time.Sleep(200 * time.Millisecond)
+				continue
+			}
+			from = rev
+		}
 	}
 }
 

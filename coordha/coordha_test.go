@@ -18,12 +18,18 @@ import (
 // context ends, and returns the address it listens on once it leads.
 func replica(ctx context.Context, t testing.TB, id string, endpoints []string) (string, <-chan error) {
 	t.Helper()
+	return replicaWith(ctx, t, id, endpoints, coord.Options{Servers: 1, Workers: 1, Partitions: 2})
+}
+
+// replicaWith is replica with options o.
+func replicaWith(ctx context.Context, t testing.TB, id string, endpoints []string, o coord.Options) (string, <-chan error) {
+	t.Helper()
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {
 		done <- coordha.Run(ctx, coordha.Config{
 			ID: id, Listen: "127.0.0.1:0", Endpoints: endpoints, Prefix: "/state-test",
-			Options: coord.Options{Servers: 1, Workers: 1, Partitions: 2},
+			Options: o,
 			Ready:   func(_ *coord.Coordinator, addr string) { ready <- addr },
 		})
 	}()

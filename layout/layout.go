@@ -16,12 +16,16 @@ type Table struct {
 
 // Layout is one version of the cluster's configuration. Version grows with
 // every change; Epoch grows only when the placement of keys changes, and is
-// the epoch every data message carries.
+// the epoch every data message carries. Epochs are ordered but not
+// contiguous: under etcd an epoch is the revision of the write that saved
+// it. PrevEpoch names the epoch it replaced, so that a node can tell a
+// layout that follows its own from one that skips an epoch it never saw.
 type Layout struct {
-	Version uint64        `json:"version"`
-	Epoch   uint64        `json:"epoch"`
-	Servers []ring.Server `json:"servers"`
-	VNodes  int           `json:"vnodes"`
+	Version   uint64        `json:"version"`
+	Epoch     uint64        `json:"epoch"`
+	PrevEpoch uint64        `json:"prev_epoch,omitempty"`
+	Servers   []ring.Server `json:"servers"`
+	VNodes    int           `json:"vnodes"`
 	// Joining are servers receiving copies of the slots they will hold,
 	// before they join the ring: every head replicates those slots to them,
 	// and the coordinator moves them into Servers (a new epoch) once every
@@ -53,7 +57,24 @@ type Layout struct {
 	// committed checkpoint Seq, written by Servers; the layout is not Ready
 	// until every server has.
 	Resume *Checkpoint `json:"resume,omitempty"`
+	// Membership, when set, asks every node to register itself in etcd
+	// under a lease of its own, whose expiry tells the coordinator that
+	// the node is gone.
+	Membership *Membership `json:"membership,omitempty"`
 }
+
+// Membership is where nodes register: members/<role>/<id> under Prefix in
+// the etcd cluster at Endpoints, bound to a lease of TTLMillis, with their
+// incarnation (a value new in every process) under IncarnationLabel.
+type Membership struct {
+	Endpoints []string `json:"endpoints"`
+	Prefix    string   `json:"prefix"`
+	TTLMillis int64    `json:"ttl_ms"`
+}
+
+// IncarnationLabel is the registration label that carries a node's
+// incarnation, which it also gives when it joins.
+const IncarnationLabel = "incarnation"
 
 // Checkpoint names a cluster checkpoint: server S's part is the
 // checkpoint Seq under Dir/servers/S.

@@ -28,7 +28,8 @@ type Member struct {
 	store    *Store
 }
 
-// MemberEvent is a change to a role's members. Deleted events carry no Info.
+// MemberEvent is a change to a role's members. A Deleted event carries the
+// Info the member had registered.
 type MemberEvent struct {
 	Role, ID string
 	Info     NodeInfo
@@ -166,15 +167,19 @@ func (s *Store) WatchMembers(ctx context.Context, role string, fromRev int64) <-
 	pfx := s.membersKey(role)
 	return watch(ctx, s, pfx, fromRev, func(ev *clientv3.Event) (MemberEvent, bool) {
 		e := MemberEvent{Role: role, ID: strings.TrimPrefix(string(ev.Kv.Key), pfx), Rev: ev.Kv.ModRevision}
+		val := ev.Kv.Value
 		if ev.Type == clientv3.EventTypeDelete {
 			e.Deleted = true
-			return e, true
+			val = nil
+			if ev.PrevKv != nil {
+				val = ev.PrevKv.Value
+			}
 		}
 		// Only Register writes these keys; an undecodable value is
 		// reported with empty Info rather than dropped.
-		_ = json.Unmarshal(ev.Kv.Value, &e.Info)
+		_ = json.Unmarshal(val, &e.Info)
 		return e, true
-	})
+	}, clientv3.WithPrevKV())
 }
 
 // Evict revokes the lease of member role/id, removing it and freeing its

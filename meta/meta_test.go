@@ -157,8 +157,8 @@ func TestLeaseLossOnClientClose(t *testing.T) {
 	killed := time.Now()
 	select {
 	case ev := <-events:
-		if ev.ID != "w1" || !ev.Deleted {
-			t.Fatalf("event %+v, want w1 deleted", ev)
+		if ev.ID != "w1" || !ev.Deleted || ev.Info.Addr != "x" {
+			t.Fatalf("event %+v, want w1 deleted, with the info it registered", ev)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("member still registered 5 s after its client closed")

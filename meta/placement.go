@@ -44,19 +44,28 @@ func (p *Placement) validate() error {
 // the new configuration epoch: the revision etcd gave the write. Every
 // call is a new epoch, even with an unchanged p.
 func (s *Store) PutPlacement(ctx context.Context, lead *Leadership, p Placement) (uint64, error) {
-	if err := p.validate(); err != nil {
-		return 0, fmt.Errorf("meta: put placement: %w", err)
-	}
-	val, err := json.Marshal(p)
+	op, err := s.placementOp(p)
 	if err != nil {
 		return 0, fmt.Errorf("meta: put placement: %w", err)
 	}
-	resp, err := s.guarded(ctx, lead, clientv3.OpPut(s.placementKey(), string(val)))
+	resp, err := s.guarded(ctx, lead, op)
 	if err != nil {
 		return 0, fmt.Errorf("meta: put placement: %w", err)
 	}
 	// The transaction's revision is the key's new ModRevision.
 	return uint64(resp.Header.Revision), nil
+}
+
+// placementOp validates p and returns the put that writes it.
+func (s *Store) placementOp(p Placement) (clientv3.Op, error) {
+	if err := p.validate(); err != nil {
+		return clientv3.Op{}, err
+	}
+	val, err := json.Marshal(p)
+	if err != nil {
+		return clientv3.Op{}, err
+	}
+	return clientv3.OpPut(s.placementKey(), string(val)), nil
 }
 
 // Placement returns the current placement and its epoch, or ErrNotFound

@@ -63,7 +63,7 @@ func (s *Store) PutPartState(ctx context.Context, lead *Leadership, p int, ver u
 		if i == n-1 {
 			ops = append(ops, clientv3.OpPut(pfx+"h", string(h)))
 		}
-		if err := s.retryGuarded(ctx, lead, ops...); err != nil {
+		if _, err := s.retryGuarded(ctx, lead, ops...); err != nil {
 			return fmt.Errorf("meta: put partition %d state %d: %w", p, ver, err)
 		}
 	}
@@ -115,7 +115,7 @@ func (s *Store) PartState(ctx context.Context, p int, ver uint64) ([]byte, error
 // DeletePartState removes version ver of partition p's state, while lead
 // is current.
 func (s *Store) DeletePartState(ctx context.Context, lead *Leadership, p int, ver uint64) error {
-	if err := s.retryGuarded(ctx, lead, clientv3.OpDelete(s.pstateVerKey(p, ver), clientv3.WithPrefix())); err != nil {
+	if _, err := s.retryGuarded(ctx, lead, clientv3.OpDelete(s.pstateVerKey(p, ver), clientv3.WithPrefix())); err != nil {
 		return fmt.Errorf("meta: delete partition %d state %d: %w", p, ver, err)
 	}
 	return nil
@@ -158,14 +158,14 @@ func (s *Store) SweepPartStates(ctx context.Context, lead *Leadership, keep map[
 
 // retryGuarded commits ops under lead, trying again while attempts time
 // out (see PutSnapshot): the ops must be idempotent.
-func (s *Store) retryGuarded(ctx context.Context, lead *Leadership, ops ...clientv3.Op) error {
+func (s *Store) retryGuarded(ctx context.Context, lead *Leadership, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
 	for {
 		actx, cancel := context.WithTimeout(ctx, putAttempt)
-		_, err := s.guarded(actx, lead, ops...)
+		resp, err := s.guarded(actx, lead, ops...)
 		cancel()
 		if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 			continue
 		}
-		return err
+		return resp, err
 	}
 }

@@ -115,7 +115,7 @@ func checkName(what, name string) error {
 // repeated. The channel closes when ctx ends, or when the history after
 // fromRev has been compacted away: the caller then reads afresh and
 // watches from the revision of that read.
-func watch[T any](ctx context.Context, s *Store, key string, fromRev int64, conv func(*clientv3.Event) (T, bool)) <-chan T {
+func watch[T any](ctx context.Context, s *Store, key string, fromRev int64, conv func(*clientv3.Event) (T, bool), opts ...clientv3.OpOption) <-chan T {
 	out := make(chan T)
 	// Calls on a closed client can take seconds to give up; ending ctx
 	// with the Store ends them at once.
@@ -137,7 +137,7 @@ func watch[T any](ctx context.Context, s *Store, key string, fromRev int64, conv
 			// Without a leader an etcd member would hold the watch open
 			// but deliver nothing; requiring one makes it fail over.
 			wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-			for resp := range s.cli.Watch(wctx, key, clientv3.WithPrefix(), clientv3.WithRev(next)) {
+			for resp := range s.cli.Watch(wctx, key, append([]clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithRev(next)}, opts...)...) {
 				if resp.CompactRevision != 0 {
 					wcancel()
 					return
@@ -217,4 +217,19 @@ func (s *Store) Compact(ctx context.Context, rev int64) error {
 		return fmt.Errorf("meta: compact to %d: %w", rev, err)
 	}
 	return nil
+}
+
+// ClientURLs returns the client URLs of every member of the etcd cluster,
+// for nodes that must reach it through any member (a coordinator embeds
+// one member and knows only its own address).
+func (s *Store) ClientURLs(ctx context.Context) ([]string, error) {
+	resp, err := s.cli.MemberList(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("meta: member list: %w", err)
+	}
+	var urls []string
+	for _, m := range resp.Members {
+		urls = append(urls, m.ClientURLs...)
+	}
+	return urls, nil
 }

@@ -27,6 +27,9 @@ type LocalConfig struct {
 	// "server-0", "worker-1"), the network it listens and dials on; nil
 	// means TCP on loopback.
 	Network func(node string) transport.Network
+	// Persist, when set, saves the coordinator's state and numbers its
+	// epochs (see coord.Persist).
+	Persist coord.Persist
 }
 
 // Local is a whole cluster in this process: a coordinator, servers and
@@ -65,6 +68,9 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 				CheckpointDir: cfg.CheckpointDir, CheckpointEvery: cfg.CheckpointEvery, Resume: cfg.Resume},
 			Logger: cfg.Logger,
 			Ready: func(c *coord.Coordinator, addr string) {
+				if cfg.Persist != nil {
+					c.SetPersist(cfg.Persist)
+				}
 				l.Coord, l.CoordAddr = c, addr
 				close(ready)
 			},

@@ -119,10 +119,13 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	if err := cc.WaitReachable(jctx); err != nil {
 		return fmt.Errorf("server %s: %w", cfg.ID, err)
 	}
-	l, err := cc.JoinServer(jctx, cfg.ID, addr)
+	inc := newIncarnation()
+	l, err := cc.JoinServerAs(jctx, cfg.ID, addr, inc)
 	if err != nil {
 		return fmt.Errorf("server %s: join: %w", cfg.ID, err)
 	}
+	reg := register(ctx, l.Membership, coord.RoleServer, cfg.ID, inc, addr, cfg.Logger)
+	defer reg.leave()
 	report := func(what string, call func(ctx context.Context) error) {
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
@@ -256,7 +259,8 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, job Job) (any, error) {
 	if err := cc.WaitReachable(jctx); err != nil {
 		return nil, fmt.Errorf("worker %s: %w", cfg.ID, err)
 	}
-	rank, err := cc.JoinWorker(jctx, cfg.ID)
+	inc := newIncarnation()
+	rank, err := cc.JoinWorkerAs(jctx, cfg.ID, inc)
 	if err != nil {
 		return nil, fmt.Errorf("worker %s: join: %w", cfg.ID, err)
 	}
@@ -265,6 +269,8 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, job Job) (any, error) {
 		return nil, fmt.Errorf("worker %s: %w", cfg.ID, err)
 	}
 	defer c.Close()
+	reg := register(ctx, c.Layout().Membership, coord.RoleWorker, cfg.ID, inc, "", cfg.Logger)
+	defer reg.leave()
 	jobCtx, stopJob := context.WithCancel(ctx)
 	defer stopJob()
 	if cfg.Notices != nil {

@@ -209,7 +209,9 @@ func (s *Server) Configure(l *layout.Layout) error {
 	// Before the cluster is ready no server holds state: its layout
 	// changes move nothing that a copy would have to make good.
 	if old.ring != nil && s.lay.Ready && changed(old, ch) {
-		c := chainsChange{old: old, cur: ch, gap: ch.ring.Epoch > old.ring.Epoch+1}
+		// Epochs are not contiguous (they are etcd revisions): a layout
+		// names the epoch it follows.
+		c := chainsChange{old: old, cur: ch, gap: ch.ring.Epoch != old.ring.Epoch && l.PrevEpoch != old.ring.Epoch}
 		s.changes = append(s.changes, c)
 		if c.gap || c.loses(s.opts.ID) {
 			s.replMu.Lock()

@@ -317,3 +317,28 @@ func TestParkedReadRefusedAfterLayoutChange(t *testing.T) {
 	r := <-got
 	wantError(t, r.h, r.p, wire.CodeStaleEpoch)
 }
+
+// TestEpochGapsByPrevEpoch: epochs are etcd revisions, which are not
+// contiguous; a layout that names the server's epoch as its previous one
+// follows it, and one that names another skips an epoch the server never
+// saw (any slot may then have changed hands in between).
+func TestEpochGapsByPrevEpoch(t *testing.T) {
+	s := New(Options{ID: "s0"})
+	servers := []ring.Server{{ID: "s0", Addr: "s0"}, {ID: "s1", Addr: "s1"}, {ID: "s2", Addr: "s2"}}
+	configure := func(version, epoch, prev uint64, n int) {
+		t.Helper()
+		l := &layout.Layout{Version: version, Epoch: epoch, PrevEpoch: prev, Ready: true, Workers: 1, Replication: 2, Servers: servers[:n]}
+		if err := s.Configure(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	configure(1, 17, 9, 3)
+	configure(2, 40, 17, 2)
+	if c := s.changes[len(s.changes)-1]; c.gap {
+		t.Fatal("epoch 40 after 17, from 17: taken for a gap")
+	}
+	configure(3, 95, 61, 3)
+	if c := s.changes[len(s.changes)-1]; !c.gap {
+		t.Fatal("epoch 95 after 61, from 40: not taken for a gap")
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/terrace-ml/terrace/layout"
 	"github.com/terrace-ml/terrace/node"
 	"github.com/terrace-ml/terrace/simnet"
 	"github.com/terrace-ml/terrace/transport"
@@ -127,8 +128,17 @@ func runSchedule(t *testing.T, seed uint64, sum *summary, detail bool) {
 	}}))
 	ctx, cancel := context.WithCancel(context.Background())
 	c.ctx = ctx
+	// Epochs numbered as etcd revisions would be: growing, with gaps.
+	var rev uint64
 	l, err := node.StartLocal(ctx, node.LocalConfig{Servers: servers, Workers: p.workers, Partitions: partitions, Replication: 2, Logger: c.log,
-		Network: func(id string) transport.Network { return c.net.Host(id) }})
+		Network: func(id string) transport.Network { return c.net.Host(id) },
+		Persist: func(_ context.Context, _ []byte, placement *layout.Layout) (uint64, error) {
+			rev += 3
+			if placement == nil {
+				return 0, nil
+			}
+			return rev, nil
+		}})
 	if err != nil {
 		c.problem(broken, "the cluster did not start: %v", err)
 	} else {
