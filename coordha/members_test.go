@@ -155,4 +155,3 @@ func awaitMembers(ctx context.Context, t *testing.T, st *meta.Store, role string
 		}
 	}
 }
-
