@@ -47,6 +47,10 @@ type Options struct {
 	// Membership, when set, is published in the layout: nodes register
 	// there, and MemberGone hears of their leases' expiry.
 	Membership *layout.Membership
+	// FailureTimeout is how long a node may stay silent (no heartbeat, no
+	// answer to pings) before it is declared dead (DefaultFailureTimeout
+	// if 0). Workers heartbeat five times per timeout.
+	FailureTimeout time.Duration
 }
 
 // Coordinator holds the cluster's layout.
@@ -113,7 +117,7 @@ func Open(o Options) (*Coordinator, error) {
 	c := &Coordinator{
 		opts: o,
 		lay: layout.Layout{Version: 1, VNodes: o.VNodes, Workers: o.Workers, Partitions: o.Partitions, Replication: max(1, o.Replication),
-			Membership: o.Membership},
+			Membership: o.Membership, FailureTimeoutMillis: o.FailureTimeout.Milliseconds()},
 		changed: make(chan struct{}),
 		workers: map[string]int{},
 		reports: map[int]json.RawMessage{},

@@ -121,3 +121,37 @@ func TestMemberGone(t *testing.T) {
 		t.Fatalf("servers %v after s1 went", l.Servers)
 	}
 }
+
+// TestFailureTimeoutConfigurable: a worker silent for longer than
+// Options.FailureTimeout is declared dead, and not before; the layout
+// tells workers the timeout, so that they heartbeat often enough.
+func TestFailureTimeoutConfigurable(t *testing.T) {
+	for _, tc := range []struct {
+		timeout, silent time.Duration
+		dead            bool
+	}{
+		{0, 700 * time.Millisecond, false}, // the default, 1 s
+		{0, 1200 * time.Millisecond, true},
+		{300 * time.Millisecond, 400 * time.Millisecond, true},
+		{3 * time.Second, 2 * time.Second, false},
+	} {
+		c := New(Options{Servers: 1, Workers: 1, FailureTimeout: tc.timeout})
+		c.JoinServer("s0", "a:1")
+		c.JoinWorker("w0")
+		if err := c.Heartbeat(0); err != nil {
+			t.Fatal(err)
+		}
+		l, _ := c.Layout(context.Background(), 0)
+		if l.FailureTimeoutMillis != tc.timeout.Milliseconds() {
+			t.Errorf("timeout %v: layout says %d ms", tc.timeout, l.FailureTimeoutMillis)
+		}
+		c.mu.Lock()
+		c.beats[0] = time.Now().Add(-tc.silent)
+		c.mu.Unlock()
+		c.expireWorkers()
+		l, _ = c.Layout(context.Background(), 0)
+		if dead := slices.Contains(l.Finished, 0); dead != tc.dead {
+			t.Errorf("timeout %v, silent %v: declared dead %v, want %v", tc.timeout, tc.silent, dead, tc.dead)
+		}
+	}
+}

@@ -12,14 +12,12 @@ import (
 )
 
 // Failure detection: the coordinator holds a connection to every server
-// and pings it. A killed process closes its sockets, which the coordinator
-// sees at once; a machine that vanishes silently misses its pings. Either
-// way one re-dial decides, so that a slow network does not evict a live
-// server on a single missed ping.
-const (
-	PingEvery   = 200 * time.Millisecond
-	PingTimeout = 800 * time.Millisecond
-)
+// and pings it, five times per failure timeout. A killed process closes
+// its sockets, which the coordinator sees at once; a machine that vanishes
+// silently misses its pings. Either way one re-dial decides, so that a
+// slow network does not evict a live server on a single missed ping.
+func (c *Coordinator) pingEvery() time.Duration   { return c.failureTimeout() / 5 }
+func (c *Coordinator) pingTimeout() time.Duration { return c.failureTimeout() * 4 / 5 }
 
 // Monitor watches the layout's servers and removes those that fail.
 func (c *Coordinator) Monitor(ctx context.Context, log *slog.Logger) {
@@ -80,9 +78,9 @@ func (c *Coordinator) watchServer(ctx context.Context, id, addr string) bool {
 }
 
 func (c *Coordinator) probe(ctx context.Context, addr string) (*transport.Client, error) {
-	dctx, cancel := context.WithTimeout(ctx, PingTimeout)
+	dctx, cancel := context.WithTimeout(ctx, c.pingTimeout())
 	defer cancel()
-	conn, err := transport.Dial(dctx, addr, transport.DialOptions{Hello: wire.Hello{Worker: wire.NoWorker, Node: "coordinator"}, DialTimeout: PingTimeout, Network: c.opts.Network})
+	conn, err := transport.Dial(dctx, addr, transport.DialOptions{Hello: wire.Hello{Worker: wire.NoWorker, Node: "coordinator"}, DialTimeout: c.pingTimeout(), Network: c.opts.Network})
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +93,7 @@ func (c *Coordinator) probe(ctx context.Context, addr string) (*transport.Client
 
 // pingLoop pings until a ping fails or ctx ends.
 func (c *Coordinator) pingLoop(ctx context.Context, conn *transport.Client) {
-	t := time.NewTicker(PingEvery)
+	t := time.NewTicker(c.pingEvery())
 	defer t.Stop()
 	for {
 		select {
@@ -103,7 +101,7 @@ func (c *Coordinator) pingLoop(ctx context.Context, conn *transport.Client) {
 			return
 		case <-t.C:
 		}
-		pctx, cancel := context.WithTimeout(ctx, PingTimeout)
+		pctx, cancel := context.WithTimeout(ctx, c.pingTimeout())
 		err := ping(pctx, conn)
 		cancel()
 		if err != nil {

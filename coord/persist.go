@@ -139,6 +139,7 @@ func (c *Coordinator) Restore(blob []byte, epoch uint64) error {
 	// Nodes register where this coordinator says: the saved layout names
 	// the etcd members the previous leader saw.
 	c.lay.Membership = c.opts.Membership
+	c.lay.FailureTimeoutMillis = c.opts.FailureTimeout.Milliseconds()
 	c.incarnations = st.Incarnations
 	if c.incarnations == nil {
 		c.incarnations = map[string]string{}

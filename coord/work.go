@@ -16,9 +16,19 @@ import (
 // "epoch done" to everyone: that is the epoch barrier, and it waits for no
 // dead worker.
 
-// WorkerTimeout is how long a worker may go without a heartbeat before its
-// leases are taken back and its clock stops holding the others.
-const WorkerTimeout = time.Second
+// DefaultFailureTimeout is how long a node may stay silent before the
+// coordinator declares it dead (Options.FailureTimeout): a worker's leases
+// are then taken back and its clock stops holding the others; a server
+// leaves the ring.
+const DefaultFailureTimeout = time.Second
+
+// failureTimeout is Options.FailureTimeout, or its default.
+func (c *Coordinator) failureTimeout() time.Duration {
+	if c.opts.FailureTimeout > 0 {
+		return c.opts.FailureTimeout
+	}
+	return DefaultFailureTimeout
+}
 
 // Grant answers a request for work.
 type Grant struct {
@@ -128,7 +138,7 @@ func (c *Coordinator) Acquire(ctx context.Context, rank, e int) (Grant, error) {
 		c.mu.Unlock()
 		select {
 		case <-ch:
-		case <-time.After(WorkerTimeout / 4):
+		case <-time.After(c.failureTimeout() / 4):
 			c.expireWorkers()
 		case <-ctx.Done():
 			return Grant{}, ctx.Err()
@@ -260,7 +270,7 @@ func (c *Coordinator) checkRankLocked(rank int) error {
 	return nil
 }
 
-// expireWorkers declares dead every worker silent for WorkerTimeout: its
+// expireWorkers declares dead every worker silent for the failure timeout: its
 // leases return to the pool at their last offsets, and the layout lists its
 // rank as finished, so that servers stop waiting for its clock.
 func (c *Coordinator) expireWorkers() {
@@ -269,7 +279,7 @@ func (c *Coordinator) expireWorkers() {
 	now := time.Now()
 	changed := false
 	for rank, t := range c.beats {
-		if now.Sub(t) < WorkerTimeout || c.finishedLocked(rank) {
+		if now.Sub(t) < c.failureTimeout() || c.finishedLocked(rank) {
 			continue
 		}
 		c.log.Warn("worker silent; its leases return to the pool", "rank", rank, "silent", now.Sub(t).Round(time.Millisecond))
@@ -311,7 +321,7 @@ func (c *Coordinator) ReleaseWorker(rank int) {
 
 // WatchWorkers expires silent workers until ctx ends.
 func (c *Coordinator) WatchWorkers(ctx context.Context) {
-	t := time.NewTicker(WorkerTimeout / 4)
+	t := time.NewTicker(c.failureTimeout() / 4)
 	defer t.Stop()
 	for {
 		select {

@@ -33,15 +33,13 @@ type Config struct {
 	// Ready, when set, is told once this replica leads and listens.
 	Ready func(c *coord.Coordinator, addr string)
 	// MemberTTL is the lease under which every node registers in etcd
-	// (DefaultMemberTTL if 0): its expiry tells the coordinator the node
-	// is gone, if its own failure detection has not already.
+	// (Options.FailureTimeout, or its default, if 0): its expiry tells the
+	// coordinator the node is gone, if its own failure detection has not
+	// already. etcd raises it to 1.5 election timeouts, rounded up to a
+	// second: the embedded members' 500 ms election timeout keeps 1 s
+	// (meta's design note).
 	MemberTTL time.Duration
 }
-
-// DefaultMemberTTL is the lease of a node's registration. etcd raises it
-// to 1.5 election timeouts, rounded up to a second: the embedded members'
-// 500 ms election timeout keeps 1 s (meta's design note).
-const DefaultMemberTTL = time.Second
 
 // Run takes part in the coordinator election until ctx ends: it waits to
 // lead, restores the state the previous leader saved, and coordinates,
@@ -59,7 +57,10 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg.Prefix = "/terrace"
 	}
 	if cfg.MemberTTL <= 0 {
-		cfg.MemberTTL = DefaultMemberTTL
+		cfg.MemberTTL = cfg.Options.FailureTimeout
+	}
+	if cfg.MemberTTL <= 0 {
+		cfg.MemberTTL = coord.DefaultFailureTimeout
 	}
 	endpoints := cfg.Endpoints
 	if len(endpoints) == 0 {

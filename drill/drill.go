@@ -102,6 +102,8 @@ type Config struct {
 	// StartTimeout bounds the wait for the coordinator and for the first
 	// acknowledged push (2 minutes if 0).
 	StartTimeout time.Duration
+	// FailureTimeout is passed to the coordinators (their default if 0).
+	FailureTimeout time.Duration
 }
 
 // Node is one process of the drill.
@@ -309,6 +311,9 @@ func (d *drill) run(ctx context.Context) error {
 	cfg := d.cfg
 	common := []string{"--servers", strconv.Itoa(cfg.Servers), "--workers", strconv.Itoa(cfg.Workers),
 		"--partitions", strconv.Itoa(cfg.Partitions), "--replication", strconv.Itoa(cfg.Replication)}
+	if cfg.FailureTimeout > 0 {
+		common = append(common, "--failure-timeout", cfg.FailureTimeout.String())
+	}
 	var c *proc
 	var err error
 	if n := max(cfg.Coordinators, 1); n == 1 {

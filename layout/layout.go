@@ -61,6 +61,10 @@ type Layout struct {
 	// under a lease of its own, whose expiry tells the coordinator that
 	// the node is gone.
 	Membership *Membership `json:"membership,omitempty"`
+	// FailureTimeoutMillis is how long a node may stay silent before the
+	// coordinator declares it dead; 0 means the default (1 s). Workers
+	// heartbeat five times per timeout.
+	FailureTimeoutMillis int64 `json:"failure_timeout_ms,omitempty"`
 }
 
 // Membership is where nodes register: members/<role>/<id> under Prefix in

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/terrace-ml/terrace/coord"
 	"github.com/terrace-ml/terrace/server"
@@ -30,6 +31,8 @@ type LocalConfig struct {
 	// Persist, when set, saves the coordinator's state and numbers its
 	// epochs (see coord.Persist).
 	Persist coord.Persist
+	// FailureTimeout: see coord.Options.
+	FailureTimeout time.Duration
 }
 
 // Local is a whole cluster in this process: a coordinator, servers and
@@ -65,7 +68,8 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 		err := RunCoordinator(ctx, CoordinatorConfig{
 			Listen: "127.0.0.1:0", Network: l.network("coordinator"),
 			Options: coord.Options{Servers: cfg.Servers, Workers: cfg.Workers, Partitions: cfg.Partitions, Replication: cfg.Replication,
-				CheckpointDir: cfg.CheckpointDir, CheckpointEvery: cfg.CheckpointEvery, Resume: cfg.Resume},
+				CheckpointDir: cfg.CheckpointDir, CheckpointEvery: cfg.CheckpointEvery, Resume: cfg.Resume,
+				FailureTimeout: cfg.FailureTimeout},
 			Logger: cfg.Logger,
 			Ready: func(c *coord.Coordinator, addr string) {
 				if cfg.Persist != nil {

@@ -263,7 +263,7 @@ func (c *Client) follow(ctx context.Context) {
 		if err != nil && ctx.Err() == nil {
 			c.log.Debug("following the layout", "err", err)
 			select {
-			case <-time.After(HeartbeatEvery):
+			case <-time.After(c.heartbeatEvery()):
 			case <-ctx.Done():
 			}
 		}

@@ -14,12 +14,19 @@ import (
 // declares itself idle (wire.ClockIdle).
 const idleAfter = 50 * time.Millisecond
 
-// HeartbeatEvery is how often a worker tells the coordinator it is alive;
-// the coordinator takes back the leases of a worker silent for a second.
-const HeartbeatEvery = 200 * time.Millisecond
+// heartbeatEvery is how often a worker tells the coordinator it is alive:
+// five times in the layout's failure timeout (1 s by default), after which
+// the coordinator takes back a silent worker's leases.
+func (c *Client) heartbeatEvery() time.Duration {
+	if l := c.Layout(); l != nil && l.FailureTimeoutMillis > 0 {
+		return time.Duration(l.FailureTimeoutMillis) * time.Millisecond / 5
+	}
+	return 200 * time.Millisecond
+}
 
 func (c *Client) heartbeat(ctx context.Context) {
-	t := time.NewTicker(HeartbeatEvery)
+	every := c.heartbeatEvery()
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
@@ -27,7 +34,7 @@ func (c *Client) heartbeat(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		bctx, cancel := context.WithTimeout(ctx, HeartbeatEvery*4)
+		bctx, cancel := context.WithTimeout(ctx, every*4)
 		if err := c.ctl.Heartbeat(bctx, c.opts.Rank); err != nil && ctx.Err() == nil {
 			c.log.Warn("heartbeat failed", "err", err)
 		}

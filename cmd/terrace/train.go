@@ -49,6 +49,7 @@ type drillFlags struct {
 	audit        bool
 	auditEvery   int
 	timeout      time.Duration
+	failAfter    time.Duration
 }
 
 func (d *drillFlags) register(fs *pflag.FlagSet) {
@@ -60,6 +61,7 @@ func (d *drillFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&d.audit, "audit", false, "lr: count acknowledged updates and trained examples in audit tables and report acked_updates_lost, examples_repeated, examples_skipped, max_stall_seconds")
 	fs.IntVar(&d.auditEvery, "audit-every", drill.DefaultAuditEvery, "with --processes: acknowledged pushes a worker holds before appending them to its audit log")
 	fs.DurationVar(&d.timeout, "timeout", 10*time.Minute, "with --processes: stop every node and fail after this long (0: no limit)")
+	fs.DurationVar(&d.failAfter, "failure-timeout", coord.DefaultFailureTimeout, "declare a node dead after this long without a heartbeat or an answer to pings")
 }
 
 // check refuses combinations that cannot run.
@@ -136,7 +138,8 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 				return fmt.Errorf("--checkpoint-every needs --checkpoint-dir")
 			}
 			l, err := node.StartLocal(ctx, node.LocalConfig{Servers: servers, Workers: workers, Partitions: partitions, Replication: replication,
-				CheckpointDir: checkpointDir, CheckpointEvery: checkpointEvery, Resume: resumeDir != "", Logger: log})
+				CheckpointDir: checkpointDir, CheckpointEvery: checkpointEvery, Resume: resumeDir != "", Logger: log,
+				FailureTimeout: d.failAfter})
 			if err != nil {
 				return err
 			}
@@ -273,7 +276,7 @@ func trainProcesses(ctx context.Context, cmd *cobra.Command, a appFlags, d drill
 	cfg := drill.Config{
 		RunDir: d.runDir, Servers: servers, Workers: workers, Replication: replication, Partitions: partitions,
 		Coordinators: d.coordinators, Schedule: sched, Seed: a.seed, WorkerArgs: appArgs(cmd.Flags()),
-		LogLevel: logLevel, Out: out,
+		LogLevel: logLevel, Out: out, FailureTimeout: d.failAfter,
 	}
 	if a.app == "lr" {
 		train, err := data.ReadLIBSVM(or(a.train, defaultTrain))
