@@ -417,38 +417,6 @@ func (c *Coordinator) incarnateLocked(role, id, inc string) {
 	c.persistLocked()
 }
 
-// MemberGone is told that node role/id, incarnation inc, is no longer
-// registered in etcd: its lease expired (the process died, or cannot
-// reach etcd) or was revoked (it left). If inc is the incarnation that
-// joined last, the node is gone: a server leaves the layout as
-// RemoveServer takes it out, a worker's rank is finished and its leases
-// return to the pool. An older incarnation's registration ending, after
-// the node restarted and joined again, changes nothing. It reports
-// whether the layout changed.
-func (c *Coordinator) MemberGone(role, id, inc string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if inc == "" || c.incarnations[role+"/"+id] != inc {
-		return false
-	}
-	switch role {
-	case RoleServer:
-		return c.removeServerLocked(id, "")
-	case RoleWorker:
-		r, ok := c.workers[id]
-		if !ok || c.finishedLocked(r) {
-			return false
-		}
-		if _, reported := c.reports[r]; reported {
-			return false // it finished its work and exited
-		}
-		c.finishLocked(r)
-		c.publish()
-		return true
-	}
-	return false
-}
-
 // Roles of the nodes, as they join and register.
 const (
 	RoleServer = "server"

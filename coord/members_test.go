@@ -69,13 +69,16 @@ func TestEpochIsTheSavesNumber(t *testing.T) {
 	}
 }
 
-// TestMemberGone: the end of a node's registration removes it only if it
-// is the incarnation that joined last.
+// TestMemberGone: the end of a node's registration takes it out only if it
+// is the incarnation that joined last and the coordinator's own check
+// confirms it: a worker silent for half the failure timeout, a server
+// that does not answer a dial.
 func TestMemberGone(t *testing.T) {
 	c := New(Options{Servers: 3, Workers: 2, Replication: 2})
 	ctx := context.Background()
 	for _, s := range []string{"s0", "s1", "s2"} {
-		if _, err := c.JoinServerAs(s, s+":1", "i-"+s); err != nil {
+		// Nothing listens on port 1: a dial fails at once.
+		if _, err := c.JoinServerAs(s, "127.0.0.1:1", "i-"+s); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -92,29 +95,54 @@ func TestMemberGone(t *testing.T) {
 	if r, err := c.JoinWorkerAs("w0", "new"); err != nil || r != 0 {
 		t.Fatalf("rejoin: rank %d, %v", r, err)
 	}
-	if c.MemberGone(RoleWorker, "w0", "old") {
+	if c.MemberGone(ctx, RoleWorker, "w0", "old") {
 		t.Fatal("the old incarnation's registration ending finished the new one")
 	}
-	if c.MemberGone(RoleWorker, "w0", "") || c.MemberGone(RoleServer, "w0", "new") {
+	if c.MemberGone(ctx, RoleWorker, "w0", "") || c.MemberGone(ctx, RoleServer, "w0", "new") {
 		t.Fatal("a registration without an incarnation, or of another role, finished w0")
 	}
-	if !c.MemberGone(RoleWorker, "w0", "new") {
-		t.Fatal("w0's registration ended and it was not finished")
+
+	// w1 lost its registration but heartbeats: it stays.
+	stop := make(chan struct{})
+	beating := make(chan struct{})
+	go func() {
+		defer close(beating)
+		for {
+			c.Heartbeat(1)
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	kept := !c.MemberGone(ctx, RoleWorker, "w1", "w1a")
+	close(stop)
+	<-beating
+	if !kept {
+		t.Fatal("w1 heartbeats, and its registration's end finished it")
+	}
+
+	// w0 is silent: it goes, and its lease returns to the pool.
+	c.mu.Lock()
+	delete(c.beats, 0)
+	c.mu.Unlock()
+	if !c.MemberGone(ctx, RoleWorker, "w0", "new") {
+		t.Fatal("w0's registration ended, it is silent, and it was not finished")
 	}
 	l, _ := c.Layout(ctx, 0)
-	if !slices.Contains(l.Finished, 0) {
-		t.Fatalf("finished %v, want rank 0", l.Finished)
+	if !slices.Contains(l.Finished, 0) || slices.Contains(l.Finished, 1) {
+		t.Fatalf("finished %v, want rank 0 alone", l.Finished)
 	}
-	// Its lease went back to the pool.
 	if p := c.work[0].parts[0]; p.rank != -1 {
 		t.Fatalf("partition 0 leased to rank %d, want the pool", p.rank)
 	}
-	if c.MemberGone(RoleWorker, "w0", "new") {
+	if c.MemberGone(ctx, RoleWorker, "w0", "new") {
 		t.Fatal("a second end of the same registration changed the layout")
 	}
 
-	if !c.MemberGone(RoleServer, "s1", "i-s1") {
-		t.Fatal("s1's registration ended and it stayed")
+	if !c.MemberGone(ctx, RoleServer, "s1", "i-s1") {
+		t.Fatal("s1's registration ended, it does not answer, and it stayed")
 	}
 	l, _ = c.Layout(ctx, 0)
 	if len(l.Servers) != 2 || slices.ContainsFunc(l.Servers, func(s ring.Server) bool { return s.ID == "s1" }) {

@@ -91,7 +91,9 @@ func (c *Coordinator) persistLocked() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	start := time.Now()
 	epoch, err := c.persist(ctx, blob, placement)
+	c.deafFor(time.Since(start))
 	if err != nil {
 		c.persistErr = fmt.Errorf("%w: %v", ErrNotPersisted, err)
 		return c.persistErr

@@ -253,6 +253,21 @@ func (c *Coordinator) Heartbeat(rank int) error {
 	return nil
 }
 
+// deafFor excuses every worker for d in which the coordinator could not
+// hear heartbeats, because it held c.mu through a save to etcd: a save
+// waits out an etcd leader election (seconds), and the heartbeats that
+// queued meanwhile must not lose the race for c.mu to expireWorkers.
+// c.mu is held.
+func (c *Coordinator) deafFor(d time.Duration) {
+	now := time.Now()
+	for r, t := range c.beats {
+		if t = t.Add(d); t.After(now) {
+			t = now
+		}
+		c.beats[r] = t
+	}
+}
+
 func (c *Coordinator) beatLocked(rank int) {
 	if c.beats == nil {
 		c.beats = map[int]time.Time{}

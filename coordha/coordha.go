@@ -226,7 +226,7 @@ func membership(ctx context.Context, st *meta.Store, cfg Config) *layout.Members
 }
 
 // watchMembers tells c of every node of role whose registration ends,
-// until ctx ends. It starts from revision from, the previous leader's
+// until ctx ends; c decides whether the node is gone. It starts from revision from, the previous leader's
 // last save, so that registrations that ended during the failover are
 // heard too (MemberGone ignores what the previous leader already
 // handled). If that history has been compacted it starts from now, and
@@ -235,8 +235,9 @@ func watchMembers(ctx context.Context, st *meta.Store, c *coord.Coordinator, rol
 	for ctx.Err() == nil {
 		for ev := range st.WatchMembers(ctx, role, from) {
 			from = ev.Rev
-			if ev.Deleted && c.MemberGone(role, ev.ID, ev.Info.Labels[layout.IncarnationLabel]) {
-				log.Warn("node's etcd registration ended: it is gone", "role", role, "id", ev.ID)
+			if ev.Deleted {
+				// MemberGone checks with the node before it acts (and logs).
+				go c.MemberGone(ctx, role, ev.ID, ev.Info.Labels[layout.IncarnationLabel])
 			}
 		}
 		// The watch ended: ctx ended, or the history after from was

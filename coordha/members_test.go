@@ -2,6 +2,7 @@ package coordha_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -15,10 +16,11 @@ import (
 
 // TestMembersAndEpochsInEtcd runs a coordinator on an embedded etcd
 // member with real server and worker nodes over TCP. Every node registers
-// under its own lease; the end of a registration (here an eviction, which
-// revokes the lease, as its expiry would) takes the node out; every epoch
-// is the etcd revision of the write that saved it, and the placement key
-// carries it; a new leader goes on from it.
+// under its own lease. A live node whose registration ends (here revoked,
+// as an etcd leader's death past the TTL would end it) is kept, and
+// registers again; a node that stops is taken out. Every epoch is the
+// etcd revision of the write that saved it, and the placement key carries
+// it; a new leader goes on from it.
 func TestMembersAndEpochsInEtcd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -36,49 +38,66 @@ func TestMembersAndEpochsInEtcd(t *testing.T) {
 	opts := coord.Options{Servers: 2, Workers: 1, Partitions: 2, Replication: 2}
 	actx, stopA := context.WithCancel(ctx)
 	addr, doneA := replicaWith(actx, t, "a", e.Endpoints(), opts)
-	nctx, stopNodes := context.WithCancel(ctx)
-	defer stopNodes()
-	nodes := make(chan error, 8)
-	server := func(id string) {
-		go func() {
-			nodes <- node.RunServer(nctx, node.ServerConfig{ID: id, Listen: "127.0.0.1:0", Coordinator: addr})
-		}()
+	type proc struct {
+		stop context.CancelFunc
+		done chan error
 	}
-	server("s0")
-	server("s1")
-	go func() {
-		_, err := node.RunWorker(nctx, node.WorkerConfig{ID: "w0", Coordinator: addr}, func(ctx context.Context, _ *ps.Client) (any, error) {
+	start := func(run func(ctx context.Context) error) proc {
+		pctx, stop := context.WithCancel(ctx)
+		p := proc{stop, make(chan error, 1)}
+		go func() { p.done <- run(pctx) }()
+		return p
+	}
+	server := func(id string) proc {
+		return start(func(ctx context.Context) error {
+			return node.RunServer(ctx, node.ServerConfig{ID: id, Listen: "127.0.0.1:0", Coordinator: addr})
+		})
+	}
+	s0, s1 := server("s0"), server("s1")
+	w0 := start(func(ctx context.Context) error {
+		_, err := node.RunWorker(ctx, node.WorkerConfig{ID: "w0", Coordinator: addr}, func(ctx context.Context, _ *ps.Client) (any, error) {
 			<-ctx.Done()
 			return nil, ctx.Err()
 		})
-		nodes <- err
-	}()
+		return err
+	})
 	cl := coord.NewClient(addr)
 	lay := awaitLayout(ctx, t, cl, 0, "ready with 2 servers", func(l *layout.Layout) bool { return l.Ready && len(l.Servers) == 2 })
-	awaitMembers(ctx, t, st, coord.RoleServer, "s0", "s1")
-	awaitMembers(ctx, t, st, coord.RoleWorker, "w0")
+	revs := awaitMembers(ctx, t, st, coord.RoleServer, nil, "s0", "s1")
+	awaitMembers(ctx, t, st, coord.RoleWorker, nil, "w0")
 	checkEpoch(ctx, t, st, lay)
 	if lay.Membership == nil || len(lay.Membership.Endpoints) == 0 {
 		t.Fatalf("layout names no etcd to register in: %+v", lay.Membership)
 	}
 
-	// A server's registration ends: it leaves the ring in a new epoch.
-	evicted := time.Now()
+	// Live nodes whose registrations end: kept, and registered again.
 	if err := st.Evict(ctx, coord.RoleServer, "s1"); err != nil {
 		t.Fatal(err)
 	}
-	prev := lay.Epoch
-	lay = awaitLayout(ctx, t, cl, lay.Version, "s1 off the ring", func(l *layout.Layout) bool { return len(l.Servers) == 1 })
-	t.Logf("s1 off the ring %v after its registration ended", time.Since(evicted))
-	if lay.Servers[0].ID != "s0" || lay.PrevEpoch != prev || lay.Epoch <= prev {
-		t.Fatalf("after s1's eviction: servers %v, epoch %d after %d; want s0 alone, after epoch %d", lay.Servers, lay.Epoch, lay.PrevEpoch, prev)
-	}
-	checkEpoch(ctx, t, st, lay)
-
-	// A worker's: its rank is finished.
 	if err := st.Evict(ctx, coord.RoleWorker, "w0"); err != nil {
 		t.Fatal(err)
 	}
+	awaitMembers(ctx, t, st, coord.RoleServer, revs, "s1")
+	// MemberGone decides within a failure timeout (1 s): a worker after
+	// half of it, a server after one dial.
+	time.Sleep(2 * coord.DefaultFailureTimeout)
+	if l, err := cl.Layout(ctx, 0); err != nil || len(l.Servers) != 2 || len(l.Finished) != 0 {
+		t.Fatalf("after live nodes lost their registrations: %+v, %v; want both servers on the ring and no rank finished", l, err)
+	}
+
+	// A server that stops leaves the ring in a new epoch, numbered by etcd.
+	s1.stop()
+	<-s1.done
+	prev := lay.Epoch
+	lay = awaitLayout(ctx, t, cl, lay.Version, "s1 off the ring", func(l *layout.Layout) bool { return len(l.Servers) == 1 })
+	if lay.Servers[0].ID != "s0" || lay.PrevEpoch != prev || lay.Epoch <= prev {
+		t.Fatalf("after s1 stopped: servers %v, epoch %d after %d; want s0 alone, after epoch %d", lay.Servers, lay.Epoch, lay.PrevEpoch, prev)
+	}
+	checkEpoch(ctx, t, st, lay)
+
+	// A worker that stops: its rank is finished.
+	w0.stop()
+	<-w0.done
 	lay = awaitLayout(ctx, t, cl, lay.Version, "rank 0 finished", func(l *layout.Layout) bool { return slices.Contains(l.Finished, 0) })
 
 	// A new leader restores the epoch from etcd, and the next epoch it
@@ -101,10 +120,8 @@ func TestMembersAndEpochsInEtcd(t *testing.T) {
 		t.Fatalf("epoch %d after %d, want one after %d", next.Epoch, next.PrevEpoch, restored.Epoch)
 	}
 	checkEpoch(ctx, t, st, next)
-	stopNodes()
-	for range 3 {
-		<-nodes
-	}
+	s0.stop()
+	<-s0.done
 }
 
 // checkEpoch checks that l's epoch is the placement's revision in etcd,
@@ -134,23 +151,28 @@ func awaitLayout(ctx context.Context, t *testing.T, cl *coord.Client, after uint
 	}
 }
 
-func awaitMembers(ctx context.Context, t *testing.T, st *meta.Store, role string, ids ...string) {
+// awaitMembers waits until every one of ids is registered as role with an
+// incarnation, in a registration newer than the one at revision before[id]
+// (nil: any), and returns the registrations' revisions.
+func awaitMembers(ctx context.Context, t *testing.T, st *meta.Store, role string, before map[string]int64, ids ...string) map[string]int64 {
 	t.Helper()
 	for {
-		m, _, err := st.Members(ctx, role)
-		if err != nil {
-			t.Fatal(err)
-		}
-		all := true
+		revs := map[string]int64{}
 		for _, id := range ids {
-			all = all && m[id].Labels[layout.IncarnationLabel] != ""
+			info, rev, err := st.Member(ctx, role, id)
+			if err != nil && !errors.Is(err, meta.ErrNotFound) {
+				t.Fatal(err)
+			}
+			if err == nil && info.Labels[layout.IncarnationLabel] != "" && rev > before[id] {
+				revs[id] = rev
+			}
 		}
-		if all {
-			return
+		if len(revs) == len(ids) {
+			return revs
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("%s members %v, want %v registered with their incarnations", role, m, ids)
+			t.Fatalf("%s members registered: %v, want %v", role, revs, ids)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

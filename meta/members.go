@@ -159,6 +159,23 @@ func (s *Store) Members(ctx context.Context, role string) (map[string]NodeInfo, 
 	return out, resp.Header.Revision, nil
 }
 
+// Member returns the registration of role/id and the revision that
+// created it (a new one for every registration), or ErrNotFound.
+func (s *Store) Member(ctx context.Context, role, id string) (NodeInfo, int64, error) {
+	resp, err := s.cli.Get(ctx, s.membersKey(role)+id)
+	if err != nil {
+		return NodeInfo{}, 0, fmt.Errorf("meta: member %s/%s: %w", role, id, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return NodeInfo{}, 0, fmt.Errorf("meta: member %s/%s: %w", role, id, ErrNotFound)
+	}
+	var info NodeInfo
+	if err := json.Unmarshal(resp.Kvs[0].Value, &info); err != nil {
+		return NodeInfo{}, 0, fmt.Errorf("meta: member %s/%s: %w", role, id, err)
+	}
+	return info, resp.Kvs[0].CreateRevision, nil
+}
+
 // WatchMembers streams the changes to role's members after revision
 // fromRev (as returned by Members; 0 means from now). The channel closes
 // when ctx ends, when the Store closes, or when the history after fromRev

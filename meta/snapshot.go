@@ -48,9 +48,13 @@ func (s *Store) PutSnapshot(ctx context.Context, lead *Leadership, blob []byte, 
 	return uint64(resp.Header.Revision), nil
 }
 
-// putAttempt bounds one attempt of a write (see PutSnapshot): a few
-// election timeouts of the embedded members.
-const putAttempt = 4 * DefaultElectionMs * time.Millisecond
+// putAttempt bounds one attempt of a write (see PutSnapshot): two election
+// timeouts of the embedded members, by which a new etcd leader is usually
+// elected. The coordinator holds its lock through the write, so this is
+// what an etcd leader's death costs it (it was 4 election timeouts; the
+// drill's longest stall after SIGKILL of a coordinator whose etcd member
+// led etcd was 2.0–2.6 s).
+const putAttempt = 2 * DefaultElectionMs * time.Millisecond
 
 // Saved is the coordinator state a leader saved last.
 type Saved struct {

@@ -8,7 +8,9 @@ import (
 	"hash/crc32"
 	"strconv"
 	"strings"
+	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -157,15 +159,36 @@ func (s *Store) SweepPartStates(ctx context.Context, lead *Leadership, keep map[
 }
 
 // retryGuarded commits ops under lead, trying again while attempts time
-// out (see PutSnapshot): the ops must be idempotent.
+// out or etcd is between leaders (see PutSnapshot): the ops must be
+// idempotent.
 func (s *Store) retryGuarded(ctx context.Context, lead *Leadership, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
 	for {
 		actx, cancel := context.WithTimeout(ctx, putAttempt)
 		resp, err := s.guarded(actx, lead, ops...)
 		cancel()
-		if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-			continue
+		if err == nil || ctx.Err() != nil {
+			return resp, err
 		}
-		return resp, err
+		switch {
+		case errors.Is(err, context.DeadlineExceeded):
+		case betweenLeaders(err):
+			if !pause(ctx, 20*time.Millisecond) {
+				return resp, err
+			}
+		default:
+			return resp, err
+		}
 	}
+}
+
+// betweenLeaders reports whether err says that etcd lost or changed its
+// raft leader under the request, which a retry after the election cures.
+func betweenLeaders(err error) bool {
+	for _, e := range []error{rpctypes.ErrNoLeader, rpctypes.ErrLeaderChanged, rpctypes.ErrTimeout,
+		rpctypes.ErrTimeoutDueToLeaderFail, rpctypes.ErrTimeoutDueToConnectionLost} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
