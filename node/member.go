@@ -64,7 +64,9 @@ func keepRegistered(ctx context.Context, m *layout.Membership, role, id string, 
 				return
 			}
 			log.Warn("cannot reach etcd to register; retrying", "endpoints", m.Endpoints, "err", err)
-			if !sleep(ctx, time.Second) {
+			select {
+			case <-time.After(time.Second):
+			case <-ctx.Done():
 				return
 			}
 		}
@@ -80,7 +82,9 @@ func keepRegistered(ctx context.Context, m *layout.Membership, role, id string, 
 				log.Warn("could not register in etcd; retrying", "err", err)
 				warned = true
 			}
-			if !sleep(ctx, 100*time.Millisecond) {
+			select {
+			case <-time.After(100 * time.Millisecond):
+			case <-ctx.Done():
 				return
 			}
 			continue
@@ -98,16 +102,5 @@ func keepRegistered(ctx context.Context, m *layout.Membership, role, id string, 
 			// etcd's view right if it was a mistake.
 			log.Warn("etcd registration lost; registering again", "role", role, "id", id)
 		}
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }
