@@ -207,7 +207,7 @@ func (c *Coordinator) JoinServer(id, addr string) (*layout.Layout, error) {
 func (c *Coordinator) JoinServerAs(id, addr, inc string) (*layout.Layout, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.incarnateLocked(RoleServer, id, inc)
+	fresh := c.incarnateLocked(RoleServer, id, inc)
 	for i, s := range c.lay.Servers {
 		if s.ID == id {
 			if s.Addr != addr {
@@ -215,6 +215,8 @@ func (c *Coordinator) JoinServerAs(id, addr, inc string) (*layout.Layout, error)
 				c.newEpochLocked()
 				c.resetSyncLocked()
 				c.publish()
+			} else if fresh {
+				c.persistLocked()
 			}
 			return c.snapshot(), nil
 		}
@@ -388,8 +390,11 @@ func (c *Coordinator) JoinWorker(id string) (int, error) {
 func (c *Coordinator) JoinWorkerAs(id, inc string) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.incarnateLocked(RoleWorker, id, inc)
+	fresh := c.incarnateLocked(RoleWorker, id, inc)
 	if r, ok := c.workers[id]; ok {
+		if fresh {
+			c.persistLocked()
+		}
 		return r, nil
 	}
 	if len(c.workers) >= c.opts.Workers && !c.lay.Ready {
@@ -407,14 +412,15 @@ func (c *Coordinator) JoinWorkerAs(id, inc string) (int, error) {
 }
 
 // incarnateLocked records that node role/id is now incarnation inc, and
-// saves that at once: a join may publish nothing else.
-func (c *Coordinator) incarnateLocked(role, id, inc string) {
+// reports whether that is new: the next save carries it, and a join that
+// publishes nothing must save it itself.
+func (c *Coordinator) incarnateLocked(role, id, inc string) bool {
 	key := role + "/" + id
 	if inc == "" || c.incarnations[key] == inc {
-		return
+		return false
 	}
 	c.incarnations[key] = inc
-	c.persistLocked()
+	return true
 }
 
 // Roles of the nodes, as they join and register.

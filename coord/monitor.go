@@ -181,12 +181,13 @@ func (c *Coordinator) MemberGone(ctx context.Context, role, id, inc string) bool
 		c.publish()
 		return true
 	case RoleServer:
-		i := slices.IndexFunc(append(slices.Clone(c.lay.Servers), c.lay.Joining...), func(s ring.Server) bool { return s.ID == id })
+		all := append(slices.Clone(c.lay.Servers), c.lay.Joining...)
+		i := slices.IndexFunc(all, func(s ring.Server) bool { return s.ID == id })
 		if i < 0 {
 			c.mu.Unlock()
 			return false
 		}
-		addr := append(slices.Clone(c.lay.Servers), c.lay.Joining...)[i].Addr
+		addr := all[i].Addr
 		c.mu.Unlock()
 		if conn, err := c.probe(ctx, addr); err == nil {
 			conn.Close()

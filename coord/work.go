@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/terrace-ml/terrace/layout"
 )
 
 // Data partitions are leased to workers epoch by epoch (Litz's
@@ -20,7 +22,7 @@ import (
 // coordinator declares it dead (Options.FailureTimeout): a worker's leases
 // are then taken back and its clock stops holding the others; a server
 // leaves the ring.
-const DefaultFailureTimeout = time.Second
+const DefaultFailureTimeout = layout.DefaultFailureTimeout
 
 // failureTimeout is Options.FailureTimeout, or its default.
 func (c *Coordinator) failureTimeout() time.Duration {

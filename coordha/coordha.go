@@ -32,13 +32,6 @@ type Config struct {
 	Logger *slog.Logger
 	// Ready, when set, is told once this replica leads and listens.
 	Ready func(c *coord.Coordinator, addr string)
-	// MemberTTL is the lease under which every node registers in etcd
-	// (Options.FailureTimeout, or its default, if 0): its expiry tells the
-	// coordinator the node is gone, if its own failure detection has not
-	// already. etcd raises it to 1.5 election timeouts, rounded up to a
-	// second: the embedded members' 500 ms election timeout keeps 1 s
-	// (meta's design note).
-	MemberTTL time.Duration
 }
 
 // Run takes part in the coordinator election until ctx ends: it waits to
@@ -55,12 +48,6 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if cfg.Prefix == "" {
 		cfg.Prefix = "/terrace"
-	}
-	if cfg.MemberTTL <= 0 {
-		cfg.MemberTTL = cfg.Options.FailureTimeout
-	}
-	if cfg.MemberTTL <= 0 {
-		cfg.MemberTTL = coord.DefaultFailureTimeout
 	}
 	endpoints := cfg.Endpoints
 	if len(endpoints) == 0 {
@@ -212,7 +199,7 @@ func lead(ctx context.Context, st *meta.Store, cfg Config) error {
 // cluster, so that a node keeps its registration through the loss of any
 // one member (the configured endpoints if the member list is unavailable).
 func membership(ctx context.Context, st *meta.Store, cfg Config) *layout.Membership {
-	m := &layout.Membership{Endpoints: cfg.Endpoints, Prefix: cfg.Prefix, TTLMillis: cfg.MemberTTL.Milliseconds()}
+	m := &layout.Membership{Endpoints: cfg.Endpoints, Prefix: cfg.Prefix}
 	lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	urls, err := st.ClientURLs(lctx)

@@ -3,6 +3,7 @@ package layout
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/terrace-ml/terrace/ring"
 	"github.com/terrace-ml/terrace/table"
@@ -62,18 +63,30 @@ type Layout struct {
 	// the node is gone.
 	Membership *Membership `json:"membership,omitempty"`
 	// FailureTimeoutMillis is how long a node may stay silent before the
-	// coordinator declares it dead; 0 means the default (1 s). Workers
+	// coordinator declares it dead; 0 means DefaultFailureTimeout. Workers
 	// heartbeat five times per timeout.
 	FailureTimeoutMillis int64 `json:"failure_timeout_ms,omitempty"`
 }
 
+// DefaultFailureTimeout is the failure timeout of a layout that sets none.
+const DefaultFailureTimeout = time.Second
+
+// FailureTimeout is how long a node may stay silent before it is declared
+// dead; it is also the lease of the nodes' etcd registrations.
+func (l *Layout) FailureTimeout() time.Duration {
+	if l.FailureTimeoutMillis > 0 {
+		return time.Duration(l.FailureTimeoutMillis) * time.Millisecond
+	}
+	return DefaultFailureTimeout
+}
+
 // Membership is where nodes register: members/<role>/<id> under Prefix in
-// the etcd cluster at Endpoints, bound to a lease of TTLMillis, with their
-// incarnation (a value new in every process) under IncarnationLabel.
+// the etcd cluster at Endpoints, bound to a lease of the layout's failure
+// timeout, with their incarnation (a value new in every process) under
+// IncarnationLabel.
 type Membership struct {
 	Endpoints []string `json:"endpoints"`
 	Prefix    string   `json:"prefix"`
-	TTLMillis int64    `json:"ttl_ms"`
 }
 
 // IncarnationLabel is the registration label that carries a node's

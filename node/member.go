@@ -31,18 +31,20 @@ type registration struct {
 	stop context.CancelFunc
 }
 
-// register starts registering node role/id, incarnation inc, at addr; it
-// does nothing if m is nil (a coordinator without etcd).
-func register(ctx context.Context, m *layout.Membership, role, id, inc, addr string, log *slog.Logger) *registration {
+// register starts registering node role/id, incarnation inc, at addr,
+// where l's Membership says, under a lease of l's failure timeout; it does
+// nothing if l has no Membership (a coordinator without etcd).
+func register(ctx context.Context, l *layout.Layout, role, id, inc, addr string, log *slog.Logger) *registration {
 	ctx, stop := context.WithCancel(ctx)
 	r := &registration{done: make(chan struct{}), stop: stop}
-	if m == nil {
+	if l.Membership == nil {
 		close(r.done)
 		return r
 	}
+	m, ttl := *l.Membership, l.FailureTimeout()
 	go func() {
 		defer close(r.done)
-		keepRegistered(ctx, m, role, id, meta.NodeInfo{Addr: addr, Labels: map[string]string{layout.IncarnationLabel: inc}}, log)
+		keepRegistered(ctx, m, ttl, role, id, meta.NodeInfo{Addr: addr, Labels: map[string]string{layout.IncarnationLabel: inc}}, log)
 	}()
 	return r
 }
@@ -54,8 +56,7 @@ func (r *registration) leave() {
 	<-r.done
 }
 
-func keepRegistered(ctx context.Context, m *layout.Membership, role, id string, info meta.NodeInfo, log *slog.Logger) {
-	ttl := time.Duration(m.TTLMillis) * time.Millisecond
+func keepRegistered(ctx context.Context, m layout.Membership, ttl time.Duration, role, id string, info meta.NodeInfo, log *slog.Logger) {
 	var st *meta.Store
 	for st == nil {
 		var err error

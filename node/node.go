@@ -124,7 +124,7 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	if err != nil {
 		return fmt.Errorf("server %s: join: %w", cfg.ID, err)
 	}
-	reg := register(ctx, l.Membership, coord.RoleServer, cfg.ID, inc, addr, cfg.Logger)
+	reg := register(ctx, l, coord.RoleServer, cfg.ID, inc, addr, cfg.Logger)
 	defer reg.leave()
 	report := func(what string, call func(ctx context.Context) error) {
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -269,7 +269,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, job Job) (any, error) {
 		return nil, fmt.Errorf("worker %s: %w", cfg.ID, err)
 	}
 	defer c.Close()
-	reg := register(ctx, c.Layout().Membership, coord.RoleWorker, cfg.ID, inc, "", cfg.Logger)
+	reg := register(ctx, c.Layout(), coord.RoleWorker, cfg.ID, inc, "", cfg.Logger)
 	defer reg.leave()
 	jobCtx, stopJob := context.WithCancel(ctx)
 	defer stopJob()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/terrace-ml/terrace/coord"
+	"github.com/terrace-ml/terrace/layout"
 	"github.com/terrace-ml/terrace/wire"
 )
 
@@ -18,10 +19,10 @@ const idleAfter = 50 * time.Millisecond
 // five times in the layout's failure timeout (1 s by default), after which
 // the coordinator takes back a silent worker's leases.
 func (c *Client) heartbeatEvery() time.Duration {
-	if l := c.Layout(); l != nil && l.FailureTimeoutMillis > 0 {
-		return time.Duration(l.FailureTimeoutMillis) * time.Millisecond / 5
+	if l := c.Layout(); l != nil {
+		return l.FailureTimeout() / 5
 	}
-	return 200 * time.Millisecond
+	return layout.DefaultFailureTimeout / 5
 }
 
 func (c *Client) heartbeat(ctx context.Context) {
