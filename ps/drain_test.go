@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/terrace-ml/terrace/coord"
-	"github.com/terrace-ml/terrace/layout"
-	"github.com/terrace-ml/terrace/node"
+	"github.com/terrace-ml/terrace/internal/control/coord"
+	"github.com/terrace-ml/terrace/internal/placement/layout"
+	"github.com/terrace-ml/terrace/internal/process/node"
 	"github.com/terrace-ml/terrace/ps"
 	"github.com/terrace-ml/terrace/table"
 )

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/terrace-ml/terrace/wire"
+	"github.com/terrace-ml/terrace/internal/dataplane/wire"
 )
 
 // Errors callers can test with errors.Is.

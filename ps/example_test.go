@@ -7,8 +7,8 @@ import (
 	"log"
 	"time"
 
+	"github.com/terrace-ml/terrace/internal/process/node"
 	"github.com/terrace-ml/terrace/keyspace"
-	"github.com/terrace-ml/terrace/node"
 	"github.com/terrace-ml/terrace/ps"
 	"github.com/terrace-ml/terrace/table"
 )

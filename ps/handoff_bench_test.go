@@ -6,11 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/terrace-ml/terrace/coord"
+	"github.com/terrace-ml/terrace/internal/control/coord"
+	"github.com/terrace-ml/terrace/internal/process/node"
+	"github.com/terrace-ml/terrace/internal/server"
 	"github.com/terrace-ml/terrace/keyspace"
-	"github.com/terrace-ml/terrace/node"
 	"github.com/terrace-ml/terrace/ps"
-	"github.com/terrace-ml/terrace/server"
 	"github.com/terrace-ml/terrace/table"
 )
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/terrace-ml/terrace/node"
+	"github.com/terrace-ml/terrace/internal/process/node"
 	"github.com/terrace-ml/terrace/ps"
 	"github.com/terrace-ml/terrace/table"
 )

@@ -8,12 +8,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/terrace-ml/terrace/internal/dataplane/transport"
+	"github.com/terrace-ml/terrace/internal/dataplane/wire"
+	"github.com/terrace-ml/terrace/internal/placement/layout"
+	"github.com/terrace-ml/terrace/internal/placement/ring"
 	"github.com/terrace-ml/terrace/keyspace"
-	"github.com/terrace-ml/terrace/layout"
-	"github.com/terrace-ml/terrace/ring"
 	"github.com/terrace-ml/terrace/table"
-	"github.com/terrace-ml/terrace/transport"
-	"github.com/terrace-ml/terrace/wire"
 )
 
 // Table is a handle on one parameter table.

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/terrace-ml/terrace/coord"
-	"github.com/terrace-ml/terrace/layout"
-	"github.com/terrace-ml/terrace/wire"
+	"github.com/terrace-ml/terrace/internal/control/coord"
+	"github.com/terrace-ml/terrace/internal/dataplane/wire"
+	"github.com/terrace-ml/terrace/internal/placement/layout"
 )
 
 // idleAfter is how long a request for work may take before the worker

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/terrace-ml/terrace/data"
-	"github.com/terrace-ml/terrace/node"
+	"github.com/terrace-ml/terrace/internal/process/node"
 	"github.com/terrace-ml/terrace/ps"
 )
 

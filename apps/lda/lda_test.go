@@ -14,10 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/terrace-ml/terrace/coord"
 	"github.com/terrace-ml/terrace/data"
+	"github.com/terrace-ml/terrace/internal/control/coord"
+	"github.com/terrace-ml/terrace/internal/process/node"
 	"github.com/terrace-ml/terrace/keyspace"
-	"github.com/terrace-ml/terrace/node"
 	"github.com/terrace-ml/terrace/ps"
 	"github.com/terrace-ml/terrace/table"
 )

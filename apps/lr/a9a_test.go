@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/terrace-ml/terrace/apps/lr"
-	"github.com/terrace-ml/terrace/node"
+	"github.com/terrace-ml/terrace/internal/process/node"
 	"github.com/terrace-ml/terrace/ps"
 	"github.com/terrace-ml/terrace/table"
 )

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/terrace-ml/terrace/apps/lr"
-	"github.com/terrace-ml/terrace/coord"
-	"github.com/terrace-ml/terrace/node"
+	"github.com/terrace-ml/terrace/internal/control/coord"
+	"github.com/terrace-ml/terrace/internal/process/node"
 	"github.com/terrace-ml/terrace/ps"
 )
 

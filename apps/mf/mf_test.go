@@ -7,7 +7,7 @@ import (
 
 	"github.com/terrace-ml/terrace/apps/mf"
 	"github.com/terrace-ml/terrace/data"
-	"github.com/terrace-ml/terrace/node"
+	"github.com/terrace-ml/terrace/internal/process/node"
 	"github.com/terrace-ml/terrace/ps"
 )
 

@@ -12,7 +12,7 @@ import (
 	"github.com/terrace-ml/terrace/apps/lda"
 	"github.com/terrace-ml/terrace/apps/lr"
 	"github.com/terrace-ml/terrace/apps/mf"
-	"github.com/terrace-ml/terrace/node"
+	"github.com/terrace-ml/terrace/internal/process/node"
 	"github.com/terrace-ml/terrace/ps"
 	"github.com/terrace-ml/terrace/table"
 )

@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/terrace-ml/terrace/bench"
+	"github.com/terrace-ml/terrace/internal/harness/bench"
 )
 
 func benchCmd() *cobra.Command {

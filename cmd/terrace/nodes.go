@@ -11,10 +11,10 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/terrace-ml/terrace/coord"
-	"github.com/terrace-ml/terrace/coordha"
-	"github.com/terrace-ml/terrace/node"
-	"github.com/terrace-ml/terrace/server"
+	"github.com/terrace-ml/terrace/internal/control/coord"
+	"github.com/terrace-ml/terrace/internal/control/coordha"
+	"github.com/terrace-ml/terrace/internal/process/node"
+	"github.com/terrace-ml/terrace/internal/server"
 )
 
 func coordinatorCmd() *cobra.Command {

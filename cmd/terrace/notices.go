@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/terrace-ml/terrace/evict"
+	"github.com/terrace-ml/terrace/internal/process/evict"
 )
 
 // noticeFlags choose where a server or worker learns that its machine is

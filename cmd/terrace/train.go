@@ -14,12 +14,12 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/terrace-ml/terrace/apps/lr"
-	"github.com/terrace-ml/terrace/coord"
 	"github.com/terrace-ml/terrace/data"
-	"github.com/terrace-ml/terrace/drill"
-	"github.com/terrace-ml/terrace/node"
+	"github.com/terrace-ml/terrace/internal/control/coord"
+	"github.com/terrace-ml/terrace/internal/harness/drill"
+	"github.com/terrace-ml/terrace/internal/process/node"
+	"github.com/terrace-ml/terrace/internal/server"
 	"github.com/terrace-ml/terrace/ps"
-	"github.com/terrace-ml/terrace/server"
 )
 
 // trainReport is the JSON report of `terrace train`.

@@ -1,0 +1,161 @@
+package coordha_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/terrace-ml/terrace/internal/control/coord"
+	"github.com/terrace-ml/terrace/internal/control/coordha"
+	"github.com/terrace-ml/terrace/internal/control/meta"
+)
+
+// replica runs one coordinator replica on etcd at endpoints until its
+// context ends, and returns the address it listens on once it leads.
+func replica(ctx context.Context, t testing.TB, id string, endpoints []string) (string, <-chan error) {
+	t.Helper()
+	return replicaWith(ctx, t, id, endpoints, coord.Options{Servers: 1, Workers: 1, Partitions: 2})
+}
+
+// replicaWith is replica with options o.
+func replicaWith(ctx context.Context, t testing.TB, id string, endpoints []string, o coord.Options) (string, <-chan error) {
+	t.Helper()
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- coordha.Run(ctx, coordha.Config{
+			ID: id, Listen: "127.0.0.1:0", Endpoints: endpoints, Prefix: "/state-test",
+			Options: o,
+			Ready:   func(_ *coord.Coordinator, addr string) { ready <- addr },
+		})
+	}()
+	select {
+	case addr := <-ready:
+		return addr, done
+	case err := <-done:
+		t.Fatalf("replica %s: %v", id, err)
+	case <-ctx.Done():
+		t.Fatalf("replica %s never led", id)
+	}
+	return "", nil
+}
+
+// leaseOne makes the coordinator at addr ready (a server, a worker) and
+// leases the worker a partition of epoch 0.
+func leaseOne(ctx context.Context, t testing.TB, addr string) (*coord.Client, coord.Grant) {
+	t.Helper()
+	cl := coord.NewClient(addr)
+	if _, err := cl.JoinServer(ctx, "s0", "127.0.0.1:1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.JoinWorker(ctx, "w0"); err != nil {
+		t.Fatal(err)
+	}
+	g, err := cl.Acquire(ctx, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl, g
+}
+
+// TestStateSurvivesFailover: a partition state of several etcd requests,
+// reported to one coordinator, is handed out by the next one after the
+// first is gone, and the next one sweeps a version no leader saved.
+func TestStateSurvivesFailover(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e, err := meta.StartEmbedded(ctx, meta.EmbedConfig{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+
+	actx, stopA := context.WithCancel(ctx)
+	addr, doneA := replica(actx, t, "a", e.Endpoints())
+	cl, g := leaseOne(ctx, t, addr)
+	blob := make([]byte, 2*meta.StateChunk+100)
+	for i := range blob {
+		blob[i] = byte(rand.N(256))
+	}
+	ver, err := cl.Progress(ctx, coord.Update{Partition: g.Partition, Offset: 7, State: blob, HasState: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopA()
+	if err := <-doneA; err != nil {
+		t.Fatal(err)
+	}
+
+	// A leader that wrote a version and died before saving it.
+	st, err := meta.Open(ctx, e.Endpoints(), "/state-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	lead, err := st.Campaign(ctx, "dead-leader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.PutPartState(ctx, lead, g.Partition, ver+1, []byte("never saved")); err != nil {
+		t.Fatal(err)
+	}
+	if err := lead.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	addr, _ = replica(ctx, t, "b", e.Endpoints())
+	cl = coord.NewClient(addr)
+	g2, err := cl.Acquire(ctx, 0, 0)
+	if err != nil || g2.Partition != g.Partition || g2.Offset != 7 || g2.State != ver {
+		t.Fatalf("grant after failover %+v %v; want partition %d at offset 7 with state %d", g2, err, g.Partition, ver)
+	}
+	got, err := cl.State(ctx, g2.Partition, g2.State)
+	if err != nil || !bytes.Equal(got, blob) {
+		t.Fatalf("state after failover: %d bytes, %v; want the %d reported", len(got), err, len(blob))
+	}
+	if _, err := st.PartState(ctx, g.Partition, ver+1); !errors.Is(err, meta.ErrNotFound) {
+		t.Fatalf("unsaved version after takeover: %v, want swept (ErrNotFound)", err)
+	}
+}
+
+// BenchmarkProgressWithState measures a progress report carrying a
+// partition state of each size, saved in etcd (an embedded member, fsync
+// on), against the same report without state in the same run.
+func BenchmarkProgressWithState(b *testing.B) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	e, err := meta.StartEmbedded(ctx, meta.EmbedConfig{Dir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close()
+	addr, _ := replica(ctx, b, "bench", e.Endpoints())
+	cl, g := leaseOne(ctx, b, addr)
+	report := func(n, size int) time.Duration {
+		u := coord.Update{Partition: g.Partition, Lease: g.Lease, HasState: size >= 0, State: make([]byte, max(size, 0))}
+		start := time.Now()
+		for i := range n {
+			u.Offset = int(start.UnixNano()%1e6) + i // only grows within a run
+			if _, err := cl.Progress(ctx, u); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return time.Since(start) / time.Duration(n)
+	}
+	for _, size := range []int{4 << 10, 256 << 10, 1 << 20} {
+		b.Run(fmt.Sprintf("state=%dKiB", size>>10), func(b *testing.B) {
+			var with, without time.Duration
+			for b.Loop() {
+				without += report(5, -1)
+				with += report(5, size)
+			}
+			b.ReportMetric(float64(with.Microseconds())/float64(b.N)/1000, "ms/report")
+			b.ReportMetric(float64(without.Microseconds())/float64(b.N)/1000, "ms/report-without-state")
+			b.ReportMetric(float64(with)/float64(without), "ratio")
+		})
+	}
+}

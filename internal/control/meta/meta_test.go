@@ -1,0 +1,626 @@
+package meta
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/terrace-ml/terrace/internal/placement/ring"
+	"github.com/terrace-ml/terrace/table"
+)
+
+func TestEmbeddedStartAndRestart(t *testing.T) {
+	t.Logf("shared embedded member started in %v", sharedStarted)
+	dir := t.TempDir()
+	start := time.Now()
+	e, err := StartEmbedded(ctxT(t, 10*time.Second), EmbedConfig{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startup := time.Since(start)
+	t.Logf("fresh embedded member started in %v at %v", startup, e.Endpoints())
+	if startup > 5*time.Second {
+		t.Errorf("start took %v, want a couple of seconds", startup)
+	}
+	s, err := Open(ctxT(t, 5*time.Second), e.Endpoints(), "/p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := s.CreateTable(ctxT(t, 5*time.Second), table.Spec{Name: "w", Width: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	e.Close()
+
+	// The data directory carries the state over to the next start.
+	e, err = StartEmbedded(ctxT(t, 10*time.Second), EmbedConfig{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	s, err = Open(ctxT(t, 5*time.Second), e.Endpoints(), "/p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ts, _, err := s.Tables(ctxT(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ts) != 1 || ts[0].ID != id || ts[0].Spec.Name != "w" {
+		t.Fatalf("after restart tables = %+v, want table w with id %d", ts, id)
+	}
+}
+
+func TestEmbeddedConfigErrors(t *testing.T) {
+	if _, err := StartEmbedded(t.Context(), EmbedConfig{}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("no data dir: err = %v, want ErrInvalid", err)
+	}
+	_, err := StartEmbedded(t.Context(), EmbedConfig{Dir: t.TempDir(), Name: "a", InitialCluster: "a=http://127.0.0.1:1,b=http://127.0.0.1:2"})
+	if !errors.Is(err, ErrInvalid) {
+		t.Errorf("multi-member with port 0: err = %v, want ErrInvalid", err)
+	}
+}
+
+func TestOpenUnreachable(t *testing.T) {
+	addr := freeAddrs(t, 1)[0] // nothing listens there
+	start := time.Now()
+	_, err := Open(t.Context(), []string{addr}, "/x")
+	took := time.Since(start)
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("err = %v, want ErrUnavailable", err)
+	}
+	t.Logf("unreachable etcd reported after %v: %v", took, err)
+	if took > OpenTimeout+2*time.Second {
+		t.Errorf("took %v, want about OpenTimeout (%v)", took, OpenTimeout)
+	}
+}
+
+func TestRegisterAndLeave(t *testing.T) {
+	s := open(t)
+	ctx := ctxT(t, 10*time.Second)
+	info := NodeInfo{Addr: "127.0.0.1:7000", Labels: map[string]string{"zone": "a"}}
+	m, err := s.Register(ctx, "server", "s1", info, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Register(ctx, "server", "s1", info, time.Second); !errors.Is(err, ErrMemberExists) {
+		t.Errorf("second registration: err = %v, want ErrMemberExists", err)
+	}
+	if _, err := s.Register(ctx, "server", "a/b", info, time.Second); !errors.Is(err, ErrInvalid) {
+		t.Errorf("id with '/': err = %v, want ErrInvalid", err)
+	}
+	got, _, err := s.Members(ctx, "server")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got["s1"].Addr != info.Addr || got["s1"].Labels["zone"] != "a" {
+		t.Fatalf("members = %+v, want s1 with %+v", got, info)
+	}
+	if others, _, _ := s.Members(ctx, "worker"); len(others) != 0 {
+		t.Errorf("workers = %+v, want none", others)
+	}
+	if err := m.Leave(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Revoking is synchronous: the key is gone when Leave returns.
+	if got, _, _ := s.Members(ctx, "server"); len(got) != 0 {
+		t.Errorf("after Leave members = %+v, want none", got)
+	}
+	if !closedWithin(m.Lost(), 2*time.Second) {
+		t.Error("Lost not closed after Leave")
+	}
+	if err := m.Leave(ctx); err != nil {
+		t.Errorf("second Leave: %v", err)
+	}
+	// The id is free again.
+	m2, err := s.Register(ctx, "server", "s1", info, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m2.Leave(ctx)
+}
+
+// A member whose process dies (its client closes without revoking) is
+// removed when its lease expires, and so are its partitions.
+func TestLeaseLossOnClientClose(t *testing.T) {
+	coord := open(t)
+	ctx := ctxT(t, 20*time.Second)
+	_, rev, err := coord.Members(ctx, "worker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := coord.WatchMembers(ctx, "worker", rev)
+
+	dying, err := Open(ctx, shared.Endpoints(), coord.prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ttl = time.Second
+	m, err := dying.Register(ctx, "worker", "w1", NodeInfo{Addr: "x"}, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := dying.AcquirePartition(ctx, 3, "w1", m); err != nil || !ok {
+		t.Fatalf("acquire = %v, %v", ok, err)
+	}
+	if ev := <-events; ev.ID != "w1" || ev.Deleted {
+		t.Fatalf("first event %+v, want w1 joining", ev)
+	}
+
+	dying.Close()
+	killed := time.Now()
+	select {
+	case ev := <-events:
+		if ev.ID != "w1" || !ev.Deleted || ev.Info.Addr != "x" {
+			t.Fatalf("event %+v, want w1 deleted, with the info it registered", ev)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("member still registered 5 s after its client closed")
+	}
+	detect := time.Since(killed)
+	t.Logf("lease loss detected %v after the client closed (TTL %v)", detect, ttl)
+	if !closedWithin(m.Lost(), time.Second) {
+		t.Error("Lost not closed")
+	}
+	owners, _, err := coord.PartitionOwners(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(owners) != 0 {
+		t.Errorf("partition owners %v after the holder's lease expired, want none", owners)
+	}
+}
+
+func TestEvict(t *testing.T) {
+	coord, srv := open(t), open(t)
+	ctx := ctxT(t, 10*time.Second)
+	// A long TTL, so that only eviction can remove it within the test.
+	m, err := srv.Register(ctx, "server", "s1", NodeInfo{Addr: "a"}, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := srv.AcquirePartition(ctx, 0, "", m); err != nil || !ok {
+		t.Fatalf("acquire = %v, %v", ok, err)
+	}
+	if err := coord.Evict(ctx, "server", "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, _ := coord.Members(ctx, "server"); len(got) != 0 {
+		t.Errorf("after Evict members = %+v, want none", got)
+	}
+	if owners, _, _ := coord.PartitionOwners(ctx); len(owners) != 0 {
+		t.Errorf("after Evict partition owners = %v, want none", owners)
+	}
+	if !closedWithin(m.Lost(), 3*time.Second) {
+		t.Error("evicted member's Lost not closed")
+	}
+	if err := coord.Evict(ctx, "server", "s1"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("evicting an absent member: err = %v, want ErrNotFound", err)
+	}
+}
+
+// Changes made between a read and the start of a watch are delivered.
+func TestWatchFromReadRevision(t *testing.T) {
+	s := open(t)
+	ctx := ctxT(t, 10*time.Second)
+	a, err := s.Register(ctx, "server", "a", NodeInfo{Addr: "1"}, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, rev, err := s.Members(ctx, "server")
+	if err != nil || len(got) != 1 {
+		t.Fatalf("members = %v, %v", got, err)
+	}
+	// These happen after the read and before the watch exists.
+	b, err := s.Register(ctx, "server", "b", NodeInfo{Addr: "2"}, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Leave(ctx)
+	if err := a.Leave(ctx); err != nil {
+		t.Fatal(err)
+	}
+	events := s.WatchMembers(ctx, "server", rev)
+	want := []string{"b joined", "a left"}
+	for i, w := range want {
+		var ev MemberEvent
+		select {
+		case ev = <-events:
+		case <-ctx.Done():
+			t.Fatalf("event %d (%s) missing", i, w)
+		}
+		desc := ev.ID + " joined"
+		if ev.Deleted {
+			desc = ev.ID + " left"
+		}
+		if desc != w || ev.Role != "server" || ev.Rev <= rev {
+			t.Errorf("event %d = %+v, want %s after revision %d", i, ev, w, rev)
+		}
+		if !ev.Deleted && ev.Info.Addr != "2" {
+			t.Errorf("joined event info %+v", ev.Info)
+		}
+	}
+}
+
+func TestElection(t *testing.T) {
+	s1, s2 := open(t), open(t)
+	ctx := ctxT(t, 15*time.Second)
+	if _, err := s1.Leader(ctx); !errors.Is(err, ErrNotFound) {
+		t.Errorf("leader before any campaign: err = %v, want ErrNotFound", err)
+	}
+	a, err := s1.Campaign(ctx, "coord-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		l   *Leadership
+		err error
+	}
+	bc := make(chan result, 1)
+	go func() {
+		l, err := s2.Campaign(ctx, "coord-b")
+		bc <- result{l, err}
+	}()
+	// b's candidate key appears once its campaign is waiting.
+	eventually(t, 5*time.Second, "second candidate", func() bool {
+		resp, err := s1.cli.Get(ctx, s1.electionPrefix()+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		return err == nil && resp.Count == 2
+	})
+	select {
+	case r := <-bc:
+		t.Fatalf("second campaigner won while the first leads: %+v", r)
+	default:
+	}
+	if id, err := s2.Leader(ctx); err != nil || id != "coord-a" {
+		t.Fatalf("leader = %q, %v; want coord-a", id, err)
+	}
+	p := Placement{Servers: []ring.Server{{ID: "s1", Addr: "x"}}, VNodes: 8}
+	if _, err := s1.PutPlacement(ctx, a, p); err != nil {
+		t.Fatalf("leader's write: %v", err)
+	}
+
+	if err := a.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var b *Leadership
+	select {
+	case r := <-bc:
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		b = r.l
+	case <-ctx.Done():
+		t.Fatal("second campaigner not elected after the first resigned")
+	}
+	if id, err := s1.Leader(ctx); err != nil || id != "coord-b" {
+		t.Errorf("leader = %q, %v; want coord-b", id, err)
+	}
+	if _, err := s1.PutPlacement(ctx, a, p); !errors.Is(err, ErrNotLeader) {
+		t.Errorf("deposed leader's write: err = %v, want ErrNotLeader", err)
+	}
+	if _, err := s2.PutPlacement(ctx, b, p); err != nil {
+		t.Errorf("new leader's write: %v", err)
+	}
+	if err := b.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A leader that loses its lease without knowing it (a long pause, a
+// partition) is deposed, and its late writes fail.
+func TestDeposedLeaderLateWrite(t *testing.T) {
+	s1, s2 := open(t), open(t)
+	ctx := ctxT(t, 15*time.Second)
+	a, err := s1.Campaign(ctx, "coord-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bc := make(chan *Leadership, 1)
+	go func() {
+		l, err := s2.Campaign(ctx, "coord-b")
+		if err != nil {
+			t.Error(err)
+		}
+		bc <- l
+	}()
+	// Expire a's lease behind its back, as etcd would after a's renewals
+	// stopped arriving.
+	if _, err := s2.cli.Revoke(ctx, a.sess.Lease()); err != nil {
+		t.Fatal(err)
+	}
+	b := <-bc
+	if b == nil {
+		t.FailNow()
+	}
+	defer b.Resign(ctx)
+	if !closedWithin(a.Lost(), 3*time.Second) {
+		t.Error("deposed leader's Lost not closed")
+	}
+	p := Placement{Servers: []ring.Server{{ID: "s1", Addr: "x"}}}
+	if _, err := s1.PutPlacement(ctx, a, p); !errors.Is(err, ErrNotLeader) {
+		t.Errorf("late write: err = %v, want ErrNotLeader", err)
+	}
+	if _, _, err := s1.Placement(ctx); !errors.Is(err, ErrNotFound) {
+		t.Errorf("placement after refused write: err = %v, want ErrNotFound", err)
+	}
+}
+
+func TestPlacementEpoch(t *testing.T) {
+	s := open(t)
+	ctx := ctxT(t, 10*time.Second)
+	lead, err := s.Campaign(ctx, "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lead.Resign(ctx)
+	if _, _, err := s.Placement(ctx); !errors.Is(err, ErrNotFound) {
+		t.Errorf("placement before any write: err = %v, want ErrNotFound", err)
+	}
+	p1 := Placement{Servers: []ring.Server{{ID: "s1", Addr: "a"}, {ID: "s2", Addr: "b"}}, VNodes: 16, Replication: 2}
+	e1, err := s.PutPlacement(ctx, lead, p1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, epoch, err := s.Placement(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := s.cli.Get(ctx, s.placementKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if epoch != e1 || uint64(raw.Kvs[0].ModRevision) != e1 {
+		t.Errorf("epoch read %d, written %d, ModRevision %d: want all equal", epoch, e1, raw.Kvs[0].ModRevision)
+	}
+	if len(got.Servers) != 2 || got.Servers[1] != p1.Servers[1] || got.VNodes != 16 || got.Replication != 2 {
+		t.Errorf("placement = %+v, want %+v", got, p1)
+	}
+
+	// Other writes move the revision but not the epoch.
+	m, err := s.Register(ctx, "server", "s3", NodeInfo{Addr: "c"}, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Leave(ctx)
+	if _, err := s.CreateTable(ctx, table.Spec{Name: "t", Width: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, epoch, _ := s.Placement(ctx); epoch != e1 {
+		t.Errorf("epoch moved to %d without a placement write (was %d)", epoch, e1)
+	}
+
+	watch := s.WatchPlacement(ctx, int64(e1))
+	p2 := Placement{Servers: append(p1.Servers, ring.Server{ID: "s3", Addr: "c"}), VNodes: 16, Replication: 2}
+	e2, err := s.PutPlacement(ctx, lead, p2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e2 <= e1 {
+		t.Errorf("second epoch %d not above first %d", e2, e1)
+	}
+	select {
+	case ev := <-watch:
+		if ev.Epoch != e2 || len(ev.Placement.Servers) != 3 {
+			t.Errorf("watched %+v, want epoch %d with 3 servers", ev, e2)
+		}
+	case <-ctx.Done():
+		t.Fatal("placement change not watched")
+	}
+
+	bad := []Placement{
+		{Servers: []ring.Server{{ID: "s1"}, {ID: "s1"}}},
+		{Servers: []ring.Server{{ID: "s1"}}, Replication: 2},
+		{VNodes: -1},
+	}
+	for _, p := range bad {
+		if _, err := s.PutPlacement(ctx, lead, p); !errors.Is(err, ErrInvalid) {
+			t.Errorf("PutPlacement(%+v): err = %v, want ErrInvalid", p, err)
+		}
+	}
+	if _, epoch, _ := s.Placement(ctx); epoch != e2 {
+		t.Errorf("refused writes moved the epoch to %d", epoch)
+	}
+}
+
+func TestCreateTable(t *testing.T) {
+	s := open(t)
+	ctx := ctxT(t, 15*time.Second)
+	_, rev, err := s.Tables(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	watch := s.WatchTables(ctx, rev)
+	spec := table.Spec{Name: "emb", Width: 8, Rule: table.Rule{Kind: table.Adam}}
+	id, err := s.CreateTable(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id != 1 {
+		t.Errorf("first id = %d, want 1", id)
+	}
+	// Identical once defaults are filled in: the same table.
+	explicit := spec
+	if err := explicit.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := s.CreateTable(ctx, explicit); err != nil || again != id {
+		t.Errorf("create again = %d, %v; want %d", again, err, id)
+	}
+	other := spec
+	other.Width = 16
+	if _, err := s.CreateTable(ctx, other); !errors.Is(err, ErrTableConflict) {
+		t.Errorf("conflicting spec: err = %v, want ErrTableConflict", err)
+	}
+	if _, err := s.CreateTable(ctx, table.Spec{Name: "x", Width: 0}); !errors.Is(err, table.ErrInvalid) {
+		t.Errorf("invalid spec: err = %v, want table.ErrInvalid", err)
+	}
+
+	// Concurrent creators, some racing for the same names, get distinct
+	// ids for distinct tables and one id per name.
+	const n = 8
+	ids := make([]uint32, 2*n)
+	var wg sync.WaitGroup
+	for i := range 2 * n {
+		wg.Go(func() {
+			var err error
+			ids[i], err = s.CreateTable(ctx, table.Spec{Name: fmt.Sprintf("t%d", i%n), Width: 1})
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	seen := map[uint32]int{}
+	for i := range n {
+		if ids[i] != ids[i+n] {
+			t.Errorf("t%d got ids %d and %d", i, ids[i], ids[i+n])
+		}
+		if j, dup := seen[ids[i]]; dup {
+			t.Errorf("t%d and t%d share id %d", i, j, ids[i])
+		}
+		seen[ids[i]] = i
+	}
+	ts, _, err := s.Tables(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ts) != n+1 {
+		t.Fatalf("%d tables, want %d", len(ts), n+1)
+	}
+	for i, tb := range ts {
+		if tb.ID != uint32(i+1) {
+			t.Errorf("tables[%d].ID = %d, want %d (sorted, dense)", i, tb.ID, i+1)
+		}
+	}
+	for i := range n + 1 {
+		select {
+		case ev := <-watch:
+			if i == 0 && (ev.Table.ID != 1 || ev.Table.Spec != explicit) {
+				t.Errorf("first watched table %+v", ev.Table)
+			}
+		case <-ctx.Done():
+			t.Fatalf("watched %d of %d creations", i, n+1)
+		}
+	}
+}
+
+func TestPartitions(t *testing.T) {
+	coord, s1, s2 := open(t), open(t), open(t)
+	ctx := ctxT(t, 15*time.Second)
+	w1, err := s1.Register(ctx, "worker", "w1", NodeInfo{}, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w2, err := s2.Register(ctx, "worker", "w2", NodeInfo{}, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w2.Leave(ctx)
+	_, rev, err := coord.PartitionOwners(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	watch := coord.WatchPartitions(ctx, rev)
+
+	acquire := func(s *Store, p int, m *Member, want bool) {
+		t.Helper()
+		ok, err := s.AcquirePartition(ctx, p, m.ID(), m)
+		if err != nil || ok != want {
+			t.Fatalf("%s acquires %d = %v, %v; want %v", m.ID(), p, ok, err, want)
+		}
+	}
+	acquire(s1, 0, w1, true)
+	acquire(s1, 1, w1, true)
+	acquire(s2, 0, w2, false)
+	acquire(s1, 0, w1, true) // already held: still true
+	acquire(s2, 2, w2, true)
+	owners, _, err := coord.PartitionOwners(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(owners) != 3 || owners[0] != "w1" || owners[1] != "w1" || owners[2] != "w2" {
+		t.Errorf("owners = %v", owners)
+	}
+
+	if err := s2.ReleasePartition(ctx, 0, "w2"); !errors.Is(err, ErrNotHolder) {
+		t.Errorf("release by non-holder: err = %v, want ErrNotHolder", err)
+	}
+	if err := s1.ReleasePartition(ctx, 1, "w1"); err != nil {
+		t.Fatal(err)
+	}
+
+	// Only the holder writes progress.
+	pr := Progress{Epoch: 2, Offset: 1000}
+	if err := s2.SetProgress(ctx, 0, pr, w2); !errors.Is(err, ErrNotHolder) {
+		t.Errorf("progress by non-holder: err = %v, want ErrNotHolder", err)
+	}
+	if err := s1.SetProgress(ctx, 0, pr, w1); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := coord.Progress(ctx, 0); err != nil || got != (Progress{Epoch: 2, Offset: 1000, Worker: "w1"}) {
+		t.Errorf("progress = %+v, %v", got, err)
+	}
+	if got, err := coord.Progress(ctx, 7); err != nil || got != (Progress{}) {
+		t.Errorf("progress of a fresh partition = %+v, %v; want zero", got, err)
+	}
+
+	// w1 is declared dead: its partitions are free, w2 takes partition 0
+	// over and finds w1's progress; w1's late write is refused.
+	if err := coord.Evict(ctx, "worker", "w1"); err != nil {
+		t.Fatal(err)
+	}
+	acquire(s2, 0, w2, true)
+	if got, err := s2.Progress(ctx, 0); err != nil || got.Offset != 1000 || got.Worker != "w1" {
+		t.Errorf("progress after takeover = %+v, %v", got, err)
+	}
+	if err := s1.SetProgress(ctx, 0, Progress{Offset: 5}, w1); !errors.Is(err, ErrNotHolder) {
+		t.Errorf("late progress from the evicted holder: err = %v, want ErrNotHolder", err)
+	}
+	if err := s2.SetProgress(ctx, 0, Progress{Epoch: 2, Offset: 1500}, w2); err != nil {
+		t.Fatal(err)
+	}
+
+	want := []PartitionEvent{
+		{P: 0, Worker: "w1"}, {P: 1, Worker: "w1"}, {P: 2, Worker: "w2"},
+		{P: 1, Deleted: true},
+		{P: 0, Deleted: true}, // eviction
+		{P: 0, Worker: "w2"},
+	}
+	for i, w := range want {
+		select {
+		case ev := <-watch:
+			ev.Rev = 0
+			if ev.Deleted {
+				ev.Worker = ""
+			}
+			if ev != w {
+				t.Errorf("partition event %d = %+v, want %+v", i, ev, w)
+			}
+		case <-ctx.Done():
+			t.Fatalf("partition event %d missing", i)
+		}
+	}
+}
+
+func TestWatchEndsWithStore(t *testing.T) {
+	s, err := Open(ctxT(t, 5*time.Second), shared.Endpoints(), testPrefix(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := s.WatchPartitions(t.Context(), 0)
+	s.Close()
+	select {
+	case _, ok := <-events:
+		if ok {
+			t.Error("event from a closed store")
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("watch still open 5 s after its Store closed")
+	}
+}

@@ -1,0 +1,170 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/terrace-ml/terrace/internal/dataplane/wire"
+)
+
+// ErrClosed is returned for sends on a closed connection.
+var ErrClosed = errors.New("transport: connection closed")
+
+// DefaultWriteTimeout bounds one vectored write. A peer that stops reading
+// for this long is treated as lost, so a sender never blocks forever.
+const DefaultWriteTimeout = 10 * time.Second
+
+// maxBatch bounds how many bytes of queued frames one write gathers.
+const maxBatch = 8 << 20
+
+// Outgoing is a frame queued for writing. Done, when set, runs after the
+// frame was written or dropped, so that the sender can recycle the memory
+// the frame points into.
+type Outgoing struct {
+	Frame *wire.Frame
+	Done  func(err error)
+}
+
+// Conn is one framed TCP connection. Any goroutine may Send; one
+// goroutine, owned by the Conn, writes.
+type Conn struct {
+	nc           net.Conn
+	Reader       *wire.Reader
+	WriteTimeout time.Duration
+
+	mu      sync.Mutex
+	queue   []Outgoing
+	err     error
+	wake    chan struct{}
+	stopped chan struct{}
+}
+
+// NewConn wraps nc and starts its writer.
+func NewConn(nc net.Conn, maxPayload int) *Conn {
+	if tc, ok := nc.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+		tc.SetReadBuffer(4 << 20)
+		tc.SetWriteBuffer(4 << 20)
+	}
+	c := &Conn{
+		nc:           nc,
+		Reader:       wire.NewReader(nc, maxPayload),
+		WriteTimeout: DefaultWriteTimeout,
+		wake:         make(chan struct{}, 1),
+		stopped:      make(chan struct{}),
+	}
+	go c.writeLoop()
+	return c
+}
+
+// RemoteAddr is the peer's address.
+func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }
+
+// Send queues a frame. It never blocks on the network.
+func (c *Conn) Send(o Outgoing) error {
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		if o.Done != nil {
+			o.Done(err)
+		}
+		return err
+	}
+	c.queue = append(c.queue, o)
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// Close closes the connection; queued frames are dropped with ErrClosed.
+func (c *Conn) Close() error { return c.fail(ErrClosed) }
+
+// Err returns why the connection failed, or nil.
+func (c *Conn) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Done is closed when the writer has stopped.
+func (c *Conn) Done() <-chan struct{} { return c.stopped }
+
+func (c *Conn) fail(err error) error {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return nil
+	}
+	c.err = err
+	q := c.queue
+	c.queue = nil
+	c.mu.Unlock()
+	cerr := c.nc.Close()
+	for _, o := range q {
+		if o.Done != nil {
+			o.Done(err)
+		}
+	}
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	return cerr
+}
+
+func (c *Conn) writeLoop() {
+	defer close(c.stopped)
+	var batch []Outgoing
+	var bufs net.Buffers
+	for range c.wake {
+		for {
+			c.mu.Lock()
+			if c.err != nil {
+				c.mu.Unlock()
+				return
+			}
+			// Take as many queued frames as fit in one batch: many small
+			// requests then cost one system call.
+			n, size := 0, 0
+			for n < len(c.queue) && (n == 0 || size+c.queue[n].Frame.Size() <= maxBatch) {
+				size += c.queue[n].Frame.Size()
+				n++
+			}
+			batch = append(batch[:0], c.queue[:n]...)
+			c.queue = c.queue[:copy(c.queue, c.queue[n:])]
+			c.mu.Unlock()
+			if n == 0 {
+				break
+			}
+			bufs = bufs[:0]
+			for _, o := range batch {
+				bufs = o.Frame.AppendTo(bufs)
+			}
+			if c.WriteTimeout > 0 {
+				c.nc.SetWriteDeadline(time.Now().Add(c.WriteTimeout))
+			}
+			w := bufs // WriteTo consumes its receiver
+			_, err := w.WriteTo(c.nc)
+			if err != nil {
+				err = fmt.Errorf("transport: write to %s: %w", c.nc.RemoteAddr(), err)
+			}
+			for _, o := range batch {
+				if o.Done != nil {
+					o.Done(err)
+				}
+			}
+			clear(batch)
+			if err != nil {
+				c.fail(err)
+				return
+			}
+		}
+	}
+}

@@ -1,0 +1,152 @@
+package layout
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/terrace-ml/terrace/internal/placement/ring"
+	"github.com/terrace-ml/terrace/table"
+)
+
+// Table is a table with the id that data messages carry.
+type Table struct {
+	ID   uint32     `json:"id"`
+	Spec table.Spec `json:"spec"`
+}
+
+// Layout is one version of the cluster's configuration. Version grows with
+// every change; Epoch grows only when the placement of keys changes, and is
+// the epoch every data message carries. Epochs are ordered but not
+// contiguous: under etcd an epoch is the revision of the write that saved
+// it. PrevEpoch names the epoch it replaced, so that a node can tell a
+// layout that follows its own from one that skips an epoch it never saw.
+type Layout struct {
+	Version   uint64        `json:"version"`
+	Epoch     uint64        `json:"epoch"`
+	PrevEpoch uint64        `json:"prev_epoch,omitempty"`
+	Servers   []ring.Server `json:"servers"`
+	VNodes    int           `json:"vnodes"`
+	// Joining are servers receiving copies of the slots they will hold,
+	// before they join the ring: every head replicates those slots to them,
+	// and the coordinator moves them into Servers (a new epoch) once every
+	// head reports them caught up. That is the two-phase range handoff.
+	Joining []ring.Server `json:"joining,omitempty"`
+	// Leaving are ring servers draining: the same handoff in reverse. Every
+	// head replicates its slots to the servers that will hold them once the
+	// leaving ones are gone, and the coordinator takes a leaving server off
+	// the ring (a new epoch) once every head reports those caught up.
+	Leaving []string `json:"leaving,omitempty"`
+	// Replication is how many servers hold each slot (k); 0 means 1.
+	Replication int     `json:"replication,omitempty"`
+	Tables      []Table `json:"tables"`
+	// Workers is the number of worker ranks; clocks are kept per rank.
+	Workers int `json:"workers"`
+	// Partitions is the number of data partitions; workers lease them from
+	// the coordinator epoch by epoch.
+	Partitions int `json:"partitions"`
+	// Ready is false until every expected server and worker has joined.
+	Ready bool `json:"ready"`
+	// Finished lists worker ranks that died or departed: their clocks no
+	// longer hold the others back.
+	Finished []int `json:"finished,omitempty"`
+	// Checkpoint, when set, asks every ring server to write the slots it
+	// heads into cluster checkpoint Seq; the coordinator commits it once
+	// all have, and holds the next epoch's work meanwhile.
+	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
+	// Resume, when set, asks every server to load the slots it holds from
+	// committed checkpoint Seq, written by Servers; the layout is not Ready
+	// until every server has.
+	Resume *Checkpoint `json:"resume,omitempty"`
+	// Membership, when set, asks every node to register itself in etcd
+	// under a lease of its own, whose expiry tells the coordinator that
+	// the node is gone.
+	Membership *Membership `json:"membership,omitempty"`
+	// FailureTimeoutMillis is how long a node may stay silent before the
+	// coordinator declares it dead; 0 means DefaultFailureTimeout. Workers
+	// heartbeat five times per timeout.
+	FailureTimeoutMillis int64 `json:"failure_timeout_ms,omitempty"`
+}
+
+// DefaultFailureTimeout is the failure timeout of a layout that sets none.
+const DefaultFailureTimeout = time.Second
+
+// FailureTimeout is how long a node may stay silent before it is declared
+// dead; it is also the lease of the nodes' etcd registrations.
+func (l *Layout) FailureTimeout() time.Duration {
+	if l.FailureTimeoutMillis > 0 {
+		return time.Duration(l.FailureTimeoutMillis) * time.Millisecond
+	}
+	return DefaultFailureTimeout
+}
+
+// Membership is where nodes register: members/<role>/<id> under Prefix in
+// the etcd cluster at Endpoints, bound to a lease of the layout's failure
+// timeout, with their incarnation (a value new in every process) under
+// IncarnationLabel.
+type Membership struct {
+	Endpoints []string `json:"endpoints"`
+	Prefix    string   `json:"prefix"`
+}
+
+// IncarnationLabel is the registration label that carries a node's
+// incarnation, which it also gives when it joins.
+const IncarnationLabel = "incarnation"
+
+// Checkpoint names a cluster checkpoint: server S's part is the
+// checkpoint Seq under Dir/servers/S.
+type Checkpoint struct {
+	Dir     string   `json:"dir"`
+	Seq     uint64   `json:"seq"`
+	Epoch   int      `json:"epoch"`
+	Servers []string `json:"servers,omitempty"`
+}
+
+// Ring builds the range map of l.
+func (l *Layout) Ring() (*ring.Map, error) {
+	return ring.New(l.Epoch, l.Servers, l.VNodes)
+}
+
+// Final builds the map the ring will have once the joining servers are in
+// and the leaving ones out.
+func (l *Layout) Final() (*ring.Map, error) {
+	var servers []ring.Server
+	for _, s := range l.Servers {
+		if !slices.Contains(l.Leaving, s.ID) {
+			servers = append(servers, s)
+		}
+	}
+	return ring.New(l.Epoch, append(servers, l.Joining...), l.VNodes)
+}
+
+// K is the replication factor, at least 1.
+func (l *Layout) K() int { return max(1, l.Replication) }
+
+// Table returns the table named name.
+func (l *Layout) Table(name string) (Table, bool) {
+	for _, t := range l.Tables {
+		if t.Spec.Name == name {
+			return t, true
+		}
+	}
+	return Table{}, false
+}
+
+// Validate checks that l is internally consistent.
+func (l *Layout) Validate() error {
+	if l.Workers < 0 || l.Partitions < 0 {
+		return fmt.Errorf("layout: negative workers or partitions")
+	}
+	seen := map[uint32]bool{}
+	for i := range l.Tables {
+		t := &l.Tables[i]
+		if seen[t.ID] {
+			return fmt.Errorf("layout: duplicate table id %d", t.ID)
+		}
+		seen[t.ID] = true
+		if err := t.Spec.Validate(); err != nil {
+			return fmt.Errorf("layout: %w", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,295 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/terrace-ml/terrace/internal/control/coord"
+	"github.com/terrace-ml/terrace/internal/dataplane/transport"
+	"github.com/terrace-ml/terrace/internal/process/evict"
+	"github.com/terrace-ml/terrace/internal/server"
+	"github.com/terrace-ml/terrace/ps"
+)
+
+// DefaultJoinTimeout bounds how long a node waits for its coordinator and
+// peers before it gives up with an error.
+const DefaultJoinTimeout = 30 * time.Second
+
+// CoordinatorConfig configures RunCoordinator.
+type CoordinatorConfig struct {
+	Listen  string
+	Options coord.Options
+	Logger  *slog.Logger
+	// Ready, when set, receives the coordinator once it listens.
+	Ready func(c *coord.Coordinator, addr string)
+	// Network is what the coordinator listens and dials on (TCP if nil); it
+	// replaces Options.Network.
+	Network transport.Network
+}
+
+// RunCoordinator serves a coordinator until ctx ends.
+func RunCoordinator(ctx context.Context, cfg CoordinatorConfig) error {
+	ln, err := transport.OrTCP(cfg.Network).Listen(cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("coordinator: listen: %w", err)
+	}
+	cfg.Options.Logger = cfg.Logger
+	cfg.Options.Network = cfg.Network
+	c, err := coord.Open(cfg.Options)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	if cfg.Ready != nil {
+		cfg.Ready(c, ln.Addr().String())
+	}
+	return c.Serve(ctx, ln, cfg.Logger)
+}
+
+// ServerConfig configures RunServer.
+type ServerConfig struct {
+	ID          string
+	Listen      string // data-plane address to listen on
+	Advertise   string // address workers dial; the listener's address if empty
+	Coordinator string
+	JoinTimeout time.Duration
+	Logger      *slog.Logger
+	// Ready, when set, receives the server once it has joined.
+	Ready func(s *server.Server)
+	// Notices, when set, delivers an eviction notice (or SIGTERM): the
+	// server then leaves the layout, so that the next servers of its
+	// chains, which hold every acknowledged update, take its slots, and
+	// exits once its peers have the new layout.
+	Notices <-chan evict.Notice
+	// Network is what the server listens and dials on (TCP if nil).
+	Network transport.Network
+}
+
+// drainLinger is how long a departing server keeps answering (with
+// refusals that make clients re-route) before it closes.
+const drainLinger = 500 * time.Millisecond
+
+// RunServer listens, joins the coordinator, and serves while following
+// the published layout, until ctx ends.
+func RunServer(ctx context.Context, cfg ServerConfig) error {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.JoinTimeout <= 0 {
+		cfg.JoinTimeout = DefaultJoinTimeout
+	}
+	ln, err := transport.OrTCP(cfg.Network).Listen(cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("server %s: listen: %w", cfg.ID, err)
+	}
+	defer ln.Close()
+	addr := cfg.Advertise
+	if addr == "" {
+		addr = ln.Addr().String()
+	}
+	cc := coord.NewClientOn(cfg.Network, cfg.Coordinator)
+	jctx, cancel := context.WithTimeout(ctx, cfg.JoinTimeout)
+	defer cancel()
+	if err := cc.WaitReachable(jctx); err != nil {
+		return fmt.Errorf("server %s: %w", cfg.ID, err)
+	}
+	inc := newIncarnation()
+	l, err := cc.JoinServerAs(jctx, cfg.ID, addr, inc)
+	if err != nil {
+		return fmt.Errorf("server %s: join: %w", cfg.ID, err)
+	}
+	reg := register(ctx, l, coord.RoleServer, cfg.ID, inc, addr, cfg.Logger)
+	defer reg.leave()
+	report := func(what string, call func(ctx context.Context) error) {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := call(sctx); err != nil {
+			cfg.Logger.Warn("could not report to the coordinator", "what", what, "err", err)
+		}
+	}
+	s := server.New(server.Options{ID: cfg.ID, Logger: cfg.Logger, Network: cfg.Network,
+		OnSynced: func(joiner string, version uint64) {
+			report("joiner synced", func(ctx context.Context) error { return cc.Synced(ctx, cfg.ID, joiner, version) })
+		},
+		OnCheckpointed: func(seq uint64, err error) {
+			report("checkpoint", func(ctx context.Context) error { return cc.Checkpointed(ctx, cfg.ID, seq, err) })
+		},
+		OnRestored: func(seq uint64, err error) {
+			report("restore", func(ctx context.Context) error { return cc.Restored(ctx, cfg.ID, seq, err) })
+		},
+	})
+	if err := s.Configure(l); err != nil {
+		return err
+	}
+	if cfg.Ready != nil {
+		cfg.Ready(s)
+	}
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	errc := make(chan error, 3)
+	go func() { errc <- s.Serve(sctx, ln) }()
+	go func() { errc <- followLayout(sctx, cc, s, l.Version, cfg.Logger) }()
+	if cfg.Notices != nil {
+		go func() {
+			select {
+			case n, ok := <-cfg.Notices:
+				if ok {
+					errc <- drainServer(sctx, cc, s, cfg, n)
+				}
+			case <-sctx.Done():
+			}
+		}()
+	}
+	err = <-errc
+	if ctx.Err() != nil && !errors.Is(err, ErrDrained) {
+		return nil
+	}
+	return err
+}
+
+func drainServer(ctx context.Context, cc *coord.Client, s *server.Server, cfg ServerConfig, n evict.Notice) error {
+	cfg.Logger.Warn("eviction notice: leaving the layout", "source", n.Source, "deadline", n.Deadline)
+	dctx, cancel := context.WithDeadline(ctx, n.Deadline)
+	defer cancel()
+	if _, err := cc.LeaveServer(dctx, cfg.ID); err != nil {
+		return fmt.Errorf("server %s: drain: %w", cfg.ID, err)
+	}
+	// The heads (this one too) ship the slots this server holds to the
+	// servers that will hold them; the coordinator then takes it off the
+	// ring. Wait for that, then answer stragglers' requests with refusals
+	// for a moment before closing.
+	for s.OnRing() && dctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if s.OnRing() {
+		cfg.Logger.Error("drain deadline passed before the handoff finished; leaving anyway (with replication 1 this server's keys are lost)")
+	}
+	select {
+	case <-time.After(drainLinger):
+	case <-dctx.Done():
+	}
+	return ErrDrained
+}
+
+// followLayout installs every new layout the coordinator publishes. A
+// coordinator that stays unreachable for longer than the join timeout does
+// not stop the server: its data plane goes on serving the last layout.
+func followLayout(ctx context.Context, cc *coord.Client, s *server.Server, version uint64, log *slog.Logger) error {
+	for ctx.Err() == nil {
+		l, err := cc.Layout(ctx, version)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			log.Warn("layout poll failed; retrying", "err", err)
+			select {
+			case <-time.After(500 * time.Millisecond):
+			case <-ctx.Done():
+			}
+			continue
+		}
+		if err := s.Configure(l); err != nil {
+			return err
+		}
+		version = l.Version
+	}
+	return nil
+}
+
+// Job is a worker's work: it trains through the client and returns a
+// report (any JSON-encodable value).
+type Job func(ctx context.Context, c *ps.Client) (any, error)
+
+// WorkerConfig configures RunWorker.
+type WorkerConfig struct {
+	ID          string
+	Coordinator string
+	JoinTimeout time.Duration
+	Logger      *slog.Logger
+	// Notices, when set, delivers an eviction notice (or SIGTERM): the
+	// worker then drains, finishing its minibatch, recording its
+	// partition's progress and leaving, so its work moves on intact.
+	Notices <-chan evict.Notice
+	// Network is what the worker dials on (TCP if nil).
+	Network transport.Network
+}
+
+// ErrDrained is returned by RunWorker and RunServer after a drained
+// departure; the command exits 0 on it.
+var ErrDrained = errors.New("node drained")
+
+// RunWorker joins the coordinator, connects to the servers, runs job and
+// reports its result to the coordinator.
+func RunWorker(ctx context.Context, cfg WorkerConfig, job Job) (any, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.JoinTimeout <= 0 {
+		cfg.JoinTimeout = DefaultJoinTimeout
+	}
+	cc := coord.NewClientOn(cfg.Network, cfg.Coordinator)
+	jctx, cancel := context.WithTimeout(ctx, cfg.JoinTimeout)
+	defer cancel()
+	if err := cc.WaitReachable(jctx); err != nil {
+		return nil, fmt.Errorf("worker %s: %w", cfg.ID, err)
+	}
+	inc := newIncarnation()
+	rank, err := cc.JoinWorkerAs(jctx, cfg.ID, inc)
+	if err != nil {
+		return nil, fmt.Errorf("worker %s: join: %w", cfg.ID, err)
+	}
+	c, err := ps.Connect(jctx, cc, ps.Options{Rank: rank, NodeID: cfg.ID, Logger: cfg.Logger, Network: cfg.Network})
+	if err != nil {
+		return nil, fmt.Errorf("worker %s: %w", cfg.ID, err)
+	}
+	defer c.Close()
+	reg := register(ctx, c.Layout(), coord.RoleWorker, cfg.ID, inc, "", cfg.Logger)
+	defer reg.leave()
+	jobCtx, stopJob := context.WithCancel(ctx)
+	defer stopJob()
+	if cfg.Notices != nil {
+		go func() {
+			select {
+			case n, ok := <-cfg.Notices:
+				if !ok {
+					return
+				}
+				cfg.Logger.Warn("eviction notice: draining", "source", n.Source, "deadline", n.Deadline, "detail", n.Detail)
+				c.Drain()
+				// The loop stops at its next minibatch; past the deadline
+				// the worker stops anyway.
+				t := time.NewTimer(time.Until(n.Deadline))
+				defer t.Stop()
+				select {
+				case <-t.C:
+					stopJob()
+				case <-jobCtx.Done():
+				}
+			case <-jobCtx.Done():
+			}
+		}()
+	}
+	rep, err := job(jobCtx, c)
+	if errors.Is(err, ps.ErrDrained) {
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if lerr := c.Leave(lctx); lerr != nil {
+			return nil, fmt.Errorf("worker %s: drained, but leaving failed: %w", cfg.ID, lerr)
+		}
+		cfg.Logger.Warn("drained: progress recorded, leases returned")
+		return nil, ErrDrained
+	}
+	if err != nil {
+		return nil, fmt.Errorf("worker %s (rank %d): %w", cfg.ID, rank, err)
+	}
+	if rep == nil {
+		rep = struct{}{}
+	}
+	if err := cc.Report(ctx, rank, rep); err != nil {
+		return rep, fmt.Errorf("worker %s: report: %w", cfg.ID, err)
+	}
+	return rep, nil
+}
