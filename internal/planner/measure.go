@@ -14,51 +14,54 @@ import (
 // 0 means "not a limit".
 type Measurements struct {
 	// Reliable and Transient are the machines of each class.
-	Reliable, Transient int
+	Reliable  int `json:"reliable"`
+	Transient int `json:"transient"`
 	// WorkersPerMachine is how many workers run on a machine that runs
 	// workers (1 if 0).
-	WorkersPerMachine int
+	WorkersPerMachine int `json:"workers_per_machine"`
 	// WorkerUpdates is one worker's update rate when nothing else holds it
 	// back, by the class of its machine.
-	WorkerUpdates tier.ByClass
+	WorkerUpdates tier.ByClass `json:"worker_updates_per_second"`
 	// UpBytes is what a worker sends the servers per update (the push and
 	// the pull request, with their headers); DownBytes what it receives
 	// (the pull's values and the replies).
-	UpBytes, DownBytes float64
+	UpBytes   float64 `json:"up_bytes_per_update"`
+	DownBytes float64 `json:"down_bytes_per_update"`
 	// ChainBytes is what a head sends each other member of a slot's chain
 	// per update, after the head's aggregation.
-	ChainBytes float64
+	ChainBytes float64 `json:"chain_bytes_per_update"`
 	// Replication is k, the length of every chain (of servers in stage 1,
 	// of ActivePS and of BackupPS in stages 2 and 3); 1 if 0.
-	Replication int
+	Replication int `json:"replication"`
 	// StreamBytes is what the ActivePS stream to each BackupPS copy per
 	// update, after aggregation over a sync interval.
-	StreamBytes float64
+	StreamBytes float64 `json:"stream_bytes_per_update"`
 	// ModelStateBytes is the state of every key (values and optimizer
 	// state) and SyncSeconds the sync interval: an ActivePS streams a key
 	// at most once per interval, so the stream never exceeds
 	// ModelStateBytes/SyncSeconds per BackupPS copy. 0: no such cap.
-	ModelStateBytes, SyncSeconds float64
+	ModelStateBytes float64 `json:"model_state_bytes"`
+	SyncSeconds     float64 `json:"sync_seconds"`
 	// LedgerBytes is what an ActivePS sends the BackupPS per update to
 	// count the updates it acknowledges (the (client, seq) pair).
-	LedgerBytes float64
+	LedgerBytes float64 `json:"ledger_bytes_per_update"`
 	// LinkBytes is one machine's link bandwidth in each direction.
-	LinkBytes tier.ByClass
+	LinkBytes tier.ByClass `json:"link_bytes_per_second"`
 	// ServerUpdates is the updates per second one server applies as head
 	// (with its share of replica work), by class; BackupIngestBytes the
 	// stream bytes per second one BackupPS installs.
-	ServerUpdates     tier.ByClass
-	BackupIngestBytes float64
+	ServerUpdates     tier.ByClass `json:"server_updates_per_second"`
+	BackupIngestBytes float64      `json:"backup_ingest_bytes_per_second"`
 	// HostUpdates caps the whole cluster's updates per second when every
 	// "machine" is emulated on one host and they share its processors.
-	HostUpdates float64
+	HostUpdates float64 `json:"host_updates_per_second"`
 	// Price is dollars per machine-hour.
-	Price tier.ByClass
+	Price tier.ByClass `json:"dollars_per_machine_hour"`
 	// Independent says workers do not wait for each other (asynchronous
 	// consistency). Otherwise (BSP, SSP) they move in lockstep: every
 	// worker makes the same number of updates, so the slowest class paces
 	// the rest.
-	Independent bool
+	Independent bool `json:"independent"`
 }
 
 // ErrMeasurements is wrapped by every error about a Measurements value.
