@@ -42,8 +42,8 @@ type Measurements struct {
 	// ModelStateBytes/SyncSeconds per BackupPS copy. 0: no such cap.
 	ModelStateBytes float64 `json:"model_state_bytes"`
 	SyncSeconds     float64 `json:"sync_seconds"`
-	// LedgerBytes is what an ActivePS sends the BackupPS per update to
-	// count the updates it acknowledges (the (client, seq) pair).
+	// LedgerBytes is what an ActivePS sends each BackupPS copy per update
+	// to count the updates it acknowledges (the (client, seq) pair).
 	LedgerBytes float64 `json:"ledger_bytes_per_update"`
 	// LinkBytes is one machine's link bandwidth in each direction.
 	LinkBytes tier.ByClass `json:"link_bytes_per_second"`

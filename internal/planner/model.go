@@ -85,8 +85,8 @@ func resources(s tier.Stage, m Measurements, constStream bool) []resource {
 			if constStream {
 				stream = 0
 			}
-			out[tier.Transient].load[c] += stream + m.LedgerBytes
-			in[tier.Reliable].load[c] += stream + m.LedgerBytes
+			out[tier.Transient].load[c] += stream + kb*m.LedgerBytes
+			in[tier.Reliable].load[c] += stream + kb*m.LedgerBytes
 		}
 	}
 	ingest := resource{name: "ingest.backupps", capacity: m.BackupIngestBytes * float64(m.Reliable)}

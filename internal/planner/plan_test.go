@@ -122,3 +122,15 @@ func TestForcedFallback(t *testing.T) {
 		t.Fatalf("every transient machine gone: %+v, %v; want a switch to stage 1", plan, err)
 	}
 }
+
+// BenchmarkEvaluate is one re-plan: every stage of 2 reliable and 6
+// transient machines.
+func BenchmarkEvaluate(b *testing.B) {
+	m := Defaults(2, 6)
+	m.LinkBytes.Reliable = mbps(50)
+	for range b.N {
+		if _, err := Evaluate(m); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
