@@ -112,52 +112,56 @@ func runPlan(f planFlags) (*planReport, error) {
 		}
 		stage = s
 	}
-	m := planner.Defaults(f.reliable, f.transient)
-	mbps, err := tier.ParseByClass("--link-mbps", f.links, tier.ByClass{Reliable: m.LinkBytes.Reliable * 8 / 1e6, Transient: m.LinkBytes.Transient * 8 / 1e6})
+	m, err := planMeasurements(f)
 	if err != nil {
 		return nil, err
-	}
-	m.LinkBytes = tier.ByClass{Reliable: mbps.Reliable * 1e6 / 8, Transient: mbps.Transient * 1e6 / 8}
-	if m.Price, err = tier.ParseByClass("--price", f.prices, m.Price); err != nil {
-		return nil, err
-	}
-	for _, c := range tier.Classes {
-		if m.Price.Of(c) <= 0 && (c == tier.Reliable || f.transient > 0) {
-			return nil, fmt.Errorf("--price %s=%g: machines that are used must cost more than 0", c, m.Price.Of(c))
-		}
-	}
-	switch f.consistency {
-	case "asp":
-		m.Independent = true
-	case "bsp", "ssp":
-	default:
-		if !strings.HasPrefix(f.consistency, "ssp:") {
-			return nil, fmt.Errorf("--consistency %q: want bsp, ssp, ssp:S or asp", f.consistency)
-		}
 	}
 	if f.measure {
 		return nil, errMeasureLater
-	}
-	m.Replication, m.WorkersPerMachine, m.SyncSeconds = f.replication, f.workersPerMachine, f.sync.Seconds()
-	cs, err := planner.Evaluate(m)
-	if err != nil {
-		return nil, err
 	}
 	p, err := planner.New(planner.Options{}).Replan(time.Time{}, m)
 	if err != nil {
 		return nil, err
 	}
-	rep := &planReport{Stage: p.Stage, Best: p.Best, Candidates: cs, Measurements: m}
+	rep := &planReport{Stage: p.Stage, Best: p.Best, Candidates: p.Candidates, Measurements: m}
 	if stage != 0 {
 		rep.Stage = stage
 	}
-	for _, c := range cs {
+	for _, c := range p.Candidates {
 		if c.Stage == rep.Stage {
 			rep.Bottleneck, rep.UpdatesPerSecond, rep.DollarsPerHour, rep.UpdatesPerDollar =
 				c.Bottleneck, c.UpdatesPerSecond, c.DollarsPerHour, c.UpdatesPerDollar
 		}
 	}
 	return rep, nil
+}
+
+// planMeasurements are the default measurements with the flags' links,
+// prices, replication, workers and consistency.
+func planMeasurements(f planFlags) (planner.Measurements, error) {
+	m := planner.Defaults(f.reliable, f.transient)
+	mbps, err := tier.ParseByClass("--link-mbps", f.links, tier.ByClass{Reliable: m.LinkBytes.Reliable * 8 / 1e6, Transient: m.LinkBytes.Transient * 8 / 1e6})
+	if err != nil {
+		return m, err
+	}
+	m.LinkBytes = tier.ByClass{Reliable: mbps.Reliable * 1e6 / 8, Transient: mbps.Transient * 1e6 / 8}
+	if m.Price, err = tier.ParseByClass("--price", f.prices, m.Price); err != nil {
+		return m, err
+	}
+	for _, c := range tier.Classes {
+		if m.Price.Of(c) <= 0 && (c == tier.Reliable || f.transient > 0) {
+			return m, fmt.Errorf("--price %s=%g: machines that are used must cost more than 0", c, m.Price.Of(c))
+		}
+	}
+	switch {
+	case f.consistency == "asp":
+		m.Independent = true
+	case f.consistency == "bsp", f.consistency == "ssp", strings.HasPrefix(f.consistency, "ssp:"):
+	default:
+		return m, fmt.Errorf("--consistency %q: want bsp, ssp, ssp:S or asp", f.consistency)
+	}
+	m.Replication, m.WorkersPerMachine, m.SyncSeconds = f.replication, f.workersPerMachine, f.sync.Seconds()
+	return m, nil
 }
 
 func printPlan(w io.Writer, rep *planReport) {

@@ -49,20 +49,51 @@ func heads(s tier.Stage, m Measurements) (tier.Class, int) {
 // update.
 func resources(s tier.Stage, m Measurements, constStream bool) []resource {
 	hc, nh := heads(s, m)
-	k := float64(min(m.k(), nh))
 	kb := float64(min(m.k(), m.Reliable))
 	var res []resource
-	var out, in [len(tier.Classes)]resource
+	for _, c := range tier.Classes {
+		if w := workers(s, m, c); w > 0 {
+			compute := resource{name: "compute." + c.String(), capacity: float64(w) * m.WorkerUpdates.Of(c), compute: true}
+			compute.load[c] = 1
+			res = append(res, compute)
+		}
+	}
+	out, in := links(s, m, constStream)
+	ingest := resource{name: "ingest.backupps", capacity: m.BackupIngestBytes * float64(m.Reliable)}
+	apply := resource{name: "apply.servers", capacity: m.ServerUpdates.Of(hc) * float64(nh)}
+	if s > tier.Stage1 {
+		apply.name = "apply.activeps"
+	}
+	host := resource{name: "host.cpu", capacity: m.HostUpdates}
+	for _, c := range tier.Classes {
+		if workers(s, m, c) == 0 {
+			continue
+		}
+		apply.load[c], host.load[c] = 1, 1
+		if s > tier.Stage1 && !constStream {
+			ingest.load[c] = kb * m.StreamBytes
+		}
+	}
+	if s > tier.Stage1 && constStream {
+		ingest.fixed = kb * m.ModelStateBytes / m.SyncSeconds
+	}
+	for _, r := range append(append(out[:], in[:]...), ingest, apply, host) {
+		if r.capacity > 0 && r.used() {
+			res = append(res, r)
+		}
+	}
+	return res
+}
+
+// links is what one update of each class's workers puts on each class's
+// links, out and in.
+func links(s tier.Stage, m Measurements, constStream bool) (out, in [len(tier.Classes)]resource) {
+	hc, nh := heads(s, m)
+	k := float64(min(m.k(), nh))
+	kb := float64(min(m.k(), m.Reliable))
 	for _, c := range tier.Classes {
 		out[c] = resource{name: "link." + c.String() + ".out", capacity: m.LinkBytes.Of(c) * float64(m.machines(c))}
 		in[c] = resource{name: "link." + c.String() + ".in", capacity: out[c].capacity}
-		w := workers(s, m, c)
-		if w == 0 {
-			continue
-		}
-		compute := resource{name: "compute." + c.String(), capacity: float64(w) * m.WorkerUpdates.Of(c), compute: true}
-		compute.load[c] = 1
-		res = append(res, compute)
 	}
 	for _, c := range tier.Classes {
 		if workers(s, m, c) == 0 {
@@ -76,9 +107,8 @@ func resources(s tier.Stage, m Measurements, constStream bool) []resource {
 		}
 		out[c].load[c] += m.UpBytes * off
 		in[hc].load[c] += m.UpBytes * off
-		out[hc].load[c] += m.DownBytes * off
+		out[hc].load[c] += m.DownBytes*off + (k-1)*m.ChainBytes
 		in[c].load[c] += m.DownBytes * off
-		out[hc].load[c] += (k - 1) * m.ChainBytes
 		in[hc].load[c] += (k - 1) * m.ChainBytes
 		if s > tier.Stage1 {
 			stream := kb * m.StreamBytes
@@ -89,34 +119,11 @@ func resources(s tier.Stage, m Measurements, constStream bool) []resource {
 			in[tier.Reliable].load[c] += stream + kb*m.LedgerBytes
 		}
 	}
-	ingest := resource{name: "ingest.backupps", capacity: m.BackupIngestBytes * float64(m.Reliable)}
-	if s > tier.Stage1 {
-		for _, c := range tier.Classes {
-			if workers(s, m, c) > 0 && !constStream {
-				ingest.load[c] = kb * m.StreamBytes
-			}
-		}
-		if constStream {
-			full := kb * m.ModelStateBytes / m.SyncSeconds
-			out[tier.Transient].fixed, in[tier.Reliable].fixed, ingest.fixed = full, full, full
-		}
+	if s > tier.Stage1 && constStream {
+		full := kb * m.ModelStateBytes / m.SyncSeconds
+		out[tier.Transient].fixed, in[tier.Reliable].fixed = full, full
 	}
-	apply := resource{name: "apply.servers", capacity: m.ServerUpdates.Of(hc) * float64(nh)}
-	if s > tier.Stage1 {
-		apply.name = "apply.activeps"
-	}
-	host := resource{name: "host.cpu", capacity: m.HostUpdates}
-	for _, c := range tier.Classes {
-		if workers(s, m, c) > 0 {
-			apply.load[c], host.load[c] = 1, 1
-		}
-	}
-	for _, r := range append(append(out[:], in[:]...), ingest, apply, host) {
-		if r.capacity > 0 && r.used() {
-			res = append(res, r)
-		}
-	}
-	return res
+	return out, in
 }
 
 // shares is each class's share of the updates: in lockstep every worker
