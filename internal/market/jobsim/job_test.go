@@ -63,8 +63,8 @@ func TestTieredFallsBackAndLosesNothing(t *testing.T) {
 	if j.stage != 1 || j.Lost != 0 || len(j.Switches) != 3 {
 		t.Errorf("stage %d, lost %v, switches %+v; want 1, 0, three (1→2→3 or 1→3, then back)", j.stage, j.Lost, j.Switches)
 	}
-	if want := c.BackupUpdatesPerHour; j.Status().Rate != want {
-		t.Errorf("stage 1 rate %v, want %v (two reliable servers at half capacity)", j.Status().Rate, want)
+	if want := 2 * 14 * c.UpdatesPerECUHour; j.Status().Rate != want {
+		t.Errorf("stage 1 rate %v, want %v (the two reliable machines' workers)", j.Status().Rate, want)
 	}
 }
 
