@@ -15,15 +15,17 @@ func FlowOf(c Calibration) Flow {
 }
 
 // Mix is the machines that work: counts and summed worker rates by class.
+// Counts are fractional when a policy weighs machines by their expected
+// uptime.
 type Mix struct {
-	Reliable, Transient         int
+	Reliable, Transient         float64
 	ReliableRate, TransientRate float64
 }
 
 // Stage returns the updates per hour of stage 1, 2 or 3 (0: no tiers,
 // every machine a server and a worker).
 func (f Flow) Stage(stage int, m Mix) float64 {
-	r, t := float64(m.Reliable), float64(m.Transient)
+	r, t := m.Reliable, m.Transient
 	all := m.ReliableRate + m.TransientRate
 	switch stage {
 	case 0:
@@ -31,12 +33,12 @@ func (f Flow) Stage(stage int, m Mix) float64 {
 	case 1:
 		return min(all, r*f.Backup/2)
 	case 2:
-		if m.Transient == 0 {
+		if t == 0 {
 			return 0
 		}
 		return min(all, t*f.Server, r*f.Backup/(2*f.Stream))
 	case 3:
-		if m.Transient == 0 {
+		if t == 0 {
 			return 0
 		}
 		return min(m.TransientRate, t*f.Server, r*f.Backup/f.Stream)
@@ -54,4 +56,10 @@ func (f Flow) Best(m Mix) (int, float64) {
 		}
 	}
 	return best, rate
+}
+
+// BestRate is Best's throughput alone, in the form policies consume.
+func (f Flow) BestRate(reliable, transient, reliableRate, transientRate float64) float64 {
+	_, r := f.Best(Mix{reliable, transient, reliableRate, transientRate})
+	return r
 }

@@ -182,7 +182,7 @@ func (j *Job) rate() float64 {
 	}
 	m := j.working()
 	if j.mode == Flat {
-		if m.Reliable+m.Transient < j.need || j.restart {
+		if m.Reliable+m.Transient < float64(j.need) || j.restart {
 			return 0
 		}
 		return j.flow.Stage(0, m)
@@ -195,7 +195,7 @@ func (j *Job) rate() float64 {
 func (j *Job) replan() {
 	m := j.working()
 	if j.mode == Flat {
-		if j.restart && m.Reliable+m.Transient >= j.need {
+		if j.restart && m.Reliable+m.Transient >= float64(j.need) {
 			j.restart = false
 			j.pausedUntil = later(j.pausedUntil, j.now.Add(seconds(j.cal.RestartSeconds)))
 		}

@@ -155,9 +155,14 @@ func (m *Manager) Tick(ctx context.Context, now time.Time) error {
 	return m.decide(ctx, nil)
 }
 
-// ReleaseAll gives every machine back (the job is done).
+// ReleaseAll gives back every machine not on notice (the job is done);
+// those on notice are left to end by the provider's hand, which in a bid
+// market makes their last hour free.
 func (m *Manager) ReleaseAll(ctx context.Context) error {
 	for _, h := range m.Held() {
+		if h.Noticed {
+			continue
+		}
 		delete(m.held, h.ID)
 		if err := m.prov.Release(ctx, h.ID); err != nil {
 			return fmt.Errorf("release machine %d: %w", h.ID, err)
