@@ -27,7 +27,7 @@ type Config struct {
 	// to the markets in turn (market i gets Avail[i mod len]).
 	Avail []*trace.Availability
 	Model billing.Model
-	Cal    jobsim.Calibration
+	Cal   jobsim.Calibration
 	// Updates is the job's work.
 	Updates float64
 	// Bid is the checkpoint and tiers policies' fixed bid (0: on-demand).
@@ -130,6 +130,11 @@ func Run(ctx context.Context, cfg Config, name string, start time.Time) (Result,
 	if err != nil {
 		return Result{}, err
 	}
+	return runWith(ctx, cfg, pol, start)
+}
+
+func runWith(ctx context.Context, cfg Config, pol rm.Policy, start time.Time) (Result, error) {
+	name := pol.Name()
 	md, need := mode(name, cfg.Cal)
 	r := &run{ctx: ctx, cfg: cfg, name: name, start: start, job: jobsim.New(cfg.Cal, md, need, cfg.Updates, start)}
 	r.prov = traceprov.New(traceprov.Config{Source: cfg.source(start), Model: cfg.Model, Boot: seconds(cfg.Cal.BootSeconds), Start: start, Handler: r.handle})
