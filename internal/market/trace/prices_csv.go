@@ -44,10 +44,15 @@ func ParsePricesCSV(source string, raw []byte, product string) (*Prices, error) 
 		if errors.Is(err, io.EOF) {
 			break
 		}
-		line, _ := r.FieldPos(0)
 		if err != nil {
+			var pe *csv.ParseError
+			line := 0
+			if errors.As(err, &pe) {
+				line = pe.StartLine
+			}
 			return nil, fmt.Errorf("%s:%d: %v: %w", source, line, err, ErrBadRow)
 		}
+		line, _ := r.FieldPos(0)
 		if len(rec) != len(header) {
 			return nil, b.rowErr(line, "%d fields, the header has %d", len(rec), len(header))
 		}
