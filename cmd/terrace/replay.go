@@ -70,6 +70,7 @@ func runReplay(cmd *cobra.Command, f replayFlags) error {
 	if err != nil {
 		return err
 	}
+	cfg.Progress = cmd.ErrOrStderr()
 	starts, err := f.startTimes(cfg.Prices)
 	if err != nil {
 		return err

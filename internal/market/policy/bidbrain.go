@@ -34,6 +34,7 @@ const priceStep = 0.0001
 type unit struct {
 	alloc    int64
 	class    market.Class
+	since    time.Time // when the allocation was requested: its billing hours start there
 	count    float64 // machines
 	rate     float64 // their worker updates per hour
 	upRate   float64 // the same, weighted by each machine's expected working share
@@ -122,7 +123,7 @@ func (p *BidBrain) held(s rm.State, rel *history.Market, h time.Duration) []unit
 		}
 		u := byAlloc[m.Alloc]
 		if u == nil {
-			u = &unit{alloc: m.Alloc, class: market.Transient}
+			u = &unit{alloc: m.Alloc, class: market.Transient, since: m.Requested}
 			byAlloc[m.Alloc] = u
 		}
 		r := risk(p.c, s.View, mk, m.Bid)
@@ -156,7 +157,7 @@ func (p *BidBrain) cost(price float64, r history.Risk, h time.Duration) float64 
 func (p *BidBrain) release(s rm.State, units []unit, fp *footprint, h time.Duration) []market.MachineID {
 	var out []market.MachineID
 	for _, u := range units {
-		if u.class != market.Transient || !p.atBoundary(s, u.alloc) {
+		if u.class != market.Transient || !p.atBoundary(s.View.Now, u.since) {
 			continue
 		}
 		with := fp.cost / fp.work(p.c, h)
@@ -170,15 +171,11 @@ func (p *BidBrain) release(s rm.State, units []unit, fp *footprint, h time.Durat
 	return out
 }
 
-// atBoundary says the allocation's paid hour ends now.
-func (p *BidBrain) atBoundary(s rm.State, alloc int64) bool {
-	for _, m := range s.Held {
-		if m.Alloc == alloc {
-			into := s.View.Now.Sub(m.Requested) % p.c.Period
-			return s.View.Now.After(m.Requested) && (into < time.Second || p.c.Period-into < time.Second)
-		}
-	}
-	return false
+// atBoundary says a paid hour of an allocation requested at since ends
+// now.
+func (p *BidBrain) atBoundary(now, since time.Time) bool {
+	into := now.Sub(since) % p.c.Period
+	return now.After(since) && (into < time.Second || p.c.Period-into < time.Second)
 }
 
 // nextBoundary is the earliest end of a paid hour among the allocations.
