@@ -35,10 +35,10 @@ type unit struct {
 	alloc    int64
 	class    market.Class
 	since    time.Time // when the allocation was requested: its billing hours start there
-	count    float64 // machines
-	rate     float64 // their worker updates per hour
-	upRate   float64 // the same, weighted by each machine's expected working share
-	cost     float64 // expected dollars over the horizon
+	count    float64   // machines
+	rate     float64   // their worker updates per hour
+	upRate   float64   // the same, weighted by each machine's expected working share
+	cost     float64   // expected dollars over the horizon
 	machines []market.MachineID
 }
 
@@ -75,8 +75,9 @@ func (p *BidBrain) Decide(s rm.State) rm.Plan {
 	for _, u := range units {
 		fp.add(u, 1)
 	}
-	plan.Release = p.release(s, units, &fp, h)
-	plan.Acquire = append(plan.Acquire, p.acquire(s, &fp, h)...)
+	cands := p.candidates(s, h)
+	plan.Release = p.release(s, units, &fp, h, p.bestRatio(&fp, cands, live(s.Held, market.Transient), h))
+	plan.Acquire = append(plan.Acquire, p.acquire(live(s.Held, market.Transient)-len(plan.Release), &fp, cands, h)...)
 	plan.Wake = p.nextBoundary(s)
 	return plan
 }
@@ -152,23 +153,47 @@ func (p *BidBrain) cost(price float64, r history.Risk, h time.Duration) float64 
 	return price * min(r.Up, h).Hours()
 }
 
-// release drops, at their billing boundaries, the allocations without
-// which the cost per update falls.
-func (p *BidBrain) release(s rm.State, units []unit, fp *footprint, h time.Duration) []market.MachineID {
+// release drops, at their billing boundaries, the allocations whose
+// dollars per update exceed the rest's (dropping them lowers the cost per
+// update) or the best new machine's (replacing them does).
+func (p *BidBrain) release(s rm.State, units []unit, fp *footprint, h time.Duration, best float64) []market.MachineID {
 	var out []market.MachineID
 	for _, u := range units {
 		if u.class != market.Transient || !p.atBoundary(s.View.Now, u.since) {
 			continue
 		}
-		with := fp.cost / fp.work(p.c, h)
 		rest := *fp
 		rest.add(u, -1)
-		if w := rest.work(p.c, h); w > 0 && rest.cost/w < with {
+		w := rest.work(p.c, h)
+		if w <= 0 {
+			continue
+		}
+		own := u.cost / (fp.work(p.c, h) - w)
+		if own > rest.cost/w || own > best {
 			*fp = rest
 			out = append(out, u.machines...)
 		}
 	}
 	return out
+}
+
+// bestRatio is the lowest dollars per update a new run of machines would
+// add, and the run: the greedy step of acquire.
+func (p *BidBrain) bestRatio(fp *footprint, cands []candidate, held int, h time.Duration) float64 {
+	_, _, r := p.bestRun(fp, cands, held, h)
+	return r
+}
+
+func (p *BidBrain) bestRun(fp *footprint, cands []candidate, held int, h time.Duration) (int, int, float64) {
+	best, bestK, bestRatio := -1, 0, math.Inf(1)
+	for i, c := range cands {
+		for k := 1; k <= p.c.Max-held; k *= 2 {
+			if g := p.gain(fp, c, float64(k), h); g > 0 && float64(k)*c.cost/g < bestRatio*0.999 {
+				best, bestK, bestRatio = i, k, float64(k)*c.cost/g
+			}
+		}
+	}
+	return best, bestK, bestRatio
 }
 
 // atBoundary says a paid hour of an allocation requested at since ends
@@ -208,19 +233,10 @@ type candidate struct {
 // 1, 2, 4, ... machines are tried because the planner's throughput is not
 // concave: a stage that pays only past a number of machines is reached by
 // a run, never by one machine at a time.
-func (p *BidBrain) acquire(s rm.State, fp *footprint, h time.Duration) []market.Request {
-	cands := p.candidates(s, h)
-	held := live(s.Held, market.Transient)
+func (p *BidBrain) acquire(held int, fp *footprint, cands []candidate, h time.Duration) []market.Request {
 	var out []market.Request
 	for held < p.c.Max {
-		best, bestK, bestRatio := -1, 0, math.Inf(1)
-		for i, c := range cands {
-			for k := 1; k <= p.c.Max-held; k *= 2 {
-				if g := p.gain(fp, c, float64(k), h); g > 0 && float64(k)*c.cost/g < bestRatio*0.999 {
-					best, bestK, bestRatio = i, k, float64(k)*c.cost/g
-				}
-			}
-		}
+		best, bestK, bestRatio := p.bestRun(fp, cands, held, h)
 		if best < 0 || bestRatio >= fp.cost/fp.work(p.c, h) {
 			break
 		}
