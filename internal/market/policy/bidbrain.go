@@ -46,6 +46,8 @@ type unit struct {
 // the expected cost and working share.
 type footprint struct {
 	nR, nT, wR, wT, up, cost float64
+	// left is the job's remaining work: no footprint can do more.
+	left float64
 }
 
 func (f *footprint) add(u unit, sign float64) {
@@ -69,9 +71,9 @@ func (p *BidBrain) Decide(s rm.State) rm.Plan {
 		return rm.Plan{}
 	}
 	plan := rm.Plan{Acquire: topUp(s.Held, market.Reliable, p.c.Reliable, rel, 0)}
-	h := p.horizon(s)
+	h := p.c.Period
 	units := p.held(s, rel, h)
-	var fp footprint
+	fp := footprint{left: s.Job.Total - s.Job.Done}
 	for _, u := range units {
 		fp.add(u, 1)
 	}
@@ -82,27 +84,17 @@ func (p *BidBrain) Decide(s rm.State) rm.Plan {
 	return plan
 }
 
-// horizon is the billing period, or less when the job will end sooner at
-// its present rate: work past the end is worth nothing.
-func (p *BidBrain) horizon(s rm.State) time.Duration {
-	h := p.c.Period
-	if s.Job.Rate > 0 {
-		if left := time.Duration((s.Job.Total - s.Job.Done) / s.Job.Rate * float64(time.Hour)); left < h {
-			h = max(left, time.Minute)
-		}
-	}
-	return h
-}
-
 // work is the expected updates over the horizon: the planner's throughput
 // with the machines held, scaled by the share of their compute expected
 // to be working (machines leave on eviction and are paid before they
-// work).
+// work), and no more than the job has left. The cap is what trims the
+// footprint at the end of a job: capacity that would idle through a paid
+// hour is worth nothing.
 func (f footprint) work(c Config, h time.Duration) float64 {
 	if f.wR+f.wT <= 0 {
 		return 0
 	}
-	return c.Throughput(f.nR, f.nT, f.wR, f.wT) * h.Hours() * f.up / (f.wR + f.wT)
+	return min(f.left, c.Throughput(f.nR, f.nT, f.wR, f.wT)*h.Hours()*f.up/(f.wR+f.wT))
 }
 
 // held turns the machines held into units: the reliable tier as one, each
@@ -148,7 +140,7 @@ func (p *BidBrain) held(s rm.State, rel *history.Market, h time.Duration) []unit
 // cost is a transient machine's expected dollars over the horizon.
 func (p *BidBrain) cost(price float64, r history.Risk, h time.Duration) float64 {
 	if p.c.FreeIfEvicted {
-		return (1 - r.P) * price * max(h, p.c.Period).Hours() // the hour is paid unless it ends in an eviction
+		return (1 - r.P) * price * h.Hours() // the hour is paid unless it ends in an eviction
 	}
 	return price * min(r.Up, h).Hours()
 }
@@ -255,7 +247,8 @@ func (p *BidBrain) acquire(held int, fp *footprint, cands []candidate, h time.Du
 func (p *BidBrain) gain(fp *footprint, c candidate, k float64, h time.Duration) float64 {
 	now := p.c.Throughput(fp.nR, fp.nT, fp.wR, fp.wT)
 	more := p.c.Throughput(fp.nR, fp.nT+k, fp.wR, fp.wT+k*c.rate)
-	return (more-now)*h.Hours()*c.frac - now*p.c.SwitchPause.Hours()
+	base := fp.work(p.c, h)
+	return min(fp.left, base+(more-now)*h.Hours()*c.frac) - base - now*p.c.SwitchPause.Hours()
 }
 
 func (c candidate) unit(k float64) unit {

@@ -146,3 +146,35 @@ func TestOnDemandAndTiers(t *testing.T) {
 		}
 	}
 }
+
+// TestBidBrainTrimsTheEnd: with a few minutes of work left for the
+// machines held, BidBrain buys nothing more and lets allocations go at
+// their boundary rather than pay an hour that would idle.
+func TestBidBrainTrimsTheEnd(t *testing.T) {
+	p := &BidBrain{c: config()}
+	now := t0.Add(10 * 24 * time.Hour)
+	var held []rm.Holding
+	for i := 0; i < 2; i++ {
+		held = append(held, rm.Holding{Machine: market.Machine{ID: market.MachineID(i + 1), Market: cheap, Class: market.Reliable, Alloc: 1, Requested: now.Add(-5 * time.Hour), Ready: now.Add(-5 * time.Hour)}})
+	}
+	for a := 0; a < 4; a++ {
+		for i := 0; i < 16; i++ {
+			held = append(held, rm.Holding{Machine: market.Machine{ID: market.MachineID(100*a + 10 + i), Market: cheap, Class: market.Transient, Bid: 0.03, Alloc: int64(100*a + 10), Requested: now.Add(-2 * time.Hour), Ready: now.Add(-2 * time.Hour)}})
+		}
+	}
+	s := state(now, held...)
+	s.Job.Done = s.Job.Total - 1e5 // a few minutes for 64 c3.xlarge
+	plan := p.Decide(s)
+	if n := count(plan, cheap, market.Transient) + count(plan, spiky, market.Transient) + count(plan, dear, market.Transient); n != 0 {
+		t.Errorf("bought %d machines for the last minutes", n)
+	}
+	if len(plan.Release) < 16 {
+		t.Errorf("released %d of 64 machines at the boundary with %v updates left", len(plan.Release), 1e5)
+	}
+	// With the whole job ahead, what it lets go it replaces (here by the
+	// zone whose hours end free).
+	s.Job.Done = 0
+	if plan := p.Decide(s); count(plan, spiky, market.Transient) < len(plan.Release) {
+		t.Errorf("released %d machines with the whole job ahead and bought %d", len(plan.Release), count(plan, spiky, market.Transient))
+	}
+}
