@@ -1,0 +1,219 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/terrace-ml/terrace/internal/market/billing"
+	"github.com/terrace-ml/terrace/internal/market/history"
+	"github.com/terrace-ml/terrace/internal/market/jobsim"
+	"github.com/terrace-ml/terrace/internal/market/policy"
+	"github.com/terrace-ml/terrace/internal/market/replay"
+	"github.com/terrace-ml/terrace/internal/market/trace"
+)
+
+// errRealReplay: the real replay runs every machine as processes of the
+// tiers (issue 11), which do not exist yet.
+var errRealReplay = errors.New("the real replay (every machine a set of processes, time compressed) needs the reliability tiers of issue 11, a later step; run with --simulate for the calibrated model")
+
+type replayFlags struct {
+	prices, preemptions, onDemand, marketName, provider, product string
+	policy, app, from, span, plot, report, calibration           string
+	passes, speedup, bid                                         float64
+	simulate                                                     bool
+	starts                                                       int
+}
+
+func replayCmd() *cobra.Command {
+	var f replayFlags
+	cmd := &cobra.Command{
+		Use:   "replay",
+		Short: "Run a training job under each buying policy over a spot price (and preemption) trace and report what it cost",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runReplay(cmd, f)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&f.prices, "prices", "", "price history: the CSV of ../shared/data/spot or AWS describe-spot-price-history JSON (may be .gz)")
+	fs.StringVar(&f.preemptions, "preemptions", "", "preemption traces (Bamboo CSV or SkyPilot JSON), comma-separated, assigned to the markets in turn")
+	fs.StringVar(&f.onDemand, "ondemand-prices", "", "on-demand prices TYPE=PRICE,... (dollars per hour; override the trace's)")
+	fs.StringVar(&f.marketName, "market", "bid2015", "market model: bid2015 (evicted when the price passes the bid, hourly billing) or persecond (evicted by the preemption trace, per-second billing)")
+	fs.StringVar(&f.provider, "provider", "aws", "the per-second market's cloud: aws (120 s notice) or gcp (30 s)")
+	fs.StringVar(&f.product, "product", "", "keep only price rows of this product description (e.g. Linux/UNIX)")
+	fs.StringVar(&f.policy, "policy", "", "ondemand, checkpoint, tiers, bidbrain or all")
+	fs.StringVar(&f.app, "app", "lr", "the app whose work the calibration file describes")
+	fs.Float64Var(&f.passes, "passes", 10, "passes over the app's data")
+	fs.Float64Var(&f.passes, "epochs", 10, "alias of --passes")
+	fs.StringVar(&f.from, "from", "", "start of the segment (RFC 3339 or 2006-01-02; default: 14 days into the trace)")
+	fs.StringVar(&f.span, "for", "", "length of the segment over which starts are spread (e.g. 720h or 30d; default: to the trace's end)")
+	fs.Float64Var(&f.speedup, "speedup", 3600, "trace seconds per wall second in the real replay")
+	fs.BoolVar(&f.simulate, "simulate", false, "replay with the calibrated model of the job instead of the real system")
+	fs.IntVar(&f.starts, "starts", 1, "start times spread evenly over the segment")
+	fs.Float64Var(&f.bid, "bid", 0, "fixed bid of the checkpoint and tiers policies, dollars per hour (default: the on-demand price)")
+	fs.StringVar(&f.calibration, "calibration", "", "calibration JSON of the simulated job (defaults: jobsim.DefaultCalibration)")
+	fs.StringVar(&f.plot, "plot", "", "write a plot of price, bid, machines by class, stage and dollars over time (.svg or .png)")
+	fs.StringVar(&f.report, "report", "", "write the JSON report to this file")
+	return cmd
+}
+
+func runReplay(cmd *cobra.Command, f replayFlags) error {
+	if err := f.check(); err != nil {
+		return err
+	}
+	cfg, names, err := f.config()
+	if err != nil {
+		return err
+	}
+	cfg.Progress = cmd.ErrOrStderr()
+	starts, err := f.startTimes(cfg.Prices)
+	if err != nil {
+		return err
+	}
+	if !f.simulate {
+		return errRealReplay
+	}
+	total := cfg.Updates
+	fmt.Fprintf(cmd.ErrOrStderr(), "replay: %d policies x %d starts, %.3g updates (%s, %g passes), %s market, %d markets in %s\n",
+		len(names), len(starts), total, f.app, f.passes, f.marketName, len(cfg.Prices.Series), f.prices)
+	rep, err := replay.Sweep(cmd.Context(), cfg, names, starts)
+	if err != nil {
+		return err
+	}
+	rep.Market, rep.Prices, rep.App, rep.Passes, rep.Updates, rep.Simulated, rep.Calibration = f.marketName, f.prices, f.app, f.passes, total, true, cfg.Cal
+	rep.Summary(cmd.OutOrStdout(), names)
+	if f.plot != "" {
+		if err := replay.Plot(f.plot, rep, names); err != nil {
+			return err
+		}
+	}
+	return writeReport(f.report, rep)
+}
+
+func (f replayFlags) check() error {
+	switch {
+	case f.prices == "":
+		return errors.New("--prices is required")
+	case f.report == "":
+		return errors.New("--report is required")
+	case f.policy == "":
+		return errors.New("--policy is required: ondemand, checkpoint, tiers, bidbrain or all")
+	case f.bid < 0:
+		return fmt.Errorf("--bid %g: a bid below zero", f.bid)
+	case f.starts < 1:
+		return fmt.Errorf("--starts %d: want at least 1", f.starts)
+	case !(f.speedup > 0):
+		return fmt.Errorf("--speedup %g: want a positive factor", f.speedup)
+	case !(f.passes > 0):
+		return fmt.Errorf("--passes %g: want a positive count", f.passes)
+	case f.marketName == "persecond" && f.preemptions == "":
+		return errors.New("--market persecond needs --preemptions: its evictions come from a preemption trace")
+	}
+	return nil
+}
+
+// config reads the traces and the calibration.
+func (f replayFlags) config() (replay.Config, []string, error) {
+	var cfg replay.Config
+	model, err := billing.ByName(f.marketName, f.provider)
+	if err != nil {
+		return cfg, nil, err
+	}
+	names := []string{f.policy}
+	if f.policy == "all" {
+		names = policy.Names
+	} else if _, err := policy.New(f.policy, policy.Config{}); err != nil {
+		return cfg, nil, err
+	}
+	od, err := trace.ParseOnDemand(f.onDemand)
+	if err != nil {
+		return cfg, nil, err
+	}
+	prices, err := trace.ReadPrices(f.prices, f.product)
+	if err != nil {
+		return cfg, nil, err
+	}
+	if err := prices.SetOnDemand(od); err != nil {
+		return cfg, nil, err
+	}
+	var avail []*trace.Availability
+	if f.marketName == "persecond" {
+		for _, p := range strings.Split(f.preemptions, ",") {
+			a, err := trace.ReadAvailability(strings.TrimSpace(p))
+			if err != nil {
+				return cfg, nil, err
+			}
+			avail = append(avail, a)
+		}
+	}
+	cal, err := jobsim.LoadCalibration(f.calibration)
+	if err != nil {
+		return cfg, nil, err
+	}
+	app, ok := cal.Apps[f.app]
+	if !ok || app.UpdatesPerPass <= 0 {
+		return cfg, nil, fmt.Errorf("--app %q: the calibration file describes no such app", f.app)
+	}
+	if _, ok := findType(prices, cal.ReferenceType); !ok {
+		return cfg, nil, fmt.Errorf("%s: no market of the job's instance type %s (calibration reference_type)", f.prices, cal.ReferenceType)
+	}
+	cfg = replay.Config{Prices: prices, Avail: avail, Model: model, Cal: cal, Updates: f.passes * app.UpdatesPerPass,
+		Bid: f.bid, Estimator: history.NewEstimator(model.Period(), model.Notice()), Every: 5 * time.Second, Sample: 10 * time.Minute}
+	return cfg, names, nil
+}
+
+func findType(p *trace.Prices, typ string) (int, bool) {
+	for i, s := range p.Series {
+		if s.Market.Type == typ {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// startTimes spreads the starts evenly over [from, from+for), failing on
+// a segment outside the trace.
+func (f replayFlags) startTimes(p *trace.Prices) ([]time.Time, error) {
+	first, last := p.Span()
+	from := first.Add(14 * 24 * time.Hour)
+	if f.from != "" {
+		t, err := trace.ParseTime(f.from)
+		if err != nil {
+			return nil, fmt.Errorf("--from: %w", err)
+		}
+		from = t
+	}
+	if from.Before(first) || !from.Before(last) {
+		return nil, fmt.Errorf("--from %s: outside the trace (%s to %s)", from.Format(time.RFC3339), first.Format(time.RFC3339), last.Format(time.RFC3339))
+	}
+	span := last.Sub(from)
+	if f.span != "" {
+		d, err := parseSpan(f.span)
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("--for %q: want a positive duration such as 720h or 30d", f.span)
+		}
+		if from.Add(d).After(last) {
+			return nil, fmt.Errorf("--for %s: the segment ends at %s, after the trace (%s)", f.span, from.Add(d).Format(time.RFC3339), last.Format(time.RFC3339))
+		}
+		span = d
+	}
+	starts := make([]time.Time, f.starts)
+	for i := range starts {
+		starts[i] = from.Add(time.Duration(int64(span) / int64(f.starts) * int64(i)))
+	}
+	return starts, nil
+}
+
+// parseSpan reads a Go duration or a number of days ("30d").
+func parseSpan(s string) (time.Duration, error) {
+	if d, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.ParseFloat(d, 64)
+		return time.Duration(n * 24 * float64(time.Hour)), err
+	}
+	return time.ParseDuration(s)
+}

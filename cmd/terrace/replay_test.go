@@ -1,0 +1,136 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// priceCSV writes 30 days of prices every 10 minutes for two zones of
+// c3.xlarge and one of r3.large (whose on-demand price the file leaves
+// out when noOD).
+func priceCSV(t *testing.T, noOD bool) string {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("timestamp,region,availability_zone,instance_type,product_description,spot_price_usd,ondemand_price_usd\n")
+	t0 := time.Date(2015, 3, 1, 0, 0, 0, 0, time.UTC)
+	for i := 0; i < 30*24*6; i++ {
+		at := t0.Add(time.Duration(i) * 10 * time.Minute).Format("2006-01-02 15:04:05+00:00")
+		fmt.Fprintf(&b, "%s,us-east-1,us-east-1a,c3.xlarge,Linux,%.4f,0.21\n", at, 0.03+0.002*float64(i%7))
+		fmt.Fprintf(&b, "%s,us-east-1,us-east-1b,c3.xlarge,Linux,%.4f,0.21\n", at, 0.031+0.003*float64(i%5))
+		od := "0.175"
+		if noOD {
+			od = ""
+		}
+		fmt.Fprintf(&b, "%s,us-east-1,us-east-1a,r3.large,Linux,%.4f,%s\n", at, 0.02+0.001*float64(i%3), od)
+	}
+	path := filepath.Join(t.TempDir(), "prices.csv")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func runReplayArgs(args ...string) (string, error) {
+	cmd := replayCmd()
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs(args)
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	err := cmd.ExecuteContext(context.Background())
+	return out.String(), err
+}
+
+func TestReplayBadInput(t *testing.T) {
+	prices := priceCSV(t, false)
+	report := filepath.Join(t.TempDir(), "r.json")
+	empty := filepath.Join(t.TempDir(), "empty.csv")
+	os.WriteFile(empty, nil, 0o644)
+	base := []string{"--prices", prices, "--policy", "all", "--simulate", "--report", report}
+	cases := []struct {
+		name  string
+		args  []string
+		wants string
+	}{
+		{"no prices", []string{"--policy", "all", "--report", report}, "--prices"},
+		{"no report", []string{"--prices", prices, "--policy", "all"}, "--report"},
+		{"bid below zero", append(base, "--bid", "-0.1"), "--bid"},
+		{"from before the trace", append(base, "--from", "2014-01-01"), "--from"},
+		{"from after the trace", append(base, "--from", "2016-01-01"), "--from"},
+		{"segment past the trace", append(base, "--from", "2015-03-20", "--for", "30d"), "--for"},
+		{"unknown policy", []string{"--prices", prices, "--policy", "greedy", "--simulate", "--report", report}, "--policy"},
+		{"unknown market", append(base, "--market", "auction"), "--market"},
+		{"persecond without preemptions", append(base, "--market", "persecond"), "--preemptions"},
+		{"malformed on-demand list", append(base, "--ondemand-prices", "c3.xlarge"), "--ondemand-prices"},
+		{"empty trace", []string{"--prices", empty, "--policy", "all", "--simulate", "--report", report}, empty},
+		{"no on-demand price", []string{"--prices", priceCSV(t, true), "--policy", "all", "--simulate", "--report", report}, "r3.large"},
+		{"no such app", append(base, "--app", "bert"), "--app"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := runReplayArgs(c.args...)
+			if err == nil || !strings.Contains(err.Error(), c.wants) {
+				t.Fatalf("got %v, want an error naming %s", err, c.wants)
+			}
+		})
+	}
+	if _, err := runReplayArgs("--prices", prices, "--policy", "all", "--report", report); !errors.Is(err, errRealReplay) {
+		t.Errorf("without --simulate: %v", err)
+	}
+}
+
+// TestReplaySimulate runs the whole command on a small synthetic trace and
+// reads back its report and plot.
+func TestReplaySimulate(t *testing.T) {
+	dir := t.TempDir()
+	report, plot := filepath.Join(dir, "r.json"), filepath.Join(dir, "p.svg")
+	out, err := runReplayArgs("--prices", priceCSV(t, false), "--policy", "all", "--simulate", "--epochs", "2",
+		"--from", "2015-03-15", "--for", "5d", "--starts", "3", "--plot", plot, "--report", report)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	raw, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Policies map[string]struct {
+			Dollars       *float64 `json:"dollars"`
+			Hours         *float64 `json:"hours"`
+			Evictions     *int     `json:"evictions"`
+			StageSwitches *int     `json:"stage_switches"`
+			UpdatesLost   *float64 `json:"updates_lost"`
+		} `json:"policies"`
+		Runs                      []json.RawMessage `json:"runs"`
+		BidBrainVsOnDemand        *float64          `json:"bidbrain_vs_ondemand"`
+		BidBrainVsCheckpoint      *float64          `json:"bidbrain_vs_checkpoint"`
+		BidBrainVsOnDemandMedian  *float64          `json:"bidbrain_vs_ondemand_median"`
+		BidBrainVsCheckpointWorst *float64          `json:"bidbrain_vs_checkpoint_worst"`
+	}
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"ondemand", "checkpoint", "tiers", "bidbrain"} {
+		p := rep.Policies[name]
+		if p.Dollars == nil || p.Hours == nil || p.Evictions == nil || p.StageSwitches == nil || p.UpdatesLost == nil {
+			t.Errorf("policies.%s incomplete: %s", name, raw)
+		}
+	}
+	if len(rep.Runs) != 3 || rep.BidBrainVsOnDemand == nil || rep.BidBrainVsCheckpoint == nil || rep.BidBrainVsOnDemandMedian == nil || rep.BidBrainVsCheckpointWorst == nil {
+		t.Errorf("report lacks runs or ratios: %s", raw)
+	}
+	if !strings.Contains(out, "bidbrain/ondemand dollars: median") {
+		t.Errorf("summary:\n%s", out)
+	}
+	if svg, err := os.ReadFile(plot); err != nil || !bytes.Contains(svg, []byte("<svg")) {
+		t.Errorf("plot: %v", err)
+	}
+}

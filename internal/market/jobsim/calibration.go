@@ -1,0 +1,130 @@
+package jobsim
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+)
+
+// Calibration holds every parameter of the model. The defaults
+// (DefaultCalibration) are placeholders to be measured on the real system
+// once the tiers exist (docs/design/market.md says which run measures
+// which); none is fitted to a price trace.
+type Calibration struct {
+	Note string `json:"note,omitempty"`
+	// Apps gives each app's work: updates (worker minibatch pushes) per
+	// pass over its data.
+	Apps map[string]App `json:"apps"`
+	// UpdatesPerECUHour is a worker's rate per EC2 Compute Unit, for
+	// types listed in ECU; UpdatesPerHour overrides it per type.
+	UpdatesPerECUHour float64            `json:"updates_per_ecu_hour"`
+	ECU               map[string]float64 `json:"ecu"`
+	UpdatesPerHour    map[string]float64 `json:"updates_per_hour,omitempty"`
+	// ServerUpdatesPerHour is what one parameter server (or ActivePS)
+	// ingests; BackupUpdatesPerHour what one BackupPS ingests; StreamRatio
+	// the BackupPS load per update after the ActivePS aggregates.
+	ServerUpdatesPerHour float64 `json:"server_updates_per_hour"`
+	BackupUpdatesPerHour float64 `json:"backup_updates_per_hour"`
+	StreamRatio          float64 `json:"stream_ratio"`
+	// ReferenceType is the job's instance type; Machines the footprint of
+	// the on-demand reference (and of the checkpoint and tiers policies);
+	// ReliableMachines the reliable tier; MaxMachines the job's
+	// parallelism (its data partitions).
+	ReferenceType    string `json:"reference_type"`
+	Machines         int    `json:"machines"`
+	ReliableMachines int    `json:"reliable_machines"`
+	MaxMachines      int    `json:"max_machines"`
+	// Times, in seconds.
+	BootSeconds         float64 `json:"boot_seconds"`
+	JoinSeconds         float64 `json:"join_seconds"`
+	SwitchPauseSeconds  float64 `json:"switch_pause_seconds"`
+	DrainSeconds        float64 `json:"drain_seconds"`
+	SyncIntervalSeconds float64 `json:"sync_interval_seconds"`
+	CheckpointSeconds   float64 `json:"checkpoint_seconds"`
+	RestartSeconds      float64 `json:"restart_seconds"`
+	// Hysteresis is the relative gain a stage switch must bring.
+	Hysteresis float64 `json:"hysteresis"`
+}
+
+// App is one app's work.
+type App struct {
+	UpdatesPerPass float64 `json:"updates_per_pass"`
+}
+
+// DefaultCalibration returns the documented placeholders.
+func DefaultCalibration() Calibration {
+	return Calibration{
+		Note: "defaults: placeholders until measured on the real system (docs/design/market.md)",
+		// A sparse logistic regression sized so that the reference (32
+		// c3.xlarge) runs about 2.5 hours a pass.
+		Apps:              map[string]App{"lr": {UpdatesPerPass: 4e6}},
+		UpdatesPerECUHour: 3600, // one update per ECU-second
+		// AWS's published ECUs of the types in the shipped 2015 trace.
+		ECU:                  map[string]float64{"c3.xlarge": 14, "d2.8xlarge": 116, "g2.2xlarge": 26, "m3.medium": 3, "r3.large": 6.5},
+		ServerUpdatesPerHour: 8 * 14 * 3600, // a server keeps up with eight c3.xlarge workers
+		BackupUpdatesPerHour: 8 * 14 * 3600,
+		StreamRatio:          0.1, // the ActivePS aggregates ten pushes into one streamed update
+		ReferenceType:        "c3.xlarge",
+		Machines:             32,
+		ReliableMachines:     2, // a BackupPS chain of two: losing one reliable machine loses nothing
+		MaxMachines:          128,
+		BootSeconds:          97, // median EC2 Linux start-up (Mao & Humphrey, IEEE CLOUD 2012)
+		JoinSeconds:          20,
+		SwitchPauseSeconds:   1, // issue 11's bound
+		DrainSeconds:         10,
+		SyncIntervalSeconds:  1,
+		CheckpointSeconds:    30,
+		RestartSeconds:       60,
+		Hysteresis:           0.1,
+	}
+}
+
+// ErrNoRate: an instance type the calibration gives no work rate for.
+var ErrNoRate = errors.New("no work rate for instance type")
+
+// Rate is a worker's updates per hour on an instance type.
+func (c Calibration) Rate(typ string) (float64, error) {
+	if r, ok := c.UpdatesPerHour[typ]; ok && r > 0 {
+		return r, nil
+	}
+	if e, ok := c.ECU[typ]; ok && e > 0 {
+		return e * c.UpdatesPerECUHour, nil
+	}
+	return 0, fmt.Errorf("%s: %w (add it to the calibration file's ecu or updates_per_hour)", typ, ErrNoRate)
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// Validate reports parameters the model cannot run with.
+func (c Calibration) Validate() error {
+	switch {
+	case c.Machines <= 0 || c.ReliableMachines <= 0 || c.MaxMachines < c.Machines:
+		return fmt.Errorf("calibration: machines %d, reliable_machines %d, max_machines %d: want positive counts, max at least machines", c.Machines, c.ReliableMachines, c.MaxMachines)
+	case c.ServerUpdatesPerHour <= 0 || c.BackupUpdatesPerHour <= 0 || c.StreamRatio <= 0:
+		return errors.New("calibration: server_updates_per_hour, backup_updates_per_hour and stream_ratio must be positive")
+	case c.BootSeconds < 0 || c.JoinSeconds < 0 || c.SwitchPauseSeconds < 0 || c.DrainSeconds < 0 ||
+		c.SyncIntervalSeconds < 0 || c.CheckpointSeconds <= 0 || c.RestartSeconds < 0 || c.Hysteresis < 0:
+		return errors.New("calibration: times and hysteresis must not be negative, checkpoint_seconds positive")
+	}
+	_, err := c.Rate(c.ReferenceType)
+	return err
+}
+
+// LoadCalibration reads a calibration file over the defaults: fields it
+// leaves out keep their defaults.
+func LoadCalibration(path string) (Calibration, error) {
+	c := DefaultCalibration()
+	if path == "" {
+		return c, nil
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return c, fmt.Errorf("calibration: %w", err)
+	}
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return c, fmt.Errorf("calibration %s: %w", path, err)
+	}
+	return c, c.Validate()
+}

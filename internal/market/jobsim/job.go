@@ -1,0 +1,218 @@
+package jobsim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/terrace-ml/terrace/internal/market"
+	"github.com/terrace-ml/terrace/internal/market/rm"
+)
+
+// Mode is how the job survives losing machines.
+type Mode int
+
+const (
+	// Tiered: reliable machines hold the state (issue 11's tiers);
+	// transient machines drain on notice and the job switches stage.
+	Tiered Mode = iota
+	// Flat: every machine is alike and holds state; losing one stops the
+	// job, which restarts from its last checkpoint once it has Need
+	// machines again.
+	Flat
+)
+
+// Switch is one stage switch.
+type Switch struct {
+	At       time.Time
+	From, To int
+}
+
+// Job is a simulated training job. It implements rm.Job and is driven by
+// the provider's events and AdvanceTo.
+type Job struct {
+	cal   Calibration
+	flow  Flow
+	mode  Mode
+	need  int
+	total float64
+
+	now         time.Time
+	done        float64
+	ckpt        float64
+	ckptAt      time.Time
+	ckptEnd     time.Time // a checkpoint in progress ends then
+	ckptValue   float64
+	pausedUntil time.Time
+	restart     bool // flat: restart from the checkpoint once Need machines work
+	stage       int
+	members     map[market.MachineID]*member
+	finished    time.Time
+
+	Switches []Switch
+	// Lost counts updates lost: rolled back to a checkpoint (flat) or
+	// not streamed before a machine went without enough notice (tiered).
+	Lost float64
+}
+
+type member struct {
+	class    market.Class
+	rate     float64
+	workFrom time.Time
+	leaveAt  time.Time // zero: not leaving
+}
+
+// New returns a job of total updates starting at start. need is the
+// machine count a Flat job runs with.
+func New(cal Calibration, mode Mode, need int, total float64, start time.Time) *Job {
+	j := &Job{cal: cal, flow: FlowOf(cal), mode: mode, need: need, total: total, now: start, ckptAt: start, members: map[market.MachineID]*member{}}
+	if mode == Tiered {
+		j.stage = 1
+	}
+	return j
+}
+
+// Finished is when the job's work was all done (zero until then).
+func (j *Job) Finished() time.Time { return j.finished }
+
+// Status reports the job's progress.
+func (j *Job) Status() rm.JobStatus {
+	rate := j.rate()
+	return rm.JobStatus{Done: j.done, Total: j.total, Rate: rate, Stage: j.stage, Working: rate > 0,
+		Checkpointed: j.ckpt, CheckpointAt: j.ckptAt}
+}
+
+// ErrCheckpointNotFlat: a checkpoint asked of a tiered job.
+var ErrCheckpointNotFlat = errors.New("checkpoints are for flat jobs")
+
+// Checkpoint pauses the job while it saves its state; the saved work
+// counts once the save ends.
+func (j *Job) Checkpoint(context.Context) error {
+	if j.mode != Flat {
+		return ErrCheckpointNotFlat
+	}
+	if j.rate() == 0 || !j.ckptEnd.IsZero() {
+		return nil // nothing to save now, or a save is under way
+	}
+	j.ckptEnd = j.now.Add(seconds(j.cal.CheckpointSeconds))
+	j.ckptValue = j.done
+	j.pausedUntil = later(j.pausedUntil, j.ckptEnd)
+	return nil
+}
+
+// Handle applies a provider event at the job's clock.
+func (j *Job) Handle(ev market.Event) error {
+	switch ev.Kind {
+	case market.Ready:
+		r, err := j.cal.Rate(ev.Machine.Market.Type)
+		if err != nil {
+			return fmt.Errorf("machine %d: %w", ev.Machine.ID, err)
+		}
+		j.members[ev.Machine.ID] = &member{class: ev.Machine.Class, rate: r, workFrom: ev.At.Add(seconds(j.cal.JoinSeconds))}
+	case market.Notice:
+		m := j.members[ev.Machine.ID]
+		if m == nil || j.mode == Flat {
+			return nil // a flat job does not drain: it learns of the loss when the machine is gone
+		}
+		m.leaveAt = ev.Deadline.Add(-seconds(j.cal.DrainSeconds))
+		if m.leaveAt.Before(j.now) {
+			j.loseUnstreamed(m)
+			m.leaveAt = j.now
+		}
+	case market.Gone:
+		m := j.members[ev.Machine.ID]
+		if m == nil {
+			return nil
+		}
+		delete(j.members, ev.Machine.ID)
+		switch {
+		case j.mode == Flat && ev.By == market.ByProvider:
+			j.crash()
+		case j.mode == Tiered && ev.By == market.ByProvider && (m.leaveAt.IsZero() || ev.At.Before(m.leaveAt)):
+			j.loseUnstreamed(m)
+		}
+	}
+	j.replan()
+	return nil
+}
+
+// loseUnstreamed counts one sync interval of a machine's share of the
+// updates: what its ActivePS had acknowledged but not streamed.
+func (j *Job) loseUnstreamed(m *member) {
+	if rate := j.rate(); rate > 0 {
+		j.Lost += rate * seconds(j.cal.SyncIntervalSeconds).Hours() * m.rate / j.workerRate()
+	}
+}
+
+func (j *Job) crash() {
+	j.Lost += j.done - j.ckpt
+	j.done = j.ckpt
+	j.ckptEnd = time.Time{}
+	j.restart = true
+}
+
+// working returns the mix of machines working at the job's clock.
+func (j *Job) working() Mix {
+	var m Mix
+	for _, w := range j.members {
+		if w.workFrom.After(j.now) || (!w.leaveAt.IsZero() && !j.now.Before(w.leaveAt)) {
+			continue
+		}
+		if w.class == market.Reliable {
+			m.Reliable++
+			m.ReliableRate += w.rate
+		} else {
+			m.Transient++
+			m.TransientRate += w.rate
+		}
+	}
+	return m
+}
+
+func (j *Job) workerRate() float64 {
+	m := j.working()
+	return m.ReliableRate + m.TransientRate
+}
+
+// rate is the updates per hour at the job's clock.
+func (j *Job) rate() float64 {
+	if !j.finished.IsZero() || j.now.Before(j.pausedUntil) {
+		return 0
+	}
+	m := j.working()
+	if j.mode == Flat {
+		if m.Reliable+m.Transient < float64(j.need) || j.restart {
+			return 0
+		}
+		return j.flow.Stage(0, m)
+	}
+	return j.flow.Stage(j.stage, m)
+}
+
+// replan takes the best stage (tiered) or restarts (flat) after the
+// working set changed.
+func (j *Job) replan() {
+	m := j.working()
+	if j.mode == Flat {
+		if j.restart && m.Reliable+m.Transient >= float64(j.need) {
+			j.restart = false
+			j.pausedUntil = later(j.pausedUntil, j.now.Add(seconds(j.cal.RestartSeconds)))
+		}
+		return
+	}
+	best, rate := j.flow.Best(m)
+	cur := j.flow.Stage(j.stage, m)
+	if best != j.stage && (cur == 0 || rate > cur*(1+j.cal.Hysteresis)) {
+		j.Switches = append(j.Switches, Switch{At: j.now, From: j.stage, To: best})
+		j.stage = best
+		j.pausedUntil = later(j.pausedUntil, j.now.Add(seconds(j.cal.SwitchPauseSeconds)))
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}

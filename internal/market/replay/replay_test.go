@@ -1,0 +1,170 @@
+package replay
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/terrace-ml/terrace/internal/market"
+	"github.com/terrace-ml/terrace/internal/market/billing"
+	"github.com/terrace-ml/terrace/internal/market/history"
+	"github.com/terrace-ml/terrace/internal/market/jobsim"
+	"github.com/terrace-ml/terrace/internal/market/policy"
+	"github.com/terrace-ml/terrace/internal/market/rm"
+	"github.com/terrace-ml/terrace/internal/market/trace"
+)
+
+var t0 = time.Date(2015, 3, 1, 0, 0, 0, 0, time.UTC)
+
+// synthetic is a seeded market of three zones of c3.xlarge and one of
+// r3.large over 40 days: prices that wander around a fifth of on-demand,
+// changing every few minutes, with occasional short rises.
+func synthetic(seed uint64) *trace.Prices {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	p := &trace.Prices{Source: "synthetic"}
+	for _, m := range []struct {
+		zone, typ string
+		od        float64
+	}{{"z-a", "c3.xlarge", 0.21}, {"z-b", "c3.xlarge", 0.21}, {"z-c", "c3.xlarge", 0.21}, {"z-a", "r3.large", 0.175}} {
+		s := &trace.Series{Market: market.Market{Zone: m.zone, Type: m.typ}, OnDemand: m.od}
+		base := m.od / 5
+		for at := t0; at.Before(t0.Add(40 * 24 * time.Hour)); at = at.Add(time.Duration(1+rng.IntN(20)) * time.Minute) {
+			price := base * (0.8 + 0.4*rng.Float64())
+			if rng.IntN(200) == 0 {
+				price = m.od * (1 + rng.Float64())
+			}
+			s.Points = append(s.Points, trace.Point{At: at, Price: float64(int(price*1e4)) / 1e4})
+		}
+		p.Series = append(p.Series, s)
+	}
+	return p
+}
+
+func testConfig(p *trace.Prices) Config {
+	cal := jobsim.DefaultCalibration()
+	return Config{Prices: p, Model: billing.Bid2015{}, Cal: cal, Updates: 1e7, Estimator: history.NewEstimator(time.Hour, 2*time.Minute)}
+}
+
+// recorder keeps every decision a policy made.
+type recorder struct {
+	rm.Policy
+	log []string
+}
+
+func (r *recorder) Decide(s rm.State) rm.Plan {
+	p := r.Policy.Decide(s)
+	r.log = append(r.log, fmt.Sprintf("%s %+v %d %v %s", s.View.Now.Format(time.RFC3339Nano), p.Acquire, len(p.Release), p.Checkpoint, p.Wake.Format(time.RFC3339)))
+	return p
+}
+
+func decisions(t *testing.T, p *trace.Prices, name string, start time.Time) []string {
+	cfg := testConfig(p)
+	pol, err := policy.New(name, cfg.policyConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{Policy: pol}
+	if _, err := runWith(context.Background(), cfg, rec, start); err != nil {
+		t.Fatal(err)
+	}
+	return rec.log
+}
+
+// TestNoLookahead feeds every policy the same trace twice, the second
+// time with a spike added after time T, and checks that every decision
+// before T is the same (and that the spike does change later ones, so the
+// test can tell).
+func TestNoLookahead(t *testing.T) {
+	start := t0.Add(20 * 24 * time.Hour)
+	spike := start.Add(90 * time.Minute)
+	plain := synthetic(7)
+	spiked := synthetic(7)
+	for _, s := range spiked.Series {
+		if s.Market.Type != "c3.xlarge" {
+			continue
+		}
+		var pts []trace.Point
+		for _, pt := range s.Points {
+			if !pt.At.Before(spike) && pt.At.Before(spike.Add(time.Hour)) {
+				pt.Price = 9.99
+			}
+			pts = append(pts, pt)
+		}
+		s.Points = append(pts, trace.Point{At: spike, Price: 9.99})
+		sortPoints(s.Points)
+	}
+	for _, name := range policy.Names {
+		a, b := decisions(t, plain, name, start), decisions(t, spiked, name, start)
+		before := 0
+		for i := range a {
+			if a[i][:len(time.RFC3339)] >= spike.Format(time.RFC3339) {
+				break
+			}
+			if i >= len(b) || a[i] != b[i] {
+				t.Fatalf("%s: decision %d before the spike differs:\n%s\n%s", name, i, a[i], b[i])
+			}
+			before++
+		}
+		if before == 0 {
+			t.Errorf("%s: no decision before the spike", name)
+		}
+		if name != "ondemand" && reflect.DeepEqual(a, b) {
+			t.Errorf("%s: the spike changed nothing: the test cannot tell", name)
+		}
+	}
+}
+
+func sortPoints(p []trace.Point) {
+	for i := 1; i < len(p); i++ {
+		for j := i; j > 0 && p[j].At.Before(p[j-1].At); j-- {
+			p[j], p[j-1] = p[j-1], p[j]
+		}
+	}
+}
+
+// TestSweep runs every policy from three starts and checks the report.
+func TestSweep(t *testing.T) {
+	p := synthetic(3)
+	cfg := testConfig(p)
+	cfg.Sample = 30 * time.Minute
+	starts := []time.Time{t0.Add(15 * 24 * time.Hour), t0.Add(20 * 24 * time.Hour), t0.Add(25 * 24 * time.Hour)}
+	rep, err := Sweep(context.Background(), cfg, policy.Names, starts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Runs) != 3 || rep.BidBrainVsOnDemandMedian == nil || rep.BidBrainVsCheckpointWorst == nil {
+		t.Fatalf("report %+v", rep)
+	}
+	od := rep.Policies["ondemand"]
+	// 32 reference machines for 1e7 updates: ceil(1e7/(32·50,400)) hours.
+	if want := 7 * 32 * 0.21; math.Abs(od.Dollars-want) > 1e-9 || od.Evictions != 0 {
+		t.Errorf("on-demand %+v, want $%v and no eviction", od, want)
+	}
+	for _, name := range policy.Names {
+		r := rep.Policies[name]
+		if r.Dollars <= 0 || r.Hours <= 0 || r.OnDemandDollars != od.Dollars {
+			t.Errorf("%s: %+v", name, r)
+		}
+		if len(rep.Timelines[name]) == 0 {
+			t.Errorf("%s: no timeline", name)
+		}
+	}
+	if bb := rep.Policies["bidbrain"]; bb.Dollars >= od.Dollars {
+		t.Errorf("bidbrain $%v, on-demand $%v", bb.Dollars, od.Dollars)
+	}
+}
+
+// TestTraceEnds: a job that cannot finish before the trace ends fails
+// with ErrTraceEnded.
+func TestTraceEnds(t *testing.T) {
+	p := synthetic(3)
+	cfg := testConfig(p)
+	cfg.Updates = 1e12
+	if _, err := Run(context.Background(), cfg, "ondemand", t0.Add(39*24*time.Hour)); err == nil {
+		t.Fatal("a job longer than the trace finished")
+	}
+}

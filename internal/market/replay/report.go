@@ -1,0 +1,221 @@
+package replay
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Report is the JSON report of a replay.
+type Report struct {
+	Market    string      `json:"market"`
+	Prices    string      `json:"prices"`
+	App       string      `json:"app"`
+	Passes    float64     `json:"passes"`
+	Updates   float64     `json:"updates"`
+	Starts    []time.Time `json:"starts"`
+	Simulated bool        `json:"simulated"`
+	// Policies holds each policy's figures: the run's with one start, the
+	// medians over the runs with several.
+	Policies map[string]Result `json:"policies"`
+	// BidBrainVsOnDemand and BidBrainVsCheckpoint are dollar ratios for
+	// the same work (medians over the runs with several starts).
+	BidBrainVsOnDemand   *float64 `json:"bidbrain_vs_ondemand,omitempty"`
+	BidBrainVsCheckpoint *float64 `json:"bidbrain_vs_checkpoint,omitempty"`
+	// Runs are each start's figures, with the ratios' medians and worst.
+	Runs                       []StartRun `json:"runs,omitempty"`
+	BidBrainVsOnDemandMedian   *float64   `json:"bidbrain_vs_ondemand_median,omitempty"`
+	BidBrainVsOnDemandWorst    *float64   `json:"bidbrain_vs_ondemand_worst,omitempty"`
+	BidBrainVsCheckpointMedian *float64   `json:"bidbrain_vs_checkpoint_median,omitempty"`
+	BidBrainVsCheckpointWorst  *float64   `json:"bidbrain_vs_checkpoint_worst,omitempty"`
+	ElapsedSeconds             float64    `json:"elapsed_seconds"`
+	Calibration                any        `json:"calibration"`
+	// Timelines are the first start's runs, for the plot.
+	Timelines map[string][]Sample `json:"-"`
+}
+
+// StartRun is one start's figures.
+type StartRun struct {
+	Start                time.Time         `json:"start"`
+	Policies             map[string]Result `json:"policies"`
+	BidBrainVsOnDemand   *float64          `json:"bidbrain_vs_ondemand,omitempty"`
+	BidBrainVsCheckpoint *float64          `json:"bidbrain_vs_checkpoint,omitempty"`
+}
+
+// Sweep runs every policy from every start. The on-demand reference is
+// always run, for every policy's ondemand_dollars.
+func Sweep(ctx context.Context, cfg Config, policies []string, starts []time.Time) (*Report, error) {
+	began := time.Now()
+	rep := &Report{Starts: starts, Policies: map[string]Result{}, Timelines: map[string][]Sample{}}
+	names := policies
+	if !contains(names, "ondemand") {
+		names = append([]string{"ondemand"}, names...)
+	}
+	for i, start := range starts {
+		run := StartRun{Start: start, Policies: map[string]Result{}}
+		c := cfg
+		if i > 0 {
+			c.Sample = 0
+		}
+		for _, name := range names {
+			res, err := Run(ctx, c, name, start)
+			if err != nil {
+				return nil, err
+			}
+			if i == 0 && cfg.Sample > 0 {
+				rep.Timelines[name] = res.Timeline
+			}
+			run.Policies[name] = res
+			if cfg.Progress != nil {
+				fmt.Fprintf(cfg.Progress, "replay: start %d/%d %s: %s $%.2f in %.1f h, %d evictions\n",
+					i+1, len(starts), start.Format(time.RFC3339), name, res.Dollars, res.Hours, res.Evictions)
+			}
+		}
+		for name, res := range run.Policies {
+			res.OnDemandDollars = run.Policies["ondemand"].Dollars
+			run.Policies[name] = res
+		}
+		run.BidBrainVsOnDemand = ratio(run.Policies, "bidbrain", "ondemand")
+		run.BidBrainVsCheckpoint = ratio(run.Policies, "bidbrain", "checkpoint")
+		if !contains(policies, "ondemand") {
+			delete(run.Policies, "ondemand")
+		}
+		rep.Runs = append(rep.Runs, run)
+	}
+	rep.summarise(policies)
+	rep.ElapsedSeconds = time.Since(began).Seconds()
+	return rep, nil
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+func ratio(p map[string]Result, a, b string) *float64 {
+	ra, okA := p[a]
+	rb, okB := p[b]
+	if !okA || !okB || rb.Dollars == 0 {
+		return nil
+	}
+	v := ra.Dollars / rb.Dollars
+	return &v
+}
+
+// summarise fills the per-policy figures (medians over the runs) and the
+// ratios' medians and worst.
+func (rep *Report) summarise(policies []string) {
+	for _, name := range policies {
+		var rs []Result
+		for _, r := range rep.Runs {
+			rs = append(rs, r.Policies[name])
+		}
+		rep.Policies[name] = medianResult(rs)
+	}
+	var vsOD, vsCk []float64
+	for _, r := range rep.Runs {
+		if r.BidBrainVsOnDemand != nil {
+			vsOD = append(vsOD, *r.BidBrainVsOnDemand)
+		}
+		if r.BidBrainVsCheckpoint != nil {
+			vsCk = append(vsCk, *r.BidBrainVsCheckpoint)
+		}
+	}
+	rep.BidBrainVsOnDemand, rep.BidBrainVsCheckpoint = median(vsOD), median(vsCk)
+	if len(rep.Runs) > 1 {
+		rep.BidBrainVsOnDemandMedian, rep.BidBrainVsOnDemandWorst = median(vsOD), worst(vsOD)
+		rep.BidBrainVsCheckpointMedian, rep.BidBrainVsCheckpointWorst = median(vsCk), worst(vsCk)
+	} else {
+		rep.Runs = nil
+	}
+}
+
+func median(xs []float64) *float64 {
+	if len(xs) == 0 {
+		return nil
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	m := s[len(s)/2]
+	if len(s)%2 == 0 {
+		m = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return &m
+}
+
+func worst(xs []float64) *float64 {
+	if len(xs) == 0 {
+		return nil
+	}
+	w := math.Inf(-1)
+	for _, x := range xs {
+		w = max(w, x)
+	}
+	return &w
+}
+
+func medianResult(rs []Result) Result {
+	pick := func(f func(Result) float64) float64 {
+		xs := make([]float64, len(rs))
+		for i, r := range rs {
+			xs[i] = f(r)
+		}
+		return *median(xs)
+	}
+	return Result{
+		Dollars:         pick(func(r Result) float64 { return r.Dollars }),
+		OnDemandDollars: pick(func(r Result) float64 { return r.OnDemandDollars }),
+		Hours:           pick(func(r Result) float64 { return r.Hours }),
+		Evictions:       int(math.Round(pick(func(r Result) float64 { return float64(r.Evictions) }))),
+		Acquisitions:    int(math.Round(pick(func(r Result) float64 { return float64(r.Acquisitions) }))),
+		StageSwitches:   int(math.Round(pick(func(r Result) float64 { return float64(r.StageSwitches) }))),
+		UpdatesLost:     pick(func(r Result) float64 { return r.UpdatesLost }),
+	}
+}
+
+// Summary writes the one-screen table comparing the policies.
+func (rep *Report) Summary(w io.Writer, policies []string) {
+	what := "one start"
+	if len(rep.Starts) > 1 {
+		what = fmt.Sprintf("medians over %d starts", len(rep.Starts))
+	}
+	fmt.Fprintf(w, "%s market, %.3g updates, %s\n", rep.Market, rep.Updates, what)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "policy\tdollars\tvs on-demand\thours\tevictions\tacquisitions\tstage switches\tupdates lost\t")
+	for _, name := range policies {
+		r := rep.Policies[name]
+		vs := "-"
+		if r.OnDemandDollars > 0 {
+			vs = fmt.Sprintf("%.1f%%", 100*r.Dollars/r.OnDemandDollars)
+		}
+		fmt.Fprintf(tw, "%s\t%.2f\t%s\t%.1f\t%d\t%d\t%d\t%.0f\t\n", name, r.Dollars, vs, r.Hours, r.Evictions, r.Acquisitions, r.StageSwitches, r.UpdatesLost)
+	}
+	tw.Flush()
+	line := func(label string, med, worst *float64) {
+		if med == nil {
+			return
+		}
+		s := fmt.Sprintf("%s: %.3f", label, *med)
+		if worst != nil {
+			s = fmt.Sprintf("%s: median %.3f, worst %.3f", label, *med, *worst)
+		}
+		fmt.Fprintln(w, s)
+	}
+	if len(rep.Runs) > 1 {
+		line("bidbrain/ondemand dollars", rep.BidBrainVsOnDemandMedian, rep.BidBrainVsOnDemandWorst)
+		line("bidbrain/checkpoint dollars", rep.BidBrainVsCheckpointMedian, rep.BidBrainVsCheckpointWorst)
+	} else {
+		line("bidbrain/ondemand dollars", rep.BidBrainVsOnDemand, nil)
+		line("bidbrain/checkpoint dollars", rep.BidBrainVsCheckpoint, nil)
+	}
+	fmt.Fprintf(w, "%s\n", strings.Repeat("-", 20))
+}

@@ -1,0 +1,268 @@
+package replay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/terrace-ml/terrace/internal/market"
+	"github.com/terrace-ml/terrace/internal/market/billing"
+	"github.com/terrace-ml/terrace/internal/market/history"
+	"github.com/terrace-ml/terrace/internal/market/jobsim"
+	"github.com/terrace-ml/terrace/internal/market/policy"
+	"github.com/terrace-ml/terrace/internal/market/rm"
+	"github.com/terrace-ml/terrace/internal/market/trace"
+	"github.com/terrace-ml/terrace/internal/market/traceprov"
+)
+
+// ErrTraceEnded: the trace ended before the job did.
+var ErrTraceEnded = errors.New("the trace ends before the job finishes")
+
+// Config is one replay.
+type Config struct {
+	Prices *trace.Prices
+	// Avail are the preemption traces of a per-second market, assigned
+	// to the markets in turn (market i gets Avail[i mod len]).
+	Avail []*trace.Availability
+	Model billing.Model
+	Cal   jobsim.Calibration
+	// Updates is the job's work.
+	Updates float64
+	// Bid is the checkpoint and tiers policies' fixed bid (0: on-demand).
+	Bid float64
+	// Progress receives a plain line per finished run, and one at most
+	// every Every of wall time within a long run.
+	Progress io.Writer
+	Every    time.Duration
+	// Sample is the trace time between timeline samples (for the plot);
+	// zero keeps no timeline.
+	Sample time.Duration
+	// Estimator is shared between runs of one trace.
+	Estimator *history.Estimator
+}
+
+// Result is what one policy's run from one start cost.
+type Result struct {
+	Policy          string    `json:"-"`
+	Start           time.Time `json:"-"`
+	Dollars         float64   `json:"dollars"`
+	OnDemandDollars float64   `json:"ondemand_dollars"`
+	Hours           float64   `json:"hours"`
+	Evictions       int       `json:"evictions"`
+	Acquisitions    int       `json:"acquisitions"`
+	StageSwitches   int       `json:"stage_switches"`
+	UpdatesLost     float64   `json:"updates_lost"`
+	Timeline        []Sample  `json:"-"`
+}
+
+// Sample is the state of one run at one time.
+type Sample struct {
+	At                  time.Time
+	Reliable, Transient int
+	MeanBid, Price      float64
+	Stage               int
+	Dollars             float64
+}
+
+// mode returns how a policy's job survives losses, and the machines a
+// flat job needs.
+func mode(name string, c jobsim.Calibration) (jobsim.Mode, int) {
+	switch name {
+	case "checkpoint":
+		return jobsim.Flat, c.Machines
+	case "ondemand":
+		return jobsim.Flat, 1
+	}
+	return jobsim.Tiered, 0
+}
+
+func (c Config) policyConfig() policy.Config {
+	flow := jobsim.FlowOf(c.Cal)
+	_, free := c.Model.(billing.Bid2015)
+	return policy.Config{
+		Reference: c.Cal.ReferenceType, Machines: c.Cal.Machines, Reliable: c.Cal.ReliableMachines, Max: c.Cal.MaxMachines,
+		Rate: c.Cal.Rate, Throughput: flow.BestRate, Estimator: c.Estimator,
+		BidEvicts: c.Model.BidEvicts(), Period: c.Model.Period(), FreeIfEvicted: free, Bid: c.Bid,
+		Setup:       seconds(c.Cal.BootSeconds + c.Cal.JoinSeconds),
+		SwitchPause: seconds(c.Cal.SwitchPauseSeconds), Checkpoint: seconds(c.Cal.CheckpointSeconds),
+	}
+}
+
+// Lead is how much of a preemption trace lies before a run's start, as
+// the past its policy sees: two weeks, or half a shorter trace.
+func Lead(a *trace.Availability) time.Duration { return min(14*24*time.Hour, a.End/2) }
+
+// source is what the provider of a run from start replays: the prices,
+// and each preemption trace placed so that Lead of it is past at start.
+func (c Config) source(start time.Time) *history.Source {
+	src := &history.Source{Prices: c.Prices}
+	if len(c.Avail) == 0 {
+		return src
+	}
+	src.Avail = map[market.Market]*history.Timeline{}
+	for i, s := range c.Prices.Series {
+		a := c.Avail[i%len(c.Avail)]
+		src.Avail[s.Market] = history.Place(a, start.Add(-Lead(a)))
+	}
+	return src
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// run is one policy's run from start.
+type run struct {
+	ctx   context.Context
+	cfg   Config
+	name  string
+	start time.Time
+	job   *jobsim.Job
+	prov  *traceprov.Provider
+	mgr   *rm.Manager
+	err   error
+	res   Result
+}
+
+// Run replays policy name from start until the job is done.
+func Run(ctx context.Context, cfg Config, name string, start time.Time) (Result, error) {
+	pol, err := policy.New(name, cfg.policyConfig())
+	if err != nil {
+		return Result{}, err
+	}
+	return runWith(ctx, cfg, pol, start)
+}
+
+func runWith(ctx context.Context, cfg Config, pol rm.Policy, start time.Time) (Result, error) {
+	name := pol.Name()
+	md, need := mode(name, cfg.Cal)
+	r := &run{ctx: ctx, cfg: cfg, name: name, start: start, job: jobsim.New(cfg.Cal, md, need, cfg.Updates, start)}
+	r.prov = traceprov.New(traceprov.Config{Source: cfg.source(start), Model: cfg.Model, Boot: seconds(cfg.Cal.BootSeconds), Start: start, Handler: r.handle})
+	r.mgr = rm.NewManager(r.prov, pol, r.job)
+	r.res = Result{Policy: name, Start: start}
+	if err := r.mgr.Start(ctx); err != nil {
+		return r.res, err
+	}
+	if err := r.loop(ctx); err != nil {
+		return r.res, fmt.Errorf("%s from %s: %w", name, start.Format(time.RFC3339), err)
+	}
+	return r.res, nil
+}
+
+func (r *run) handle(ev market.Event) {
+	if r.err != nil {
+		return
+	}
+	if err := r.job.Handle(ev); err != nil {
+		r.err = err
+		return
+	}
+	r.err = r.mgr.Handle(r.ctx, ev)
+}
+
+func (r *run) loop(ctx context.Context) error {
+	_, end := r.cfg.Prices.Span()
+	nextSample, lastLine := r.start, time.Now()
+	for r.job.Finished().IsZero() {
+		t := earliest(r.prov.Next(), r.job.Next(), r.mgr.Wake())
+		if r.cfg.Sample > 0 && (t.IsZero() || nextSample.Before(t)) {
+			t = nextSample
+		}
+		if t.IsZero() || t.After(end) {
+			return fmt.Errorf("%w (at %s, %.0f%% done)", ErrTraceEnded, end.Format(time.RFC3339), 100*r.job.Status().Done/r.cfg.Updates)
+		}
+		r.job.AdvanceTo(t)
+		if !r.job.Finished().IsZero() {
+			break
+		}
+		r.prov.AdvanceTo(t)
+		if err := r.mgr.Tick(ctx, t); err != nil {
+			return err
+		}
+		if r.err != nil {
+			return r.err
+		}
+		if r.cfg.Sample > 0 && !t.Before(nextSample) {
+			r.sample(ctx, t)
+			nextSample = t.Add(r.cfg.Sample)
+		}
+		if r.cfg.Progress != nil && r.cfg.Every > 0 && time.Since(lastLine) > r.cfg.Every {
+			lastLine = time.Now()
+			st := r.job.Status()
+			fmt.Fprintf(r.cfg.Progress, "replay: %s from %s: %.0f%% of the work at %s\n", r.name, r.start.Format(time.RFC3339), 100*st.Done/st.Total, t.Format(time.RFC3339))
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+	return r.finish(ctx)
+}
+
+func (r *run) finish(ctx context.Context) error {
+	fin := r.job.Finished()
+	r.prov.AdvanceTo(fin)
+	if err := r.mgr.ReleaseAll(ctx); err != nil {
+		return err
+	}
+	// Machines on notice run out their notice and end by the provider.
+	var last time.Time
+	for _, h := range r.mgr.Held() {
+		if h.Deadline.After(last) {
+			last = h.Deadline
+		}
+	}
+	if !last.IsZero() {
+		r.prov.AdvanceTo(last)
+	}
+	bill, err := r.prov.Bill(ctx)
+	if err != nil {
+		return err
+	}
+	c := r.mgr.Counts()
+	r.res.Dollars, r.res.Hours = bill.Dollars, fin.Sub(r.start).Hours()
+	r.res.Evictions, r.res.Acquisitions = c.Evictions, c.Acquisitions
+	r.res.StageSwitches, r.res.UpdatesLost = len(r.job.Switches), r.job.Lost
+	if r.cfg.Sample > 0 {
+		r.sample(ctx, fin)
+	}
+	return nil
+}
+
+func (r *run) sample(ctx context.Context, t time.Time) {
+	s := Sample{At: t, Stage: r.job.Status().Stage}
+	var bids float64
+	for _, h := range r.mgr.Held() {
+		if h.Noticed {
+			continue
+		}
+		if h.Class == market.Reliable {
+			s.Reliable++
+		} else {
+			s.Transient++
+			bids += h.Bid
+		}
+	}
+	if s.Transient > 0 {
+		s.MeanBid = bids / float64(s.Transient)
+	}
+	if b, err := r.prov.Bill(ctx); err == nil {
+		s.Dollars = b.Dollars
+	}
+	v, _ := r.prov.Past(ctx)
+	for _, m := range v.Markets {
+		if p, ok := m.Price(); ok && m.Market.Type == r.cfg.Cal.ReferenceType && (s.Price == 0 || p < s.Price) {
+			s.Price = p
+		}
+	}
+	r.res.Timeline = append(r.res.Timeline, s)
+}
+
+func earliest(ts ...time.Time) time.Time {
+	var out time.Time
+	for _, t := range ts {
+		if !t.IsZero() && (out.IsZero() || t.Before(out)) {
+			out = t
+		}
+	}
+	return out
+}

@@ -1,0 +1,160 @@
+package trace
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Availability is how many of a probed set of machines were available (or
+// still running) over time: Counts[i] holds from Offsets[i] (since the
+// trace's start) until the next offset. Size is the set's size, the most
+// ever available at once.
+type Availability struct {
+	Source  string
+	Offsets []time.Duration
+	Counts  []int
+	Size    int
+	// End is the offset where the trace stops saying anything.
+	End time.Duration
+}
+
+// At returns the count in force at offset d (0 before the start, the last
+// count after the end).
+func (a *Availability) At(d time.Duration) int {
+	i := sort.Search(len(a.Offsets), func(i int) bool { return a.Offsets[i] > d })
+	if i == 0 {
+		return 0
+	}
+	return a.Counts[i-1]
+}
+
+// ReadAvailability reads a preemption or availability trace in either
+// published form: SkyPilot's JSON if it starts with '{', else Bamboo's
+// CSV.
+func ReadAvailability(path string) (*Availability, error) {
+	raw, err := readAll(path)
+	if err != nil {
+		return nil, err
+	}
+	if t := bytes.TrimSpace(raw); len(t) > 0 && t[0] == '{' {
+		return ParseSkyPilot(path, raw)
+	}
+	return ParseBamboo(path, raw)
+}
+
+// ParseBamboo reads Bamboo's (NSDI '23) eviction traces: lines of
+// `ms_timestamp,add|remove,nodeN`, in time order, a node added only while
+// absent and removed only while present.
+func ParseBamboo(source string, raw []byte) (*Availability, error) {
+	a := &Availability{Source: source}
+	present := map[string]bool{}
+	sc := bufio.NewScanner(bytes.NewReader(raw))
+	line, last := 0, int64(-1)
+	for sc.Scan() {
+		line++
+		text := strings.TrimSpace(sc.Text())
+		if text == "" {
+			continue
+		}
+		f := strings.Split(text, ",")
+		if len(f) != 3 {
+			return nil, fmt.Errorf("%s:%d: %q is not ms,add|remove,node: %w", source, line, text, ErrBadRow)
+		}
+		ms, err := strconv.ParseInt(strings.TrimSpace(f[0]), 10, 64)
+		if err != nil || ms < 0 {
+			return nil, fmt.Errorf("%s:%d: time %q is not milliseconds: %w", source, line, f[0], ErrBadRow)
+		}
+		if ms < last {
+			return nil, fmt.Errorf("%s:%d: %d ms after %d ms: %w", source, line, ms, last, ErrUnsorted)
+		}
+		last = ms
+		node := strings.TrimSpace(f[2])
+		switch op := strings.TrimSpace(f[1]); {
+		case node == "":
+			return nil, fmt.Errorf("%s:%d: no node: %w", source, line, ErrBadRow)
+		case op == "add" && !present[node]:
+			present[node] = true
+		case op == "remove" && present[node]:
+			delete(present, node)
+		case op == "add" || op == "remove":
+			return nil, fmt.Errorf("%s:%d: %s %s, which is %s: %w", source, line, op, node, presence(present[node]), ErrBadRow)
+		default:
+			return nil, fmt.Errorf("%s:%d: event %q is neither add nor remove: %w", source, line, op, ErrBadRow)
+		}
+		a.set(time.Duration(ms)*time.Millisecond, len(present))
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s:%d: %w", source, line+1, err)
+	}
+	if len(a.Offsets) == 0 {
+		return nil, fmt.Errorf("%s: no events: %w", source, ErrEmpty)
+	}
+	a.End = a.Offsets[len(a.Offsets)-1]
+	return a, nil
+}
+
+func presence(p bool) string {
+	if p {
+		return "already present"
+	}
+	return "not present"
+}
+
+// set records count n from offset d, folding events at the same instant.
+func (a *Availability) set(d time.Duration, n int) {
+	if k := len(a.Offsets); k > 0 && a.Offsets[k-1] == d {
+		a.Counts[k-1] = n
+	} else if k == 0 || a.Counts[k-1] != n {
+		a.Offsets = append(a.Offsets, d)
+		a.Counts = append(a.Counts, n)
+	}
+	if n > a.Size {
+		a.Size = n
+	}
+}
+
+// ParseSkyPilot reads SkyPilot's spot traces (Can't Be Late, NSDI '24):
+// {"metadata": {"gap_seconds": G}, "data": [n, ...]}, one count a tick of G
+// seconds: the number of instances available (availability traces) or
+// still running (preemption traces). 1 means available: see
+// docs/design/market.md for why that is the sense of the preemption files.
+func ParseSkyPilot(source string, raw []byte) (*Availability, error) {
+	lines := newLineIndex(raw)
+	var doc struct {
+		Metadata struct {
+			GapSeconds *float64 `json:"gap_seconds"`
+		} `json:"metadata"`
+		Data []json.RawMessage `json:"data"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		line := 1
+		if se, ok := err.(*json.SyntaxError); ok {
+			line = lines.line(se.Offset)
+		}
+		return nil, fmt.Errorf("%s:%d: %v: %w", source, line, err, ErrBadRow)
+	}
+	gap := doc.Metadata.GapSeconds
+	if gap == nil || *gap <= 0 || *gap > 1e9 {
+		return nil, fmt.Errorf("%s:%d: metadata.gap_seconds missing or not positive: %w", source, lines.lineOf("gap_seconds"), ErrBadRow)
+	}
+	if len(doc.Data) == 0 {
+		return nil, fmt.Errorf("%s: no data: %w", source, ErrEmpty)
+	}
+	a := &Availability{Source: source}
+	step := time.Duration(*gap * float64(time.Second))
+	for i, v := range doc.Data {
+		n, err := strconv.Atoi(string(v))
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("%s:%d: data[%d] = %s is not a count: %w", source, lines.lineOfNth(i), i, v, ErrBadRow)
+		}
+		a.set(time.Duration(i)*step, n)
+	}
+	a.End = time.Duration(len(doc.Data)) * step
+	return a, nil
+}

@@ -1,0 +1,211 @@
+package trace
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/terrace-ml/terrace/internal/market"
+)
+
+const sharedSpot = "../../../../shared/data/spot"
+
+func TestReadPricesCSV(t *testing.T) {
+	p, err := ReadPrices("testdata/prices.csv", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Series) != 3 {
+		t.Fatalf("%d markets, want 3", len(p.Series))
+	}
+	s, ok := p.Lookup(market.Market{Zone: "us-east-1a", Type: "c3.xlarge"})
+	if !ok || len(s.Points) != 2 || s.OnDemand != 0.21 {
+		t.Fatalf("us-east-1a/c3.xlarge = %+v", s)
+	}
+	at := time.Date(2015, 3, 11, 10, 59, 0, 0, time.UTC)
+	if v, ok := s.At(at); !ok || v != 0.04 {
+		t.Errorf("price at 10:59 = %v, %v; want 0.04", v, ok)
+	}
+	if _, ok := s.At(at.Add(-2 * time.Hour)); ok {
+		t.Error("a price before the first point")
+	}
+	if err := p.SetOnDemand(nil); !errors.Is(err, ErrNoOnDemand) || !strings.Contains(err.Error(), "m3.medium") {
+		t.Errorf("m3.medium has no on-demand price, got %v", err)
+	}
+	if err := p.SetOnDemand(map[string]float64{"m3.medium": 0.067}); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestReadPricesJSON(t *testing.T) {
+	p, err := ReadPrices("testdata/prices.json", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := p.Series[0]
+	if len(p.Series) != 1 || len(s.Points) != 2 || s.Points[0].Price != 0.04 || s.Product != "Linux/UNIX" {
+		t.Fatalf("got %+v", s)
+	}
+	if !s.Points[0].At.Before(s.Points[1].At) {
+		t.Error("AWS's newest-first order was not sorted")
+	}
+}
+
+// TestPricesCorrupt is the corruption table: every bad input fails with
+// the file and line of the bad row and the right sentinel.
+func TestPricesCorrupt(t *testing.T) {
+	const head = "timestamp,region,availability_zone,instance_type,product_description,spot_price_usd,ondemand_price_usd\n"
+	const good = "2015-03-11 10:00:00+00:00,us-east-1,us-east-1a,c3.xlarge,Linux,0.04,0.21\n"
+	entry := func(price, ts string) string {
+		return `{"AvailabilityZone":"z","InstanceType":"t","ProductDescription":"Linux/UNIX","SpotPrice":"` + price + `","Timestamp":"` + ts + `"}`
+	}
+	cases := []struct {
+		name, body, where string
+		want              error
+	}{
+		{"empty file", "", "", ErrEmpty},
+		{"header only", head, "", ErrEmpty},
+		{"missing column", "timestamp,availability_zone\n", ":1:", ErrBadRow},
+		{"short row", head + good + "2015-03-11,us-east-1\n", ":3:", ErrBadRow},
+		{"bad time", head + strings.Replace(good, "2015-03-11 10", "yesterday 10", 1), ":2:", ErrBadRow},
+		{"bad price", head + strings.Replace(good, "0.04", "cheap", 1), ":2:", ErrBadRow},
+		{"negative price", head + strings.Replace(good, "0.04", "-0.04", 1), ":2:", ErrBadRow},
+		{"NaN price", head + strings.Replace(good, "0.04", "NaN", 1), ":2:", ErrBadRow},
+		{"unsorted", head + good + strings.Replace(good, "10:00", "09:00", 1), ":3:", ErrUnsorted},
+		{"on-demand changes", head + good + strings.Replace(good, "0.21", "0.22", 1), ":3:", ErrBadRow},
+		{"two products", head + good + strings.Replace(good, "Linux", "Windows", 1), ":3:", ErrBadRow},
+		{"json empty", "{}", "", ErrEmpty},
+		{"json not a list", `{"SpotPriceHistory": 3}`, ":1:", ErrBadRow},
+		{"json price not a string", "{\"SpotPriceHistory\": [\n" + strings.Replace(entry("0.1", "2015-03-11T10:00:00Z"), `"0.1"`, "0.1", 1) + "]}", ":2:", ErrBadRow},
+		{"json bad price", "{\"SpotPriceHistory\": [\n" + entry("0.1", "2015-03-11T10:00:00Z") + ",\n" + entry("x", "2015-03-11T10:00:00Z") + "]}", ":3:", ErrBadRow},
+		{"json bad time", "{\"SpotPriceHistory\": [\n" + entry("0.1", "noon") + "]}", ":2:", ErrBadRow},
+		{"json truncated", "{\"SpotPriceHistory\": [\n" + entry("0.1", "2015-03-11T10:00:00Z")[:40], ":2:", ErrBadRow},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "p")
+			if err := os.WriteFile(path, []byte(c.body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, err := ReadPrices(path, "")
+			if !errors.Is(err, c.want) {
+				t.Fatalf("got %v, want %v", err, c.want)
+			}
+			if !strings.Contains(err.Error(), path+c.where) {
+				t.Errorf("error %q does not name %s%s", err, path, c.where)
+			}
+		})
+	}
+}
+
+func TestParseOnDemand(t *testing.T) {
+	got, err := ParseOnDemand("c3.xlarge=0.21, r3.large=0.175")
+	if err != nil || got["c3.xlarge"] != 0.21 || got["r3.large"] != 0.175 {
+		t.Fatalf("got %v, %v", got, err)
+	}
+	for _, bad := range []string{"c3.xlarge", "=0.2", "c3.xlarge=-1", "c3.xlarge=0", "c3.xlarge=x"} {
+		if _, err := ParseOnDemand(bad); !errors.Is(err, ErrBadRow) || !strings.Contains(err.Error(), "--ondemand-prices") {
+			t.Errorf("%q: got %v", bad, err)
+		}
+	}
+}
+
+func TestBamboo(t *testing.T) {
+	a, err := ReadAvailability("testdata/p3-trace.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Size != 32 || a.At(0) != 18 || a.At(time.Minute) != 19 {
+		t.Errorf("size %d, at 0 %d, at 1 min %d; want 32, 18, 19", a.Size, a.At(0), a.At(time.Minute))
+	}
+	if _, err := ReadAvailability("testdata/g4dn-trace.csv"); err != nil {
+		t.Error(err)
+	}
+	cases := []struct {
+		name, body, where string
+		want              error
+	}{
+		{"empty", "", "", ErrEmpty},
+		{"fields", "0,add\n", ":1:", ErrBadRow},
+		{"time", "soon,add,node1\n", ":1:", ErrBadRow},
+		{"negative", "-5,add,node1\n", ":1:", ErrBadRow},
+		{"unsorted", "10,add,node1\n5,add,node2\n", ":2:", ErrUnsorted},
+		{"remove absent", "0,add,node1\n1,remove,node2\n", ":2:", ErrBadRow},
+		{"add twice", "0,add,node1\n1,add,node1\n", ":2:", ErrBadRow},
+		{"kind", "0,evict,node1\n", ":1:", ErrBadRow},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := ParseBamboo("b.csv", []byte(c.body))
+			if !errors.Is(err, c.want) || !strings.Contains(err.Error(), "b.csv"+c.where) {
+				t.Fatalf("got %v, want %v at b.csv%s", err, c.want, c.where)
+			}
+		})
+	}
+}
+
+func TestSkyPilot(t *testing.T) {
+	a, err := ReadAvailability("testdata/sky.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Size != 1 || a.At(0) != 0 || a.At(90*time.Second) != 1 || a.At(4*time.Minute) != 0 || a.End != 7*time.Minute {
+		t.Errorf("got %+v", a)
+	}
+	cases := []struct {
+		name, body, where string
+		want              error
+	}{
+		{"no data", `{"metadata":{"gap_seconds":60},"data":[]}`, "", ErrEmpty},
+		{"no gap", `{"metadata":{},"data":[1]}`, ":1:", ErrBadRow},
+		{"zero gap", `{"metadata":{"gap_seconds":0},"data":[1]}`, ":1:", ErrBadRow},
+		{"negative count", "{\"metadata\":{\"gap_seconds\":60},\"data\":[\n1,\n-1]}", ":3:", ErrBadRow},
+		{"fraction", "{\"metadata\":{\"gap_seconds\":60},\"data\":[\n1,\n0.5]}", ":3:", ErrBadRow},
+		{"syntax", "{\"metadata\":{\"gap_seconds\":60},\n\"data\":[1,}", ":2:", ErrBadRow},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := ParseSkyPilot("s.json", []byte(c.body))
+			if !errors.Is(err, c.want) || !strings.Contains(err.Error(), "s.json"+c.where) {
+				t.Fatalf("got %v, want %v at s.json%s", err, c.want, c.where)
+			}
+		})
+	}
+}
+
+// TestSharedTraces reads the published traces in ../shared/data/spot.
+func TestSharedTraces(t *testing.T) {
+	csv := filepath.Join(sharedSpot, "aws_spot_us-east-1_2015-03_to_2015-08.csv.gz")
+	if _, err := os.Stat(csv); err != nil {
+		t.Skipf("shared spot traces absent (%v): they are not shipped with the repository", err)
+	}
+	if testing.Short() {
+		t.Skip("-short: the 2015 trace takes a second to read")
+	}
+	p, err := ReadPrices(csv, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, s := range p.Series {
+		n += len(s.Points)
+		if s.OnDemand <= 0 {
+			t.Errorf("%s has no on-demand price", s.Market)
+		}
+	}
+	if len(p.Series) != 15 || n != 274099 {
+		t.Errorf("%d markets, %d changes; want 15, 274099", len(p.Series), n)
+	}
+	files, _ := filepath.Glob(filepath.Join(sharedSpot, "skypilot", "*", "*", "*", "*.json"))
+	if len(files) < 30 {
+		t.Fatalf("found %d SkyPilot files", len(files))
+	}
+	for _, f := range files {
+		if _, err := ReadAvailability(f); err != nil {
+			t.Error(err)
+		}
+	}
+}
