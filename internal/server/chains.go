@@ -85,7 +85,6 @@ func (ch chains) groups(t *tableState, ks keyspace.Keys) map[string]*group {
 	return groups
 }
 
-
 func contains(ps []ring.Server, id string) bool {
 	for _, p := range ps {
 		if p.ID == id {
