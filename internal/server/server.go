@@ -121,6 +121,9 @@ type Server struct {
 	done    chan struct{}
 	stats   counters
 	handoff handoffCounters
+	// onDurable, when set (by tests), is told of every confirmation a
+	// stream takes, with the stream's durability watermark after it.
+	onDurable func(peer string, durable uint64)
 }
 
 type tableState struct {

@@ -212,9 +212,13 @@ func (st *stream) reply(err error) {
 	r := st.r
 	r.mu.Lock()
 	release := r.q.confirmed(sr.round)
+	durable, _ := r.q.durable()
 	r.mu.Unlock()
 	for _, w := range release {
 		w(nil)
+	}
+	if f := r.s.onDurable; f != nil {
+		f(r.peer.ID, durable)
 	}
 }
 
