@@ -73,7 +73,9 @@ func (b *builder) entry(e entry) {
 // message is full.
 func (b *builder) add(st wire.State) {
 	b.cur.States = append(b.cur.States, st)
-	b.in = keyspace.Union(b.in, stateKeys(st).Slots())
+	for sp := range stateKeys(st).Spans() {
+		b.in.Add(sp.Slot) // in increasing order within an item: appends
+	}
 	b.size += 4 * len(st.Floats)
 	if b.size >= maxReplicateFrame {
 		b.claim()
