@@ -224,6 +224,7 @@ func (s *Server) applyNow(c *conn, rq request, all, ks keyspace.Keys, vals []flo
 func (s *Server) applyPush(t *tableState, ks keyspace.Keys, vals []float32, client, seq uint64) int {
 	refused := 0
 	if ks.Len() > 0 {
+		s.applies.Add(1) // before the store changes: see nextRound
 		refused = push(t.store, ks, vals, t.spec.Width)
 		s.stats.refused.Add(int64(refused))
 	}

@@ -92,6 +92,11 @@ type Server struct {
 	ckptSeq, restoredSeq uint64
 	lastRebuild          chan struct{} // closed when the newest rebuild is done
 
+	// applies counts the pushes that started changing the store, so that
+	// a replicator can tell whether any did while it read a round's state
+	// (replicator.nextRound).
+	applies atomic.Uint64
+
 	// clockMu guards cons, the clocks and BSP deferral.
 	clockMu sync.Mutex
 	cons    consistency[func(), *bspPush]

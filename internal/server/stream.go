@@ -297,6 +297,7 @@ func (r *replicator) nextRound() (plan, []wire.Replicate) {
 	for {
 		s.applyMu.Lock()
 		v := s.view()
+		applies := s.applies.Load()
 		r.mu.Lock()
 		p := r.q.take(0, true, v.headsEntry, v.changes)
 		r.mu.Unlock()
@@ -305,6 +306,10 @@ func (r *replicator) nextRound() (plan, []wire.Replicate) {
 			return p, nil
 		}
 		msgs := s.build(p.send)
+		if s.applies.Load() == applies && s.view().gen == v.gen {
+			// No push changed the store while the state was read.
+			return p, msgs
+		}
 		s.applyMu.Lock()
 		if s.view().gen != v.gen {
 			// A layout was installed while the state was read: plan again
