@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/terrace-ml/terrace/internal/dataplane/wire"
 	"github.com/terrace-ml/terrace/internal/placement/layout"
 	"github.com/terrace-ml/terrace/internal/placement/ring"
 	"github.com/terrace-ml/terrace/keyspace"
@@ -79,5 +80,51 @@ func TestReplicationToAMutePeerGivesUp(t *testing.T) {
 	case err := <-acked:
 		t.Fatalf("a push to a peer that confirmed nothing was acknowledged (%v)", err)
 	default:
+	}
+}
+
+// TestRoundReadsStateWhilePushesGoOn: a replicator reading a round's state
+// does not hold pushes back, and a push applied meanwhile (whose effect the
+// state read may carry) joins the round with its pair and its key read
+// again, so that the peer never holds an effect without its pair.
+func TestRoundReadsStateWhilePushesGoOn(t *testing.T) {
+	s, key := headOf(t, "127.0.0.1:1")
+	tb := s.tables[1]
+	pushOne := func(k uint64, seq uint64) {
+		all := keyspace.KeyList([]uint64{k})
+		s.applyPush(tb, all, []float32{1, 1}, 7, seq)
+		if after := s.replicate(tb, all, wire.Pair{Client: 7, Seq: seq, Table: 1}, func(error) {}); after != nil {
+			defer after()
+		}
+		s.applyMu.RUnlock()
+	}
+	s.applyMu.RLock()
+	pushOne(key, 1)
+	r := s.repl["b"]
+	s.onRoundRead = func() {
+		s.onRoundRead = nil
+		if !s.applyMu.TryRLock() {
+			t.Fatal("a push waits while a replicator reads a round's state")
+		}
+		pushOne(key+1, 2)
+	}
+	p, msgs := r.nextRound()
+	if len(p.send) != 2 {
+		t.Fatalf("round of %d batches, want the first push's and the one applied while it was read", len(p.send))
+	}
+	var pairs []uint64
+	read := map[uint64]float32{}
+	for _, m := range msgs {
+		for _, pr := range m.Pairs {
+			pairs = append(pairs, pr.Seq)
+		}
+		for _, st := range m.States {
+			for i, k := range st.Keys {
+				read[k] = st.Floats[i*int(st.Stride)]
+			}
+		}
+	}
+	if len(pairs) != 2 || read[key+1] == 0 {
+		t.Fatalf("round carries pairs %v and state %v; want both pushes' pairs and the second push's effect", pairs, read)
 	}
 }

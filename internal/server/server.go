@@ -129,6 +129,9 @@ type Server struct {
 	// onDurable, when set (by tests), is told of every confirmation a
 	// stream takes, with the stream's durability watermark after it.
 	onDurable func(peer string, durable uint64)
+	// onRoundRead, when set (by tests), runs as a replicator starts reading
+	// a round's state.
+	onRoundRead func()
 }
 
 type tableState struct {

@@ -305,6 +305,9 @@ func (r *replicator) nextRound() (plan, []wire.Replicate) {
 		if len(p.send) == 0 {
 			return p, nil
 		}
+		if s.onRoundRead != nil {
+			s.onRoundRead()
+		}
 		msgs := s.build(p.send)
 		if s.applies.Load() == applies && s.view().gen == v.gen {
 			// No push changed the store while the state was read.
