@@ -79,8 +79,10 @@ func (s *Server) install(l *layout.Layout, rm *ring.Map, ch chains) (installed, 
 			}
 		}
 	}
+	if old := s.chains; old.ring == nil || changed(old, ch) {
+		s.gen++
+	}
 	s.lay, s.ring, s.me, s.chains = l, rm, me, ch
-	s.gen++
 	s.pairMu.Lock()
 	a.took = s.held.takeOver(&s.dedup, s.tables, rm, me)
 	s.pairMu.Unlock()

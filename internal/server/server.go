@@ -87,7 +87,9 @@ type Server struct {
 	// changes lists the chain changes this server has installed (sync.go);
 	// appended with applyMu held too.
 	changes []chainsChange
-	// gen counts the layouts installed.
+	// gen counts the layouts installed that changed the chains (a layout
+	// may change only its workers, say): a round planned under one gen is
+	// still right under the same gen.
 	gen                  uint64
 	ckptSeq, restoredSeq uint64
 	lastRebuild          chan struct{} // closed when the newest rebuild is done
