@@ -335,11 +335,9 @@ func (c *Client) Tick() *Future { return c.sendClock(c.clock.Add(1)) }
 // Finish tells the servers that this worker will send no more clocks, so
 // that it no longer holds back workers that go on.
 func (c *Client) Finish() *Future {
-	c.clock.Store(finished)
-	return c.sendClock(finished)
+	c.clock.Store(wire.ClockFinished)
+	return c.sendClock(wire.ClockFinished)
 }
-
-const finished = 1<<63 - 1
 
 // sendClockOn tells a server newly connected to (a joiner, or one whose
 // connection broke) this worker's clock: the clocks sent while it was not

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -21,8 +22,8 @@ func partDir(dir, id string) string { return filepath.Join(dir, "servers", id) }
 func tableFile(id uint32) string { return "t" + strconv.FormatUint(uint64(id), 10) }
 
 // checkpointTo writes this server's part of checkpoint ck and reports.
-func (s *Server) checkpointTo(ck layout.Checkpoint) {
-	err := s.writeCheckpoint(ck)
+func (s *Server) checkpointTo(ctx context.Context, ck layout.Checkpoint) {
+	err := s.writeCheckpoint(ctx, ck)
 	if err != nil {
 		s.log.Warn("checkpoint failed", "seq", ck.Seq, "err", err)
 	}
@@ -31,13 +32,9 @@ func (s *Server) checkpointTo(ck layout.Checkpoint) {
 	}
 }
 
-func (s *Server) writeCheckpoint(ck layout.Checkpoint) error {
+func (s *Server) writeCheckpoint(ctx context.Context, ck layout.Checkpoint) error {
 	s.mu.RLock()
 	rm := s.ring
-	tables := make([]*tableState, 0, len(s.tables))
-	for _, t := range s.tables {
-		tables = append(tables, t)
-	}
 	s.mu.RUnlock()
 	me := rm.Index(s.opts.ID)
 	w, err := checkpoint.Create(partDir(ck.Dir, s.opts.ID), ck.Seq)
@@ -45,28 +42,39 @@ func (s *Server) writeCheckpoint(ck layout.Checkpoint) error {
 		return err
 	}
 	defer w.Abort()
-	ctx := context.Background()
-	for _, t := range tables {
+	heads := bySlot(func(sl uint64) bool { return rm.SlotOwner(sl) == me })
+	for _, t := range s.tableList() {
 		_, err := w.WriteTable(ctx, tableFile(t.id), t.spec, func(fn func(uint64, []float32, [][]float32) bool) {
 			t.store.Range(0, ^uint64(0), func(k uint64, v []float32, st [][]float32) bool {
-				if rm.SlotOwner(keyspace.Slot(k)) != me {
-					return true
-				}
-				return fn(k, v, st)
+				return !heads(k) || fn(k, v, st)
 			})
 		})
 		if err != nil {
 			return fmt.Errorf("checkpoint %d: table %q: %w", ck.Seq, t.spec.Name, err)
 		}
 	}
-	_, err = w.Commit(checkpoint.Meta{Epoch: uint64(ck.Epoch)})
+	// layout.Checkpoint.Epoch is the coordinator's count of finished
+	// training passes (its name predates "pass"), not a layout epoch.
+	_, err = w.Commit(checkpoint.Meta{Epoch: rm.Epoch, Pass: ck.Epoch})
 	return err
+}
+
+// bySlot returns in as a test of keys, asking once per slot of a walk in
+// key order.
+func bySlot(in func(slot uint64) bool) func(key uint64) bool {
+	last, ok := ^uint64(0), false
+	return func(k uint64) bool {
+		if sl := keyspace.Slot(k); sl != last {
+			last, ok = sl, in(sl)
+		}
+		return ok
+	}
 }
 
 // restoreFrom loads, from every part of checkpoint ck, the keys of the
 // slots this server holds (as head or along a chain) and reports.
-func (s *Server) restoreFrom(ck layout.Checkpoint, ch chains) {
-	n, err := s.restore(ck, ch)
+func (s *Server) restoreFrom(ctx context.Context, ck layout.Checkpoint, ch chains) {
+	n, err := s.restore(ctx, ck, ch)
 	if err != nil {
 		s.log.Warn("restore failed", "seq", ck.Seq, "err", err)
 	} else {
@@ -77,20 +85,14 @@ func (s *Server) restoreFrom(ck layout.Checkpoint, ch chains) {
 	}
 }
 
-func (s *Server) restore(ck layout.Checkpoint, ch chains) (int, error) {
+func (s *Server) restore(ctx context.Context, ck layout.Checkpoint, ch chains) (int, error) {
 	me := ch.final.Index(s.opts.ID)
-	holds := func(sl uint64, scratch []int) ([]int, bool) {
-		scratch = ch.final.Chain(sl, ch.k, scratch)
-		for _, i := range scratch {
-			if i == me {
-				return scratch, true
-			}
-		}
-		return scratch, false
-	}
-	ctx := context.Background()
-	n := 0
 	var scratch []int
+	holds := bySlot(func(sl uint64) bool {
+		scratch = ch.final.Chain(sl, ch.k, scratch)
+		return slices.Contains(scratch, me)
+	})
+	n := 0
 	for _, id := range ck.Servers {
 		c, err := checkpoint.Open(ctx, partDir(ck.Dir, id), ck.Seq)
 		if err != nil {
@@ -108,8 +110,7 @@ func (s *Server) restore(ck layout.Checkpoint, ch chains) (int, error) {
 				return n, fmt.Errorf("checkpoint %d: table %d is not in the layout as it was written", ck.Seq, tid)
 			}
 			err = c.ReadTable(ctx, fi.Name, func(k uint64, v []float32, st [][]float32) error {
-				var ok bool
-				if scratch, ok = holds(keyspace.Slot(k), scratch); ok {
+				if holds(k) {
 					t.store.Load(k, v, st)
 					n++
 				}

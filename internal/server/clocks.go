@@ -1,76 +1,64 @@
 package server
 
 import (
-	"math"
-	"sync"
+	"cmp"
+	"slices"
 
 	"github.com/terrace-ml/terrace/internal/dataplane/wire"
 )
 
-// Finished is the clock a worker sends when it has no more work: it then no
-// longer holds back the others.
-const Finished = math.MaxInt64
-
-// clocks tracks each worker's clock and the pulls that wait for the slowest
-// one. It is the whole of the server's consistency logic apart from BSP's
-// deferred application of pushes (see bsp.go).
-type clocks struct {
-	// advancing serialises advance, the flush of deferred pushes, and
-	// publish, so that a read never sees a minimum whose pushes are not
-	// all applied.
-	advancing sync.Mutex
-	mu        sync.Mutex
-	clock     []int64
-	min       int64
+// consistency is the server's consistency core: every worker's clock, the
+// minimum that reads see, the reads parked until it moves (W), and the BSP
+// pushes deferred until their clock completes (P). It does no I/O, takes
+// no lock and runs nothing: its driver (Server.advanceClock) applies the
+// pushes a flush returns, outside any lock, and reports them applied
+// before the minimum moves, so that a read never sees a minimum whose
+// pushes are not all applied.
+type consistency[W, P any] struct {
+	clock []int64
+	min   int64
 	// floor is the highest minimum published while some worker was
 	// counted at a real clock (not idle, not finished): where a worker
 	// that starts counting again is counted from.
 	floor   int64
-	waiters []waiter
+	waiters []parked[W]
+	bsp     bspQueue[P]
+	// flushing: a flush is out with a driver; until it reports back, the
+	// minimum does not move and no other flush starts, so one flush's
+	// pushes are all applied before a later flush's.
+	flushing bool
 }
 
-type waiter struct {
+type parked[W any] struct {
 	need int64
-	run  func()
+	w    W
 }
 
-func (c *clocks) resize(workers int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.clock) >= workers {
-		return
-	}
-	// A new worker is counted from the published minimum (floor): reads already
-	// answered did not wait for it, so its pushes from then on must count
-	// as of that clock or later. It learns so in the reply to its first
-	// clock message (wire.ClockReplySize) before it pushes.
+// flush is the BSP pushes a driver must apply, in order, before the
+// minimum moves to upTo (consistency.flushed).
+type flush[P any] struct {
+	upTo int64
+	due  []P
+}
+
+func (c *consistency[W, P]) resize(workers int) {
+	// A new worker is counted from the published minimum (floor): reads
+	// already answered did not wait for it, so its pushes from then on must
+	// count as of that clock or later. It learns so in the reply to its
+	// first clock message (wire.ClockReplySize) before it pushes.
 	for len(c.clock) < workers {
 		c.clock = append(c.clock, c.floor)
 	}
 	c.min = min(c.min, c.floor)
 }
 
-// lower makes m the published minimum when it is below a minimum of idle
-// or finished workers only: a worker counted again (back from waiting for
-// work) is counted from the floor, so reads answered meanwhile stay right
-// and reads from now on wait for it.
-func (c *clocks) lower(m int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.min >= wire.ClockIdle && m < c.min {
-		c.min = m
-	}
-}
-
-// advance records that worker reached clock v and returns the minimum over
-// all workers and the clock the worker is now counted at. The minimum that
-// reads see moves only with publish, so that the server can apply BSP's
-// deferred pushes in between.
-func (c *clocks) advance(worker int, v int64) (newMin, counted int64, ok bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+// advance records that worker reached clock v and returns the clock the
+// worker is now counted at, and the flush the new minimum calls for (nil
+// if none, or if a flush is out already: its driver finds the new minimum
+// when it reports back).
+func (c *consistency[W, P]) advance(worker int, v int64) (counted int64, f *flush[P], ok bool) {
 	if worker < 0 || worker >= len(c.clock) {
-		return 0, 0, false
+		return 0, nil, false
 	}
 	cur := c.clock[worker]
 	if cur == wire.ClockIdle && v != wire.ClockIdle {
@@ -79,73 +67,145 @@ func (c *clocks) advance(worker int, v int64) (newMin, counted int64, ok bool) {
 		cur = c.floor
 	}
 	c.clock[worker] = max(cur, v)
-	m := int64(Finished)
+	return c.clock[worker], c.next(), true
+}
+
+// next starts the flush that the workers' clocks call for, or lowers the
+// minimum when it is one of idle or finished workers only and a worker is
+// counted again (from the floor, so reads answered meanwhile stay right and
+// reads from now on wait for it).
+func (c *consistency[W, P]) next() *flush[P] {
+	if c.flushing {
+		return nil
+	}
+	m := c.lowest()
+	if m <= c.min {
+		if c.min >= wire.ClockIdle && m < c.min {
+			c.min = m
+		}
+		return nil
+	}
+	c.flushing = true
+	return &flush[P]{upTo: m, due: c.bsp.take(m)}
+}
+
+func (c *consistency[W, P]) lowest() int64 {
+	m := int64(wire.ClockFinished)
 	for _, x := range c.clock {
 		m = min(m, x)
 	}
-	return m, c.clock[worker], true
+	return m
 }
 
-// of returns worker's clock as this server knows it.
-func (c *clocks) of(worker int) int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+// flushed publishes f's minimum once its pushes are applied, and returns
+// the reads it releases (for the driver to answer) and the next flush.
+func (c *consistency[W, P]) flushed(f *flush[P]) (ready []W, next *flush[P]) {
+	c.flushing = false
+	if f.upTo > c.min {
+		c.min = f.upTo
+		if f.upTo < wire.ClockIdle {
+			c.floor = f.upTo
+		}
+		keep := c.waiters[:0]
+		for _, p := range c.waiters {
+			if p.need <= c.min {
+				ready = append(ready, p.w)
+			} else {
+				keep = append(keep, p)
+			}
+		}
+		clear(c.waiters[len(keep):])
+		c.waiters = keep
+	}
+	return ready, c.next()
+}
+
+// park returns true if every worker has reached need, and otherwise parks
+// w until then.
+func (c *consistency[W, P]) park(need int64, w W) bool {
+	if need <= c.min {
+		return true
+	}
+	c.waiters = append(c.waiters, parked[W]{need, w})
+	return false
+}
+
+// defer holds BSP push p until clock completes, or reports false if the
+// push is due already (the caller applies it at once: waiting for the next
+// flush could wait for a clock that this very push's acknowledgement holds
+// back).
+func (c *consistency[W, P]) deferPush(clock int64, worker uint32, p P) bool {
+	if clock < c.min {
+		return false
+	}
+	return c.bsp.add(clock, worker, p)
+}
+
+// of returns worker's clock as this server counts it.
+func (c *consistency[W, P]) of(worker int) int64 {
 	if worker < 0 || worker >= len(c.clock) {
 		return 0
 	}
 	return c.clock[worker]
 }
 
-// publish makes m the minimum that reads wait for and returns the waiters
-// it releases, which the caller runs.
-func (c *clocks) publish(m int64) (ready []func()) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if m <= c.min {
-		return nil
-	}
-	c.min = m
-	if m < wire.ClockIdle {
-		c.floor = m
-	}
-	keep := c.waiters[:0]
-	for _, w := range c.waiters {
-		if w.need <= c.min {
-			ready = append(ready, w.run)
-		} else {
-			keep = append(keep, w)
-		}
-	}
-	clear(c.waiters[len(keep):])
-	c.waiters = keep
-	return ready
-}
-
-// when runs fn at once if every worker has reached need, and otherwise
-// parks it until then. It reports whether fn ran now.
-func (c *clocks) when(need int64, fn func()) bool {
-	c.mu.Lock()
-	if need <= c.min {
-		c.mu.Unlock()
-		fn()
-		return true
-	}
-	c.waiters = append(c.waiters, waiter{need, fn})
-	c.mu.Unlock()
-	return false
-}
-
-func (c *clocks) minimum() int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.min
-}
-
-// dropWaiters abandons parked pulls (on shutdown), running none.
-func (c *clocks) dropWaiters() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+// dropWaiters abandons parked reads (on shutdown), answering none.
+func (c *consistency[W, P]) dropWaiters() int {
 	n := len(c.waiters)
 	c.waiters = nil
 	return n
+}
+
+// bspQueue holds BSP pushes until every worker has finished the clock they
+// belong to, and gives them out in (clock, worker, arrival) order. Float
+// addition is not associative, so applying in arrival order would make a
+// BSP run's result depend on network timing; this order makes it depend on
+// nothing but the data.
+type bspQueue[P any] struct {
+	pending []pendingPush[P]
+	seq     uint64
+	flushed int64 // every clock below it has been taken
+}
+
+type pendingPush[P any] struct {
+	clock  int64
+	worker uint32
+	seq    uint64
+	p      P
+}
+
+func (q *bspQueue[P]) add(clock int64, worker uint32, p P) bool {
+	if clock < q.flushed {
+		return false
+	}
+	q.seq++
+	q.pending = append(q.pending, pendingPush[P]{clock, worker, q.seq, p})
+	return true
+}
+
+// take returns, in order, every pending push of a clock below upTo.
+func (q *bspQueue[P]) take(upTo int64) []P {
+	q.flushed = max(q.flushed, upTo)
+	var due []pendingPush[P]
+	keep := q.pending[:0]
+	for _, p := range q.pending {
+		if p.clock < upTo {
+			due = append(due, p)
+		} else {
+			keep = append(keep, p)
+		}
+	}
+	clear(q.pending[len(keep):])
+	q.pending = keep
+	slices.SortFunc(due, func(a, b pendingPush[P]) int {
+		return cmp.Or(cmp.Compare(a.clock, b.clock), cmp.Compare(a.worker, b.worker), cmp.Compare(a.seq, b.seq))
+	})
+	if len(due) == 0 {
+		return nil
+	}
+	out := make([]P, len(due))
+	for i, p := range due {
+		out[i] = p.p
+	}
+	return out
 }

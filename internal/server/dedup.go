@@ -1,8 +1,6 @@
 package server
 
 import (
-	"sync"
-
 	"github.com/terrace-ml/terrace/internal/dataplane/wire"
 	"github.com/terrace-ml/terrace/keyspace"
 )
@@ -19,8 +17,11 @@ import (
 // carries the pairs scoped to the slots of its state. A head that answers a
 // re-sent part skips the keys in the scope of the part's own pair or of an
 // ancestor's, and applies the others.
+//
+// dedup is part of the server's core: it takes no lock (Server.pairMu
+// guards it) and does no I/O. The channels it hands out are signals its
+// driver waits on: it closes them as pushes are applied or made durable.
 type dedup struct {
-	mu      sync.Mutex
 	clients map[uint64]*seen
 }
 
@@ -62,8 +63,6 @@ func (d *dedup) get(client uint64) *seen {
 // applied (the caller applies the rest and then calls applied), and forgets
 // pairs below the client's acknowledged watermark.
 func (d *dedup) check(client, seq, acked uint64, table uint32, ancestors []uint64) (held scope, wait []chan struct{}) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	c := d.get(client)
 	c.prune(acked)
 	merge := func(a uint64) {
@@ -91,8 +90,6 @@ func (d *dedup) check(client, seq, acked uint64, table uint32, ancestors []uint6
 // applied (a BSP push this server takes over from a failed head), and
 // returns the channel to close once it is durable (see scope.durable).
 func (d *dedup) hold(client, seq, acked uint64, table uint32, slots keyspace.SlotSet) chan struct{} {
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	c := d.get(client)
 	c.prune(acked)
 	s := c.set[seq]
@@ -111,8 +108,6 @@ func (d *dedup) hold(client, seq, acked uint64, table uint32, slots keyspace.Slo
 // deferring marks the push check returned for as a BSP push held until its
 // clock completes, and returns the channel to close once it is durable.
 func (d *dedup) deferring(client, seq uint64) chan struct{} {
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	c := d.get(client)
 	s := c.set[seq]
 	s.durable = make(chan struct{})
@@ -122,8 +117,6 @@ func (d *dedup) deferring(client, seq uint64) chan struct{} {
 
 // applied records that the push check returned for has been applied.
 func (d *dedup) applied(client, seq uint64) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	c := d.get(client)
 	if s, ok := c.set[seq]; ok && s.applying != nil {
 		close(s.applying)
@@ -136,8 +129,6 @@ func (d *dedup) applied(client, seq uint64) {
 // abandon forgets (client, seq), which check recorded but which was not
 // applied after all (the server stopped heading its keys first).
 func (d *dedup) abandon(client, seq uint64) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	c := d.get(client)
 	if s, ok := c.set[seq]; ok {
 		if s.applying != nil {
@@ -150,8 +141,6 @@ func (d *dedup) abandon(client, seq uint64) {
 // drop forgets every pair's effect in slots of table: a full copy of those
 // slots replaces their state, and brings the pairs it holds.
 func (d *dedup) drop(table uint32, slots keyspace.SlotSet) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	for _, c := range d.clients {
 		for seq, s := range c.set {
 			if s.table != table || (!s.all && !keyspace.Overlaps(s.slots, slots)) {
@@ -180,8 +169,6 @@ func (c *seen) lookup(seq uint64) scope {
 // add records that this server holds the effect of (client, seq), a push
 // to table, in slots, and forgets the client's pairs below acked.
 func (d *dedup) add(client, seq, acked uint64, table uint32, slots keyspace.SlotSet) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	c := d.get(client)
 	c.prune(acked)
 	if seq < c.low {
@@ -199,8 +186,6 @@ func (d *dedup) add(client, seq, acked uint64, table uint32, slots keyspace.Slot
 // to the slots of within where it holds them: what a copy of those slots'
 // state, read after this call, may claim.
 func (d *dedup) scoped(table uint32, within keyspace.SlotSet) []wire.Pair {
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	var out []wire.Pair
 	for client, c := range d.clients {
 		for seq, s := range c.set {

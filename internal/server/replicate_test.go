@@ -1,51 +1,130 @@
 package server
 
 import (
+	"context"
 	"io"
 	"net"
 	"testing"
 	"time"
 
 	"github.com/terrace-ml/terrace/internal/dataplane/wire"
+	"github.com/terrace-ml/terrace/internal/placement/layout"
 	"github.com/terrace-ml/terrace/internal/placement/ring"
+	"github.com/terrace-ml/terrace/keyspace"
 )
+
+// headOf configures server "a" of a layout of "a" and "b" (k = 2, "b" at
+// addr) and returns it and a key that "a" heads.
+func headOf(t *testing.T, addr string) (*Server, uint64) {
+	t.Helper()
+	s := New(Options{ID: "a"})
+	l := &layout.Layout{Version: 1, Epoch: 3, Workers: 1, Replication: 2,
+		Servers: []ring.Server{{ID: "a", Addr: "127.0.0.1:1"}, {ID: "b", Addr: addr}},
+		Tables:  []layout.Table{{ID: 1, Spec: mustSpec(t)}}}
+	if err := s.Configure(l); err != nil {
+		t.Fatal(err)
+	}
+	sl := uint64(0)
+	for s.ring.Servers[s.ring.SlotOwner(sl)].ID != "a" {
+		sl++
+	}
+	return s, keyspace.SlotStart(sl)
+}
 
 // TestReplicationToAMutePeerGivesUp: a peer that takes replication frames
 // and never confirms them does not hold the replicator (and so every push
-// of its slots) for ever: send fails after replicateQuiet, and the loop
-// warns, reconnects and sends again.
+// of its slots) for ever: the stream gives up on the connection after
+// replicateQuiet, reconnects and sends again.
 func TestReplicationToAMutePeerGivesUp(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
+	accepted := make(chan struct{}, 16)
 	go func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
+			accepted <- struct{}{}
 			go io.Copy(io.Discard, c) // reads everything, answers nothing
 		}
 	}()
 	defer func(d time.Duration) { replicateQuiet = d }(replicateQuiet)
 	replicateQuiet = 100 * time.Millisecond
-	r := &replicator{s: New(Options{ID: "a"}), peer: ring.Server{ID: "b", Addr: ln.Addr().String()}, stop: make(chan struct{})}
-	conn, err := r.dial()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	done := make(chan error, 1)
-	go func() { done <- r.send(conn, []wire.Replicate{{}, {}}) }()
-	select {
-	case err := <-done:
-		if err == nil {
-			t.Fatal("replication to a peer that confirmed nothing succeeded")
+	s, key := headOf(t, ln.Addr().String())
+	r := newReplicator(s, s.ring.Servers[s.ring.Index("b")], 0, AckChain)
+	acked := make(chan error, 1)
+	r.add(entry{items: []item{{t: s.tables[1], keys: keyspace.KeyList([]uint64{key})}}}, func(err error) { acked <- err })
+	ctx, cancel := context.WithCancel(t.Context())
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		r.run(ctx)
+	}()
+	defer func() {
+		r.leave()
+		cancel()
+		<-stopped
+	}()
+	for i := range 2 {
+		select {
+		case <-accepted:
+		case <-time.After(time.Minute):
+			t.Fatalf("connection %d to a mute peer never came", i+1)
 		}
-		t.Log(err)
-	case <-time.After(time.Minute):
-		t.Fatal("replication to a mute peer still waiting after a minute")
+	}
+	select {
+	case err := <-acked:
+		t.Fatalf("a push to a peer that confirmed nothing was acknowledged (%v)", err)
+	default:
+	}
+}
+
+// TestRoundReadsStateWhilePushesGoOn: a replicator reading a round's state
+// does not hold pushes back, and a push applied meanwhile (whose effect the
+// state read may carry) joins the round with its pair and its key read
+// again, so that the peer never holds an effect without its pair.
+func TestRoundReadsStateWhilePushesGoOn(t *testing.T) {
+	s, key := headOf(t, "127.0.0.1:1")
+	tb := s.tables[1]
+	pushOne := func(k uint64, seq uint64) {
+		all := keyspace.KeyList([]uint64{k})
+		s.applyPush(tb, all, []float32{1, 1}, 7, seq)
+		if after := s.replicate(tb, all, wire.Pair{Client: 7, Seq: seq, Table: 1}, func(error) {}); after != nil {
+			defer after()
+		}
+		s.applyMu.RUnlock()
+	}
+	s.applyMu.RLock()
+	pushOne(key, 1)
+	r := s.repl["b"]
+	s.onRoundRead = func() {
+		s.onRoundRead = nil
+		if !s.applyMu.TryRLock() {
+			t.Fatal("a push waits while a replicator reads a round's state")
+		}
+		pushOne(key+1, 2)
+	}
+	p, msgs := r.nextRound()
+	if len(p.send) != 2 {
+		t.Fatalf("round of %d batches, want the first push's and the one applied while it was read", len(p.send))
+	}
+	var pairs []uint64
+	read := map[uint64]float32{}
+	for _, m := range msgs {
+		for _, pr := range m.Pairs {
+			pairs = append(pairs, pr.Seq)
+		}
+		for _, st := range m.States {
+			for i, k := range st.Keys {
+				read[k] = st.Floats[i*int(st.Stride)]
+			}
+		}
+	}
+	if len(pairs) != 2 || read[key+1] == 0 {
+		t.Fatalf("round carries pairs %v and state %v; want both pushes' pairs and the second push's effect", pairs, read)
 	}
 }

@@ -77,12 +77,16 @@ type tableSlot struct {
 }
 
 // copyNeeded is the synced value of a slot of a batch that was failed
-// rather than sent (see replicator.mustCopy).
+// rather than sent (see peerSync.mustCopy).
 const copyNeeded = -1
 
-// syncState is what a replicator knows of its peer's slots. It is used
-// under the server's applyMu (write side), like the changes it reads.
-type syncState struct {
+// peerSync is what a head knows of which slots one peer holds in step
+// with it. It is part of the server's core: the chain changes it reads are
+// passed in (the server's changes, as of the call), and its replicator's
+// lock guards it.
+type peerSync struct {
+	// me and peer are the head's and the peer's server IDs.
+	me, peer string
 	// born is the number of changes the server had seen when the
 	// replicator started, and bornSynced whether the peer's state then
 	// derived from this server's for every slot (no change had happened:
@@ -94,84 +98,84 @@ type syncState struct {
 	synced map[tableSlot]int
 }
 
-// needsCopy reports whether slot sl of table t must be copied to the peer
+func newPeerSync(me, peer string, changes int) peerSync {
+	return peerSync{me: me, peer: peer, born: changes, bornSynced: changes == 0}
+}
+
+// needsCopy reports whether slot sl of table must be copied to the peer
 // before any other state of it; if not, it records the slot as checked.
-func (r *replicator) needsCopy(table uint32, sl uint64) bool {
-	s := r.s
+func (p *peerSync) needsCopy(changes []chainsChange, table uint32, sl uint64) bool {
 	key := tableSlot{table, sl}
-	v, ok := r.sync.synced[key]
+	v, ok := p.synced[key]
 	switch {
 	case ok && v == copyNeeded:
 		return true
 	case ok:
-	case r.sync.bornSynced:
-		v = r.sync.born
+	case p.bornSynced:
+		v = p.born
 	default:
 		return true
 	}
-	for _, c := range s.changes[v:] {
-		if !c.keeps(sl, s.opts.ID, r.peer.ID) {
+	for _, c := range changes[v:] {
+		if !c.keeps(sl, p.me, p.peer) {
 			return true
 		}
 	}
-	if v < len(s.changes) {
-		r.sync.set(key, len(s.changes))
+	if v < len(changes) {
+		p.set(key, len(changes))
 	}
 	return false
 }
 
 // set records slot key as in step as of v changes (or copyNeeded).
-func (st *syncState) set(key tableSlot, v int) {
-	if st.synced == nil {
-		st.synced = make(map[tableSlot]int)
+func (p *peerSync) set(key tableSlot, v int) {
+	if p.synced == nil {
+		p.synced = make(map[tableSlot]int)
 	}
-	st.synced[key] = v
+	p.synced[key] = v
 }
 
 // inSync reports whether every slot is known to be in step without a
 // check: nothing changed since the replicator started in step.
-func (r *replicator) inSync() bool {
-	return r.sync.bornSynced && r.sync.born == len(r.s.changes) && len(r.sync.synced) == 0
-}
-
-// markCopied records slots of table as copied, as of now.
-func (r *replicator) markCopied(table uint32, slots keyspace.SlotSet) {
-	r.sync.setAll(table, slots, len(r.s.changes))
+func (p *peerSync) inSync(changes []chainsChange) bool {
+	return p.bornSynced && p.born == len(changes) && len(p.synced) == 0
 }
 
 // setAll records every slot of slots as set does.
-func (st *syncState) setAll(table uint32, slots keyspace.SlotSet, v int) {
+func (p *peerSync) setAll(table uint32, slots keyspace.SlotSet, v int) {
 	for i := 0; i < len(slots); i += 2 {
 		for sl := slots[i]; sl < slots[i+1]; sl++ {
-			st.set(tableSlot{table, sl}, v)
+			p.set(tableSlot{table, sl}, v)
 		}
 	}
 }
 
 // mustCopy records every slot of entries, which will not reach the peer,
 // as needing a full copy before any more of its state.
-func (r *replicator) mustCopy(entries []entry) {
+func (p *peerSync) mustCopy(entries []entry) {
 	for _, e := range entries {
 		if c := e.copy; c != nil {
-			r.sync.setAll(c.t.id, c.slots, copyNeeded)
+			p.setAll(c.t.id, c.slots, copyNeeded)
 			continue
 		}
 		for _, it := range e.items {
-			it.eachSlot(func(sl uint64) { r.sync.set(tableSlot{it.t.id, sl}, copyNeeded) })
+			for sp := range it.keys.Spans() {
+				p.set(tableSlot{it.t.id, sp.Slot}, copyNeeded)
+			}
 		}
 	}
 }
 
 // copiesFirst returns entries with a full copy of each slot that the peer
 // does not hold in step inserted before the first entry that touches it.
-func (r *replicator) copiesFirst(entries []entry) []entry {
-	if r.inSync() {
+func (p *peerSync) copiesFirst(changes []chainsChange, entries []entry) []entry {
+	if p.inSync(changes) {
 		return entries
 	}
 	var out []entry
 	for i, e := range entries {
 		if e.copy != nil {
-			r.markCopied(e.copy.t.id, e.copy.slots)
+			p.setAll(e.copy.t.id, e.copy.slots, len(changes))
 			if out != nil {
 				out = append(out, e)
 			}
@@ -179,16 +183,16 @@ func (r *replicator) copiesFirst(entries []entry) []entry {
 		}
 		var need map[*tableState]keyspace.SlotSet
 		for _, it := range e.items {
-			it.eachSlot(func(sl uint64) {
-				if r.needsCopy(it.t.id, sl) {
+			for sp := range it.keys.Spans() {
+				if p.needsCopy(changes, it.t.id, sp.Slot) {
 					if need == nil {
 						need = map[*tableState]keyspace.SlotSet{}
 					}
 					set := need[it.t]
-					set.Add(sl)
+					set.Add(sp.Slot)
 					need[it.t] = set
 				}
-			})
+			}
 		}
 		if need == nil {
 			if out != nil {
@@ -199,8 +203,8 @@ func (r *replicator) copiesFirst(entries []entry) []entry {
 		if out == nil {
 			out = append([]entry(nil), entries[:i]...)
 		}
-		for t, set := range need {
-			r.markCopied(t.id, set)
+		for t, set := range sortedTables(need) {
+			p.setAll(t.id, set, len(changes))
 			out = append(out, entry{copy: &slotCopy{t: t, slots: set}})
 		}
 		out = append(out, e)
@@ -209,44 +213,4 @@ func (r *replicator) copiesFirst(entries []entry) []entry {
 		return entries
 	}
 	return out
-}
-
-// eachSlot calls fn with each slot of d's keys, in increasing order.
-func (d dirty) eachSlot(fn func(sl uint64)) {
-	if d.keys != nil {
-		last := ^uint64(0)
-		for _, k := range d.keys {
-			if sl := keyspace.Slot(k); sl != last {
-				fn(sl)
-				last = sl
-			}
-		}
-		return
-	}
-	if d.n == 0 {
-		return
-	}
-	for sl := keyspace.Slot(d.lo); sl <= keyspace.Slot(d.lo+uint64(d.n)-1); sl++ {
-		fn(sl)
-	}
-}
-
-// slotCopy is a full copy of slots of a table: the keys present there when
-// it is sent, their state, and the pairs this server holds there then.
-type slotCopy struct {
-	t     *tableState
-	slots keyspace.SlotSet
-}
-
-// items returns the present keys of the copy's slots, whole slots as runs.
-func (c *slotCopy) items() []dirty {
-	var g group
-	for i := 0; i < len(c.slots); i += 2 {
-		for sl := c.slots[i]; sl < c.slots[i+1]; sl++ {
-			if present := c.t.store.Present(sl); present != 0 {
-				g.addSlot(c.t, sl, present)
-			}
-		}
-	}
-	return g.items
 }

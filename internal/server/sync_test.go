@@ -94,10 +94,10 @@ func TestCopyReplacesStateAndPairs(t *testing.T) {
 		Pairs:  []wire.Pair{{Client: 7, Seq: 5, Table: 1, Slots: in}},
 		States: []wire.State{state([]uint64{k0, k0 + 1}, 1, 1, 2, 2)},
 	})
-	if held, _ := s.dedup.check(7, 100, 0, 1, []uint64{5}); !held.slots.Contains(slot) {
+	if held, _ := checkPair(s, 7, 100, 0, 1, []uint64{5}); !held.slots.Contains(slot) {
 		t.Fatalf("pair 5 not held for slot %d after replication: %+v", slot, held)
 	}
-	s.dedup.abandon(7, 100)
+	abandonPair(s, 7, 100)
 	// A copy of the slot from the head, which has key k0 only and holds
 	// push 6 there, not push 5.
 	send(wire.Replicate{
@@ -114,11 +114,11 @@ func TestCopyReplacesStateAndPairs(t *testing.T) {
 	if got[0] != 9 {
 		t.Fatalf("key %d = %v after the copy, want 9", k0, got)
 	}
-	if held, _ := s.dedup.check(7, 101, 0, 1, []uint64{5}); held.all || held.slots.Contains(slot) {
+	if held, _ := checkPair(s, 7, 101, 0, 1, []uint64{5}); held.all || held.slots.Contains(slot) {
 		t.Fatalf("pair 5 still held for slot %d after a copy without it: %+v", slot, held)
 	}
-	s.dedup.abandon(7, 101)
-	if held, _ := s.dedup.check(7, 102, 0, 1, []uint64{6}); !held.slots.Contains(slot) {
+	abandonPair(s, 7, 101)
+	if held, _ := checkPair(s, 7, 102, 0, 1, []uint64{6}); !held.slots.Contains(slot) {
 		t.Fatalf("pair 6, which the copy carries, not held: %+v", held)
 	}
 }
@@ -144,7 +144,7 @@ func TestCopyOfAnEmptySlotEmptiesIt(t *testing.T) {
 	if keys := s.tables[1].store.Keys(k0, k0+keyspace.SlotSize); len(keys) != 0 {
 		t.Fatalf("slot still holds %v after a copy of it empty", keys)
 	}
-	if held, _ := s.dedup.check(7, 100, 0, 1, []uint64{5}); held.all || len(held.slots) != 0 {
+	if held, _ := checkPair(s, 7, 100, 0, 1, []uint64{5}); held.all || len(held.slots) != 0 {
 		t.Fatalf("pair 5 still held after its slot was emptied: %+v", held)
 	}
 }
@@ -205,13 +205,12 @@ func TestReplicatorCopiesSlotsItGained(t *testing.T) {
 		return ch
 	}
 	before, after := mk(1, "a", "b", "c"), mk(2, "a", "b")
-	s := New(Options{ID: "a"})
-	r := &replicator{s: s, peer: srv("b")}
-	r.sync.born, r.sync.bornSynced = 0, true
-	if !r.inSync() {
+	p := newPeerSync("a", "b", 0)
+	var changes []chainsChange
+	if !p.inSync(changes) {
 		t.Fatal("a replicator started before any change is not in step")
 	}
-	s.changes = append(s.changes, chainsChange{old: before, cur: after})
+	changes = append(changes, chainsChange{old: before, cur: after})
 	var kept, gained uint64
 	foundKept, foundGained := false, false
 	for sl := uint64(0); !(foundKept && foundGained); sl++ {
@@ -222,35 +221,34 @@ func TestReplicatorCopiesSlotsItGained(t *testing.T) {
 			gained, foundGained = sl, true
 		}
 	}
-	if r.needsCopy(1, kept) {
+	if p.needsCopy(changes, 1, kept) {
 		t.Errorf("slot %d, headed by a with b in its chain throughout, needs a copy", kept)
 	}
-	if !r.needsCopy(1, gained) {
+	if !p.needsCopy(changes, 1, gained) {
 		t.Errorf("slot %d, which a took over from c, needs no copy to b", gained)
 	}
 	// The first push to the gained slot carries a copy of it first, and
 	// the second does not.
-	push := entry{items: []dirty{{t: &tableState{id: 1}, keys: []uint64{keyspace.SlotStart(gained)}}}}
-	if got := r.copiesFirst([]entry{push}); len(got) != 2 || got[0].copy == nil || !got[0].copy.slots.Contains(gained) {
+	push := entry{items: []item{{t: &tableState{id: 1}, keys: keyspace.KeyList([]uint64{keyspace.SlotStart(gained)})}}}
+	if got := p.copiesFirst(changes, []entry{push}); len(got) != 2 || got[0].copy == nil || !got[0].copy.slots.Contains(gained) {
 		t.Fatalf("first push to slot %d: entries %+v, want a copy of it first", gained, got)
 	}
-	if got := r.copiesFirst([]entry{push}); len(got) != 1 {
+	if got := p.copiesFirst(changes, []entry{push}); len(got) != 1 {
 		t.Fatalf("second push to slot %d: %d entries, want the push alone", gained, len(got))
 	}
 	// A batch failed back to its clients forces a copy again.
-	r.mustCopy([]entry{push})
-	if !r.needsCopy(1, gained) {
+	p.mustCopy([]entry{push})
+	if !p.needsCopy(changes, 1, gained) {
 		t.Errorf("slot %d of a failed batch needs no copy", gained)
 	}
 	// A replicator started after a change knows nothing in step.
-	late := &replicator{s: s, peer: srv("b")}
-	late.sync.born = len(s.changes)
-	if !late.needsCopy(1, kept) {
+	late := newPeerSync("a", "b", len(changes))
+	if !late.needsCopy(changes, 1, kept) {
 		t.Errorf("a replicator started after a change holds slot %d in step", kept)
 	}
 	// A skipped epoch changes everything.
-	s.changes = append(s.changes, chainsChange{old: after, cur: mk(4, "a", "b"), gap: true})
-	if !r.needsCopy(1, kept) {
+	changes = append(changes, chainsChange{old: after, cur: mk(4, "a", "b"), gap: true})
+	if !p.needsCopy(changes, 1, kept) {
 		t.Errorf("slot %d needs no copy after a skipped epoch", kept)
 	}
 }
@@ -260,29 +258,29 @@ func TestReplicatorCopiesSlotsItGained(t *testing.T) {
 // server published, and the minimum comes back down from ClockIdle.
 func TestWorkerCountedFromTheFloor(t *testing.T) {
 	s := New(Options{ID: "s"})
-	s.clocks.resize(2)
+	s.cons.resize(2)
 	for w := range 2 {
 		if _, err := s.advanceClock(w, 10); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if m := s.clocks.minimum(); m != 10 {
+	if m := s.minClock(); m != 10 {
 		t.Fatalf("minimum %d, want 10", m)
 	}
-	s.clocks.resize(3)
+	s.cons.resize(3)
 	if got, _ := s.advanceClock(2, 0); got != 10 {
 		t.Fatalf("a new worker at clock 0 is counted at %d, want the floor 10", got)
 	}
 	for w := range 3 {
 		s.advanceClock(w, wire.ClockIdle)
 	}
-	if m := s.clocks.minimum(); m != wire.ClockIdle {
+	if m := s.minClock(); m != wire.ClockIdle {
 		t.Fatalf("minimum %d with every worker idle", m)
 	}
 	if got, _ := s.advanceClock(0, 4); got != 10 {
 		t.Fatalf("a worker back from idle at clock 4 is counted at %d, want 10", got)
 	}
-	if m := s.clocks.minimum(); m != 10 {
+	if m := s.minClock(); m != 10 {
 		t.Fatalf("minimum %d after a worker came back, want 10: reads must wait for it again", m)
 	}
 }
@@ -341,4 +339,16 @@ func TestEpochGapsByPrevEpoch(t *testing.T) {
 	if c := s.changes[len(s.changes)-1]; !c.gap {
 		t.Fatal("epoch 95 after 61, from 40: not taken for a gap")
 	}
+}
+
+func checkPair(s *Server, client, seq, acked uint64, table uint32, ancestors []uint64) (scope, []chan struct{}) {
+	s.pairMu.Lock()
+	defer s.pairMu.Unlock()
+	return s.dedup.check(client, seq, acked, table, ancestors)
+}
+
+func abandonPair(s *Server, client, seq uint64) {
+	s.pairMu.Lock()
+	defer s.pairMu.Unlock()
+	s.dedup.abandon(client, seq)
 }

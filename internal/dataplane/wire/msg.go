@@ -386,12 +386,19 @@ func ParseReply(p []byte) (refused uint32, vals []byte, err error) {
 	return binary.LittleEndian.Uint32(p), p[ReplyPrefixSize:], nil
 }
 
-// ClockIdle is the clock a worker sends while it waits for work: it pushes
-// nothing meanwhile, so it holds no one back. The next clock it sends ends
-// the wait, and counts from then on (the highest clock any worker reported
-// to the coordinator, or its own if higher): reads that need its pushes from
-// then on wait for them as for any other worker's.
-const ClockIdle = 1<<63 - 2
+// The clock sentinels: the two clocks above every real clock that a worker
+// sends (and a server counts it at) when it holds no one back.
+const (
+	// ClockIdle is the clock a worker sends while it waits for work: it
+	// pushes nothing meanwhile. The next clock it sends ends the wait, and
+	// counts from then on (the highest clock any worker reported to the
+	// coordinator, or its own if higher): reads that need its pushes from
+	// then on wait for them as for any other worker's.
+	ClockIdle = 1<<63 - 2
+	// ClockFinished is the clock of a worker that will send no more: it
+	// finished, or the layout lists it as finished (it died or left).
+	ClockFinished = 1<<63 - 1
+)
 
 // ClockReplySize is the size of the reply to a clock message: the reply
 // prefix, then the clock the server now counts the worker at (8 bytes,

@@ -172,7 +172,8 @@ func TestRoundTrip(t *testing.T) {
 	meta := Meta{
 		Epoch:      3,
 		Clocks:     map[string]int64{"worker-0": 12, "worker-1": 11},
-		Partitions: map[int]PartitionProgress{0: {Epoch: 1, Offset: 250}, 7: {Epoch: 2, Offset: 0}},
+		Pass:       4,
+		Partitions: map[int]PartitionProgress{0: {Passes: 1, Offset: 250}, 7: {Passes: 2, Offset: 0}},
 		Extra:      json.RawMessage(`{"app":"lr","lr":0.5}`),
 	}
 	committed, err := w.Commit(meta)
@@ -190,7 +191,7 @@ func TestRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(c.Files, committed.Files) || len(c.Files) != len(servers)*len(specs) {
 		t.Fatalf("files %+v\nwant %+v", c.Files, committed.Files)
 	}
-	if c.Meta.Epoch != meta.Epoch || !reflect.DeepEqual(c.Meta.Clocks, meta.Clocks) || !reflect.DeepEqual(c.Meta.Partitions, meta.Partitions) {
+	if c.Meta.Epoch != meta.Epoch || c.Meta.Pass != meta.Pass || !reflect.DeepEqual(c.Meta.Clocks, meta.Clocks) || !reflect.DeepEqual(c.Meta.Partitions, meta.Partitions) {
 		t.Fatalf("meta %+v, want %+v", c.Meta, meta)
 	}
 	var extra map[string]any

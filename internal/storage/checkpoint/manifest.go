@@ -14,8 +14,11 @@ import (
 )
 
 const (
-	manifestName    = "MANIFEST"
-	manifestVersion = 1
+	manifestName = "MANIFEST"
+	// manifestVersion 2 names the training pass "pass" and the layout
+	// epoch "epoch"; version 1 wrote the pass as "epoch" (and a
+	// partition's passes as its "epoch"), and is read as such.
+	manifestVersion = 2
 )
 
 // manifest is the MANIFEST's body. It sits inside an envelope that adds
@@ -64,8 +67,14 @@ func decodeManifest(b []byte, dir string, seq uint64) (*Checkpoint, error) {
 	if err := json.Unmarshal(env.Manifest, &m); err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrCorrupt, path, err)
 	}
-	if m.Version != manifestVersion {
-		return nil, fmt.Errorf("checkpoint: %s: manifest version %d, want %d", path, m.Version, manifestVersion)
+	switch m.Version {
+	case manifestVersion:
+	case 1:
+		if err := m.Meta.fromVersion1(env.Manifest); err != nil {
+			return nil, fmt.Errorf("%w: %s: %w", ErrCorrupt, path, err)
+		}
+	default:
+		return nil, fmt.Errorf("checkpoint: %s: manifest version %d, want %d (or 1)", path, m.Version, manifestVersion)
 	}
 	// A directory copied or renamed under another number is not that
 	// checkpoint: its sequence number would order it wrongly.
@@ -106,4 +115,28 @@ func open(ctx context.Context, root string, seq uint64) (*Checkpoint, error) {
 		}
 	}
 	return c, nil
+}
+
+// fromVersion1 reads a version 1 manifest's meta, whose "epoch" was the
+// training pass (not a layout epoch) and whose partitions counted their
+// passes as "epoch".
+func (m *Meta) fromVersion1(body json.RawMessage) error {
+	var v1 struct {
+		Meta struct {
+			Epoch      int `json:"epoch"`
+			Partitions map[int]struct {
+				Epoch int `json:"epoch"`
+			} `json:"partitions"`
+		} `json:"meta"`
+	}
+	if err := json.Unmarshal(body, &v1); err != nil {
+		return err
+	}
+	m.Epoch, m.Pass = 0, v1.Meta.Epoch
+	for id, p := range v1.Meta.Partitions {
+		pp := m.Partitions[id]
+		pp.Passes = p.Epoch
+		m.Partitions[id] = pp
+	}
+	return nil
 }

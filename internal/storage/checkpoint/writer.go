@@ -24,6 +24,8 @@ import (
 type Meta struct {
 	// Epoch is the layout epoch the tables were written under.
 	Epoch uint64 `json:"epoch"`
+	// Pass is the number of training passes completed.
+	Pass int `json:"pass"`
 	// Clocks are the workers' clocks, by worker.
 	Clocks map[string]int64 `json:"clocks,omitempty"`
 	// Partitions is each data partition's progress, by partition ID.
@@ -34,7 +36,7 @@ type Meta struct {
 
 // PartitionProgress is how far training got through one data partition.
 type PartitionProgress struct {
-	Epoch  int `json:"epoch"`  // passes over the partition completed
+	Passes int `json:"passes"` // passes over the partition completed
 	Offset int `json:"offset"` // rows of the current pass consumed
 }
 

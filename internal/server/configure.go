@@ -1,0 +1,205 @@
+package server
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/terrace-ml/terrace/internal/dataplane/wire"
+	"github.com/terrace-ml/terrace/internal/placement/layout"
+	"github.com/terrace-ml/terrace/internal/placement/ring"
+	"github.com/terrace-ml/terrace/internal/storage/store"
+)
+
+// Configure installs layout l: new tables are created, and data messages
+// are from now on checked against l's epoch. What the new layout calls for
+// (copies to new chain members, pushes taken over from a failed head,
+// checkpoints, clocks of finished workers) is started once the layout is
+// installed and no lock is held.
+func (s *Server) Configure(l *layout.Layout) error {
+	if err := l.Validate(); err != nil {
+		return err
+	}
+	rm, err := l.Ring()
+	if err != nil {
+		return fmt.Errorf("server %s: %w", s.opts.ID, err)
+	}
+	ch, err := newChains(l, rm)
+	if err != nil {
+		return fmt.Errorf("server %s: %w", s.opts.ID, err)
+	}
+	a, err := s.install(l, rm, ch)
+	if err != nil {
+		return err
+	}
+	s.follow(a)
+	return nil
+}
+
+// installed is what installing a layout left to do once no lock is held.
+type installed struct {
+	old, cur chains
+	// dropped are the streams to servers that left the layout.
+	dropped []*replicator
+	// took are the BSP pushes taken over from a failed head.
+	took []tookOver
+	// prevRebuild is closed when the previous layout's rebuild is done;
+	// rebuilt is to close when this one's is.
+	prevRebuild, rebuilt chan struct{}
+	checkpoint, resume   *layout.Checkpoint
+	finished             []int
+}
+
+// install installs the layout under applyMu and mu: no push is applied
+// while the layout changes, and none after it under the old one
+// (applyNow checks): a server never applies a push to a slot it no longer
+// heads.
+func (s *Server) install(l *layout.Layout, rm *ring.Map, ch chains) (installed, error) {
+	// A server missing from the layout has departed (drained or declared
+	// failed): it keeps the map, owns nothing, and so refuses every data
+	// request with a code that makes the client re-route.
+	me := rm.Index(s.opts.ID)
+	s.applyMu.Lock()
+	defer s.applyMu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.addTables(l); err != nil {
+		return installed{}, err
+	}
+	a := installed{old: s.chains, cur: ch}
+	// Before the cluster is ready no server holds state: its layout
+	// changes move nothing that a copy would have to make good.
+	if old := s.chains; old.ring != nil && s.lay.Ready && changed(old, ch) {
+		// Epochs are not contiguous (they are etcd revisions): a layout
+		// names the epoch it follows.
+		c := chainsChange{old: old, cur: ch, gap: ch.ring.Epoch != old.ring.Epoch && l.PrevEpoch != old.ring.Epoch}
+		s.changes = append(s.changes, c)
+		if c.gap || c.loses(s.opts.ID) {
+			for _, r := range s.replicators() {
+				r.cut()
+			}
+		}
+	}
+	if old := s.chains; old.ring == nil || changed(old, ch) {
+		s.gen++
+	}
+	s.lay, s.ring, s.me, s.chains = l, rm, me, ch
+	s.pairMu.Lock()
+	a.took = s.held.takeOver(&s.dedup, s.tables, rm, me)
+	s.pairMu.Unlock()
+	s.clockMu.Lock()
+	s.cons.resize(l.Workers)
+	s.clockMu.Unlock()
+	close(s.changed)
+	s.changed = make(chan struct{})
+	a.dropped = s.dropReplicators(ch)
+	// Rebuilds run one after another in layout order: a later one reports a
+	// joiner synced only after the earlier ones' copies are acknowledged.
+	a.prevRebuild, a.rebuilt = s.lastRebuild, make(chan struct{})
+	s.lastRebuild = a.rebuilt
+	if ck := l.Checkpoint; ck != nil && ck.Seq > s.ckptSeq && me >= 0 {
+		s.ckptSeq = ck.Seq
+		a.checkpoint = ck
+	}
+	if r := l.Resume; r != nil && r.Seq != s.restoredSeq {
+		// Loaded once, under the first layout that asks: the slots a
+		// server holds only shrink as more servers join, so this is a
+		// superset of what it will hold.
+		s.restoredSeq = r.Seq
+		a.resume = r
+	}
+	a.finished = l.Finished
+	return a, nil
+}
+
+// addTables creates l's tables that the server does not have. The caller
+// holds mu.
+func (s *Server) addTables(l *layout.Layout) error {
+	for _, t := range l.Tables {
+		if old, ok := s.tables[t.ID]; ok {
+			if old.spec != t.Spec {
+				return fmt.Errorf("server %s: table %d changed its spec from %+v to %+v", s.opts.ID, t.ID, old.spec, t.Spec)
+			}
+			continue
+		}
+		st, err := store.New(t.Spec)
+		if err != nil {
+			return fmt.Errorf("server %s: table %q: %w", s.opts.ID, t.Spec.Name, err)
+		}
+		s.tables[t.ID] = &tableState{id: t.ID, spec: t.Spec, store: st}
+	}
+	return nil
+}
+
+// follow does what installing a layout left to do. The caller holds no
+// lock.
+func (s *Server) follow(a installed) {
+	for _, r := range a.dropped {
+		r.leave()
+	}
+	for _, t := range a.took {
+		s.takeOver(t)
+	}
+	s.spawn(func(ctx context.Context) {
+		defer close(a.rebuilt)
+		if a.prevRebuild != nil {
+			select {
+			case <-a.prevRebuild:
+			case <-ctx.Done():
+				return
+			}
+		}
+		s.rebuild(ctx, a.old, a.cur)
+	})
+	if ck := a.checkpoint; ck != nil {
+		s.spawn(func(ctx context.Context) { s.checkpointTo(ctx, *ck) })
+	}
+	if r := a.resume; r != nil {
+		s.spawn(func(ctx context.Context) { s.restoreFrom(ctx, *r, a.cur) })
+	}
+	// Workers that died or left no longer hold the others back.
+	for _, w := range a.finished {
+		_, _ = s.advanceClock(w, wire.ClockFinished) // a rank the layout does not count: nothing to release
+	}
+}
+
+// takeOver replicates a BSP push taken over from a failed head to this
+// server's own chains, and applies it at the flush of its clock, or at once
+// if that clock has completed. A re-send of it waits until it is on the
+// chains (dedup's durable).
+func (s *Server) takeOver(t tookOver) {
+	s.replicateDeferred(t.push, t.clock, t.worker, func(error) { close(t.durable) })
+	p := &t.push
+	s.clockMu.Lock()
+	deferred := s.cons.deferPush(t.clock, t.worker, p)
+	s.clockMu.Unlock()
+	if !deferred {
+		s.applyDeferred(p)
+	}
+}
+
+// replicators returns the server's streams.
+func (s *Server) replicators() []*replicator {
+	s.replMu.Lock()
+	defer s.replMu.Unlock()
+	out := make([]*replicator, 0, len(s.repl))
+	for _, r := range s.repl {
+		out = append(out, r)
+	}
+	return out
+}
+
+// dropReplicators forgets the streams to servers that left the layout and
+// returns them, for the caller to stop (releasing the pushes that waited
+// for them) once it holds no lock.
+func (s *Server) dropReplicators(ch chains) []*replicator {
+	s.replMu.Lock()
+	defer s.replMu.Unlock()
+	var gone []*replicator
+	for id, r := range s.repl {
+		if ch.final.Index(id) < 0 && ch.ring.Index(id) < 0 {
+			gone = append(gone, r)
+			delete(s.repl, id)
+		}
+	}
+	return gone
+}
