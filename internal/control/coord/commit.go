@@ -90,7 +90,7 @@ func (c *Coordinator) resume(dir string) error {
 	var states map[int][]byte
 	_, _, skipped, err := checkpoint.LatestCommit(dir, func(seq uint64, raw []byte) error {
 		m, states = commitMeta{}, nil
-		if err := json.Unmarshal(raw, &m); err != nil {
+		if err := decodeCommit(raw, &m); err != nil {
 			return fmt.Errorf("commit record %d: %w", seq, err)
 		}
 		if m.States == nil {
@@ -123,6 +123,22 @@ func (c *Coordinator) resume(dir string) error {
 			}
 			c.states.(*memStates).put(p, v, piece) // Open's store, until SetStateStore
 		}
+	}
+	return nil
+}
+
+// decodeCommit reads a commit record; one written before the training
+// pass was named "pass" calls it "epoch".
+func decodeCommit(raw []byte, m *commitMeta) error {
+	var old struct {
+		Pass  *int `json:"pass"`
+		Epoch *int `json:"epoch"`
+	}
+	if err := json.Unmarshal(raw, m); err != nil {
+		return err
+	}
+	if err := json.Unmarshal(raw, &old); err == nil && old.Pass == nil && old.Epoch != nil {
+		m.Pass = *old.Epoch
 	}
 	return nil
 }

@@ -263,7 +263,7 @@ func (c *Coordinator) poke() {
 // failure timeout, and hands each Ready to cycle.
 func (c *Coordinator) Run(ctx context.Context) {
 	defer c.wg.Wait()
-	t := time.NewTicker(c.m.failureTimeout() / 10)
+	t := time.NewTicker(c.failureTimeout() / 10)
 	defer t.Stop()
 	for {
 		for c.cycle(ctx) {

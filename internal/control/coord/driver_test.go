@@ -14,6 +14,7 @@ import (
 
 	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/placement/layout"
+	"github.com/terrace-ml/terrace/internal/storage/checkpoint"
 	"github.com/terrace-ml/terrace/table"
 )
 
@@ -370,4 +371,21 @@ type deleteTracking struct {
 func (s *deleteTracking) DeleteState(ctx context.Context, p int, ver uint64) error {
 	s.deleted <- StateRef{p, ver}
 	return s.memStates.DeleteState(ctx, p, ver)
+}
+
+// TestResumeReadsEpochRecords: a commit record written before the
+// training pass was named "pass" resumes after the pass it called "epoch".
+func TestResumeReadsEpochRecords(t *testing.T) {
+	dir := t.TempDir()
+	meta := `{"seq":3,"epoch":4,"servers":["s0"],"tables":[],"partitions":2,"max_clock":7,"time":"2026-01-01T00:00:00Z"}`
+	if err := checkpoint.CommitCluster(dir, 3, []byte(meta)); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Open(Options{Servers: 1, Workers: 1, Partitions: 2, CheckpointDir: dir, Resume: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, done := c.m.st.Layout.Resume, c.m.st.DoneBefore; r == nil || r.Pass != 4 || done != 5 {
+		t.Fatalf("resumed %+v, passes done before %d; want after pass 4", r, done)
+	}
 }
