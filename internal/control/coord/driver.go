@@ -211,7 +211,7 @@ func (c *Coordinator) Heartbeat(rank int) error {
 	if c.failed != nil {
 		return c.failed
 	}
-	c.m.Tick(time.Now())
+	c.m.SetNow(time.Now())
 	return c.m.Heartbeat(rank)
 }
 
@@ -226,7 +226,7 @@ func (c *Coordinator) call(ctx context.Context, step func(m *Machine, id uint64)
 	c.nextID++
 	id, ch := c.nextID, make(chan Reply, 1)
 	c.calls[id] = ch
-	c.m.Tick(time.Now())
+	c.m.SetNow(time.Now())
 	step(c.m, id)
 	c.mu.Unlock()
 	c.poke()
@@ -245,7 +245,7 @@ func (c *Coordinator) call(ctx context.Context, step func(m *Machine, id uint64)
 // event steps the machine with something that no request waits for.
 func (c *Coordinator) event(step func(m *Machine)) {
 	c.mu.Lock()
-	c.m.Tick(time.Now())
+	c.m.SetNow(time.Now())
 	step(c.m)
 	c.mu.Unlock()
 	c.poke()
@@ -259,11 +259,12 @@ func (c *Coordinator) poke() {
 	}
 }
 
-// Run drives the machine until ctx ends: it ticks its clock ten times per
-// failure timeout, and hands each Ready to cycle.
+// Run drives the machine until ctx ends: it ticks four times per failure
+// timeout (a silent worker is declared dead 1 to 1.25 timeouts after its
+// last heartbeat), and hands each Ready to cycle.
 func (c *Coordinator) Run(ctx context.Context) {
 	defer c.wg.Wait()
-	t := time.NewTicker(c.failureTimeout() / 10)
+	t := time.NewTicker(c.failureTimeout() / 4)
 	defer t.Stop()
 	for {
 		for c.cycle(ctx) {
@@ -289,7 +290,6 @@ func (c *Coordinator) cycle(ctx context.Context) bool {
 		c.mu.Unlock()
 		return false
 	}
-	c.m.Tick(time.Now())
 	rd, ok := c.m.Ready()
 	save := c.persist
 	c.mu.Unlock()

@@ -169,7 +169,7 @@ func TestHeartbeatsNotBehindSave(t *testing.T) {
 			r, _ := c.call(ctx, func(m *Machine, id uint64) { m.Acquire(id, api.Acquire{Rank: 0}) })
 			granted <- r.Grant
 		}()
-		for range 15 { // heartbeats, every timeout/5, through the save
+		for range 14 { // heartbeats, every timeout/5, through the save
 			time.Sleep(timeout / 5)
 			if err := c.Heartbeat(0); err != nil {
 				t.Fatalf("heartbeat during the save: %v", err)

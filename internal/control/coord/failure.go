@@ -27,13 +27,21 @@ type suspect struct {
 	at     time.Time
 }
 
-// Tick moves the machine's clock to now (it never goes back) and acts on
-// what timed out: workers silent for the failure timeout, suspects that
-// stayed silent, split requests their holder did not answer.
-func (m *Machine) Tick(now time.Time) {
+// SetNow moves the machine's clock to now (it never goes back), without
+// acting on timeouts: the driver sets the time of every event, so that a
+// heartbeat that arrives late still counts if no Tick has judged its
+// worker yet.
+func (m *Machine) SetNow(now time.Time) {
 	if now.After(m.now) {
 		m.now = now
 	}
+}
+
+// Tick moves the machine's clock to now and acts on what timed out:
+// workers silent for the failure timeout, suspects that stayed silent,
+// split requests their holder did not answer.
+func (m *Machine) Tick(now time.Time) {
+	m.SetNow(now)
 	m.expireWorkers()
 	m.judgeSuspects()
 	m.expireCuts()

@@ -114,7 +114,7 @@ func (c *Coordinator) progress(ctx context.Context, u api.Update) (api.ProgressR
 			return api.ProgressReply{}, err
 		}
 		c.mu.Lock()
-		c.m.Tick(time.Now())
+		c.m.SetNow(time.Now())
 		var err error
 		head, tail, err = c.m.AllocStates(u)
 		st, failed := c.states, c.failed
