@@ -59,6 +59,8 @@ func (m *Machine) Split(id uint64, s api.Split) {
 		m.fail(id, fmt.Errorf("%w: a split of piece %s is pending", noSplit, pc))
 		return
 	}
+	// A request asked again (its first caller gave up) replaces the first.
+	m.answerSplit(s.Rank, s.Pass, s.Partition, fmt.Errorf("%w: asked again", api.ErrNoSplit))
 	m.waiting = append(m.waiting, waiter{id: id, rank: s.Rank, pass: s.Pass, split: &s})
 }
 
@@ -117,14 +119,15 @@ func (m *Machine) cut(e int, w *Pass, p, i int, c *api.Cut, tail uint64) {
 	k := slices.IndexFunc(m.waiting, func(x waiter) bool {
 		return x.split != nil && x.rank == asked.By && x.pass == e && x.split.Partition == p
 	})
-	if k < 0 || m.finished(asked.By) {
-		return // the tail waits in the pool
-	}
-	if hp, _ := m.heldBy(w, asked.By); hp >= 0 {
-		return
+	if k < 0 {
+		return // the asker stopped waiting: the tail waits in the pool
 	}
 	wt := m.waiting[k]
 	m.waiting = slices.Delete(m.waiting, k, k+1)
+	if hp, _ := m.heldBy(w, asked.By); hp >= 0 {
+		m.fail(wt.id, fmt.Errorf("%w: rank %d holds another piece", api.ErrNoSplit, asked.By))
+		return
+	}
 	m.reply(Reply{ID: wt.id, Grant: m.grant(w, p, i+1, asked.By)})
 }
 
@@ -153,7 +156,11 @@ func (m *Machine) answerSplit(rank, e, p int, err error) {
 // asker should not idle behind it.
 func (m *Machine) expireCuts() {
 	for _, k := range m.pendingCuts() {
-		if since, ok := m.cutSince[k]; ok && m.now.Sub(since) < m.failureTimeout() {
+		since, ok := m.cutSince[k]
+		if !ok {
+			m.cutSince[k], since = m.now, m.now
+		}
+		if m.now.Sub(since) < m.failureTimeout() {
 			continue
 		}
 		pcs := m.st.Passes[k.pass].Parts[k.partition]
