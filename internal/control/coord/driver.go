@@ -159,7 +159,7 @@ func (c *Coordinator) Layout(ctx context.Context, after uint64) (*layout.Layout,
 			return nil, err
 		}
 		if c.published.Version > after {
-			l := clone(c.published)
+			l := cloneLayout(c.published)
 			c.mu.Unlock()
 			return l, nil
 		}
@@ -177,12 +177,7 @@ func (c *Coordinator) Layout(ctx context.Context, after uint64) (*layout.Layout,
 func (c *Coordinator) current() *layout.Layout {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return clone(c.published)
-}
-
-func clone(l *layout.Layout) *layout.Layout {
-	m := Machine{st: State{Layout: *l}}
-	return m.snapshot()
+	return cloneLayout(c.published)
 }
 
 // Done is closed when every worker has reported.

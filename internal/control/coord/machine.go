@@ -170,17 +170,16 @@ func (m *Machine) failureTimeout() time.Duration {
 	return DefaultFailureTimeout
 }
 
-// snapshot copies the layout, sharing nothing that changes.
-func (m *Machine) snapshot() *layout.Layout {
-	l := m.st.Layout
-	l.Servers, l.Joining, l.Leaving = slices.Clone(l.Servers), slices.Clone(l.Joining), slices.Clone(l.Leaving)
-	l.Tables, l.Finished = slices.Clone(l.Tables), slices.Clone(l.Finished)
-	return &l
-}
+// snapshot copies the layout as it stands.
+func (m *Machine) snapshot() *layout.Layout { return cloneLayout(&m.st.Layout) }
 
-// Layout returns the layout as it stands, saved or not (for tests and
-// logs; nodes see only what Ready publishes).
-func (m *Machine) Layout() *layout.Layout { return m.snapshot() }
+// cloneLayout copies l, sharing nothing that changes.
+func cloneLayout(l *layout.Layout) *layout.Layout {
+	c := *l
+	c.Servers, c.Joining, c.Leaving = slices.Clone(l.Servers), slices.Clone(l.Joining), slices.Clone(l.Leaving)
+	c.Tables, c.Finished = slices.Clone(l.Tables), slices.Clone(l.Finished)
+	return &c
+}
 
 // publish makes the layout change in the next Ready, under a new version.
 func (m *Machine) publish() {
@@ -208,8 +207,8 @@ func (m *Machine) fail(id uint64, err error) { m.reply(Reply{ID: id, Err: err}) 
 
 func (m *Machine) replyLayout(id uint64) { m.reply(Reply{ID: id, wantLayout: true}) }
 
-// HasReady reports whether Ready has something to hand out.
-func (m *Machine) HasReady() bool {
+// hasReady reports whether Ready has something to hand out.
+func (m *Machine) hasReady() bool {
 	o := &m.out
 	return m.inflight == nil && (m.dirty || m.layoutChanged || len(o.Replies) > 0 || len(o.Drops) > 0 ||
 		o.Commit != nil || len(o.Probes) > 0 || o.AllReported)
@@ -220,7 +219,7 @@ func (m *Machine) HasReady() bool {
 // flight at a time, while events go on changing the state in memory.
 func (m *Machine) Ready() (Ready, bool) {
 	m.settle()
-	if !m.HasReady() {
+	if !m.hasReady() {
 		return Ready{}, false
 	}
 	rd := m.out

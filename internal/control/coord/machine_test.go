@@ -163,7 +163,7 @@ var events = map[string]func(h *harness, td *datadriven.TestData){
 // inspections print without stepping.
 var inspections = map[string]func(h *harness, td *datadriven.TestData){
 	"pieces": func(h *harness, td *datadriven.TestData) { h.printPieces() },
-	"layout": func(h *harness, td *datadriven.TestData) { h.printLayout("layout", h.m.Layout()) },
+	"layout": func(h *harness, td *datadriven.TestData) { h.printLayout("layout", h.m.snapshot()) },
 	"audit":  func(h *harness, td *datadriven.TestData) { h.audit() },
 	"states": func(h *harness, td *datadriven.TestData) { h.printStates() },
 }
