@@ -62,10 +62,11 @@ func (s *memStates) DeleteState(_ context.Context, p int, ver uint64) error {
 // (loaded from a checkpoint by Open) are copied into st.
 func (c *Coordinator) SetStateStore(ctx context.Context, st StateStore) error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	for p, vers := range c.m.StateVersions() {
-		for _, ver := range vers {
-			blob, err := c.states.GetState(ctx, p, ver)
+	vers, old := c.m.StateVersions(), c.states
+	c.mu.Unlock()
+	for p, vs := range vers {
+		for _, ver := range vs {
+			blob, err := old.GetState(ctx, p, ver)
 			if errors.Is(err, api.ErrNoState) {
 				continue // st has it already (restored from st's own records)
 			}
@@ -77,6 +78,8 @@ func (c *Coordinator) SetStateStore(ctx context.Context, st StateStore) error {
 			}
 		}
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.states = st
 	return nil
 }
