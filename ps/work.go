@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/terrace-ml/terrace/internal/control/coord"
+	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/dataplane/wire"
 	"github.com/terrace-ml/terrace/internal/placement/layout"
 )
@@ -89,7 +89,7 @@ func (c *Client) Work(ctx context.Context, e int) (*Lease, error) {
 		return nil, fmt.Errorf("%w: a client without a rank leases no work", ErrBadArgument)
 	}
 	type result struct {
-		g   coord.Grant
+		g   api.Grant
 		err error
 	}
 	got := make(chan result, 1)
@@ -125,10 +125,28 @@ func (c *Client) Work(ctx context.Context, e int) (*Lease, error) {
 		return nil, nil
 	}
 	l := &Lease{c: c, Epoch: e, Partition: r.g.Partition, Offset: r.g.Offset, grant: r.g.Lease}
-	if err := c.parts.attach(ctx, c.ctl, l, r.g.State); err != nil {
+	ver, err := oneState(r.g)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.parts.attach(ctx, c.ctl, l, ver); err != nil {
 		return nil, err
 	}
 	return l, nil
+}
+
+// oneState returns the version of the granted piece's state (0: none).
+// A piece whose state is in several versions (a split in the previous
+// pass) would need them joined, which this client does not do yet; it
+// never splits, so it never meets one.
+func oneState(g api.Grant) (uint64, error) {
+	switch len(g.States) {
+	case 0:
+		return 0, nil
+	case 1:
+		return g.States[0], nil
+	}
+	return 0, fmt.Errorf("ps: partition %d's state is in %d pieces, which this client cannot join", g.Partition, len(g.States))
 }
 
 // Progress records that the partition's rows before offset are trained and
@@ -158,7 +176,7 @@ func (l *Lease) Complete(ctx context.Context, offset int) error {
 // previous one has been answered, so that reports arrive in order. A
 // Lease's methods are called from one goroutine.
 func (l *Lease) report(ctx context.Context, offset int, complete bool) *Future {
-	u := coord.Update{Rank: l.c.opts.Rank, Epoch: l.Epoch, Partition: l.Partition, Offset: offset, Clock: l.c.clock.Load(), Complete: complete, Lease: l.grant}
+	u := api.Update{Rank: l.c.opts.Rank, Pass: l.Epoch, Partition: l.Partition, Offset: offset, Clock: l.c.clock.Load(), Complete: complete, Lease: l.grant}
 	if l.state != nil {
 		blob, err := l.state.st.MarshalBinary()
 		if err != nil {
@@ -172,9 +190,9 @@ func (l *Lease) report(ctx context.Context, offset int, complete bool) *Future {
 		if prev != nil {
 			<-prev.Done()
 		}
-		ver, err := l.c.ctl.Progress(ctx, u)
+		r, err := l.c.ctl.Progress(ctx, u)
 		if err == nil && l.state != nil {
-			l.c.parts.saved(l, ver, complete)
+			l.c.parts.saved(l, r.State, complete)
 		}
 		f.partDone(err)
 	}()

@@ -370,7 +370,7 @@ func accountLocal(ctx context.Context, a appFlags, t *drill.Timeline, coordAddr 
 	}
 	epochs := lr.DefaultConfig().Epochs
 	setInt(&epochs, a.epochs)
-	c, err := ps.Connect(ctx, coord.NewClient(coordAddr), ps.Options{Rank: -1, NodeID: "audit"})
+	c, err := ps.Dial(ctx, coordAddr, ps.Options{Rank: -1, NodeID: "audit"})
 	if err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}

@@ -53,9 +53,7 @@ func (s *Server) writeCheckpoint(ctx context.Context, ck layout.Checkpoint) erro
 			return fmt.Errorf("checkpoint %d: table %q: %w", ck.Seq, t.spec.Name, err)
 		}
 	}
-	// layout.Checkpoint.Epoch is the coordinator's count of finished
-	// training passes (its name predates "pass"), not a layout epoch.
-	_, err = w.Commit(checkpoint.Meta{Epoch: rm.Epoch, Pass: ck.Epoch})
+	_, err = w.Commit(checkpoint.Meta{Epoch: rm.Epoch, Pass: ck.Pass})
 	return err
 }
 
