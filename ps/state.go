@@ -9,11 +9,12 @@ import (
 
 // PartitionState is state a worker keeps for one data partition besides
 // the model: an LDA model's topic assignments, a partition's running
-// statistics. With KeepState, each Progress and Complete snapshots it
-// (MarshalBinary) together with the offset, and whoever trains the
-// partition next (this worker in the next epoch, or another after a
-// failure or a drain) gets it back (UnmarshalBinary into a fresh one), so
-// that the state moves with its partition (docs/design/partstate.md).
+// statistics. With KeepState, every progress record of the partition loop
+// snapshots it (MarshalBinary) together with the offset, and whoever
+// trains the partition next (this worker in the next pass, or another
+// after a failure or a drain) gets it back (UnmarshalBinary into a fresh
+// one), so that the state moves with its partition
+// (docs/design/partstate.md).
 type PartitionState interface {
 	encoding.BinaryMarshaler
 	encoding.BinaryUnmarshaler
@@ -22,16 +23,16 @@ type PartitionState interface {
 // KeepState makes every lease carry its partition's state, made by fresh
 // for a partition this worker has no current copy of, and restored from
 // the last snapshot if the partition has one. Call it before the first
-// Work.
+// EachPartition.
 func (c *Client) KeepState(fresh func(partition int) PartitionState) {
 	c.parts.mu.Lock()
 	defer c.parts.mu.Unlock()
 	c.parts.fresh = fresh
 }
 
-// State returns the lease's partition state (nil without KeepState). It is
-// as of the lease's Offset: a snapshot taken by the last Progress or
-// Complete, by whichever worker made it.
+// State returns the lease's partition state (nil without KeepState). When
+// the lease starts it is as of the lease's Offset: the snapshot of the
+// partition's last progress record, by whichever worker made it.
 func (l *Lease) State() PartitionState {
 	if l.state == nil {
 		return nil
@@ -49,7 +50,7 @@ type partStates struct {
 type heldState struct {
 	st  PartitionState
 	ver uint64 // the version last saved or restored
-	// clean is set when the last save was the partition's Complete, and
+	// clean is set when the last save was the partition's end, and
 	// nothing has touched st since: only then may the next lease of the
 	// partition reuse st instead of restoring it. A lease that ended any
 	// other way (lease lost, drained, failed) may have moved st past what

@@ -2,7 +2,6 @@ package ps
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -66,25 +65,28 @@ func (c *Client) restateClock(ctx context.Context) {
 	}
 }
 
-// Lease is a data partition leased to this worker for one epoch.
+// Lease is a piece of a data partition leased to this worker for one
+// pass: rows [Offset, End()) of the partition's pass order. A lease is
+// trained by EachPartition's loop (loop.go), which alone records its
+// progress.
 type Lease struct {
 	c         *Client
-	Epoch     int
+	Pass      int
 	Partition int
-	// Offset is where training of the partition starts: 0, or where a
-	// worker that lost the lease had got to.
+	// Offset is where training of the lease starts: 0, or where a worker
+	// that lost the lease had got to.
 	Offset int
 	grant  uint64     // names this grant in reports
 	state  *heldState // with KeepState
 	last   *Future    // the last report sent
 }
 
-// Work asks the coordinator for a partition of epoch e to train. It returns
-// nil when every partition of the epoch has been trained (by whichever
-// workers), which makes Work the epoch's barrier; the client's clock then
+// work asks the coordinator for a partition of pass to train. It returns
+// nil when every partition of the pass has been trained (by whichever
+// workers), which makes work the pass's barrier; the client's clock then
 // moves up to the highest any worker reported, so that no worker holds the
-// others back in the next epoch.
-func (c *Client) Work(ctx context.Context, e int) (*Lease, error) {
+// others back in the next pass.
+func (c *Client) work(ctx context.Context, pass int) (*Lease, error) {
 	if c.opts.Rank < 0 {
 		return nil, fmt.Errorf("%w: a client without a rank leases no work", ErrBadArgument)
 	}
@@ -94,7 +96,7 @@ func (c *Client) Work(ctx context.Context, e int) (*Lease, error) {
 	}
 	got := make(chan result, 1)
 	go func() {
-		g, err := c.ctl.Acquire(ctx, c.opts.Rank, e)
+		g, err := c.ctl.Acquire(ctx, c.opts.Rank, pass)
 		got <- result{g, err}
 	}()
 	var r result
@@ -113,7 +115,7 @@ func (c *Client) Work(ctx context.Context, e int) (*Lease, error) {
 		c.idle.Store(false)
 	}
 	if r.err != nil {
-		return nil, fmt.Errorf("ps: work for epoch %d: %w", e, r.err)
+		return nil, fmt.Errorf("ps: work for pass %d: %w", pass, r.err)
 	}
 	if v := max(c.clock.Load(), r.g.Clock); v > c.clock.Load() || idle {
 		c.clock.Store(v)
@@ -124,41 +126,24 @@ func (c *Client) Work(ctx context.Context, e int) (*Lease, error) {
 	if r.g.Done {
 		return nil, nil
 	}
-	l := &Lease{c: c, Epoch: e, Partition: r.g.Partition, Offset: r.g.Offset, grant: r.g.Lease}
+	l := &Lease{c: c, Pass: pass, Partition: r.g.Partition, Offset: r.g.Offset, grant: r.g.Lease}
 	if err := c.parts.attach(ctx, c.ctl, l, r.g.State); err != nil {
 		return nil, err
 	}
 	return l, nil
 }
 
-// Progress records that the partition's rows before offset are trained and
-// their pushes acknowledged: if this worker dies, another resumes there.
-// With KeepState, it records the partition's state too, which must then
-// reflect exactly the rows before offset.
-func (l *Lease) Progress(ctx context.Context, offset int) error {
-	return l.report(ctx, offset, false).Wait(ctx)
-}
-
-// ProgressAsync is Progress without waiting for the coordinator: the state
-// is snapshotted before it returns (the caller may change it at once), and
-// the report is sent in the background, after any earlier one of the
-// lease. Its future completes once the coordinator has recorded it.
-func (l *Lease) ProgressAsync(ctx context.Context, offset int) *Future {
-	return l.report(ctx, offset, false)
-}
-
-// Complete records that the whole partition is trained (and, with
-// KeepState, its state at the end of the pass), after any report still in
-// flight.
-func (l *Lease) Complete(ctx context.Context, offset int) error {
-	return l.report(ctx, offset, true).Wait(ctx)
-}
-
-// report snapshots the state and sends the report once the lease's
-// previous one has been answered, so that reports arrive in order. A
-// Lease's methods are called from one goroutine.
-func (l *Lease) report(ctx context.Context, offset int, complete bool) *Future {
-	u := coord.Update{Rank: l.c.opts.Rank, Epoch: l.Epoch, Partition: l.Partition, Offset: offset, Clock: l.c.clock.Load(), Complete: complete, Lease: l.grant}
+// report records that the lease's rows before offset are trained (all of
+// them, with complete) once after has completed without error, which the
+// caller makes the acknowledgement of every push of those rows: progress
+// is never recorded ahead of what the servers hold. The state is
+// snapshotted before report returns, so the caller may change it at once;
+// the report is sent in the background, after the lease's previous one
+// has been answered, so that reports arrive in order. Its future
+// completes once the coordinator has recorded it. A Lease's reports are
+// made from one goroutine.
+func (l *Lease) report(ctx context.Context, offset int, complete bool, after *Future) *Future {
+	u := coord.Update{Rank: l.c.opts.Rank, Epoch: l.Pass, Partition: l.Partition, Offset: offset, Clock: l.c.clock.Load(), Complete: complete, Lease: l.grant}
 	if l.state != nil {
 		blob, err := l.state.st.MarshalBinary()
 		if err != nil {
@@ -171,6 +156,12 @@ func (l *Lease) report(ctx context.Context, offset int, complete bool) *Future {
 	go func() {
 		if prev != nil {
 			<-prev.Done()
+		}
+		if after != nil {
+			if err := after.Wait(ctx); err != nil {
+				f.partDone(err)
+				return
+			}
 		}
 		ver, err := l.c.ctl.Progress(ctx, u)
 		if err == nil && l.state != nil {
@@ -189,32 +180,3 @@ func (c *Client) Leave(ctx context.Context) error {
 	}
 	return c.ctl.Leave(ctx, c.opts.Rank)
 }
-
-// EachPartition calls train for every partition of epoch e this worker
-// leases, until the epoch is done (every partition trained by some
-// worker). train must call Progress as it goes and Complete at the end.
-func (c *Client) EachPartition(ctx context.Context, e int, train func(ctx context.Context, l *Lease) error) error {
-	for {
-		l, err := c.Work(ctx, e)
-		if err != nil {
-			return err
-		}
-		if l == nil {
-			return nil
-		}
-		if err := train(ctx, l); err != nil {
-			return fmt.Errorf("ps: epoch %d partition %d: %w", e, l.Partition, err)
-		}
-	}
-}
-
-// ErrDrained is returned by training loops that stopped early because the
-// worker is draining (an eviction notice or SIGTERM).
-var ErrDrained = errors.New("ps: worker drained")
-
-// Drain asks the training loop to stop at the next minibatch boundary:
-// apps check Draining, record their progress and return ErrDrained.
-func (c *Client) Drain() { c.draining.Store(true) }
-
-// Draining reports whether Drain was called.
-func (c *Client) Draining() bool { return c.draining.Load() }

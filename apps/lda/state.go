@@ -20,13 +20,13 @@ var ErrCorruptState = errors.New("lda: corrupt partition state")
 type partState struct {
 	part data.Part
 	k    int
-	// pass is the epoch whose pass z reflects up to the lease's offset
+	// pass is the pass that z reflects up to the lease's offset
 	// (all of it once the partition is complete), -1 before the first. A
 	// lease checks it, so that a lost state is an error rather than a
 	// model whose table no longer matches its topics.
 	pass int
 	// z holds the topics of the tokens of documents part.Lo..part.Hi-1, in
-	// corpus order (not the epoch's shuffled order), so that it means the
+	// corpus order (not the pass's shuffled order), so that it means the
 	// same whatever order the next pass takes.
 	z []uint16
 	// base is the corpus index of z[0]'s token.

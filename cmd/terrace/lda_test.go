@@ -20,7 +20,7 @@ func TestTrainLDA(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	for _, want := range []string{"epoch  4/4", "train log-likelihood/token", "held-out perplexity", "topic 1 (", "lda trained 12348 examples"} {
+	for _, want := range []string{"pass  4/4", "train log-likelihood/token", "held-out perplexity", "topic 1 (", "lda trained 12348 examples"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
