@@ -1,0 +1,241 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/terrace-ml/terrace/internal/placement/layout"
+	"github.com/terrace-ml/terrace/table"
+)
+
+// Dialer makes the client's connections (a transport.Network does).
+type Dialer interface {
+	Dial(ctx context.Context, addr string) (net.Conn, error)
+}
+
+// Client calls a coordinator over HTTP. Given several coordinator
+// addresses, it goes to whichever answers (the leader), moving on when one
+// is unreachable or no longer leads.
+type Client struct {
+	bases []string
+	cur   atomic.Int32
+	hc    *http.Client
+	// RetryFor bounds how long a call keeps trying while no coordinator
+	// answers (a failover in progress) before it fails.
+	RetryFor time.Duration
+}
+
+// NewClient returns a client for the coordinators at addrs, a
+// comma-separated list of host:port or URLs, dialled with d (TCP if nil).
+func NewClient(addrs string, d Dialer) *Client {
+	c := &Client{hc: &http.Client{Timeout: PollWait + 10*time.Second}, RetryFor: 30 * time.Second}
+	if d != nil {
+		c.hc.Transport = &http.Transport{
+			DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) { return d.Dial(ctx, addr) },
+		}
+	}
+	for _, a := range strings.Split(addrs, ",") {
+		if a = strings.TrimSpace(a); a == "" {
+			continue
+		}
+		if !strings.Contains(a, "://") {
+			a = "http://" + a
+		}
+		c.bases = append(c.bases, strings.TrimRight(a, "/"))
+	}
+	return c
+}
+
+// Error is a coordinator's refusal; it unwraps to the sentinel of its
+// code.
+type Error struct {
+	Coordinator string
+	Route       string
+	Code        Code
+	Msg         string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("coordinator %s: %s: %s (%s)", e.Coordinator, e.Route, e.Msg, e.Code)
+}
+
+func (e *Error) Unwrap() error { return e.Code.Err() }
+
+// errTransient marks failures another coordinator (or a moment) may cure.
+var errTransient = errors.New("transient")
+
+// do sends the request to the coordinator that answered last, moving on
+// to the next on transient failures, with backoff once all were tried,
+// for at most RetryFor.
+func (c *Client) do(ctx context.Context, route, query string, in, out any) error {
+	if len(c.bases) == 0 {
+		return fmt.Errorf("%w: no coordinator address", ErrBadRequest)
+	}
+	deadline := time.Now().Add(c.RetryFor)
+	backoff := 50 * time.Millisecond
+	for {
+		i := int(c.cur.Load()) % len(c.bases)
+		err := c.doOne(ctx, c.bases[i], route, query, in, out)
+		if err == nil || !errors.Is(err, errTransient) || ctx.Err() != nil {
+			return err
+		}
+		c.cur.CompareAndSwap(int32(i), int32((i+1)%len(c.bases)))
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		if (i+1)%len(c.bases) == 0 {
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+				return fmt.Errorf("%w: %w", ErrUnavailable, err)
+			}
+			backoff = min(2*backoff, time.Second)
+		}
+	}
+}
+
+func (c *Client) doOne(ctx context.Context, base, route, query string, in, out any) error {
+	method, path, _ := strings.Cut(route, " ")
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, base+path+query, body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("coordinator %s: %w", base, err)
+		}
+		return fmt.Errorf("%w: coordinator %s: %v", errTransient, base, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("%w: coordinator %s: %v", errTransient, base, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return replyError(base, route, resp, b)
+	}
+	if raw, ok := out.(*[]byte); ok {
+		*raw = b
+		return nil
+	}
+	if out != nil {
+		return json.Unmarshal(b, out)
+	}
+	return nil
+}
+
+// replyError decodes a refusal; a reply without a code (a proxy's, or a
+// coordinator's that died mid-reply) is transient if its status says so.
+func replyError(base, route string, resp *http.Response, body []byte) error {
+	var r ErrorReply
+	if err := json.Unmarshal(body, &r); err != nil || r.Code == "" {
+		r.Code, r.Error = CodeInternal, resp.Status
+		if resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusBadGateway {
+			return fmt.Errorf("%w: coordinator %s: %s: %s", errTransient, base, route, resp.Status)
+		}
+	}
+	err := &Error{Coordinator: base, Route: route, Code: r.Code, Msg: r.Error}
+	if r.Code.Transient() {
+		return fmt.Errorf("%w: %w", errTransient, err)
+	}
+	return err
+}
+
+// WaitReachable polls the coordinators' health route until one answers
+// or ctx ends, so that a node started before its coordinator waits a
+// bounded time and then fails with a clear message.
+func (c *Client) WaitReachable(ctx context.Context) error {
+	if len(c.bases) == 0 {
+		return fmt.Errorf("%w: no coordinator address", ErrBadRequest)
+	}
+	_, path, _ := strings.Cut(RouteHealth, " ")
+	var last error
+	for i := 0; ; i++ {
+		req, _ := http.NewRequestWithContext(ctx, "GET", c.bases[i%len(c.bases)]+path, nil)
+		resp, err := c.hc.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				c.cur.Store(int32(i % len(c.bases)))
+				return nil
+			}
+			err = fmt.Errorf("health check: %s", resp.Status)
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %s: %v", ErrUnavailable, strings.Join(c.bases, ","), last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Layout returns the first layout whose version is above after, waiting
+// until there is one or ctx ends.
+func (c *Client) Layout(ctx context.Context, after uint64) (*layout.Layout, error) {
+	for {
+		var l layout.Layout
+		if err := c.do(ctx, RouteLayout, fmt.Sprintf("?after=%d", after), nil, &l); err != nil {
+			return nil, err
+		}
+		if l.Version > after {
+			return &l, nil
+		}
+	}
+}
+
+// CreateTable adds spec, or checks that an identical table exists, and
+// returns a layout that holds it.
+func (c *Client) CreateTable(ctx context.Context, spec table.Spec) (*layout.Layout, error) {
+	var l layout.Layout
+	return &l, c.do(ctx, RouteTables, "", spec, &l)
+}
+
+// JoinServer admits server id at addr, incarnation inc (may be empty).
+func (c *Client) JoinServer(ctx context.Context, id, addr, inc string) (*layout.Layout, error) {
+	var r Joined
+	return r.Layout, c.do(ctx, RouteJoin, "", Join{Role: RoleServer, ID: id, Addr: addr, Incarnation: inc}, &r)
+}
+
+// JoinWorker admits worker id, incarnation inc (may be empty), and
+// returns its rank: the same again when a worker of that ID joins again.
+func (c *Client) JoinWorker(ctx context.Context, id, inc string) (int, error) {
+	var r Joined
+	return r.Rank, c.do(ctx, RouteJoin, "", Join{Role: RoleWorker, ID: id, Incarnation: inc}, &r)
+}
+
+// Report sends a worker's final report.
+func (c *Client) Report(ctx context.Context, rank int, report any) error {
+	return c.do(ctx, RouteReport, fmt.Sprintf("?rank=%d", rank), report, nil)
+}
+
+// Reports fetches the reports received so far, by rank.
+func (c *Client) Reports(ctx context.Context) (map[int]json.RawMessage, error) {
+	var m map[int]json.RawMessage
+	return m, c.do(ctx, RouteReports, "", nil, &m)
+}
+
+// RequestCheckpoint asks for a cluster checkpoint at the next pass
+// boundary.
+func (c *Client) RequestCheckpoint(ctx context.Context) error {
+	return c.do(ctx, RouteCheckpoint, "", nil, nil)
+}

@@ -1,0 +1,79 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/terrace-ml/terrace/table"
+)
+
+// TestCodesRoundTrip: every sentinel the coordinator returns reaches the
+// client as itself, through its code only: the messages here say nothing
+// a substring match could find.
+func TestCodesRoundTrip(t *testing.T) {
+	for _, c := range codes {
+		t.Run(string(c.code), func(t *testing.T) {
+			if got := CodeOf(fmt.Errorf("wrapped: %w", c.err)); got != c.code {
+				t.Fatalf("CodeOf(%v) = %s", c.err, got)
+			}
+			hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(c.code.Status())
+				json.NewEncoder(w).Encode(ErrorReply{Code: c.code, Error: "refused"})
+			}))
+			defer hs.Close()
+			cl := NewClient(hs.URL, nil)
+			cl.RetryFor = 0
+			_, err := cl.Progress(context.Background(), Update{})
+			if !errors.Is(err, c.err) {
+				t.Fatalf("client error %v does not wrap %v", err, c.err)
+			}
+			if transient := errors.Is(err, ErrUnavailable); transient != c.code.Transient() {
+				t.Fatalf("client error %v: transient %v, want %v", err, transient, c.code.Transient())
+			}
+		})
+	}
+	if CodeOf(errors.New("other")) != CodeInternal || CodeInternal.Err() != nil {
+		t.Fatal("an unknown error has a sentinel")
+	}
+	if CodeOf(fmt.Errorf("%w: %w", ErrNotPersisted, ErrNotLeader)) != CodeNotLeader {
+		t.Fatal("the most specific code does not win")
+	}
+	if CodeOf(fmt.Errorf("bad: %w", table.ErrInvalid)) != CodeInvalidTable {
+		t.Fatal("table.ErrInvalid has no code of its own")
+	}
+}
+
+// TestMovesToTheLeader: a replica that answers "not the leader" is left
+// for the next address.
+func TestMovesToTheLeader(t *testing.T) {
+	deposed := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(CodeNotLeader.Status())
+		json.NewEncoder(w).Encode(ErrorReply{Code: CodeNotLeader, Error: "deposed"})
+	}))
+	defer deposed.Close()
+	leader := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		json.NewEncoder(w).Encode(Joined{Rank: 3})
+	}))
+	defer leader.Close()
+	cl := NewClient(strings.Join([]string{deposed.URL, leader.URL}, ","), nil)
+	rank, err := cl.JoinWorker(context.Background(), "w", "")
+	if err != nil || rank != 3 {
+		t.Fatalf("join: rank %d, %v", rank, err)
+	}
+}
+
+func TestUnreachable(t *testing.T) {
+	cl := NewClient("127.0.0.1:1", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := cl.WaitReachable(ctx); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("reaching a closed port: %v", err)
+	}
+}

@@ -1,0 +1,43 @@
+package api
+
+import "github.com/terrace-ml/terrace/internal/placement/layout"
+
+// Roles of the nodes, as they join and register.
+const (
+	RoleServer = "server"
+	RoleWorker = "worker"
+)
+
+// Join admits a node: a server at Addr, or a worker.
+type Join struct {
+	Role string `json:"role"`
+	ID   string `json:"id"`
+	Addr string `json:"addr,omitempty"`
+	// Incarnation is new in every process; the node registers in etcd
+	// with it too, so that the end of an earlier process's registration
+	// takes out nothing.
+	Incarnation string `json:"incarnation,omitempty"`
+}
+
+// Joined answers Join: a worker's rank, a server's layout.
+type Joined struct {
+	Rank   int            `json:"rank"`
+	Layout *layout.Layout `json:"layout,omitempty"`
+}
+
+// Synced reports that ring server From has shipped full copies of its
+// slots to the servers that hold them once Joiner (joining or leaving) has
+// moved, under layout Version.
+type Synced struct {
+	From    string `json:"from"`
+	Joiner  string `json:"joiner"`
+	Version uint64 `json:"version"`
+}
+
+// Checkpointed reports that server From wrote (or loaded) its part of
+// cluster checkpoint Seq, or failed to (Error).
+type Checkpointed struct {
+	From  string `json:"from"`
+	Seq   uint64 `json:"seq"`
+	Error string `json:"error,omitempty"`
+}

@@ -1,0 +1,30 @@
+package api
+
+import "time"
+
+// The coordinator's HTTP routes (method and path, as net/http patterns).
+// Request and reply bodies are the JSON of this package's types; a reply
+// that is not 200 OK carries an ErrorReply.
+const (
+	RouteLayout       = "GET /v1/layout"  // ?after=V: long-poll for a layout newer than version V
+	RouteJoin         = "POST /v1/join"   // Join -> Joined
+	RouteTables       = "POST /v1/tables" // table.Spec -> layout
+	RouteReport       = "POST /v1/report" // ?rank=R: a worker's final report (any JSON)
+	RouteReports      = "GET /v1/reports" // the reports received, by rank
+	RouteHeartbeat    = "POST /v1/heartbeat"
+	RouteLeave        = "POST /v1/leave" // Rank: a worker's drained departure
+	RouteAcquire      = "POST /v1/work/acquire"
+	RouteProgress     = "POST /v1/work/progress"
+	RouteSplit        = "POST /v1/work/split"
+	RouteState        = "GET /v1/work/state" // ?partition=P&version=V -> the blob
+	RouteServerLeave  = "POST /v1/servers/leave"
+	RouteSynced       = "POST /v1/servers/synced"
+	RouteCheckpointed = "POST /v1/servers/checkpointed"
+	RouteRestored     = "POST /v1/servers/restored"
+	RouteCheckpoint   = "POST /v1/checkpoint" // take a checkpoint at the next pass boundary
+	RouteHealth       = "GET /healthz"
+)
+
+// PollWait is how long the coordinator holds a long-poll (a layout, or a
+// request for work) open before it answers that nothing changed.
+const PollWait = 20 * time.Second
