@@ -60,9 +60,10 @@ type Options struct {
 
 // Client is a worker's connection to every server.
 type Client struct {
-	ctl  Control
-	opts Options
-	log  *slog.Logger
+	ctl    Control
+	leases pieces // ctl in the contract's terms (pieces.go)
+	opts   Options
+	log    *slog.Logger
 
 	mu      sync.RWMutex
 	lay     *layout.Layout
@@ -95,7 +96,7 @@ func Connect(ctx context.Context, ctl Control, o Options) (*Client, error) {
 	if o.MaxRefused == 0 {
 		o.MaxRefused = 1000
 	}
-	c := &Client{ctl: ctl, opts: o, log: o.Logger, conns: map[string]*transport.Client{}, tables: map[string]*Table{}, refresh: make(chan struct{}, 1), id: rand.Uint64()}
+	c := &Client{ctl: ctl, leases: wholePartitions{ctl}, opts: o, log: o.Logger, conns: map[string]*transport.Client{}, tables: map[string]*Table{}, refresh: make(chan struct{}, 1), id: rand.Uint64()}
 	var after uint64
 	for {
 		l, err := ctl.Layout(ctx, after)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/terrace-ml/terrace/internal/control/api"
 )
 
 // Batch is one minibatch of a lease, as the partition loop hands it to a
@@ -150,15 +152,22 @@ type sentBatch struct {
 func (c *Client) train(ctx context.Context, l *Lease, loop *Loop) error {
 	r := &leaseRun{l: l, loop: loop, obs: c.currentObserver(), order: loop.Order(l.Pass, l.Partition), off: l.Offset}
 	r.end = len(r.order)
-	if r.off > r.end {
-		return fmt.Errorf("%w: lease starts at row %d of a partition of %d", ErrBadArgument, r.off, r.end)
+	if l.end != api.ToEnd {
+		r.end = min(l.end, r.end)
 	}
+	if l.Start > l.Offset || r.off > r.end {
+		return fmt.Errorf("%w: lease of rows [%d, %d) from %d in a partition of %d", ErrBadArgument, l.Start, l.end, l.Offset, len(r.order))
+	}
+	l.end = r.end
 	if loop.Begin != nil {
 		if err := loop.Begin(ctx, l); err != nil {
 			return err
 		}
 	}
 	for {
+		if err := r.boundary(ctx); err != nil {
+			return r.stop(ctx, err)
+		}
 		switch {
 		case r.off >= r.end:
 			return r.complete(ctx)
@@ -169,6 +178,21 @@ func (c *Client) train(ctx context.Context, l *Lease, loop *Loop) error {
 			return r.stop(ctx, err)
 		}
 	}
+}
+
+// boundary honours, between two minibatches, a request from the
+// coordinator to cut the lease (cut.go).
+func (r *leaseRun) boundary(ctx context.Context) error {
+	from := int(r.l.cutFrom.Swap(-1))
+	if from < 0 {
+		return nil
+	}
+	return r.cut(ctx, from)
+}
+
+func (r *leaseRun) setEnd(end int) {
+	r.end = end
+	r.l.end = end
 }
 
 // step trains the next minibatch, then learns which pushes are
@@ -200,7 +224,7 @@ func (r *leaseRun) step(ctx context.Context) error {
 		return err
 	}
 	if r.steps%r.loop.ProgressEvery == 0 && r.off < r.end && r.record == nil {
-		r.record = r.l.report(ctx, r.off, false, r.acks())
+		r.record = r.l.report(ctx, r.off, false, r.acks(), nil)
 	}
 	return nil
 }
@@ -265,7 +289,7 @@ func (r *leaseRun) complete(ctx context.Context) error {
 	if err := r.flush(ctx); err != nil {
 		return err
 	}
-	if err := r.l.report(ctx, r.end, true, nil).Wait(ctx); err != nil {
+	if err := r.l.report(ctx, r.end, true, nil, nil).Wait(ctx); err != nil {
 		return fmt.Errorf("recording the end: %w", err)
 	}
 	if r.loop.Completed != nil {
@@ -284,7 +308,7 @@ func (r *leaseRun) drain(ctx context.Context) error {
 	if err := r.flush(ctx); err != nil {
 		return err
 	}
-	if err := r.l.report(ctx, r.off, false, nil).Wait(ctx); err != nil {
+	if err := r.l.report(ctx, r.off, false, nil, nil).Wait(ctx); err != nil {
 		return fmt.Errorf("recording the drain: %w", err)
 	}
 	return ErrDrained

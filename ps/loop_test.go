@@ -7,109 +7,15 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/terrace-ml/terrace/internal/control/coord"
-	"github.com/terrace-ml/terrace/internal/placement/layout"
-	"github.com/terrace-ml/terrace/table"
+	"github.com/terrace-ml/terrace/internal/control/api"
 )
 
-// fakeControl leases the partitions of one pass to whoever asks and keeps
-// their progress records and states, as the coordinator does, for tests
-// of the partition loop that need no servers.
-type fakeControl struct {
-	mu      sync.Mutex
-	parts   int
-	offset  map[int]int
-	done    map[int]bool
-	held    map[int]int // partition -> rank
-	grants  uint64
-	states  map[int][]byte
-	records []coord.Update
-	// check, when set, is called under mu with every record received; an
-	// error fails the record.
-	check func(u coord.Update) error
-}
-
-func newFakeControl(parts int) *fakeControl {
-	return &fakeControl{parts: parts, offset: map[int]int{}, done: map[int]bool{}, held: map[int]int{}, states: map[int][]byte{}}
-}
-
-func (f *fakeControl) Acquire(_ context.Context, rank, _ int) (coord.Grant, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for p := range f.parts {
-		if _, leased := f.held[p]; !leased && !f.done[p] {
-			f.held[p] = rank
-			f.grants++
-			g := coord.Grant{Partition: p, Offset: f.offset[p], Lease: f.grants}
-			if _, ok := f.states[p]; ok {
-				g.State = uint64(len(f.records)) + 1 // any version: State serves the latest
-			}
-			return g, nil
-		}
-	}
-	if len(f.done) == f.parts {
-		return coord.Grant{Partition: -1, Done: true}, nil
-	}
-	return coord.Grant{}, errors.New("fake control: every partition is leased")
-}
-
-func (f *fakeControl) Progress(_ context.Context, u coord.Update) (uint64, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.check != nil {
-		if err := f.check(u); err != nil {
-			return 0, err
-		}
-	}
-	f.records = append(f.records, u)
-	f.offset[u.Partition] = max(f.offset[u.Partition], u.Offset)
-	if u.HasState {
-		f.states[u.Partition] = u.State
-	}
-	if u.Complete {
-		f.done[u.Partition] = true
-	}
-	return uint64(len(f.records)), nil
-}
-
-// release returns rank's unfinished partitions to the pool, as the
-// coordinator does when a worker leaves or dies.
-func (f *fakeControl) release(rank int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for p, r := range f.held {
-		if r == rank && !f.done[p] {
-			delete(f.held, p)
-		}
-	}
-}
-
-func (f *fakeControl) State(_ context.Context, p int, _ uint64) ([]byte, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.states[p], nil
-}
-
-func (f *fakeControl) Layout(context.Context, uint64) (*layout.Layout, error) {
-	return nil, errors.New("fake control: no layout")
-}
-
-func (f *fakeControl) CreateTable(context.Context, table.Spec) (*layout.Layout, error) {
-	return nil, errors.New("fake control: no tables")
-}
-func (f *fakeControl) Heartbeat(context.Context, int) error { return nil }
-func (f *fakeControl) Leave(_ context.Context, rank int) error {
-	f.release(rank)
-	return nil
-}
-
 // bareClient is a worker client with no servers: enough for the loop.
-func bareClient(ctl Control, rank int) *Client {
-	return &Client{ctl: ctl, opts: Options{Rank: rank}}
+func bareClient(f *fakeCoord, rank int) *Client {
+	return &Client{leases: f, opts: Options{Rank: rank}}
 }
 
 // rowCount is partition state that counts the rows trained into it.
@@ -149,7 +55,7 @@ func TestLoopRecordsOnlyAcknowledged(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			rng := rand.New(rand.NewPCG(seed, 1))
-			ctl := newFakeControl(1)
+			ctl := newFakeCoord(1)
 			var acked []bool // by minibatch; under ctl.mu
 			prefix := func() int {
 				n := 0
@@ -159,7 +65,7 @@ func TestLoopRecordsOnlyAcknowledged(t *testing.T) {
 				return min(n*batch, rows)
 			}
 			last := -1
-			ctl.check = func(u coord.Update) error {
+			ctl.check = func(u api.Update) error {
 				st := &rowCount{}
 				if err := st.UnmarshalBinary(u.State); err != nil {
 					return err
@@ -214,8 +120,8 @@ func TestLoopRecordsOnlyAcknowledged(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					if !ctl.done[0] || ctl.offset[0] != rows {
-						t.Fatalf("partition done %v at %d, want done at %d", ctl.done[0], ctl.offset[0], rows)
+					if pc := ctl.piece(0, 0); !pc.done || pc.offset != rows {
+						t.Fatalf("partition done %v at %d, want done at %d", pc.done, pc.offset, rows)
 					}
 					return
 				default:
@@ -241,7 +147,7 @@ func TestLoopDrain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	const rows, batch = 100, 10
-	ctl := newFakeControl(2)
+	ctl := newFakeCoord(2)
 	trained := make([]int, 2*rows)
 	loop := func(c *Client, drainAt int) Loop {
 		return Loop{Order: func(_, p int) []int { return identity(rows)(0, p) }, Batch: batch, ProgressEvery: 3,
@@ -265,7 +171,7 @@ func TestLoopDrain(t *testing.T) {
 	if u.Offset != 40 || u.Complete || string(u.State) != string(binary.AppendUvarint(nil, 40)) {
 		t.Fatalf("drain recorded %+v, want offset 40 with the state of 40 rows", u)
 	}
-	first.Leave(ctx)
+	ctl.release(0)
 	second := bareClient(ctl, 1)
 	second.KeepState(func(int) PartitionState { return &rowCount{} })
 	if err := second.EachPartition(ctx, 0, loop(second, -1)); err != nil {
@@ -276,7 +182,7 @@ func TestLoopDrain(t *testing.T) {
 			t.Fatalf("row %d trained %d times", r, n)
 		}
 	}
-	if st := string(ctl.states[0]); st != string(binary.AppendUvarint(nil, rows)) {
+	if st := string(ctl.blobs[ctl.piece(0, 0).states[0]]); st != string(binary.AppendUvarint(nil, rows)) {
 		t.Errorf("partition 0 ends with state %x, want %d rows", st, rows)
 	}
 }
@@ -286,7 +192,7 @@ func TestLoopDrain(t *testing.T) {
 func TestLoopStepError(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ctl := newFakeControl(1)
+	ctl := newFakeCoord(1)
 	c := bareClient(ctl, 0)
 	errBoom := errors.New("boom")
 	var sent []*Future
@@ -308,8 +214,8 @@ func TestLoopStepError(t *testing.T) {
 			t.Errorf("push %d still in flight when the loop returned", i)
 		}
 	}
-	if ctl.offset[0] > 25 || ctl.done[0] {
-		t.Errorf("recorded offset %d (done %v) after a step failed at 25", ctl.offset[0], ctl.done[0])
+	if pc := ctl.piece(0, 0); pc.offset > 25 || pc.done {
+		t.Errorf("recorded offset %d (done %v) after a step failed at 25", pc.offset, pc.done)
 	}
 }
 

@@ -3,9 +3,10 @@ package ps
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
-	"github.com/terrace-ml/terrace/internal/control/coord"
+	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/dataplane/wire"
 	"github.com/terrace-ml/terrace/internal/placement/layout"
 )
@@ -66,23 +67,32 @@ func (c *Client) restateClock(ctx context.Context) {
 }
 
 // Lease is a piece of a data partition leased to this worker for one
-// pass: rows [Offset, End()) of the partition's pass order. A lease is
-// trained by EachPartition's loop (loop.go), which alone records its
-// progress.
+// pass: the rows [Start, End()) of the partition's pass order, trained
+// from Offset on. EachPartition's loop (loop.go) trains it and alone
+// records its progress; a split may move its end down.
 type Lease struct {
 	c         *Client
 	Pass      int
 	Partition int
-	// Offset is where training of the lease starts: 0, or where a worker
-	// that lost the lease had got to.
-	Offset int
-	grant  uint64     // names this grant in reports
-	state  *heldState // with KeepState
-	last   *Future    // the last report sent
+	// Start is where the piece begins: 0 unless it is the tail of a piece
+	// that was split. Offset is where training of the lease starts: Start,
+	// or where a worker that lost the piece had got to.
+	Start, Offset int
+	end           int        // the granted end, api.ToEnd for the partition's
+	grant         uint64     // names this grant in reports
+	state         *heldState // with KeepState
+	last          *Future    // the last report sent
+	// cutFrom is the row from which the coordinator asks the loop to give
+	// up its piece (api.CutRequest), -1 when it does not: set by the
+	// report goroutine, taken by the loop.
+	cutFrom atomic.Int64
 }
 
-// work asks the coordinator for a partition of pass to train. It returns
-// nil when every partition of the pass has been trained (by whichever
+// End returns where the lease stops: the partition's end, or a cut.
+func (l *Lease) End() int { return l.end }
+
+// work asks the coordinator for a piece of pass to train. It returns nil
+// when every partition of the pass has been trained (by whichever
 // workers), which makes work the pass's barrier; the client's clock then
 // moves up to the highest any worker reported, so that no worker holds the
 // others back in the next pass.
@@ -91,12 +101,12 @@ func (c *Client) work(ctx context.Context, pass int) (*Lease, error) {
 		return nil, fmt.Errorf("%w: a client without a rank leases no work", ErrBadArgument)
 	}
 	type result struct {
-		g   coord.Grant
+		g   api.Grant
 		err error
 	}
 	got := make(chan result, 1)
 	go func() {
-		g, err := c.ctl.Acquire(ctx, c.opts.Rank, pass)
+		g, err := c.leases.Acquire(ctx, c.opts.Rank, pass)
 		got <- result{g, err}
 	}()
 	var r result
@@ -126,8 +136,14 @@ func (c *Client) work(ctx context.Context, pass int) (*Lease, error) {
 	if r.g.Done {
 		return nil, nil
 	}
-	l := &Lease{c: c, Pass: pass, Partition: r.g.Partition, Offset: r.g.Offset, grant: r.g.Lease}
-	if err := c.parts.attach(ctx, c.ctl, l, r.g.State); err != nil {
+	return c.lease(ctx, pass, r.g)
+}
+
+// lease makes the Lease of grant g, with its partition state.
+func (c *Client) lease(ctx context.Context, pass int, g api.Grant) (*Lease, error) {
+	l := &Lease{c: c, Pass: pass, Partition: g.Partition, Start: g.Start, Offset: g.Offset, end: g.End, grant: g.Lease}
+	l.cutFrom.Store(-1)
+	if err := c.parts.attach(ctx, c.leases, l, g.States); err != nil {
 		return nil, err
 	}
 	return l, nil
@@ -136,14 +152,14 @@ func (c *Client) work(ctx context.Context, pass int) (*Lease, error) {
 // report records that the lease's rows before offset are trained (all of
 // them, with complete) once after has completed without error, which the
 // caller makes the acknowledgement of every push of those rows: progress
-// is never recorded ahead of what the servers hold. The state is
-// snapshotted before report returns, so the caller may change it at once;
-// the report is sent in the background, after the lease's previous one
-// has been answered, so that reports arrive in order. Its future
-// completes once the coordinator has recorded it. A Lease's reports are
-// made from one goroutine.
-func (l *Lease) report(ctx context.Context, offset int, complete bool, after *Future) *Future {
-	u := coord.Update{Rank: l.c.opts.Rank, Epoch: l.Pass, Partition: l.Partition, Offset: offset, Clock: l.c.clock.Load(), Complete: complete, Lease: l.grant}
+// is never recorded ahead of what the servers hold. cut, if not nil,
+// answers a cut request. The state is snapshotted before report returns,
+// so the caller may change it at once; the report is sent in the
+// background, after the lease's previous one has been answered, so that
+// reports arrive in order. Its future completes once the coordinator has
+// recorded it. A Lease's reports are made from one goroutine.
+func (l *Lease) report(ctx context.Context, offset int, complete bool, after *Future, cut *api.Cut) *Future {
+	u := api.Update{Rank: l.c.opts.Rank, Pass: l.Pass, Partition: l.Partition, Offset: offset, Clock: l.c.clock.Load(), Complete: complete, Lease: l.grant, Cut: cut}
 	if l.state != nil {
 		blob, err := l.state.st.MarshalBinary()
 		if err != nil {
@@ -163,13 +179,24 @@ func (l *Lease) report(ctx context.Context, offset int, complete bool, after *Fu
 				return
 			}
 		}
-		ver, err := l.c.ctl.Progress(ctx, u)
-		if err == nil && l.state != nil {
-			l.c.parts.saved(l, ver, complete)
+		r, err := l.c.leases.Progress(ctx, u)
+		if err == nil {
+			l.replied(r, complete)
 		}
 		f.partDone(err)
 	}()
 	return f
+}
+
+// replied takes in the coordinator's answer to a report. (Its End is
+// the end the loop set: only the loop cuts its lease.)
+func (l *Lease) replied(r api.ProgressReply, complete bool) {
+	if l.state != nil {
+		l.c.parts.saved(l, r.State, complete)
+	}
+	if r.Cut != nil {
+		l.cutFrom.Store(int64(max(r.Cut.From, 0)))
+	}
 }
 
 // Leave tells the coordinator this worker is going (a drained departure):

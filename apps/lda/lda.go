@@ -259,7 +259,9 @@ func (w *worker) loop() ps.Loop {
 	return ps.Loop{
 		Order: func(pass, p int) []int { return w.parts[p].Order(w.cfg.Seed, pass) },
 		Batch: w.cfg.Batch, ProgressEvery: progressEvery,
-		Begin: func(_ context.Context, l *ps.Lease) error { return l.State().(*partState).resume(l.Offset, l.Pass) },
+		Begin: func(_ context.Context, l *ps.Lease) error {
+			return l.State().(*partState).resume(l.Partition, l.Offset > l.Start, l.Pass)
+		},
 		Step:  w.step,
 		Completed: func(l *ps.Lease) {
 			if w.cfg.OnComplete != nil {
@@ -286,11 +288,16 @@ func (w *worker) step(ctx context.Context, b ps.Batch) (*ps.Future, error) {
 	return push, nil
 }
 
-// resume checks that the state is the one a lease of pass at offset
-// needs, pass-1's at offset 0 and pass's past it, and marks it pass's.
-func (s *partState) resume(offset, pass int) error {
-	if want := pass - 1 + min(offset, 1); s.pass != want {
-		return fmt.Errorf("%w: partition %d at offset %d of pass %d holds pass %d, want %d", errStateLost, s.part.ID, offset, pass, s.pass, want)
+// resume checks that the state is the one a lease of pass needs: pass-1's
+// if nothing of the lease's piece has been trained in this pass, pass's
+// if some (started), and marks it pass's.
+func (s *partState) resume(partition int, started bool, pass int) error {
+	want := pass - 1
+	if started {
+		want = pass
+	}
+	if s.pass != want {
+		return fmt.Errorf("%w: partition %d, %s in pass %d, holds pass %d, want %d", errStateLost, partition, map[bool]string{false: "not started", true: "resumed"}[started], pass, s.pass, want)
 	}
 	s.pass = pass
 	return nil
