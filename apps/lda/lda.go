@@ -262,7 +262,7 @@ func (w *worker) loop() ps.Loop {
 		Begin: func(_ context.Context, l *ps.Lease) error {
 			return l.State().(*partState).resume(l.Partition, l.Offset > l.Start, l.Pass)
 		},
-		Step:  w.step,
+		Step: w.step,
 		Completed: func(l *ps.Lease) {
 			if w.cfg.OnComplete != nil {
 				w.cfg.OnComplete(l.Pass, l.Partition, l.State().(*partState).z)
