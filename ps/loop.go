@@ -137,6 +137,7 @@ type leaseRun struct {
 	// off is the next row not started; end where the lease stops.
 	off, end int
 	steps    int // minibatches trained under this lease
+	recorded int // steps at the last periodic record
 	// sent are the minibatches whose pushes are not all acknowledged,
 	// oldest first; record is the progress record in flight, if any.
 	sent   []sentBatch
@@ -196,9 +197,9 @@ func (r *leaseRun) setEnd(end int) {
 }
 
 // step trains the next minibatch, then learns which pushes are
-// acknowledged and, every ProgressEvery minibatches, records progress up
-// to the boundary once the pushes before it are acknowledged, unless the
-// previous record is still on its way.
+// acknowledged and, ProgressEvery minibatches after the last record (or
+// as soon after as the last one is answered), records progress up to the
+// boundary, to be sent once the pushes before it are acknowledged.
 func (r *leaseRun) step(ctx context.Context) error {
 	lo, hi := r.off, min(r.off+r.loop.Batch, r.end)
 	b := Batch{Lease: r.l, Lo: lo, Hi: hi, Rows: r.order[lo:hi:hi]}
@@ -223,8 +224,9 @@ func (r *leaseRun) step(ctx context.Context) error {
 	if err := r.settle(ctx); err != nil {
 		return err
 	}
-	if r.steps%r.loop.ProgressEvery == 0 && r.off < r.end && r.record == nil {
+	if r.steps-r.recorded >= r.loop.ProgressEvery && r.off < r.end && r.record == nil {
 		r.record = r.l.report(ctx, r.off, false, r.acks(), nil)
+		r.recorded = r.steps
 	}
 	return nil
 }
