@@ -87,36 +87,25 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("mf: %w", err)
 	}
 	parts := data.Partition(train.Len(), c.Layout().Partitions)
-	m := &model{train: train, factors: factors, bias: bias, k: cfg.Rank, mu: float32(train.Mean())}
+	m := &model{c: c, train: train, factors: factors, bias: bias, k: cfg.Rank, mu: float32(train.Mean())}
 	rep := &Report{App: "mf", Rank: c.Rank()}
 	start := time.Now()
 	for pass := range cfg.Passes {
 		passStart := time.Now()
-		var sq float64
-		n := 0
+		m.sq, m.n = 0, 0
 		// Partitions are leased: a dead worker's partition is finished by
 		// another from where it got to, and the loop returns when every
 		// partition of the pass is trained, which is the pass's barrier.
 		err := c.EachPartition(ctx, pass, ps.Loop{
 			Order: func(pass, p int) []int { return parts[p].Order(cfg.Seed, pass) },
-			Batch: cfg.Batch, ProgressEvery: progressEvery,
-			Step: func(ctx context.Context, b ps.Batch) (*ps.Future, error) {
-				sqb, err := m.step(ctx, b.Rows)
-				if err != nil {
-					return nil, err
-				}
-				sq += sqb
-				n += len(b.Rows)
-				c.Tick()
-				return nil, nil // step waited for its pushes
-			},
+			Batch: cfg.Batch, ProgressEvery: progressEvery, Step: m.loopStep,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("mf: pass %d: %w", pass+1, err)
 		}
-		rep.Examples += int64(n)
+		rep.Examples += int64(m.n)
 		if test != nil {
-			st := PassStats{Pass: pass + 1, Seconds: time.Since(passStart).Seconds(), TrainRMSE: math.Sqrt(sq / float64(max(n, 1)))}
+			st := PassStats{Pass: pass + 1, Seconds: time.Since(passStart).Seconds(), TrainRMSE: math.Sqrt(m.sq / float64(max(m.n, 1)))}
 			if st.TestRMSE, err = m.evaluate(ctx, test); err != nil {
 				return nil, err
 			}
@@ -139,11 +128,29 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 }
 
 type model struct {
+	c             *ps.Client
 	train         *data.Ratings
 	factors, bias *ps.Table
 	k             int
 	mu            float32
 	pos           map[uint64]int
+	// sq and n sum the squared training error and the examples of the
+	// pass.
+	sq float64
+	n  int
+}
+
+// loopStep is the partition loop's Step: one minibatch, whose pushes it
+// waits for itself.
+func (m *model) loopStep(ctx context.Context, b ps.Batch) (*ps.Future, error) {
+	sq, err := m.step(ctx, b.Rows)
+	if err != nil {
+		return nil, err
+	}
+	m.sq += sq
+	m.n += len(b.Rows)
+	m.c.Tick()
+	return nil, nil
 }
 
 func ratingKeys(r *data.Ratings, rows []int) []uint64 {
