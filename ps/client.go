@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/terrace-ml/terrace/internal/control/coord"
+	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/dataplane/transport"
 	"github.com/terrace-ml/terrace/internal/dataplane/wire"
 	"github.com/terrace-ml/terrace/internal/placement/layout"
@@ -18,7 +18,8 @@ import (
 	"github.com/terrace-ml/terrace/table"
 )
 
-// Control is what a client needs from the coordinator.
+// Control is what a client needs from the coordinator: the control-plane
+// contract of package api (Dial makes one that talks HTTP).
 type Control interface {
 	// Layout returns the first layout whose version is above after,
 	// waiting until there is one or ctx ends.
@@ -26,16 +27,20 @@ type Control interface {
 	// CreateTable adds spec, or checks that an identical table exists, and
 	// returns a layout that holds it.
 	CreateTable(ctx context.Context, spec table.Spec) (*layout.Layout, error)
-	// Acquire leases a data partition of an epoch to a worker (see coord.Grant).
-	Acquire(ctx context.Context, rank, epoch int) (coord.Grant, error)
-	// Progress records how far a worker trained a leased partition, and
-	// its state there; it returns the partition's state version.
-	Progress(ctx context.Context, u coord.Update) (uint64, error)
+	// Acquire leases a worker a piece of a data partition in a pass (see
+	// api.Grant).
+	Acquire(ctx context.Context, rank, pass int) (api.Grant, error)
+	// Progress records how far a worker trained its piece, and its state
+	// there; the reply carries the piece's state version and end, and any
+	// request to split it.
+	Progress(ctx context.Context, u api.Update) (api.ProgressReply, error)
+	// Split asks for the tail of another worker's piece (see api.Split).
+	Split(ctx context.Context, s api.Split) (api.Grant, error)
 	// State fetches a version of a partition's worker state.
 	State(ctx context.Context, partition int, version uint64) ([]byte, error)
-	// Heartbeat keeps a worker's leases alive.
+	// Heartbeat keeps a worker's pieces leased to it.
 	Heartbeat(ctx context.Context, rank int) error
-	// Leave ends a worker's membership: its leases return to the pool.
+	// Leave ends a worker's membership: its pieces return to the pool.
 	Leave(ctx context.Context, rank int) error
 }
 
@@ -47,6 +52,10 @@ type Options struct {
 	Rank int
 	// NodeID names the client in servers' logs.
 	NodeID string
+	// JoinAs, with Dial, first joins the cluster as the worker of that ID:
+	// Rank is then the rank the coordinator gives (the same again when a
+	// worker of that ID joins again), and NodeID defaults to it.
+	JoinAs string
 	// DialTimeout bounds connecting to a server (5 s if 0).
 	DialTimeout time.Duration
 	// MaxRefused is how many non-finite updates of a table the servers may
@@ -60,10 +69,9 @@ type Options struct {
 
 // Client is a worker's connection to every server.
 type Client struct {
-	ctl    Control
-	leases pieces // ctl in the contract's terms (pieces.go)
-	opts   Options
-	log    *slog.Logger
+	ctl  Control
+	opts Options
+	log  *slog.Logger
 
 	mu      sync.RWMutex
 	lay     *layout.Layout
@@ -96,7 +104,7 @@ func Connect(ctx context.Context, ctl Control, o Options) (*Client, error) {
 	if o.MaxRefused == 0 {
 		o.MaxRefused = 1000
 	}
-	c := &Client{ctl: ctl, leases: wholePartitions{ctl}, opts: o, log: o.Logger, conns: map[string]*transport.Client{}, tables: map[string]*Table{}, refresh: make(chan struct{}, 1), id: rand.Uint64()}
+	c := &Client{ctl: ctl, opts: o, log: o.Logger, conns: map[string]*transport.Client{}, tables: map[string]*Table{}, refresh: make(chan struct{}, 1), id: rand.Uint64()}
 	var after uint64
 	for {
 		l, err := ctl.Layout(ctx, after)

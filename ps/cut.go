@@ -67,7 +67,7 @@ func (c *Client) Steal(ctx context.Context, pass, partition, from int, loop Loop
 	if c.Draining() {
 		return ErrDrained
 	}
-	g, err := c.leases.Split(ctx, api.Split{Rank: c.opts.Rank, Pass: pass, Partition: partition, From: from})
+	g, err := c.ctl.Split(ctx, api.Split{Rank: c.opts.Rank, Pass: pass, Partition: partition, From: from})
 	switch {
 	case errors.Is(err, api.ErrNoSplit):
 		return fmt.Errorf("%w: pass %d partition %d from row %d: %w", ErrNoSplit, pass, partition, from, err)

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/terrace-ml/terrace/internal/control/coord"
+	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/placement/layout"
 	"github.com/terrace-ml/terrace/internal/process/node"
 	"github.com/terrace-ml/terrace/ps"
@@ -44,7 +44,7 @@ func TestServerDrainsLive(t *testing.T) {
 					if i == 100 && c.Rank() == 0 {
 						start = time.Now()
 						go func() {
-							_, err := coord.NewClient(l.CoordAddr).LeaveServer(ctx, "server-1")
+							_, err := api.NewClient(l.CoordAddr, nil).LeaveServer(ctx, "server-1")
 							left <- err
 						}()
 					}

@@ -2,10 +2,13 @@ package ps
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
 	"github.com/terrace-ml/terrace/internal/control/api"
+	"github.com/terrace-ml/terrace/internal/placement/layout"
+	"github.com/terrace-ml/terrace/table"
 )
 
 // fakeCoord leases pieces of partitions pass by pass as the control-plane
@@ -247,6 +250,21 @@ func (f *fakeCoord) State(_ context.Context, _ int, ver uint64) ([]byte, error) 
 		return nil, fmt.Errorf("%w: version %d", api.ErrNoState, ver)
 	}
 	return b, nil
+}
+
+func (f *fakeCoord) Layout(context.Context, uint64) (*layout.Layout, error) {
+	return nil, errors.New("fake coordinator: no layout")
+}
+
+func (f *fakeCoord) CreateTable(context.Context, table.Spec) (*layout.Layout, error) {
+	return nil, errors.New("fake coordinator: no tables")
+}
+
+func (f *fakeCoord) Heartbeat(context.Context, int) error { return nil }
+
+func (f *fakeCoord) Leave(_ context.Context, rank int) error {
+	f.release(rank)
+	return nil
 }
 
 // release returns rank's pieces to the pool, as the coordinator does when

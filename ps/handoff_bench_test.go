@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/terrace-ml/terrace/internal/control/coord"
+	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/process/node"
 	"github.com/terrace-ml/terrace/internal/server"
 	"github.com/terrace-ml/terrace/keyspace"
@@ -91,7 +91,7 @@ func BenchmarkDrain100MB(b *testing.B) {
 			done := make(chan error, 1)
 			go pushUntil(ctx, t, stop, done, &worst)
 			start := time.Now()
-			lay, err := coord.NewClient(l.CoordAddr).LeaveServer(ctx, "server-2")
+			lay, err := api.NewClient(l.CoordAddr, nil).LeaveServer(ctx, "server-2")
 			if err != nil {
 				return nil, err
 			}

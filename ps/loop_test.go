@@ -15,7 +15,7 @@ import (
 
 // bareClient is a worker client with no servers: enough for the loop.
 func bareClient(f *fakeCoord, rank int) *Client {
-	return &Client{leases: f, opts: Options{Rank: rank}}
+	return &Client{ctl: f, opts: Options{Rank: rank}}
 }
 
 // rowCount is partition state that counts the rows trained into it.

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/terrace-ml/terrace/internal/control/coord"
+	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/placement/layout"
 	"github.com/terrace-ml/terrace/internal/placement/ring"
 	"github.com/terrace-ml/terrace/internal/process/node"
@@ -437,13 +437,18 @@ func (s staticControl) CreateTable(context.Context, table.Spec) (*layout.Layout,
 	return s.l, nil
 }
 
-func (s staticControl) Acquire(context.Context, int, int) (coord.Grant, error) {
-	return coord.Grant{Done: true, Partition: -1}, nil
+func (s staticControl) Acquire(context.Context, int, int) (api.Grant, error) {
+	return api.Grant{Done: true, Partition: -1}, nil
 }
 
-func (s staticControl) Progress(context.Context, coord.Update) (uint64, error) { return 0, nil }
+func (s staticControl) Progress(context.Context, api.Update) (api.ProgressReply, error) {
+	return api.ProgressReply{}, nil
+}
+func (s staticControl) Split(context.Context, api.Split) (api.Grant, error) {
+	return api.Grant{}, api.ErrNoSplit
+}
 func (s staticControl) State(context.Context, int, uint64) ([]byte, error) {
-	return nil, coord.ErrNoState
+	return nil, api.ErrNoState
 }
 func (s staticControl) Heartbeat(context.Context, int) error { return nil }
 func (s staticControl) Leave(context.Context, int) error     { return nil }

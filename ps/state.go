@@ -78,7 +78,7 @@ type heldState struct {
 
 // attach gives l its piece's state, joined from versions (none: nothing
 // saved yet).
-func (s *partStates) attach(ctx context.Context, src pieces, l *Lease, versions []uint64) error {
+func (s *partStates) attach(ctx context.Context, src Control, l *Lease, versions []uint64) error {
 	s.mu.Lock()
 	fresh := s.fresh
 	h := s.held[l.Partition]

@@ -106,7 +106,7 @@ func (c *Client) work(ctx context.Context, pass int) (*Lease, error) {
 	}
 	got := make(chan result, 1)
 	go func() {
-		g, err := c.leases.Acquire(ctx, c.opts.Rank, pass)
+		g, err := c.ctl.Acquire(ctx, c.opts.Rank, pass)
 		got <- result{g, err}
 	}()
 	var r result
@@ -143,7 +143,7 @@ func (c *Client) work(ctx context.Context, pass int) (*Lease, error) {
 func (c *Client) lease(ctx context.Context, pass int, g api.Grant) (*Lease, error) {
 	l := &Lease{c: c, Pass: pass, Partition: g.Partition, Start: g.Start, Offset: g.Offset, end: g.End, grant: g.Lease}
 	l.cutFrom.Store(-1)
-	if err := c.parts.attach(ctx, c.leases, l, g.States); err != nil {
+	if err := c.parts.attach(ctx, c.ctl, l, g.States); err != nil {
 		return nil, err
 	}
 	return l, nil
@@ -179,7 +179,7 @@ func (l *Lease) report(ctx context.Context, offset int, complete bool, after *Fu
 				return
 			}
 		}
-		r, err := l.c.leases.Progress(ctx, u)
+		r, err := l.c.ctl.Progress(ctx, u)
 		if err == nil {
 			l.replied(r, complete)
 		}

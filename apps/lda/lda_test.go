@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/terrace-ml/terrace/data"
-	"github.com/terrace-ml/terrace/internal/control/coord"
 	"github.com/terrace-ml/terrace/internal/process/node"
 	"github.com/terrace-ml/terrace/keyspace"
 	"github.com/terrace-ml/terrace/ps"
@@ -117,7 +116,7 @@ func dumpStacks() {
 // pullTable reads the whole word-topic table (v word rows, then the totals).
 func pullTable(t *testing.T, ctx context.Context, l *node.Local, v, k int) []float32 {
 	t.Helper()
-	c, err := ps.Connect(ctx, coord.NewClient(l.CoordAddr), ps.Options{Rank: -1})
+	c, err := ps.Dial(ctx, l.CoordAddr, ps.Options{Rank: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -95,7 +95,7 @@ address, comma-separated.`,
 	fs.StringVar(&ha.Prefix, "etcd-prefix", "/terrace", "key prefix, to share an etcd cluster between Terrace clusters")
 	fs.BoolVar(&inMemory, "in-memory", false, "keep the state in memory only: no etcd, no failover")
 	fs.StringVar(&o.CheckpointDir, "checkpoint-dir", "", "directory for durable cluster checkpoints (shared by the servers)")
-	fs.IntVar(&o.CheckpointEvery, "checkpoint-every", 0, "take a checkpoint after every N epochs (0: never)")
+	fs.IntVar(&o.CheckpointEvery, "checkpoint-every", 0, "take a checkpoint after every N training passes (0: never)")
 	fs.BoolVar(&o.Resume, "resume", false, "start from the newest committed checkpoint in --checkpoint-dir")
 	fs.StringVar(&logLevel, "log-level", "warn", "log level")
 	addConfigFlag(cmd)

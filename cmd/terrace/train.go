@@ -377,7 +377,7 @@ func accountLocal(ctx context.Context, a appFlags, t *drill.Timeline, coordAddr 
 	if err != nil {
 		return nil, err
 	}
-	c, err := ps.Connect(ctx, coord.NewClient(coordAddr), ps.Options{Rank: -1, NodeID: "audit"})
+	c, err := ps.Dial(ctx, coordAddr, ps.Options{Rank: -1, NodeID: "audit"})
 	if err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}

@@ -59,7 +59,7 @@ func (s *Server) writeCheckpoint(ck layout.Checkpoint) error {
 			return fmt.Errorf("checkpoint %d: table %q: %w", ck.Seq, t.spec.Name, err)
 		}
 	}
-	_, err = w.Commit(checkpoint.Meta{Epoch: uint64(ck.Epoch)})
+	_, err = w.Commit(checkpoint.Meta{Epoch: uint64(ck.Pass)})
 	return err
 }
 

@@ -70,12 +70,18 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Code.Err() }
 
+// maxBackoff bounds the wait between rounds of tries of every coordinator
+// address (a round of refused loopback dials costs microseconds).
+const maxBackoff = 200 * time.Millisecond
+
 // errTransient marks failures another coordinator (or a moment) may cure.
 var errTransient = errors.New("transient")
 
 // do sends the request to the coordinator that answered last, moving on
 // to the next on transient failures, with backoff once all were tried,
-// for at most RetryFor.
+// for at most RetryFor. The backoff stops growing at maxBackoff: a
+// failover takes seconds, and a client that waited a second between
+// rounds found the new leader up to a second after it listened.
 func (c *Client) do(ctx context.Context, route, query string, in, out any) error {
 	if len(c.bases) == 0 {
 		return fmt.Errorf("%w: no coordinator address", ErrBadRequest)
@@ -98,7 +104,7 @@ func (c *Client) do(ctx context.Context, route, query string, in, out any) error
 			case <-ctx.Done():
 				return fmt.Errorf("%w: %w", ErrUnavailable, err)
 			}
-			backoff = min(2*backoff, time.Second)
+			backoff = min(2*backoff, maxBackoff)
 		}
 	}
 }

@@ -1,213 +1,212 @@
 package coord
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
-	"time"
+	"maps"
+	"slices"
 
+	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/placement/layout"
-	"github.com/terrace-ml/terrace/internal/storage/checkpoint"
 )
 
-// Cluster checkpoints are taken at epoch boundaries: when every partition
-// of an epoch is complete, every push of it is acknowledged, and holding
-// the next epoch's work until the servers have written leaves them
-// quiescent, so the checkpoint is one consistent model. The coordinator
-// asks through the layout, collects the servers' reports, and writes the
-// commit record last (checkpoint.CommitCluster).
+// Cluster checkpoints are taken at pass boundaries: when every partition
+// of a pass is complete, every push of it is acknowledged, and holding
+// the next pass's work until the servers have written leaves them
+// quiescent, so the checkpoint is one consistent model. The machine asks
+// through the layout (Layout.Checkpoint), collects the servers' reports,
+// and then hands the driver a Commit, whose record the driver writes last
+// (checkpoint.CommitCluster) and reports with Committed.
 
-// commitMeta is the commit record: what a resume needs besides the servers'
-// data.
-type commitMeta struct {
-	Seq        uint64          `json:"seq"`
-	Epoch      int             `json:"epoch"` // the last epoch completed
-	Servers    []string        `json:"servers"`
-	Tables     []layout.Table  `json:"tables"`
-	Partitions int             `json:"partitions"`
-	MaxClock   int64           `json:"max_clock"`
-	Time       time.Time       `json:"time"`
-	Extra      json.RawMessage `json:"extra,omitempty"`
-	// States names the partition-state file, if any partition has state.
-	States *checkpoint.StateFile `json:"partition_states,omitempty"`
-}
-
-// writeStatesLocked writes every partition's current state into the
-// checkpoint (nothing if none has state). It runs at an epoch boundary,
-// while no worker reports progress.
-func (c *Coordinator) writeStatesLocked(dir string, seq uint64) (*checkpoint.StateFile, error) {
-	if len(c.stateVer) == 0 {
-		return nil, nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	blobs := make(map[int][]byte, len(c.stateVer))
-	for p, ver := range c.stateVer {
-		b, err := c.states.GetState(ctx, p, ver)
-		if err != nil {
-			return nil, fmt.Errorf("coord: checkpoint %d: partition %d state: %w", seq, p, err)
-		}
-		blobs[p] = b
-	}
-	sf, err := checkpoint.WritePartStates(dir, seq, blobs)
-	return &sf, err
-}
-
-// startCheckpointLocked asks for a checkpoint after epoch e; c.mu is held.
-func (c *Coordinator) startCheckpointLocked(e int) {
-	due := c.ckptRequested || c.opts.CheckpointEvery > 0 && (e+1)%c.opts.CheckpointEvery == 0
-	if c.opts.CheckpointDir == "" || !due || c.lay.Checkpoint != nil {
-		return
-	}
-	c.ckptRequested = false
-	c.ckptSeq++
-	var ids []string
-	for _, s := range c.lay.Servers {
-		ids = append(ids, s.ID)
-	}
-	c.lay.Checkpoint = &layout.Checkpoint{Dir: c.opts.CheckpointDir, Seq: c.ckptSeq, Epoch: e, Servers: ids}
-	c.ckptReported = map[string]bool{}
-	c.ckptStart = time.Now()
-}
-
-// RequestCheckpoint asks for a checkpoint at the next epoch boundary.
-func (c *Coordinator) RequestCheckpoint() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.opts.CheckpointDir == "" {
-		return fmt.Errorf("%w: the coordinator has no checkpoint directory", errBadRequest)
-	}
-	c.ckptRequested = true
-	return nil
-}
-
-// Checkpointed records that server from wrote its part of checkpoint seq,
-// or failed to (err); the checkpoint is committed once every ring server
-// has written, and abandoned on the first failure.
-func (c *Coordinator) Checkpointed(from string, seq uint64, errMsg string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ck := c.lay.Checkpoint
-	if ck == nil || ck.Seq != seq {
-		return nil
-	}
-	if errMsg != "" {
-		c.log.Warn("checkpoint abandoned", "seq", seq, "server", from, "err", errMsg)
-		c.lay.Checkpoint = nil
-		c.publish()
-		return nil
-	}
-	c.ckptReported[from] = true
-	for _, id := range ck.Servers {
-		if !c.ckptReported[id] {
-			return nil
-		}
-	}
-	m := commitMeta{Seq: seq, Epoch: ck.Epoch, Servers: ck.Servers, Tables: c.lay.Tables,
-		Partitions: c.lay.Partitions, MaxClock: c.maxClock, Time: time.Now().UTC()}
-	var meta []byte
-	sf, err := c.writeStatesLocked(ck.Dir, seq)
-	if err == nil {
-		m.States = sf
-		meta, err = json.Marshal(m)
-	}
-	if err == nil {
-		err = checkpoint.CommitCluster(ck.Dir, seq, meta)
-	}
-	if err != nil {
-		c.log.Warn("checkpoint not committed", "seq", seq, "err", err)
-	} else {
-		c.ckptDone = append(c.ckptDone, CheckpointStat{Seq: seq, Epoch: ck.Epoch, Seconds: time.Since(c.ckptStart).Seconds()})
-	}
-	c.lay.Checkpoint = nil
-	c.publish()
-	return nil
+// Commit asks the driver to write checkpoint Seq's commit record, with
+// the partitions' states (versions in row order, by partition).
+type Commit struct {
+	Dir        string
+	Seq        uint64
+	Pass       int // the last pass completed
+	Servers    []string
+	Tables     []layout.Table
+	Partitions int
+	MaxClock   int64
+	States     map[int][]uint64
 }
 
 // CheckpointStat describes a committed checkpoint.
 type CheckpointStat struct {
 	Seq     uint64  `json:"seq"`
-	Epoch   int     `json:"epoch"`
+	Pass    int     `json:"pass"`
 	Seconds float64 `json:"seconds"`
 }
 
-// Checkpoints lists the checkpoints this coordinator committed.
-func (c *Coordinator) Checkpoints() []CheckpointStat {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]CheckpointStat(nil), c.ckptDone...)
+// startCheckpoint asks for a checkpoint after pass e, if one is due.
+func (m *Machine) startCheckpoint(e int) {
+	ck := &m.st.Checkpoint
+	due := ck.Requested || m.cfg.CheckpointEvery > 0 && (e+1)%m.cfg.CheckpointEvery == 0
+	if m.cfg.CheckpointDir == "" || !due || m.st.Layout.Checkpoint != nil {
+		return
+	}
+	ck.Requested = false
+	ck.Seq++
+	var ids []string
+	for _, s := range m.st.Layout.Servers {
+		ids = append(ids, s.ID)
+	}
+	m.st.Layout.Checkpoint = &layout.Checkpoint{Dir: m.cfg.CheckpointDir, Seq: ck.Seq, Pass: e, Servers: ids}
+	ck.Reported, ck.Started = map[string]bool{}, m.now
+	m.dirty = true
 }
 
-// resumeLocked loads the newest committed checkpoint under dir: tables,
-// completed epochs and the servers that wrote it; the layout is then not
-// Ready until every server has loaded its slots (Restored).
-func (c *Coordinator) resumeLocked(dir string) error {
-	var states map[int][]byte
-	seq, raw, skipped, err := checkpoint.LatestCommit(dir, func(seq uint64, raw []byte) error {
-		var m commitMeta
-		if err := json.Unmarshal(raw, &m); err != nil {
-			return fmt.Errorf("commit record %d: %w", seq, err)
-		}
-		states = nil
-		if m.States == nil {
-			return nil
-		}
-		var err error
-		states, err = checkpoint.ReadPartStates(dir, *m.States)
-		return err
-	})
-	for _, s := range skipped {
-		c.log.Warn("passing over a damaged checkpoint commit", "err", s)
+// RequestCheckpoint asks for a checkpoint at the next pass boundary.
+func (m *Machine) RequestCheckpoint(id uint64) {
+	if m.cfg.CheckpointDir == "" {
+		m.fail(id, fmt.Errorf("%w: the coordinator has no checkpoint directory", api.ErrBadRequest))
+		return
 	}
+	if !m.st.Checkpoint.Requested {
+		m.st.Checkpoint.Requested, m.dirty = true, true
+	}
+	m.reply(Reply{ID: id})
+}
+
+// Checkpointed records that a server wrote its part of a checkpoint, or
+// failed to: the checkpoint is committed once every server named in it
+// has written, and abandoned on the first failure.
+func (m *Machine) Checkpointed(id uint64, c api.Checkpointed) {
+	defer m.reply(Reply{ID: id})
+	ck := m.st.Layout.Checkpoint
+	if ck == nil || ck.Seq != c.Seq || m.committing {
+		return
+	}
+	if c.Error != "" {
+		m.log.Warn("checkpoint abandoned", "seq", c.Seq, "server", c.From, "err", c.Error)
+		m.st.Layout.Checkpoint = nil
+		m.publish()
+		return
+	}
+	if !m.st.Checkpoint.Reported[c.From] {
+		m.st.Checkpoint.Reported = mapWith(m.st.Checkpoint.Reported, c.From)
+		m.dirty = true
+	}
+	m.commitIfReported()
+}
+
+// commitIfReported hands out the Commit once every server named in the
+// checkpoint in progress has written its part (again after a failover,
+// since the previous leader may have died before writing the record).
+func (m *Machine) commitIfReported() {
+	ck := m.st.Layout.Checkpoint
+	if ck == nil || m.committing || slices.ContainsFunc(ck.Servers, func(s string) bool { return !m.st.Checkpoint.Reported[s] }) {
+		return
+	}
+	m.committing = true
+	m.out.Commit = &Commit{Dir: ck.Dir, Seq: ck.Seq, Pass: ck.Pass, Servers: slices.Clone(ck.Servers),
+		Tables: slices.Clone(m.st.Layout.Tables), Partitions: m.st.Layout.Partitions, MaxClock: m.st.MaxClock,
+		States: m.partStates()}
+}
+
+// partStates copies the partitions' states.
+func (m *Machine) partStates() map[int][]uint64 {
+	out := make(map[int][]uint64, len(m.st.PartStates))
+	for p, vs := range m.st.PartStates {
+		if len(vs) > 0 {
+			out[p] = slices.Clone(vs)
+		}
+	}
+	return out
+}
+
+// Committed reports the outcome of a Commit: the next pass goes on either
+// way (a failed checkpoint is logged, and the next one is due as usual).
+func (m *Machine) Committed(seq uint64, err error) {
+	ck := m.st.Layout.Checkpoint
+	if ck == nil || ck.Seq != seq {
+		return
+	}
+	m.committing = false
 	if err != nil {
-		return fmt.Errorf("coord: resume: %w", err)
+		m.log.Warn("checkpoint not committed", "seq", seq, "err", err)
+	} else {
+		m.ckptDone = append(m.ckptDone, CheckpointStat{Seq: seq, Pass: ck.Pass, Seconds: m.now.Sub(m.st.Checkpoint.Started).Seconds()})
 	}
-	var m commitMeta
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return fmt.Errorf("coord: resume: commit record %d: %w", seq, err)
-	}
-	c.lay.Tables = m.Tables
-	if m.Partitions > 0 {
-		c.lay.Partitions = m.Partitions
-	}
-	c.work = map[int]*epochWork{}
-	c.doneBefore = m.Epoch + 1
-	c.maxClock = m.MaxClock
-	for p, blob := range states {
-		c.nextStateVer++
-		c.stateVer[p] = c.nextStateVer
-		if err := c.states.PutState(context.Background(), p, c.nextStateVer, blob); err != nil {
-			return fmt.Errorf("coord: resume: partition %d state: %w", p, err)
-		}
-	}
-	c.ckptSeq = seq
-	c.lay.Resume = &layout.Checkpoint{Dir: dir, Seq: seq, Epoch: m.Epoch, Servers: m.Servers}
-	c.restored = map[string]bool{}
-	return nil
+	m.st.Layout.Checkpoint = nil
+	m.st.Checkpoint.Reported = nil
+	m.publish()
 }
 
-// Restored records that server from has loaded its slots of the resumed
-// checkpoint; once every ring server has, the layout may become Ready.
-func (c *Coordinator) Restored(from string, seq uint64, errMsg string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	r := c.lay.Resume
-	if r == nil || r.Seq != seq {
-		return nil
+// Checkpoints lists the checkpoints this machine committed.
+func (m *Machine) Checkpoints() []CheckpointStat { return slices.Clone(m.ckptDone) }
+
+// Resumed is a committed checkpoint to start from: States counts, by
+// partition, the state blobs it holds (in row order).
+type Resumed struct {
+	Dir        string
+	Seq        uint64
+	Pass       int
+	Servers    []string
+	Tables     []layout.Table
+	Partitions int
+	MaxClock   int64
+	States     map[int]int
+}
+
+// Resume starts a machine that nothing has joined from checkpoint r: its
+// tables, its completed passes, and its partition states, under the
+// versions it returns (for the driver to store the blobs under). The
+// layout is not Ready until every server has loaded its slots (Restored).
+func (m *Machine) Resume(r Resumed) map[int][]uint64 {
+	m.st.Layout.Tables = slices.Clone(r.Tables)
+	if r.Partitions > 0 {
+		m.st.Layout.Partitions = r.Partitions
 	}
-	if errMsg != "" {
-		return fmt.Errorf("coord: server %s could not restore checkpoint %d: %s", from, seq, errMsg)
-	}
-	c.restored[from] = true
-	if len(c.lay.Servers)+c.removed < c.opts.Servers {
-		return nil
-	}
-	for _, s := range c.lay.Servers {
-		if !c.restored[s.ID] {
-			return nil
+	m.st.Passes, m.st.DoneBefore, m.st.MaxClock = map[int]*Pass{}, r.Pass+1, r.MaxClock
+	vers := map[int][]uint64{}
+	for _, p := range slices.Sorted(maps.Keys(r.States)) {
+		for range r.States[p] {
+			m.st.NextStateVer++
+			vers[p] = append(vers[p], m.st.NextStateVer)
 		}
 	}
-	c.lay.Resume = nil
-	c.publish()
-	return nil
+	m.st.PartStates = vers
+	m.st.Checkpoint.Seq = r.Seq
+	m.st.Layout.Resume = &layout.Checkpoint{Dir: r.Dir, Seq: r.Seq, Pass: r.Pass, Servers: slices.Clone(r.Servers)}
+	m.st.Checkpoint.Restored = map[string]bool{}
+	m.dirty = true
+	return vers
+}
+
+// Restored records that a server has loaded its slots of the checkpoint
+// resumed from; once every ring server has, the layout may become Ready.
+func (m *Machine) Restored(id uint64, c api.Checkpointed) {
+	r := m.st.Layout.Resume
+	if r == nil || r.Seq != c.Seq {
+		m.reply(Reply{ID: id})
+		return
+	}
+	if c.Error != "" {
+		m.fail(id, fmt.Errorf("coord: server %s could not restore checkpoint %d: %s", c.From, c.Seq, c.Error))
+		return
+	}
+	m.st.Checkpoint.Restored = mapWith(m.st.Checkpoint.Restored, c.From)
+	m.dirty = true
+	m.reply(Reply{ID: id})
+	l := &m.st.Layout
+	if len(l.Servers)+m.st.Removed < m.cfg.Servers {
+		return
+	}
+	for _, s := range l.Servers {
+		if !m.st.Checkpoint.Restored[s.ID] {
+			return
+		}
+	}
+	l.Resume = nil
+	m.st.Checkpoint.Restored = nil
+	m.publish()
+}
+
+// mapWith returns set with key added, made if nil.
+func mapWith(set map[string]bool, key string) map[string]bool {
+	if set == nil {
+		set = map[string]bool{}
+	}
+	set[key] = true
+	return set
 }

@@ -3,7 +3,6 @@ package coord
 import (
 	"context"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -19,6 +18,13 @@ import (
 // slow network does not evict a live server on a single missed ping.
 func (c *Coordinator) pingEvery() time.Duration   { return c.failureTimeout() / 5 }
 func (c *Coordinator) pingTimeout() time.Duration { return c.failureTimeout() * 4 / 5 }
+
+func (c *Coordinator) failureTimeout() time.Duration {
+	if c.opts.FailureTimeout > 0 {
+		return c.opts.FailureTimeout
+	}
+	return DefaultFailureTimeout
+}
 
 // Monitor watches the layout's servers and removes those that fail.
 func (c *Coordinator) Monitor(ctx context.Context, log *slog.Logger) {
@@ -44,7 +50,7 @@ func (c *Coordinator) Monitor(ctx context.Context, log *slog.Logger) {
 			go func(id, addr string) {
 				if c.watchServer(wctx, id, addr) {
 					log.Warn("server failed; removing it from the layout", "server", id, "addr", addr)
-					c.RemoveServer(id, addr)
+					c.RemoveServer(ctx, id, addr)
 				}
 			}(s.ID, s.Addr)
 		}
@@ -133,75 +139,18 @@ func ping(ctx context.Context, conn *transport.Client) error {
 	}
 }
 
+// RemoveServer takes a failed server (at addr; "" for any) out of the
+// layout, and reports whether it was there.
+func (c *Coordinator) RemoveServer(ctx context.Context, id, addr string) bool {
+	r, err := c.call(ctx, func(m *Machine, rid uint64) { m.ServerFailed(rid, id, addr) })
+	return err == nil && r.Removed
+}
+
 // MemberGone is told that node role/id, incarnation inc, is no longer
-// registered in etcd: its lease expired (the process died, or lost etcd)
-// or was revoked (it left). That is a suspicion, which the coordinator's
-// own evidence decides, because etcd can lose a live node's lease (its
-// member died and an election ran longer than the TTL) and a node that
-// lost only etcd still trains. A worker is declared dead if it has not
-// heartbeated within half the failure timeout (2.5 heartbeats) after the
-// news; a server, if a fresh dial and ping fail. A dead worker's rank is
-// finished and its leases return to the pool; a dead server leaves the
-// layout as RemoveServer takes it out. Nothing happens if inc is not the
-// incarnation that joined last (the registration of a process that
-// restarted since) or if the node is gone already. MemberGone returns
-// once decided (within about a failure timeout), reporting whether the
-// node was taken out.
+// registered in etcd, and returns once the coordinator has decided
+// (Machine.MemberGone: within about a failure timeout), reporting whether
+// the node was taken out.
 func (c *Coordinator) MemberGone(ctx context.Context, role, id, inc string) bool {
-	current := func() bool { return inc != "" && c.incarnations[role+"/"+id] == inc }
-	c.mu.Lock()
-	if !current() {
-		c.mu.Unlock()
-		return false
-	}
-	switch role {
-	case RoleWorker:
-		c.mu.Unlock()
-		grace := c.failureTimeout() / 2
-		select {
-		case <-time.After(grace):
-		case <-ctx.Done():
-			return false
-		}
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		r, ok := c.workers[id]
-		if !current() || !ok || c.finishedLocked(r) {
-			return false
-		}
-		if _, reported := c.reports[r]; reported {
-			return false // it finished its work and exited
-		}
-		if time.Since(c.beats[r]) < grace {
-			c.log.Info("worker's etcd registration ended, but it heartbeats: kept", "worker", id, "rank", r)
-			return false
-		}
-		c.log.Warn("worker's etcd registration ended and it is silent: its leases return to the pool", "worker", id, "rank", r)
-		c.finishLocked(r)
-		c.publish()
-		return true
-	case RoleServer:
-		all := append(slices.Clone(c.lay.Servers), c.lay.Joining...)
-		i := slices.IndexFunc(all, func(s ring.Server) bool { return s.ID == id })
-		if i < 0 {
-			c.mu.Unlock()
-			return false
-		}
-		addr := all[i].Addr
-		c.mu.Unlock()
-		if conn, err := c.probe(ctx, addr); err == nil {
-			conn.Close()
-			c.log.Info("server's etcd registration ended, but it answers: kept", "server", id)
-			return false
-		}
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if !current() || !c.removeServerLocked(id, addr) {
-			return false
-		}
-		c.log.Warn("server's etcd registration ended and it does not answer: removed from the layout", "server", id, "addr", addr)
-		return true
-	}
-	c.mu.Unlock()
-	return false
+	r, err := c.call(ctx, func(m *Machine, rid uint64) { m.MemberGone(rid, role, id, inc) })
+	return err == nil && r.Removed
 }

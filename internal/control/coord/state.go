@@ -1,171 +1,155 @@
 package coord
 
 import (
-	"context"
-	"errors"
+	"encoding/json"
 	"fmt"
-	"maps"
-	"sync"
+	"slices"
 	"time"
+
+	"github.com/terrace-ml/terrace/internal/control/api"
+	"github.com/terrace-ml/terrace/internal/placement/layout"
 )
 
-// Per-partition worker state (docs/design/partstate.md): a worker may keep
-// state for a data partition besides the model (an LDA model's topic
-// assignments). It reports the state with its progress, as of the offset
-// it reports, and whoever trains the partition next gets it back with the
-// grant, so that state and offset move together. Each report makes a new
-// version; the partition's current version is in the coordinator's saved
-// state, and the blobs themselves in a StateStore (etcd under coordha,
-// memory otherwise), written before the version that names them is saved.
+// State is everything the coordinator saves after a change, and what a
+// standby restores when it takes over: one struct, marshalled whole. What
+// is not here is not saved on purpose: heartbeat times (a new leader gives
+// every worker a fresh timeout), requests waiting for an answer (their
+// callers ask the new leader again), suspicions being checked.
+type State struct {
+	Layout layout.Layout `json:"layout"`
+	// Workers maps worker IDs to ranks; Incarnations the incarnation each
+	// node joined with, by "role/id" (see MemberGone).
+	Workers      map[string]int    `json:"workers"`
+	Incarnations map[string]string `json:"incarnations,omitempty"`
+	// Removed counts servers removed after failures or departures: they no
+	// longer count towards readiness.
+	Removed int                     `json:"removed"`
+	Reports map[int]json.RawMessage `json:"reports,omitempty"`
+	// Synced records, by joining or leaving server, the ring servers that
+	// shipped it their copies; reports for layout versions below SyncFrom
+	// do not count (the ring or the joiners changed since).
+	Synced   map[string]map[string]bool `json:"synced,omitempty"`
+	SyncFrom uint64                     `json:"sync_from,omitempty"`
 
-// MaxStateBytes bounds one partition's state blob.
-const MaxStateBytes = 16 << 20
+	// Passes holds the pieces of every pass from DoneBefore on; every pass
+	// below DoneBefore is complete and forgotten, so that the state does
+	// not grow with passes.
+	Passes     map[int]*Pass `json:"passes,omitempty"`
+	DoneBefore int           `json:"done_before,omitempty"`
+	MaxClock   int64         `json:"max_clock"`
+	Grants     uint64        `json:"grants,omitempty"` // the last grant number
+	// PartStates are the partitions' worker states as of their last
+	// complete pass: versions in row order (several when a split left the
+	// partition in pieces). A pass's first piece of a partition starts
+	// from them.
+	PartStates   map[int][]uint64 `json:"part_states,omitempty"`
+	NextStateVer uint64           `json:"next_state_version,omitempty"`
 
-// ErrStateTooLarge is returned for a state blob over MaxStateBytes.
-var ErrStateTooLarge = errors.New("coord: partition state too large")
-
-// ErrNoState is returned for a state version the store does not hold.
-var ErrNoState = errors.New("coord: no such partition state")
-
-// StateStore keeps partition state blobs by partition and version.
-type StateStore interface {
-	PutState(ctx context.Context, p int, ver uint64, blob []byte) error
-	// GetState returns the blob, or an error wrapping ErrNoState.
-	GetState(ctx context.Context, p int, ver uint64) ([]byte, error)
-	// DeleteState forgets a version no longer current.
-	DeleteState(ctx context.Context, p int, ver uint64) error
+	Checkpoint Checkpointing `json:"checkpointing"`
 }
 
-// Update is a worker's report on a leased partition.
-type Update struct {
-	Rank      int   `json:"rank"`
-	Epoch     int   `json:"epoch"`
-	Partition int   `json:"partition"`
-	Offset    int   `json:"offset"`
-	Clock     int64 `json:"clock"`
-	Complete  bool  `json:"complete,omitempty"`
-	// Lease is the grant reported on (Grant.Lease; 0 checks the rank only).
-	Lease uint64 `json:"lease,omitempty"`
-	// State, when HasState is set, is the partition's worker state as of
-	// Offset (possibly empty).
-	State    []byte `json:"state,omitempty"`
-	HasState bool   `json:"has_state,omitempty"`
+// Pass is one training pass's pieces, by partition, in row order.
+type Pass struct {
+	Parts [][]Piece `json:"parts"`
 }
 
-// memStates is the StateStore of a coordinator that keeps no state on disk.
-type memStates struct {
-	mu sync.Mutex
-	m  map[[2]uint64][]byte
+// Piece is the rows [Start, End) of a partition in a pass (End: api.ToEnd
+// for the partition's end); the rows before Offset are trained.
+type Piece struct {
+	Start  int `json:"start"`
+	End    int `json:"end"`
+	Offset int `json:"offset"`
+	// Rank holds the piece, -1 when it is free; Grant numbers its current
+	// grant, which reports name, so that one sent under an earlier grant
+	// to the same rank (a worker restarted under its old ID) is refused.
+	Rank  int    `json:"rank"`
+	Grant uint64 `json:"grant,omitempty"`
+	Done  bool   `json:"done,omitempty"`
+	// States are the versions of the piece's state as of Offset, in row
+	// order.
+	States []uint64 `json:"states,omitempty"`
+	// Cut is a pending split request on the piece.
+	Cut *PendingCut `json:"cut,omitempty"`
 }
 
-func (s *memStates) PutState(_ context.Context, p int, ver uint64, blob []byte) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.m == nil {
-		s.m = map[[2]uint64][]byte{}
+// PendingCut is a split request that the piece's holder has not answered:
+// rank By asks for the rows from From on.
+type PendingCut struct {
+	By   int `json:"by"`
+	From int `json:"from"`
+}
+
+// Checkpointing is the state of cluster checkpoints (docs/design/control.md).
+type Checkpointing struct {
+	Seq uint64 `json:"seq"` // the last checkpoint begun (or resumed from)
+	// Requested: a checkpoint is asked for at the next pass boundary.
+	Requested bool `json:"requested,omitempty"`
+	// Reported lists the servers that wrote their part of the checkpoint
+	// in progress (Layout.Checkpoint), Restored those that loaded the one
+	// resumed from (Layout.Resume).
+	Reported map[string]bool `json:"reported,omitempty"`
+	Restored map[string]bool `json:"restored,omitempty"`
+	Started  time.Time       `json:"started,omitzero"`
+}
+
+// contains reports whether row lies in the piece.
+func (p *Piece) contains(row int) bool {
+	return row >= p.Start && (p.End == api.ToEnd || row < p.End)
+}
+
+func (p *Piece) String() string {
+	end := "end"
+	if p.End != api.ToEnd {
+		end = fmt.Sprint(p.End)
 	}
-	s.m[[2]uint64{uint64(p), ver}] = blob
-	return nil
+	return fmt.Sprintf("[%d,%s)", p.Start, end)
 }
 
-func (s *memStates) GetState(_ context.Context, p int, ver uint64) ([]byte, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b, ok := s.m[[2]uint64{uint64(p), ver}]
-	if !ok {
-		return nil, fmt.Errorf("%w: partition %d version %d", ErrNoState, p, ver)
+// newState is the state of a coordinator that nothing has joined yet.
+func newState(cfg Config) State {
+	return State{
+		Layout: layout.Layout{Version: 1, VNodes: cfg.VNodes, Workers: cfg.Workers, Partitions: cfg.Partitions,
+			Replication: max(1, cfg.Replication)},
+		Workers: map[string]int{}, Incarnations: map[string]string{}, Reports: map[int]json.RawMessage{},
+		Synced: map[string]map[string]bool{}, Passes: map[int]*Pass{}, PartStates: map[int][]uint64{},
 	}
-	return b, nil
 }
 
-func (s *memStates) DeleteState(_ context.Context, p int, ver uint64) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.m, [2]uint64{uint64(p), ver})
-	return nil
-}
-
-// SetStateStore makes the coordinator keep partition state in st, before
-// it serves (the default keeps it in memory). Current versions the old
-// store holds (loaded from a checkpoint by Open) are copied into st.
-func (c *Coordinator) SetStateStore(ctx context.Context, st StateStore) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for p, ver := range c.stateVer {
-		blob, err := c.states.GetState(ctx, p, ver)
-		if errors.Is(err, ErrNoState) {
-			continue // st has it already (restored from st's own records)
+// decodeState reads a saved state, with every map made.
+func decodeState(blob []byte) (State, error) {
+	var st State
+	if err := json.Unmarshal(blob, &st); err != nil {
+		return State{}, fmt.Errorf("coord: saved state: %w", err)
+	}
+	st.Workers, st.Incarnations, st.Reports = orEmpty(st.Workers), orEmpty(st.Incarnations), orEmpty(st.Reports)
+	st.Synced, st.Passes, st.PartStates = orEmpty(st.Synced), orEmpty(st.Passes), orEmpty(st.PartStates)
+	for e, p := range st.Passes {
+		if p == nil || len(p.Parts) != st.Layout.Partitions {
+			return State{}, fmt.Errorf("coord: saved state: pass %d has no pieces for its %d partitions", e, st.Layout.Partitions)
 		}
-		if err == nil {
-			err = st.PutState(ctx, p, ver, blob)
+	}
+	return st, nil
+}
+
+func orEmpty[K comparable, V any](m map[K]V) map[K]V {
+	if m == nil {
+		return map[K]V{}
+	}
+	return m
+}
+
+// complete reports whether every piece of partition p is done.
+func (w *Pass) complete(p int) bool {
+	return !slices.ContainsFunc(w.Parts[p], func(pc Piece) bool { return !pc.Done })
+}
+
+// left counts the partitions not yet complete.
+func (w *Pass) left() int {
+	n := 0
+	for p := range w.Parts {
+		if !w.complete(p) {
+			n++
 		}
-		if err != nil {
-			return fmt.Errorf("coord: moving partition %d state: %w", p, err)
-		}
 	}
-	c.states = st
-	return nil
-}
-
-// StateVersions returns the current state version of every partition that
-// has one: what a new leader keeps when it sweeps its store.
-func (c *Coordinator) StateVersions() map[int]uint64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return maps.Clone(c.stateVer)
-}
-
-// State returns version ver of partition p's state. Only the current
-// version is served: a worker asking for an older one was granted the
-// partition, then declared dead while the next holder trained it on
-// (ErrLeaseLost).
-func (c *Coordinator) State(ctx context.Context, p int, ver uint64) ([]byte, error) {
-	c.mu.Lock()
-	st, cur := c.states, c.stateVer[p]
-	c.mu.Unlock()
-	if ver != cur {
-		return nil, fmt.Errorf("%w: partition %d's state is at version %d, not %d", ErrLeaseLost, p, cur, ver)
-	}
-	return st.GetState(ctx, p, ver)
-}
-
-// putState stores u's state under a new version while u.Rank holds the
-// partition, and returns the version. c.mu is not held during the write:
-// it may take a while, and heartbeats and grants go on meanwhile. Versions
-// only grow within a term; a successor may hand out a number again, but
-// only one whose blob was never saved as current, and a store overwrites.
-func (c *Coordinator) putState(ctx context.Context, u Update) (uint64, error) {
-	if len(u.State) > MaxStateBytes {
-		return 0, fmt.Errorf("%w: partition %d: %d bytes, at most %d", ErrStateTooLarge, u.Partition, len(u.State), MaxStateBytes)
-	}
-	c.mu.Lock()
-	if l, err := c.leaseLocked(u); err != nil || l.done {
-		c.mu.Unlock()
-		return 0, err
-	}
-	c.nextStateVer++
-	ver, st := c.nextStateVer, c.states
-	c.mu.Unlock()
-	if err := st.PutState(ctx, u.Partition, ver, u.State); err != nil {
-		// The store is etcd under coordha: the client may retry on a
-		// coordinator that can write.
-		return 0, fmt.Errorf("%w: partition %d state: %v", ErrNotPersisted, u.Partition, err)
-	}
-	return ver, nil
-}
-
-// dropState deletes a version that is not (or no longer) current; a
-// failure leaves garbage that the next leader's sweep removes.
-func (c *Coordinator) dropState(p int, ver uint64) {
-	if ver == 0 {
-		return
-	}
-	c.mu.Lock()
-	st := c.states
-	c.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := st.DeleteState(ctx, p, ver); err != nil {
-		c.log.Warn("could not delete an old partition state", "partition", p, "version", ver, "err", err)
-	}
+	return n
 }

@@ -1,351 +1,275 @@
 package coord
 
 import (
-	"context"
 	"fmt"
 	"slices"
-	"time"
+	"sort"
 
-	"github.com/terrace-ml/terrace/internal/placement/layout"
+	"github.com/terrace-ml/terrace/internal/control/api"
 )
 
-// Data partitions are leased to workers epoch by epoch (Litz's
-// over-decomposition): a worker asks for work, trains a partition from the
-// offset recorded for it, reports progress, and completes it. A worker that
-// stops heartbeating loses its leases, and the partitions go back to the
-// pool at their last reported offset, so another worker trains the rest.
-// When every partition of an epoch is complete, asking for work answers
-// "epoch done" to everyone: that is the epoch barrier, and it waits for no
-// dead worker.
+// Data partitions are leased pass by pass, in pieces (api's doc): a
+// worker asks for work (Acquire), trains its piece from the recorded
+// offset, reports progress and completes it. A worker that stops
+// heartbeating loses its pieces, which go back to the pool at their last
+// recorded offset, so another worker trains the rest. When every
+// partition of a pass is complete, asking for work answers "pass done" to
+// everyone: that is the pass barrier, and it waits for no dead worker.
 
-// DefaultFailureTimeout is how long a node may stay silent before the
-// coordinator declares it dead (Options.FailureTimeout): a worker's leases
-// are then taken back and its clock stops holding the others; a server
-// leaves the ring.
-const DefaultFailureTimeout = layout.DefaultFailureTimeout
+// waiter is a request parked until it can be answered: an Acquire while
+// every piece left is held, or a Split until the holder cuts.
+type waiter struct {
+	id    uint64
+	rank  int
+	pass  int
+	split *api.Split
+}
 
-// failureTimeout is Options.FailureTimeout, or its default.
-func (c *Coordinator) failureTimeout() time.Duration {
-	if c.opts.FailureTimeout > 0 {
-		return c.opts.FailureTimeout
+// cutKey names a piece with a pending cut, for its deadline.
+type cutKey struct{ pass, partition, start int }
+
+// passNumbers lists the passes in the state, in order.
+func (m *Machine) passNumbers() []int {
+	es := make([]int, 0, len(m.st.Passes))
+	for e := range m.st.Passes {
+		es = append(es, e)
 	}
-	return DefaultFailureTimeout
+	sort.Ints(es)
+	return es
 }
 
-// Grant answers a request for work.
-type Grant struct {
-	// Partition and Offset say what to train: rows Offset.. of the
-	// partition. Partition is -1 when the epoch is done.
-	Partition int `json:"partition"`
-	Offset    int `json:"offset"`
-	// State is the version of the partition's worker state as of Offset
-	// (0: none yet); fetch it with State.
-	State uint64 `json:"state,omitempty"`
-	// Lease names this grant; reports on the partition carry it.
-	Lease uint64 `json:"lease,omitempty"`
-	// Done is set when every partition of the epoch is complete.
-	Done bool `json:"done"`
-	// Clock, with Done, is the highest clock any worker reported: workers
-	// advance to it so that none holds the others back next epoch.
-	Clock int64 `json:"clock"`
-}
-
-type lease struct {
-	rank   int // -1 when free
-	offset int
-	done   bool
-	// grant numbers the lease's current grant: a report names it, so that
-	// one sent under an earlier grant of the same partition to the same
-	// rank (a worker restarted under its old ID) is refused.
-	grant uint64
-}
-
-type epochWork struct {
-	parts []lease
-	left  int // partitions not yet complete
-}
-
-func (c *Coordinator) epochLocked(e int) *epochWork {
-	if e < c.doneBefore {
-		// Complete and forgotten (retireEpochsLocked).
-		w := &epochWork{parts: make([]lease, c.lay.Partitions)}
-		for i := range w.parts {
-			w.parts[i] = lease{rank: -1, done: true}
-		}
+// pass returns pass e's pieces, made on first use with one piece per
+// partition that starts from the partition's state; nil if e is complete
+// and forgotten.
+func (m *Machine) pass(e int) *Pass {
+	if e < m.st.DoneBefore {
+		return nil
+	}
+	if w := m.st.Passes[e]; w != nil {
 		return w
 	}
-	if c.work == nil {
-		c.work = map[int]*epochWork{}
+	w := &Pass{Parts: make([][]Piece, m.st.Layout.Partitions)}
+	for p := range w.Parts {
+		w.Parts[p] = []Piece{{Start: 0, End: api.ToEnd, Rank: -1, States: slices.Clone(m.st.PartStates[p])}}
 	}
-	w := c.work[e]
-	if w == nil {
-		w = &epochWork{parts: make([]lease, c.lay.Partitions), left: c.lay.Partitions}
-		for i := range w.parts {
-			w.parts[i].rank = -1
-		}
-		c.work[e] = w
-	}
+	m.st.Passes[e] = w
+	m.dirty = true
 	return w
 }
 
-// Acquire leases a partition of epoch e to worker rank, preferring the
-// partitions that are rank's by default (p mod workers), so that data stays
-// where it was while nothing fails, then any free one; it waits while every
-// remaining partition is leased to a live worker.
-func (c *Coordinator) Acquire(ctx context.Context, rank, e int) (Grant, error) {
-	for {
-		c.mu.Lock()
-		if err := c.checkRankLocked(rank); err != nil {
-			c.mu.Unlock()
-			return Grant{}, err
-		}
-		c.beatLocked(rank)
-		if ck := c.lay.Checkpoint; ck != nil && e >= ck.Epoch {
-			// The epoch's end (its barrier) and the next epoch wait until
-			// the checkpoint is committed, so that a run that ends right
-			// after it does not cut it short.
-			ch := c.changed
-			c.mu.Unlock()
-			select {
-			case <-ch:
-				continue
-			case <-ctx.Done():
-				return Grant{}, ctx.Err()
-			}
-		}
-		w := c.epochLocked(e)
-		if w.left == 0 {
-			g := Grant{Partition: -1, Done: true, Clock: c.maxClock}
-			c.mu.Unlock()
-			return g, nil
-		}
-		// A worker asks for work only when it has none, so a partition
-		// still leased to it is one whose grant it never received (the
-		// coordinator that granted it failed before answering): grant it
-		// again, from its offset, under a new grant number.
-		pick := slices.IndexFunc(w.parts, func(l lease) bool { return !l.done && l.rank == rank })
-		if pick < 0 {
-			pick = c.freePartitionLocked(w, rank)
-		}
-		if pick >= 0 {
-			c.grants++
-			l := &w.parts[pick]
-			l.rank, l.grant = rank, c.grants
-			g := Grant{Partition: pick, Offset: l.offset, State: c.stateVer[pick], Lease: l.grant}
-			err := c.persistLocked()
-			c.mu.Unlock()
-			return g, err
-		}
-		ch := c.changed
-		c.mu.Unlock()
-		select {
-		case <-ch:
-		case <-time.After(c.failureTimeout() / 4):
-			c.expireWorkers()
-		case <-ctx.Done():
-			return Grant{}, ctx.Err()
-		}
-	}
-}
-
-// freePartitionLocked picks a free partition for rank, its own (p mod
-// workers) first; -1 if none is free.
-func (c *Coordinator) freePartitionLocked(w *epochWork, rank int) int {
-	pick := -1
-	for p, l := range w.parts {
-		if l.done || l.rank >= 0 {
-			continue
-		}
-		if p%max(1, c.lay.Workers) == rank%max(1, c.lay.Workers) {
-			return p
-		}
-		if pick < 0 {
-			pick = p
-		}
-	}
-	return pick
-}
-
-// Progress records that u.Rank has trained partition u.Partition of epoch
-// u.Epoch up to u.Offset, with its pushes acknowledged, and that its clock
-// is u.Clock; with u.HasState, u.State becomes the partition's state. It
-// returns the partition's state version after the update (0 if it has
-// none).
-func (c *Coordinator) Progress(ctx context.Context, u Update) (uint64, error) {
-	var ver uint64
-	if u.HasState {
-		v, err := c.putState(ctx, u)
-		if err != nil {
-			return 0, err
-		}
-		ver = v
-	}
-	c.mu.Lock()
-	l, err := c.leaseLocked(u)
-	if err != nil || l.done {
-		c.mu.Unlock()
-		c.dropState(u.Partition, ver)
-		return 0, err
-	}
-	c.maxClock = max(c.maxClock, u.Clock)
-	drop := ver
-	if u.HasState && u.Offset >= l.offset {
-		// A report that lost a race with a later one keeps neither its
-		// offset nor its state.
-		drop, c.stateVer[u.Partition] = c.stateVer[u.Partition], ver
-	}
-	l.offset = max(l.offset, u.Offset)
-	if u.Complete {
-		l.done, l.rank = true, -1
-		w := c.work[u.Epoch]
-		w.left--
-		if w.left == 0 {
-			c.retireEpochsLocked()
-			c.startCheckpointLocked(u.Epoch)
-			c.publish()
-		}
-	}
-	cur := c.stateVer[u.Partition]
-	err = c.persistLocked()
-	c.mu.Unlock()
-	if err != nil {
-		// Not saved: the version stays unnamed, and the next leader sweeps it.
-		return 0, err
-	}
-	c.dropState(u.Partition, drop)
-	return cur, nil
-}
-
-// retireEpochsLocked forgets the leases of complete epochs, keeping only
-// the first epoch not complete (doneBefore): the saved state would
-// otherwise grow with every epoch, and is rewritten on every change.
-func (c *Coordinator) retireEpochsLocked() {
-	for w := c.work[c.doneBefore]; w != nil && w.left == 0; w = c.work[c.doneBefore] {
-		delete(c.work, c.doneBefore)
-		c.doneBefore++
-	}
-}
-
-// leaseLocked returns the lease u reports on, or an error if u.Rank does
-// not hold it; a lease already complete is returned without error.
-func (c *Coordinator) leaseLocked(u Update) (*lease, error) {
-	if err := c.checkRankLocked(u.Rank); err != nil {
-		return nil, err
-	}
-	c.beatLocked(u.Rank)
-	w := c.epochLocked(u.Epoch)
-	if u.Partition < 0 || u.Partition >= len(w.parts) {
-		return nil, fmt.Errorf("%w: partition %d of %d", errBadRequest, u.Partition, len(w.parts))
-	}
-	l := &w.parts[u.Partition]
-	if !l.done && (l.rank != u.Rank || u.Lease != 0 && u.Lease != l.grant) {
-		return nil, fmt.Errorf("%w: partition %d of epoch %d is not leased to rank %d under grant %d", ErrLeaseLost, u.Partition, u.Epoch, u.Rank, u.Lease)
-	}
-	return l, nil
-}
-
-// Heartbeat keeps rank's leases alive.
-func (c *Coordinator) Heartbeat(rank int) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if err := c.checkRankLocked(rank); err != nil {
-		return err
-	}
-	c.beatLocked(rank)
-	return nil
-}
-
-// deafFor excuses every worker for d in which the coordinator could not
-// hear heartbeats, because it held c.mu through a save to etcd: a save
-// waits out an etcd leader election (seconds), and the heartbeats that
-// queued meanwhile must not lose the race for c.mu to expireWorkers.
-// c.mu is held.
-func (c *Coordinator) deafFor(d time.Duration) {
-	now := time.Now()
-	for r, t := range c.beats {
-		if t = t.Add(d); t.After(now) {
-			t = now
-		}
-		c.beats[r] = t
-	}
-}
-
-func (c *Coordinator) beatLocked(rank int) {
-	if c.beats == nil {
-		c.beats = map[int]time.Time{}
-	}
-	c.beats[rank] = time.Now()
-}
-
-func (c *Coordinator) checkRankLocked(rank int) error {
-	if rank < 0 || rank >= c.lay.Workers {
-		return fmt.Errorf("%w: rank %d of %d", errBadRequest, rank, c.lay.Workers)
-	}
-	if c.finishedLocked(rank) {
-		return fmt.Errorf("%w: rank %d was declared dead", ErrLeaseLost, rank)
-	}
-	return nil
-}
-
-// expireWorkers declares dead every worker silent for the failure timeout: its
-// leases return to the pool at their last offsets, and the layout lists its
-// rank as finished, so that servers stop waiting for its clock.
-func (c *Coordinator) expireWorkers() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	now := time.Now()
-	changed := false
-	for rank, t := range c.beats {
-		if now.Sub(t) < c.failureTimeout() || c.finishedLocked(rank) {
-			continue
-		}
-		c.log.Warn("worker silent; its leases return to the pool", "rank", rank, "silent", now.Sub(t).Round(time.Millisecond))
-		c.finishLocked(rank)
-		changed = true
-	}
-	if changed {
-		c.publish()
-	}
-}
-
-func (c *Coordinator) finishedLocked(rank int) bool {
-	return slices.Contains(c.lay.Finished, rank)
-}
-
-// finishLocked lists rank as finished and returns its leases to the pool.
-func (c *Coordinator) finishLocked(rank int) {
-	c.lay.Finished = append(c.lay.Finished, rank)
-	for _, w := range c.work {
-		for i := range w.parts {
-			if w.parts[i].rank == rank {
-				w.parts[i].rank = -1
-			}
-		}
-	}
-}
-
-// ReleaseWorker ends rank's membership at once (a drained departure): its
-// leases return to the pool and its clock stops counting.
-func (c *Coordinator) ReleaseWorker(rank int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.finishedLocked(rank) {
+// Acquire leases rank a piece of a pass (request id): a piece still held
+// by it (a grant it never received: the coordinator that made it failed
+// before answering), or a free one, preferring the partitions that are
+// rank's by default (p mod workers), so that data stays where it was while
+// nothing fails. It waits while every piece left is held by a live
+// worker, and while a checkpoint of an earlier pass is being taken.
+func (m *Machine) Acquire(id uint64, a api.Acquire) {
+	if err := m.checkRank(a.Rank); err != nil {
+		m.fail(id, err)
 		return
 	}
-	c.finishLocked(rank)
-	c.publish()
+	m.beat(a.Rank)
+	if !m.tryAcquire(id, a.Rank, a.Pass) {
+		m.waiting = append(m.waiting, waiter{id: id, rank: a.Rank, pass: a.Pass})
+	}
 }
 
-// WatchWorkers expires silent workers until ctx ends.
-func (c *Coordinator) WatchWorkers(ctx context.Context) {
-	t := time.NewTicker(c.failureTimeout() / 4)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			c.expireWorkers()
+// tryAcquire answers an Acquire if it can, and reports whether it did.
+func (m *Machine) tryAcquire(id uint64, rank, e int) bool {
+	if ck := m.st.Layout.Checkpoint; ck != nil && e >= ck.Pass {
+		// The pass's end (its barrier) and the next pass wait until the
+		// checkpoint is committed, so that a run that ends right after it
+		// does not cut it short.
+		return false
+	}
+	w := m.pass(e)
+	if w == nil || w.left() == 0 {
+		m.reply(Reply{ID: id, Grant: api.Grant{Partition: -1, End: api.ToEnd, Done: true, Clock: m.st.MaxClock}})
+		return true
+	}
+	p, i := m.heldBy(w, rank)
+	if p < 0 {
+		p, i = m.freePiece(w, rank)
+	}
+	if p < 0 {
+		return false
+	}
+	m.reply(Reply{ID: id, Grant: m.grant(w, p, i, rank)})
+	return true
+}
+
+// heldBy finds the piece of w that rank holds; -1 if none.
+func (m *Machine) heldBy(w *Pass, rank int) (int, int) {
+	for p := range w.Parts {
+		if i := slices.IndexFunc(w.Parts[p], func(pc Piece) bool { return !pc.Done && pc.Rank == rank }); i >= 0 {
+			return p, i
+		}
+	}
+	return -1, -1
+}
+
+// freePiece finds a free piece of w for rank, in its own partitions (p
+// mod workers) first; -1 if none is free.
+func (m *Machine) freePiece(w *Pass, rank int) (int, int) {
+	n := max(1, m.st.Layout.Workers)
+	bp, bi := -1, -1
+	for p := range w.Parts {
+		i := slices.IndexFunc(w.Parts[p], func(pc Piece) bool { return !pc.Done && pc.Rank < 0 })
+		if i < 0 {
+			continue
+		}
+		if p%n == rank%n {
+			return p, i
+		}
+		if bp < 0 {
+			bp, bi = p, i
+		}
+	}
+	return bp, bi
+}
+
+// grant leases piece i of partition p to rank under a new grant number.
+func (m *Machine) grant(w *Pass, p, i, rank int) api.Grant {
+	m.st.Grants++
+	pc := &w.Parts[p][i]
+	pc.Rank, pc.Grant = rank, m.st.Grants
+	m.dirty = true
+	return api.Grant{Partition: p, Start: pc.Start, Offset: pc.Offset, End: pc.End, States: slices.Clone(pc.States), Lease: pc.Grant}
+}
+
+// settle answers the parked Acquires that can be answered now.
+func (m *Machine) settle() {
+	m.waiting = slices.DeleteFunc(m.waiting, func(w waiter) bool {
+		return w.split == nil && m.tryAcquire(w.id, w.rank, w.pass)
+	})
+}
+
+// Cancel forgets request id: its caller stopped waiting. A pending cut it
+// asked for stays, bounded by the failure timeout: the tail it makes goes
+// to the pool.
+func (m *Machine) Cancel(id uint64) {
+	m.waiting = slices.DeleteFunc(m.waiting, func(w waiter) bool { return w.id == id })
+}
+
+// Progress records a holder's report on its piece (request id): the rows
+// before u.Offset are trained, its pushes acknowledged, its clock is
+// u.Clock; with u.HasState, version head holds its state as of u.Offset;
+// with u.Cut, it answers a split request (cut.go), and version tail holds
+// the tail's state. Versions the report does not make current are
+// dropped. A report on a piece already complete changes nothing.
+func (m *Machine) Progress(id uint64, u api.Update, head, tail uint64) {
+	w, i, err := m.reportedPiece(u)
+	if err == nil && i >= 0 {
+		err = m.checkReport(&w.Parts[u.Partition][i], u)
+	}
+	if err != nil || i < 0 {
+		m.unref(u.Partition, head, tail)
+		m.reply(Reply{ID: id, Err: err, Progress: api.ProgressReply{End: api.ToEnd}})
+		return
+	}
+	m.st.MaxClock = max(m.st.MaxClock, u.Clock)
+	m.dirty = true
+	if u.Cut != nil {
+		m.cut(u.Pass, w, u.Partition, i, u.Cut, tail)
+	}
+	pc := &w.Parts[u.Partition][i]
+	if u.Offset < pc.Offset {
+		// A report that lost a race with a later one keeps neither its
+		// offset nor its state.
+		m.unref(u.Partition, head)
+	} else {
+		pc.Offset = u.Offset
+		if u.HasState {
+			old := pc.States
+			pc.States = []uint64{head}
+			m.unref(u.Partition, old...)
+		}
+	}
+	r := api.ProgressReply{End: pc.End}
+	if len(pc.States) == 1 {
+		r.State = pc.States[0]
+	}
+	if pc.Cut != nil {
+		r.Cut = &api.CutRequest{From: pc.Cut.From}
+	}
+	if u.Complete {
+		m.completePiece(u.Pass, w, u.Partition, i)
+	}
+	m.reply(Reply{ID: id, Progress: r})
+}
+
+// reportedPiece finds the piece u reports on: its index in w's partition,
+// -1 (and no error) if the report is on a piece or partition already
+// complete, an error if u.Rank does not hold it.
+func (m *Machine) reportedPiece(u api.Update) (*Pass, int, error) {
+	if err := m.checkRank(u.Rank); err != nil {
+		return nil, -1, err
+	}
+	m.beat(u.Rank)
+	if u.Partition < 0 || u.Partition >= m.st.Layout.Partitions {
+		return nil, -1, fmt.Errorf("%w: partition %d of %d", api.ErrBadRequest, u.Partition, m.st.Layout.Partitions)
+	}
+	if u.Pass < m.st.DoneBefore {
+		return nil, -1, nil
+	}
+	lost := fmt.Errorf("%w: no piece of partition %d of pass %d is leased to rank %d under grant %d", api.ErrLeaseLost, u.Partition, u.Pass, u.Rank, u.Lease)
+	w := m.st.Passes[u.Pass]
+	if w == nil {
+		return nil, -1, lost
+	}
+	pcs := w.Parts[u.Partition]
+	if i := slices.IndexFunc(pcs, func(pc Piece) bool {
+		return !pc.Done && pc.Rank == u.Rank && (u.Lease == 0 || u.Lease == pc.Grant)
+	}); i >= 0 {
+		return w, i, nil
+	}
+	if w.complete(u.Partition) || u.Lease != 0 && slices.ContainsFunc(pcs, func(pc Piece) bool { return pc.Done && pc.Grant == u.Lease }) {
+		return w, -1, nil
+	}
+	return nil, -1, lost
+}
+
+// completePiece marks a piece done; once its partition is complete, the
+// pieces' states become the partition's, and once the pass is, it is
+// forgotten and a checkpoint may begin.
+func (m *Machine) completePiece(e int, w *Pass, p, i int) {
+	pc := &w.Parts[p][i]
+	pc.Done, pc.Rank = true, -1
+	if pc.Cut != nil {
+		m.dropCut(e, p, pc, "its holder completed it first")
+	}
+	if !w.complete(p) {
+		return
+	}
+	old := m.st.PartStates[p]
+	var states []uint64
+	for _, pc := range w.Parts[p] {
+		states = append(states, pc.States...)
+	}
+	if len(states) > 0 {
+		m.st.PartStates[p] = states
+	} else {
+		delete(m.st.PartStates, p)
+	}
+	m.unref(p, old...)
+	if w.left() == 0 {
+		m.retirePasses()
+		m.startCheckpoint(e)
+		m.publish()
+	}
+}
+
+// retirePasses forgets complete passes, keeping only the first pass not
+// complete (DoneBefore) and those after it: the saved state would
+// otherwise grow with every pass, and it is rewritten on every change.
+func (m *Machine) retirePasses() {
+	for w := m.st.Passes[m.st.DoneBefore]; w != nil && w.left() == 0; w = m.st.Passes[m.st.DoneBefore] {
+		delete(m.st.Passes, m.st.DoneBefore)
+		m.st.DoneBefore++
+		for p, pcs := range w.Parts {
+			for _, pc := range pcs {
+				m.unref(p, pc.States...)
+			}
 		}
 	}
 }

@@ -7,8 +7,10 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"time"
 
+	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/control/coord"
 	"github.com/terrace-ml/terrace/internal/control/meta"
 	"github.com/terrace-ml/terrace/internal/placement/layout"
@@ -123,7 +125,8 @@ func lead(ctx context.Context, st *meta.Store, cfg Config) error {
 	if err := c.SetStateStore(ctx, partStates{st, l}); err != nil {
 		return err
 	}
-	if n, err := st.SweepPartStates(ctx, l, c.StateVersions()); err != nil {
+	keep := c.StateVersions()
+	if n, err := st.SweepPartStates(ctx, l, func(p int, ver uint64) bool { return slices.Contains(keep[p], ver) }); err != nil {
 		cfg.Logger.Warn("could not sweep partition states a previous leader left unsaved", "err", err)
 	} else if n > 0 {
 		cfg.Logger.Info("swept partition states a previous leader left unsaved", "versions", n)
@@ -142,6 +145,9 @@ func lead(ctx context.Context, st *meta.Store, cfg Config) error {
 			p = &meta.Placement{Servers: lay.Servers, VNodes: lay.VNodes, Replication: min(lay.K(), len(lay.Servers))}
 		}
 		epoch, err := st.PutSnapshot(ctx, l, blob, p)
+		if errors.Is(err, meta.ErrNotLeader) {
+			err = fmt.Errorf("%w: %w", api.ErrNotLeader, err)
+		}
 		if err != nil {
 			select {
 			case stepDown <- err:
@@ -174,7 +180,7 @@ func lead(ctx context.Context, st *meta.Store, cfg Config) error {
 	errc := make(chan error, 1)
 	go func() { errc <- c.Serve(lctx, ln, cfg.Logger) }()
 	go compact(lctx, st, cfg.Logger)
-	for _, role := range []string{coord.RoleServer, coord.RoleWorker} {
+	for _, role := range []string{api.RoleServer, api.RoleWorker} {
 		go watchMembers(lctx, st, c, role, saved.Rev, cfg.Logger)
 	}
 	select {
@@ -231,7 +237,10 @@ func watchMembers(ctx context.Context, st *meta.Store, c *coord.Coordinator, rol
 		if ctx.Err() == nil {
 			_, rev, err := st.Members(ctx, role)
 			if err != nil {
-				time.Sleep(200 * time.Millisecond)
+				select {
+				case <-time.After(200 * time.Millisecond):
+				case <-ctx.Done():
+				}
 				continue
 			}
 			from = rev
@@ -253,7 +262,7 @@ func (p partStates) PutState(ctx context.Context, part int, ver uint64, blob []b
 func (p partStates) GetState(ctx context.Context, part int, ver uint64) ([]byte, error) {
 	blob, err := p.st.PartState(ctx, part, ver)
 	if errors.Is(err, meta.ErrNotFound) {
-		return nil, fmt.Errorf("%w: %v", coord.ErrNoState, err)
+		return nil, fmt.Errorf("%w: %v", api.ErrNoState, err)
 	}
 	return blob, err
 }

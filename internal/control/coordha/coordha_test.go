@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/control/coord"
 	"github.com/terrace-ml/terrace/internal/control/coordha"
 	"github.com/terrace-ml/terrace/internal/control/meta"
@@ -18,7 +19,9 @@ import (
 // context ends, and returns the address it listens on once it leads.
 func replica(ctx context.Context, t testing.TB, id string, endpoints []string) (string, <-chan error) {
 	t.Helper()
-	return replicaWith(ctx, t, id, endpoints, coord.Options{Servers: 1, Workers: 1, Partitions: 2})
+	// The workers of these tests do not heartbeat: a long failure timeout
+	// keeps them alive through slow etcd writes on a loaded machine.
+	return replicaWith(ctx, t, id, endpoints, coord.Options{Servers: 1, Workers: 1, Partitions: 2, FailureTimeout: time.Minute})
 }
 
 // replicaWith is replica with options o.
@@ -46,13 +49,13 @@ func replicaWith(ctx context.Context, t testing.TB, id string, endpoints []strin
 
 // leaseOne makes the coordinator at addr ready (a server, a worker) and
 // leases the worker a partition of epoch 0.
-func leaseOne(ctx context.Context, t testing.TB, addr string) (*coord.Client, coord.Grant) {
+func leaseOne(ctx context.Context, t testing.TB, addr string) (*api.Client, api.Grant) {
 	t.Helper()
-	cl := coord.NewClient(addr)
-	if _, err := cl.JoinServer(ctx, "s0", "127.0.0.1:1"); err != nil {
+	cl := api.NewClient(addr, nil)
+	if _, err := cl.JoinServer(ctx, "s0", "127.0.0.1:1", ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cl.JoinWorker(ctx, "w0"); err != nil {
+	if _, err := cl.JoinWorker(ctx, "w0", ""); err != nil {
 		t.Fatal(err)
 	}
 	g, err := cl.Acquire(ctx, 0, 0)
@@ -81,10 +84,11 @@ func TestStateSurvivesFailover(t *testing.T) {
 	for i := range blob {
 		blob[i] = byte(rand.N(256))
 	}
-	ver, err := cl.Progress(ctx, coord.Update{Partition: g.Partition, Offset: 7, State: blob, HasState: true})
+	pr, err := cl.Progress(ctx, api.Update{Partition: g.Partition, Offset: 7, State: blob, HasState: true})
 	if err != nil {
 		t.Fatal(err)
 	}
+	ver := pr.State
 	stopA()
 	if err := <-doneA; err != nil {
 		t.Fatal(err)
@@ -108,12 +112,12 @@ func TestStateSurvivesFailover(t *testing.T) {
 	}
 
 	addr, _ = replica(ctx, t, "b", e.Endpoints())
-	cl = coord.NewClient(addr)
+	cl = api.NewClient(addr, nil)
 	g2, err := cl.Acquire(ctx, 0, 0)
-	if err != nil || g2.Partition != g.Partition || g2.Offset != 7 || g2.State != ver {
+	if err != nil || g2.Partition != g.Partition || g2.Offset != 7 || len(g2.States) != 1 || g2.States[0] != ver {
 		t.Fatalf("grant after failover %+v %v; want partition %d at offset 7 with state %d", g2, err, g.Partition, ver)
 	}
-	got, err := cl.State(ctx, g2.Partition, g2.State)
+	got, err := cl.State(ctx, g2.Partition, ver)
 	if err != nil || !bytes.Equal(got, blob) {
 		t.Fatalf("state after failover: %d bytes, %v; want the %d reported", len(got), err, len(blob))
 	}
@@ -136,7 +140,7 @@ func BenchmarkProgressWithState(b *testing.B) {
 	addr, _ := replica(ctx, b, "bench", e.Endpoints())
 	cl, g := leaseOne(ctx, b, addr)
 	report := func(n, size int) time.Duration {
-		u := coord.Update{Partition: g.Partition, Lease: g.Lease, HasState: size >= 0, State: make([]byte, max(size, 0))}
+		u := api.Update{Partition: g.Partition, Lease: g.Lease, HasState: size >= 0, State: make([]byte, max(size, 0))}
 		start := time.Now()
 		for i := range n {
 			u.Offset = int(start.UnixNano()%1e6) + i // only grows within a run

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/control/coord"
 	"github.com/terrace-ml/terrace/internal/control/meta"
 	"github.com/terrace-ml/terrace/internal/placement/layout"
@@ -61,23 +62,23 @@ func TestMembersAndEpochsInEtcd(t *testing.T) {
 		})
 		return err
 	})
-	cl := coord.NewClient(addr)
+	cl := api.NewClient(addr, nil)
 	lay := awaitLayout(ctx, t, cl, 0, "ready with 2 servers", func(l *layout.Layout) bool { return l.Ready && len(l.Servers) == 2 })
-	revs := awaitMembers(ctx, t, st, coord.RoleServer, nil, "s0", "s1")
-	awaitMembers(ctx, t, st, coord.RoleWorker, nil, "w0")
+	revs := awaitMembers(ctx, t, st, api.RoleServer, nil, "s0", "s1")
+	awaitMembers(ctx, t, st, api.RoleWorker, nil, "w0")
 	checkEpoch(ctx, t, st, lay)
 	if lay.Membership == nil || len(lay.Membership.Endpoints) == 0 {
 		t.Fatalf("layout names no etcd to register in: %+v", lay.Membership)
 	}
 
 	// Live nodes whose registrations end: kept, and registered again.
-	if err := st.Evict(ctx, coord.RoleServer, "s1"); err != nil {
+	if err := st.Evict(ctx, api.RoleServer, "s1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Evict(ctx, coord.RoleWorker, "w0"); err != nil {
+	if err := st.Evict(ctx, api.RoleWorker, "w0"); err != nil {
 		t.Fatal(err)
 	}
-	awaitMembers(ctx, t, st, coord.RoleServer, revs, "s1")
+	awaitMembers(ctx, t, st, api.RoleServer, revs, "s1")
 	// MemberGone decides within a failure timeout (1 s): a worker after
 	// half of it, a server after one dial.
 	time.Sleep(2 * coord.DefaultFailureTimeout)
@@ -107,12 +108,12 @@ func TestMembersAndEpochsInEtcd(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr, _ = replicaWith(ctx, t, "b", e.Endpoints(), opts)
-	cl = coord.NewClient(addr)
+	cl = api.NewClient(addr, nil)
 	restored := awaitLayout(ctx, t, cl, 0, "the restored layout", func(*layout.Layout) bool { return true })
 	if restored.Epoch != lay.Epoch {
 		t.Fatalf("restored epoch %d, want %d", restored.Epoch, lay.Epoch)
 	}
-	if _, err := cl.JoinServer(ctx, "s0", "127.0.0.1:1"); err != nil { // a new address: a new epoch
+	if _, err := cl.JoinServer(ctx, "s0", "127.0.0.1:1", ""); err != nil { // a new address: a new epoch
 		t.Fatal(err)
 	}
 	next := awaitLayout(ctx, t, cl, restored.Version, "a new epoch", func(l *layout.Layout) bool { return l.Epoch != restored.Epoch })
@@ -137,7 +138,7 @@ func checkEpoch(ctx context.Context, t *testing.T, st *meta.Store, l *layout.Lay
 	}
 }
 
-func awaitLayout(ctx context.Context, t *testing.T, cl *coord.Client, after uint64, what string, ok func(*layout.Layout) bool) *layout.Layout {
+func awaitLayout(ctx context.Context, t *testing.T, cl *api.Client, after uint64, what string, ok func(*layout.Layout) bool) *layout.Layout {
 	t.Helper()
 	for {
 		l, err := cl.Layout(ctx, after)

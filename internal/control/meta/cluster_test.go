@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/terrace-ml/terrace/table"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // initialCluster names n members m0..m(n-1) at peers.
@@ -23,14 +23,15 @@ func initialCluster(peers []string) string {
 	return strings.Join(parts, ",")
 }
 
-// writeUntil retries a write (a new table each time, so that no attempt is
+// writeUntil retries a write (a new key each time, so that no attempt is
 // ambiguous) until one succeeds, and returns how long that took.
 func writeUntil(t *testing.T, s *Store, name string, within time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
 	for i := 0; ; i++ {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
-		_, err := s.CreateTable(ctx, table.Spec{Name: fmt.Sprintf("%s-%d", name, i), Width: 1})
+		_, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(s.key("probe", fmt.Sprintf("%s-%d", name, i))), "=", 0)).
+			Then(clientv3.OpPut(s.key("probe", fmt.Sprintf("%s-%d", name, i)), "x")).Commit()
 		cancel()
 		if err == nil {
 			return time.Since(start)
@@ -78,20 +79,19 @@ func TestThreeEmbeddedMembers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	id, err := s.CreateTable(ctx, table.Spec{Name: "w", Width: 4})
-	if err != nil {
+	if _, err := s.cli.Put(ctx, s.key("probe"), "w"); err != nil {
 		t.Fatal(err)
 	}
-	// Every member serves the table, through its own endpoint only.
+	// Every member serves the key, through its own endpoint only.
 	for i, m := range members {
 		one, err := Open(ctx, m.Endpoints(), "/c")
 		if err != nil {
 			t.Fatal(err)
 		}
-		ts, _, err := one.Tables(ctx)
+		got, err := one.cli.Get(ctx, s.key("probe"))
 		one.Close()
-		if err != nil || len(ts) != 1 || ts[0].ID != id {
-			t.Fatalf("member %d tables = %+v, %v", i, ts, err)
+		if err != nil || len(got.Kvs) != 1 || string(got.Kvs[0].Value) != "w" {
+			t.Fatalf("member %d holds %v, %v; want w", i, got, err)
 		}
 	}
 
@@ -221,7 +221,7 @@ func TestExternalClusterLeaderKill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.CreateTable(ctx, table.Spec{Name: "before", Width: 1}); err != nil {
+	if _, err := s.cli.Put(ctx, s.key("before"), "x"); err != nil {
 		t.Fatal(err)
 	}
 	// A coordinator leading through the kill, on a 1 s session.

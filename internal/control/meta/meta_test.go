@@ -2,15 +2,12 @@ package meta
 
 import (
 	"errors"
-	"fmt"
-	"sync"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/terrace-ml/terrace/internal/placement/ring"
-	"github.com/terrace-ml/terrace/table"
 )
 
 func TestEmbeddedStartAndRestart(t *testing.T) {
@@ -30,8 +27,7 @@ func TestEmbeddedStartAndRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := s.CreateTable(ctxT(t, 5*time.Second), table.Spec{Name: "w", Width: 1})
-	if err != nil {
+	if _, err := s.cli.Put(ctxT(t, 5*time.Second), s.key("probe"), "w"); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
@@ -48,12 +44,12 @@ func TestEmbeddedStartAndRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	ts, _, err := s.Tables(ctxT(t, 5*time.Second))
+	got, err := s.cli.Get(ctxT(t, 5*time.Second), s.key("probe"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ts) != 1 || ts[0].ID != id || ts[0].Spec.Name != "w" {
-		t.Fatalf("after restart tables = %+v, want table w with id %d", ts, id)
+	if len(got.Kvs) != 1 || string(got.Kvs[0].Value) != "w" {
+		t.Fatalf("after restart the key holds %v, want w", got.Kvs)
 	}
 }
 
@@ -127,7 +123,7 @@ func TestRegisterAndLeave(t *testing.T) {
 }
 
 // A member whose process dies (its client closes without revoking) is
-// removed when its lease expires, and so are its partitions.
+// removed when its lease expires.
 func TestLeaseLossOnClientClose(t *testing.T) {
 	coord := open(t)
 	ctx := ctxT(t, 20*time.Second)
@@ -145,9 +141,6 @@ func TestLeaseLossOnClientClose(t *testing.T) {
 	m, err := dying.Register(ctx, "worker", "w1", NodeInfo{Addr: "x"}, ttl)
 	if err != nil {
 		t.Fatal(err)
-	}
-	if ok, err := dying.AcquirePartition(ctx, 3, "w1", m); err != nil || !ok {
-		t.Fatalf("acquire = %v, %v", ok, err)
 	}
 	if ev := <-events; ev.ID != "w1" || ev.Deleted {
 		t.Fatalf("first event %+v, want w1 joining", ev)
@@ -168,13 +161,6 @@ func TestLeaseLossOnClientClose(t *testing.T) {
 	if !closedWithin(m.Lost(), time.Second) {
 		t.Error("Lost not closed")
 	}
-	owners, _, err := coord.PartitionOwners(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(owners) != 0 {
-		t.Errorf("partition owners %v after the holder's lease expired, want none", owners)
-	}
 }
 
 func TestEvict(t *testing.T) {
@@ -185,17 +171,11 @@ func TestEvict(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := srv.AcquirePartition(ctx, 0, "", m); err != nil || !ok {
-		t.Fatalf("acquire = %v, %v", ok, err)
-	}
 	if err := coord.Evict(ctx, "server", "s1"); err != nil {
 		t.Fatal(err)
 	}
 	if got, _, _ := coord.Members(ctx, "server"); len(got) != 0 {
 		t.Errorf("after Evict members = %+v, want none", got)
-	}
-	if owners, _, _ := coord.PartitionOwners(ctx); len(owners) != 0 {
-		t.Errorf("after Evict partition owners = %v, want none", owners)
 	}
 	if !closedWithin(m.Lost(), 3*time.Second) {
 		t.Error("evicted member's Lost not closed")
@@ -388,7 +368,7 @@ func TestPlacementEpoch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Leave(ctx)
-	if _, err := s.CreateTable(ctx, table.Spec{Name: "t", Width: 2}); err != nil {
+	if _, err := s.cli.Put(ctx, s.key("other"), "x"); err != nil {
 		t.Fatal(err)
 	}
 	if _, epoch, _ := s.Placement(ctx); epoch != e1 {
@@ -428,192 +408,12 @@ func TestPlacementEpoch(t *testing.T) {
 	}
 }
 
-func TestCreateTable(t *testing.T) {
-	s := open(t)
-	ctx := ctxT(t, 15*time.Second)
-	_, rev, err := s.Tables(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	watch := s.WatchTables(ctx, rev)
-	spec := table.Spec{Name: "emb", Width: 8, Rule: table.Rule{Kind: table.Adam}}
-	id, err := s.CreateTable(ctx, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if id != 1 {
-		t.Errorf("first id = %d, want 1", id)
-	}
-	// Identical once defaults are filled in: the same table.
-	explicit := spec
-	if err := explicit.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	if again, err := s.CreateTable(ctx, explicit); err != nil || again != id {
-		t.Errorf("create again = %d, %v; want %d", again, err, id)
-	}
-	other := spec
-	other.Width = 16
-	if _, err := s.CreateTable(ctx, other); !errors.Is(err, ErrTableConflict) {
-		t.Errorf("conflicting spec: err = %v, want ErrTableConflict", err)
-	}
-	if _, err := s.CreateTable(ctx, table.Spec{Name: "x", Width: 0}); !errors.Is(err, table.ErrInvalid) {
-		t.Errorf("invalid spec: err = %v, want table.ErrInvalid", err)
-	}
-
-	// Concurrent creators, some racing for the same names, get distinct
-	// ids for distinct tables and one id per name.
-	const n = 8
-	ids := make([]uint32, 2*n)
-	var wg sync.WaitGroup
-	for i := range 2 * n {
-		wg.Go(func() {
-			var err error
-			ids[i], err = s.CreateTable(ctx, table.Spec{Name: fmt.Sprintf("t%d", i%n), Width: 1})
-			if err != nil {
-				t.Error(err)
-			}
-		})
-	}
-	wg.Wait()
-	seen := map[uint32]int{}
-	for i := range n {
-		if ids[i] != ids[i+n] {
-			t.Errorf("t%d got ids %d and %d", i, ids[i], ids[i+n])
-		}
-		if j, dup := seen[ids[i]]; dup {
-			t.Errorf("t%d and t%d share id %d", i, j, ids[i])
-		}
-		seen[ids[i]] = i
-	}
-	ts, _, err := s.Tables(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ts) != n+1 {
-		t.Fatalf("%d tables, want %d", len(ts), n+1)
-	}
-	for i, tb := range ts {
-		if tb.ID != uint32(i+1) {
-			t.Errorf("tables[%d].ID = %d, want %d (sorted, dense)", i, tb.ID, i+1)
-		}
-	}
-	for i := range n + 1 {
-		select {
-		case ev := <-watch:
-			if i == 0 && (ev.Table.ID != 1 || ev.Table.Spec != explicit) {
-				t.Errorf("first watched table %+v", ev.Table)
-			}
-		case <-ctx.Done():
-			t.Fatalf("watched %d of %d creations", i, n+1)
-		}
-	}
-}
-
-func TestPartitions(t *testing.T) {
-	coord, s1, s2 := open(t), open(t), open(t)
-	ctx := ctxT(t, 15*time.Second)
-	w1, err := s1.Register(ctx, "worker", "w1", NodeInfo{}, 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w2, err := s2.Register(ctx, "worker", "w2", NodeInfo{}, 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w2.Leave(ctx)
-	_, rev, err := coord.PartitionOwners(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	watch := coord.WatchPartitions(ctx, rev)
-
-	acquire := func(s *Store, p int, m *Member, want bool) {
-		t.Helper()
-		ok, err := s.AcquirePartition(ctx, p, m.ID(), m)
-		if err != nil || ok != want {
-			t.Fatalf("%s acquires %d = %v, %v; want %v", m.ID(), p, ok, err, want)
-		}
-	}
-	acquire(s1, 0, w1, true)
-	acquire(s1, 1, w1, true)
-	acquire(s2, 0, w2, false)
-	acquire(s1, 0, w1, true) // already held: still true
-	acquire(s2, 2, w2, true)
-	owners, _, err := coord.PartitionOwners(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(owners) != 3 || owners[0] != "w1" || owners[1] != "w1" || owners[2] != "w2" {
-		t.Errorf("owners = %v", owners)
-	}
-
-	if err := s2.ReleasePartition(ctx, 0, "w2"); !errors.Is(err, ErrNotHolder) {
-		t.Errorf("release by non-holder: err = %v, want ErrNotHolder", err)
-	}
-	if err := s1.ReleasePartition(ctx, 1, "w1"); err != nil {
-		t.Fatal(err)
-	}
-
-	// Only the holder writes progress.
-	pr := Progress{Epoch: 2, Offset: 1000}
-	if err := s2.SetProgress(ctx, 0, pr, w2); !errors.Is(err, ErrNotHolder) {
-		t.Errorf("progress by non-holder: err = %v, want ErrNotHolder", err)
-	}
-	if err := s1.SetProgress(ctx, 0, pr, w1); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := coord.Progress(ctx, 0); err != nil || got != (Progress{Epoch: 2, Offset: 1000, Worker: "w1"}) {
-		t.Errorf("progress = %+v, %v", got, err)
-	}
-	if got, err := coord.Progress(ctx, 7); err != nil || got != (Progress{}) {
-		t.Errorf("progress of a fresh partition = %+v, %v; want zero", got, err)
-	}
-
-	// w1 is declared dead: its partitions are free, w2 takes partition 0
-	// over and finds w1's progress; w1's late write is refused.
-	if err := coord.Evict(ctx, "worker", "w1"); err != nil {
-		t.Fatal(err)
-	}
-	acquire(s2, 0, w2, true)
-	if got, err := s2.Progress(ctx, 0); err != nil || got.Offset != 1000 || got.Worker != "w1" {
-		t.Errorf("progress after takeover = %+v, %v", got, err)
-	}
-	if err := s1.SetProgress(ctx, 0, Progress{Offset: 5}, w1); !errors.Is(err, ErrNotHolder) {
-		t.Errorf("late progress from the evicted holder: err = %v, want ErrNotHolder", err)
-	}
-	if err := s2.SetProgress(ctx, 0, Progress{Epoch: 2, Offset: 1500}, w2); err != nil {
-		t.Fatal(err)
-	}
-
-	want := []PartitionEvent{
-		{P: 0, Worker: "w1"}, {P: 1, Worker: "w1"}, {P: 2, Worker: "w2"},
-		{P: 1, Deleted: true},
-		{P: 0, Deleted: true}, // eviction
-		{P: 0, Worker: "w2"},
-	}
-	for i, w := range want {
-		select {
-		case ev := <-watch:
-			ev.Rev = 0
-			if ev.Deleted {
-				ev.Worker = ""
-			}
-			if ev != w {
-				t.Errorf("partition event %d = %+v, want %+v", i, ev, w)
-			}
-		case <-ctx.Done():
-			t.Fatalf("partition event %d missing", i)
-		}
-	}
-}
-
 func TestWatchEndsWithStore(t *testing.T) {
 	s, err := Open(ctxT(t, 5*time.Second), shared.Endpoints(), testPrefix(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	events := s.WatchPartitions(t.Context(), 0)
+	events := s.WatchMembers(t.Context(), "server", 0)
 	s.Close()
 	select {
 	case _, ok := <-events:

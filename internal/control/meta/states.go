@@ -45,8 +45,8 @@ func (s *Store) pstateVerKey(p int, ver uint64) string {
 // PutPartState stores version ver of partition p's state, while lead is
 // current. Writing a version again replaces it.
 func (s *Store) PutPartState(ctx context.Context, lead *Leadership, p int, ver uint64, blob []byte) error {
-	if err := checkPart(p); err != nil {
-		return fmt.Errorf("meta: put partition state: %w", err)
+	if p < 0 {
+		return fmt.Errorf("meta: put partition state: %w: negative partition %d", ErrInvalid, p)
 	}
 	pfx := s.pstateVerKey(p, ver)
 	n := max(1, (len(blob)+StateChunk-1)/StateChunk)
@@ -123,11 +123,11 @@ func (s *Store) DeletePartState(ctx context.Context, lead *Leadership, p int, ve
 	return nil
 }
 
-// SweepPartStates removes every stored state version but keep's (the
-// current version by partition), while lead is current: what a leader that
-// died between writing a version and saving it as current left behind. It
-// returns how many versions it removed.
-func (s *Store) SweepPartStates(ctx context.Context, lead *Leadership, keep map[int]uint64) (int, error) {
+// SweepPartStates removes every stored state version that keep refuses
+// (it keeps the versions the coordinator's saved state names), while lead
+// is current: what a leader that died between writing a version and
+// saving it left behind. It returns how many versions it removed.
+func (s *Store) SweepPartStates(ctx context.Context, lead *Leadership, keep func(p int, ver uint64) bool) (int, error) {
 	pfx := s.pstateKey()
 	resp, err := s.cli.Get(ctx, pfx, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
@@ -145,7 +145,7 @@ func (s *Store) SweepPartStates(ctx context.Context, lead *Leadership, keep map[
 		}
 		p, perr := strconv.Atoi(f[0])
 		ver, verr := strconv.ParseUint(f[1], 10, 64)
-		if perr != nil || verr != nil || keep[p] == ver {
+		if perr != nil || verr != nil || keep(p, ver) {
 			continue
 		}
 		stale[pv{p, ver}] = true

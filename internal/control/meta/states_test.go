@@ -61,7 +61,7 @@ func TestPartStates(t *testing.T) {
 	if _, err := s.PartState(ctx, 8, 5); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("headerless version: %v, want ErrNotFound", err)
 	}
-	n, err := s.SweepPartStates(ctx, lead, map[int]uint64{7: 3, 8: 4})
+	n, err := s.SweepPartStates(ctx, lead, func(p int, ver uint64) bool { return p == 7 && ver == 3 || p == 8 && ver == 4 })
 	if err != nil || n != 3 {
 		t.Fatalf("sweep removed %d versions (%v), want 3 (7/1, 7/2, 8/5)", n, err)
 	}

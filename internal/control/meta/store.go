@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -28,11 +27,6 @@ var (
 	// ErrNotLeader means a guarded write was refused because the writer's
 	// leadership is no longer current.
 	ErrNotLeader = errors.New("not the leader")
-	// ErrNotHolder means a partition write was refused because the writer
-	// does not hold the partition's lease.
-	ErrNotHolder = errors.New("partition not held by this worker")
-	// ErrTableConflict means a table of that name exists with another spec.
-	ErrTableConflict = errors.New("a different table of that name exists")
 )
 
 // OpenTimeout bounds how long Open waits for etcd to answer.
@@ -94,11 +88,6 @@ func (s *Store) key(parts ...string) string {
 func (s *Store) membersKey(role string) string { return s.key("members", role) + "/" }
 func (s *Store) electionPrefix() string        { return s.key("election") }
 func (s *Store) placementKey() string          { return s.key("placement") }
-func (s *Store) tablesKey() string             { return s.key("tables") + "/" }
-func (s *Store) tableSeqKey() string           { return s.key("table-seq") }
-func (s *Store) partsKey() string              { return s.key("parts") + "/" }
-func (s *Store) partKey(p int) string          { return s.partsKey() + strconv.Itoa(p) }
-func (s *Store) progressKey(p int) string      { return s.key("progress", strconv.Itoa(p)) }
 
 // checkName refuses names that would change the key layout.
 func checkName(what, name string) error {

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/terrace-ml/terrace/apps/lr"
-	"github.com/terrace-ml/terrace/internal/control/coord"
 	"github.com/terrace-ml/terrace/internal/harness/drill"
 	"github.com/terrace-ml/terrace/internal/process/node"
 	"github.com/terrace-ml/terrace/ps"
@@ -86,7 +85,7 @@ func TestAuditCountsEveryPushAndRow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := ps.Connect(ctx, coord.NewClient(l.CoordAddr), ps.Options{Rank: -1})
+	c, err := ps.Dial(ctx, l.CoordAddr, ps.Options{Rank: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/terrace-ml/terrace/internal/control/coord"
 	"github.com/terrace-ml/terrace/ps"
 )
 
@@ -498,7 +497,7 @@ func (d *drill) handle(l line) bool {
 func (d *drill) connectObserver(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	c, err := ps.Connect(cctx, coord.NewClient(d.coord), ps.Options{Rank: -1, NodeID: "drill-observer", Logger: d.log})
+	c, err := ps.Dial(cctx, d.coord, ps.Options{Rank: -1, NodeID: "drill-observer", Logger: d.log})
 	if err != nil {
 		d.rep.note("the drill could not connect its observer at the start of training: %v", err)
 		return

@@ -17,7 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/terrace-ml/terrace/internal/control/coord"
+	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/dataplane/simnet"
 	"github.com/terrace-ml/terrace/internal/placement/layout"
 	"github.com/terrace-ml/terrace/internal/placement/ring"
@@ -196,7 +196,7 @@ func (c *cluster) awaitTraining() {
 				c.note("%s finished", w.id)
 			case w.killed:
 				c.note("%s stopped: %v", w.id, w.err)
-			case errors.Is(w.err, coord.ErrLeaseLost):
+			case errors.Is(w.err, api.ErrLeaseLost):
 				// Declared dead while alive (cut off from the
 				// coordinator): it stops, as a real worker exits, and a
 				// new one takes its place.
@@ -392,7 +392,7 @@ func (c *cluster) checkFinal(ctx context.Context) {
 	host := c.net.Host("checker")
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	cl, err := ps.Connect(cctx, coord.NewClientOn(host, c.local.CoordAddr), ps.Options{Rank: -1, NodeID: "checker", Logger: c.log.With("node", "checker"), Network: host})
+	cl, err := ps.Dial(cctx, c.local.CoordAddr, ps.Options{Rank: -1, NodeID: "checker", Logger: c.log.With("node", "checker"), Network: host})
 	if err != nil {
 		c.problem(broken, "final read: %v", err)
 		return

@@ -43,7 +43,7 @@ type Layout struct {
 	// Workers is the number of worker ranks; clocks are kept per rank.
 	Workers int `json:"workers"`
 	// Partitions is the number of data partitions; workers lease them from
-	// the coordinator epoch by epoch.
+	// the coordinator pass by pass.
 	Partitions int `json:"partitions"`
 	// Ready is false until every expected server and worker has joined.
 	Ready bool `json:"ready"`
@@ -52,7 +52,7 @@ type Layout struct {
 	Finished []int `json:"finished,omitempty"`
 	// Checkpoint, when set, asks every ring server to write the slots it
 	// heads into cluster checkpoint Seq; the coordinator commits it once
-	// all have, and holds the next epoch's work meanwhile.
+	// all have, and holds the next pass's work meanwhile.
 	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
 	// Resume, when set, asks every server to load the slots it holds from
 	// committed checkpoint Seq, written by Servers; the layout is not Ready
@@ -94,11 +94,11 @@ type Membership struct {
 const IncarnationLabel = "incarnation"
 
 // Checkpoint names a cluster checkpoint: server S's part is the
-// checkpoint Seq under Dir/servers/S.
+// checkpoint Seq under Dir/servers/S, taken after training pass Pass.
 type Checkpoint struct {
 	Dir     string   `json:"dir"`
 	Seq     uint64   `json:"seq"`
-	Epoch   int      `json:"epoch"`
+	Pass    int      `json:"pass"`
 	Servers []string `json:"servers,omitempty"`
 }
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/control/coord"
 	"github.com/terrace-ml/terrace/internal/dataplane/transport"
 	"github.com/terrace-ml/terrace/internal/process/evict"
@@ -90,18 +91,18 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	if addr == "" {
 		addr = ln.Addr().String()
 	}
-	cc := coord.NewClientOn(cfg.Network, cfg.Coordinator)
+	cc := api.NewClient(cfg.Coordinator, cfg.Network)
 	jctx, cancel := context.WithTimeout(ctx, cfg.JoinTimeout)
 	defer cancel()
 	if err := cc.WaitReachable(jctx); err != nil {
 		return fmt.Errorf("server %s: %w", cfg.ID, err)
 	}
 	inc := newIncarnation()
-	l, err := cc.JoinServerAs(jctx, cfg.ID, addr, inc)
+	l, err := cc.JoinServer(jctx, cfg.ID, addr, inc)
 	if err != nil {
 		return fmt.Errorf("server %s: join: %w", cfg.ID, err)
 	}
-	reg := register(ctx, l, coord.RoleServer, cfg.ID, inc, addr, cfg.Logger)
+	reg := register(ctx, l, api.RoleServer, cfg.ID, inc, addr, cfg.Logger)
 	defer reg.leave()
 	report := func(what string, call func(ctx context.Context) error) {
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -150,7 +151,7 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	return err
 }
 
-func drainServer(ctx context.Context, cc *coord.Client, s *server.Server, cfg ServerConfig, n evict.Notice) error {
+func drainServer(ctx context.Context, cc *api.Client, s *server.Server, cfg ServerConfig, n evict.Notice) error {
 	cfg.Logger.Warn("eviction notice: leaving the layout", "source", n.Source, "deadline", n.Deadline)
 	dctx, cancel := context.WithDeadline(ctx, n.Deadline)
 	defer cancel()
@@ -177,7 +178,7 @@ func drainServer(ctx context.Context, cc *coord.Client, s *server.Server, cfg Se
 // followLayout installs every new layout the coordinator publishes. A
 // coordinator that stays unreachable for longer than the join timeout does
 // not stop the server: its data plane goes on serving the last layout.
-func followLayout(ctx context.Context, cc *coord.Client, s *server.Server, version uint64, log *slog.Logger) error {
+func followLayout(ctx context.Context, cc *api.Client, s *server.Server, version uint64, log *slog.Logger) error {
 	for ctx.Err() == nil {
 		l, err := cc.Layout(ctx, version)
 		if err != nil {
@@ -230,14 +231,14 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, job Job) (any, error) {
 	if cfg.JoinTimeout <= 0 {
 		cfg.JoinTimeout = DefaultJoinTimeout
 	}
-	cc := coord.NewClientOn(cfg.Network, cfg.Coordinator)
+	cc := api.NewClient(cfg.Coordinator, cfg.Network)
 	jctx, cancel := context.WithTimeout(ctx, cfg.JoinTimeout)
 	defer cancel()
 	if err := cc.WaitReachable(jctx); err != nil {
 		return nil, fmt.Errorf("worker %s: %w", cfg.ID, err)
 	}
 	inc := newIncarnation()
-	rank, err := cc.JoinWorkerAs(jctx, cfg.ID, inc)
+	rank, err := cc.JoinWorker(jctx, cfg.ID, inc)
 	if err != nil {
 		return nil, fmt.Errorf("worker %s: join: %w", cfg.ID, err)
 	}
@@ -246,7 +247,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, job Job) (any, error) {
 		return nil, fmt.Errorf("worker %s: %w", cfg.ID, err)
 	}
 	defer c.Close()
-	reg := register(ctx, c.Layout(), coord.RoleWorker, cfg.ID, inc, "", cfg.Logger)
+	reg := register(ctx, c.Layout(), api.RoleWorker, cfg.ID, inc, "", cfg.Logger)
 	defer reg.leave()
 	jobCtx, stopJob := context.WithCancel(ctx)
 	defer stopJob()

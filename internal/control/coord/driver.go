@@ -1,0 +1,380 @@
+package coord
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/terrace-ml/terrace/internal/control/api"
+	"github.com/terrace-ml/terrace/internal/dataplane/transport"
+	"github.com/terrace-ml/terrace/internal/placement/layout"
+)
+
+// Options configure a Coordinator.
+type Options struct {
+	// Servers and Workers are how many nodes of each role the layout waits
+	// for before it is ready.
+	Servers, Workers int
+	// Partitions is the number of data partitions (4 per worker if 0).
+	Partitions int
+	VNodes     int
+	// Replication is how many servers hold each slot (k).
+	Replication int
+	// CheckpointDir, with CheckpointEvery > 0, takes a cluster checkpoint
+	// there after every CheckpointEvery passes.
+	CheckpointDir   string
+	CheckpointEvery int
+	// Resume starts from the newest committed checkpoint in CheckpointDir.
+	Resume bool
+	Logger *slog.Logger
+	// Network makes the failure detector's connections to servers (TCP if nil).
+	Network transport.Network
+	// Membership, when set, is published in the layout: nodes register
+	// there, and MemberGone hears of their registrations' end.
+	Membership *layout.Membership
+	// FailureTimeout is how long a node may stay silent (no heartbeat, no
+	// answer to pings) before it is declared dead (DefaultFailureTimeout
+	// if 0). Workers heartbeat five times per timeout.
+	FailureTimeout time.Duration
+}
+
+func (o Options) config() Config {
+	return Config{Servers: o.Servers, Workers: o.Workers, Partitions: o.Partitions, VNodes: o.VNodes,
+		Replication: o.Replication, CheckpointDir: o.CheckpointDir, CheckpointEvery: o.CheckpointEvery,
+		FailureTimeout: o.FailureTimeout, Membership: o.Membership, Logger: o.Logger}
+}
+
+// Coordinator drives a Machine: requests step it under a mutex held only
+// for that (no I/O under it), and one goroutine (Run) takes its Ready,
+// saves the state outside the lock, then publishes the layout and sends
+// the replies, and feeds back the save's outcome and the results of the
+// effects (state deletions, checkpoint commits, probes). A heartbeat is
+// answered at once, never behind a save.
+type Coordinator struct {
+	opts Options
+	log  *slog.Logger
+
+	mu        sync.Mutex
+	m         *Machine
+	published *layout.Layout // the layout of the last save
+	changed   chan struct{}  // closed and replaced when published changes
+	calls     map[uint64]chan Reply
+	nextID    uint64
+	failed    error // set once a save failed: nothing more is answered
+	done      chan struct{}
+	doneShut  bool
+	persist   Persist
+	states    StateStore
+
+	kick chan struct{} // wakes Run
+	wg   sync.WaitGroup
+}
+
+// Persist saves the coordinator's state (blob). placement is set when the
+// save begins a new epoch: it is the layout about to be published, and
+// Persist returns the number the epoch gets, the revision of its write in
+// etcd (or 0 to keep the coordinator's own count). That number must
+// exceed every epoch saved before.
+type Persist func(ctx context.Context, blob []byte, placement *layout.Layout) (epoch uint64, err error)
+
+// saveTimeout bounds one save; one that takes longer fails, and the
+// coordinator stops answering (its successor goes on from the last save).
+const saveTimeout = 5 * time.Second
+
+// New returns a coordinator waiting for its nodes; it panics if o.Resume
+// finds no usable checkpoint (callers that resume use Open).
+func New(o Options) *Coordinator {
+	c, err := Open(o)
+	if err != nil {
+		panic(err)
+	}
+	return c
+}
+
+// Open returns a coordinator waiting for its nodes; with o.Resume it
+// starts from the newest committed checkpoint, and fails if there is none
+// it can use. Run (or Serve) drives it.
+func Open(o Options) (*Coordinator, error) {
+	if o.Partitions <= 0 {
+		o.Partitions = 4 * max(o.Workers, 1)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	c := &Coordinator{opts: o, log: o.Logger, m: NewMachine(o.config(), time.Now()), changed: make(chan struct{}),
+		calls: map[uint64]chan Reply{}, done: make(chan struct{}), states: &memStates{}, kick: make(chan struct{}, 1)}
+	c.published = c.m.published
+	if o.Resume {
+		if err := c.resume(o.CheckpointDir); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// SetPersist makes the coordinator save its state with save after every
+// change, before it answers or publishes; a failed save makes it refuse
+// everything after. Call it before Run.
+func (c *Coordinator) SetPersist(save Persist) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.persist = save
+}
+
+// Restore replaces the coordinator's state with one a previous leader
+// saved, before Run. epoch, if not 0, is the number Persist gave the last
+// epoch saved: the state saved with it did not know it yet.
+func (c *Coordinator) Restore(blob []byte, epoch uint64) error {
+	m, err := RestoreMachine(c.opts.config(), blob, epoch, time.Now())
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.m = m
+	c.publishLocked(m.published)
+	return nil
+}
+
+// publishLocked shows l to long-pollers; c.mu is held.
+func (c *Coordinator) publishLocked(l *layout.Layout) {
+	c.published = l
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+// Layout returns the first layout whose version is above after, waiting
+// for one until ctx ends. Only saved layouts are shown; a coordinator
+// that could not save its state returns ErrNotPersisted: its layout may be
+// one its successor never saw.
+func (c *Coordinator) Layout(ctx context.Context, after uint64) (*layout.Layout, error) {
+	for {
+		c.mu.Lock()
+		if err := c.failed; err != nil {
+			c.mu.Unlock()
+			return nil, err
+		}
+		if c.published.Version > after {
+			l := cloneLayout(c.published)
+			c.mu.Unlock()
+			return l, nil
+		}
+		ch := c.changed
+		c.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// current returns the layout last published, without waiting.
+func (c *Coordinator) current() *layout.Layout {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return cloneLayout(c.published)
+}
+
+// Done is closed when every worker has reported.
+func (c *Coordinator) Done() <-chan struct{} { return c.done }
+
+// Reports returns the reports received, by rank.
+func (c *Coordinator) Reports() map[int]json.RawMessage {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.m.st.Reports)
+}
+
+// Checkpoints lists the checkpoints this coordinator committed.
+func (c *Coordinator) Checkpoints() []CheckpointStat {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m.Checkpoints()
+}
+
+// Heartbeat records that worker rank is alive. It is answered at once,
+// even while a save is in flight: a heartbeat that waited for a save
+// would make its worker look silent.
+func (c *Coordinator) Heartbeat(rank int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.failed != nil {
+		return c.failed
+	}
+	c.m.SetNow(time.Now())
+	return c.m.Heartbeat(rank)
+}
+
+// call steps the machine with a request and waits for its reply, which
+// Run sends once the state it depends on is saved.
+func (c *Coordinator) call(ctx context.Context, step func(m *Machine, id uint64)) (Reply, error) {
+	c.mu.Lock()
+	if err := c.failed; err != nil {
+		c.mu.Unlock()
+		return Reply{}, err
+	}
+	c.nextID++
+	id, ch := c.nextID, make(chan Reply, 1)
+	c.calls[id] = ch
+	c.m.SetNow(time.Now())
+	step(c.m, id)
+	c.mu.Unlock()
+	c.poke()
+	select {
+	case r := <-ch:
+		return r, r.Err
+	case <-ctx.Done():
+		c.mu.Lock()
+		delete(c.calls, id)
+		c.m.Cancel(id)
+		c.mu.Unlock()
+		return Reply{}, ctx.Err()
+	}
+}
+
+// event steps the machine with something that no request waits for.
+func (c *Coordinator) event(step func(m *Machine)) {
+	c.mu.Lock()
+	c.m.SetNow(time.Now())
+	step(c.m)
+	c.mu.Unlock()
+	c.poke()
+}
+
+// poke wakes Run.
+func (c *Coordinator) poke() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run drives the machine until ctx ends: it ticks four times per failure
+// timeout (a silent worker is declared dead 1 to 1.25 timeouts after its
+// last heartbeat), and hands each Ready to cycle.
+func (c *Coordinator) Run(ctx context.Context) {
+	defer c.wg.Wait()
+	t := time.NewTicker(c.failureTimeout() / 4)
+	defer t.Stop()
+	for {
+		for c.cycle(ctx) {
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.kick:
+		case now := <-t.C:
+			c.mu.Lock()
+			c.m.Tick(now)
+			c.mu.Unlock()
+		}
+	}
+}
+
+// cycle saves one Ready outside the lock, then advances the machine,
+// publishes and replies, then starts its effects; false if nothing was
+// ready.
+func (c *Coordinator) cycle(ctx context.Context) bool {
+	c.mu.Lock()
+	if c.failed != nil {
+		c.mu.Unlock()
+		return false
+	}
+	rd, ok := c.m.Ready()
+	save := c.persist
+	c.mu.Unlock()
+	if !ok {
+		return false
+	}
+	var epoch uint64
+	var err error
+	if rd.Save != nil && save != nil {
+		sctx, cancel := context.WithTimeout(ctx, saveTimeout)
+		epoch, err = save(sctx, rd.Save, rd.Placement)
+		cancel()
+	}
+	c.mu.Lock()
+	if err == nil {
+		err = c.m.Advance(epoch)
+	}
+	if err != nil {
+		c.failLocked(err)
+		c.mu.Unlock()
+		return false
+	}
+	c.releaseLocked(rd)
+	c.mu.Unlock()
+	c.effects(ctx, rd)
+	return true
+}
+
+// releaseLocked publishes rd's layout and sends its replies; c.mu is held.
+func (c *Coordinator) releaseLocked(rd Ready) {
+	if rd.Layout != nil {
+		c.publishLocked(rd.Layout)
+	}
+	for _, r := range rd.Replies {
+		if ch := c.calls[r.ID]; ch != nil {
+			ch <- r
+			delete(c.calls, r.ID)
+		}
+	}
+	if rd.AllReported && !c.doneShut {
+		close(c.done)
+		c.doneShut = true
+	}
+}
+
+// failLocked stops the coordinator after a failed save: its state may now
+// be one its successor never sees, so it answers nothing more (clients go
+// to the new leader); c.mu is held.
+func (c *Coordinator) failLocked(err error) {
+	c.failed = fmt.Errorf("%w: %w", api.ErrNotPersisted, err)
+	c.log.Error("coordinator state not saved; answering nothing more", "err", err)
+	for id, ch := range c.calls {
+		ch <- Reply{ID: id, Err: c.failed}
+	}
+	clear(c.calls)
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+// effects starts what a saved Ready asks for besides replies: deleting
+// state versions nothing names, writing a checkpoint's commit record,
+// dialling servers. Their results come back as events.
+func (c *Coordinator) effects(ctx context.Context, rd Ready) {
+	if len(rd.Drops) > 0 {
+		c.goEffect(func() { c.dropStates(ctx, rd.Drops) })
+	}
+	if ck := rd.Commit; ck != nil {
+		c.goEffect(func() {
+			err := c.commit(ctx, ck)
+			c.event(func(m *Machine) { m.Committed(ck.Seq, err) })
+		})
+	}
+	for _, p := range rd.Probes {
+		c.goEffect(func() {
+			conn, err := c.probe(ctx, p.Addr)
+			if err == nil {
+				conn.Close()
+			}
+			if ctx.Err() != nil {
+				return // stopping: a failed dial says nothing of the server
+			}
+			c.event(func(m *Machine) { m.Probed(p, err == nil) })
+		})
+	}
+}
+
+func (c *Coordinator) goEffect(f func()) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		f()
+	}()
+}

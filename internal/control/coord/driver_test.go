@@ -1,0 +1,391 @@
+package coord
+
+import (
+	"context"
+	"errors"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/terrace-ml/terrace/internal/control/api"
+	"github.com/terrace-ml/terrace/internal/placement/layout"
+	"github.com/terrace-ml/terrace/internal/storage/checkpoint"
+	"github.com/terrace-ml/terrace/table"
+)
+
+// serve runs c's driver and HTTP API until the test ends, and returns a
+// client of it.
+func serve(t *testing.T, c *Coordinator) *api.Client {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.Run(ctx)
+	}()
+	hs := httptest.NewServer(c.Handler())
+	t.Cleanup(func() {
+		hs.Close()
+		cancel()
+		<-done
+	})
+	cl := api.NewClient(hs.URL, nil)
+	cl.RetryFor = 0
+	return cl
+}
+
+// TestHTTP: the API over HTTP, with its errors tested by errors.Is on the
+// client's side.
+func TestHTTP(t *testing.T) {
+	c := New(Options{Servers: 1, Workers: 2, Partitions: 2})
+	cl := serve(t, c)
+	ctx := t.Context()
+	l, err := cl.JoinServer(ctx, "s0", "127.0.0.1:1", "")
+	if err != nil || l.Epoch != 1 || l.Ready {
+		t.Fatalf("join: %+v %v", l, err)
+	}
+	woke := make(chan *layout.Layout, 1)
+	go func() {
+		nl, _ := cl.Layout(ctx, l.Version)
+		woke <- nl
+	}()
+	if r, err := cl.JoinWorker(ctx, "w0", ""); err != nil || r != 0 {
+		t.Fatalf("join worker: %d %v", r, err)
+	}
+	if nl := <-woke; nl == nil || nl.Version <= l.Version {
+		t.Fatalf("long-poll woke with %+v", nl)
+	}
+	if _, err := cl.JoinWorker(ctx, "w1", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.JoinWorker(ctx, "w1", ""); err != nil {
+		t.Fatal(err)
+	}
+	spec := table.Spec{Name: "w", Width: 4}
+	if _, err := cl.CreateTable(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	spec.Width = 5
+	if _, err := cl.CreateTable(ctx, spec); !errors.Is(err, api.ErrTableConflict) {
+		t.Fatalf("conflicting table: %v", err)
+	}
+	if _, err := cl.CreateTable(ctx, table.Spec{Name: "bad"}); !errors.Is(err, table.ErrInvalid) {
+		t.Fatalf("invalid table: %v", err)
+	}
+	if err := cl.Heartbeat(ctx, 9); !errors.Is(err, api.ErrBadRequest) {
+		t.Fatalf("heartbeat of rank 9: %v", err)
+	}
+	if _, err := cl.Split(ctx, api.Split{Rank: 1, Partition: 1, From: 10}); err != nil {
+		t.Fatalf("split of a free piece: %v", err) // a plain grant
+	}
+	if err := cl.Report(ctx, 0, map[string]int{"x": 1}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-c.Done():
+		t.Fatal("done after one of two reports")
+	default:
+	}
+	if err := cl.Report(ctx, 1, "ok"); err != nil {
+		t.Fatal(err)
+	}
+	<-c.Done()
+	if r, err := cl.Reports(ctx); err != nil || len(r) != 2 {
+		t.Fatalf("reports %v %v", r, err)
+	}
+}
+
+// TestStatesOverHTTP: a state blob reported with an offset is what the
+// piece's next holder fetches; a version replaced is refused
+// (ErrLeaseLost) and deleted from the store; a blob over the limit is
+// refused (ErrStateTooLarge).
+func TestStatesOverHTTP(t *testing.T) {
+	c := New(Options{Servers: 1, Workers: 2, Partitions: 2})
+	ctx := t.Context()
+	st := &deleteTracking{deleted: make(chan StateRef, 8)}
+	if err := c.SetStateStore(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	cl := serve(t, c)
+	cl.JoinServer(ctx, "s0", "a:1", "")
+	cl.JoinWorker(ctx, "w0", "")
+	cl.JoinWorker(ctx, "w1", "")
+	g, err := cl.Acquire(ctx, 0, 0)
+	if err != nil || g.Partition != 0 {
+		t.Fatalf("grant %+v %v", g, err)
+	}
+	r1, err := cl.Progress(ctx, api.Update{Partition: 0, Offset: 10, State: []byte("rows<10"), HasState: true})
+	if err != nil || r1.State == 0 {
+		t.Fatalf("progress: %+v %v", r1, err)
+	}
+	r2, err := cl.Progress(ctx, api.Update{Partition: 0, Offset: 20, State: []byte("rows<20"), HasState: true})
+	if err != nil || r2.State <= r1.State {
+		t.Fatalf("progress: %+v %v", r2, err)
+	}
+	if _, err := cl.State(ctx, 0, r1.State); !errors.Is(err, api.ErrLeaseLost) {
+		t.Fatalf("replaced version: %v, want ErrLeaseLost", err)
+	}
+	if d := <-st.deleted; d != (StateRef{0, r1.State}) {
+		t.Fatalf("deleted %+v, want version %d of partition 0", d, r1.State)
+	}
+	if b, err := cl.State(ctx, 0, r2.State); err != nil || string(b) != "rows<20" {
+		t.Fatalf("current version: %q %v", b, err)
+	}
+	big := api.Update{Partition: 0, Offset: 30, State: make([]byte, api.MaxStateBytes+1), HasState: true}
+	if _, err := c.progress(ctx, big); !errors.Is(err, api.ErrStateTooLarge) { // not over HTTP: 22 MB of JSON
+		t.Fatalf("oversized state: %v", err)
+	}
+}
+
+// TestHeartbeatsNotBehindSave: a save that takes three failure timeouts
+// (etcd electing a leader, say) holds back the replies that depend on it,
+// but not heartbeats, so no live worker is declared dead for the time the
+// coordinator spent saving. (The coordinator used to hold its lock through
+// saves, and made up for it by back-dating heartbeats.)
+func TestHeartbeatsNotBehindSave(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const timeout = time.Second
+		c := New(Options{Servers: 1, Workers: 1, Partitions: 1, FailureTimeout: timeout})
+		var slow atomic.Bool
+		c.SetPersist(func(ctx context.Context, blob []byte, _ *layout.Layout) (uint64, error) {
+			if slow.Load() {
+				time.Sleep(3 * timeout) // fake time
+			}
+			return 0, nil
+		})
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		go c.Run(ctx)
+		join(t, c, api.Join{Role: api.RoleServer, ID: "s0", Addr: "a:1"})
+		join(t, c, api.Join{Role: api.RoleWorker, ID: "w0"})
+		slow.Store(true)
+		granted := make(chan api.Grant, 1)
+		go func() {
+			r, _ := c.call(ctx, func(m *Machine, id uint64) { m.Acquire(id, api.Acquire{Rank: 0}) })
+			granted <- r.Grant
+		}()
+		for range 14 { // heartbeats, every timeout/5, through the save
+			time.Sleep(timeout / 5)
+			if err := c.Heartbeat(0); err != nil {
+				t.Fatalf("heartbeat during the save: %v", err)
+			}
+			select {
+			case <-granted:
+				t.Fatal("grant answered before its save ended")
+			default:
+			}
+		}
+		if g := <-granted; g.Lease == 0 {
+			t.Fatalf("grant %+v", g)
+		}
+		synctest.Wait()
+		if l := c.current(); slices.Contains(l.Finished, 0) {
+			t.Fatalf("the heartbeating worker was declared dead: finished %v", l.Finished)
+		}
+	})
+}
+
+func join(t *testing.T, c *Coordinator, j api.Join) {
+	t.Helper()
+	if _, err := c.call(t.Context(), func(m *Machine, id uint64) { m.Join(id, j) }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFailedSaveStops: a coordinator whose save failed answers nothing
+// more, and shows no layout, with a code that sends clients elsewhere.
+func TestFailedSaveStops(t *testing.T) {
+	c := New(Options{Servers: 1, Workers: 1})
+	c.SetPersist(func(context.Context, []byte, *layout.Layout) (uint64, error) {
+		return 0, errors.New("etcd: lost the lead")
+	})
+	cl := serve(t, c)
+	ctx := t.Context()
+	if _, err := cl.JoinServer(ctx, "s0", "a:1", ""); !errors.Is(err, api.ErrNotPersisted) || !errors.Is(err, api.ErrUnavailable) {
+		t.Fatalf("join with a failing store: %v", err)
+	}
+	if _, err := cl.Layout(ctx, 0); !errors.Is(err, api.ErrNotPersisted) {
+		t.Fatalf("layout after a failed save: %v", err)
+	}
+	if err := c.Heartbeat(0); !errors.Is(err, api.ErrNotPersisted) {
+		t.Fatalf("heartbeat after a failed save: %v", err)
+	}
+}
+
+// TestEpochNumberedByStore: under etcd the save that begins an epoch
+// numbers it; a restored coordinator goes on from that number.
+func TestEpochNumberedByStore(t *testing.T) {
+	var saved []byte
+	rev := uint64(100)
+	persist := func(_ context.Context, b []byte, l *layout.Layout) (uint64, error) {
+		saved, rev = append(saved[:0], b...), rev+7
+		if l == nil {
+			return 0, nil
+		}
+		return rev, nil
+	}
+	c := New(Options{Servers: 2, Workers: 1, Replication: 2})
+	c.SetPersist(persist)
+	cl := serve(t, c)
+	ctx := t.Context()
+	cl.JoinServer(ctx, "s0", "a:1", "")
+	l, err := cl.JoinServer(ctx, "s1", "a:2", "")
+	if err != nil || l.Epoch != rev || l.PrevEpoch != rev-7 {
+		t.Fatalf("layout %+v %v: want epoch %d after %d", l, err, rev, rev-7)
+	}
+	n := New(Options{Servers: 2, Workers: 1, Replication: 2})
+	if err := n.Restore(saved, l.Epoch); err != nil {
+		t.Fatal(err)
+	}
+	n.SetPersist(persist)
+	ncl := serve(t, n)
+	nl, err := ncl.JoinServer(ctx, "s1", "moved:2", "")
+	if err != nil || nl.PrevEpoch != l.Epoch || nl.Epoch != rev {
+		t.Fatalf("after restore: %+v %v; want epoch %d after %d", nl, err, rev, l.Epoch)
+	}
+}
+
+// TestMemberGoneDials: a server whose registration ended is dialled, and
+// taken out when nothing answers.
+func TestMemberGoneDials(t *testing.T) {
+	c := New(Options{Servers: 2, Workers: 1, Replication: 2, FailureTimeout: 200 * time.Millisecond})
+	cl := serve(t, c)
+	ctx := t.Context()
+	cl.JoinServer(ctx, "s0", "127.0.0.1:1", "i0")
+	cl.JoinServer(ctx, "s1", "127.0.0.1:1", "i1") // nothing listens on port 1
+	if !c.MemberGone(ctx, api.RoleServer, "s1", "i1") {
+		t.Fatal("a server that does not answer stayed")
+	}
+	if c.MemberGone(ctx, api.RoleServer, "s0", "old") {
+		t.Fatal("an earlier incarnation's registration took a server out")
+	}
+}
+
+// TestCheckpointCarriesStates: a checkpoint holds every partition's state
+// (a split one in pieces); a resume hands them out again, and a damaged
+// state file makes the resume fall back to the previous checkpoint.
+func TestCheckpointCarriesStates(t *testing.T) {
+	dir := t.TempDir()
+	c := New(Options{Servers: 1, Workers: 2, Partitions: 2, CheckpointDir: dir, CheckpointEvery: 1})
+	cl := serve(t, c)
+	ctx := t.Context()
+	cl.JoinServer(ctx, "s0", "a:1", "")
+	cl.JoinWorker(ctx, "w0", "")
+	cl.JoinWorker(ctx, "w1", "")
+	pass := func(e int, state string) {
+		t.Helper()
+		for rank := range 2 {
+			g, err := cl.Acquire(ctx, rank, e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			u := api.Update{Rank: rank, Pass: e, Partition: g.Partition, Lease: g.Lease, Offset: 10, State: []byte(state), HasState: true}
+			if e == 1 && rank == 0 { // pass 1 splits partition 0 at row 10
+				u.Cut = &api.Cut{At: 10, State: []byte("tail"), HasState: true}
+			}
+			if _, err := cl.Progress(ctx, u); err != nil {
+				t.Fatal(err)
+			}
+			u.Cut, u.Complete = nil, true
+			if _, err := cl.Progress(ctx, u); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if e == 1 {
+			g, err := cl.Acquire(ctx, 0, e)
+			if err != nil || g.Start != 10 {
+				t.Fatalf("the tail: %+v %v", g, err)
+			}
+			cl.Progress(ctx, api.Update{Pass: e, Partition: g.Partition, Lease: g.Lease, Offset: 20, State: []byte("tail-done"), HasState: true, Complete: true})
+		}
+		l := awaitLayout(t, cl, func(l *layout.Layout) bool { return l.Checkpoint != nil })
+		if err := cl.Checkpointed(ctx, "s0", l.Checkpoint.Seq, nil); err != nil {
+			t.Fatal(err)
+		}
+		awaitLayout(t, cl, func(l *layout.Layout) bool { return l.Checkpoint == nil })
+	}
+	pass(0, "after-0")
+	pass(1, "after-1")
+	if cs := c.Checkpoints(); len(cs) != 2 || cs[1].Pass != 1 {
+		t.Fatalf("checkpoints %+v", cs)
+	}
+	resumed := func() map[int][]string {
+		t.Helper()
+		r, err := Open(Options{Servers: 1, Workers: 2, Partitions: 2, CheckpointDir: dir, Resume: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[int][]string{}
+		for p, vers := range r.StateVersions() {
+			for _, v := range vers {
+				b, err := r.State(ctx, p, v)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got[p] = append(got[p], string(b))
+			}
+		}
+		return got
+	}
+	if got := resumed(); !slices.Equal(got[0], []string{"after-1", "tail-done"}) || !slices.Equal(got[1], []string{"after-1"}) {
+		t.Fatalf("resumed states %v", got)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "partstate-*"))
+	if len(files) != 2 {
+		t.Fatalf("state files %v", files)
+	}
+	b, _ := os.ReadFile(files[1])
+	b[len(b)/2] ^= 0xff
+	os.WriteFile(files[1], b, 0o644)
+	if got := resumed(); !slices.Equal(got[0], []string{"after-0"}) {
+		t.Fatalf("after damaging the newest state file, resumed states %v; want the previous checkpoint's", got)
+	}
+}
+
+func awaitLayout(t *testing.T, cl *api.Client, ok func(*layout.Layout) bool) *layout.Layout {
+	t.Helper()
+	var after uint64
+	for {
+		l, err := cl.Layout(t.Context(), after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok(l) {
+			return l
+		}
+		after = l.Version
+	}
+}
+
+// deleteTracking is a memory StateStore that tells of its deletions.
+type deleteTracking struct {
+	memStates
+	deleted chan StateRef
+}
+
+func (s *deleteTracking) DeleteState(ctx context.Context, p int, ver uint64) error {
+	s.deleted <- StateRef{p, ver}
+	return s.memStates.DeleteState(ctx, p, ver)
+}
+
+// TestResumeReadsEpochRecords: a commit record written before the
+// training pass was named "pass" resumes after the pass it called "epoch".
+func TestResumeReadsEpochRecords(t *testing.T) {
+	dir := t.TempDir()
+	meta := `{"seq":3,"epoch":4,"servers":["s0"],"tables":[],"partitions":2,"max_clock":7,"time":"2026-01-01T00:00:00Z"}`
+	if err := checkpoint.CommitCluster(dir, 3, []byte(meta)); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Open(Options{Servers: 1, Workers: 1, Partitions: 2, CheckpointDir: dir, Resume: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, done := c.m.st.Layout.Resume, c.m.st.DoneBefore; r == nil || r.Pass != 4 || done != 5 {
+		t.Fatalf("resumed %+v, passes done before %d; want after pass 4", r, done)
+	}
+}

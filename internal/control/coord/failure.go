@@ -1,0 +1,211 @@
+package coord
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/terrace-ml/terrace/internal/control/api"
+	"github.com/terrace-ml/terrace/internal/placement/layout"
+	"github.com/terrace-ml/terrace/internal/placement/ring"
+)
+
+// DefaultFailureTimeout is how long a node may stay silent before the
+// coordinator declares it dead (Options.FailureTimeout): a worker's pieces
+// are then taken back and its clock stops holding the others; a server
+// leaves the ring.
+const DefaultFailureTimeout = layout.DefaultFailureTimeout
+
+// suspect is a worker whose etcd registration ended at at (MemberGone),
+// judged half a failure timeout later.
+type suspect struct {
+	id     uint64
+	rank   int
+	worker string
+	inc    string
+	at     time.Time
+}
+
+// SetNow moves the machine's clock to now (it never goes back), without
+// acting on timeouts: the driver sets the time of every event, so that a
+// heartbeat that arrives late still counts if no Tick has judged its
+// worker yet.
+func (m *Machine) SetNow(now time.Time) {
+	if now.After(m.now) {
+		m.now = now
+	}
+}
+
+// Tick moves the machine's clock to now and acts on what timed out:
+// workers silent for the failure timeout, suspects that stayed silent,
+// split requests their holder did not answer.
+func (m *Machine) Tick(now time.Time) {
+	m.SetNow(now)
+	m.expireWorkers()
+	m.judgeSuspects()
+	m.expireCuts()
+}
+
+// Heartbeat records that rank is alive. It is answered at once: it
+// changes nothing that is saved, and a heartbeat that waited for a save
+// would make its worker look silent.
+func (m *Machine) Heartbeat(rank int) error {
+	if err := m.checkRank(rank); err != nil {
+		return err
+	}
+	m.beat(rank)
+	return nil
+}
+
+func (m *Machine) beat(rank int) { m.beats[rank] = m.now }
+
+func (m *Machine) checkRank(rank int) error {
+	if rank < 0 || rank >= m.st.Layout.Workers {
+		return fmt.Errorf("%w: rank %d of %d", api.ErrBadRequest, rank, m.st.Layout.Workers)
+	}
+	if m.finished(rank) {
+		return fmt.Errorf("%w: rank %d was declared dead", api.ErrLeaseLost, rank)
+	}
+	return nil
+}
+
+func (m *Machine) finished(rank int) bool { return slices.Contains(m.st.Layout.Finished, rank) }
+
+// expireWorkers declares dead every worker silent for the failure timeout.
+func (m *Machine) expireWorkers() {
+	ranks := make([]int, 0, len(m.beats))
+	for r := range m.beats {
+		ranks = append(ranks, r)
+	}
+	sort.Ints(ranks)
+	changed := false
+	for _, r := range ranks {
+		silent := m.now.Sub(m.beats[r])
+		if silent < m.failureTimeout() || m.finished(r) {
+			continue
+		}
+		m.log.Warn("worker silent; its pieces return to the pool", "rank", r, "silent", silent.Round(time.Millisecond))
+		m.finish(r)
+		changed = true
+	}
+	if changed {
+		m.publish()
+	}
+}
+
+// Leave ends a worker's membership at once (a drained departure): its
+// pieces return to the pool and its clock stops counting.
+func (m *Machine) Leave(id uint64, rank int) {
+	if rank < 0 || rank >= m.st.Layout.Workers {
+		m.fail(id, fmt.Errorf("%w: rank %d of %d", api.ErrBadRequest, rank, m.st.Layout.Workers))
+		return
+	}
+	if !m.finished(rank) {
+		m.finish(rank)
+		m.publish()
+	}
+	m.reply(Reply{ID: id})
+}
+
+// finish lists rank as finished, so that servers stop waiting for its
+// clock, and returns its pieces to the pool at their recorded offsets,
+// each with its own end. Its split requests, and those on its pieces, are
+// dropped.
+func (m *Machine) finish(rank int) {
+	m.st.Layout.Finished = append(slices.Clone(m.st.Layout.Finished), rank)
+	for _, e := range m.passNumbers() {
+		w := m.st.Passes[e]
+		for p := range w.Parts {
+			for i := range w.Parts[p] {
+				pc := &w.Parts[p][i]
+				if pc.Rank == rank {
+					pc.Rank = -1
+				}
+				if pc.Cut != nil && (pc.Rank < 0 || pc.Cut.By == rank) {
+					m.dropCut(e, p, pc, "its holder or its asker is gone")
+				}
+			}
+		}
+	}
+	m.waiting = slices.DeleteFunc(m.waiting, func(w waiter) bool {
+		if w.rank == rank {
+			m.fail(w.id, fmt.Errorf("%w: rank %d was declared dead", api.ErrLeaseLost, rank))
+		}
+		return w.rank == rank
+	})
+	m.dirty = true
+}
+
+// MemberGone is told that node role/id, incarnation inc, is no longer
+// registered in etcd: its lease expired (the process died, or lost etcd)
+// or was revoked (it left). That is a suspicion, which the coordinator's
+// own evidence decides, because etcd can lose a live node's lease (its
+// member died and an election ran longer than the TTL) and a node that
+// lost only etcd still trains. A worker is declared dead if it has not
+// been heard of within half the failure timeout after the news; a server,
+// if a fresh dial fails (the Probe in Ready; Probed reports it). Nothing
+// happens if inc is not the incarnation that joined last (the
+// registration of a process that restarted since) or if the node is gone
+// already. The reply says whether the node was taken out.
+func (m *Machine) MemberGone(id uint64, role, node, inc string) {
+	if !m.current(role, node, inc) {
+		m.reply(Reply{ID: id})
+		return
+	}
+	switch role {
+	case api.RoleWorker:
+		if r, ok := m.st.Workers[node]; ok && !m.finished(r) {
+			m.suspects = append(m.suspects, suspect{id: id, rank: r, worker: node, inc: inc, at: m.now})
+			return
+		}
+	case api.RoleServer:
+		all := append(slices.Clone(m.st.Layout.Servers), m.st.Layout.Joining...)
+		if i := slices.IndexFunc(all, func(s ring.Server) bool { return s.ID == node }); i >= 0 {
+			m.out.Probes = append(m.out.Probes, Probe{ReqID: id, ID: node, Addr: all[i].Addr, Incarnation: inc})
+			return
+		}
+	}
+	m.reply(Reply{ID: id})
+}
+
+// judgeSuspects decides on every suspect whose grace has run out.
+func (m *Machine) judgeSuspects() {
+	grace := m.failureTimeout() / 2
+	m.suspects = slices.DeleteFunc(m.suspects, func(s suspect) bool {
+		if m.now.Sub(s.at) < grace {
+			return false
+		}
+		r := s.rank
+		_, reported := m.st.Reports[r]
+		switch {
+		case !m.current(api.RoleWorker, s.worker, s.inc) || m.finished(r) || reported:
+			m.reply(Reply{ID: s.id}) // gone already, or it finished its work and exited
+		case m.beats[r].After(s.at):
+			m.log.Info("worker's etcd registration ended, but it heartbeats: kept", "worker", s.worker, "rank", r)
+			m.reply(Reply{ID: s.id})
+		default:
+			m.log.Warn("worker's etcd registration ended and it is silent: its pieces return to the pool", "worker", s.worker, "rank", r)
+			m.finish(r)
+			m.publish()
+			m.reply(Reply{ID: s.id, Removed: true})
+		}
+		return true
+	})
+}
+
+// Probed reports the dial that a Probe asked for: alive if the server
+// answered.
+func (m *Machine) Probed(p Probe, alive bool) {
+	if alive {
+		m.log.Info("server's etcd registration ended, but it answers: kept", "server", p.ID)
+		m.reply(Reply{ID: p.ReqID})
+		return
+	}
+	if !m.current(api.RoleServer, p.ID, p.Incarnation) || !m.removeServer(p.ID, p.Addr) {
+		m.reply(Reply{ID: p.ReqID})
+		return
+	}
+	m.log.Warn("server's etcd registration ended and it does not answer: removed from the layout", "server", p.ID, "addr", p.Addr)
+	m.reply(Reply{ID: p.ReqID, Removed: true})
+}

@@ -1,0 +1,282 @@
+package coord
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/terrace-ml/terrace/internal/control/api"
+	"github.com/terrace-ml/terrace/internal/placement/layout"
+)
+
+// Config is what a Machine knows of the cluster it coordinates.
+type Config struct {
+	// Servers and Workers are how many nodes of each role the layout waits
+	// for before it is ready.
+	Servers, Workers int
+	// Partitions is the number of data partitions (at least 1).
+	Partitions  int
+	VNodes      int
+	Replication int
+	// CheckpointDir, with CheckpointEvery > 0, takes a cluster checkpoint
+	// there after every CheckpointEvery passes.
+	CheckpointDir   string
+	CheckpointEvery int
+	// FailureTimeout is how long a worker may stay silent before it is
+	// declared dead (DefaultFailureTimeout if 0).
+	FailureTimeout time.Duration
+	// Membership, when set, is published in the layout: nodes register
+	// there, and MemberGone hears of their registrations' end.
+	Membership *layout.Membership
+	Logger     *slog.Logger
+}
+
+// Machine is the coordinator's state machine: membership, epochs, the
+// join and leave handoffs, pieces of data partitions and checkpoints. It
+// does no I/O and reads no clock: the driver passes it events, and the
+// time in Tick, and takes what it must do from Ready (save the state,
+// then publish the layout and send the replies), and reports the save's
+// outcome with Advance. It is not safe for concurrent use.
+type Machine struct {
+	cfg Config
+	log *slog.Logger
+	st  State
+	now time.Time
+
+	beats    map[int]time.Time // last heard of, by rank
+	suspects []suspect         // workers whose registration ended
+	cutSince map[cutKey]time.Time
+	waiting  []waiter // requests parked until they can be answered
+	ckptDone []CheckpointStat
+	// committing: the Commit of the checkpoint in progress was handed
+	// out, and its outcome (Committed) is awaited.
+	committing bool
+
+	// What the next Ready carries.
+	dirty         bool // st changed since the last Ready
+	layoutChanged bool
+	epochPending  bool // the layout begins an epoch that no Ready carried yet
+	out           Ready
+	inflight      *Ready // handed out and not yet advanced
+	published     *layout.Layout
+}
+
+// Ready is what the driver must do, in order: save Save (with Placement
+// when the save begins an epoch), then publish Layout and send Replies,
+// then report the save's outcome with Advance; the effects (Drops, Commit,
+// Probes) follow, and feed their results back as events.
+type Ready struct {
+	// Save is the state to save, marshalled; nil when unchanged.
+	Save []byte
+	// Placement, when set, is the layout of the save that begins an epoch,
+	// which the store numbers (Persist).
+	Placement *layout.Layout
+	// Layout is the layout to publish once saved (nil: unchanged).
+	Layout *layout.Layout
+	// Replies answer requests; none may be sent before the save.
+	Replies []Reply
+	// Drops are partition state versions nothing names any more.
+	Drops []StateRef
+	// Commit asks for a checkpoint's commit record to be written.
+	Commit *Commit
+	// Probes ask for servers to be dialled (MemberGone).
+	Probes []Probe
+	// AllReported: every worker has reported or is gone.
+	AllReported bool
+	beginsEpoch bool
+}
+
+// Reply answers request ID (0: nobody waits).
+type Reply struct {
+	ID       uint64
+	Err      error
+	Layout   *layout.Layout
+	Rank     int
+	Grant    api.Grant
+	Progress api.ProgressReply
+	// Removed, for ServerFailed, MemberGone and Probed: the node was
+	// taken out.
+	Removed    bool
+	wantLayout bool
+}
+
+// StateRef names a partition state version.
+type StateRef struct {
+	Partition int
+	Version   uint64
+}
+
+// Probe asks the driver to dial server ID at Addr and report with Probed.
+type Probe struct {
+	ReqID       uint64
+	ID, Addr    string
+	Incarnation string
+}
+
+// NewMachine returns the machine of a coordinator that nothing has joined
+// yet, at time now.
+func NewMachine(cfg Config, now time.Time) *Machine {
+	cfg.Partitions = max(1, cfg.Partitions)
+	m := &Machine{cfg: cfg, log: cfg.Logger, st: newState(cfg), now: now}
+	if m.log == nil {
+		m.log = slog.New(slog.DiscardHandler)
+	}
+	m.beats, m.cutSince = map[int]time.Time{}, map[cutKey]time.Time{}
+	m.st.Layout.Membership = cfg.Membership
+	m.st.Layout.FailureTimeoutMillis = cfg.FailureTimeout.Milliseconds()
+	l := m.snapshot()
+	m.published = l
+	return m
+}
+
+// RestoreMachine returns the machine of a coordinator that takes over
+// from the one that saved blob, at time now. epoch, if not 0, is the
+// number the store gave the last epoch saved: the state saved with it did
+// not know it yet. Every worker gets a fresh failure timeout.
+func RestoreMachine(cfg Config, blob []byte, epoch uint64, now time.Time) (*Machine, error) {
+	st, err := decodeState(blob)
+	if err != nil {
+		return nil, err
+	}
+	m := NewMachine(cfg, now)
+	m.st = st
+	l := &m.st.Layout
+	if epoch > 0 {
+		l.Epoch = epoch
+	}
+	// Nodes register where this coordinator says, and time out as it does.
+	l.Membership, l.FailureTimeoutMillis = cfg.Membership, cfg.FailureTimeout.Milliseconds()
+	for _, r := range st.Workers {
+		m.beats[r] = now
+	}
+	for _, k := range m.pendingCuts() {
+		m.cutSince[k] = now
+	}
+	// The saved layout, published again under a new version: its content
+	// is what was saved, so nothing unsaved becomes visible.
+	l.Version++
+	m.layoutChanged = true
+	m.published = m.snapshot()
+	m.commitIfReported()
+	return m, nil
+}
+
+func (m *Machine) failureTimeout() time.Duration {
+	if m.cfg.FailureTimeout > 0 {
+		return m.cfg.FailureTimeout
+	}
+	return DefaultFailureTimeout
+}
+
+// snapshot copies the layout as it stands.
+func (m *Machine) snapshot() *layout.Layout { return cloneLayout(&m.st.Layout) }
+
+// cloneLayout copies l, sharing nothing that changes.
+func cloneLayout(l *layout.Layout) *layout.Layout {
+	c := *l
+	c.Servers, c.Joining, c.Leaving = slices.Clone(l.Servers), slices.Clone(l.Joining), slices.Clone(l.Leaving)
+	c.Tables, c.Finished = slices.Clone(l.Tables), slices.Clone(l.Finished)
+	return &c
+}
+
+// publish makes the layout change in the next Ready, under a new version.
+func (m *Machine) publish() {
+	l := &m.st.Layout
+	l.Version++
+	l.Ready = l.Ready || len(l.Servers)+m.st.Removed >= m.cfg.Servers && len(m.st.Workers) >= m.cfg.Workers && l.Resume == nil
+	m.layoutChanged, m.dirty = true, true
+}
+
+// newEpoch starts a new epoch in the layout about to be published: the
+// placement of keys changes. The epoch gets its final number when it is
+// saved (Advance); until then it is the next count.
+func (m *Machine) newEpoch() {
+	l := &m.st.Layout
+	if !m.epochPending {
+		l.PrevEpoch = l.Epoch
+	}
+	l.Epoch = l.PrevEpoch + 1
+	m.epochPending = true
+}
+
+func (m *Machine) reply(r Reply) { m.out.Replies = append(m.out.Replies, r) }
+
+func (m *Machine) fail(id uint64, err error) { m.reply(Reply{ID: id, Err: err}) }
+
+func (m *Machine) replyLayout(id uint64) { m.reply(Reply{ID: id, wantLayout: true}) }
+
+// hasReady reports whether Ready has something to hand out.
+func (m *Machine) hasReady() bool {
+	o := &m.out
+	return m.inflight == nil && (m.dirty || m.layoutChanged || len(o.Replies) > 0 || len(o.Drops) > 0 ||
+		o.Commit != nil || len(o.Probes) > 0 || o.AllReported)
+}
+
+// Ready hands out what must be done since the last Ready, and false if
+// nothing is, or if the last Ready has not been advanced: one save is in
+// flight at a time, while events go on changing the state in memory.
+func (m *Machine) Ready() (Ready, bool) {
+	m.settle()
+	if !m.hasReady() {
+		return Ready{}, false
+	}
+	rd := m.out
+	m.out = Ready{}
+	if m.dirty {
+		blob, err := json.Marshal(m.st)
+		if err != nil {
+			panic(fmt.Sprintf("coord: marshalling the state: %v", err)) // plain data: cannot fail
+		}
+		rd.Save = blob
+	}
+	if m.layoutChanged {
+		rd.Layout = m.snapshot()
+		if m.epochPending {
+			rd.Placement, rd.beginsEpoch = rd.Layout, true
+			m.epochPending = false
+		}
+	}
+	shown := m.published
+	if rd.Layout != nil {
+		shown = rd.Layout
+	}
+	for i := range rd.Replies {
+		if rd.Replies[i].wantLayout && rd.Replies[i].Err == nil {
+			rd.Replies[i].Layout = shown
+		}
+	}
+	m.dirty, m.layoutChanged = false, false
+	m.inflight = &rd
+	return rd, true
+}
+
+// Advance reports that the last Ready's state was saved, the epoch it
+// began numbered epoch by the store (0: keep the machine's count). It
+// fails if the store numbered the epoch below the one before: the layout
+// must then be shown to no one.
+func (m *Machine) Advance(epoch uint64) error {
+	rd := m.inflight
+	if rd == nil {
+		return nil
+	}
+	m.inflight = nil
+	if rd.beginsEpoch && epoch > 0 {
+		if epoch <= rd.Layout.PrevEpoch {
+			return fmt.Errorf("%w: epoch %d saved after epoch %d", api.ErrNotPersisted, epoch, rd.Layout.PrevEpoch)
+		}
+		provisional, l := rd.Layout.Epoch, &m.st.Layout
+		rd.Layout.Epoch = epoch
+		if m.epochPending && l.PrevEpoch == provisional {
+			// Another epoch began while this one was being saved.
+			l.PrevEpoch, l.Epoch = epoch, epoch+1
+		} else if l.Epoch == provisional {
+			l.Epoch = epoch
+		}
+	}
+	if rd.Layout != nil {
+		m.published = rd.Layout
+	}
+	return nil
+}

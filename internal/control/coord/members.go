@@ -1,0 +1,234 @@
+package coord
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/terrace-ml/terrace/internal/control/api"
+	"github.com/terrace-ml/terrace/internal/placement/ring"
+)
+
+// Join admits a server or a worker (request id): a server's reply carries
+// the layout, a worker's its rank.
+func (m *Machine) Join(id uint64, j api.Join) {
+	switch j.Role {
+	case api.RoleServer:
+		m.joinServer(id, j)
+	case api.RoleWorker:
+		m.joinWorker(id, j)
+	default:
+		m.fail(id, fmt.Errorf("%w: unknown role %q", api.ErrBadRequest, j.Role))
+	}
+}
+
+// joinServer admits a server, or updates the address of a known one.
+func (m *Machine) joinServer(id uint64, j api.Join) {
+	l := &m.st.Layout
+	m.incarnate(api.RoleServer, j.ID, j.Incarnation)
+	if i := slices.IndexFunc(l.Servers, func(s ring.Server) bool { return s.ID == j.ID }); i >= 0 {
+		if l.Servers[i].Addr != j.Addr {
+			l.Servers = slices.Clone(l.Servers)
+			l.Servers[i].Addr = j.Addr
+			m.newEpoch()
+			m.resetSync()
+			m.publish()
+		}
+		m.replyLayout(id)
+		return
+	}
+	if i := slices.IndexFunc(l.Joining, func(s ring.Server) bool { return s.ID == j.ID }); i >= 0 {
+		l.Joining = slices.Clone(l.Joining)
+		l.Joining[i].Addr = j.Addr
+		m.resetSync() // a restarted joiner holds nothing
+		m.publish()
+		m.replyLayout(id)
+		return
+	}
+	if err := m.addServer(ring.Server{ID: j.ID, Addr: j.Addr}); err != nil {
+		m.fail(id, err)
+		return
+	}
+	m.resetSync()
+	m.publish()
+	m.replyLayout(id)
+}
+
+// addServer puts a new server on the ring while the cluster forms. A
+// running cluster takes it in two phases: first it joins the chains of the
+// slots it will hold, and the heads ship it full copies and every later
+// push; once every head reports it caught up (Synced), it goes on the ring
+// with a new epoch.
+func (m *Machine) addServer(s ring.Server) error {
+	l := &m.st.Layout
+	if l.Ready || len(l.Servers) >= m.cfg.Servers {
+		l.Joining = append(slices.Clone(l.Joining), s)
+		if _, err := l.Final(); err != nil {
+			l.Joining = l.Joining[:len(l.Joining)-1]
+			return fmt.Errorf("%w: %v", api.ErrBadRequest, err)
+		}
+		m.st.Synced[s.ID] = map[string]bool{}
+		return nil
+	}
+	servers := append(slices.Clone(l.Servers), s)
+	if _, err := ring.New(l.Epoch+1, servers, l.VNodes); err != nil {
+		return fmt.Errorf("%w: %v", api.ErrBadRequest, err)
+	}
+	l.Servers = servers
+	m.newEpoch()
+	return nil
+}
+
+// joinWorker admits a worker and gives it a rank; a worker that joins
+// again under the same ID gets the same rank.
+func (m *Machine) joinWorker(id uint64, j api.Join) {
+	m.incarnate(api.RoleWorker, j.ID, j.Incarnation)
+	if r, ok := m.st.Workers[j.ID]; ok {
+		m.reply(Reply{ID: id, Rank: r})
+		return
+	}
+	l := &m.st.Layout
+	if len(m.st.Workers) >= m.cfg.Workers && !l.Ready {
+		m.fail(id, fmt.Errorf("%w: worker %s would be number %d of %d", api.ErrFull, j.ID, len(m.st.Workers)+1, m.cfg.Workers))
+		return
+	}
+	// A worker joining a running cluster takes a new rank; it leases
+	// pieces like the others from its first request for work.
+	r := len(m.st.Workers)
+	m.st.Workers[j.ID] = r
+	l.Workers = max(l.Workers, r+1)
+	m.publish()
+	m.reply(Reply{ID: id, Rank: r})
+}
+
+// incarnate records that node role/id is now incarnation inc; the next
+// save carries it.
+func (m *Machine) incarnate(role, id, inc string) {
+	key := role + "/" + id
+	if inc != "" && m.st.Incarnations[key] != inc {
+		m.st.Incarnations[key] = inc
+		m.dirty = true
+	}
+}
+
+// current reports whether inc is the incarnation node role/id joined with
+// last.
+func (m *Machine) current(role, id, inc string) bool {
+	return inc != "" && m.st.Incarnations[role+"/"+id] == inc
+}
+
+// ServerFailed takes a failed server (of address addr, "" for any) out of
+// the layout: its slots fall to the next servers of their chains, which
+// hold copies when the replication factor is above 1.
+func (m *Machine) ServerFailed(id uint64, server, addr string) {
+	m.reply(Reply{ID: id, Removed: m.removeServer(server, addr)})
+}
+
+func (m *Machine) removeServer(id, addr string) bool {
+	l := &m.st.Layout
+	match := func(s ring.Server) bool { return s.ID == id && (addr == "" || s.Addr == addr) }
+	if j := slices.IndexFunc(l.Joining, match); j >= 0 {
+		l.Joining = slices.Delete(slices.Clone(l.Joining), j, j+1)
+		delete(m.st.Synced, id)
+		m.resetSync()
+		m.publish()
+		return true
+	}
+	i := slices.IndexFunc(l.Servers, match)
+	if i < 0 || len(l.Servers) == 1 {
+		return false
+	}
+	l.Servers = slices.Delete(slices.Clone(l.Servers), i, i+1)
+	l.Leaving = slices.DeleteFunc(slices.Clone(l.Leaving), func(s string) bool { return s == id })
+	delete(m.st.Synced, id)
+	m.newEpoch()
+	m.st.Removed++
+	// Joiners are not promoted here even if every remaining server synced
+	// them: the slots the departed server headed have new heads, which
+	// must ship them first (a pre-copy cut short by the failure lost them).
+	m.resetSync()
+	m.publish()
+	return true
+}
+
+// LeaveServer starts a drained departure: the server stays on the ring
+// while every head ships the slots it will no longer hold to their new
+// holders, and leaves the ring once all have (promote). It fails if the
+// server is not on the ring or is the last one.
+func (m *Machine) LeaveServer(id uint64, server string) {
+	l := &m.st.Layout
+	onRing := slices.ContainsFunc(l.Servers, func(s ring.Server) bool { return s.ID == server })
+	if !onRing || len(l.Servers)-len(l.Leaving) <= 1 && !slices.Contains(l.Leaving, server) {
+		m.fail(id, fmt.Errorf("%w: server %s is not on the ring, or is the last one", api.ErrBadRequest, server))
+		return
+	}
+	if !slices.Contains(l.Leaving, server) {
+		l.Leaving = append(slices.Clone(l.Leaving), server)
+		m.st.Synced[server] = map[string]bool{}
+		m.resetSync()
+		m.publish()
+	}
+	m.replyLayout(id)
+}
+
+// resetSync forgets every joiner's synced reports: the ring or the joiners
+// are changing in the version about to be published, and so is what each
+// head must ship. Heads report again after their rebuild for it.
+func (m *Machine) resetSync() {
+	for j := range m.st.Synced {
+		m.st.Synced[j] = map[string]bool{}
+	}
+	m.st.SyncFrom = m.st.Layout.Version + 1
+}
+
+// Synced records that a ring server has shipped full copies of its slots
+// to the servers that hold them once the joiner (a joining or a leaving
+// server) has moved; once every server on the ring has, the joiner goes on
+// the ring, or off it.
+func (m *Machine) Synced(id uint64, s api.Synced) {
+	got := m.st.Synced[s.Joiner]
+	if got != nil && s.Version >= m.st.SyncFrom && !got[s.From] {
+		got[s.From] = true
+		m.dirty = true
+		if m.promote() {
+			m.publish()
+		}
+	}
+	m.reply(Reply{ID: id})
+}
+
+// promote moves every joiner that all ring servers have synced onto the
+// ring, and takes every leaving server that all have synced off it, in
+// one new epoch.
+func (m *Machine) promote() bool {
+	l := &m.st.Layout
+	done := func(id string) bool {
+		return !slices.ContainsFunc(l.Servers, func(s ring.Server) bool { return !m.st.Synced[id][s.ID] })
+	}
+	servers := slices.Clone(l.Servers)
+	var joining []ring.Server
+	var leaving []string
+	for _, j := range l.Joining {
+		if !done(j.ID) {
+			joining = append(joining, j)
+			continue
+		}
+		servers = append(servers, j)
+		delete(m.st.Synced, j.ID)
+	}
+	for _, id := range l.Leaving {
+		if !done(id) {
+			leaving = append(leaving, id)
+			continue
+		}
+		servers = slices.DeleteFunc(servers, func(s ring.Server) bool { return s.ID == id })
+		delete(m.st.Synced, id)
+		m.st.Removed++
+	}
+	if len(joining) == len(l.Joining) && len(leaving) == len(l.Leaving) {
+		return false
+	}
+	l.Servers, l.Joining, l.Leaving = servers, joining, leaving
+	m.newEpoch()
+	m.resetSync()
+	return true
+}
