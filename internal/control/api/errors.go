@@ -36,7 +36,7 @@ var (
 	ErrNotLeader = errors.New("coordinator: not the leader")
 	// ErrUnavailable: no coordinator answered within the client's retry
 	// time.
-	ErrUnavailable = errors.New("coordinator unavailable")
+	ErrUnavailable = errors.New("coordinator unreachable")
 )
 
 // Code names an error in the coordinator's JSON replies. Codes are

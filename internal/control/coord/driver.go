@@ -266,6 +266,13 @@ func (c *Coordinator) Run(ctx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
+			// Requests still waiting would wait for nothing: they go to
+			// whichever replica leads next.
+			c.mu.Lock()
+			if c.failed == nil {
+				c.stopLocked(fmt.Errorf("%w: coordinator stopped", api.ErrNotLeader))
+			}
+			c.mu.Unlock()
 			return
 		case <-c.kick:
 		case now := <-t.C:
@@ -334,8 +341,14 @@ func (c *Coordinator) releaseLocked(rd Ready) {
 // be one its successor never sees, so it answers nothing more (clients go
 // to the new leader); c.mu is held.
 func (c *Coordinator) failLocked(err error) {
-	c.failed = fmt.Errorf("%w: %w", api.ErrNotPersisted, err)
 	c.log.Error("coordinator state not saved; answering nothing more", "err", err)
+	c.stopLocked(fmt.Errorf("%w: %w", api.ErrNotPersisted, err))
+}
+
+// stopLocked makes every request, waiting or to come, fail with err;
+// c.mu is held.
+func (c *Coordinator) stopLocked(err error) {
+	c.failed = err
 	for id, ch := range c.calls {
 		ch <- Reply{ID: id, Err: c.failed}
 	}
