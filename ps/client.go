@@ -88,7 +88,8 @@ type Client struct {
 	id   uint64
 	seqs seqTracker
 
-	parts partStates // per-partition worker state (state.go)
+	parts    partStates // per-partition worker state (state.go)
+	observer Observer   // sees every minibatch of the partition loops (loop.go); under mu
 
 	stopBeat context.CancelFunc
 	draining atomic.Bool

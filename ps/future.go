@@ -47,12 +47,16 @@ func (f *Future) partDone(err error) {
 
 func (f *Future) finish(err error) {
 	f.once.Do(func() {
+		// done closes under mu: then, which checks done under mu, either
+		// sees it closed and calls back itself, or registers a callback
+		// that this copy includes. (Closed after the unlock, a callback
+		// registered in between was never called.)
 		f.mu.Lock()
 		f.err = err
 		cbs := f.onDone
 		f.onDone = nil
-		f.mu.Unlock()
 		close(f.done)
+		f.mu.Unlock()
 		for _, cb := range cbs {
 			cb(err)
 		}

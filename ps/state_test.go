@@ -40,10 +40,10 @@ func (s *rowCounts) UnmarshalBinary(b []byte) error {
 // TestStateMovesWithPartition: a worker dies part way through a partition
 // (after recording progress, and after training rows past it); the worker
 // that takes the partition over gets its state as of the recorded offset,
-// so that every row is in the state exactly once per epoch, however many
+// so that every row is in the state exactly once per pass, however many
 // times it was trained.
 func TestStateMovesWithPartition(t *testing.T) {
-	const rows, epochs, batch = 120, 3, 10
+	const rows, passes, batch = 120, 3, 10
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	l, err := node.StartLocal(ctx, node.LocalConfig{Servers: 2, Workers: 2, Replication: 2, Partitions: 4})
@@ -63,45 +63,51 @@ func TestStateMovesWithPartition(t *testing.T) {
 		if err != nil {
 			return nil, err
 		}
-		for e := range epochs {
-			err := c.EachPartition(ctx, e, func(ctx context.Context, ls *ps.Lease) error {
-				st := ls.State().(*rowCounts)
-				if st.writer >= 0 && st.writer != c.Rank() {
-					takenOver.Add(1)
-				}
-				for off := ls.Offset; off < rows; off += batch {
-					keys := make([]uint64, 0, batch)
-					for r := off; r < off+batch; r++ {
+		order := func(_, _ int) []int {
+			o := make([]int, rows)
+			for r := range o {
+				o[r] = r
+			}
+			return o
+		}
+		for pass := range passes {
+			err := c.EachPartition(ctx, pass, ps.Loop{
+				Order: order, Batch: batch, ProgressEvery: 2,
+				Begin: func(_ context.Context, ls *ps.Lease) error {
+					if st := ls.State().(*rowCounts); st.writer >= 0 && st.writer != c.Rank() {
+						takenOver.Add(1)
+					}
+					return nil
+				},
+				Step: func(ctx context.Context, b ps.Batch) (*ps.Future, error) {
+					st := b.Lease.State().(*rowCounts)
+					keys := make([]uint64, 0, len(b.Rows))
+					for _, r := range b.Rows {
 						st.counts[r]++
-						keys = append(keys, uint64(ls.Partition*rows+r))
+						keys = append(keys, uint64(b.Lease.Partition*rows+r))
 					}
-					if err := tb.Push(keys, filled(len(keys), 1)).Wait(ctx); err != nil {
-						return err
-					}
+					push := tb.Push(keys, filled(len(keys), 1))
 					// Rank 1 dies in the first partition it trains after
-					// epoch 0, two batches after its last progress: those
-					// rows are trained again by rank 0. (Not "in epoch 1":
-					// under load rank 0 may lease every partition of it.)
-					if c.Rank() == 1 && e >= 1 && off >= 5*batch {
-						repeated.Add(2 * batch)
-						return errDie
+					// pass 0, past its first progress records: the rows
+					// since the last are trained again by rank 0. (Not
+					// "in pass 1": under load rank 0 may lease every
+					// partition of it.)
+					if c.Rank() == 1 && pass >= 1 && b.Lo >= 5*batch {
+						repeated.Add(int64(b.Hi - b.Lease.Offset))
+						return push, errDie
 					}
-					if off%(3*batch) == 0 || off+batch == rows {
-						continue
+					return push, nil
+				},
+				Completed: func(ls *ps.Lease) {
+					for r, n := range ls.State().(*rowCounts).counts {
+						if int(n) != ls.Pass+1 {
+							mu.Lock()
+							wrong = append(wrong, fmt.Sprintf("pass %d partition %d row %d: in the state %d times", ls.Pass, ls.Partition, r, n))
+							mu.Unlock()
+							break
+						}
 					}
-					if err := ls.Progress(ctx, off+batch); err != nil {
-						return err
-					}
-				}
-				for r, n := range st.counts {
-					if int(n) != e+1 {
-						mu.Lock()
-						wrong = append(wrong, fmt.Sprintf("epoch %d partition %d row %d: in the state %d times", e, ls.Partition, r, n))
-						mu.Unlock()
-						break
-					}
-				}
-				return ls.Complete(ctx, rows)
+				},
 			})
 			if err != nil {
 				return nil, err
@@ -128,5 +134,5 @@ func TestStateMovesWithPartition(t *testing.T) {
 	if takenOver.Load() == 0 {
 		t.Fatal("no partition was taken over with another worker's state")
 	}
-	t.Logf("%d leases resumed from another worker's state; %d rows trained twice, in the state once", takenOver.Load(), repeated.Load())
+	t.Logf("%d leases resumed from another worker's state; rank 1 trained %d rows of its last lease before it died, those past its last record twice, in the state once", takenOver.Load(), repeated.Load())
 }

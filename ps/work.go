@@ -2,8 +2,8 @@ package ps
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/terrace-ml/terrace/internal/control/api"
@@ -66,25 +66,37 @@ func (c *Client) restateClock(ctx context.Context) {
 	}
 }
 
-// Lease is a data partition leased to this worker for one epoch.
+// Lease is a piece of a data partition leased to this worker for one
+// pass: the rows [Start, End()) of the partition's pass order, trained
+// from Offset on. EachPartition's loop (loop.go) trains it and alone
+// records its progress; a split may move its end down.
 type Lease struct {
 	c         *Client
-	Epoch     int
+	Pass      int
 	Partition int
-	// Offset is where training of the partition starts: 0, or where a
-	// worker that lost the lease had got to.
-	Offset int
-	grant  uint64     // names this grant in reports
-	state  *heldState // with KeepState
-	last   *Future    // the last report sent
+	// Start is where the piece begins: 0 unless it is the tail of a piece
+	// that was split. Offset is where training of the lease starts: Start,
+	// or where a worker that lost the piece had got to.
+	Start, Offset int
+	end           int        // the granted end, api.ToEnd for the partition's
+	grant         uint64     // names this grant in reports
+	state         *heldState // with KeepState
+	last          *Future    // the last report sent
+	// cutFrom is the row from which the coordinator asks the loop to give
+	// up its piece (api.CutRequest), -1 when it does not: set by the
+	// report goroutine, taken by the loop.
+	cutFrom atomic.Int64
 }
 
-// Work asks the coordinator for a partition of epoch e to train. It returns
-// nil when every partition of the epoch has been trained (by whichever
-// workers), which makes Work the epoch's barrier; the client's clock then
+// End returns where the lease stops: the partition's end, or a cut.
+func (l *Lease) End() int { return l.end }
+
+// work asks the coordinator for a piece of pass to train. It returns nil
+// when every partition of the pass has been trained (by whichever
+// workers), which makes work the pass's barrier; the client's clock then
 // moves up to the highest any worker reported, so that no worker holds the
-// others back in the next epoch.
-func (c *Client) Work(ctx context.Context, e int) (*Lease, error) {
+// others back in the next pass.
+func (c *Client) work(ctx context.Context, pass int) (*Lease, error) {
 	if c.opts.Rank < 0 {
 		return nil, fmt.Errorf("%w: a client without a rank leases no work", ErrBadArgument)
 	}
@@ -94,7 +106,7 @@ func (c *Client) Work(ctx context.Context, e int) (*Lease, error) {
 	}
 	got := make(chan result, 1)
 	go func() {
-		g, err := c.ctl.Acquire(ctx, c.opts.Rank, e)
+		g, err := c.ctl.Acquire(ctx, c.opts.Rank, pass)
 		got <- result{g, err}
 	}()
 	var r result
@@ -113,7 +125,7 @@ func (c *Client) Work(ctx context.Context, e int) (*Lease, error) {
 		c.idle.Store(false)
 	}
 	if r.err != nil {
-		return nil, fmt.Errorf("ps: work for epoch %d: %w", e, r.err)
+		return nil, fmt.Errorf("ps: work for pass %d: %w", pass, r.err)
 	}
 	if v := max(c.clock.Load(), r.g.Clock); v > c.clock.Load() || idle {
 		c.clock.Store(v)
@@ -124,59 +136,30 @@ func (c *Client) Work(ctx context.Context, e int) (*Lease, error) {
 	if r.g.Done {
 		return nil, nil
 	}
-	l := &Lease{c: c, Epoch: e, Partition: r.g.Partition, Offset: r.g.Offset, grant: r.g.Lease}
-	ver, err := oneState(r.g)
-	if err != nil {
-		return nil, err
-	}
-	if err := c.parts.attach(ctx, c.ctl, l, ver); err != nil {
+	return c.lease(ctx, pass, r.g)
+}
+
+// lease makes the Lease of grant g, with its partition state.
+func (c *Client) lease(ctx context.Context, pass int, g api.Grant) (*Lease, error) {
+	l := &Lease{c: c, Pass: pass, Partition: g.Partition, Start: g.Start, Offset: g.Offset, end: g.End, grant: g.Lease}
+	l.cutFrom.Store(-1)
+	if err := c.parts.attach(ctx, c.ctl, l, g.States); err != nil {
 		return nil, err
 	}
 	return l, nil
 }
 
-// oneState returns the version of the granted piece's state (0: none).
-// A piece whose state is in several versions (a split in the previous
-// pass) would need them joined, which this client does not do yet; it
-// never splits, so it never meets one.
-func oneState(g api.Grant) (uint64, error) {
-	switch len(g.States) {
-	case 0:
-		return 0, nil
-	case 1:
-		return g.States[0], nil
-	}
-	return 0, fmt.Errorf("ps: partition %d's state is in %d pieces, which this client cannot join", g.Partition, len(g.States))
-}
-
-// Progress records that the partition's rows before offset are trained and
-// their pushes acknowledged: if this worker dies, another resumes there.
-// With KeepState, it records the partition's state too, which must then
-// reflect exactly the rows before offset.
-func (l *Lease) Progress(ctx context.Context, offset int) error {
-	return l.report(ctx, offset, false).Wait(ctx)
-}
-
-// ProgressAsync is Progress without waiting for the coordinator: the state
-// is snapshotted before it returns (the caller may change it at once), and
-// the report is sent in the background, after any earlier one of the
-// lease. Its future completes once the coordinator has recorded it.
-func (l *Lease) ProgressAsync(ctx context.Context, offset int) *Future {
-	return l.report(ctx, offset, false)
-}
-
-// Complete records that the whole partition is trained (and, with
-// KeepState, its state at the end of the pass), after any report still in
-// flight.
-func (l *Lease) Complete(ctx context.Context, offset int) error {
-	return l.report(ctx, offset, true).Wait(ctx)
-}
-
-// report snapshots the state and sends the report once the lease's
-// previous one has been answered, so that reports arrive in order. A
-// Lease's methods are called from one goroutine.
-func (l *Lease) report(ctx context.Context, offset int, complete bool) *Future {
-	u := api.Update{Rank: l.c.opts.Rank, Pass: l.Epoch, Partition: l.Partition, Offset: offset, Clock: l.c.clock.Load(), Complete: complete, Lease: l.grant}
+// report records that the lease's rows before offset are trained (all of
+// them, with complete) once after has completed without error, which the
+// caller makes the acknowledgement of every push of those rows: progress
+// is never recorded ahead of what the servers hold. cut, if not nil,
+// answers a cut request. The state is snapshotted before report returns,
+// so the caller may change it at once; the report is sent in the
+// background, after the lease's previous one has been answered, so that
+// reports arrive in order. Its future completes once the coordinator has
+// recorded it. A Lease's reports are made from one goroutine.
+func (l *Lease) report(ctx context.Context, offset int, complete bool, after *Future, cut *api.Cut) *Future {
+	u := api.Update{Rank: l.c.opts.Rank, Pass: l.Pass, Partition: l.Partition, Offset: offset, Clock: l.c.clock.Load(), Complete: complete, Lease: l.grant, Cut: cut}
 	if l.state != nil {
 		blob, err := l.state.st.MarshalBinary()
 		if err != nil {
@@ -190,13 +173,30 @@ func (l *Lease) report(ctx context.Context, offset int, complete bool) *Future {
 		if prev != nil {
 			<-prev.Done()
 		}
+		if after != nil {
+			if err := after.Wait(ctx); err != nil {
+				f.partDone(err)
+				return
+			}
+		}
 		r, err := l.c.ctl.Progress(ctx, u)
-		if err == nil && l.state != nil {
-			l.c.parts.saved(l, r.State, complete)
+		if err == nil {
+			l.replied(r, complete)
 		}
 		f.partDone(err)
 	}()
 	return f
+}
+
+// replied takes in the coordinator's answer to a report. (Its End is
+// the end the loop set: only the loop cuts its lease.)
+func (l *Lease) replied(r api.ProgressReply, complete bool) {
+	if l.state != nil {
+		l.c.parts.saved(l, r.State, complete)
+	}
+	if r.Cut != nil {
+		l.cutFrom.Store(int64(max(r.Cut.From, 0)))
+	}
 }
 
 // Leave tells the coordinator this worker is going (a drained departure):
@@ -207,32 +207,3 @@ func (c *Client) Leave(ctx context.Context) error {
 	}
 	return c.ctl.Leave(ctx, c.opts.Rank)
 }
-
-// EachPartition calls train for every partition of epoch e this worker
-// leases, until the epoch is done (every partition trained by some
-// worker). train must call Progress as it goes and Complete at the end.
-func (c *Client) EachPartition(ctx context.Context, e int, train func(ctx context.Context, l *Lease) error) error {
-	for {
-		l, err := c.Work(ctx, e)
-		if err != nil {
-			return err
-		}
-		if l == nil {
-			return nil
-		}
-		if err := train(ctx, l); err != nil {
-			return fmt.Errorf("ps: epoch %d partition %d: %w", e, l.Partition, err)
-		}
-	}
-}
-
-// ErrDrained is returned by training loops that stopped early because the
-// worker is draining (an eviction notice or SIGTERM).
-var ErrDrained = errors.New("ps: worker drained")
-
-// Drain asks the training loop to stop at the next minibatch boundary:
-// apps check Draining, record their progress and return ErrDrained.
-func (c *Client) Drain() { c.draining.Store(true) }
-
-// Draining reports whether Drain was called.
-func (c *Client) Draining() bool { return c.draining.Load() }

@@ -17,7 +17,7 @@ type seqRun struct {
 // against: the same sampler in one process, on a dense word-topic matrix
 // that every move updates at once (no staleness), visiting the documents
 // in the order one worker would: partition by partition, each in its
-// epoch's order, from the same initial topics.
+// pass's order, from the same initial topics.
 func sequential(train *data.Corpus, v, partitions int, cfg Config) *seqRun {
 	k := cfg.Topics
 	r := &seqRun{wk: make([]float32, (v+1)*k), parts: data.Partition(train.NumDocs(), partitions)}
@@ -32,7 +32,7 @@ func sequential(train *data.Corpus, v, partitions int, cfg Config) *seqRun {
 	}
 	totals := r.wk[v*k:]
 	s := newSampler(k, v, cfg.Alpha, cfg.Beta)
-	for e := range cfg.Epochs {
+	for e := range cfg.Passes {
 		for p, part := range r.parts {
 			for _, d := range part.Order(cfg.Seed, e) {
 				words, z := train.Doc(d), states[p].topics(train, d)

@@ -14,12 +14,12 @@ import (
 // on a local cluster of two servers and two workers and once with the
 // sequential sampler in this process, and reports both rates (tokens
 // initialised or resampled, per second of wall time, the distributed
-// run's including its per-epoch evaluation on rank 0) and their ratio.
+// run's including its per-pass evaluation on rank 0) and their ratio.
 // On one machine the workers share its cores with the servers, so the
 // ratio measures the parameter server's overhead more than any speed-up.
 func BenchmarkTokensPerSecond(b *testing.B) {
 	cfg := DefaultConfig()
-	cfg.Train, cfg.Epochs = kosDocWords, 10
+	cfg.Train, cfg.Passes = kosDocWords, 10
 	corpus, err := data.ReadDocWords(cfg.Train)
 	if err != nil {
 		b.Fatal(err)

@@ -18,13 +18,13 @@ import (
 // documents, minibatches of 64, so a progress report every 256 documents;
 // rank 1 leaves in the middle of its first partition of the third pass.
 const (
-	failEpochs = 4
-	failEpoch  = 2
+	failPasses = 4
+	failPass   = 2
 )
 
 func failConfig() Config {
 	cfg := DefaultConfig()
-	cfg.Train, cfg.Epochs = kosDocWords, failEpochs
+	cfg.Train, cfg.Passes = kosDocWords, failPasses
 	return cfg
 }
 
@@ -53,18 +53,18 @@ func TestDrainMovesState(t *testing.T) {
 	cfg := failConfig()
 	train, parts, v := kosTrain(t, cfg)
 	l := localCluster(t, ctx, 2, 2, len(parts))
-	final := &finalStates{last: failEpochs - 1}
+	final := &finalStates{last: failPasses - 1}
 	cfg.OnComplete = final.record
 	drainedPart, drainedAt := -1, 0
 	var drainedDocs int64 // documents rank 1 trained
 	reps, errs := runWorkers(ctx, l, 2, func(ctx context.Context, c *ps.Client) (*Report, error) {
 		cfg := cfg
 		if c.Rank() == 1 {
-			last := map[[2]int]int{} // rank 1's offset in each (epoch, partition)
+			last := map[[2]int]int{} // rank 1's offset in each (pass, partition)
 			cfg.AfterBatch = func(e, p, off int, _ []uint16) error {
 				drainedDocs += int64(off - last[[2]int{e, p}])
 				last[[2]int{e, p}] = off
-				if e == failEpoch && drainedPart < 0 && off == 2*cfg.Batch {
+				if e == failPass && drainedPart < 0 && off == 2*cfg.Batch {
 					drainedPart, drainedAt = p, off
 					c.Drain()
 				}
@@ -80,7 +80,7 @@ func TestDrainMovesState(t *testing.T) {
 		t.Fatal("rank 1 never drained")
 	}
 	// Nothing repeated: every document trained once per pass.
-	if got, want := reps[0].Examples+drainedDocs, int64(failEpochs*train.NumDocs()); got != want {
+	if got, want := reps[0].Examples+drainedDocs, int64(failPasses*train.NumDocs()); got != want {
 		t.Errorf("documents trained %d, want %d (once per pass)", got, want)
 	}
 	m := compare(t, pullTable(t, ctx, l, v, cfg.Topics), train, parts, final.z, v, cfg.Topics)
@@ -89,7 +89,7 @@ func TestDrainMovesState(t *testing.T) {
 			m.cells, m.table, m.totalsKey, m.inState, sum(m.inState), train.Tokens())
 	}
 	t.Logf("rank 1 drained partition %d at document %d of pass %d; rank 0 resumed it from the saved topics; table and topics agree on all %d tokens",
-		drainedPart, drainedAt, failEpoch+1, train.Tokens())
+		drainedPart, drainedAt, failPass+1, train.Tokens())
 }
 
 var errDie = errors.New("worker dies")
@@ -108,7 +108,7 @@ func TestDeadWorkerMovesState(t *testing.T) {
 	cfg := failConfig()
 	train, parts, v := kosTrain(t, cfg)
 	l := localCluster(t, ctx, 2, 2, len(parts))
-	final := &finalStates{last: failEpochs - 1}
+	final := &finalStates{last: failPasses - 1}
 	cfg.OnComplete = final.record
 	var (
 		mu               sync.Mutex
@@ -125,12 +125,12 @@ func TestDeadWorkerMovesState(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
-			case c.Rank() == 1 && e == failEpoch && dead < 0 && off == progressAt:
+			case c.Rank() == 1 && e == failPass && dead < 0 && off == progressAt:
 				saved, savedAt = slices.Clone(z), off // what the coming Progress saves
-			case c.Rank() == 1 && e == failEpoch && dead < 0 && off == dieAt:
+			case c.Rank() == 1 && e == failPass && dead < 0 && off == dieAt:
 				dead, died, diedAt = p, slices.Clone(z), off
 				return errDie
-			case c.Rank() == 0 && e == failEpoch && p == dead && first:
+			case c.Rank() == 0 && e == failPass && p == dead && first:
 				resumedAt, first = off-cfg.Batch, false
 			}
 			return nil
@@ -183,7 +183,7 @@ func TestDeadWorkerMovesState(t *testing.T) {
 	}
 	t.Logf("rank 1 died in partition %d at document %d of pass %d, %d documents after its last report; rank 0 resumed at %d: "+
 		"%d tokens moved twice, %d of %d table cells off by them, %d tokens counted under another topic than they hold (of %d); rank 0 trained %d documents",
-		dead, diedAt, failEpoch+1, diedAt-savedAt, resumedAt, moved, m.cells, len(want), drift, train.Tokens(), reps[0].Examples)
+		dead, diedAt, failPass+1, diedAt-savedAt, resumedAt, moved, m.cells, len(want), drift, train.Tokens(), reps[0].Examples)
 }
 
 // counts is the table the final topics of every partition imply: v word

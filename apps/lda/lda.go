@@ -24,10 +24,10 @@ type Config struct {
 	// Vocab, when set, is the vocabulary (data.ReadVocab) that rank 0
 	// names each topic's top words with.
 	Vocab string
-	// Epochs is the number of passes over the data: the first assigns
+	// Passes is the number of passes over the data: the first assigns
 	// every token a random topic and pushes the counts, each later one is
 	// a Gibbs sweep.
-	Epochs int
+	Passes int
 	// Topics is K, Alpha and Beta the symmetric Dirichlet priors of the
 	// documents' topic mixtures and the topics' word distributions.
 	Topics      int
@@ -36,24 +36,24 @@ type Config struct {
 	Batch       int
 	Consistency table.Consistency
 	Seed        uint64
-	// Progress, when set, is called by rank 0 after every epoch.
-	Progress func(EpochStats)
+	// Progress, when set, is called by rank 0 after every pass.
+	Progress func(PassStats)
 	// AfterBatch, when set, is called from the worker's goroutine once a
 	// minibatch's pushes are sent, with the partition offset after it and
 	// the partition's topics (valid during the call only). Tests drain a
 	// worker there; an error stops the worker as if it died between two
 	// progress reports, except that it first waits for the pushes it sent,
 	// so that the test knows what the servers hold.
-	AfterBatch func(epoch, partition, offset int, z []uint16) error
+	AfterBatch func(pass, partition, offset int, z []uint16) error
 	// OnComplete, when set, is called once a partition's pass is recorded
 	// complete, with the topics of its tokens in corpus order (valid
 	// during the call only): what the partition's next holder gets back.
-	OnComplete func(epoch, partition int, z []uint16)
+	OnComplete func(pass, partition int, z []uint16)
 }
 
 // DefaultConfig is the configuration `terrace train --app lda` starts from.
 func DefaultConfig() Config {
-	return Config{Epochs: 30, Topics: 20, Alpha: 0.1, Beta: 0.01, Batch: 64, HoldOut: 10,
+	return Config{Passes: 30, Topics: 20, Alpha: 0.1, Beta: 0.01, Batch: 64, HoldOut: 10,
 		Consistency: table.Consistency{Model: table.SSP, Staleness: 2}, Seed: 1}
 }
 
@@ -65,17 +65,17 @@ func (cfg *Config) Check() error {
 		return fmt.Errorf("lda: %d topics: want 1 to %d", cfg.Topics, math.MaxUint16)
 	case !(cfg.Alpha > 0) || !(cfg.Beta > 0) || math.IsInf(cfg.Alpha, 0) || math.IsInf(cfg.Beta, 0):
 		return fmt.Errorf("lda: priors alpha %v and beta %v must be positive", cfg.Alpha, cfg.Beta)
-	case cfg.Epochs < 1 || cfg.Batch < 1:
-		return fmt.Errorf("lda: %d epochs of minibatches of %d documents: want at least 1 of each", cfg.Epochs, cfg.Batch)
+	case cfg.Passes < 1 || cfg.Batch < 1:
+		return fmt.Errorf("lda: %d passes of minibatches of %d documents: want at least 1 of each", cfg.Passes, cfg.Batch)
 	case cfg.HoldOut < 0 || cfg.HoldOut == 1:
 		return fmt.Errorf("lda: hold out every %d-th document: want 0 (none) or at least 2", cfg.HoldOut)
 	}
 	return nil
 }
 
-// EpochStats is rank 0's view after one epoch.
-type EpochStats struct {
-	Epoch   int     `json:"epoch"`
+// PassStats is rank 0's view after one pass.
+type PassStats struct {
+	Pass    int     `json:"pass"`
 	Seconds float64 `json:"seconds"`
 	// LogLikelihood is log p(w | z) per training token (see logLikelihood).
 	LogLikelihood  float64 `json:"train_loglik_per_token"`
@@ -94,15 +94,15 @@ type Report struct {
 	Rank int    `json:"rank"`
 	// Examples counts the documents this worker trained, Tokens their
 	// tokens, once per pass (a resumed partition's repeated ones again).
-	Examples          int64        `json:"examples"`
-	Tokens            int64        `json:"tokens"`
-	Seconds           float64      `json:"seconds"`
-	ExamplesPerSecond float64      `json:"examples_per_second"`
-	TokensPerSecond   float64      `json:"tokens_per_second"`
-	LogLikelihood     float64      `json:"train_loglik_per_token,omitempty"`
-	TestPerplexity    float64      `json:"test_perplexity,omitempty"`
-	Refused           int64        `json:"refused_non_finite"`
-	Epochs            []EpochStats `json:"epochs,omitempty"`
+	Examples          int64       `json:"examples"`
+	Tokens            int64       `json:"tokens"`
+	Seconds           float64     `json:"seconds"`
+	ExamplesPerSecond float64     `json:"examples_per_second"`
+	TokensPerSecond   float64     `json:"tokens_per_second"`
+	LogLikelihood     float64     `json:"train_loglik_per_token,omitempty"`
+	TestPerplexity    float64     `json:"test_perplexity,omitempty"`
+	Refused           int64       `json:"refused_non_finite"`
+	Passes            []PassStats `json:"passes,omitempty"`
 	// Topics, largest first, with their top words.
 	Topics []Topic `json:"topics,omitempty"`
 }
@@ -111,7 +111,7 @@ type Report struct {
 // w's count in each topic, key V the topics' totals.
 const TableName = "lda.topics"
 
-// progressEvery is how many minibatches pass between progress reports: at
+// progressEvery is how many minibatches pass between progress records: at
 // most what a dead worker's successor repeats.
 const progressEvery = 4
 
@@ -122,7 +122,7 @@ const maxWords = 1 << 24
 const topWords = 10
 
 // Run trains on this worker's partitions of cfg.Train and, on rank 0,
-// evaluates the model after every epoch.
+// evaluates the model after every pass.
 func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 	if err := cfg.Check(); err != nil {
 		return nil, err
@@ -155,23 +155,22 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 	c.KeepState(func(p int) ps.PartitionState { return newState(train, w.parts[p], cfg.Topics, cfg.Seed) })
 	rep := &Report{App: "lda", Rank: c.Rank()}
 	start := time.Now()
-	for e := range cfg.Epochs {
-		epochStart := time.Now()
+	for pass := range cfg.Passes {
+		passStart := time.Now()
 		// Partitions are leased: a dead or drained worker's partition is
 		// finished by another from its last recorded offset, with the
 		// topics as they were there, and the loop returns when every
-		// partition of the epoch is trained, which is the epoch's barrier.
-		err := c.EachPartition(ctx, e, func(ctx context.Context, l *ps.Lease) error { return w.partition(ctx, l, e) })
-		if err != nil {
-			return nil, fmt.Errorf("lda: epoch %d: %w", e+1, err)
+		// partition of the pass is trained, which is the pass's barrier.
+		if err := c.EachPartition(ctx, pass, w.loop()); err != nil {
+			return nil, fmt.Errorf("lda: pass %d: %w", pass+1, err)
 		}
 		if c.Rank() == 0 {
-			st, err := w.evaluate(ctx, test, vocab, e == cfg.Epochs-1, rep)
+			st, err := w.evaluate(ctx, test, vocab, pass == cfg.Passes-1, rep)
 			if err != nil {
 				return nil, err
 			}
-			st.Epoch, st.Seconds = e+1, time.Since(epochStart).Seconds()
-			rep.Epochs = append(rep.Epochs, st)
+			st.Pass, st.Seconds = pass+1, time.Since(passStart).Seconds()
+			rep.Passes = append(rep.Passes, st)
 			if cfg.Progress != nil {
 				cfg.Progress(st)
 			}
@@ -182,13 +181,24 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 	rep.ExamplesPerSecond = float64(rep.Examples) / rep.Seconds
 	rep.TokensPerSecond = float64(rep.Tokens) / rep.Seconds
 	rep.Refused = tbl.Refused()
-	if n := len(rep.Epochs); n > 0 {
-		rep.LogLikelihood, rep.TestPerplexity = rep.Epochs[n-1].LogLikelihood, rep.Epochs[n-1].TestPerplexity
+	if n := len(rep.Passes); n > 0 {
+		rep.LogLikelihood, rep.TestPerplexity = rep.Passes[n-1].LogLikelihood, rep.Passes[n-1].TestPerplexity
 	}
 	if err := c.Finish().Wait(ctx); err != nil {
 		return nil, err
 	}
 	return rep, nil
+}
+
+// Rows returns how many documents of cfg.Train are trained, those not
+// held out: the partition loop numbers them 0 to Rows-1, in corpus order.
+func Rows(cfg Config) (int, error) {
+	corpus, err := data.ReadDocWords(cfg.Train)
+	if err != nil {
+		return 0, fmt.Errorf("lda: %w", err)
+	}
+	train, _ := split(corpus, cfg.HoldOut)
+	return train.NumDocs(), nil
 }
 
 // split holds every every-th document of c out of training (none if every
@@ -241,108 +251,67 @@ func newWorker(c *ps.Client, tbl *ps.Table, train *data.Corpus, v int, cfg Confi
 // on would make the table disagree with the topics for good.
 var errStateLost = errors.New("lda: partition state lost")
 
-// partition trains one leased partition from its offset: minibatches in
-// the epoch's order, their pushes acknowledged before each Progress so
-// that the state it snapshots (the topics) matches the offset it records.
-func (w *worker) partition(ctx context.Context, l *ps.Lease, e int) error {
-	if w.c.Draining() {
-		return ps.ErrDrained
-	}
-	st := l.State().(*partState)
-	if err := st.resume(l.Offset, e); err != nil {
-		return err
-	}
-	order := w.parts[l.Partition].Order(w.cfg.Seed, e)
-	var sent []*ps.Future
-	reported := ps.All() // the last progress report, recorded
-	for off, b := l.Offset, 0; off < len(order); b++ {
-		end := min(off+w.cfg.Batch, len(order))
-		push, err := w.batch(ctx, st, e, order[off:end])
-		if err != nil {
-			return err
-		}
-		sent = append(sent, push)
-		w.c.Tick()
-		off = end
-		if w.cfg.AfterBatch != nil {
-			if err := w.cfg.AfterBatch(e, l.Partition, off, st.z); err != nil {
-				return errors.Join(err, ps.All(sent...).Wait(ctx))
+// loop is the pass's partition loop: minibatches of documents in the
+// pass's order, each a Step that pushes its count changes, and the
+// topics as the partition state that the loop snapshots with each
+// progress record, once the pushes before it are acknowledged.
+func (w *worker) loop() ps.Loop {
+	return ps.Loop{
+		Order: func(pass, p int) []int { return w.parts[p].Order(w.cfg.Seed, pass) },
+		Batch: w.cfg.Batch, ProgressEvery: progressEvery,
+		Begin: func(_ context.Context, l *ps.Lease) error {
+			return l.State().(*partState).resume(l.Partition, l.Offset > l.Start, l.Pass)
+		},
+		Step: w.step,
+		Completed: func(l *ps.Lease) {
+			if w.cfg.OnComplete != nil {
+				w.cfg.OnComplete(l.Pass, l.Partition, l.State().(*partState).z)
 			}
-		}
-		if off == len(order) {
-			break
-		}
-		if w.c.Draining() {
-			if err := w.progress(ctx, l, off, sent); err != nil {
-				return err
-			}
-			return ps.ErrDrained
-		}
-		if b%progressEvery == progressEvery-1 {
-			// Recorded in the background while the next batches train;
-			// the one before must have been recorded by now.
-			if err := settle(ctx, reported, sent); err != nil {
-				return err
-			}
-			reported, sent = l.ProgressAsync(ctx, off), sent[:0]
-		}
+		},
 	}
-	if err := settle(ctx, reported, sent); err != nil {
-		return err
-	}
-	if err := l.Complete(ctx, len(order)); err != nil {
-		return err
-	}
-	if w.cfg.OnComplete != nil {
-		w.cfg.OnComplete(e, l.Partition, st.z)
-	}
-	if w.c.Draining() {
-		return ps.ErrDrained
-	}
-	return nil
 }
 
-// settle waits for the last progress report to be recorded and for the
-// pushes sent since, saying which failed.
-func settle(ctx context.Context, reported *ps.Future, sent []*ps.Future) error {
-	if err := reported.Wait(ctx); err != nil {
-		return fmt.Errorf("lda: progress report: %w", err)
+// step trains one minibatch of documents and returns the push of its
+// count changes.
+func (w *worker) step(ctx context.Context, b ps.Batch) (*ps.Future, error) {
+	st := b.Lease.State().(*partState)
+	push, err := w.batch(ctx, st, b.Lease.Pass, b.Rows)
+	if err != nil {
+		return nil, err
 	}
-	if err := ps.All(sent...).Wait(ctx); err != nil {
-		return fmt.Errorf("lda: push: %w", err)
+	w.c.Tick()
+	if w.cfg.AfterBatch != nil {
+		if err := w.cfg.AfterBatch(b.Lease.Pass, b.Lease.Partition, b.Hi, st.z); err != nil {
+			return push, err
+		}
 	}
-	return nil
+	return push, nil
 }
 
-// resume checks that the state is the one a lease of epoch e at offset
-// needs, pass e-1's at offset 0 and pass e's past it, and marks it pass
-// e's.
-func (s *partState) resume(offset, e int) error {
-	if want := e - 1 + min(offset, 1); s.pass != want {
-		return fmt.Errorf("%w: partition %d at offset %d of epoch %d holds pass %d, want %d", errStateLost, s.part.ID, offset, e, s.pass, want)
+// resume checks that the state is the one a lease of pass needs: pass-1's
+// if nothing of the lease's piece has been trained in this pass, pass's
+// if some (started), and marks it pass's.
+func (s *partState) resume(partition int, started bool, pass int) error {
+	want := pass - 1
+	if started {
+		want = pass
 	}
-	s.pass = e
+	if s.pass != want {
+		return fmt.Errorf("%w: partition %d, %s in pass %d, holds pass %d, want %d", errStateLost, partition, map[bool]string{false: "not started", true: "resumed"}[started], pass, s.pass, want)
+	}
+	s.pass = pass
 	return nil
-}
-
-// progress waits for the pushes sent since the last report, then records
-// offset, and with it the state, which the caller has not moved past it.
-func (w *worker) progress(ctx context.Context, l *ps.Lease, offset int, sent []*ps.Future) error {
-	if err := ps.All(sent...).Wait(ctx); err != nil {
-		return fmt.Errorf("lda: push: %w", err)
-	}
-	return l.Progress(ctx, offset)
 }
 
 // batch trains the documents docs of st's partition and returns the push
 // of their count changes: in pass 0 their initial topics' counts, later
 // the moves of a Gibbs sweep over them.
-func (w *worker) batch(ctx context.Context, st *partState, e int, docs []int) (*ps.Future, error) {
+func (w *worker) batch(ctx context.Context, st *partState, pass int, docs []int) (*ps.Future, error) {
 	keys := w.keys(docs)
 	vals := make([]float32, len(keys)*w.k)
-	if e == 0 {
+	if pass == 0 {
 		w.count(st, docs, vals)
-	} else if err := w.sweep(ctx, st, e, docs, keys, vals); err != nil {
+	} else if err := w.sweep(ctx, st, pass, docs, keys, vals); err != nil {
 		return nil, err
 	}
 	for _, d := range docs {
@@ -367,14 +336,14 @@ func (w *worker) count(st *partState, docs []int, vals []float32) {
 
 // sweep pulls keys' rows into vals, resamples docs against that copy, and
 // leaves in vals the copy minus what was pulled: exactly the moves made.
-func (w *worker) sweep(ctx context.Context, st *partState, e int, docs []int, keys []uint64, vals []float32) error {
+func (w *worker) sweep(ctx context.Context, st *partState, pass int, docs []int, keys []uint64, vals []float32) error {
 	if err := w.tbl.Pull(keys, vals).Wait(ctx); err != nil {
 		return fmt.Errorf("lda: pull: %w", err)
 	}
 	pulled := slices.Clone(vals)
 	totals := vals[len(vals)-w.k:]
 	for _, d := range docs {
-		w.sampler.resample(w.train.Doc(d), st.topics(w.train, d), w.pos, vals, totals, docRNG(w.cfg.Seed, e, d))
+		w.sampler.resample(w.train.Doc(d), st.topics(w.train, d), w.pos, vals, totals, docRNG(w.cfg.Seed, pass, d))
 	}
 	for i := range vals {
 		vals[i] -= pulled[i]
@@ -402,15 +371,15 @@ func (w *worker) keys(docs []int) []uint64 {
 	return append(keys, uint64(w.v))
 }
 
-// evaluate pulls the whole table after an epoch's barrier and scores it:
+// evaluate pulls the whole table after a pass's barrier and scores it:
 // the training log-likelihood per token, the held-out perplexity, and,
-// after the last epoch, into rep, the topics' top words.
-func (w *worker) evaluate(ctx context.Context, test *data.Corpus, vocab []string, last bool, rep *Report) (EpochStats, error) {
+// after the last pass, into rep, the topics' top words.
+func (w *worker) evaluate(ctx context.Context, test *data.Corpus, vocab []string, last bool, rep *Report) (PassStats, error) {
 	wk := make([]float32, (w.v+1)*w.k)
 	if err := w.tbl.PullRange(keyspace.Range{Lo: 0, Hi: uint64(w.v) + 1}, wk).Wait(ctx); err != nil {
-		return EpochStats{}, fmt.Errorf("lda: pull model: %w", err)
+		return PassStats{}, fmt.Errorf("lda: pull model: %w", err)
 	}
-	st := EpochStats{LogLikelihood: logLikelihood(wk, w.v, w.k, w.cfg.Beta) / float64(w.train.Tokens())}
+	st := PassStats{LogLikelihood: logLikelihood(wk, w.v, w.k, w.cfg.Beta) / float64(w.train.Tokens())}
 	if test.Tokens() > 0 {
 		st.TestPerplexity = perplexity(test, wk, w.v, w.k, w.cfg.Alpha, w.cfg.Beta, w.cfg.Seed)
 	}

@@ -27,7 +27,7 @@ const (
 )
 
 // kosSubset writes the first n documents of KOS to a file of the same
-// form, for tests that need many epochs or a failure more than realism.
+// form, for tests that need many passes or a failure more than realism.
 func kosSubset(t testing.TB, n int) string {
 	t.Helper()
 	c, err := data.ReadDocWords(kosDocWords)
@@ -135,12 +135,12 @@ func pullTable(t *testing.T, ctx context.Context, l *node.Local, v, k int) []flo
 // finalStates records each partition's topics as its last pass completes.
 type finalStates struct {
 	mu   sync.Mutex
-	last int // the last epoch
+	last int // the last pass
 	z    map[int][]uint16
 }
 
-func (f *finalStates) record(epoch, partition int, z []uint16) {
-	if epoch != f.last {
+func (f *finalStates) record(pass, partition int, z []uint16) {
+	if pass != f.last {
 		return
 	}
 	f.mu.Lock()
@@ -204,7 +204,7 @@ func TestOneWorkerIsTheSequentialSampler(t *testing.T) {
 	defer cancel()
 	const partitions = 3
 	cfg := DefaultConfig()
-	cfg.Train, cfg.HoldOut, cfg.Epochs, cfg.Batch = kosSubset(t, 300), 0, 4, 16
+	cfg.Train, cfg.HoldOut, cfg.Passes, cfg.Batch = kosSubset(t, 300), 0, 4, 16
 	cfg.Consistency = table.Consistency{Model: table.BSP}
 	corpus, err := data.ReadDocWords(cfg.Train)
 	if err != nil {
@@ -214,7 +214,7 @@ func TestOneWorkerIsTheSequentialSampler(t *testing.T) {
 
 	l := localCluster(t, ctx, 1, 1, partitions)
 	var final finalStates
-	final.last = cfg.Epochs - 1
+	final.last = cfg.Passes - 1
 	cfg.OnComplete = final.record
 	reps, errs := runWorkers(ctx, l, 1, func(ctx context.Context, c *ps.Client) (*Report, error) { return Run(ctx, c, cfg) })
 	if errs[0] != nil {
@@ -229,9 +229,9 @@ func TestOneWorkerIsTheSequentialSampler(t *testing.T) {
 	if !slices.Equal(wk, seq.wk) {
 		t.Fatal("the table differs from the sequential sampler's counts")
 	}
-	for e, st := range reps[0].Epochs {
+	for e, st := range reps[0].Passes {
 		if st.LogLikelihood != seq.ll[e] {
-			t.Errorf("epoch %d: log-likelihood per token %v, sequential %v", e+1, st.LogLikelihood, seq.ll[e])
+			t.Errorf("pass %d: log-likelihood per token %v, sequential %v", e+1, st.LogLikelihood, seq.ll[e])
 		}
 	}
 }
@@ -244,7 +244,7 @@ func TestOneWorkerIsTheSequentialSampler(t *testing.T) {
 // sane.
 func TestKOSMatchesSequential(t *testing.T) {
 	if testing.Short() {
-		t.Skip("trains KOS for 30 epochs")
+		t.Skip("trains KOS for 30 passes")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -263,15 +263,15 @@ func TestKOSMatchesSequential(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, want := reps[0].LogLikelihood, seq.ll[len(seq.ll)-1]
-	t.Logf("log-likelihood per token after %d epochs: distributed %.4f, sequential %.4f (random start %.4f); held-out perplexity %.0f",
-		cfg.Epochs, got, want, seq.ll[0], reps[0].TestPerplexity)
+	t.Logf("log-likelihood per token after %d passes: distributed %.4f, sequential %.4f (random start %.4f); held-out perplexity %.0f",
+		cfg.Passes, got, want, seq.ll[0], reps[0].TestPerplexity)
 	if math.Abs(got-want) > 0.01*math.Abs(want) {
 		t.Errorf("distributed log-likelihood per token %.4f, sequential %.4f: more than 1%% apart", got, want)
 	}
 	if p := reps[0].TestPerplexity; !(p > 100 && p < float64(corpus.NumWords)) {
 		t.Errorf("held-out perplexity %v, want between 100 and the vocabulary size %d", p, corpus.NumWords)
 	}
-	if n := reps[0].Epochs; n[len(n)-1].TestPerplexity >= n[0].TestPerplexity {
+	if n := reps[0].Passes; n[len(n)-1].TestPerplexity >= n[0].TestPerplexity {
 		t.Errorf("held-out perplexity went from %.0f to %.0f, want it lower", n[0].TestPerplexity, n[len(n)-1].TestPerplexity)
 	}
 	for _, tp := range reps[0].Topics[:3] {

@@ -88,7 +88,7 @@ func (s *sampler) resample(words []uint32, z []uint16, pos []int32, wk, nk []flo
 //	Σ_t [lnΓ(Vβ) − lnΓ(n_t + Vβ) + Σ_w (lnΓ(n_wt + β) − lnΓ(β))].
 //
 // It needs nothing but the table, so rank 0 computes it alone after each
-// epoch's barrier, whoever trained what.
+// pass's barrier, whoever trained what.
 func logLikelihood(wk []float32, v, k int, beta float64) float64 {
 	nk := make([]float64, k)
 	lgBeta, _ := math.Lgamma(beta)

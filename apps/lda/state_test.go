@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/terrace-ml/terrace/data"
+	"github.com/terrace-ml/terrace/ps"
 )
 
 // testState is partition 1 of a small corpus, with k topics.
@@ -78,7 +79,7 @@ func TestStateRefusesCorruptBlobs(t *testing.T) {
 		{"flipped bit", "checksum", edit(func(b []byte) []byte { b[len(b)-6] ^= 0x10; return b })},
 		{"cut short", "checksum", good[:len(good)-1]},
 		{"cut to the header", "header cut short", reseal(append(slices.Clone(good[:hdr+2]), 0x80, 0, 0, 0, 0))},
-		{"version 2", "version 2", edit(func(b []byte) []byte { b[hdr-1] = 2; return reseal(b) })},
+		{"version 3", "version 3, want 1 or 2", edit(func(b []byte) []byte { b[hdr-1] = 3; return reseal(b) })},
 		{"other topic count", "state of 21 topics, want 20", edit(func(b []byte) []byte { b[hdr]++; return reseal(b) })},
 		{"other partition", "state of partition 0", edit(func(b []byte) []byte { b[hdr+1] = 0; return reseal(b) })},
 		{"other corpus", "10 tokens, want 9", edit(func(b []byte) []byte { b[hdr+3]++; return reseal(b) })},
@@ -117,4 +118,109 @@ func TestStateSize(t *testing.T) {
 		t.Errorf("%d tokens in %d bytes, want at most %d", len(s.z), len(blob), max)
 	}
 	t.Logf("partition 0: %d tokens in %d bytes (%.2f bits a token)", len(s.z), len(blob), float64(8*len(blob))/float64(len(s.z)))
+}
+
+// TestStatePieces: a state split into the pieces of a split lease writes
+// each piece's documents only (version 2), and the pieces, restored each
+// into a fresh state, join into the whole; the tail is a pass behind,
+// since the holder's pass had not reached it.
+func TestStatePieces(t *testing.T) {
+	c, err := data.ParseDocWords(strings.NewReader("0 0 3\n0 5 2\n1 2 1\n2 1 4\n2 3 1\n3 4 7\n4 0 2\n5 1 1\n"), "tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const k = 20
+	part := data.Partition(c.NumDocs(), 1)[0] // documents 0 to 5
+	whole := newState(c, part, k, 7)
+	whole.pass = 3
+	for i := range whole.z {
+		whole.z[i] = uint16((i * 7919) % k)
+	}
+	want := slices.Clone(whole.z)
+	head := newState(c, part, k, 7)
+	if err := head.UnmarshalBinary(must(whole.MarshalBinary())); err != nil {
+		t.Fatal(err)
+	}
+	tail, err := head.Split([]int{4, 1}) // a tail in the pass's order
+	if err != nil {
+		t.Fatal(err)
+	}
+	tailTail, err := tail.(*partState).Split([]int{4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := head.Split([]int{4}); err == nil {
+		t.Error("split off a document the piece no longer holds")
+	}
+	var pieces []*partState
+	for _, p := range []ps.PartitionState{head, tail, tailTail} {
+		blob := must(p.MarshalBinary())
+		if blob[len(stateMagic)] != piecesVersion {
+			t.Fatalf("a piece written in version %d", blob[len(stateMagic)])
+		}
+		got := newState(c, part, k, 1) // other initial topics
+		if err := got.UnmarshalBinary(blob); err != nil {
+			t.Fatal(err)
+		}
+		pieces = append(pieces, got)
+	}
+	if pieces[1].pass != 2 || pieces[2].pass != 1 {
+		t.Errorf("tail passes %d and %d, want 2 and 1", pieces[1].pass, pieces[2].pass)
+	}
+	if err := pieces[0].Join(pieces[1]); err == nil {
+		t.Error("joined a piece a pass behind")
+	}
+	pieces[1].pass, pieces[2].pass = 3, 3 // as their holders leave them
+	for _, p := range pieces[1:] {
+		if err := pieces[0].Join(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !slices.Equal(pieces[0].z, want) || pieces[0].own != nil {
+		t.Errorf("joined topics %v (own %v), want %v", pieces[0].z, pieces[0].own, want)
+	}
+	if blob := must(pieces[0].MarshalBinary()); blob[len(stateMagic)] != stateVersion {
+		t.Errorf("the joined whole written in version %d, want %d", blob[len(stateMagic)], stateVersion)
+	}
+	if err := pieces[0].Join(pieces[1]); err == nil || !errors.Is(err, ErrCorruptState) {
+		t.Errorf("joining a document twice: %v, want ErrCorruptState", err)
+	}
+}
+
+// TestStateRefusesCorruptPieces: a piece's blob naming a document outside
+// the partition, or token counts that do not match its documents, is
+// refused and leaves the state as it was.
+func TestStateRefusesCorruptPieces(t *testing.T) {
+	const k = 20
+	_, s := testState(t, k) // partition 1: documents 3 and 4
+	tail, err := s.Split([]int{4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := must(tail.MarshalBinary())
+	hdr := len(stateMagic) + 1 + 3 // K, partition, pass+1: one byte each here
+	for name, tc := range map[string]struct {
+		blob []byte
+		want string
+	}{
+		"document out of range": {reseal(append(append(slices.Clone(good[:hdr]), 1, 2), good[hdr+2:len(good)-4]...)), "out of the partition"},
+		"too many documents":    {reseal(append(append(slices.Clone(good[:hdr]), 3), good[hdr+1:len(good)-4]...)), "above the partition's 2"},
+		"tokens of another":     {reseal(append(append(slices.Clone(good[:hdr]), 1, 0), good[hdr+2:len(good)-4]...)), "tokens, want"},
+	} {
+		_, got := testState(t, k)
+		before := slices.Clone(got.z)
+		if err := got.UnmarshalBinary(tc.blob); !errors.Is(err, ErrCorruptState) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want ErrCorruptState saying %q", name, err, tc.want)
+		}
+		if !slices.Equal(got.z, before) || got.own != nil {
+			t.Errorf("%s: a refused blob changed the state", name)
+		}
+	}
+}
+
+func must(b []byte, err error) []byte {
+	if err != nil {
+		panic(err)
+	}
+	return b
 }

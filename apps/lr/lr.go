@@ -17,7 +17,8 @@ import (
 // Config configures a training run.
 type Config struct {
 	Train, Test string
-	Epochs      int
+	// Passes is the number of passes over the training data.
+	Passes int
 	// Batch is the number of examples in one worker's minibatch.
 	Batch       int
 	Rule        table.Rule
@@ -26,31 +27,14 @@ type Config struct {
 	// Significance turns on the significantly-modified push filter.
 	Significance float32
 	Seed         uint64
-	// Progress, when set, is called by rank 0 after every epoch.
-	Progress func(EpochStats)
-
-	// Audit makes every worker keep an account of its work in two tables
-	// of its own, independent of the model: with every minibatch it also
-	// pushes +1 to one of its AuditKeys in AuditTable and +1 to key r of
-	// TrainedTable for each training row r of the batch (both sum-rule ASP
-	// tables), and it counts the AuditTable increments that the servers
-	// acknowledged (Report.AuditAcked). Comparing that count with the sum
-	// of the worker's keys, and the TrainedTable counts with the number of
-	// epochs, tells whether acknowledged updates were lost and which
-	// examples were trained more or fewer times than asked. Off by default.
-	Audit bool
-	// OnAuditAck, when set with Audit, is called from the worker's
-	// goroutine each time the worker sees an AuditTable push acknowledged,
-	// with its rank, the count so far and the time it saw it. Acks are
-	// seen once per minibatch step (and while waiting for pushes), so the
-	// time is at most one step late. An error stops training.
-	OnAuditAck func(rank int, acked int64, at time.Time) error
+	// Progress, when set, is called by rank 0 after every pass.
+	Progress func(PassStats)
 }
 
 // DefaultConfig is the configuration `terrace train --app lr` starts from.
 func DefaultConfig() Config {
 	return Config{
-		Epochs:      10,
+		Passes:      10,
 		Batch:       100,
 		Rule:        table.Rule{Kind: table.FTRL, LR: 0.1, Beta: 1, L1: 0.001, L2: 0.01},
 		Consistency: table.Consistency{Model: table.SSP, Staleness: 2},
@@ -58,9 +42,9 @@ func DefaultConfig() Config {
 	}
 }
 
-// EpochStats is rank 0's view after one epoch.
-type EpochStats struct {
-	Epoch        int     `json:"epoch"`
+// PassStats is rank 0's view after one pass.
+type PassStats struct {
+	Pass         int     `json:"pass"`
 	Seconds      float64 `json:"seconds"`
 	TrainLogLoss float64 `json:"train_logloss"`
 	TestAccuracy float64 `json:"test_accuracy"`
@@ -70,47 +54,33 @@ type EpochStats struct {
 
 // Report is one worker's result; test metrics are rank 0's.
 type Report struct {
-	App               string       `json:"app"`
-	Rank              int          `json:"rank"`
-	Examples          int64        `json:"examples"`
-	Seconds           float64      `json:"seconds"`
-	ExamplesPerSecond float64      `json:"examples_per_second"`
-	TestAccuracy      float64      `json:"test_accuracy,omitempty"`
-	TestLogLoss       float64      `json:"test_logloss,omitempty"`
-	TestAUC           float64      `json:"test_auc,omitempty"`
-	Refused           int64        `json:"refused_non_finite"`
-	Epochs            []EpochStats `json:"epochs,omitempty"`
-	// AuditAcked is, with Config.Audit, how many of this worker's
-	// AuditTable increments the servers acknowledged.
-	AuditAcked int64 `json:"audit_acked,omitempty"`
+	App               string      `json:"app"`
+	Rank              int         `json:"rank"`
+	Examples          int64       `json:"examples"`
+	Seconds           float64     `json:"seconds"`
+	ExamplesPerSecond float64     `json:"examples_per_second"`
+	TestAccuracy      float64     `json:"test_accuracy,omitempty"`
+	TestLogLoss       float64     `json:"test_logloss,omitempty"`
+	TestAUC           float64     `json:"test_auc,omitempty"`
+	Refused           int64       `json:"refused_non_finite"`
+	Passes            []PassStats `json:"passes,omitempty"`
 }
 
 // TableName is the weight table's name.
 const TableName = "lr.weights"
 
-// The audit tables (Config.Audit): AuditTable counts each worker's
-// minibatch pushes under its AuditKeys; TrainedTable counts how often each
-// training row (key: its 0-based row number in Config.Train) was trained.
-const (
-	AuditTable   = "lr.audit"
-	TrainedTable = "lr.trained"
-)
-
-// AuditSpec is the spec of both audit tables: counters that the servers
-// add to (sum rule), never waiting on clocks (ASP).
-func AuditSpec(name string) table.Spec {
-	return table.Spec{Name: name, Width: 1, Rule: table.Rule{Kind: table.Sum}, Consistency: table.Consistency{Model: table.ASP}}
-}
-
-// progressEvery is how many minibatches pass between progress reports: what
+// progressEvery is how many minibatches pass between progress records: what
 // a dead worker's successor repeats at most.
 const progressEvery = 8
+
+// window is how many minibatches may have their pushes unacknowledged.
+const window = 8
 
 // Key 0 holds the bias; feature f is key f+1.
 func featureKey(f uint64) uint64 { return f + 1 }
 
 // Run trains on this worker's partitions of cfg.Train and, on rank 0,
-// evaluates on cfg.Test after every epoch.
+// evaluates on cfg.Test after every pass.
 func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 	train, err := data.ReadLIBSVM(cfg.Train)
 	if err != nil {
@@ -131,47 +101,33 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 	if test != nil {
 		nkeys = max(nkeys, featureKey(test.NumFeatures))
 	}
-	w := newWorker(train, nkeys, tbl, cfg.Consistency.Bound() < 0)
-	w.clocked = cfg.Consistency.Model != table.ASP
-	if cfg.Audit {
-		if w.audit, err = newAuditor(ctx, c, cfg.OnAuditAck); err != nil {
-			return nil, err
-		}
-	}
+	w := newWorker(c, train, nkeys, tbl, cfg.Consistency)
 	rep := &Report{App: "lr", Rank: c.Rank()}
 	start := time.Now()
-	for e := range cfg.Epochs {
-		epochStart := time.Now()
-		var loss float64
-		n := 0
+	for pass := range cfg.Passes {
+		passStart := time.Now()
+		w.loss, w.n = 0, 0
 		// Partitions are leased: a dead or drained worker's partition is
 		// finished by another from its last recorded offset, and the loop
-		// returns when every partition of the epoch is trained, which is
-		// the epoch's barrier.
-		err := c.EachPartition(ctx, e, func(ctx context.Context, l *ps.Lease) error {
-			order := parts[l.Partition].Order(cfg.Seed, e)
-			var batches [][]int
-			for off := l.Offset; off < len(order); off += cfg.Batch {
-				batches = append(batches, order[off:min(off+cfg.Batch, len(order))])
-			}
-			bl, bn, err := w.partition(ctx, c, l, batches, len(order))
-			loss += bl
-			n += bn
-			return err
+		// returns when every partition of the pass is trained, which is
+		// the pass's barrier.
+		err := c.EachPartition(ctx, pass, ps.Loop{
+			Order: func(pass, p int) []int { return parts[p].Order(cfg.Seed, pass) },
+			Batch: cfg.Batch, Step: w.step, ProgressEvery: progressEvery, Window: window,
 		})
 		if err != nil {
-			return nil, fmt.Errorf("lr: epoch %d: %w", e+1, err)
+			return nil, fmt.Errorf("lr: pass %d: %w", pass+1, err)
 		}
-		rep.Examples += int64(n)
+		rep.Examples += int64(w.n)
 		if err := tbl.Flush().Wait(ctx); err != nil {
 			return nil, fmt.Errorf("lr: flush: %w", err)
 		}
 		if test != nil {
-			st := EpochStats{Epoch: e + 1, Seconds: time.Since(epochStart).Seconds(), TrainLogLoss: loss / float64(max(n, 1))}
+			st := PassStats{Pass: pass + 1, Seconds: time.Since(passStart).Seconds(), TrainLogLoss: w.loss / float64(max(w.n, 1))}
 			if st.TestAccuracy, st.TestLogLoss, st.TestAUC, err = Evaluate(ctx, tbl, test, nkeys); err != nil {
 				return nil, err
 			}
-			rep.Epochs = append(rep.Epochs, st)
+			rep.Passes = append(rep.Passes, st)
 			if cfg.Progress != nil {
 				cfg.Progress(st)
 			}
@@ -180,11 +136,8 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 	rep.Seconds = time.Since(start).Seconds()
 	rep.ExamplesPerSecond = float64(rep.Examples) / rep.Seconds
 	rep.Refused = tbl.Refused()
-	if w.audit != nil {
-		rep.AuditAcked = w.audit.acked
-	}
-	if n := len(rep.Epochs); n > 0 {
-		last := rep.Epochs[n-1]
+	if n := len(rep.Passes); n > 0 {
+		last := rep.Passes[n-1]
 		rep.TestAccuracy, rep.TestLogLoss, rep.TestAUC = last.TestAccuracy, last.TestLogLoss, last.TestAUC
 	}
 	if err := c.Finish().Wait(ctx); err != nil {
@@ -224,11 +177,14 @@ func sigmoid(z float64) float64 {
 
 // worker holds one worker's scratch space for minibatches.
 type worker struct {
-	train    *data.Sparse
-	tbl      *ps.Table
+	c     *ps.Client
+	train *data.Sparse
+	tbl   *ps.Table
+	// prefetch is set under ASP, whose reads never wait on clocks: the
+	// next minibatch's weights are then fetched while this one computes.
 	prefetch bool
-	// clocked is false under ASP, whose reads never wait on clocks, so a
-	// clock message per minibatch would be pure overhead.
+	// clocked is false under ASP, for which a clock message per minibatch
+	// would be pure overhead.
 	clocked bool
 	// pos maps a key to its index in the current batch's key list; every
 	// key a batch reads is set before the batch uses it. stamp marks the
@@ -237,12 +193,16 @@ type worker struct {
 	pos   []int32
 	stamp []uint32
 	gen   uint32
-	// audit is nil unless Config.Audit.
-	audit *auditor
+	// next is the prefetched minibatch, if any.
+	next *batch
+	// loss and n sum the training log loss and the examples of the pass.
+	loss float64
+	n    int
 }
 
-func newWorker(train *data.Sparse, nkeys uint64, tbl *ps.Table, prefetch bool) *worker {
-	return &worker{train: train, tbl: tbl, prefetch: prefetch, pos: make([]int32, nkeys), stamp: make([]uint32, nkeys)}
+func newWorker(c *ps.Client, train *data.Sparse, nkeys uint64, tbl *ps.Table, cons table.Consistency) *worker {
+	return &worker{c: c, train: train, tbl: tbl, prefetch: cons.Bound() < 0, clocked: cons.Model != table.ASP,
+		pos: make([]int32, nkeys), stamp: make([]uint32, nkeys)}
 }
 
 // batch is one minibatch's key list and weights.
@@ -272,124 +232,38 @@ func (wk *worker) prepare(rows []int) *batch {
 	return b
 }
 
-// partition trains the minibatches of a leased partition, which end at
-// offset size; it returns the summed training log loss and the number of
-// examples. Under ASP the next batch's weights are fetched while this one
-// computes. Every progressEvery minibatches it records, without waiting,
-// the offset up to which every push is acknowledged, so that the push
-// pipeline never drains; on a drain it waits for its pushes and records the
-// exact offset.
-func (wk *worker) partition(ctx context.Context, c *ps.Client, l *ps.Lease, batches [][]int, size int) (float64, int, error) {
-	type sent struct {
-		end  int // partition offset after this batch
-		push *ps.Future
+// step is the partition loop's Step: it trains one minibatch and returns
+// its gradient push. Under ASP it prefetches the next minibatch's weights
+// while this one computes.
+func (wk *worker) step(ctx context.Context, b ps.Batch) (*ps.Future, error) {
+	cur := wk.next
+	wk.next = nil
+	if cur == nil || !sameRows(cur.rows, b.Rows) {
+		if cur != nil {
+			cur.pull.Wait(ctx) // a prefetch the loop did not train (a drain)
+		}
+		cur = wk.prepare(b.Rows)
 	}
-	var loss float64
-	n := 0
-	var next *batch
-	var inflight []sent
-	off := l.Offset
-	reported := make(chan error, 1)
-	reporting := false
-	for s, rows := range batches {
-		cur := next
-		if cur == nil {
-			cur = wk.prepare(rows)
-		}
-		next = nil
-		if err := cur.pull.Wait(ctx); err != nil {
-			return 0, 0, err
-		}
-		if wk.prefetch && s+1 < len(batches) {
-			next = wk.prepare(batches[s+1])
-		}
-		grad, bl := wk.gradient(cur)
-		loss += bl
-		n += len(rows)
-		off += len(rows)
-		inflight = append(inflight, sent{off, wk.tbl.Push(cur.keys, grad)})
-		if wk.audit != nil {
-			wk.audit.push(rows)
-		}
-		if wk.clocked {
-			c.Tick()
-		}
-		// Keep at most 8 pushes in flight, and learn how far every push
-		// is acknowledged.
-		if len(inflight) > 8 {
-			if err := inflight[0].push.Wait(ctx); err != nil {
-				return 0, 0, err
-			}
-		}
-		done := 0
-		for done < len(inflight) && isDone(inflight[done].push) {
-			if err := inflight[done].push.Err(); err != nil {
-				return 0, 0, err
-			}
-			done++
-		}
-		acked := l.Offset
-		if done > 0 {
-			acked = inflight[done-1].end
-			inflight = inflight[done:]
-		}
-		if wk.audit != nil {
-			if err := wk.audit.collect(ctx, false); err != nil {
-				return 0, 0, err
-			}
-		}
-		if c.Draining() {
-			break
-		}
-		if s%progressEvery == progressEvery-1 && done > 0 {
-			select {
-			case err := <-reported:
-				reporting = false
-				if err != nil {
-					return 0, 0, err
-				}
-			default:
-			}
-			if !reporting {
-				reporting = true
-				go func(at int) { reported <- l.Progress(ctx, at) }(acked)
-			}
-		}
+	if err := cur.pull.Wait(ctx); err != nil {
+		return nil, err
 	}
-	if next != nil {
-		next.pull.Wait(ctx)
+	if wk.prefetch && b.Next != nil {
+		wk.next = wk.prepare(b.Next)
 	}
-	for _, f := range inflight {
-		if err := f.push.Wait(ctx); err != nil {
-			return 0, 0, err
-		}
+	grad, loss := wk.gradient(cur)
+	wk.loss += loss
+	wk.n += len(b.Rows)
+	push := wk.tbl.Push(cur.keys, grad)
+	if wk.clocked {
+		wk.c.Tick()
 	}
-	if wk.audit != nil {
-		if err := wk.audit.collect(ctx, true); err != nil {
-			return 0, 0, err
-		}
-	}
-	if reporting {
-		if err := <-reported; err != nil {
-			return 0, 0, err
-		}
-	}
-	if c.Draining() && off < size {
-		if err := l.Progress(ctx, off); err != nil {
-			return 0, 0, err
-		}
-		return loss, n, ps.ErrDrained
-	}
-	return loss, n, l.Complete(ctx, size)
+	return push, nil
 }
 
-func isDone(f *ps.Future) bool {
-	select {
-	case <-f.Done():
-		return true
-	default:
-		return false
-	}
+// sameRows reports whether a and b are the same minibatch: the same
+// stretch of one lease's order.
+func sameRows(a, b []int) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 // gradient returns the minibatch's mean log-loss gradient on cur's keys and

@@ -16,7 +16,8 @@ import (
 // Config configures a training run.
 type Config struct {
 	Train, Test string
-	Epochs      int
+	// Passes is the number of passes over the training data.
+	Passes int
 	// Rank is the number of latent factors.
 	Rank int
 	// Batch is the number of ratings in one worker's minibatch.
@@ -25,17 +26,18 @@ type Config struct {
 	L2          float32
 	Consistency table.Consistency
 	Seed        uint64
-	Progress    func(EpochStats)
+	// Progress, when set, is called by rank 0 after every pass.
+	Progress func(PassStats)
 }
 
 // DefaultConfig is the configuration `terrace train --app mf` starts from.
 func DefaultConfig() Config {
-	return Config{Epochs: 30, Rank: 64, Batch: 64, LR: 0.01, L2: 0.08, Consistency: table.Consistency{Model: table.SSP, Staleness: 2}, Seed: 1}
+	return Config{Passes: 30, Rank: 64, Batch: 64, LR: 0.01, L2: 0.08, Consistency: table.Consistency{Model: table.SSP, Staleness: 2}, Seed: 1}
 }
 
-// EpochStats is rank 0's view after one epoch.
-type EpochStats struct {
-	Epoch     int     `json:"epoch"`
+// PassStats is rank 0's view after one pass.
+type PassStats struct {
+	Pass      int     `json:"pass"`
 	Seconds   float64 `json:"seconds"`
 	TrainRMSE float64 `json:"train_rmse"`
 	TestRMSE  float64 `json:"test_rmse"`
@@ -43,17 +45,17 @@ type EpochStats struct {
 
 // Report is one worker's result; the test metric is rank 0's.
 type Report struct {
-	App               string       `json:"app"`
-	Rank              int          `json:"rank"`
-	Examples          int64        `json:"examples"`
-	Seconds           float64      `json:"seconds"`
-	ExamplesPerSecond float64      `json:"examples_per_second"`
-	TestRMSE          float64      `json:"test_rmse,omitempty"`
-	Refused           int64        `json:"refused_non_finite"`
-	Epochs            []EpochStats `json:"epochs,omitempty"`
+	App               string      `json:"app"`
+	Rank              int         `json:"rank"`
+	Examples          int64       `json:"examples"`
+	Seconds           float64     `json:"seconds"`
+	ExamplesPerSecond float64     `json:"examples_per_second"`
+	TestRMSE          float64     `json:"test_rmse,omitempty"`
+	Refused           int64       `json:"refused_non_finite"`
+	Passes            []PassStats `json:"passes,omitempty"`
 }
 
-// progressEvery is how many minibatches pass between progress reports: what
+// progressEvery is how many minibatches pass between progress records: what
 // a dead worker's successor repeats at most.
 const progressEvery = 16
 
@@ -62,7 +64,7 @@ func userKey(u uint32) uint64 { return uint64(u) << 1 }
 func itemKey(i uint32) uint64 { return uint64(i)<<1 | 1 }
 
 // Run trains on this worker's partitions of cfg.Train and, on rank 0,
-// evaluates on cfg.Test after every epoch.
+// evaluates on cfg.Test after every pass.
 func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 	train, err := data.ReadRatings(cfg.Train)
 	if err != nil {
@@ -85,52 +87,29 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("mf: %w", err)
 	}
 	parts := data.Partition(train.Len(), c.Layout().Partitions)
-	m := &model{train: train, factors: factors, bias: bias, k: cfg.Rank, mu: float32(train.Mean())}
+	m := &model{c: c, train: train, factors: factors, bias: bias, k: cfg.Rank, mu: float32(train.Mean())}
 	rep := &Report{App: "mf", Rank: c.Rank()}
 	start := time.Now()
-	for e := range cfg.Epochs {
-		epochStart := time.Now()
-		var sq float64
-		n := 0
+	for pass := range cfg.Passes {
+		passStart := time.Now()
+		m.sq, m.n = 0, 0
 		// Partitions are leased: a dead worker's partition is finished by
 		// another from where it got to, and the loop returns when every
-		// partition of the epoch is trained, which is the epoch's barrier.
-		err := c.EachPartition(ctx, e, func(ctx context.Context, l *ps.Lease) error {
-			order := parts[l.Partition].Order(cfg.Seed, e)
-			for off, b := l.Offset, 0; off < len(order); b++ {
-				end := min(off+cfg.Batch, len(order))
-				sqb, err := m.step(ctx, order[off:end])
-				if err != nil {
-					return err
-				}
-				sq += sqb
-				n += end - off
-				off = end
-				c.Tick()
-				if c.Draining() {
-					if err := l.Progress(ctx, off); err != nil {
-						return err
-					}
-					return ps.ErrDrained
-				}
-				if b%progressEvery == progressEvery-1 && off < len(order) {
-					if err := l.Progress(ctx, off); err != nil {
-						return err
-					}
-				}
-			}
-			return l.Complete(ctx, len(order))
+		// partition of the pass is trained, which is the pass's barrier.
+		err := c.EachPartition(ctx, pass, ps.Loop{
+			Order: func(pass, p int) []int { return parts[p].Order(cfg.Seed, pass) },
+			Batch: cfg.Batch, ProgressEvery: progressEvery, Step: m.loopStep,
 		})
 		if err != nil {
-			return nil, fmt.Errorf("mf: epoch %d: %w", e+1, err)
+			return nil, fmt.Errorf("mf: pass %d: %w", pass+1, err)
 		}
-		rep.Examples += int64(n)
+		rep.Examples += int64(m.n)
 		if test != nil {
-			st := EpochStats{Epoch: e + 1, Seconds: time.Since(epochStart).Seconds(), TrainRMSE: math.Sqrt(sq / float64(max(n, 1)))}
+			st := PassStats{Pass: pass + 1, Seconds: time.Since(passStart).Seconds(), TrainRMSE: math.Sqrt(m.sq / float64(max(m.n, 1)))}
 			if st.TestRMSE, err = m.evaluate(ctx, test); err != nil {
 				return nil, err
 			}
-			rep.Epochs = append(rep.Epochs, st)
+			rep.Passes = append(rep.Passes, st)
 			if cfg.Progress != nil {
 				cfg.Progress(st)
 			}
@@ -139,8 +118,8 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 	rep.Seconds = time.Since(start).Seconds()
 	rep.ExamplesPerSecond = float64(rep.Examples) / rep.Seconds
 	rep.Refused = factors.Refused() + bias.Refused()
-	if n := len(rep.Epochs); n > 0 {
-		rep.TestRMSE = rep.Epochs[n-1].TestRMSE
+	if n := len(rep.Passes); n > 0 {
+		rep.TestRMSE = rep.Passes[n-1].TestRMSE
 	}
 	if err := c.Finish().Wait(ctx); err != nil {
 		return nil, err
@@ -149,11 +128,29 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 }
 
 type model struct {
+	c             *ps.Client
 	train         *data.Ratings
 	factors, bias *ps.Table
 	k             int
 	mu            float32
 	pos           map[uint64]int
+	// sq and n sum the squared training error and the examples of the
+	// pass.
+	sq float64
+	n  int
+}
+
+// loopStep is the partition loop's Step: one minibatch, whose pushes it
+// waits for itself.
+func (m *model) loopStep(ctx context.Context, b ps.Batch) (*ps.Future, error) {
+	sq, err := m.step(ctx, b.Rows)
+	if err != nil {
+		return nil, err
+	}
+	m.sq += sq
+	m.n += len(b.Rows)
+	m.c.Tick()
+	return nil, nil
 }
 
 func ratingKeys(r *data.Ratings, rows []int) []uint64 {

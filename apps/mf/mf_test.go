@@ -15,7 +15,7 @@ import (
 // (k = 2) and two workers and checks the test RMSE target of 0.94.
 func TestMovieLensRMSE(t *testing.T) {
 	if testing.Short() {
-		t.Skip("trains 30 epochs")
+		t.Skip("trains 30 passes")
 	}
 	train, ok := data.SharedPath("ratings/ml-100k/u1.base")
 	test, ok2 := data.SharedPath("ratings/ml-100k/u1.test")

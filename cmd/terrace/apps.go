@@ -12,6 +12,7 @@ import (
 	"github.com/terrace-ml/terrace/apps/lda"
 	"github.com/terrace-ml/terrace/apps/lr"
 	"github.com/terrace-ml/terrace/apps/mf"
+	"github.com/terrace-ml/terrace/data"
 	"github.com/terrace-ml/terrace/internal/process/node"
 	"github.com/terrace-ml/terrace/ps"
 	"github.com/terrace-ml/terrace/table"
@@ -21,7 +22,7 @@ import (
 // and worker share them.
 type appFlags struct {
 	app, train, test, vocab, consistency, encoding string
-	epochs, batch, rank, topics                    int
+	passes, batch, rank, topics                    int
 	lr, l1, l2, significance, alpha, beta          float64
 	seed                                           uint64
 	fs                                             *pflag.FlagSet
@@ -45,7 +46,8 @@ func (a *appFlags) register(fs *pflag.FlagSet) {
 	fs.Float64Var(&a.beta, "beta", 0.01, "lda: Dirichlet prior of the topics' word distributions")
 	fs.StringVar(&a.consistency, "consistency", "ssp:2", "consistency model: bsp, ssp:S or asp")
 	fs.StringVar(&a.encoding, "encoding", "raw", "push encoding: raw, sparse, fp16 or int8 (the last two are lossy)")
-	fs.IntVar(&a.epochs, "epochs", 0, "passes over the training data (app default if 0: lr 10, mf 30, lda 30, the first of which assigns random topics)")
+	fs.IntVar(&a.passes, "passes", 0, "passes over the training data (app default if 0: lr 10, mf 30, lda 30, the first of which assigns random topics); --epochs is another name for it")
+	fs.SetNormalizeFunc(passesAlias)
 	fs.IntVar(&a.batch, "batch", 0, "examples per worker minibatch (app default if 0: lr 100, mf 64, lda 64 documents)")
 	fs.IntVar(&a.rank, "factors", 64, "mf: number of latent factors")
 	fs.Float64Var(&a.lr, "lr", 0.1, "learning rate (lr: FTRL alpha; mf: SGD step, default 0.01 there)")
@@ -55,7 +57,16 @@ func (a *appFlags) register(fs *pflag.FlagSet) {
 	fs.Uint64Var(&a.seed, "seed", 1, "random seed (shuffling, initialisation)")
 }
 
-// job builds the worker job; progress, when set, gets rank 0's epoch lines.
+// passesAlias makes --epochs another name for --passes: a training pass
+// is a pass, but users know the flag by the old name.
+func passesAlias(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+	if name == "epochs" {
+		name = "passes"
+	}
+	return pflag.NormalizedName(name)
+}
+
+// job builds the worker job; progress, when set, gets rank 0's pass lines.
 func (a *appFlags) job(progress io.Writer) (node.Job, error) {
 	cons, err := table.ParseConsistency(a.consistency)
 	if err != nil {
@@ -78,7 +89,7 @@ func (a *appFlags) job(progress io.Writer) (node.Job, error) {
 			return nil, err
 		}
 		cfg.Consistency, cfg.Seed, cfg.Rank = cons, a.seed, a.rank
-		setInt(&cfg.Epochs, a.epochs)
+		setInt(&cfg.Passes, a.passes)
 		setInt(&cfg.Batch, a.batch)
 		if a.fs.Changed("lr") {
 			cfg.LR = float32(a.lr)
@@ -87,8 +98,8 @@ func (a *appFlags) job(progress io.Writer) (node.Job, error) {
 			cfg.L2 = float32(a.l2)
 		}
 		if progress != nil {
-			cfg.Progress = func(s mf.EpochStats) {
-				fmt.Fprintf(progress, "epoch %2d/%d  %6.2fs  train RMSE %.4f  test RMSE %.4f\n", s.Epoch, cfg.Epochs, s.Seconds, s.TrainRMSE, s.TestRMSE)
+			cfg.Progress = func(s mf.PassStats) {
+				fmt.Fprintf(progress, "pass %2d/%d  %6.2fs  train RMSE %.4f  test RMSE %.4f\n", s.Pass, cfg.Passes, s.Seconds, s.TrainRMSE, s.TestRMSE)
 			}
 		}
 		return func(ctx context.Context, c *ps.Client) (any, error) { return mf.Run(ctx, c, cfg) }, nil
@@ -144,13 +155,13 @@ func (a *appFlags) lrConfig(progress io.Writer) (lr.Config, error) {
 	}
 	cfg.Consistency, cfg.Encoding, cfg.Seed = cons, table.Encoding(a.encoding), a.seed
 	cfg.Significance = float32(a.significance)
-	setInt(&cfg.Epochs, a.epochs)
+	setInt(&cfg.Passes, a.passes)
 	setInt(&cfg.Batch, a.batch)
 	cfg.Rule.LR, cfg.Rule.L1, cfg.Rule.L2 = float32(a.lr), float32(a.l1), float32(a.l2)
 	if progress != nil {
-		cfg.Progress = func(s lr.EpochStats) {
-			fmt.Fprintf(progress, "epoch %2d/%d  %6.2fs  train logloss %.4f  test accuracy %.4f  logloss %.4f  AUC %.4f\n",
-				s.Epoch, cfg.Epochs, s.Seconds, s.TrainLogLoss, s.TestAccuracy, s.TestLogLoss, s.TestAUC)
+		cfg.Progress = func(s lr.PassStats) {
+			fmt.Fprintf(progress, "pass %2d/%d  %6.2fs  train logloss %.4f  test accuracy %.4f  logloss %.4f  AUC %.4f\n",
+				s.Pass, cfg.Passes, s.Seconds, s.TrainLogLoss, s.TestAccuracy, s.TestLogLoss, s.TestAUC)
 		}
 	}
 	return cfg, nil
@@ -178,15 +189,15 @@ func (a *appFlags) ldaConfig(progress io.Writer) (lda.Config, error) {
 		return lda.Config{}, err
 	}
 	cfg.Consistency, cfg.Seed, cfg.Topics, cfg.Alpha, cfg.Beta = cons, a.seed, a.topics, a.alpha, a.beta
-	setInt(&cfg.Epochs, a.epochs)
+	setInt(&cfg.Passes, a.passes)
 	setInt(&cfg.Batch, a.batch)
 	if err := cfg.Check(); err != nil {
 		return lda.Config{}, err
 	}
 	if progress != nil {
-		cfg.Progress = func(s lda.EpochStats) {
-			fmt.Fprintf(progress, "epoch %2d/%d  %6.2fs  train log-likelihood/token %.4f  held-out perplexity %.1f\n",
-				s.Epoch, cfg.Epochs, s.Seconds, s.LogLikelihood, s.TestPerplexity)
+		cfg.Progress = func(s lda.PassStats) {
+			fmt.Fprintf(progress, "pass %2d/%d  %6.2fs  train log-likelihood/token %.4f  held-out perplexity %.1f\n",
+				s.Pass, cfg.Passes, s.Seconds, s.LogLikelihood, s.TestPerplexity)
 		}
 	}
 	return cfg, nil
@@ -200,4 +211,36 @@ func printTopics(w io.Writer, topics []lda.Topic) {
 	for i, t := range topics[:min(shownTopics, len(topics))] {
 		fmt.Fprintf(w, "topic %d (%d tokens): %s\n", i+1, t.Tokens, strings.Join(t.Words, " "))
 	}
+}
+
+// auditSize returns, for the drill's accounting, how many rows the app's
+// partition loop numbers (0 to rows-1) and how many passes it trains.
+func (a *appFlags) auditSize() (rows, passes int, err error) {
+	switch a.app {
+	case "lr":
+		train, err := data.ReadLIBSVM(or(a.train, defaultTrain))
+		if err != nil {
+			return 0, 0, err
+		}
+		rows, passes = train.Len(), lr.DefaultConfig().Passes
+	case "mf":
+		train, err := data.ReadRatings(a.train)
+		if err != nil {
+			return 0, 0, err
+		}
+		rows, passes = train.Len(), mf.DefaultConfig().Passes
+	case "lda":
+		cfg, err := a.ldaConfig(nil)
+		if err != nil {
+			return 0, 0, err
+		}
+		if rows, err = lda.Rows(cfg); err != nil {
+			return 0, 0, err
+		}
+		passes = cfg.Passes
+	default:
+		return 0, 0, fmt.Errorf("unknown --app %q: want lr, mf or lda", a.app)
+	}
+	setInt(&passes, a.passes)
+	return rows, passes, nil
 }

@@ -68,7 +68,7 @@ func TestCoordinatorFailover(t *testing.T) {
 	workers := make([]*exec.Cmd, 2)
 	wouts := make([]*lineWatcher, 2)
 	for i := range 2 {
-		w := &lineWatcher{want: "epoch  3/", seen: make(chan struct{})}
+		w := &lineWatcher{want: "pass  3/", seen: make(chan struct{})}
 		cmd := exec.CommandContext(ctx, terrace(t), "worker", "--coordinator", all, "--id", fmt.Sprintf("w%d", i),
 			"--train", repoFile("datasets/a9a/a9a.gz"), "--test", repoFile("datasets/a9a/a9a.t.gz"), "--epochs", "40", "--log-level", "warn",
 			"--report", filepath.Join(dir, fmt.Sprintf("w%d.json", i)))

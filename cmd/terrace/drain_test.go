@@ -73,7 +73,7 @@ func TestWorkerDrainsOnSIGTERM(t *testing.T) {
 	var cmds []*exec.Cmd
 	var outs []*lineWatcher
 	for i := range 2 {
-		w := &lineWatcher{want: "epoch  1/", seen: make(chan struct{})}
+		w := &lineWatcher{want: "pass  1/", seen: make(chan struct{})}
 		cmd := exec.CommandContext(ctx, terrace(t), "worker", "--coordinator", addr, "--id", fmt.Sprintf("w%d", i),
 			"--app", "mf", "--train", trainPath, "--test", testPath, "--epochs", "4", "--log-level", "warn",
 			"--report", filepath.Join(dir, fmt.Sprintf("w%d.json", i)))
@@ -83,7 +83,7 @@ func TestWorkerDrainsOnSIGTERM(t *testing.T) {
 		}
 		cmds, outs = append(cmds, cmd), append(outs, w)
 	}
-	// Rank 0 prints the epoch lines; drain the other one after the first.
+	// Rank 0 prints the pass lines; drain the other one after the first.
 	var rank0 int
 	select {
 	case <-outs[0].seen:
@@ -91,7 +91,7 @@ func TestWorkerDrainsOnSIGTERM(t *testing.T) {
 	case <-outs[1].seen:
 		rank0 = 1
 	case <-ctx.Done():
-		t.Fatal("no epoch finished")
+		t.Fatal("no pass finished")
 	}
 	other := 1 - rank0
 	if err := cmds[other].Process.Signal(syscall.SIGTERM); err != nil {

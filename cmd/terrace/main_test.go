@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/terrace-ml/terrace/data"
 )
 
 var (
@@ -152,7 +154,7 @@ func TestTrainReport(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if !bytes.Contains(out, []byte("epoch  3/3")) {
+	if !bytes.Contains(out, []byte("pass  3/3")) {
 		t.Errorf("no progress lines in\n%s", out)
 	}
 	var rep map[string]any
@@ -169,7 +171,7 @@ func TestTrainReport(t *testing.T) {
 		t.Errorf("app %v", rep["app"])
 	}
 	cfg, _ := rep["config"].(map[string]any)
-	if cfg["consistency"] != "bsp" || cfg["epochs"] != "3" {
+	if cfg["consistency"] != "bsp" || cfg["passes"] != "3" {
 		t.Errorf("config %v", cfg)
 	}
 }
@@ -238,6 +240,7 @@ type drillReport struct {
 	AckedExampleUpdatesLost *int64   `json:"acked_example_updates_lost"`
 	ExamplesRepeated        *int64   `json:"examples_repeated"`
 	ExamplesSkipped         *int64   `json:"examples_skipped"`
+	ExamplesAudited         *int64   `json:"examples_audited"`
 	Notes                   []string `json:"notes"`
 }
 
@@ -404,7 +407,6 @@ func TestDrillFlags(t *testing.T) {
 		{[]string{"--coordinators", "0"}, "need at least one"},
 		{[]string{"--processes", "--kill", "server@1s,srv@2s"}, `--kill item 2 "srv@2s": unknown role "srv"`},
 		{[]string{"--processes", "--evict", "worker@3"}, `--evict item 1 "worker@3"`},
-		{[]string{"--app", "mf", "--audit"}, "--audit: only --app lr"},
 	} {
 		out, err := exec.Command(terrace(t), append([]string{"train"}, tc.args...)...).CombinedOutput()
 		if err == nil || !bytes.Contains(out, []byte(tc.want)) {
@@ -413,28 +415,43 @@ func TestDrillFlags(t *testing.T) {
 	}
 }
 
-// TestTrainAudit runs the audit in one process: nothing fails, so nothing
-// is lost, repeated or skipped.
+// TestTrainAudit runs the audit in one process for each app: the audit
+// is the partition loop's, not an app's, and nothing fails, so nothing is
+// lost, repeated or skipped.
 func TestTrainAudit(t *testing.T) {
-	dir := t.TempDir()
-	report := filepath.Join(dir, "r.json")
-	out, err := exec.Command(terrace(t), "train", "--audit", "--train", repoFile("datasets/a9a/a9a.gz"), "--test", repoFile("datasets/a9a/a9a.t.gz"),
-		"--epochs", "2", "--report", report).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%v\n%s", err, out)
+	apps := map[string][]string{
+		"lr":  {"--train", repoFile("datasets/a9a/a9a.gz"), "--test", repoFile("datasets/a9a/a9a.t.gz")},
+		"lda": {"--train", repoFile("datasets/kos/doc_word_count.tsv.gz"), "--topics", "5"},
 	}
-	var rep drillReport
-	b, _ := os.ReadFile(report)
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatalf("report: %v\n%s", err, b)
+	if train, ok := data.SharedPath("ratings/ml-100k/u1.base"); ok {
+		test, _ := data.SharedPath("ratings/ml-100k/u1.test")
+		apps["mf"] = []string{"--train", train, "--test", test}
 	}
-	for name, v := range map[string]*int64{"acked_updates_lost": rep.AckedUpdatesLost, "acked_example_updates_lost": rep.AckedExampleUpdatesLost,
-		"examples_repeated": rep.ExamplesRepeated, "examples_skipped": rep.ExamplesSkipped, "acked_updates_duplicated": rep.AckedUpdatesDuplicated} {
-		if v == nil || *v != 0 {
-			t.Errorf("%s %v, want 0", name, ptr(v))
-		}
-	}
-	if rep.MaxStallSeconds == nil || len(rep.Faults) != 0 {
-		t.Errorf("max_stall_seconds %v, faults %v", ptr(rep.MaxStallSeconds), rep.Faults)
+	for app, args := range apps {
+		t.Run(app, func(t *testing.T) {
+			report := filepath.Join(t.TempDir(), "r.json")
+			args := append([]string{"train", "--audit", "--app", app, "--passes", "2", "--report", report}, args...)
+			out, err := exec.Command(terrace(t), args...).CombinedOutput()
+			if err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			var rep drillReport
+			b, _ := os.ReadFile(report)
+			if err := json.Unmarshal(b, &rep); err != nil {
+				t.Fatalf("report: %v\n%s", err, b)
+			}
+			for name, v := range map[string]*int64{"acked_updates_lost": rep.AckedUpdatesLost, "acked_example_updates_lost": rep.AckedExampleUpdatesLost,
+				"examples_repeated": rep.ExamplesRepeated, "examples_skipped": rep.ExamplesSkipped, "acked_updates_duplicated": rep.AckedUpdatesDuplicated} {
+				if v == nil || *v != 0 {
+					t.Errorf("%s %v, want 0", name, ptr(v))
+				}
+			}
+			if rep.ExamplesAudited == nil || *rep.ExamplesAudited == 0 {
+				t.Errorf("examples_audited %v: nothing audited", ptr(rep.ExamplesAudited))
+			}
+			if rep.MaxStallSeconds == nil || len(rep.Faults) != 0 {
+				t.Errorf("max_stall_seconds %v, faults %v", ptr(rep.MaxStallSeconds), rep.Faults)
+			}
+		})
 	}
 }

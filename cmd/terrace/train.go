@@ -58,14 +58,14 @@ func (d *drillFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&d.coordinators, "coordinators", 1, "coordinator replicas; more than one form their own etcd cluster and fail over for each other")
 	fs.StringVar(&d.kill, "kill", "", "with --processes: SIGKILL a random live node of a role at times after training starts, e.g. server@2s,worker@4s,coordinator@6s")
 	fs.StringVar(&d.evict, "evict", "", "with --processes: give a random live node of a role eviction notice (its endpoint, or SIGTERM), e.g. worker@3s")
-	fs.BoolVar(&d.audit, "audit", false, "lr: count acknowledged updates and trained examples in audit tables and report acked_updates_lost, examples_repeated, examples_skipped, max_stall_seconds")
+	fs.BoolVar(&d.audit, "audit", false, "count acknowledged updates and trained examples in audit tables and report acked_updates_lost, examples_repeated, examples_skipped, max_stall_seconds")
 	fs.IntVar(&d.auditEvery, "audit-every", drill.DefaultAuditEvery, "with --processes: acknowledged pushes a worker holds before appending them to its audit log")
 	fs.DurationVar(&d.timeout, "timeout", 10*time.Minute, "with --processes: stop every node and fail after this long (0: no limit)")
 	fs.DurationVar(&d.failAfter, "failure-timeout", coord.DefaultFailureTimeout, "declare a node dead after this long without a heartbeat or an answer to pings")
 }
 
 // check refuses combinations that cannot run.
-func (d *drillFlags) check(app string) (drill.Schedule, error) {
+func (d *drillFlags) check() (drill.Schedule, error) {
 	if d.coordinators < 1 {
 		return nil, fmt.Errorf("--coordinators %d: need at least one", d.coordinators)
 	}
@@ -78,9 +78,6 @@ func (d *drillFlags) check(app string) (drill.Schedule, error) {
 	}
 	if !d.processes && d.runDir != "" {
 		return nil, errors.New("--run-dir needs --processes")
-	}
-	if d.audit && app != "lr" {
-		return nil, fmt.Errorf("--audit: only --app lr keeps audit tables, not %s", app)
 	}
 	return sched, nil
 }
@@ -95,7 +92,7 @@ func trainCmd() *cobra.Command {
 		Use:   "train",
 		Short: "Train an application on a local cluster (coordinator, servers, workers) that this command starts",
 		Long: `Train starts a coordinator, --servers servers and --workers workers on loopback TCP
-in this process, trains --app on --train, evaluates on --test after every epoch,
+in this process, trains --app on --train, evaluates on --test after every pass,
 prints progress and a summary, and writes a JSON report to --report.
 
 With --processes every node is a process of its own, and --kill and --evict
@@ -108,25 +105,21 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			out := cmd.OutOrStdout()
-			sched, err := d.check(a.app)
+			sched, err := d.check()
 			if err != nil {
 				return err
 			}
 			if d.processes {
 				return trainProcesses(ctx, cmd, a, d, sched, servers, workers, partitions, replication, logLevel, reportPath)
 			}
+			job, err := a.job(out)
+			if err != nil {
+				return err
+			}
 			var timeline *drill.Timeline
-			var job node.Job
 			if d.audit {
 				timeline = &drill.Timeline{}
-				cfg, err := a.lrConfig(out)
-				if err != nil {
-					return err
-				}
-				cfg.Audit, cfg.OnAuditAck = true, timeline.Record
-				job = func(ctx context.Context, c *ps.Client) (any, error) { return lr.Run(ctx, c, cfg) }
-			} else if job, err = a.job(out); err != nil {
-				return err
+				job = audited(job, timeline.Record)
 			}
 			log := newLogger(logLevel)
 			fmt.Fprintf(out, "terrace: training %s on %d server(s) and %d worker(s), consistency %s\n", a.app, servers, workers, a.consistency)
@@ -177,8 +170,8 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 	fs.IntVar(&partitions, "partitions", 0, "data partitions (4 per worker if 0)")
 	fs.IntVar(&replication, "replication", 2, "servers holding each key slot (k); a push is acknowledged once all k have it")
 	fs.StringVar(&checkpointDir, "checkpoint-dir", "", "directory for durable cluster checkpoints")
-	fs.IntVar(&checkpointEvery, "checkpoint-every", 0, "take a checkpoint after every N epochs (0: never)")
-	fs.StringVar(&resumeDir, "resume", "", "continue from the newest committed checkpoint in this directory (epochs already done are skipped)")
+	fs.IntVar(&checkpointEvery, "checkpoint-every", 0, "take a checkpoint after every N passes (0: never)")
+	fs.StringVar(&resumeDir, "resume", "", "continue from the newest committed checkpoint in this directory (passes already done are skipped)")
 	fs.StringVar(&reportPath, "report", "", "write the JSON report to this file")
 	fs.StringVar(&logLevel, "log-level", "warn", "log level: debug, info, warn or error")
 	addConfigFlag(cmd)
@@ -278,15 +271,17 @@ func trainProcesses(ctx context.Context, cmd *cobra.Command, a appFlags, d drill
 		Coordinators: d.coordinators, Schedule: sched, Seed: a.seed, WorkerArgs: appArgs(cmd.Flags()),
 		LogLevel: logLevel, Out: out, FailureTimeout: d.failAfter,
 	}
+	rows, passes, err := a.auditSize()
+	if err != nil {
+		return err
+	}
+	cfg.Audit = &drill.Audit{Rows: rows, Passes: passes, Every: d.auditEvery}
 	if a.app == "lr" {
 		train, err := data.ReadLIBSVM(or(a.train, defaultTrain))
 		if err != nil {
 			return err
 		}
-		epochs := lr.DefaultConfig().Epochs
-		setInt(&epochs, a.epochs)
-		cfg.Audit = &drill.Audit{Rows: train.Len(), Epochs: epochs, Every: d.auditEvery}
-		cfg.Evaluate = evaluator(train, or(a.test, defaultTest))
+		cfg.Evaluate, cfg.EvaluateTables = evaluator(train, or(a.test, defaultTest)), []string{lr.TableName}
 	}
 	if d.timeout > 0 {
 		var cancel context.CancelFunc
@@ -362,14 +357,26 @@ func evaluator(train *data.Sparse, testPath string) func(context.Context, *ps.Cl
 	}
 }
 
+// audited runs job with the drill's audit on its worker (drill.StartAudit),
+// onAck seeing each acknowledged audit push.
+func audited(job node.Job, onAck func(rank int, acked int64, at time.Time) error) node.Job {
+	return func(ctx context.Context, c *ps.Client) (any, error) {
+		a, err := drill.StartAudit(ctx, c, onAck)
+		if err != nil {
+			return nil, err
+		}
+		rep, err := job(ctx, c)
+		a.Close()
+		return rep, err
+	}
+}
+
 // accountLocal reads the audit tables of an in-process run.
 func accountLocal(ctx context.Context, a appFlags, t *drill.Timeline, coordAddr string, workers int, reps map[int]json.RawMessage) (*drill.Report, error) {
-	train, err := data.ReadLIBSVM(or(a.train, defaultTrain))
+	rows, passes, err := a.auditSize()
 	if err != nil {
 		return nil, err
 	}
-	epochs := lr.DefaultConfig().Epochs
-	setInt(&epochs, a.epochs)
 	c, err := ps.Dial(ctx, coordAddr, ps.Options{Rank: -1, NodeID: "audit"})
 	if err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
@@ -379,7 +386,7 @@ func accountLocal(ctx context.Context, a appFlags, t *drill.Timeline, coordAddr 
 	for r := range reps {
 		finished[r] = true
 	}
-	rep, err := t.Account(ctx, c, workers, drill.Audit{Rows: train.Len(), Epochs: epochs}, finished)
+	rep, err := t.Account(ctx, c, workers, drill.Audit{Rows: rows, Passes: passes}, finished)
 	if err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
@@ -387,7 +394,7 @@ func accountLocal(ctx context.Context, a appFlags, t *drill.Timeline, coordAddr 
 }
 
 // drillWorkerCmd is the worker that `train --processes` starts: `terrace
-// worker` (eviction notices and SIGTERM drain it) with the lr audit on and
+// worker` (eviction notices and SIGTERM drain it) with the audit on and
 // its log, printing the lines the drill reads (drill.MarkerRank,
 // drill.MarkerFirstAck), and writing its report even when the coordinator
 // is gone by the time it finishes.
@@ -402,16 +409,14 @@ func drillWorkerCmd() *cobra.Command {
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := cmd.OutOrStdout()
+			inner, err := w.a.job(out)
+			if err != nil {
+				return err
+			}
 			var audit *drill.AuditLog
-			var inner node.Job
-			if w.a.app == "lr" && auditPath != "" {
-				lcfg, err := w.a.lrConfig(out)
-				if err != nil {
-					return err
-				}
+			if auditPath != "" {
 				audit = drill.NewAuditLog(auditPath, auditEvery)
-				lcfg.Audit = true
-				lcfg.OnAuditAck = func(rank int, acked int64, at time.Time) error {
+				inner = audited(inner, func(rank int, acked int64, at time.Time) error {
 					if err := audit.Record(rank, acked, at); err != nil {
 						return err
 					}
@@ -419,15 +424,11 @@ func drillWorkerCmd() *cobra.Command {
 						fmt.Fprintln(out, drill.MarkerFirstAck)
 					}
 					return nil
-				}
-				inner = func(ctx context.Context, c *ps.Client) (any, error) { return lr.Run(ctx, c, lcfg) }
+				})
 			} else {
-				job, err := w.a.job(out)
-				if err != nil {
-					return err
-				}
 				// Without the audit nothing sees acknowledgements: the
 				// drill's clock starts when the first worker starts its job.
+				job := inner
 				inner = func(ctx context.Context, c *ps.Client) (any, error) {
 					fmt.Fprintln(out, drill.MarkerFirstAck)
 					return job(ctx, c)
@@ -449,7 +450,7 @@ func drillWorkerCmd() *cobra.Command {
 	}
 	fs := cmd.Flags()
 	w.register(fs)
-	fs.StringVar(&auditPath, "audit-log", "", "lr: turn the audit on and append acknowledged audit pushes to this file")
+	fs.StringVar(&auditPath, "audit-log", "", "turn the audit on and append acknowledged audit pushes to this file")
 	fs.IntVar(&auditEvery, "audit-every", drill.DefaultAuditEvery, "acknowledged pushes held before appending them to --audit-log")
 	// Like `terrace worker`, and unlike train, SIGTERM drains (notices.go):
 	// this replaces the hook train passes on that would end the run.

@@ -185,7 +185,7 @@ func App(ctx context.Context, o AppOptions, progress io.Writer) (*AppReport, err
 func appConfig(o AppOptions) lr.Config {
 	cfg := lr.DefaultConfig()
 	cfg.Train, cfg.Test = o.Train, o.Test
-	cfg.Epochs, cfg.Batch = o.Epochs, o.Batch
+	cfg.Passes, cfg.Batch = o.Epochs, o.Batch
 	cfg.Consistency = table.Consistency{Model: table.ASP}
 	return cfg
 }
@@ -213,11 +213,11 @@ func runPS(ctx context.Context, cfg lr.Config, log *slog.Logger) (AppRun, int64,
 	if err != nil {
 		return AppRun{}, 0, fmt.Errorf("bench: lr through the parameter server: %w", err)
 	}
-	if len(rep.Epochs) != cfg.Epochs {
-		return AppRun{}, 0, fmt.Errorf("bench: lr reported %d epochs of %d", len(rep.Epochs), cfg.Epochs)
+	if len(rep.Passes) != cfg.Passes {
+		return AppRun{}, 0, fmt.Errorf("bench: lr reported %d passes of %d", len(rep.Passes), cfg.Passes)
 	}
 	run := AppRun{Side: "ps", Examples: rep.Examples, TestAUC: rep.TestAUC, TestLogLoss: rep.TestLogLoss}
-	for _, e := range rep.Epochs {
+	for _, e := range rep.Passes {
 		run.Seconds += e.Seconds
 	}
 	run.ExamplesPerSecond = float64(run.Examples) / run.Seconds

@@ -54,7 +54,7 @@ func newLocalLR(train *data.Sparse, nkeys uint64, rule table.Rule) (*localLR, er
 	return m, nil
 }
 
-// runLocal trains cfg.Epochs epochs as lr.Run does with one worker that
+// runLocal trains cfg.Passes epochs as lr.Run does with one worker that
 // owns every row, timing the epochs only, and scores the test set.
 func runLocal(train, test *data.Sparse, cfg lr.Config) (AppRun, error) {
 	nkeys := max(featureKey(train.NumFeatures), featureKey(test.NumFeatures))
@@ -68,7 +68,7 @@ func runLocal(train, test *data.Sparse, cfg lr.Config) (AppRun, error) {
 	}
 	steps := (len(rows) + cfg.Batch - 1) / cfg.Batch
 	run := AppRun{Side: "local"}
-	for e := range cfg.Epochs {
+	for e := range cfg.Passes {
 		start := time.Now()
 		order := slices.Clone(rows)
 		// lr's seed for rank 0.

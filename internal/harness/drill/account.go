@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/terrace-ml/terrace/apps/lr"
 	"github.com/terrace-ml/terrace/ps"
 )
 
@@ -39,13 +38,13 @@ type Accounting struct {
 	// but not yet acknowledged, so it is left out.)
 	AckedUpdatesDuplicated int64
 	// ExamplesRepeated and ExamplesSkipped sum, over training rows, how
-	// many times more or fewer than epochs the row was trained.
+	// many times more or fewer than passes the row was trained.
 	ExamplesRepeated, ExamplesSkipped int64
 	// ExamplesAudited is how many example trainings the table counted.
 	ExamplesAudited int64
-	// RowsSkipped is how many rows were trained fewer than epochs times.
+	// RowsSkipped is how many rows were trained fewer than passes times.
 	RowsSkipped int64
-	// Off lists the first maxOff rows trained other than epochs times.
+	// Off lists the first maxOff rows trained other than passes times.
 	Off []RowCount
 }
 
@@ -59,8 +58,8 @@ const maxOff = 64
 
 // Account compares the workers' logged counts with the audit table's
 // counters (perWorker, by rank) and the trained table's counts (perRow)
-// with epochs. It fills each worker's ServerCount and Lost.
-func Account(workers []WorkerAudit, perWorker, perRow []float32, epochs int) Accounting {
+// with passes. It fills each worker's ServerCount and Lost.
+func Account(workers []WorkerAudit, perWorker, perRow []float32, passes int) Accounting {
 	var a Accounting
 	for i := range workers {
 		w := &workers[i]
@@ -73,10 +72,10 @@ func Account(workers []WorkerAudit, perWorker, perRow []float32, epochs int) Acc
 			a.AckedUpdatesDuplicated += max(0, w.ServerCount-w.AckedLogged)
 		}
 	}
-	e := int64(epochs)
+	e := int64(passes)
 	for row, v := range perRow {
 		n := int64(v)
-		if n != int64(epochs) && len(a.Off) < maxOff {
+		if n != e && len(a.Off) < maxOff {
 			a.Off = append(a.Off, RowCount{row, n})
 		}
 		a.ExamplesAudited += n
@@ -110,8 +109,8 @@ func MaxStall(timelines ...[]int64) (gap time.Duration, began int64) {
 // fill sets the accounting fields of r from the workers' audits (their
 // Rank, AckedLogged and Finished set), their acknowledgement timelines and
 // the audit tables, for a run whose training started at started.
-func (r *Report) fill(audits []WorkerAudit, timelines [][]int64, perWorker, perRow []float32, epochs int, started time.Time) {
-	acc := Account(audits, perWorker, perRow, epochs)
+func (r *Report) fill(audits []WorkerAudit, timelines [][]int64, perWorker, perRow []float32, passes int, started time.Time) {
+	acc := Account(audits, perWorker, perRow, passes)
 	r.Audit = audits
 	r.AckedUpdatesLost = &acc.AckedUpdatesLost
 	r.AckedUpdatesDuplicated = &acc.AckedUpdatesDuplicated
@@ -137,12 +136,12 @@ func (r *Report) fill(audits []WorkerAudit, timelines [][]int64, perWorker, perR
 	}
 	switch {
 	case acc.ExamplesSkipped > 0 && allFinished:
-		r.note("%d example trainings are missing (%d rows trained fewer than %d times) though every worker finished: their acknowledged increments of the trained table were lost", acc.ExamplesSkipped, acc.RowsSkipped, epochs)
+		r.note("%d example trainings are missing (%d rows trained fewer than %d times) though every worker finished: their acknowledged increments of the trained table were lost", acc.ExamplesSkipped, acc.RowsSkipped, passes)
 	case acc.ExamplesSkipped > 0:
-		r.note("%d example trainings were skipped (%d rows trained fewer than %d times): a worker stopped and its partitions were not all trained by the others (increments lost on the servers would add to this)", acc.ExamplesSkipped, acc.RowsSkipped, epochs)
+		r.note("%d example trainings were skipped (%d rows trained fewer than %d times): a worker stopped and its partitions were not all trained by the others (increments lost on the servers would add to this)", acc.ExamplesSkipped, acc.RowsSkipped, passes)
 	}
 	if acc.ExamplesRepeated > 0 {
-		r.note("%d example trainings were repeated beyond %d epochs (a partition taken over from its last recorded offset repeats what its worker trained after that)", acc.ExamplesRepeated, epochs)
+		r.note("%d example trainings were repeated beyond %d passes (a partition taken over from its last recorded offset repeats what its worker trained after that)", acc.ExamplesRepeated, passes)
 	}
 }
 
@@ -155,7 +154,7 @@ type Timeline struct {
 	acked map[int]int64
 }
 
-// Record is an apps/lr Config.OnAuditAck.
+// Record is an onAck of StartAudit.
 func (t *Timeline) Record(rank int, acked int64, at time.Time) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -171,7 +170,7 @@ func (t *Timeline) Record(rank int, acked int64, at time.Time) error {
 // returns a report with the accounting fields set; finished says which
 // ranks trained to the end.
 func (t *Timeline) Account(ctx context.Context, c *ps.Client, workers int, a Audit, finished map[int]bool) (*Report, error) {
-	perWorker, perRow, err := lr.ReadAudit(ctx, c, workers, a.Rows)
+	perWorker, perRow, err := ReadAudit(ctx, c, workers, a.Rows)
 	if err != nil {
 		return nil, err
 	}
@@ -188,6 +187,6 @@ func (t *Timeline) Account(ctx context.Context, c *ps.Client, workers int, a Aud
 			started = time.Unix(0, ts[0])
 		}
 	}
-	r.fill(audits, timelines, perWorker, perRow, a.Epochs, started)
+	r.fill(audits, timelines, perWorker, perRow, a.Passes, started)
 	return r, nil
 }

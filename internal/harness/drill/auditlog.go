@@ -23,7 +23,7 @@ const DefaultAuditEvery = 16
 const auditHeader = "terrace-audit v1 rank="
 
 // AuditLog is a worker's append-only record of its acknowledged audit
-// pushes (apps/lr Config.Audit): one line per acknowledgement with the
+// pushes (StartAudit): one line per acknowledgement with the
 // running count and the time the worker saw it.
 //
 // Records are appended to the file every Every records (the first one at

@@ -17,7 +17,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/terrace-ml/terrace/apps/lr"
 	"github.com/terrace-ml/terrace/ps"
 )
 
@@ -47,17 +46,19 @@ const (
 
 	coordinatorMarker = "terrace coordinator listening on "
 	statsMarker       = "stats "
-	progressMarker    = "epoch "
+	progressMarker    = "pass "
 )
 
 // DefaultWorkerCommand is the subcommand of the binary that runs a drill
-// worker: `terrace worker` plus the audit log and the markers above.
+// worker: `terrace worker` plus the audit (audit.go), its log and the
+// markers above.
 var DefaultWorkerCommand = []string{"train", "drill-worker"}
 
-// Audit is what the drill needs to account for apps/lr's audit tables.
+// Audit is what the drill needs to account for the audit tables.
 type Audit struct {
-	// Rows is the number of training rows; Epochs the passes asked for.
-	Rows, Epochs int
+	// Rows is the number of training rows (the row numbers the partition
+	// loop hands out are 0 to Rows-1); Passes the passes asked for.
+	Rows, Passes int
 	// Every is how many acknowledged pushes a worker's audit log holds
 	// before appending them (DefaultAuditEvery if 0).
 	Every int
@@ -89,13 +90,16 @@ type Config struct {
 	// LogLevel is passed to servers and workers (warn if empty).
 	LogLevel string
 
-	// Audit turns on accounting with apps/lr's audit tables; nil for none.
+	// Audit turns on accounting with the audit tables; nil for none.
 	Audit *Audit
 	// Evaluate, when set, scores the final model through c if rank 0, which
-	// evaluates after every epoch, did not finish.
-	Evaluate func(ctx context.Context, c *ps.Client) (map[string]float64, error)
+	// evaluates after every pass, did not finish; EvaluateTables are the
+	// tables it reads, which the drill opens when training starts (the
+	// coordinator may be gone at the end).
+	Evaluate       func(ctx context.Context, c *ps.Client) (map[string]float64, error)
+	EvaluateTables []string
 
-	// Out receives progress: the run directory, rank 0's epoch lines, the
+	// Out receives progress: the run directory, rank 0's pass lines, the
 	// faults as they happen.
 	Out io.Writer
 	// StartTimeout bounds the wait for the coordinator and for the first
@@ -173,7 +177,7 @@ type Report struct {
 	// whose untrained partitions cannot be told from lost increments.
 	AckedExampleUpdatesLost *int64 `json:"acked_example_updates_lost"`
 	RowsSkipped             *int64 `json:"rows_skipped"`
-	// RowsOff lists the first rows trained other than epochs times, with
+	// RowsOff lists the first rows trained other than passes times, with
 	// their counts, to show where the loss or repetition lies.
 	RowsOff []RowCount `json:"rows_off,omitempty"`
 	// Audit is the accounting per worker.
@@ -438,7 +442,7 @@ func (d *drill) run(ctx context.Context) error {
 		d.account(ctx)
 	}
 	if cfg.Audit == nil {
-		d.rep.note("no audit (only --app lr keeps audit tables): training started when the first worker started its job, and the accounting fields are null")
+		d.rep.note("no audit: training started when the first worker started its job, and the accounting fields are null")
 	}
 	// The workers are gone: stop the rest, politely first.
 	d.sup.stopAll(3 * time.Second)
@@ -500,10 +504,10 @@ func (d *drill) connectObserver(ctx context.Context) {
 	}
 	names := []string{}
 	if d.cfg.Audit != nil {
-		names = append(names, lr.AuditTable, lr.TrainedTable)
+		names = append(names, AuditTable, TrainedTable)
 	}
 	if d.cfg.Evaluate != nil {
-		names = append(names, lr.TableName)
+		names = append(names, d.cfg.EvaluateTables...)
 	}
 	for _, n := range names {
 		if _, err := c.Table(cctx, n); err != nil {
@@ -539,7 +543,7 @@ func (d *drill) refreshObserver() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if _, _, err := lr.ReadAudit(ctx, d.observer, d.cfg.Workers, 0); err != nil {
+	if _, _, err := ReadAudit(ctx, d.observer, d.cfg.Workers, 0); err != nil {
 		d.log.Warn("refreshing the observer before the coordinator goes", "err", err)
 	}
 }
@@ -642,7 +646,7 @@ func (d *drill) account(ctx context.Context) {
 	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if d.cfg.Audit != nil {
-		perWorker, perRow, err := lr.ReadAudit(actx, d.observer, d.cfg.Workers, d.cfg.Audit.Rows)
+		perWorker, perRow, err := ReadAudit(actx, d.observer, d.cfg.Workers, d.cfg.Audit.Rows)
 		if err != nil {
 			d.rep.note("no accounting: reading the audit tables: %v", err)
 		} else {
@@ -678,7 +682,7 @@ func (d *drill) accountAudit(perWorker, perRow []float32) {
 		audits = append(audits, a) // rank -1: it never said; it lost nothing
 
 	}
-	d.rep.fill(audits, timelines, perWorker, perRow, d.cfg.Audit.Epochs, d.started)
+	d.rep.fill(audits, timelines, perWorker, perRow, d.cfg.Audit.Passes, d.started)
 }
 
 // finish fills the nodes and the servers' statistics once every process

@@ -273,31 +273,28 @@ func (c *cluster) job(ctx context.Context, cl *ps.Client) (any, error) {
 	cl.KeepState(func(int) ps.PartitionState { return &trained{} })
 	for e := range epochs {
 		w.set("rank %d: asking for work in epoch %d at clock %d", rank, e, cl.Clock())
-		err := cl.EachPartition(ctx, e, func(ctx context.Context, l *ps.Lease) error {
-			// A worker that waited for this lease comes back at the
-			// highest clock reported (wire.ClockIdle): Work sent it.
-			c.book.tick(rank, cl.Clock())
-			for off := l.Offset; off < rows; off++ {
-				if err := c.step(ctx, cl, tb, e, l.Partition, off); err != nil {
-					return fmt.Errorf("minibatch %d: %w", off, err)
+		err := cl.EachPartition(ctx, e, ps.Loop{
+			Order: func(int, int) []int { return allRows },
+			Batch: 1, ProgressEvery: progressEvery,
+			Begin: func(context.Context, *ps.Lease) error {
+				// A worker that waited for this lease comes back at the
+				// highest clock reported (wire.ClockIdle): Work sent it.
+				c.book.tick(rank, cl.Clock())
+				return nil
+			},
+			Step: func(ctx context.Context, b ps.Batch) (*ps.Future, error) {
+				if err := c.step(ctx, cl, tb, e, b.Lease.Partition, b.Lo); err != nil {
+					return nil, fmt.Errorf("minibatch %d: %w", b.Lo, err)
 				}
-				l.State().(*trained)[off]++
-				if (off+1)%progressEvery == 0 && off+1 < rows {
-					w.set("rank %d: epoch %d partition %d: recording progress %d", rank, e, l.Partition, off+1)
-					if err := l.Progress(ctx, off+1); err != nil {
-						return err
-					}
+				b.Lease.State().(*trained)[b.Lo]++
+				return nil, nil
+			},
+			Completed: func(l *ps.Lease) {
+				if r := slices.IndexFunc(l.State().(*trained)[:], func(n uint8) bool { return int(n) != e+1 }); r >= 0 {
+					c.problem(lostState, "rank %d epoch %d partition %d: row %d trained %d times by the state's account", rank, e, l.Partition, r, l.State().(*trained)[r])
 				}
-			}
-			if r := slices.IndexFunc(l.State().(*trained)[:], func(n uint8) bool { return int(n) != e+1 }); r >= 0 {
-				c.problem(lostState, "rank %d epoch %d partition %d: row %d trained %d times by the state's account", rank, e, l.Partition, r, l.State().(*trained)[r])
-			}
-			w.set("rank %d: epoch %d partition %d: completing", rank, e, l.Partition)
-			if err := l.Complete(ctx, rows); err != nil {
-				return err
-			}
-			w.set("rank %d: asking for work in epoch %d at clock %d", rank, e, cl.Clock())
-			return nil
+				w.set("rank %d: asking for work in epoch %d at clock %d", rank, e, cl.Clock())
+			},
 		})
 		if err != nil {
 			return nil, err
@@ -309,6 +306,15 @@ func (c *cluster) job(ctx context.Context, cl *ps.Client) (any, error) {
 	c.book.tick(rank, 1<<63-1)
 	return nil, cl.Finish().Wait(ctx)
 }
+
+// allRows is every partition's order: its rows, one a minibatch.
+var allRows = func() []int {
+	o := make([]int, rows)
+	for i := range o {
+		o[i] = i
+	}
+	return o
+}()
 
 // trained is a partition's worker state: how many times each row was
 // trained, by the account of the state that moves with the partition.

@@ -1,8 +1,7 @@
-package lr_test
+package drill_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/terrace-ml/terrace/apps/lr"
+	"github.com/terrace-ml/terrace/internal/harness/drill"
 	"github.com/terrace-ml/terrace/internal/process/node"
 	"github.com/terrace-ml/terrace/ps"
 )
@@ -42,13 +42,14 @@ func writeData(t *testing.T, n int) string {
 	return path
 }
 
-// TestAuditCountsEveryPushAndRow trains with the audit on and checks that
-// each worker's acknowledged count equals its counter on the servers and
-// that every row was trained once per epoch.
+// TestAuditCountsEveryPushAndRow trains an app that knows nothing of the
+// audit with an Auditor on each worker, and checks that each worker's
+// acknowledged count equals its counter on the servers and that every row
+// was trained once per pass.
 func TestAuditCountsEveryPushAndRow(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	const rows, epochs, workers = 503, 3, 2
+	const rows, passes, workers = 503, 3, 2
 	train := writeData(t, rows)
 	l, err := node.StartLocal(ctx, node.LocalConfig{Servers: 2, Workers: workers, Replication: 2})
 	if err != nil {
@@ -56,10 +57,11 @@ func TestAuditCountsEveryPushAndRow(t *testing.T) {
 	}
 	defer l.Close()
 	cfg := lr.DefaultConfig()
-	cfg.Train, cfg.Epochs, cfg.Batch, cfg.Audit = train, epochs, 17, true
+	cfg.Train, cfg.Passes, cfg.Batch = train, passes, 17
 	var mu sync.Mutex
 	seen := map[int]int64{}
-	cfg.OnAuditAck = func(rank int, acked int64, _ time.Time) error {
+	closed := map[int]int64{}
+	onAck := func(rank int, acked int64, _ time.Time) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if acked != seen[rank]+1 {
@@ -68,7 +70,18 @@ func TestAuditCountsEveryPushAndRow(t *testing.T) {
 		seen[rank] = acked
 		return nil
 	}
-	reps, err := l.RunWorkers(ctx, func(ctx context.Context, c *ps.Client) (any, error) { return lr.Run(ctx, c, cfg) })
+	_, err = l.RunWorkers(ctx, func(ctx context.Context, c *ps.Client) (any, error) {
+		a, err := drill.StartAudit(ctx, c, onAck)
+		if err != nil {
+			return nil, err
+		}
+		rep, err := lr.Run(ctx, c, cfg)
+		n := a.Close()
+		mu.Lock()
+		closed[c.Rank()] = n
+		mu.Unlock()
+		return rep, err
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,22 +90,18 @@ func TestAuditCountsEveryPushAndRow(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	perWorker, perRow, err := lr.ReadAudit(ctx, c, workers, rows)
+	perWorker, perRow, err := drill.ReadAudit(ctx, c, workers, rows)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for rank, raw := range reps {
-		var rep lr.Report
-		if err := json.Unmarshal(raw, &rep); err != nil {
-			t.Fatal(err)
-		}
-		if rep.AuditAcked == 0 || float32(rep.AuditAcked) != perWorker[rank] || seen[rank] != rep.AuditAcked {
-			t.Errorf("rank %d: report says %d acknowledged, hook saw %d, servers hold %v", rank, rep.AuditAcked, seen[rank], perWorker[rank])
+	for rank := range workers {
+		if closed[rank] == 0 || float32(closed[rank]) != perWorker[rank] || seen[rank] != closed[rank] {
+			t.Errorf("rank %d: auditor counted %d acknowledged, hook saw %d, servers hold %v", rank, closed[rank], seen[rank], perWorker[rank])
 		}
 	}
 	for r, n := range perRow {
-		if n != epochs {
-			t.Errorf("row %d trained %v times, want %d", r, n, epochs)
+		if n != passes {
+			t.Errorf("row %d trained %v times, want %d", r, n, passes)
 		}
 	}
 }
