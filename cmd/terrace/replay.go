@@ -163,7 +163,7 @@ func (f replayFlags) config() (replay.Config, []string, error) {
 		return cfg, nil, fmt.Errorf("%s: no market of the job's instance type %s (calibration reference_type)", f.prices, cal.ReferenceType)
 	}
 	cfg = replay.Config{Prices: prices, Avail: avail, Model: model, Cal: cal, Updates: f.passes * app.UpdatesPerPass,
-		Bid: f.bid, Estimator: history.NewEstimator(model.Period(), model.Notice()), Every: 5 * time.Second, Sample: 10 * time.Minute}
+		Bid: f.bid, Estimator: history.NewEstimator(model.Period()), Every: 5 * time.Second, Sample: 10 * time.Minute}
 	return cfg, names, nil
 }
 

@@ -108,8 +108,19 @@ type Event struct {
 
 // Bill is what has been charged so far.
 type Bill struct {
+	Dollars float64
+	Usage   map[MachineID]Usage
+}
+
+// Usage is one machine's life so far and what it was charged: Held is how
+// long it was held (from its request), Free how much of that was not
+// charged (a bid-market hour that ended in an eviction, EC2's first hour
+// of an interrupted instance).
+type Usage struct {
+	Market     Market
+	Class      Class
+	Held, Free time.Duration
 	Dollars    float64
-	PerMachine map[MachineID]float64
 }
 
 var (

@@ -22,9 +22,32 @@ type Model interface {
 	// BidEvicts says whether machines are evicted by the price rising
 	// above their bids (else by an availability trace).
 	BidEvicts() bool
+	// MaxPrice is the price above which a transient machine placed with
+	// bid (zero: none given) in a market of that on-demand price is
+	// evicted, and cannot be had (+Inf: never).
+	MaxPrice(bid, onDemand float64) float64
 	// Charge is what a machine of market series s (nil for a reliable
 	// machine, billed at onDemand) costs from start to end, ended by by.
 	Charge(s *trace.Series, onDemand float64, start, end time.Time, by market.EndedBy) float64
+	// Free is the part of a transient machine's life from start to end,
+	// ended by by, that is not charged.
+	Free(start, end time.Time, by market.EndedBy) time.Duration
+	// Terms are the same rules in the form a policy plans with.
+	Terms() Terms
+}
+
+// Terms are the charging rules of transient machines as a policy plans
+// with them.
+type Terms struct {
+	// Hourly: charged per started hour from the request, each hour at the
+	// price at its start; a release is charged to the end of its hour.
+	// Otherwise per second at the price in force.
+	Hourly bool
+	// FreeEvicted: an hour that ends in an eviction is not charged.
+	FreeEvicted bool
+	// FreeFirstHour: a machine evicted within its first hour is not
+	// charged at all.
+	FreeFirstHour bool
 }
 
 // Bid2015 is EC2's spot market as it was in 2015 (Proteus, EuroSys '17;
@@ -35,10 +58,12 @@ type Model interface {
 // On-demand machines are charged per started hour.
 type Bid2015 struct{}
 
-func (Bid2015) Name() string          { return "bid2015" }
-func (Bid2015) Notice() time.Duration { return 2 * time.Minute }
-func (Bid2015) Period() time.Duration { return time.Hour }
-func (Bid2015) BidEvicts() bool       { return true }
+func (Bid2015) Name() string                    { return "bid2015" }
+func (Bid2015) Notice() time.Duration           { return 2 * time.Minute }
+func (Bid2015) Period() time.Duration           { return time.Hour }
+func (Bid2015) BidEvicts() bool                 { return true }
+func (Bid2015) Terms() Terms                    { return Terms{Hourly: true, FreeEvicted: true} }
+func (Bid2015) MaxPrice(bid, _ float64) float64 { return bid }
 
 func (Bid2015) Charge(s *trace.Series, onDemand float64, start, end time.Time, by market.EndedBy) float64 {
 	d := end.Sub(start)
@@ -61,22 +86,34 @@ func (Bid2015) Charge(s *trace.Series, onDemand float64, start, end time.Time, b
 	return sum
 }
 
+func (Bid2015) Free(start, end time.Time, by market.EndedBy) time.Duration {
+	if by != market.ByProvider || !end.After(start) {
+		return 0
+	}
+	return end.Sub(start) % time.Hour
+}
+
 // PerSecond is today's spot market (EC2 since 2017, Compute Engine): a
 // machine is evicted when capacity goes (the availability trace says so),
 // with the provider's notice; spot and on-demand machines are charged per
 // second at the price in force, with a 60 s minimum. FreeFirstHour is
 // EC2's rule that a Linux spot instance interrupted by EC2 within its
 // first hour is not charged ("Billing for interrupted Spot Instances").
+// OnDemandCap is EC2's default maximum price, the on-demand price ("If
+// you don't specify a maximum price, the default is the On-Demand
+// price"): a spot price above it interrupts the instance. Today's EC2
+// prices stay below it; replayed 2015 prices do not.
 type PerSecond struct {
 	Provider      string
 	Lead          time.Duration
 	FreeFirstHour bool
+	OnDemandCap   bool
 }
 
 // AWS and GCP are the per-second markets of the two clouds: AWS warns
 // 120 s ahead, GCP 30 s.
 var (
-	AWS = PerSecond{Provider: "aws", Lead: 2 * time.Minute, FreeFirstHour: true}
+	AWS = PerSecond{Provider: "aws", Lead: 2 * time.Minute, FreeFirstHour: true, OnDemandCap: true}
 	GCP = PerSecond{Provider: "gcp", Lead: 30 * time.Second}
 )
 
@@ -84,6 +121,24 @@ func (p PerSecond) Name() string          { return "persecond" }
 func (p PerSecond) Notice() time.Duration { return p.Lead }
 func (PerSecond) Period() time.Duration   { return time.Hour }
 func (PerSecond) BidEvicts() bool         { return false }
+func (p PerSecond) Terms() Terms          { return Terms{FreeFirstHour: p.FreeFirstHour} }
+
+func (p PerSecond) MaxPrice(bid, onDemand float64) float64 {
+	switch {
+	case bid > 0:
+		return bid
+	case p.OnDemandCap:
+		return onDemand
+	}
+	return math.Inf(1)
+}
+
+func (p PerSecond) Free(start, end time.Time, by market.EndedBy) time.Duration {
+	if d := end.Sub(start); p.FreeFirstHour && by == market.ByProvider && d > 0 && d < time.Hour {
+		return d
+	}
+	return 0
+}
 
 const minimumBilled = 60 * time.Second
 

@@ -80,6 +80,57 @@ func TestPerSecond(t *testing.T) {
 	}
 }
 
+// TestFree: what each model leaves uncharged of a transient machine's
+// life: the interrupted partial hour (2015), the whole life of a machine
+// EC2 interrupts within its first hour (AWS today), nothing on GCP or
+// when the user ends the machine.
+func TestFree(t *testing.T) {
+	cases := []struct {
+		name string
+		m    Model
+		life time.Duration
+		by   market.EndedBy
+		want time.Duration
+	}{
+		{"2015: evicted at 100 min", Bid2015{}, 100 * time.Minute, market.ByProvider, 40 * time.Minute},
+		{"2015: evicted at 50 min", Bid2015{}, 50 * time.Minute, market.ByProvider, 50 * time.Minute},
+		{"2015: released at 50 min", Bid2015{}, 50 * time.Minute, market.ByUser, 0},
+		{"2015: evicted on the hour", Bid2015{}, 2 * time.Hour, market.ByProvider, 0},
+		{"AWS: interrupted at 50 min", AWS, 50 * time.Minute, market.ByProvider, 50 * time.Minute},
+		{"AWS: interrupted at 100 min", AWS, 100 * time.Minute, market.ByProvider, 0},
+		{"AWS: released at 50 min", AWS, 50 * time.Minute, market.ByUser, 0},
+		{"GCP: preempted at 50 min", GCP, 50 * time.Minute, market.ByProvider, 0},
+	}
+	s := series()
+	for _, c := range cases {
+		if got := c.m.Free(t0, t0.Add(c.life), c.by); got != c.want {
+			t.Errorf("%s: %v free, want %v", c.name, got, c.want)
+		}
+		// Free time is exactly the time the charge leaves out.
+		if c.want > 0 && c.m.Charge(s, 0.21, t0, t0.Add(c.life), c.by) != c.m.Charge(s, 0.21, t0, t0.Add(c.life-c.want), market.ByProvider) {
+			t.Errorf("%s: the charge does not leave out the free time", c.name)
+		}
+	}
+}
+
+// TestMaxPrice: a 2015 machine is evicted above its bid; an EC2 machine
+// today above its maximum price, the on-demand price unless given; a GCP
+// machine never by price.
+func TestMaxPrice(t *testing.T) {
+	if got := (Bid2015{}).MaxPrice(0.05, 0.21); got != 0.05 {
+		t.Errorf("2015: %v, want the bid", got)
+	}
+	if got := AWS.MaxPrice(0, 0.21); got != 0.21 {
+		t.Errorf("AWS: %v, want the on-demand price", got)
+	}
+	if got := AWS.MaxPrice(0.1, 0.21); got != 0.1 {
+		t.Errorf("AWS with a maximum: %v, want it", got)
+	}
+	if got := GCP.MaxPrice(0, 0.21); !math.IsInf(got, 1) {
+		t.Errorf("GCP: %v, want none", got)
+	}
+}
+
 func TestByName(t *testing.T) {
 	if m, err := ByName("persecond", "gcp"); err != nil || m.Notice() != 30*time.Second {
 		t.Errorf("gcp: %v %v", m, err)

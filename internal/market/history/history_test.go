@@ -33,9 +33,9 @@ func TestCutIsPastOnly(t *testing.T) {
 	}
 }
 
-// TestBidRisk: a price that doubles for ten minutes at the start of every
-// other hour evicts a bid at the price half of the time, and never a bid
-// at three times the price.
+// TestBidRisk: a price that doubles for ten minutes at the half of
+// every other hour evicts a bid at the price half of the time, and never a
+// bid at three times the price; the distribution says when.
 func TestBidRisk(t *testing.T) {
 	var pts []trace.Point
 	for h := 0; h < 24*20; h++ {
@@ -46,26 +46,80 @@ func TestBidRisk(t *testing.T) {
 		}
 	}
 	src := source(pts)
-	e := NewEstimator(time.Hour, 2*time.Minute)
+	e := NewEstimator(time.Hour)
 	v := src.Cut(t0.Add(10 * 24 * time.Hour))
 	m := &v.Markets[0]
 	low := e.BidRisk(v, m, 1)
-	// Windows starting in the half hour before a spike see it (12 of 24
-	// samples per two hours); those starting inside one (2 of 24) see no
-	// rise above the spike's price.
-	if want := 11.0 / 24; math.Abs(low.P-want) > 0.01 {
-		t.Errorf("P(evicted) at the price = %v, want %v", low.P, want)
+	// The price now is 1: of the 22 samples per two hours that start at
+	// that level (the other 2 start inside a spike), those starting 5, 10,
+	// ..., 55 minutes before a spike see it then (up to the window's
+	// ragged end).
+	if want := 11.0 / 22; math.Abs(low.Evicted()-want) > 0.002 {
+		t.Errorf("P(evicted) at the price = %v, want %v", low.Evicted(), want)
 	}
-	if high := e.BidRisk(v, m, 3); high.P != 0 || high.Up != time.Hour {
-		t.Errorf("at 3x: %+v, want never evicted", high)
+	if got, want := low.Before(30*time.Minute), 5.0/22; math.Abs(got-want) > 0.002 {
+		t.Errorf("P(notice before 30 min) = %v, want %v", got, want)
 	}
-	if mid := e.BidRisk(v, m, 1.5); mid.P != low.P {
-		t.Errorf("at 1.5x: %v, want %v (the spike doubles the price)", mid.P, low.P)
+	// E[min(T, 1 h)]: (5+10+...+55)/22 min for the evicted, 11/22 h for the rest.
+	if got, want := low.Clamped(0, time.Hour), time.Duration((330.0+11*60)/22*float64(time.Minute)); (got - want).Abs() > 5*time.Second {
+		t.Errorf("E[min(T, h)] = %v, want %v", got, want)
 	}
-	// Asking later after earlier gives the same as a fresh estimator.
+	// A machine that starts working 10 min in and is gone 2 min after its
+	// notice works E[clamp(T+2−10, 0, 50)] minutes.
+	var sum float64
+	for m := 5; m <= 55; m += 5 {
+		sum += min(max(float64(m)+2-10, 0), 50)
+	}
+	if got, want := low.Clamped(8*time.Minute, 50*time.Minute), time.Duration((sum+11*50)/22*float64(time.Minute)); (got - want).Abs() > 5*time.Second {
+		t.Errorf("working time %v, want %v", got, want)
+	}
+	if high := e.BidRisk(v, m, 3); high.Evicted() != 0 || high.Clamped(0, time.Hour) != time.Hour {
+		t.Errorf("at 3x: P %v, up %v; want never evicted", high.Evicted(), high.Clamped(0, time.Hour))
+	}
+	if mid := e.BidRisk(v, m, 1.5); mid.Evicted() != low.Evicted() {
+		t.Errorf("at 1.5x: %v, want %v (the spike doubles the price)", mid.Evicted(), low.Evicted())
+	}
+	// Asking later, then earlier, then later again gives what a fresh
+	// estimator gives: the window slides both ways.
 	later := src.Cut(t0.Add(15 * 24 * time.Hour))
-	if a, b := e.BidRisk(later, &later.Markets[0], 1), NewEstimator(time.Hour, 2*time.Minute).BidRisk(later, &later.Markets[0], 1); a != b {
-		t.Errorf("cached %+v, fresh %+v", a, b)
+	fresh := NewEstimator(time.Hour).BidRisk(later, &later.Markets[0], 1)
+	if a := e.BidRisk(later, &later.Markets[0], 1); a != fresh {
+		t.Errorf("cached %+v, fresh %+v", a, fresh)
+	}
+	if a := e.BidRisk(v, m, 1); a != low {
+		t.Errorf("back at 10 days: %+v, want %+v", a, low)
+	}
+}
+
+// TestBidRiskByLevel: the price sits at 1 and stands at 2 for the first
+// half of every other hour. Bid just above 1, a machine is evicted when
+// the next half hour at 2 comes; bid just above 2, it never is (the price
+// only falls from there), which the market's average would not say.
+func TestBidRiskByLevel(t *testing.T) {
+	var pts []trace.Point
+	for h := 0; h < 24*20; h++ {
+		at := t0.Add(time.Duration(h) * time.Hour)
+		if h%2 == 1 {
+			pts = append(pts, trace.Point{At: at, Price: 2}, trace.Point{At: at.Add(30 * time.Minute), Price: 1})
+		} else if h == 0 {
+			pts = append(pts, trace.Point{At: at, Price: 1})
+		}
+	}
+	src := source(pts)
+	e := NewEstimator(time.Hour)
+	low := src.Cut(t0.Add(10 * 24 * time.Hour))               // at 1, an even hour
+	high := src.Cut(t0.Add(10*24*time.Hour + 65*time.Minute)) // at 2
+	if p, _ := high.Markets[0].Price(); p != 2 {
+		t.Fatalf("price %v, want 2", p)
+	}
+	// At 1: of the 18 starts in each two hours that are at 1 (0:30 to
+	// 1:55 after a rise), those after 1:00 (11) see the next rise within
+	// the hour.
+	if got, want := e.BidRisk(low, &low.Markets[0], 1).Evicted(), 11.0/18; math.Abs(got-want) > 0.002 {
+		t.Errorf("bid at the low price: P(evicted) %v, want %v", got, want)
+	}
+	if got := e.BidRisk(high, &high.Markets[0], 1).Evicted(); got != 0 {
+		t.Errorf("bid at the high price: P(evicted) %v, want 0", got)
 	}
 }
 
@@ -76,12 +130,16 @@ func TestAvailRisk(t *testing.T) {
 		Prices: &trace.Prices{Series: []*trace.Series{{Market: mk, Points: []trace.Point{{At: t0, Price: 1}}, OnDemand: 2}}},
 		Avail:  map[market.Market]*Timeline{mk: Place(a, t0)},
 	}
-	e := NewEstimator(time.Hour, 2*time.Minute)
+	e := NewEstimator(time.Hour)
 	v := src.Cut(t0.Add(20 * time.Hour))
 	r := e.AvailRisk(v, &v.Markets[0])
 	lambda := (0.5 + 0.5) / 20.0
-	if want := 1 - math.Exp(-lambda); math.Abs(r.P-want) > 1e-9 {
-		t.Errorf("P = %v, want %v", r.P, want)
+	if want := 1 - math.Exp(-lambda); math.Abs(r.Evicted()-want) > 1e-9 {
+		t.Errorf("P = %v, want %v", r.Evicted(), want)
+	}
+	// E[min(T, h)] of an exponential: (1 − e^(−λh))/λ.
+	if got, want := r.Clamped(0, time.Hour).Hours(), (1-math.Exp(-lambda))/lambda; math.Abs(got-want) > 1e-9 {
+		t.Errorf("E[min(T, h)] = %v h, want %v", got, want)
 	}
 	if v.Markets[0].Available() != 4 {
 		t.Errorf("available %d", v.Markets[0].Available())

@@ -19,60 +19,79 @@ var Ratios = []float64{1, 1.1, 1.25, 1.5, 2, 3, 5, 10, 20}
 // EC2's DescribeSpotPriceHistory returns.
 const Window = 90 * 24 * time.Hour
 
-// Risk is a market's estimated eviction risk over one horizon.
-type Risk struct {
-	// P is the probability of an eviction within the horizon.
-	P float64
-	// Up is the expected time a machine is there within the horizon:
-	// until its eviction plus the notice, or the whole horizon.
-	Up time.Duration
-	// Samples is how many past windows the estimate rests on (0: none).
-	Samples int
-}
+// Level is the width of the price levels the bid estimator conditions
+// on: a sample's start price and the price now fall in the same level
+// when they are within a factor of Level (counted from the on-demand
+// price). It is the bid grid's finest step.
+const Level = 1.1
 
-// Estimator estimates eviction risks from Views, caching what it computed
-// per market so that many decisions (and many replays of one trace) do
-// not recompute the past. It only ever reads the Views it is given, and a
+// Estimator estimates eviction risks from Views. For each market it
+// keeps, per sample start (every Horizon/12 of the past) and bid ratio,
+// the time to the first price above the bid, and, over the window of the
+// last View it was asked about, the histograms of those times by the
+// price level the sample started at, moved sample by sample as the View
+// moves, so that many decisions (and many replays of one trace) do not
+// recompute the past. It only ever reads the Views it is given, and a
 // sample enters its statistics only once its whole horizon is in the past
 // of the View that computed it.
 type Estimator struct {
 	Horizon time.Duration
-	Notice  time.Duration
 	step    time.Duration
 
 	mu   sync.Mutex
 	bids map[market.Market]*bidStats
 }
 
-// NewEstimator returns an estimator over horizon h (the billing period)
-// for a market whose notice is notice. Samples start every h/12.
-func NewEstimator(h, notice time.Duration) *Estimator {
-	return &Estimator{Horizon: h, Notice: notice, step: h / 12, bids: map[market.Market]*bidStats{}}
+// NewEstimator returns an estimator over horizon h (the billing period).
+func NewEstimator(h time.Duration) *Estimator {
+	return &Estimator{Horizon: h, step: h / 12, bids: map[market.Market]*bidStats{}}
 }
 
-// bidStats holds, for sample starts origin + k·step, prefix sums over k of
-// evictions and uptimes at each ratio.
+// bidStats holds, for sample starts origin + k·step, the start price's
+// level and the first passages at each ratio, and their histograms over
+// samples [lo, hi) by level.
 type bidStats struct {
-	origin  time.Time
-	evicted [][]float64 // [ratio][k+1]
-	up      [][]float64 // [ratio][k+1], hours
+	origin   time.Time
+	onDemand float64
+	level    []int16   // [k]
+	first    [][]int32 // [ratio][k]: seconds to the first passage, or -1 (none within the horizon)
+	lo, hi   int
+	levels   map[int16]*levelStats
+	read     map[readKey]*Risk // histograms read as Risks, until the window moves
 }
+
+// levelStats is the histograms of the samples that started at one level.
+type levelStats struct {
+	n    int
+	hist [][Bins]tally // [ratio]
+}
+
+type readKey struct {
+	level int16
+	ratio int
+}
+
+// tally counts first passages in a bin and sums them (seconds).
+type tally struct{ n, sum int64 }
 
 // BidRisk is the risk, over the horizon from v.Now, of a machine bid at
-// ratio times the current price in market m, from the first passages of
-// the price above that ratio in the last Window of m's past.
+// ratio times the current price in market m: the distribution of the
+// first passage of the price above that ratio of its start, over the
+// sample windows of the last Window of m's past that started at the
+// current price's level. Spot prices return to their usual level, so a
+// bid just above a high price is safer, and one just above a low price
+// riskier, than the market's average says. A level with less than a day
+// of samples borrows its nearest levels' until it has a day.
 func (e *Estimator) BidRisk(v View, m *Market, ratio float64) Risk {
+	price, ok := m.Price()
+	if !ok {
+		return Risk{Horizon: e.Horizon}
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	st := e.bids[m.Market]
 	if st == nil {
-		if len(m.Prices) == 0 {
-			return Risk{}
-		}
-		st = &bidStats{origin: m.Prices[0].At, evicted: make([][]float64, len(Ratios)), up: make([][]float64, len(Ratios))}
-		for j := range Ratios {
-			st.evicted[j], st.up[j] = []float64{0}, []float64{0}
-		}
+		st = &bidStats{origin: m.Prices[0].At, onDemand: m.OnDemand, first: make([][]int32, len(Ratios)), levels: map[int16]*levelStats{}, read: map[readKey]*Risk{}}
 		e.bids[m.Market] = st
 	}
 	hi := 0 // samples whose horizon ended by Now
@@ -80,73 +99,149 @@ func (e *Estimator) BidRisk(v View, m *Market, ratio float64) Risk {
 		hi = int(d/e.step) + 1
 	}
 	e.extend(st, m, hi)
-	if hi > len(st.evicted[0])-1 {
-		hi = len(st.evicted[0]) - 1
-	}
+	hi = min(hi, len(st.level))
 	lo := int(math.Ceil(float64(v.Now.Add(-Window).Sub(st.origin)) / float64(e.step)))
 	lo = max(0, min(lo, hi))
-	n := hi - lo
-	if n == 0 {
-		return Risk{}
+	e.slide(st, lo, hi)
+	if hi == lo {
+		return Risk{Horizon: e.Horizon}
 	}
+	lv := st.levelOf(price)
 	j := sort.SearchFloat64s(Ratios, ratio)
-	at := func(j int) (float64, float64) {
-		return (st.evicted[j][hi] - st.evicted[j][lo]) / float64(n), (st.up[j][hi] - st.up[j][lo]) / float64(n)
-	}
-	var p, up float64
 	switch {
 	case j >= len(Ratios):
-		p, up = at(len(Ratios) - 1)
+		return e.risk(st, lv, len(Ratios)-1)
 	case Ratios[j] == ratio || j == 0:
-		p, up = at(j)
-	default:
-		p0, u0 := at(j - 1)
-		p1, u1 := at(j)
-		f := (ratio - Ratios[j-1]) / (Ratios[j] - Ratios[j-1])
-		p, up = p0+f*(p1-p0), u0+f*(u1-u0)
+		return e.risk(st, lv, j)
 	}
-	return Risk{P: p, Up: time.Duration(up * float64(time.Hour)), Samples: n}
+	f := (ratio - Ratios[j-1]) / (Ratios[j] - Ratios[j-1])
+	return mix(e.risk(st, lv, j-1), e.risk(st, lv, j), f)
+}
+
+func (st *bidStats) levelOf(price float64) int16 {
+	ref := st.onDemand
+	if !(ref > 0) {
+		ref = 1
+	}
+	if !(price > 0) {
+		return math.MinInt16
+	}
+	return int16(max(math.MinInt16, min(math.MaxInt16, math.Floor(math.Log(price/ref)/math.Log(Level)))))
+}
+
+// risk reads ratio j's histograms at level lv, with its nearest levels
+// until they hold a day of samples, as a Risk.
+func (e *Estimator) risk(st *bidStats, lv int16, j int) Risk {
+	key := readKey{lv, j}
+	if r := st.read[key]; r != nil {
+		return *r
+	}
+	day := int(24 * time.Hour / e.step)
+	var sum [Bins]tally
+	n := 0
+	add := func(l int) {
+		if l < math.MinInt16 || l > math.MaxInt16 {
+			return
+		}
+		if ls := st.levels[int16(l)]; ls != nil {
+			n += ls.n
+			for i, t := range ls.hist[j] {
+				sum[i].n += t.n
+				sum[i].sum += t.sum
+			}
+		}
+	}
+	add(int(lv))
+	for d := 1; n < day && n < st.hi-st.lo; d++ {
+		add(int(lv) - d)
+		add(int(lv) + d)
+	}
+	r := &Risk{Horizon: e.Horizon, Samples: n}
+	for i, t := range sum {
+		if t.n > 0 {
+			r.bin[i] = bin{p: float64(t.n) / float64(n), mean: float64(t.sum) / float64(t.n)}
+		}
+	}
+	st.read[key] = r
+	return *r
+}
+
+// slide moves the histograms' window to [lo, hi), adding and removing
+// the samples at its edges, or starting over when the windows do not
+// overlap.
+func (e *Estimator) slide(st *bidStats, lo, hi int) {
+	if lo == st.lo && hi == st.hi {
+		return
+	}
+	clear(st.read)
+	if lo >= st.hi || hi <= st.lo {
+		clear(st.levels)
+		st.lo, st.hi = lo, lo
+	}
+	for ; st.lo < lo; st.lo++ {
+		e.count(st, st.lo, -1)
+	}
+	for ; st.lo > lo; st.lo-- {
+		e.count(st, st.lo-1, 1)
+	}
+	for ; st.hi < hi; st.hi++ {
+		e.count(st, st.hi, 1)
+	}
+	for ; st.hi > hi; st.hi-- {
+		e.count(st, st.hi-1, -1)
+	}
+}
+
+func (e *Estimator) count(st *bidStats, k int, sign int64) {
+	ls := st.levels[st.level[k]]
+	if ls == nil {
+		ls = &levelStats{hist: make([][Bins]tally, len(Ratios))}
+		st.levels[st.level[k]] = ls
+	}
+	ls.n += int(sign)
+	w := e.Horizon.Seconds() / Bins
+	for j := range st.first {
+		t := st.first[j][k]
+		if t < 0 {
+			continue
+		}
+		i := min(int(float64(t)/w), Bins-1)
+		ls.hist[j][i].n += sign
+		ls.hist[j][i].sum += sign * int64(t)
+	}
 }
 
 // extend computes samples up to (not including) hi from m's past, which
 // covers their whole horizons.
 func (e *Estimator) extend(st *bidStats, m *Market, hi int) {
 	pts := m.Prices
-	for k := len(st.evicted[0]) - 1; k < hi; k++ {
+	for k := len(st.level); k < hi; k++ {
 		s := st.origin.Add(time.Duration(k) * e.step)
 		end := s.Add(e.Horizon)
 		i := sort.Search(len(pts), func(i int) bool { return pts[i].At.After(s) })
 		p0 := pts[max(i-1, 0)].Price
-		first := make([]time.Duration, len(Ratios))
-		for j := range first {
-			first[j] = -1
+		st.level = append(st.level, st.levelOf(p0))
+		for j := range Ratios {
+			st.first[j] = append(st.first[j], -1)
 		}
 		for ; i < len(pts) && pts[i].At.Before(end); i++ {
 			for j, r := range Ratios {
-				if first[j] < 0 && pts[i].Price > r*p0 {
-					first[j] = pts[i].At.Sub(s)
+				if st.first[j][k] < 0 && pts[i].Price > r*p0 {
+					st.first[j][k] = int32(pts[i].At.Sub(s) / time.Second)
 				}
 			}
-		}
-		for j := range Ratios {
-			ev, up := 0.0, e.Horizon
-			if first[j] >= 0 {
-				ev, up = 1, min(first[j]+e.Notice, e.Horizon)
-			}
-			st.evicted[j] = append(st.evicted[j], st.evicted[j][k]+ev)
-			st.up[j] = append(st.up[j], st.up[j][k]+up.Hours())
 		}
 	}
 }
 
 // AvailRisk is the risk, over the horizon from v.Now, of a machine in a
 // market whose evictions come from its availability trace: a Poisson
-// rate λ = (fraction of a fleet evicted + ½) / (hours the market had
-// capacity), over the last Window; the ½ is Jeffreys' prior, so that a
-// market with no eviction seen yet is not taken for a safe one.
+// process of rate λ = (fraction of a fleet evicted + ½) / (hours the
+// market had capacity), over the last Window; the ½ is Jeffreys' prior,
+// so that a market with no eviction seen yet is not taken for a safe one.
 func (e *Estimator) AvailRisk(v View, m *Market) Risk {
 	if m.AvailSize == 0 || len(m.Avail) == 0 {
-		return Risk{}
+		return Risk{Horizon: e.Horizon}
 	}
 	from := v.Now.Add(-Window)
 	var lost, hours float64
@@ -167,12 +262,7 @@ func (e *Estimator) AvailRisk(v View, m *Market) Risk {
 		}
 	}
 	if hours == 0 {
-		return Risk{P: 1, Samples: 0}
+		return Risk{Horizon: e.Horizon}
 	}
-	lambda := (lost + 0.5) / hours
-	h := e.Horizon.Hours()
-	n := min(e.Notice.Hours(), h)
-	p := 1 - math.Exp(-lambda*h)
-	up := n + (1-math.Exp(-lambda*(h-n)))/lambda
-	return Risk{P: p, Up: time.Duration(up * float64(time.Hour)), Samples: len(m.Avail)}
+	return exponential((lost+0.5)/hours/3600, e.Horizon, len(m.Avail))
 }

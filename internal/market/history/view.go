@@ -114,3 +114,33 @@ func (s *Source) Cut(now time.Time) View {
 	}
 	return v
 }
+
+// MeanTimeToExceed is how long, on average, a machine bid at bid in
+// market m ran before the price rose above its bid, over the last Window
+// of m's past: the time the price spent at or below the bid over the
+// number of times it rose past it, plus half a rise (Jeffreys' prior, as
+// for the availability traces), so that a market not seen above the bid
+// is not taken for one that never will be.
+func MeanTimeToExceed(v View, m *Market, bid float64) time.Duration {
+	from := v.Now.Add(-Window)
+	var below time.Duration
+	rises := 0.5
+	for i, p := range m.Prices {
+		end := v.Now
+		if i+1 < len(m.Prices) {
+			end = m.Prices[i+1].At
+		}
+		if !end.After(from) || p.Price > bid {
+			continue
+		}
+		start := p.At
+		if start.Before(from) {
+			start = from
+		}
+		below += end.Sub(start)
+		if i+1 < len(m.Prices) && m.Prices[i+1].Price > bid {
+			rises++
+		}
+	}
+	return time.Duration(float64(below) / rises)
+}

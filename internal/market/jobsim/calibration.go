@@ -36,14 +36,21 @@ type Calibration struct {
 	Machines         int    `json:"machines"`
 	ReliableMachines int    `json:"reliable_machines"`
 	MaxMachines      int    `json:"max_machines"`
-	// Times, in seconds.
+	// Times, in seconds. BootSeconds is the provider's, from a request
+	// to a machine that runs the job's processes; JoinSeconds the job's
+	// handoff to a new machine (its key ranges and data partitions);
+	// DrainSeconds the handoff away from a leaving one.
 	BootSeconds         float64 `json:"boot_seconds"`
 	JoinSeconds         float64 `json:"join_seconds"`
 	SwitchPauseSeconds  float64 `json:"switch_pause_seconds"`
 	DrainSeconds        float64 `json:"drain_seconds"`
 	SyncIntervalSeconds float64 `json:"sync_interval_seconds"`
-	CheckpointSeconds   float64 `json:"checkpoint_seconds"`
-	RestartSeconds      float64 `json:"restart_seconds"`
+	// ModelStateBytes is the job's parameter state (values and optimizer
+	// state): what a checkpoint writes and a restart reads back.
+	// StorageBytesPerSecond is what one machine moves to or from durable
+	// storage, each machine its shard, all in parallel.
+	ModelStateBytes       float64 `json:"model_state_bytes"`
+	StorageBytesPerSecond float64 `json:"storage_bytes_per_second"`
 	// Hysteresis is the relative gain a stage switch must bring.
 	Hysteresis float64 `json:"hysteresis"`
 }
@@ -70,14 +77,25 @@ func DefaultCalibration() Calibration {
 		Machines:             32,
 		ReliableMachines:     2, // a BackupPS chain of two: losing one reliable machine loses nothing
 		MaxMachines:          128,
-		BootSeconds:          97, // median EC2 Linux start-up (Mao & Humphrey, IEEE CLOUD 2012)
-		JoinSeconds:          20,
-		SwitchPauseSeconds:   1, // issue 11's bound
-		DrainSeconds:         10,
-		SyncIntervalSeconds:  1,
-		CheckpointSeconds:    30,
-		RestartSeconds:       60,
-		Hysteresis:           0.1,
+		// AWS's own figure for launch to useful work: "It can take a few
+		// minutes to launch an EC2 instance ... Defaults to 300 seconds"
+		// (EC2 Auto Scaling, predictive scaling SchedulingBufferTime; ECS
+		// managed scaling's instanceWarmupPeriod defaults to 300 s too).
+		BootSeconds:         300,
+		JoinSeconds:         20,
+		SwitchPauseSeconds:  1, // issue 11's bound
+		DrainSeconds:        10,
+		SyncIntervalSeconds: 1,
+		// A placeholder model of 1 GiB (values and FTRL state); the
+		// checkpoint it gives is under a second (below), so the figures
+		// barely depend on it (docs/design/market.md).
+		ModelStateBytes: 1 << 30,
+		// Amazon S3's documented rate per connection: "Make one concurrent
+		// request for each 85–90 MB/s of desired network throughput"
+		// (S3 User Guide, performance guidelines); one connection a
+		// machine, the low end.
+		StorageBytesPerSecond: 85e6,
+		Hysteresis:            0.1,
 	}
 }
 
@@ -97,6 +115,26 @@ func (c Calibration) Rate(typ string) (float64, error) {
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
+// Boot is the provider's time from a request to a machine that runs.
+func (c Calibration) Boot() time.Duration { return seconds(c.BootSeconds) }
+
+// Setup is how long a new machine is paid before it works: its boot and
+// the job's handoff to it.
+func (c Calibration) Setup() time.Duration { return seconds(c.BootSeconds + c.JoinSeconds) }
+
+// Drain is the handoff away from a leaving machine.
+func (c Calibration) Drain() time.Duration { return seconds(c.DrainSeconds) }
+
+// SwitchPause is what a stage switch stops the whole job for.
+func (c Calibration) SwitchPause() time.Duration { return seconds(c.SwitchPauseSeconds) }
+
+// Transfer is the time n machines take to write (a checkpoint) or read
+// (a restart) the model state to or from durable storage, each its
+// shard, in parallel.
+func (c Calibration) Transfer(n int) time.Duration {
+	return seconds(c.ModelStateBytes / (float64(max(n, 1)) * c.StorageBytesPerSecond))
+}
+
 // Validate reports parameters the model cannot run with.
 func (c Calibration) Validate() error {
 	switch {
@@ -105,8 +143,10 @@ func (c Calibration) Validate() error {
 	case c.ServerUpdatesPerHour <= 0 || c.BackupUpdatesPerHour <= 0 || c.StreamRatio <= 0:
 		return errors.New("calibration: server_updates_per_hour, backup_updates_per_hour and stream_ratio must be positive")
 	case c.BootSeconds < 0 || c.JoinSeconds < 0 || c.SwitchPauseSeconds < 0 || c.DrainSeconds < 0 ||
-		c.SyncIntervalSeconds < 0 || c.CheckpointSeconds <= 0 || c.RestartSeconds < 0 || c.Hysteresis < 0:
-		return errors.New("calibration: times and hysteresis must not be negative, checkpoint_seconds positive")
+		c.SyncIntervalSeconds < 0 || c.Hysteresis < 0:
+		return errors.New("calibration: times and hysteresis must not be negative")
+	case !(c.ModelStateBytes > 0) || !(c.StorageBytesPerSecond > 0):
+		return errors.New("calibration: model_state_bytes and storage_bytes_per_second must be positive (a checkpoint takes time)")
 	}
 	_, err := c.Rate(c.ReferenceType)
 	return err

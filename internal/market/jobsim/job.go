@@ -95,7 +95,7 @@ func (j *Job) Checkpoint(context.Context) error {
 	if j.rate() == 0 || !j.ckptEnd.IsZero() {
 		return nil // nothing to save now, or a save is under way
 	}
-	j.ckptEnd = j.now.Add(seconds(j.cal.CheckpointSeconds))
+	j.ckptEnd = j.now.Add(j.cal.Transfer(j.need))
 	j.ckptValue = j.done
 	j.pausedUntil = later(j.pausedUntil, j.ckptEnd)
 	return nil
@@ -197,7 +197,7 @@ func (j *Job) replan() {
 	if j.mode == Flat {
 		if j.restart && m.Reliable+m.Transient >= float64(j.need) {
 			j.restart = false
-			j.pausedUntil = later(j.pausedUntil, j.now.Add(seconds(j.cal.RestartSeconds)))
+			j.pausedUntil = later(j.pausedUntil, j.now.Add(j.cal.Transfer(j.need)))
 		}
 		return
 	}

@@ -30,7 +30,7 @@ func step(j *Job, at time.Duration, ev ...market.Event) {
 
 func quiet() Calibration {
 	c := DefaultCalibration()
-	c.JoinSeconds, c.SwitchPauseSeconds, c.RestartSeconds = 0, 0, 0
+	c.JoinSeconds, c.SwitchPauseSeconds = 0, 0
 	return c
 }
 
@@ -84,15 +84,21 @@ func TestFlatRollsBack(t *testing.T) {
 	}
 	step(j, 2*time.Hour, event(market.Gone, 2*time.Hour, machine(1, market.Transient)))
 	saved := rate * 1 // the work of the first hour; the save paused the job after it
-	if math.Abs(j.done-saved) > 1e-6 || math.Abs(j.Lost-rate*(1-c.CheckpointSeconds/3600)) > 1e-6 {
-		t.Errorf("done %v lost %v; want %v and %v", j.done, j.Lost, saved, rate*(1-c.CheckpointSeconds/3600))
+	if math.Abs(j.done-saved) > 1e-6 || math.Abs(j.Lost-rate*(1-c.Transfer(2).Hours())) > 1e-6 {
+		t.Errorf("done %v lost %v; want %v and %v", j.done, j.Lost, saved, rate*(1-c.Transfer(2).Hours()))
 	}
 	if j.Status().Rate != 0 {
 		t.Error("working with one of two machines")
 	}
 	step(j, 3*time.Hour, event(market.Ready, 3*time.Hour, machine(3, market.Transient)))
+	if j.Status().Rate != 0 {
+		t.Errorf("working while the checkpoint is read back: rate %v", j.Status().Rate)
+	}
+	// The restore reads the model state back at the storage rate, each
+	// of the two machines its half.
+	j.AdvanceTo(t0.Add(3*time.Hour + c.Transfer(2)))
 	if j.Status().Rate != rate {
-		t.Errorf("not restarted: rate %v", j.Status().Rate)
+		t.Errorf("not restarted after %v: rate %v", c.Transfer(2), j.Status().Rate)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/terrace-ml/terrace/internal/market"
+	"github.com/terrace-ml/terrace/internal/market/billing"
 	"github.com/terrace-ml/terrace/internal/market/history"
 	"github.com/terrace-ml/terrace/internal/market/rm"
 )
@@ -25,19 +26,22 @@ type Config struct {
 	// best stage: the planner's answer.
 	Throughput func(reliable, transient, reliableRate, transientRate float64) float64
 	Estimator  *history.Estimator
-	// BidEvicts, Period, FreeIfEvicted describe the market model: bids
-	// evict, the billing period, and whether an hour that ends in an
-	// eviction is free.
-	BidEvicts     bool
-	Period        time.Duration
-	FreeIfEvicted bool
+	// BidEvicts, Period, Terms and Notice describe the market model:
+	// whether bids evict, the billing period (the planning horizon), how
+	// transient machines are charged, and the notice before an eviction.
+	BidEvicts bool
+	Period    time.Duration
+	Terms     billing.Terms
+	Notice    time.Duration
 	// Bid is the fixed bid of the checkpoint and tiers policies (zero:
 	// the on-demand price, the usual practice).
 	Bid float64
 	// Setup is how long a new machine is paid before it works (boot,
-	// join); SwitchPause what a stage switch costs the whole job;
-	// Checkpoint how long a checkpoint takes.
-	Setup, SwitchPause, Checkpoint time.Duration
+	// join); Drain the handoff away from a leaving machine, which is also
+	// how long before its billing hour ends a release is made;
+	// SwitchPause what a stage switch costs the whole job; Checkpoint how
+	// long a checkpoint takes.
+	Setup, Drain, SwitchPause, Checkpoint time.Duration
 }
 
 // New returns the policy called name.

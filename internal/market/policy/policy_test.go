@@ -1,11 +1,13 @@
 package policy
 
 import (
+	"fmt"
 	"math"
 	"testing"
 	"time"
 
 	"github.com/terrace-ml/terrace/internal/market"
+	"github.com/terrace-ml/terrace/internal/market/billing"
 	"github.com/terrace-ml/terrace/internal/market/history"
 	"github.com/terrace-ml/terrace/internal/market/jobsim"
 	"github.com/terrace-ml/terrace/internal/market/rm"
@@ -37,8 +39,8 @@ func source() *history.Source {
 func config() Config {
 	cal := jobsim.DefaultCalibration()
 	return Config{Reference: "c3.xlarge", Machines: 32, Reliable: 2, Max: 128, Rate: cal.Rate, Throughput: jobsim.FlowOf(cal).BestRate,
-		Estimator: history.NewEstimator(time.Hour, 2*time.Minute), BidEvicts: true, Period: time.Hour, FreeIfEvicted: true,
-		Setup: 2 * time.Minute, SwitchPause: time.Second, Checkpoint: 30 * time.Second}
+		Estimator: history.NewEstimator(time.Hour), BidEvicts: true, Period: time.Hour, Terms: billing.Bid2015{}.Terms(), Notice: 2 * time.Minute,
+		Setup: 2 * time.Minute, Drain: 10 * time.Second, SwitchPause: time.Second, Checkpoint: 30 * time.Second}
 }
 
 func state(now time.Time, held ...rm.Holding) rm.State {
@@ -77,31 +79,74 @@ func TestBidBrainPrefersFreeHours(t *testing.T) {
 	}
 }
 
-// TestBidBrainReleasesAtBoundary: an allocation in the dear zone is let go
-// at the end of its paid hour, not before.
-func TestBidBrainReleasesAtBoundary(t *testing.T) {
+// TestBidBrainCountsFreeHours: in the zone whose price rises for a minute
+// at the half of every hour, a machine bid at the price is evicted (and
+// gone) within every hour it could start in at that price, so BidBrain
+// expects to pay nothing; bid above the rise, or in the flat zone at the
+// same price, it expects to pay every hour, for more work.
+func TestBidBrainCountsFreeHours(t *testing.T) {
 	p := &BidBrain{c: config()}
+	cost := map[string]outlook{}
+	for _, c := range p.candidates(state(t0.Add(10 * 24 * time.Hour))) {
+		cost[fmt.Sprintf("%s@%.2f", c.m.Market.Zone, c.bid)] = c.outlook
+	}
+	atPrice, above, flat := cost["c@0.03"], cost["c@0.06"], cost["a@0.03"]
+	if math.Abs(atPrice.cost) > 1e-9 {
+		t.Errorf("bid at the price in the rising zone: expected $%.5f an hour, want none", atPrice.cost)
+	}
+	if above.cost != 0.03 || flat.cost != 0.03 {
+		t.Errorf("bid above the rise: $%v, flat zone: $%v; want 0.03 each", above.cost, flat.cost)
+	}
+	if !(atPrice.work < above.work) || math.Abs(above.work-flat.work) > 1e-9 {
+		t.Errorf("working shares %v (at the price), %v (above), %v (flat): evictions and re-setup cost work", atPrice.work, above.work, flat.work)
+	}
+}
+
+// TestBidBrainReleasesBeforeBoundary: an allocation in the dear zone is
+// let go just before the end of its paid hour (its drain before it), not
+// earlier, and not once the next hour has begun; released then, it is
+// charged the hours it used and not one more.
+func TestBidBrainReleasesBeforeBoundary(t *testing.T) {
+	c := config()
+	p := &BidBrain{c: c}
 	now := t0.Add(10 * 24 * time.Hour)
+	requested := now.Add(-90 * time.Minute)
 	var held []rm.Holding
 	for i := 0; i < 2; i++ {
 		held = append(held, rm.Holding{Machine: market.Machine{ID: market.MachineID(i + 1), Market: cheap, Class: market.Reliable, Alloc: 1, Requested: now.Add(-5 * time.Hour), Ready: now.Add(-5 * time.Hour)}})
 	}
 	for i := 0; i < 8; i++ {
-		held = append(held, rm.Holding{Machine: market.Machine{ID: market.MachineID(10 + i), Market: dear, Class: market.Transient, Bid: 0.06, Alloc: 10, Requested: now.Add(-90 * time.Minute), Ready: now.Add(-88 * time.Minute)}})
+		held = append(held, rm.Holding{Machine: market.Machine{ID: market.MachineID(10 + i), Market: dear, Class: market.Transient, Bid: 0.06, Alloc: 10, Requested: requested, Ready: requested.Add(2 * time.Minute)}})
 	}
+	boundary := requested.Add(2 * time.Hour)
+	due := boundary.Add(-c.Drain)
 	if plan := p.Decide(state(now, held...)); len(plan.Release) != 0 {
 		t.Errorf("released %d machines mid-hour", len(plan.Release))
-	} else if want := now.Add(30 * time.Minute); !plan.Wake.Equal(want) {
-		t.Errorf("wake %v, want the boundary %v", plan.Wake, want)
+	} else if !plan.Wake.Equal(due) {
+		t.Errorf("wake %v, want the drain before the boundary, %v", plan.Wake, due)
 	}
-	if plan := p.Decide(state(now.Add(30*time.Minute), held...)); len(plan.Release) != 8 {
-		t.Errorf("released %d of 8 dear machines at their boundary", len(plan.Release))
+	if plan := p.Decide(state(due.Add(-time.Second), held...)); len(plan.Release) != 0 {
+		t.Errorf("released %d machines before the drain", len(plan.Release))
+	}
+	plan := p.Decide(state(due, held...))
+	if len(plan.Release) != 8 {
+		t.Fatalf("released %d of 8 dear machines before their boundary", len(plan.Release))
+	}
+	if plan := p.Decide(state(boundary.Add(time.Second), held...)); len(plan.Release) != 0 {
+		t.Errorf("released %d machines just after the boundary, with a new hour paid", len(plan.Release))
+	} else if want := boundary.Add(time.Hour - c.Drain); !plan.Wake.Equal(want) {
+		t.Errorf("wake %v after the boundary, want %v", plan.Wake, want)
+	}
+	dear := source().Prices.Series[1]
+	if got, want := (billing.Bid2015{}).Charge(dear, 0.21, requested, due, market.ByUser), 2*0.06; math.Abs(got-want) > 1e-12 {
+		t.Errorf("released at the drain before the boundary: charged %v, want two hours, %v", got, want)
 	}
 }
 
-// TestCheckpointYoung: with evictions about once an hour, the interval is
-// √(2·30 s·1 h) ≈ 7.7 min; the policy bids the on-demand price.
-func TestCheckpointYoung(t *testing.T) {
+// TestCheckpointDaly: with evictions about once an hour, the interval is
+// about √(2·30 s·1 h) ≈ 7.7 min (Daly's terms take off about 20 s); the
+// policy bids the on-demand price.
+func TestCheckpointDaly(t *testing.T) {
 	p := &Checkpoint{c: config()}
 	now := t0.Add(10 * 24 * time.Hour)
 	held := []rm.Holding{{Machine: market.Machine{ID: 1, Market: spiky, Class: market.Transient, Bid: 0.04, Requested: now, Ready: now}}}
@@ -148,8 +193,8 @@ func TestOnDemandAndTiers(t *testing.T) {
 }
 
 // TestBidBrainTrimsTheEnd: with a few minutes of work left for the
-// machines held, BidBrain buys nothing more and lets allocations go at
-// their boundary rather than pay an hour that would idle.
+// machines held, BidBrain buys nothing more and lets allocations go
+// before their boundary rather than pay an hour that would idle.
 func TestBidBrainTrimsTheEnd(t *testing.T) {
 	p := &BidBrain{c: config()}
 	now := t0.Add(10 * 24 * time.Hour)
@@ -159,7 +204,7 @@ func TestBidBrainTrimsTheEnd(t *testing.T) {
 	}
 	for a := 0; a < 4; a++ {
 		for i := 0; i < 16; i++ {
-			held = append(held, rm.Holding{Machine: market.Machine{ID: market.MachineID(100*a + 10 + i), Market: cheap, Class: market.Transient, Bid: 0.03, Alloc: int64(100*a + 10), Requested: now.Add(-2 * time.Hour), Ready: now.Add(-2 * time.Hour)}})
+			held = append(held, rm.Holding{Machine: market.Machine{ID: market.MachineID(100*a + 10 + i), Market: cheap, Class: market.Transient, Bid: 0.03, Alloc: int64(100*a + 10), Requested: now.Add(-2*time.Hour + p.c.Drain), Ready: now.Add(-2 * time.Hour)}})
 		}
 	}
 	s := state(now, held...)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/terrace-ml/terrace/internal/market"
+	"github.com/terrace-ml/terrace/internal/market/history"
 	"github.com/terrace-ml/terrace/internal/market/rm"
 )
 
@@ -40,10 +41,19 @@ func (p *OnDemand) Decide(s rm.State) rm.Plan {
 
 // Checkpoint is the papers' previous approach: every machine transient,
 // of the job's type, in the zone with the lowest price, bid at the
-// on-demand price; periodic checkpoints every √(2·δ·M) (Young), M the
-// mean time between evictions at that bid estimated from the past; the
-// job restarts from its last checkpoint once its machines are back.
-type Checkpoint struct{ c Config }
+// on-demand price; periodic checkpoints at Daly's optimum interval for
+// the checkpoint's time and the mean time between evictions at that bid
+// estimated from the past; the job restarts from its last checkpoint
+// once its machines are back.
+type Checkpoint struct {
+	c Config
+	// The interval last computed, for the market and bid it was computed
+	// for, and when.
+	market market.Market
+	bid    float64
+	at     time.Time
+	every  time.Duration
+}
 
 func (p *Checkpoint) Name() string { return "checkpoint" }
 
@@ -72,24 +82,51 @@ func (p *Checkpoint) Decide(s rm.State) rm.Plan {
 	return plan
 }
 
-// interval is Young's checkpoint interval for the market the job is in.
+// interval is Daly's checkpoint interval for the market the job is in,
+// at its bid. It is recomputed once a billing period at most: the mean
+// time between evictions moves slowly, and reading the whole window at
+// every event would cost more than the rest of the replay.
 func (p *Checkpoint) interval(s rm.State) time.Duration {
-	mtbf := time.Duration(0)
 	for _, h := range s.Held {
 		m, ok := s.View.Lookup(h.Market)
 		if !ok {
 			continue
 		}
-		r := risk(p.c, s.View, m, h.Bid)
-		if r.P > 0 {
-			mtbf = time.Duration(float64(p.c.Period) / r.P)
+		if h.Market != p.market || h.Bid != p.bid || s.View.Now.Sub(p.at) >= p.c.Period {
+			p.market, p.bid, p.at, p.every = h.Market, h.Bid, s.View.Now, Daly(p.c.Checkpoint, p.mtbe(s.View, m, h.Bid))
 		}
-		break
+		return p.every
 	}
-	if mtbf == 0 {
-		mtbf = 24 * time.Hour * 90 // no eviction seen: the whole window
+	return Daly(p.c.Checkpoint, 2*history.Window)
+}
+
+// mtbe is the mean time between evictions of a machine bid at bid in
+// market m: how long the price stayed at or below the bid between rises
+// past it (bid markets), or the mean of the availability trace's
+// exponential (exposure per eviction, with its prior).
+func (p *Checkpoint) mtbe(v history.View, m *history.Market, bid float64) time.Duration {
+	if p.c.BidEvicts {
+		return history.MeanTimeToExceed(v, m, bid)
 	}
-	return time.Duration(math.Sqrt(2 * float64(p.c.Checkpoint) * float64(mtbf)))
+	r := risk(p.c, v, m, 0)
+	if e := r.Evicted(); e > 0 {
+		return time.Duration(float64(r.Clamped(0, r.Horizon)) / e)
+	}
+	return 2 * history.Window
+}
+
+// Daly is the checkpoint interval that minimises the expected run time
+// for a checkpoint taking delta and failures every m on average (J. T.
+// Daly, "A higher order estimate of the optimum checkpoint interval for
+// restart dumps", FGCS 2006): Young's √(2δM) with Daly's higher-order
+// terms, less δ; M itself when δ ≥ 2M.
+func Daly(delta, m time.Duration) time.Duration {
+	d, mm := delta.Seconds(), m.Seconds()
+	if d >= 2*mm {
+		return m
+	}
+	x := d / (2 * mm)
+	return time.Duration((math.Sqrt(2*d*mm)*(1+math.Sqrt(x)/3+x/9) - d) * float64(time.Second))
 }
 
 // Tiers is a few reliable machines and the reference footprint of

@@ -46,7 +46,7 @@ func synthetic(seed uint64) *trace.Prices {
 
 func testConfig(p *trace.Prices) Config {
 	cal := jobsim.DefaultCalibration()
-	return Config{Prices: p, Model: billing.Bid2015{}, Cal: cal, Updates: 1e7, Estimator: history.NewEstimator(time.Hour, 2*time.Minute)}
+	return Config{Prices: p, Model: billing.Bid2015{}, Cal: cal, Updates: 1e7, Estimator: history.NewEstimator(time.Hour)}
 }
 
 // recorder keeps every decision a policy made.
@@ -166,5 +166,80 @@ func TestTraceEnds(t *testing.T) {
 	cfg.Updates = 1e12
 	if _, err := Run(context.Background(), cfg, "ondemand", t0.Add(39*24*time.Hour)); err == nil {
 		t.Fatal("a job longer than the trace finished")
+	}
+}
+
+// rising is a market of one zone of c3.xlarge at 0.03 whose price rises
+// to 0.20 (just below on-demand) for five minutes at twenty to every
+// hour: a machine bought at 0.03 and bid below 0.20 is evicted within the
+// hour it is bought in, wherever in the hour that is.
+func rising() *trace.Prices {
+	s := &trace.Series{Market: market.Market{Zone: "z-r", Type: "c3.xlarge"}, OnDemand: 0.21}
+	for h := 0; h < 24*30; h++ {
+		at := t0.Add(time.Duration(h) * time.Hour)
+		s.Points = append(s.Points, trace.Point{At: at, Price: 0.03}, trace.Point{At: at.Add(40 * time.Minute), Price: 0.20}, trace.Point{At: at.Add(45 * time.Minute), Price: 0.03})
+	}
+	return &trace.Prices{Source: "rising", Series: []*trace.Series{s}}
+}
+
+// TestFreeHours: in a market whose hours end in evictions, BidBrain bids
+// below the rise, and the hours its machines are evicted in are not
+// billed: nearly all its transient compute is free and it pays for
+// little but its reliable tier; checkpoint-restart, bid at the on-demand
+// price, is never evicted and pays every hour.
+func TestFreeHours(t *testing.T) {
+	cfg := testConfig(rising())
+	start := t0.Add(20 * 24 * time.Hour)
+	bb, err := Run(context.Background(), cfg, "bidbrain", start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ck, err := Run(context.Background(), cfg, "checkpoint", start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bb.FreeShare < 0.9 || bb.Evictions == 0 {
+		t.Errorf("bidbrain: %.0f%% of its compute free, %d evictions; want all but the reliable tier free", 100*bb.FreeShare, bb.Evictions)
+	}
+	// Beyond its two on-demand machines for the hours started, it pays
+	// under a tenth of what checkpoint-restart pays for the same work.
+	reliable := 2 * 0.21 * math.Ceil(bb.Hours)
+	if bb.Dollars < reliable-1e-9 || bb.Dollars-reliable > ck.Dollars/10 {
+		t.Errorf("bidbrain $%.2f in %.1f h (reliable tier $%.2f), checkpoint $%.2f", bb.Dollars, bb.Hours, reliable, ck.Dollars)
+	}
+	if ck.FreeShare != 0 || ck.Evictions != 0 {
+		t.Errorf("checkpoint at the on-demand bid: %.0f%% free, %d evictions; want none", 100*ck.FreeShare, ck.Evictions)
+	}
+}
+
+// TestLastCall: once the job is done, a machine billed by the hour is
+// kept until just before its paid hour ends (an eviction until then makes
+// the hour free, a release does not), one in EC2's free first hour until
+// just before that hour ends, and any other is let go at once.
+func TestLastCall(t *testing.T) {
+	cfg := testConfig(synthetic(1))
+	drain := cfg.Cal.Drain()
+	spot := market.Machine{Class: market.Transient, Requested: t0}
+	cases := []struct {
+		name  string
+		model billing.Model
+		m     market.Machine
+		fin   time.Duration
+		want  time.Duration
+	}{
+		{"2015: mid second hour", billing.Bid2015{}, spot, 80 * time.Minute, 2*time.Hour - drain},
+		{"2015: within the drain of the boundary", billing.Bid2015{}, spot, 2*time.Hour - drain/2, 2*time.Hour - drain/2},
+		{"2015: on the boundary", billing.Bid2015{}, spot, 2 * time.Hour, 2 * time.Hour},
+		{"2015: on-demand", billing.Bid2015{}, market.Machine{Class: market.Reliable, Requested: t0}, 80 * time.Minute, 80 * time.Minute},
+		{"AWS: first hour", billing.AWS, spot, 20 * time.Minute, time.Hour - drain},
+		{"AWS: later", billing.AWS, spot, 80 * time.Minute, 80 * time.Minute},
+		{"GCP", billing.GCP, spot, 20 * time.Minute, 20 * time.Minute},
+	}
+	for _, c := range cases {
+		cfg.Model = c.model
+		r := &run{cfg: cfg}
+		if got := r.lastCall(c.m, t0.Add(c.fin)); !got.Equal(t0.Add(c.want)) {
+			t.Errorf("%s: %v, want %v", c.name, got.Sub(t0), c.want)
+		}
 	}
 }

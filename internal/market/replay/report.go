@@ -27,12 +27,16 @@ type Report struct {
 	// the same work (medians over the runs with several starts).
 	BidBrainVsOnDemand   *float64 `json:"bidbrain_vs_ondemand,omitempty"`
 	BidBrainVsCheckpoint *float64 `json:"bidbrain_vs_checkpoint,omitempty"`
+	// BidBrainHoursVsOnDemand is the runtime ratio for the same work.
+	BidBrainHoursVsOnDemand *float64 `json:"bidbrain_hours_vs_ondemand,omitempty"`
 	// Runs are each start's figures, with the ratios' medians and worst.
 	Runs                       []StartRun `json:"runs,omitempty"`
 	BidBrainVsOnDemandMedian   *float64   `json:"bidbrain_vs_ondemand_median,omitempty"`
 	BidBrainVsOnDemandWorst    *float64   `json:"bidbrain_vs_ondemand_worst,omitempty"`
 	BidBrainVsCheckpointMedian *float64   `json:"bidbrain_vs_checkpoint_median,omitempty"`
 	BidBrainVsCheckpointWorst  *float64   `json:"bidbrain_vs_checkpoint_worst,omitempty"`
+	BidBrainHoursMedian        *float64   `json:"bidbrain_hours_vs_ondemand_median,omitempty"`
+	BidBrainHoursWorst         *float64   `json:"bidbrain_hours_vs_ondemand_worst,omitempty"`
 	ElapsedSeconds             float64    `json:"elapsed_seconds"`
 	Calibration                any        `json:"calibration"`
 	// Timelines are the first start's runs, for the plot.
@@ -45,6 +49,7 @@ type StartRun struct {
 	Policies             map[string]Result `json:"policies"`
 	BidBrainVsOnDemand   *float64          `json:"bidbrain_vs_ondemand,omitempty"`
 	BidBrainVsCheckpoint *float64          `json:"bidbrain_vs_checkpoint,omitempty"`
+	BidBrainHours        *float64          `json:"bidbrain_hours_vs_ondemand,omitempty"`
 }
 
 // Sweep runs every policy from every start. The on-demand reference is
@@ -82,6 +87,7 @@ func Sweep(ctx context.Context, cfg Config, policies []string, starts []time.Tim
 		}
 		run.BidBrainVsOnDemand = ratio(run.Policies, "bidbrain", "ondemand")
 		run.BidBrainVsCheckpoint = ratio(run.Policies, "bidbrain", "checkpoint")
+		run.BidBrainHours = hoursRatio(run.Policies, "bidbrain", "ondemand")
 		if !contains(policies, "ondemand") {
 			delete(run.Policies, "ondemand")
 		}
@@ -111,6 +117,16 @@ func ratio(p map[string]Result, a, b string) *float64 {
 	return &v
 }
 
+func hoursRatio(p map[string]Result, a, b string) *float64 {
+	ra, okA := p[a]
+	rb, okB := p[b]
+	if !okA || !okB || rb.Hours == 0 {
+		return nil
+	}
+	v := ra.Hours / rb.Hours
+	return &v
+}
+
 // summarise fills the per-policy figures (medians over the runs) and the
 // ratios' medians and worst.
 func (rep *Report) summarise(policies []string) {
@@ -121,7 +137,7 @@ func (rep *Report) summarise(policies []string) {
 		}
 		rep.Policies[name] = medianResult(rs)
 	}
-	var vsOD, vsCk []float64
+	var vsOD, vsCk, hours []float64
 	for _, r := range rep.Runs {
 		if r.BidBrainVsOnDemand != nil {
 			vsOD = append(vsOD, *r.BidBrainVsOnDemand)
@@ -129,11 +145,15 @@ func (rep *Report) summarise(policies []string) {
 		if r.BidBrainVsCheckpoint != nil {
 			vsCk = append(vsCk, *r.BidBrainVsCheckpoint)
 		}
+		if r.BidBrainHours != nil {
+			hours = append(hours, *r.BidBrainHours)
+		}
 	}
-	rep.BidBrainVsOnDemand, rep.BidBrainVsCheckpoint = median(vsOD), median(vsCk)
+	rep.BidBrainVsOnDemand, rep.BidBrainVsCheckpoint, rep.BidBrainHoursVsOnDemand = median(vsOD), median(vsCk), median(hours)
 	if len(rep.Runs) > 1 {
 		rep.BidBrainVsOnDemandMedian, rep.BidBrainVsOnDemandWorst = median(vsOD), worst(vsOD)
 		rep.BidBrainVsCheckpointMedian, rep.BidBrainVsCheckpointWorst = median(vsCk), worst(vsCk)
+		rep.BidBrainHoursMedian, rep.BidBrainHoursWorst = median(hours), worst(hours)
 	} else {
 		rep.Runs = nil
 	}
@@ -179,6 +199,7 @@ func medianResult(rs []Result) Result {
 		Acquisitions:    int(math.Round(pick(func(r Result) float64 { return float64(r.Acquisitions) }))),
 		StageSwitches:   int(math.Round(pick(func(r Result) float64 { return float64(r.StageSwitches) }))),
 		UpdatesLost:     pick(func(r Result) float64 { return r.UpdatesLost }),
+		FreeShare:       pick(func(r Result) float64 { return r.FreeShare }),
 	}
 }
 
@@ -190,14 +211,14 @@ func (rep *Report) Summary(w io.Writer, policies []string) {
 	}
 	fmt.Fprintf(w, "%s market, %.3g updates, %s\n", rep.Market, rep.Updates, what)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tdollars\tvs on-demand\thours\tevictions\tacquisitions\tstage switches\tupdates lost\t")
+	fmt.Fprintln(tw, "policy\tdollars\tvs on-demand\thours\tevictions\tacquisitions\tstage switches\tupdates lost\tfree compute\t")
 	for _, name := range policies {
 		r := rep.Policies[name]
 		vs := "-"
 		if r.OnDemandDollars > 0 {
 			vs = fmt.Sprintf("%.1f%%", 100*r.Dollars/r.OnDemandDollars)
 		}
-		fmt.Fprintf(tw, "%s\t%.2f\t%s\t%.1f\t%d\t%d\t%d\t%.0f\t\n", name, r.Dollars, vs, r.Hours, r.Evictions, r.Acquisitions, r.StageSwitches, r.UpdatesLost)
+		fmt.Fprintf(tw, "%s\t%.2f\t%s\t%.1f\t%d\t%d\t%d\t%.0f\t%.0f%%\t\n", name, r.Dollars, vs, r.Hours, r.Evictions, r.Acquisitions, r.StageSwitches, r.UpdatesLost, 100*r.FreeShare)
 	}
 	tw.Flush()
 	line := func(label string, med, worst *float64) {
@@ -213,9 +234,11 @@ func (rep *Report) Summary(w io.Writer, policies []string) {
 	if len(rep.Runs) > 1 {
 		line("bidbrain/ondemand dollars", rep.BidBrainVsOnDemandMedian, rep.BidBrainVsOnDemandWorst)
 		line("bidbrain/checkpoint dollars", rep.BidBrainVsCheckpointMedian, rep.BidBrainVsCheckpointWorst)
+		line("bidbrain/ondemand hours", rep.BidBrainHoursMedian, rep.BidBrainHoursWorst)
 	} else {
 		line("bidbrain/ondemand dollars", rep.BidBrainVsOnDemand, nil)
 		line("bidbrain/checkpoint dollars", rep.BidBrainVsCheckpoint, nil)
+		line("bidbrain/ondemand hours", rep.BidBrainHoursVsOnDemand, nil)
 	}
 	fmt.Fprintf(w, "%s\n", strings.Repeat("-", 20))
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sort"
 	"time"
 
 	"github.com/terrace-ml/terrace/internal/market"
@@ -54,7 +55,10 @@ type Result struct {
 	Acquisitions    int       `json:"acquisitions"`
 	StageSwitches   int       `json:"stage_switches"`
 	UpdatesLost     float64   `json:"updates_lost"`
-	Timeline        []Sample  `json:"-"`
+	// FreeShare is the share of the compute held (machine-hours weighted
+	// by each type's worker rate) that was not charged.
+	FreeShare float64  `json:"free_compute_share"`
+	Timeline  []Sample `json:"-"`
 }
 
 // Sample is the state of one run at one time.
@@ -80,13 +84,11 @@ func mode(name string, c jobsim.Calibration) (jobsim.Mode, int) {
 
 func (c Config) policyConfig() policy.Config {
 	flow := jobsim.FlowOf(c.Cal)
-	_, free := c.Model.(billing.Bid2015)
 	return policy.Config{
 		Reference: c.Cal.ReferenceType, Machines: c.Cal.Machines, Reliable: c.Cal.ReliableMachines, Max: c.Cal.MaxMachines,
 		Rate: c.Cal.Rate, Throughput: flow.BestRate, Estimator: c.Estimator,
-		BidEvicts: c.Model.BidEvicts(), Period: c.Model.Period(), FreeIfEvicted: free, Bid: c.Bid,
-		Setup:       seconds(c.Cal.BootSeconds + c.Cal.JoinSeconds),
-		SwitchPause: seconds(c.Cal.SwitchPauseSeconds), Checkpoint: seconds(c.Cal.CheckpointSeconds),
+		BidEvicts: c.Model.BidEvicts(), Period: c.Model.Period(), Terms: c.Model.Terms(), Notice: c.Model.Notice(), Bid: c.Bid,
+		Setup: c.Cal.Setup(), Drain: c.Cal.Drain(), SwitchPause: c.Cal.SwitchPause(), Checkpoint: c.Cal.Transfer(c.Cal.Machines),
 	}
 }
 
@@ -108,8 +110,6 @@ func (c Config) source(start time.Time) *history.Source {
 	}
 	return src
 }
-
-func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
 // run is one policy's run from start.
 type run struct {
@@ -137,7 +137,7 @@ func runWith(ctx context.Context, cfg Config, pol rm.Policy, start time.Time) (R
 	name := pol.Name()
 	md, need := mode(name, cfg.Cal)
 	r := &run{ctx: ctx, cfg: cfg, name: name, start: start, job: jobsim.New(cfg.Cal, md, need, cfg.Updates, start)}
-	r.prov = traceprov.New(traceprov.Config{Source: cfg.source(start), Model: cfg.Model, Boot: seconds(cfg.Cal.BootSeconds), Start: start, Handler: r.handle})
+	r.prov = traceprov.New(traceprov.Config{Source: cfg.source(start), Model: cfg.Model, Boot: cfg.Cal.Boot(), Start: start, Handler: r.handle})
 	r.mgr = rm.NewManager(r.prov, pol, r.job)
 	r.res = Result{Policy: name, Start: start}
 	if err := r.mgr.Start(ctx); err != nil {
@@ -201,31 +201,111 @@ func (r *run) loop(ctx context.Context) error {
 func (r *run) finish(ctx context.Context) error {
 	fin := r.job.Finished()
 	r.prov.AdvanceTo(fin)
-	if err := r.mgr.ReleaseAll(ctx); err != nil {
+	c := r.mgr.Counts()
+	if err := r.windDown(ctx, fin); err != nil {
 		return err
-	}
-	// Machines on notice run out their notice and end by the provider.
-	var last time.Time
-	for _, h := range r.mgr.Held() {
-		if h.Deadline.After(last) {
-			last = h.Deadline
-		}
-	}
-	if !last.IsZero() {
-		r.prov.AdvanceTo(last)
 	}
 	bill, err := r.prov.Bill(ctx)
 	if err != nil {
 		return err
 	}
-	c := r.mgr.Counts()
 	r.res.Dollars, r.res.Hours = bill.Dollars, fin.Sub(r.start).Hours()
 	r.res.Evictions, r.res.Acquisitions = c.Evictions, c.Acquisitions
 	r.res.StageSwitches, r.res.UpdatesLost = len(r.job.Switches), r.job.Lost
+	r.res.FreeShare = freeShare(bill, r.cfg.Cal)
 	if r.cfg.Sample > 0 {
 		r.sample(ctx, fin)
 	}
 	return nil
+}
+
+// windDown gives back the machines held once the job is done, each when
+// that costs least (lastCall), in time order; a machine evicted before
+// its turn ends by the provider's hand, and so does one on notice.
+func (r *run) windDown(ctx context.Context, fin time.Time) error {
+	type release struct {
+		at time.Time
+		id market.MachineID
+	}
+	var rs []release
+	for _, h := range r.mgr.Held() {
+		if !h.Noticed {
+			rs = append(rs, release{r.lastCall(h.Machine, fin), h.ID})
+		}
+	}
+	sort.Slice(rs, func(i, j int) bool {
+		return rs[i].at.Before(rs[j].at) || rs[i].at.Equal(rs[j].at) && rs[i].id < rs[j].id
+	})
+	for _, x := range rs {
+		r.prov.AdvanceTo(x.at)
+		if h, ok := r.holding(x.id); ok && !h.Noticed {
+			if err := r.mgr.Release(ctx, x.id); err != nil {
+				return err
+			}
+		}
+	}
+	last := fin
+	for _, h := range r.mgr.Held() {
+		if h.Deadline.After(last) {
+			last = h.Deadline
+		}
+	}
+	r.prov.AdvanceTo(last)
+	return nil
+}
+
+func (r *run) holding(id market.MachineID) (rm.Holding, bool) {
+	for _, h := range r.mgr.Held() {
+		if h.ID == id {
+			return h, true
+		}
+	}
+	return rm.Holding{}, false
+}
+
+// lastCall is when a machine still held at the job's end fin is best
+// given back: a transient machine billed by the hour just before its paid
+// hour ends (its drain before), since an eviction until then makes that
+// hour free and a release does not; one in EC2's free first hour just
+// before that hour ends, for the same reason; any other machine at once.
+func (r *run) lastCall(m market.Machine, fin time.Time) time.Time {
+	if m.Class == market.Reliable {
+		return fin
+	}
+	terms, h, drain := r.cfg.Model.Terms(), r.cfg.Model.Period(), r.cfg.Cal.Drain()
+	age := fin.Sub(m.Requested)
+	var at time.Time
+	switch {
+	case terms.Hourly:
+		k := age / h
+		if age%h != 0 {
+			k++
+		}
+		at = m.Requested.Add(k*h - drain)
+	case terms.FreeFirstHour:
+		at = m.Requested.Add(time.Hour - drain)
+	}
+	if at.After(fin) {
+		return at
+	}
+	return fin
+}
+
+// freeShare is the share of a bill's compute that was not charged.
+func freeShare(b market.Bill, cal jobsim.Calibration) float64 {
+	var held, free float64
+	for _, u := range b.Usage {
+		rate, err := cal.Rate(u.Market.Type)
+		if err != nil {
+			continue
+		}
+		held += rate * u.Held.Hours()
+		free += rate * u.Free.Hours()
+	}
+	if held == 0 {
+		return 0
+	}
+	return free / held
 }
 
 func (r *run) sample(ctx context.Context, t time.Time) {

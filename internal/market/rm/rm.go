@@ -155,18 +155,15 @@ func (m *Manager) Tick(ctx context.Context, now time.Time) error {
 	return m.decide(ctx, nil)
 }
 
-// ReleaseAll gives back every machine not on notice (the job is done);
-// those on notice are left to end by the provider's hand, which in a bid
-// market makes their last hour free.
-func (m *Manager) ReleaseAll(ctx context.Context) error {
-	for _, h := range m.Held() {
-		if h.Noticed {
-			continue
-		}
-		delete(m.held, h.ID)
-		if err := m.prov.Release(ctx, h.ID); err != nil {
-			return fmt.Errorf("release machine %d: %w", h.ID, err)
-		}
+// Release gives back machine id (the job is done, say); a machine no
+// longer held (evicted meanwhile) is not an error.
+func (m *Manager) Release(ctx context.Context, id market.MachineID) error {
+	if _, ok := m.held[id]; !ok {
+		return nil
+	}
+	delete(m.held, id)
+	if err := m.prov.Release(ctx, id); err != nil {
+		return fmt.Errorf("release machine %d: %w", id, err)
 	}
 	return nil
 }

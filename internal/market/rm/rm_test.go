@@ -91,3 +91,25 @@ func TestManager(t *testing.T) {
 		t.Errorf("released %v, checkpoints %d, held %d", prov.released, job.checkpoints, len(m.Held()))
 	}
 }
+
+// TestManagerRelease: a machine given back leaves the holdings and goes
+// to the provider; one no longer held (evicted meanwhile) is no error and
+// no call.
+func TestManagerRelease(t *testing.T) {
+	ctx := context.Background()
+	mk := market.Market{Zone: "z", Type: "t"}
+	prov := &fakeProvider{}
+	m := NewManager(prov, &scripted{plans: []Plan{{Acquire: []market.Request{{Market: mk, Class: market.Transient, Count: 2, Bid: 2}}}}}, &fakeJob{})
+	if err := m.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Release(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Release(ctx, 1); err != nil {
+		t.Errorf("second release: %v", err)
+	}
+	if len(prov.released) != 1 || prov.released[0] != 1 || len(m.Held()) != 1 {
+		t.Errorf("released %v, held %d; want [1] and 1", prov.released, len(m.Held()))
+	}
+}

@@ -39,8 +39,10 @@ type Provider struct {
 	machines map[market.MachineID]*machine
 	timers   []timer // boots and notice deadlines, sorted by time then id
 	closed   float64
-	perMach  map[market.MachineID]float64
+	usage    map[market.MachineID]market.Usage // ended machines
 	queue    []market.Event
+	// dispatching: the handler is running (dispatch is not re-entered).
+	dispatching bool
 }
 
 type marketState struct {
@@ -66,7 +68,7 @@ type timer struct {
 // New returns a provider at cfg.Start.
 func New(cfg Config) *Provider {
 	p := &Provider{cfg: cfg, now: cfg.Start, markets: map[market.Market]*marketState{},
-		machines: map[market.MachineID]*machine{}, perMach: map[market.MachineID]float64{}}
+		machines: map[market.MachineID]*machine{}, usage: map[market.MachineID]market.Usage{}}
 	for _, s := range cfg.Source.Prices.Series {
 		ms := &marketState{series: s, tl: cfg.Source.Avail[s.Market]}
 		ms.next = sort.Search(len(s.Points), func(i int) bool { return s.Points[i].At.After(cfg.Start) })
@@ -109,8 +111,8 @@ func (p *Provider) Acquire(_ context.Context, r market.Request) ([]market.Machin
 		switch {
 		case !ok:
 			return nil, fmt.Errorf("%s has no price before %s: %w", r.Market, p.now.Format(time.RFC3339), market.ErrNoCapacity)
-		case p.cfg.Model.BidEvicts() && r.Bid < price:
-			return nil, fmt.Errorf("bid %g < price %g in %s: %w", r.Bid, price, r.Market, market.ErrBidBelowPrice)
+		case p.cfg.Model.MaxPrice(r.Bid, ms.series.OnDemand) < price:
+			return nil, fmt.Errorf("bid %g (maximum %g) < price %g in %s: %w", r.Bid, p.cfg.Model.MaxPrice(r.Bid, ms.series.OnDemand), price, r.Market, market.ErrBidBelowPrice)
 		case !p.cfg.Model.BidEvicts() && ms.tl != nil && ms.tl.At(p.now) == 0:
 			return nil, fmt.Errorf("%s at %s: %w", r.Market, p.now.Format(time.RFC3339), market.ErrNoCapacity)
 		}
@@ -145,18 +147,27 @@ func (p *Provider) Release(_ context.Context, id market.MachineID) error {
 func (p *Provider) Bill(context.Context) (market.Bill, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	b := market.Bill{Dollars: p.closed, PerMachine: map[market.MachineID]float64{}}
-	for id, d := range p.perMach {
-		b.PerMachine[id] = d
+	b := market.Bill{Dollars: p.closed, Usage: make(map[market.MachineID]market.Usage, len(p.usage)+len(p.machines))}
+	for id, u := range p.usage {
+		b.Usage[id] = u
 	}
 	for id, m := range p.machines {
 		if !m.gone {
-			d := p.charge(m, p.now, market.ByUser)
-			b.PerMachine[id] += d
-			b.Dollars += d
+			u := p.use(m, market.ByUser)
+			b.Usage[id] = u
+			b.Dollars += u.Dollars
 		}
 	}
 	return b, nil
+}
+
+// use is a machine's usage if it ended now, by by (under p.mu).
+func (p *Provider) use(m *machine, by market.EndedBy) market.Usage {
+	u := market.Usage{Market: m.Market, Class: m.Class, Held: p.now.Sub(m.Requested), Dollars: p.charge(m, p.now, by)}
+	if m.Class == market.Transient {
+		u.Free = p.cfg.Model.Free(m.Requested, p.now, by)
+	}
+	return u
 }
 
 func (p *Provider) charge(m *machine, end time.Time, by market.EndedBy) float64 {
@@ -170,9 +181,9 @@ func (p *Provider) charge(m *machine, end time.Time, by market.EndedBy) float64 
 // end closes a machine's life at the provider's clock (under p.mu).
 func (p *Provider) end(m *machine, by market.EndedBy) {
 	m.gone = true
-	d := p.charge(m, p.now, by)
-	p.closed += d
-	p.perMach[m.ID] = d
+	u := p.use(m, by)
+	p.closed += u.Dollars
+	p.usage[m.ID] = u
 	delete(p.machines, m.ID)
 	p.queue = append(p.queue, market.Event{Kind: market.Gone, At: p.now, Machine: m.Machine, By: by})
 }
@@ -187,19 +198,26 @@ func (p *Provider) addTimer(t timer) {
 }
 
 // dispatch hands queued events to the handler, outside the lock; the
-// handler's own calls may queue more.
+// handler's own calls may queue more. It is not re-entered: a Release
+// the handler makes queues its event behind those already waiting, which
+// the outer dispatch delivers once the handler returns, so the handler
+// never sees an event in the middle of its own decision.
 func (p *Provider) dispatch() {
-	for {
-		p.mu.Lock()
-		if len(p.queue) == 0 {
-			p.mu.Unlock()
-			return
-		}
+	p.mu.Lock()
+	if p.dispatching {
+		p.mu.Unlock()
+		return
+	}
+	p.dispatching = true
+	for len(p.queue) > 0 {
 		ev := p.queue[0]
 		p.queue = p.queue[1:]
 		p.mu.Unlock()
 		if p.cfg.Handler != nil {
 			p.cfg.Handler(ev)
 		}
+		p.mu.Lock()
 	}
+	p.dispatching = false
+	p.mu.Unlock()
 }

@@ -3,6 +3,7 @@ package traceprov
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -71,7 +72,7 @@ func TestBidEviction(t *testing.T) {
 	b, _ := p.Bill(ctx)
 	// Each spot machine: first hour at 0.05, the interrupted second hour
 	// free; the reliable one: 4 started hours at 0.21.
-	if want := 2*0.05 + 4*0.21; math.Abs(b.Dollars-want) > 1e-9 || b.PerMachine[ids[0]] != 0.05 {
+	if want := 2*0.05 + 4*0.21; math.Abs(b.Dollars-want) > 1e-9 || b.Usage[ids[0]].Dollars != 0.05 || b.Usage[ids[0]].Free != 32*time.Minute {
 		t.Errorf("bill %+v, want %v", b, want)
 	}
 }
@@ -118,6 +119,25 @@ func TestAvailabilityEviction(t *testing.T) {
 	}
 }
 
+// TestOnDemandCap: on EC2 today a spot price above the on-demand price
+// (the default maximum) interrupts the machine, and none can be had while
+// it lasts.
+func TestOnDemandCap(t *testing.T) {
+	ctx := context.Background()
+	var rec recorder
+	p := New(Config{Source: prices(at(0, 0.05), at(time.Hour, 0.50), at(2*time.Hour, 0.05)), Model: billing.AWS, Boot: time.Minute, Start: t0, Handler: rec.handle})
+	if _, err := p.Acquire(ctx, market.Request{Market: mk, Class: market.Transient, Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	p.AdvanceTo(t0.Add(time.Hour))
+	if n := len(rec.events); n != 2 || rec.events[1].Kind != market.Notice {
+		t.Fatalf("events %+v, want ready and a notice", rec.events)
+	}
+	if _, err := p.Acquire(ctx, market.Request{Market: mk, Class: market.Transient, Count: 1}); !errors.Is(err, market.ErrBidBelowPrice) {
+		t.Errorf("acquire above the on-demand price: %v", err)
+	}
+}
+
 // fakeClock jumps to whatever time is waited for.
 type fakeClock struct{ now time.Time }
 
@@ -144,5 +164,45 @@ func TestRunCompressed(t *testing.T) {
 	// come after 1 s and 3 s.
 	if len(seen) != 2 || seen[0] != time.Second || seen[1] != 3*time.Second {
 		t.Errorf("events at wall %v, want [1s 3s]", seen)
+	}
+}
+
+// TestHandlerNotReentered: a handler that releases machines while other
+// notices wait in the queue gets those notices after it returns, never
+// inside its own call; every event still arrives, in order.
+func TestHandlerNotReentered(t *testing.T) {
+	ctx := context.Background()
+	var p *Provider
+	depth, maxDepth := 0, 0
+	var got []string
+	released := false
+	p = New(Config{Source: prices(at(0, 0.05), at(time.Hour, 0.30)), Model: billing.Bid2015{}, Boot: time.Minute, Start: t0,
+		Handler: func(ev market.Event) {
+			depth++
+			maxDepth = max(maxDepth, depth)
+			defer func() { depth-- }()
+			if ev.Kind == market.PriceChange {
+				return
+			}
+			got = append(got, fmt.Sprintf("%s %d", ev.Kind, ev.Machine.ID))
+			if ev.Kind == market.Notice && !released {
+				released = true
+				for id := market.MachineID(1); id <= 3; id++ {
+					if err := p.Release(ctx, id); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+		}})
+	if _, err := p.Acquire(ctx, market.Request{Market: mk, Class: market.Transient, Count: 3, Bid: 0.10}); err != nil {
+		t.Fatal(err)
+	}
+	p.AdvanceTo(t0.Add(2 * time.Hour))
+	if maxDepth != 1 {
+		t.Errorf("handler re-entered (depth %d)", maxDepth)
+	}
+	want := "[ready 1 ready 2 ready 3 notice 1 notice 2 notice 3 gone 1 gone 2 gone 3]"
+	if fmt.Sprint(got) != want {
+		t.Errorf("events %v, want %s", got, want)
 	}
 }

@@ -97,9 +97,7 @@ func (p *Provider) change(ms *marketState) {
 		pt := ms.series.Points[ms.next]
 		ms.next++
 		p.queue = append(p.queue, market.Event{Kind: market.PriceChange, At: p.now, Market: ms.series.Market, Price: pt.Price})
-		if p.cfg.Model.BidEvicts() {
-			p.evictBids(ms, pt.Price)
-		}
+		p.evictBids(ms, pt.Price)
 		return
 	}
 	prev := 0
@@ -120,10 +118,11 @@ func (ms *marketState) nextChangeOfPrice() (time.Time, bool) {
 	return time.Time{}, false
 }
 
-// evictBids notices every transient machine of the market bid below price.
+// evictBids notices every transient machine of the market whose maximum
+// price (its bid, or the model's default) is below price.
 func (p *Provider) evictBids(ms *marketState, price float64) {
 	for _, m := range p.transient(ms) {
-		if m.Bid < price {
+		if p.cfg.Model.MaxPrice(m.Bid, ms.series.OnDemand) < price {
 			p.notice(m)
 		}
 	}
