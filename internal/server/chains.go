@@ -212,6 +212,9 @@ func (s *Server) rebuild(old, cur chains) {
 }
 
 func (s *Server) reportSynced(ch chains) {
+	if s.opts.OnRebuilt != nil {
+		s.opts.OnRebuilt(ch.version)
+	}
 	if s.opts.OnSynced == nil {
 		return
 	}
