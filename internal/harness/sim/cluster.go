@@ -231,6 +231,17 @@ func (c *Cluster) Alive(role Role) []*Node {
 	return out
 }
 
+// isAlive reports whether node id is one Alive would list.
+func (c *Cluster) isAlive(id string) bool {
+	n := c.node(id)
+	if n == nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !n.killed && !n.leaving && !n.done
+}
+
 // node returns the node with id, or nil.
 func (c *Cluster) node(id string) *Node {
 	c.mu.Lock()

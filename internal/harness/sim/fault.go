@@ -121,7 +121,7 @@ func (f KillServer) Apply(ctx context.Context, c *Cluster) {
 	if len(lay.Servers) > lay.K() && len(lay.Joining) == 0 {
 		why = "every server holds the last copy of some slot"
 		for _, s := range lay.Servers {
-			if n := c.node(s.ID); n != nil && !n.killed && !n.leaving && !c.copies.WouldLose(s.ID) {
+			if c.isAlive(s.ID) && !c.copies.WouldLose(s.ID) {
 				safe = append(safe, s.ID)
 			}
 		}
@@ -351,9 +351,9 @@ func (f Revoke) Apply(ctx context.Context, c *Cluster) {
 	}
 	for _, n := range hit {
 		c.mu.Lock()
-		gone := n.done
+		done := n.done
 		c.mu.Unlock()
-		if gone {
+		if done {
 			continue
 		}
 		if n.Role == RoleServer {
