@@ -95,6 +95,9 @@ func (p *placement) head(sl uint64) string { return p.ring.Servers[p.ring.SlotOw
 
 // Layout records a layout the coordinator published.
 func (c *Copies) Layout(l *layout.Layout) error {
+	if len(l.Servers) == 0 {
+		return nil // the first layouts, before any server joined, place nothing
+	}
 	p, err := newPlacement(l)
 	if err != nil {
 		return err

@@ -177,6 +177,8 @@ func (c *Cluster) startNodes() error {
 	if err := c.startCoordinator(); err != nil {
 		return err
 	}
+	// Copies must see every layout, the first ones too.
+	go c.watchLayouts()
 	ctx, cancel := context.WithTimeout(c.ctx, time.Minute)
 	defer cancel()
 	for range c.cfg.Servers {
@@ -190,7 +192,6 @@ func (c *Cluster) startNodes() error {
 // train starts the workers and the faults, and waits for training to end;
 // it returns the fake time training took, or 0 if it stalled.
 func (c *Cluster) train(faults Schedule) time.Duration {
-	go c.watchLayouts()
 	for range c.cfg.Workers {
 		c.StartWorker("")
 	}

@@ -101,15 +101,17 @@ func lossNote(l sim.Losses) string {
 // summary collects a run's failing seeds by kind of violation, and the
 // seeds that lost every copy of a slot.
 type summary struct {
-	mu     sync.Mutex
-	byKind map[string][]uint64
-	failed int
-	lossy  []string
+	mu      sync.Mutex
+	byKind  map[string][]uint64
+	failed  int
+	lossy   []string
+	unknown int // rebuild reports for layouts Copies never saw
 }
 
 func (s *summary) add(t *testing.T, sc sim.Scenario, rep *sim.Report) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.unknown += rep.UnknownCopies
 	if len(rep.Losses.Slots) > 0 {
 		s.lossy = append(s.lossy, fmt.Sprintf("%d%s", sc.Seed, lossNote(rep.Losses)))
 	}
@@ -128,6 +130,7 @@ func (s *summary) add(t *testing.T, sc sim.Scenario, rep *sim.Report) {
 func (s *summary) report(t *testing.T, n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	t.Logf("%d schedules: %d failed, %d lost every copy of a slot, %d rebuild reports for layouts the account of copies never saw", n, s.failed, len(s.lossy), s.unknown)
 	if len(s.lossy) > 0 {
 		// Random schedules kill only where a copy of every slot is left.
 		t.Errorf("%d of %d schedules lost every copy of a slot:\n%s", len(s.lossy), n, strings.Join(s.lossy, "\n"))
