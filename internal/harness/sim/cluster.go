@@ -136,6 +136,7 @@ type Cluster struct {
 	workers    []*Node
 	live       int  // workers started and not yet returned
 	pending    int  // replacements not yet started
+	failed     int  // workers that failed
 	stopping   bool // no more workers start
 	timeline   []string
 	violations []Violation
@@ -504,9 +505,19 @@ func (c *Cluster) workerReturned(w *Node) {
 		c.StartWorker("")
 	default:
 		c.Violate(KindFailed, "%s: %v", w.ID, w.err)
-		c.StartWorker("")
+		c.mu.Lock()
+		c.failed++
+		again := c.failed <= maxFailedReplaced
+		c.mu.Unlock()
+		if again {
+			c.StartWorker("")
+		}
 	}
 }
+
+// maxFailedReplaced bounds how many failed workers are replaced: a
+// cluster that fails every worker at once must not start workers forever.
+const maxFailedReplaced = 10
 
 // stopWorkers stops every worker and waits for them: their pushes in
 // flight stay unconfirmed.

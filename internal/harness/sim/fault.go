@@ -168,7 +168,9 @@ func (f JoinServer) Apply(ctx context.Context, c *Cluster) {
 
 // Drain gives a node of Role an eviction notice: it has Grace to leave
 // (a server hands its slots over first; a worker records its progress).
-// A drained worker is replaced after Replace (never if negative).
+// A drained worker is replaced after Replace (never if negative). A
+// server picked (not named by ID) is drained only while more than k
+// servers are on the ring and none is joining or leaving.
 type Drain struct {
 	Target
 	Role    Role
@@ -179,6 +181,13 @@ type Drain struct {
 func (f Drain) String() string { return fmt.Sprintf("drain %v within %v", f.Target, f.Grace) }
 
 func (f Drain) Apply(ctx context.Context, c *Cluster) {
+	if f.Role == RoleServer && f.ID == "" {
+		lay := c.Layout()
+		if len(lay.Servers) <= lay.K() || len(lay.Joining)+len(lay.Leaving) > 0 {
+			c.Note("skip %v: %d servers on the ring, %d joining, %d leaving", f, len(lay.Servers), len(lay.Joining), len(lay.Leaving))
+			return
+		}
+	}
 	id := f.choose(ids(c.Alive(f.Role)))
 	if id == "" {
 		return

@@ -74,3 +74,25 @@ func (sc Scenario) Describe() string {
 	}
 	return s + "; faults: " + sc.Faults.String()
 }
+
+// RandomDrains is Random(seed) with planned departures and stragglers:
+// of its faults, drawn from the seed again, one in six becomes an
+// eviction notice to a server (30 s of grace; skipped while k or fewer
+// servers are on the ring), one in six a notice to a worker, replaced
+// within a second, and one in six a worker computing ten times slower for
+// a second.
+func RandomDrains(seed uint64) Scenario {
+	sc := Random(seed)
+	r := rand.New(rand.NewPCG(seed, 0xd7a1))
+	for i := range sc.Faults {
+		switch r.IntN(6) {
+		case 0:
+			sc.Faults[i].Fault = Drain{Target: Target{Pick: r.Uint64()}, Role: RoleServer, Grace: 30 * time.Second}
+		case 1:
+			sc.Faults[i].Fault = Drain{Target: Target{Pick: r.Uint64()}, Role: RoleWorker, Grace: 30 * time.Second, Replace: ms(r, 0, 1000)}
+		case 2:
+			sc.Faults[i].Fault = SlowWorker{Target: Target{Pick: r.Uint64()}, Factor: 10, For: time.Second}
+		}
+	}
+	return sc
+}

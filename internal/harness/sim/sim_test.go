@@ -20,6 +20,12 @@ const (
 	shortSchedules   = 100
 )
 
+// regressionSeeds run with every run of the default seeds: schedules
+// that once failed outside them (issue 10: 71349 and 71351, whose kills
+// would have taken every copy of slots; TestLossBeyondK replays them as
+// first drawn).
+var regressionSeeds = []uint64{71349, 71351}
+
 // detailUpTo is the largest run whose failures print their timeline and
 // logs; larger runs print one paragraph a failing seed.
 const detailUpTo = 10
@@ -30,7 +36,9 @@ const detailUpTo = 10
 // once, that every read respected the staleness bound, and that training
 // finished. TERRACE_SIM_SEED=N runs seed N alone, with its timeline and
 // logs (the command a failure prints); TERRACE_SIM_SCHEDULES=M runs M
-// schedules, from seed N if given, else from 1.
+// schedules, from seed N if given, else from 1 (and then the
+// regressionSeeds too). TERRACE_SIM_MIX=drains draws the schedules with
+// drains and slow workers (sim.RandomDrains).
 func TestSimulation(t *testing.T) {
 	first, n := uint64(1), defaultSchedules
 	if testing.Short() {
@@ -50,13 +58,28 @@ func TestSimulation(t *testing.T) {
 		}
 		n = m
 	}
-	var sum summary
-	t.Cleanup(func() { sum.report(t, n) })
+	var seeds []uint64
 	for seed := first; seed < first+uint64(n); seed++ {
+		seeds = append(seeds, seed)
+	}
+	if os.Getenv("TERRACE_SIM_SEED") == "" {
+		seeds = append(seeds, regressionSeeds...)
+	}
+	draw := sim.Random
+	switch v := os.Getenv("TERRACE_SIM_MIX"); v {
+	case "":
+	case "drains":
+		draw = sim.RandomDrains
+	default:
+		t.Fatalf("TERRACE_SIM_MIX=%q: want drains or nothing", v)
+	}
+	var sum summary
+	t.Cleanup(func() { sum.report(t, len(seeds)) })
+	for _, seed := range seeds {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			t.Parallel()
 			synctest.Test(t, func(t *testing.T) {
-				sc := sim.Random(seed)
+				sc := draw(seed)
 				sum.add(t, sc, runScenario(t, sc, n <= detailUpTo))
 			})
 		})
@@ -65,7 +88,11 @@ func TestSimulation(t *testing.T) {
 
 // replay is the command that runs one seed alone.
 func replay(seed uint64) string {
-	return fmt.Sprintf("TERRACE_SIM_SEED=%d go test ./internal/harness/sim -run TestSimulation -v", seed)
+	mix := ""
+	if v := os.Getenv("TERRACE_SIM_MIX"); v != "" {
+		mix = "TERRACE_SIM_MIX=" + v + " "
+	}
+	return fmt.Sprintf("%sTERRACE_SIM_SEED=%d go test ./internal/harness/sim -run TestSimulation -v", mix, seed)
 }
 
 // runScenario runs sc in the calling bubble and fails t on any violation,
