@@ -170,7 +170,8 @@ func (f JoinServer) Apply(ctx context.Context, c *Cluster) {
 // (a server hands its slots over first; a worker records its progress).
 // A drained worker is replaced after Replace (never if negative). A
 // server picked (not named by ID) is drained only while more than k
-// servers are on the ring and none is joining or leaving.
+// servers of the ring are alive and not told to leave, and none is
+// joining or leaving.
 type Drain struct {
 	Target
 	Role    Role
@@ -181,14 +182,23 @@ type Drain struct {
 func (f Drain) String() string { return fmt.Sprintf("drain %v within %v", f.Target, f.Grace) }
 
 func (f Drain) Apply(ctx context.Context, c *Cluster) {
+	candidates := ids(c.Alive(f.Role))
 	if f.Role == RoleServer && f.ID == "" {
+		// A notice takes effect when the server asks to leave: count the
+		// servers told already, not only those the layout lists.
 		lay := c.Layout()
-		if len(lay.Servers) <= lay.K() || len(lay.Joining)+len(lay.Leaving) > 0 {
-			c.Note("skip %v: %d servers on the ring, %d joining, %d leaving", f, len(lay.Servers), len(lay.Joining), len(lay.Leaving))
+		candidates = nil
+		for _, s := range lay.Servers {
+			if c.isAlive(s.ID) {
+				candidates = append(candidates, s.ID)
+			}
+		}
+		if len(candidates) <= lay.K() || len(lay.Joining)+len(lay.Leaving) > 0 {
+			c.Note("skip %v: %d servers of the ring stay, %d joining, %d leaving", f, len(candidates), len(lay.Joining), len(lay.Leaving))
 			return
 		}
 	}
-	id := f.choose(ids(c.Alive(f.Role)))
+	id := f.choose(candidates)
 	if id == "" {
 		return
 	}
