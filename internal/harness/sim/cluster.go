@@ -444,7 +444,6 @@ func (c *Cluster) SlowWorker(id string, factor float64) {
 // watchLayouts feeds every layout the coordinator publishes to Copies and
 // the timeline.
 func (c *Cluster) watchLayouts() {
-	ids := func(ss []string) string { return strings.Join(ss, " ") }
 	for v := uint64(0); ; {
 		l, err := c.coord.Layout(c.ctx, v)
 		if err != nil {
@@ -462,7 +461,7 @@ func (c *Cluster) watchLayouts() {
 			join = append(join, s.ID)
 		}
 		c.Note("layout v%d epoch %d: servers [%s] joining [%s] leaving [%s] workers %d finished %v",
-			l.Version, l.Epoch, ids(srv), ids(join), ids(l.Leaving), l.Workers, l.Finished)
+			l.Version, l.Epoch, strings.Join(srv, " "), strings.Join(join, " "), strings.Join(l.Leaving, " "), l.Workers, l.Finished)
 	}
 }
 
