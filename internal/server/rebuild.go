@@ -123,6 +123,9 @@ func planCopies(tables []*tableState, old, cur chains, me string) (map[string]*c
 }
 
 func (s *Server) reportSynced(ch chains) {
+	if s.opts.OnRebuilt != nil {
+		s.opts.OnRebuilt(ch.version)
+	}
 	if s.opts.OnSynced == nil {
 		return
 	}

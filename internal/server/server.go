@@ -34,6 +34,12 @@ type Options struct {
 	// joining or leaving server has moved (the first phase of a handoff),
 	// for the layout version given.
 	OnSynced func(joiner string, version uint64)
+	// OnRebuilt, when set, is told once this server's rebuild for layout
+	// version has ended: the full copies it owed the new members of the
+	// chains it heads under that layout are acknowledged, so each of them
+	// holds every update this server acknowledged there. The simulation
+	// counts copies of slots with it.
+	OnRebuilt func(version uint64)
 	// OnCheckpointed and OnRestored are told when this server has written
 	// its part of a cluster checkpoint, or loaded its slots from one.
 	OnCheckpointed func(seq uint64, err error)

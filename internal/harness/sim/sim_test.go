@@ -1,9 +1,7 @@
 package sim_test
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"slices"
 	"strconv"
@@ -11,28 +9,36 @@ import (
 	"sync"
 	"testing"
 	"testing/synctest"
-	"time"
 
-	"github.com/terrace-ml/terrace/internal/dataplane/simnet"
-	"github.com/terrace-ml/terrace/internal/dataplane/transport"
-	"github.com/terrace-ml/terrace/internal/placement/layout"
-	"github.com/terrace-ml/terrace/internal/process/node"
+	"github.com/terrace-ml/terrace/internal/harness/sim"
 )
 
 // defaultSchedules is how many schedules a plain `go test` runs (about a
-// minute and a half on two cores); -short runs shortSchedules.
+// minute on two idle cores); -short runs shortSchedules.
 const (
 	defaultSchedules = 1000
 	shortSchedules   = 100
 )
 
-// TestSimulation runs seeded random fault schedules against a whole
-// cluster in fake time (see docs/design/sim.md) and checks, for each, that
-// every acknowledged increment is in the final model exactly once, that
-// every read respected the staleness bound, and that training finished.
-// TERRACE_SIM_SEED=N runs seed N alone, with its timeline and logs (the
-// command a failure prints); TERRACE_SIM_SCHEDULES=M runs M schedules, from
-// seed N if given, else from 1.
+// regressionSeeds run with every run of the default seeds: schedules
+// that once failed outside them (issue 10: 71349 and 71351, whose kills
+// would have taken every copy of slots; TestLossBeyondK replays them as
+// first drawn).
+var regressionSeeds = []uint64{71349, 71351}
+
+// detailUpTo is the largest run whose failures print their timeline and
+// logs; larger runs print one paragraph a failing seed.
+const detailUpTo = 10
+
+// TestSimulation runs seeded random fault schedules (sim.Random) against a
+// whole cluster in fake time (see docs/design/sim.md) and checks, for
+// each, that every acknowledged increment is in the final model exactly
+// once, that every read respected the staleness bound, and that training
+// finished. TERRACE_SIM_SEED=N runs seed N alone, with its timeline and
+// logs (the command a failure prints); TERRACE_SIM_SCHEDULES=M runs M
+// schedules, from seed N if given, else from 1 (and then the
+// regressionSeeds too). TERRACE_SIM_MIX=drains draws the schedules with
+// drains and slow workers (sim.RandomDrains).
 func TestSimulation(t *testing.T) {
 	first, n := uint64(1), defaultSchedules
 	if testing.Short() {
@@ -52,170 +58,119 @@ func TestSimulation(t *testing.T) {
 		}
 		n = m
 	}
-	var sum summary
-	t.Cleanup(func() { sum.report(t, n) })
+	var seeds []uint64
 	for seed := first; seed < first+uint64(n); seed++ {
+		seeds = append(seeds, seed)
+	}
+	if os.Getenv("TERRACE_SIM_SEED") == "" {
+		seeds = append(seeds, regressionSeeds...)
+	}
+	draw := sim.Random
+	switch v := os.Getenv("TERRACE_SIM_MIX"); v {
+	case "":
+	case "drains":
+		draw = sim.RandomDrains
+	default:
+		t.Fatalf("TERRACE_SIM_MIX=%q: want drains or nothing", v)
+	}
+	var sum summary
+	t.Cleanup(func() { sum.report(t, len(seeds)) })
+	for _, seed := range seeds {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			t.Parallel()
-			synctest.Test(t, func(t *testing.T) { runSchedule(t, seed, &sum, n <= detailUpTo) })
+			synctest.Test(t, func(t *testing.T) {
+				sc := draw(seed)
+				sum.add(t, sc, runScenario(t, sc, n <= detailUpTo))
+			})
 		})
 	}
 }
 
-// The kinds of violation.
-const (
-	exactlyOnce = "acknowledged increments not applied exactly once"
-	stale       = "staleness bound broken"
-	lostState   = "partition state did not move with its partition"
-	stall       = "training did not finish"
-	failed      = "a worker failed"
-	broken      = "cluster broken"
-)
-
-// summary collects the failing seeds of a run by kind of violation.
-type summary struct {
-	mu     sync.Mutex
-	byKind map[string][]uint64
-	seeds  map[uint64]bool
+// replay is the command that runs one seed alone.
+func replay(seed uint64) string {
+	mix := ""
+	if v := os.Getenv("TERRACE_SIM_MIX"); v != "" {
+		mix = "TERRACE_SIM_MIX=" + v + " "
+	}
+	return fmt.Sprintf("%sTERRACE_SIM_SEED=%d go test ./internal/harness/sim -run TestSimulation -v", mix, seed)
 }
 
-func (s *summary) add(seed uint64, kinds []string) {
+// runScenario runs sc in the calling bubble and fails t on any violation,
+// with the timeline and logs if detail is set.
+func runScenario(t *testing.T, sc sim.Scenario, detail bool) *sim.Report {
+	sc.Alert = func(msg string) {
+		fmt.Fprintf(os.Stderr, "sim: seed %d %s (replay: %s)\n", sc.Seed, msg, replay(sc.Seed))
+	}
+	rep := sim.Run(t.Context(), sc)
+	if !rep.Failed() {
+		t.Logf("seed %d: %s; %d increments acknowledged, %d reads checked, training took %v of fake time%s",
+			sc.Seed, sc.Describe(), rep.Acked, rep.Reads, rep.TrainTime, lossNote(rep.Losses))
+		if detail && testing.Verbose() {
+			t.Log(rep.Detail())
+		}
+		return rep
+	}
+	msg := fmt.Sprintf("seed %d failed; replay with %s\nschedule: %s\n%s", sc.Seed, replay(sc.Seed), sc.Describe(), rep.Summary())
+	if detail {
+		msg += "\n" + rep.Detail()
+	}
+	t.Error(msg)
+	return rep
+}
+
+func lossNote(l sim.Losses) string {
+	if len(l.Slots) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; slots %v lost every copy (%d keys, %d acknowledged increments lost)", l.Slots, l.Keys, l.Increments)
+}
+
+// summary collects a run's failing seeds by kind of violation, and the
+// seeds that lost every copy of a slot.
+type summary struct {
+	mu      sync.Mutex
+	byKind  map[string][]uint64
+	failed  int
+	lossy   []string
+	unknown int // rebuild reports for layouts Copies never saw
+}
+
+func (s *summary) add(t *testing.T, sc sim.Scenario, rep *sim.Report) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.byKind == nil {
-		s.byKind, s.seeds = map[string][]uint64{}, map[uint64]bool{}
+	s.unknown += rep.UnknownCopies
+	if len(rep.Losses.Slots) > 0 {
+		s.lossy = append(s.lossy, fmt.Sprintf("%d%s", sc.Seed, lossNote(rep.Losses)))
 	}
-	s.seeds[seed] = true
-	for _, k := range kinds {
-		if !slices.Contains(s.byKind[k], seed) {
-			s.byKind[k] = append(s.byKind[k], seed)
-		}
+	if !rep.Failed() {
+		return
+	}
+	if s.byKind == nil {
+		s.byKind = map[string][]uint64{}
+	}
+	s.failed++
+	for _, k := range rep.Kinds() {
+		s.byKind[k] = append(s.byKind[k], sc.Seed)
 	}
 }
 
 func (s *summary) report(t *testing.T, n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.seeds) == 0 {
+	t.Logf("%d schedules: %d failed, %d lost every copy of a slot, %d rebuild reports for layouts the account of copies never saw", n, s.failed, len(s.lossy), s.unknown)
+	if len(s.lossy) > 0 {
+		// Random schedules kill only where a copy of every slot is left.
+		t.Errorf("%d of %d schedules lost every copy of a slot:\n%s", len(s.lossy), n, strings.Join(s.lossy, "\n"))
+	}
+	if s.failed == 0 {
 		return
 	}
 	var lines []string
-	for _, k := range []string{exactlyOnce, stale, lostState, stall, failed, broken} {
+	for _, k := range sim.Kinds {
 		if seeds := s.byKind[k]; len(seeds) > 0 {
 			slices.Sort(seeds)
 			lines = append(lines, fmt.Sprintf("%s: %d seeds %v", k, len(seeds), seeds))
 		}
 	}
-	t.Errorf("%d of %d schedules failed:\n%s", len(s.seeds), n, strings.Join(lines, "\n"))
-}
-
-// detailUpTo is the largest run whose failures print their timeline and
-// logs; larger runs print one paragraph a failing seed.
-const detailUpTo = 10
-
-// runSchedule simulates one schedule and reports what it broke, in detail
-// if asked. It runs in a synctest bubble, and returns only once every
-// goroutine it started has ended.
-func runSchedule(t *testing.T, seed uint64, sum *summary, detail bool) {
-	p := newParams(seed)
-	c := &cluster{seed: seed, p: p, start: time.Now(), book: newBook(), logs: &lineLog{}, results: make(chan *worker, 16)}
-	c.net = simnet.New(simnet.Config{Seed: seed, MinDelay: 200 * time.Microsecond, MaxDelay: 2 * time.Millisecond})
-	c.log = slog.New(slog.NewTextHandler(c.logs, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
-		if a.Key == slog.TimeKey {
-			return slog.String("t", c.since()) // fake time since the start
-		}
-		return a
-	}}))
-	ctx, cancel := context.WithCancel(context.Background())
-	c.ctx = ctx
-	// Epochs numbered as etcd revisions would be: growing, with gaps.
-	var rev uint64
-	l, err := node.StartLocal(ctx, node.LocalConfig{Servers: servers, Workers: p.workers, Partitions: partitions, Replication: 2, Logger: c.log,
-		Network: func(id string) transport.Network { return c.net.Host(id) },
-		Persist: func(_ context.Context, _ []byte, placement *layout.Layout) (uint64, error) {
-			rev += 3
-			if placement == nil {
-				return 0, nil
-			}
-			return rev, nil
-		}})
-	if err != nil {
-		c.problem(broken, "the cluster did not start: %v", err)
-	} else {
-		c.local = l
-		go c.watchLayouts(ctx)
-		for range p.workers {
-			c.startWorker()
-		}
-		fctx, stopFaults := context.WithCancel(ctx)
-		faultsDone := make(chan struct{})
-		go func() {
-			defer close(faultsDone)
-			c.runFaults(fctx)
-		}()
-		c.awaitTraining()
-		stopFaults()
-		<-faultsDone
-		// Workers still running (training stalled) stop as if killed:
-		// their pushes in flight stay unconfirmed. The final model is
-		// checked either way.
-		c.stopWorkers()
-		c.checkFinal(ctx)
-	}
-	// Stop everything, and give every goroutine (fake) time to end: the
-	// bubble must be empty when this returns.
-	cancel()
-	if c.local != nil {
-		if err := c.local.Close(); err != nil {
-			c.note("nodes stopped: %v", err)
-		}
-	}
-	c.net.Close()
-	time.Sleep(2 * time.Minute)
-
-	acked, reads := c.book.totals()
-	if len(c.problems) == 0 {
-		t.Logf("seed %d: %v; %d increments acknowledged, %d reads checked, training took %v of fake time", seed, p, acked, reads, c.trainTime)
-		return
-	}
-	sum.add(seed, c.kinds)
-	msg := fmt.Sprintf("seed %d failed; replay with TERRACE_SIM_SEED=%d go test ./internal/harness/sim -run TestSimulation -v\nschedule: %v\n%s",
-		seed, seed, p, strings.Join(c.problems, "\n"))
-	if detail {
-		msg += fmt.Sprintf("\ntimeline:\n  %s\nlast log lines:\n  %s", strings.Join(c.timeline, "\n  "), strings.Join(c.logs.last(150), "\n  "))
-	}
-	t.Error(msg)
-}
-
-// lineLog keeps the last lines the nodes logged.
-type lineLog struct {
-	mu    sync.Mutex
-	lines []string
-	next  int
-}
-
-const keepLines = 400
-
-func (l *lineLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	line := strings.TrimRight(string(p), "\n")
-	if len(l.lines) < keepLines {
-		l.lines = append(l.lines, line)
-	} else {
-		l.lines[l.next] = line
-	}
-	l.next = (l.next + 1) % keepLines
-	return len(p), nil
-}
-
-// last returns up to n of the newest lines, oldest first.
-func (l *lineLog) last(n int) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	all := slices.Clone(l.lines)
-	if len(l.lines) == keepLines {
-		all = append(slices.Clone(l.lines[l.next:]), l.lines[:l.next]...)
-	}
-	return all[max(0, len(all)-n):]
+	t.Errorf("%d of %d schedules failed:\n%s", s.failed, n, strings.Join(lines, "\n"))
 }

@@ -67,6 +67,8 @@ type ServerConfig struct {
 	Notices <-chan evict.Notice
 	// Network is what the server listens and dials on (TCP if nil).
 	Network transport.Network
+	// OnRebuilt: see server.Options.
+	OnRebuilt func(version uint64)
 }
 
 // drainLinger is how long a departing server keeps answering (with
@@ -111,7 +113,7 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 			cfg.Logger.Warn("could not report to the coordinator", "what", what, "err", err)
 		}
 	}
-	s := server.New(server.Options{ID: cfg.ID, Logger: cfg.Logger, Network: cfg.Network,
+	s := server.New(server.Options{ID: cfg.ID, Logger: cfg.Logger, Network: cfg.Network, OnRebuilt: cfg.OnRebuilt,
 		OnSynced: func(joiner string, version uint64) {
 			report("joiner synced", func(ctx context.Context) error { return cc.Synced(ctx, cfg.ID, joiner, version) })
 		},

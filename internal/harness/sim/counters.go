@@ -1,0 +1,175 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+
+	"github.com/terrace-ml/terrace/keyspace"
+	"github.com/terrace-ml/terrace/ps"
+	"github.com/terrace-ml/terrace/table"
+)
+
+// CountersTable is the table Counters trains.
+const CountersTable = "counters"
+
+// Counters is the simulation's standard job, made to be checked: one SSP
+// table of counters; every worker trains leased partitions of Rows
+// minibatches for Passes passes, recording progress every ProgressEvery
+// minibatches. A minibatch reads its keys (KeysPerStep of Keys, the same
+// whoever trains it) and every rank's own "hot" counter, computes for
+// 2–25 fake ms, pushes +1 to its keys and its hot counter, waits for the
+// acknowledgement, and ends its clock. It records all of it in the Book,
+// and keeps, as partition state, how many times each row was trained,
+// checked at every Complete (KindLostState). Zero fields take the
+// defaults written on them; Staleness 0 is a bound of 0.
+type Counters struct {
+	Keys          int // 1500
+	KeysPerStep   int // 10
+	Rows          int // 30
+	Passes        int // 2
+	ProgressEvery int // 4
+	Staleness     int
+}
+
+func (w Counters) withDefaults() Counters {
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&w.Keys, 1500)
+	def(&w.KeysPerStep, 10)
+	def(&w.Rows, 30)
+	def(&w.Passes, 2)
+	def(&w.ProgressEvery, 4)
+	return w
+}
+
+// HotKey is rank r's own counter, which every minibatch of r increments
+// and every read includes: the sharpest test of the staleness bound.
+func (w Counters) HotKey(r int) uint64 {
+	return uint64(w.withDefaults().Keys) + uint64(r)*keyspace.SlotSize
+}
+
+// Run trains: leased partitions, pass by pass.
+func (w Counters) Run(ctx context.Context, c *Cluster, n *Node, cl *ps.Client) error {
+	w = w.withDefaults()
+	rank := cl.Rank()
+	tb, err := cl.CreateTable(ctx, table.Spec{Name: CountersTable, Width: 1, Consistency: table.Consistency{Model: table.SSP, Staleness: w.Staleness}})
+	if err != nil {
+		return err
+	}
+	cl.KeepState(func(int) ps.PartitionState { return &trained{rows: make([]uint8, w.Rows)} })
+	order := make([]int, w.Rows)
+	for i := range order {
+		order[i] = i
+	}
+	for pass := range w.Passes {
+		n.Status("rank %d: asking for work in pass %d at clock %d", rank, pass, cl.Clock())
+		err := cl.EachPartition(ctx, pass, w.loop(c, n, cl, tb, pass, order))
+		if err != nil {
+			return err
+		}
+		// The pass's barrier may have moved the clock up.
+		c.book.Tick(rank, cl.Clock())
+	}
+	n.Status("rank %d: finishing", rank)
+	c.book.Tick(rank, 1<<63-1)
+	return cl.Finish().Wait(ctx)
+}
+
+// loop trains leased partitions of one pass, a row a minibatch, through
+// the partition loop that every app uses.
+func (w Counters) loop(c *Cluster, n *Node, cl *ps.Client, tb *ps.Table, pass int, order []int) ps.Loop {
+	rank := cl.Rank()
+	return ps.Loop{
+		Order: func(int, int) []int { return order },
+		Batch: 1, ProgressEvery: w.ProgressEvery,
+		Begin: func(context.Context, *ps.Lease) error {
+			// A worker that waited for this lease comes back at the
+			// highest clock reported (wire.ClockIdle): Work sent it.
+			c.book.Tick(rank, cl.Clock())
+			return nil
+		},
+		Step: func(ctx context.Context, b ps.Batch) (*ps.Future, error) {
+			if err := w.step(ctx, c, n, cl, tb, pass, b.Lease.Partition, b.Lo); err != nil {
+				return nil, fmt.Errorf("minibatch %d: %w", b.Lo, err)
+			}
+			b.Lease.State().(*trained).rows[b.Lo]++
+			return nil, nil
+		},
+		Completed: func(l *ps.Lease) {
+			// Rows a dead worker trained past its last progress are
+			// trained again, but each is in the state once per pass.
+			rows := l.State().(*trained).rows
+			if r := slices.IndexFunc(rows, func(t uint8) bool { return int(t) != pass+1 }); r >= 0 {
+				c.Violate(KindLostState, "rank %d pass %d partition %d: row %d trained %d times by the state's account", rank, pass, l.Partition, r, rows[r])
+			}
+			n.Status("rank %d: asking for work in pass %d at clock %d", rank, pass, cl.Clock())
+		},
+	}
+}
+
+// step is one minibatch: read, compute, push +1, end the clock.
+func (w Counters) step(ctx context.Context, c *Cluster, n *Node, cl *ps.Client, tb *ps.Table, pass, part, off int) error {
+	rank := cl.Rank()
+	// The same minibatch touches the same keys whoever trains it.
+	r := rand.New(rand.NewPCG(c.Seed(), uint64(pass)<<40|uint64(part)<<20|uint64(off)))
+	set := map[uint64]bool{w.HotKey(rank): true}
+	for len(set) < w.KeysPerStep+1 {
+		set[r.Uint64N(uint64(w.Keys))] = true
+	}
+	keys := make([]uint64, 0, len(set))
+	for k := range set {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	read := slices.Clone(keys)
+	for w2 := range cl.Layout().Workers {
+		read = append(read, w.HotKey(w2))
+	}
+	slices.Sort(read)
+	read = slices.Compact(read)
+
+	clock := cl.Clock()
+	n.Status("rank %d: pass %d partition %d minibatch %d: reading at clock %d", rank, pass, part, off, clock)
+	vals := make([]float32, len(read))
+	if err := tb.Pull(read, vals).Wait(ctx); err != nil {
+		return fmt.Errorf("pull: %w", err)
+	}
+	c.book.Read(Read{Rank: rank, Clock: clock, Staleness: w.Staleness, Keys: read, Values: vals, Finished: c.Layout().Finished})
+	n.Status("rank %d: pass %d partition %d minibatch %d: computing at clock %d", rank, pass, part, off, clock)
+	if !n.Compute(ctx, ms(r, 2, 25)) {
+		return ctx.Err()
+	}
+
+	n.Status("rank %d: pass %d partition %d minibatch %d: pushing at clock %d", rank, pass, part, off, clock)
+	p := c.book.Pushing(rank, keys)
+	ones := make([]float32, len(keys))
+	for i := range ones {
+		ones[i] = 1
+	}
+	if err := tb.Push(keys, ones).Wait(ctx); err != nil {
+		return fmt.Errorf("push: %w", err)
+	}
+	c.book.Ack(p)
+	c.book.Tick(rank, clock+1)
+	cl.Tick()
+	return nil
+}
+
+// trained is a partition's worker state: how many times each row was
+// trained, by the account of the state that moves with the partition.
+type trained struct{ rows []uint8 }
+
+func (t *trained) MarshalBinary() ([]byte, error) { return slices.Clone(t.rows), nil }
+
+func (t *trained) UnmarshalBinary(b []byte) error {
+	if len(b) != len(t.rows) {
+		return fmt.Errorf("partition state of %d bytes, want %d", len(b), len(t.rows))
+	}
+	copy(t.rows, b)
+	return nil
+}

@@ -1,0 +1,98 @@
+package sim
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// faultsUntil is when a random schedule's faults stop.
+const faultsUntil = 8 * time.Second
+
+func ms(r *rand.Rand, lo, hi int) time.Duration {
+	return time.Duration(lo+r.IntN(hi-lo+1)) * time.Millisecond
+}
+
+// Random draws a scenario from seed, all of it before anything runs: 3
+// servers with k = 2, 2 or 3 workers running Counters (SSP staleness 0–3,
+// 6–15 keys a step), and faults from 0.2–0.8 s until 8 s, each 0.3–1.5 s
+// after the previous one ended: a server kill (22 %), a server join
+// (18 %), a worker kill with its replacement 0–1.5 s later (12 %), a
+// partition of 50 ms–2 s (22 %), a latency spike of +5–200 ms for
+// 0.1–2 s (12 %), a reset connection (14 %). One join in three is followed
+// 1–100 ms later by a kill, which lands just before or just after the
+// joiner's promotion. A kill hits only a server whose death leaves a copy
+// of every slot (KillServer.KeepCopies): k = 2 copies survive one failure
+// at a time, and a failure is repaired within milliseconds of its
+// detection. Its invariants are ExactlyOnce and Staleness.
+func Random(seed uint64) Scenario {
+	r := rand.New(rand.NewPCG(seed, 0x5117))
+	cfg := Config{Seed: seed, Workers: 2 + r.IntN(2)}
+	w := Counters{Staleness: r.IntN(4)}
+	w.KeysPerStep = 6 + r.IntN(10)
+	var s Schedule
+	for at := ms(r, 200, 800); at < faultsUntil; {
+		pick := r.Uint64()
+		if n := len(s); n > 0 {
+			if j, ok := s[n-1].Fault.(JoinServer); ok && j.ElseKill && r.IntN(3) == 0 {
+				t := s[n-1].At + ms(r, 1, 100)
+				s = append(s, Timed{t, KillServer{Target: Target{Pick: pick}, KeepCopies: true}})
+				at = t + ms(r, 300, 1500)
+				continue
+			}
+		}
+		var f Fault
+		var lasts time.Duration
+		switch x := r.IntN(100); {
+		case x < 22:
+			f = KillServer{Target: Target{Pick: pick}, KeepCopies: true}
+		case x < 40:
+			f = JoinServer{ElseKill: true, Pick: pick}
+		case x < 52:
+			f = KillWorker{Target: Target{Pick: pick}, Replace: ms(r, 0, 1500)}
+		case x < 74:
+			lasts = ms(r, 50, 2000)
+			f = Partition{Link: Link{Pick: pick}, For: lasts}
+		case x < 86:
+			lasts = ms(r, 100, 2000)
+			f = Delay{Link: Link{Pick: pick}, For: lasts, Extra: ms(r, 5, 200)}
+		default:
+			f = Drop{Pick: pick}
+		}
+		s = append(s, Timed{at, f})
+		at += ms(r, 300, 1500) + lasts
+	}
+	return Scenario{Config: cfg, Workload: w, Faults: s, Invariants: []Invariant{ExactlyOnce{}, Staleness{}}}
+}
+
+// Describe is a one-line account of a scenario of Counters.
+func (sc Scenario) Describe() string {
+	cfg := sc.Config.withDefaults()
+	s := fmt.Sprintf("%d servers (k = %d), %d workers", cfg.Servers, cfg.Replication, cfg.Workers)
+	if w, ok := sc.Workload.(Counters); ok {
+		s += fmt.Sprintf(", SSP staleness %d, %d keys a step", w.Staleness, w.withDefaults().KeysPerStep)
+	}
+	return s + "; faults: " + sc.Faults.String()
+}
+
+// RandomDrains is Random(seed) with planned departures and stragglers:
+// of its faults, drawn from the seed again, one in six becomes an
+// eviction notice to a server (30 s of grace; skipped while k or fewer
+// servers are on the ring), one in six a notice to a worker, replaced
+// within a second, and one in six a worker computing ten times slower for
+// a second.
+func RandomDrains(seed uint64) Scenario {
+	sc := Random(seed)
+	r := rand.New(rand.NewPCG(seed, 0xd7a1))
+	for i := range sc.Faults {
+		switch r.IntN(6) {
+		case 0:
+			sc.Faults[i].Fault = Drain{Target: Target{Pick: r.Uint64()}, Role: RoleServer, Grace: 30 * time.Second}
+		case 1:
+			sc.Faults[i].Fault = Drain{Target: Target{Pick: r.Uint64()}, Role: RoleWorker, Grace: 30 * time.Second, Replace: ms(r, 0, 1000)}
+		case 2:
+			sc.Faults[i].Fault = SlowWorker{Target: Target{Pick: r.Uint64()}, Factor: 10, For: time.Second}
+		}
+	}
+	return sc
+}
