@@ -78,7 +78,28 @@ const (
 
 // Parts returns the message's payload parts without copying keys or state.
 func (m *Replicate) Parts() [][]byte {
-	head := make([]byte, replicateHeader, replicateHeader+24*len(m.Pairs))
+	head := m.appendHeader(make([]byte, replicateHeader, replicateHeader+24*len(m.Pairs)))
+	parts := [][]byte{head}
+	states := m.States
+	for _, d := range m.Deferred {
+		width := 0
+		if len(d.Keys) > 0 {
+			width = len(d.Vals) / len(d.Keys)
+		}
+		states = append(states[:len(states):len(states)], State{Table: d.Pair.Table, Stride: uint32(width), Keys: d.Keys, Floats: d.Vals})
+	}
+	for i := range states {
+		parts = states[i].appendParts(parts)
+	}
+	return parts
+}
+
+// pad8 is the zero padding that aligns each part to 8 bytes.
+var pad8 [8]byte
+
+// appendHeader encodes the fixed header and the pair list (pairs, replaced
+// slot sets, deferred pushes' headers), padded to 8 bytes.
+func (m *Replicate) appendHeader(head []byte) []byte {
 	binary.LittleEndian.PutUint32(head[0:], uint32(len(m.States)))
 	binary.LittleEndian.PutUint32(head[4:], uint32(len(m.Pairs)))
 	for _, p := range m.Pairs {
@@ -103,39 +124,31 @@ func (m *Replicate) Parts() [][]byte {
 		flags |= 1
 	}
 	binary.LittleEndian.PutUint32(head[12:], flags)
-	var pad [8]byte
 	if n := len(head) % 8; n != 0 {
-		head = append(head, pad[:8-n]...)
+		head = append(head, pad8[:8-n]...)
 	}
-	parts := [][]byte{head}
-	states := m.States
-	for _, d := range m.Deferred {
-		width := 0
-		if len(d.Keys) > 0 {
-			width = len(d.Vals) / len(d.Keys)
-		}
-		states = append(states[:len(states):len(states)], State{Table: d.Pair.Table, Stride: uint32(width), Keys: d.Keys, Floats: d.Vals})
+	return head
+}
+
+// appendParts appends s's header, keys (if listed) and padded floats.
+func (s *State) appendParts(parts [][]byte) [][]byte {
+	h := make([]byte, stateHeader)
+	binary.LittleEndian.PutUint32(h[0:], s.Table)
+	binary.LittleEndian.PutUint32(h[4:], s.Stride)
+	binary.LittleEndian.PutUint32(h[8:], uint32(s.Len()))
+	kind := uint32(0)
+	if s.Keys == nil {
+		kind = 1
 	}
-	for i := range states {
-		s := &states[i]
-		h := make([]byte, stateHeader)
-		binary.LittleEndian.PutUint32(h[0:], s.Table)
-		binary.LittleEndian.PutUint32(h[4:], s.Stride)
-		binary.LittleEndian.PutUint32(h[8:], uint32(s.Len()))
-		kind := uint32(0)
-		if s.Keys == nil {
-			kind = 1
-		}
-		binary.LittleEndian.PutUint32(h[12:], kind)
-		binary.LittleEndian.PutUint64(h[16:], s.Lo)
-		parts = append(parts, h)
-		if s.Keys != nil {
-			parts = append(parts, U64Bytes(s.Keys))
-		}
-		parts = append(parts, F32Bytes(s.Floats))
-		if n := len(s.Floats) * 4 % 8; n != 0 {
-			parts = append(parts, pad[:8-n])
-		}
+	binary.LittleEndian.PutUint32(h[12:], kind)
+	binary.LittleEndian.PutUint64(h[16:], s.Lo)
+	parts = append(parts, h)
+	if s.Keys != nil {
+		parts = append(parts, U64Bytes(s.Keys))
+	}
+	parts = append(parts, F32Bytes(s.Floats))
+	if n := len(s.Floats) * 4 % 8; n != 0 {
+		parts = append(parts, pad8[:8-n])
 	}
 	return parts
 }
@@ -167,38 +180,9 @@ func ParseReplicate(p []byte) (Replicate, error) {
 	}
 	all := make([]State, ns+nd)
 	for i := range all {
-		if len(rest) < stateHeader {
-			return Replicate{}, fmt.Errorf("%w: state %d header", ErrTruncated, i)
+		if all[i], rest, err = parseState(rest, i); err != nil {
+			return Replicate{}, err
 		}
-		s := State{
-			Table:  binary.LittleEndian.Uint32(rest[0:]),
-			Stride: binary.LittleEndian.Uint32(rest[4:]),
-			Lo:     binary.LittleEndian.Uint64(rest[16:]),
-		}
-		n, kind := uint64(binary.LittleEndian.Uint32(rest[8:])), binary.LittleEndian.Uint32(rest[12:])
-		rest = rest[stateHeader:]
-		if s.Stride == 0 || s.Stride > 1<<20 || kind > 1 {
-			return Replicate{}, fmt.Errorf("%w: state %d: stride %d kind %d", ErrCorrupt, i, s.Stride, kind)
-		}
-		if kind == 0 {
-			if n*8 > uint64(len(rest)) {
-				return Replicate{}, fmt.Errorf("%w: state %d keys", ErrTruncated, i)
-			}
-			s.Keys = BytesU64(rest[:n*8])
-			if s.Keys == nil {
-				s.Keys = []uint64{}
-			}
-			rest = rest[n*8:]
-		} else {
-			s.N = uint32(n)
-		}
-		size := n * uint64(s.Stride) * 4
-		if padded := (size + 7) / 8 * 8; padded > uint64(len(rest)) {
-			return Replicate{}, fmt.Errorf("%w: state %d values", ErrTruncated, i)
-		}
-		s.Floats = BytesF32(rest[:size])
-		rest = rest[(size+7)/8*8:]
-		all[i] = s
 	}
 	if len(rest) != 0 {
 		return Replicate{}, fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(rest))
@@ -215,6 +199,41 @@ func ParseReplicate(p []byte) (Replicate, error) {
 	return m, nil
 }
 
+// parseState decodes the i-th state at the start of b and returns the rest.
+func parseState(b []byte, i int) (State, []byte, error) {
+	if len(b) < stateHeader {
+		return State{}, nil, fmt.Errorf("%w: state %d header", ErrTruncated, i)
+	}
+	s := State{
+		Table:  binary.LittleEndian.Uint32(b[0:]),
+		Stride: binary.LittleEndian.Uint32(b[4:]),
+		Lo:     binary.LittleEndian.Uint64(b[16:]),
+	}
+	n, kind := uint64(binary.LittleEndian.Uint32(b[8:])), binary.LittleEndian.Uint32(b[12:])
+	b = b[stateHeader:]
+	if s.Stride == 0 || s.Stride > 1<<20 || kind > 1 {
+		return State{}, nil, fmt.Errorf("%w: state %d: stride %d kind %d", ErrCorrupt, i, s.Stride, kind)
+	}
+	if kind == 0 {
+		if n*8 > uint64(len(b)) {
+			return State{}, nil, fmt.Errorf("%w: state %d keys", ErrTruncated, i)
+		}
+		s.Keys = BytesU64(b[:n*8])
+		if s.Keys == nil {
+			s.Keys = []uint64{}
+		}
+		b = b[n*8:]
+	} else {
+		s.N = uint32(n)
+	}
+	size := n * uint64(s.Stride) * 4
+	if padded := (size + 7) / 8 * 8; padded > uint64(len(b)) {
+		return State{}, nil, fmt.Errorf("%w: state %d values", ErrTruncated, i)
+	}
+	s.Floats = BytesF32(b[:size])
+	return s, b[(size+7)/8*8:], nil
+}
+
 // appendSlots encodes a table and a slot run list: the table, the number
 // of runs, and each run as its gap from the previous run's end and its length.
 func appendSlots(b []byte, table uint32, slots []uint64) []byte {
@@ -229,73 +248,76 @@ func appendSlots(b []byte, table uint32, slots []uint64) []byte {
 	return b
 }
 
+// uvarints reads a pair list's uvarints from b, front to back.
+type uvarints struct{ b []byte }
+
+func (u *uvarints) next() (uint64, error) {
+	v, n := binary.Uvarint(u.b)
+	if n <= 0 {
+		return 0, fmt.Errorf("%w: pair list", ErrTruncated)
+	}
+	u.b = u.b[n:]
+	return v, nil
+}
+
+// fill reads len(vals) uvarints.
+func (u *uvarints) fill(vals []uint64) error {
+	for j := range vals {
+		v, err := u.next()
+		if err != nil {
+			return err
+		}
+		vals[j] = v
+	}
+	return nil
+}
+
+// slots reads what appendSlots wrote, checking that the runs are sorted,
+// disjoint, non-adjacent and non-empty; what names the set in errors.
+func (u *uvarints) slots(what string) (uint32, []uint64, error) {
+	var head [2]uint64
+	if err := u.fill(head[:]); err != nil {
+		return 0, nil, err
+	}
+	table, runs := head[0], head[1]
+	if table > 1<<32-1 {
+		return 0, nil, fmt.Errorf("%w: %s: table %d", ErrCorrupt, what, table)
+	}
+	if runs > uint64(len(u.b))/2 {
+		return 0, nil, fmt.Errorf("%w: %s: %d slot runs in %d bytes", ErrTruncated, what, runs, len(u.b))
+	}
+	out := make([]uint64, 0, 2*runs)
+	prev := uint64(0)
+	for r := range runs {
+		var run [2]uint64
+		if err := u.fill(run[:]); err != nil {
+			return 0, nil, err
+		}
+		gap, n := run[0], run[1]
+		lo := prev + gap
+		if (r > 0 && gap == 0) || n == 0 || lo < prev || lo+n < lo {
+			return 0, nil, fmt.Errorf("%w: %s: slot run %d is empty, overlapping or overflowing", ErrCorrupt, what, r)
+		}
+		out = append(out, lo, lo+n)
+		prev = lo + n
+	}
+	return uint32(table), out, nil
+}
+
 // parsePairs decodes np pairs, nr replaced slot sets and nd deferred
 // pushes' headers, which must fill b exactly.
 func parsePairs(b []byte, np, nr, nd int) ([]Pair, []Replace, []Deferred, error) {
 	if 5*uint64(np)+2*uint64(nr)+5*uint64(nd) > uint64(len(b)) {
 		return nil, nil, nil, fmt.Errorf("%w: %d pairs, %d slot sets and %d deferred pushes in %d bytes", ErrTruncated, np, nr, nd, len(b))
 	}
-	next := func() (uint64, error) {
-		v, n := binary.Uvarint(b)
-		if n <= 0 {
-			return 0, fmt.Errorf("%w: pair list", ErrTruncated)
-		}
-		b = b[n:]
-		return v, nil
-	}
-	slots := func(what string) (uint32, []uint64, error) {
-		table, err := next()
-		if err != nil {
-			return 0, nil, err
-		}
-		if table > 1<<32-1 {
-			return 0, nil, fmt.Errorf("%w: %s: table %d", ErrCorrupt, what, table)
-		}
-		runs, err := next()
-		if err != nil {
-			return 0, nil, err
-		}
-		if runs > uint64(len(b))/2 {
-			return 0, nil, fmt.Errorf("%w: %s: %d slot runs in %d bytes", ErrTruncated, what, runs, len(b))
-		}
-		out := make([]uint64, 0, 2*runs)
-		prev := uint64(0)
-		for r := range runs {
-			gap, err := next()
-			if err != nil {
-				return 0, nil, err
-			}
-			n, err := next()
-			if err != nil {
-				return 0, nil, err
-			}
-			lo := prev + gap
-			if (r > 0 && gap == 0) || n == 0 || lo < prev || lo+n < lo {
-				return 0, nil, fmt.Errorf("%w: %s: slot run %d is empty, overlapping or overflowing", ErrCorrupt, what, r)
-			}
-			out = append(out, lo, lo+n)
-			prev = lo + n
-		}
-		return uint32(table), out, nil
-	}
-	// fill reads len(vals) uvarints.
-	fill := func(vals []uint64) error {
-		for j := range vals {
-			v, err := next()
-			if err != nil {
-				return err
-			}
-			vals[j] = v
-		}
-		return nil
-	}
+	u := &uvarints{b}
 	pairs := make([]Pair, np)
 	for i := range pairs {
 		var vals [3]uint64
-		if err := fill(vals[:]); err != nil {
+		if err := u.fill(vals[:]); err != nil {
 			return nil, nil, nil, err
 		}
-		table, sl, err := slots(fmt.Sprintf("pair %d", i))
+		table, sl, err := u.slots(fmt.Sprintf("pair %d", i))
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -303,7 +325,7 @@ func parsePairs(b []byte, np, nr, nd int) ([]Pair, []Replace, []Deferred, error)
 	}
 	var replace []Replace
 	for i := range nr {
-		table, sl, err := slots(fmt.Sprintf("replaced slot set %d", i))
+		table, sl, err := u.slots(fmt.Sprintf("replaced slot set %d", i))
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -312,7 +334,7 @@ func parsePairs(b []byte, np, nr, nd int) ([]Pair, []Replace, []Deferred, error)
 	var deferred []Deferred
 	for range nd {
 		var vals [5]uint64
-		if err := fill(vals[:]); err != nil {
+		if err := u.fill(vals[:]); err != nil {
 			return nil, nil, nil, err
 		}
 		if vals[3] > 1<<63-1 || vals[4] > 1<<32-1 {
@@ -320,8 +342,8 @@ func parsePairs(b []byte, np, nr, nd int) ([]Pair, []Replace, []Deferred, error)
 		}
 		deferred = append(deferred, Deferred{Pair: Pair{Client: vals[0], Seq: vals[1], Acked: vals[2]}, Clock: int64(vals[3]), Worker: uint32(vals[4])})
 	}
-	if len(b) != 0 {
-		return nil, nil, nil, fmt.Errorf("%w: %d bytes after the pair list", ErrCorrupt, len(b))
+	if len(u.b) != 0 {
+		return nil, nil, nil, fmt.Errorf("%w: %d bytes after the pair list", ErrCorrupt, len(u.b))
 	}
 	return pairs, replace, deferred, nil
 }
