@@ -76,109 +76,131 @@ func (tr *tableReader) full(b []byte, off int64, what string) error {
 }
 
 func (tr *tableReader) read(ctx context.Context, fi FileInfo, fn func(uint64, []float32, [][]float32) error) error {
-	// Header.
-	var fixed [12]byte
-	if err := tr.full(fixed[:], 0, "header"); err != nil {
+	width, slots, crc, err := tr.header(fi)
+	if err != nil {
 		return err
-	}
-	if string(fixed[:4]) != fileMagic {
-		return tr.corrupt(0, "bad magic %q", fixed[:4])
-	}
-	hlen := int64(binary.LittleEndian.Uint32(fixed[8:]))
-	if hlen < headerFixed+4 || hlen > maxHeader {
-		return tr.corrupt(0, "header length %d out of range", hlen)
-	}
-	h := make([]byte, hlen)
-	copy(h, fixed[:])
-	if err := tr.full(h[12:], 0, "header"); err != nil {
-		return err
-	}
-	crc := binary.LittleEndian.Uint32(h[hlen-4:])
-	if got := crc32.Checksum(h[:hlen-4], castagnoli); got != crc {
-		return tr.corrupt(0, "header checksum %08x, want %08x", got, crc)
-	}
-	if v := binary.LittleEndian.Uint16(h[4:]); v != version {
-		return fmt.Errorf("checkpoint: read %s: data file version %d, want %d", tr.path, v, version)
-	}
-	var spec table.Spec
-	if err := json.Unmarshal(h[headerFixed:hlen-4], &spec); err != nil {
-		return tr.corrupt(0, "table spec: %v", err)
-	}
-	width, slots := int(binary.LittleEndian.Uint32(h[12:])), int(binary.LittleEndian.Uint32(h[16:]))
-	if width != spec.Width || slots != spec.Rule.StateSlots() || width < 1 || width > table.MaxWidth {
-		return tr.corrupt(0, "width %d and %d state slots do not fit the spec (width %d, rule %q)", width, slots, spec.Width, spec.Rule.Kind)
-	}
-	if spec != fi.Spec {
-		return tr.corrupt(0, "table spec %+v differs from the manifest's %+v", spec, fi.Spec)
 	}
 	chain := chainCRC(0, crc)
-
-	// Blocks, then the trailer.
-	recSize := recordSize(width, slots)
-	vals := make([]float32, width*(1+slots))
-	state := make([][]float32, slots)
-	for p := range state {
-		state[p] = vals[(p+1)*width : (p+2)*width]
+	b := blockReader{recSize: recordSize(width, slots), width: width, vals: make([]float32, width*(1+slots))}
+	b.state = make([][]float32, slots)
+	for p := range b.state {
+		b.state[p] = b.vals[(p+1)*width : (p+2)*width]
 	}
-	var (
-		hdr     [blockHeader]byte
-		payload []byte
-		blocks  int64
-		records int64
-	)
+	var blocks, records int64
 	for {
 		off := tr.r.n
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if err := tr.full(hdr[:4], off, "block or trailer"); err != nil {
+		if err := tr.full(b.hdr[:4], off, "block or trailer"); err != nil {
 			return err
 		}
-		if string(hdr[:4]) == trailerMagic {
+		if string(b.hdr[:4]) == trailerMagic {
 			var t [trailerLen]byte
-			copy(t[:], hdr[:4])
+			copy(t[:], b.hdr[:4])
 			if err := tr.full(t[4:], off, "trailer"); err != nil {
 				return err
 			}
 			return tr.trailer(t[:], off, blocks, records, chain, fi)
 		}
-		if string(hdr[:4]) != blockTag {
-			return tr.corrupt(off, "bad block tag %q", hdr[:4])
-		}
-		if err := tr.full(hdr[4:], off, "block header"); err != nil {
+		n, want, err := tr.block(&b, off, fn)
+		if err != nil {
 			return err
-		}
-		n, plen := int64(binary.LittleEndian.Uint32(hdr[4:])), int64(binary.LittleEndian.Uint32(hdr[8:]))
-		if n < 1 || plen != n*int64(recSize) || plen > maxPayload {
-			// The CRC covers these fields too, but it cannot be checked
-			// before reading a payload whose length is not to be trusted.
-			return tr.corrupt(off, "block of %d records with a %d-byte payload (records are %d bytes)", n, plen, recSize)
-		}
-		if int64(cap(payload)) < plen {
-			payload = make([]byte, plen)
-		}
-		payload = payload[:plen]
-		if err := tr.full(payload, off, "block"); err != nil {
-			return err
-		}
-		want := binary.LittleEndian.Uint32(hdr[12:])
-		if got := crc32.Update(crc32.Checksum(hdr[:12], castagnoli), castagnoli, payload); got != want {
-			return tr.corrupt(off, "block checksum %08x, want %08x", got, want)
 		}
 		chain = chainCRC(chain, want)
 		blocks++
 		records += n
-		for b := payload; len(b) > 0; b = b[recSize:] {
-			key := binary.LittleEndian.Uint64(b)
-			fb := b[8:recSize]
-			for i := range vals {
-				vals[i] = math.Float32frombits(binary.LittleEndian.Uint32(fb[4*i:]))
-			}
-			if err := fn(key, vals[:width], state); err != nil {
-				return fmt.Errorf("checkpoint: read %s: %w", tr.path, err)
-			}
+	}
+}
+
+// header reads and checks the file's header against the manifest's entry,
+// and returns the table's width, state slots and the header's CRC.
+func (tr *tableReader) header(fi FileInfo) (width, slots int, crc uint32, err error) {
+	var fixed [12]byte
+	if err := tr.full(fixed[:], 0, "header"); err != nil {
+		return 0, 0, 0, err
+	}
+	if string(fixed[:4]) != fileMagic {
+		return 0, 0, 0, tr.corrupt(0, "bad magic %q", fixed[:4])
+	}
+	hlen := int64(binary.LittleEndian.Uint32(fixed[8:]))
+	if hlen < headerFixed+4 || hlen > maxHeader {
+		return 0, 0, 0, tr.corrupt(0, "header length %d out of range", hlen)
+	}
+	h := make([]byte, hlen)
+	copy(h, fixed[:])
+	if err := tr.full(h[12:], 0, "header"); err != nil {
+		return 0, 0, 0, err
+	}
+	crc = binary.LittleEndian.Uint32(h[hlen-4:])
+	if got := crc32.Checksum(h[:hlen-4], castagnoli); got != crc {
+		return 0, 0, 0, tr.corrupt(0, "header checksum %08x, want %08x", got, crc)
+	}
+	if v := binary.LittleEndian.Uint16(h[4:]); v != version {
+		return 0, 0, 0, fmt.Errorf("checkpoint: read %s: data file version %d, want %d", tr.path, v, version)
+	}
+	var spec table.Spec
+	if err := json.Unmarshal(h[headerFixed:hlen-4], &spec); err != nil {
+		return 0, 0, 0, tr.corrupt(0, "table spec: %v", err)
+	}
+	width, slots = int(binary.LittleEndian.Uint32(h[12:])), int(binary.LittleEndian.Uint32(h[16:]))
+	if width != spec.Width || slots != spec.Rule.StateSlots() || width < 1 || width > table.MaxWidth {
+		return 0, 0, 0, tr.corrupt(0, "width %d and %d state slots do not fit the spec (width %d, rule %q)", width, slots, spec.Width, spec.Rule.Kind)
+	}
+	if spec != fi.Spec {
+		return 0, 0, 0, tr.corrupt(0, "table spec %+v differs from the manifest's %+v", spec, fi.Spec)
+	}
+	return width, slots, crc, nil
+}
+
+// blockReader holds one table file's record layout and the buffers its
+// blocks are decoded into, reused from block to block.
+type blockReader struct {
+	recSize, width int
+	hdr            [blockHeader]byte
+	payload        []byte
+	vals           []float32
+	state          [][]float32
+}
+
+// block reads the rest of the block whose tag b.hdr[:4] holds, checks it,
+// and passes its records to fn; it returns the block's record count and CRC.
+func (tr *tableReader) block(b *blockReader, off int64, fn func(uint64, []float32, [][]float32) error) (int64, uint32, error) {
+	hdr := b.hdr[:]
+	if string(hdr[:4]) != blockTag {
+		return 0, 0, tr.corrupt(off, "bad block tag %q", hdr[:4])
+	}
+	if err := tr.full(hdr[4:], off, "block header"); err != nil {
+		return 0, 0, err
+	}
+	n, plen := int64(binary.LittleEndian.Uint32(hdr[4:])), int64(binary.LittleEndian.Uint32(hdr[8:]))
+	if n < 1 || plen != n*int64(b.recSize) || plen > maxPayload {
+		// The CRC covers these fields too, but it cannot be checked
+		// before reading a payload whose length is not to be trusted.
+		return 0, 0, tr.corrupt(off, "block of %d records with a %d-byte payload (records are %d bytes)", n, plen, b.recSize)
+	}
+	if int64(cap(b.payload)) < plen {
+		b.payload = make([]byte, plen)
+	}
+	payload := b.payload[:plen]
+	if err := tr.full(payload, off, "block"); err != nil {
+		return 0, 0, err
+	}
+	want := binary.LittleEndian.Uint32(hdr[12:])
+	if got := crc32.Update(crc32.Checksum(hdr[:12], castagnoli), castagnoli, payload); got != want {
+		return 0, 0, tr.corrupt(off, "block checksum %08x, want %08x", got, want)
+	}
+	for p := payload; len(p) > 0; p = p[b.recSize:] {
+		key := binary.LittleEndian.Uint64(p)
+		fb := p[8:b.recSize]
+		for i := range b.vals {
+			b.vals[i] = math.Float32frombits(binary.LittleEndian.Uint32(fb[4*i:]))
+		}
+		if err := fn(key, b.vals[:b.width], b.state); err != nil {
+			return 0, 0, fmt.Errorf("checkpoint: read %s: %w", tr.path, err)
 		}
 	}
+	return n, want, nil
 }
 
 func (tr *tableReader) trailer(t []byte, off, blocks, records int64, chain uint32, fi FileInfo) error {
