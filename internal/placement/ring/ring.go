@@ -1,6 +1,7 @@
 package ring
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -87,26 +88,26 @@ func idHash(id string) uint64 {
 	return h.Sum64()
 }
 
+// first returns the index in m.points of the first virtual node clockwise
+// from slot s's hash.
+func (m *Map) first(s uint64) int {
+	h := keyspace.Mix64(s)
+	i, _ := slices.BinarySearchFunc(m.points, h, func(p point, h uint64) int {
+		return cmp.Compare(p.hash, h)
+	})
+	if i == len(m.points) {
+		i = 0
+	}
+	return i
+}
+
 // SlotOwner returns the index in m.Servers of the server that owns slot s:
 // the first virtual node clockwise from the slot's hash.
 func (m *Map) SlotOwner(s uint64) int {
 	if len(m.Servers) == 1 {
 		return 0
 	}
-	h := keyspace.Mix64(s)
-	i, _ := slices.BinarySearchFunc(m.points, h, func(p point, h uint64) int {
-		if p.hash < h {
-			return -1
-		}
-		if p.hash > h {
-			return 1
-		}
-		return 0
-	})
-	if i == len(m.points) {
-		i = 0
-	}
-	return m.points[i].server
+	return m.points[m.first(s)].server
 }
 
 // Owner returns the index of the server that owns key k.
@@ -158,16 +159,7 @@ func (m *Map) Chain(s uint64, k int, dst []int) []int {
 	if k <= 1 {
 		return append(dst, m.SlotOwner(s))
 	}
-	h := keyspace.Mix64(s)
-	i, _ := slices.BinarySearchFunc(m.points, h, func(p point, h uint64) int {
-		if p.hash < h {
-			return -1
-		}
-		if p.hash > h {
-			return 1
-		}
-		return 0
-	})
+	i := m.first(s)
 	for n := 0; len(dst) < k && n < len(m.points); n++ {
 		srv := m.points[(i+n)%len(m.points)].server
 		if !slices.Contains(dst, srv) {
