@@ -55,10 +55,6 @@ func ReadDocWords(path string) (*Corpus, error) {
 //
 // A malformed line gives a *LineError wrapping ErrMalformed.
 func ParseDocWords(r io.Reader, name string) (*Corpus, error) {
-	lr, err := newLineReader(r, name)
-	if err != nil {
-		return nil, err
-	}
 	var (
 		ids, words column[uint32]
 		ptr        column[int]
@@ -66,14 +62,7 @@ func ParseDocWords(r io.Reader, name string) (*Corpus, error) {
 		lastDoc    uint32 // valid once ids is not empty
 	)
 	ptr.add(0)
-	for {
-		line, err := lr.next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, err
-		}
+	err := eachLine(r, name, func(line []byte) string {
 		var f [3][]byte
 		n := 0
 		for tok, rest := field(line); len(tok) > 0; tok, rest = field(rest) {
@@ -83,19 +72,18 @@ func ParseDocWords(r io.Reader, name string) (*Corpus, error) {
 			n++
 		}
 		if n == 0 {
-			continue
+			return ""
 		}
 		if n != 3 {
-			return nil, &LineError{File: name, Line: lr.line, Reason: fmt.Sprintf("%d fields, want doc word count", n)}
+			return fmt.Sprintf("%d fields, want doc word count", n)
 		}
 		doc, word, count, reason := parseDocWord(f)
 		if reason != "" {
-			return nil, &LineError{File: name, Line: lr.line, Reason: reason}
+			return reason
 		}
 		switch {
 		case ids.len() > 0 && doc < lastDoc:
-			return nil, &LineError{File: name, Line: lr.line, Reason: fmt.Sprintf(
-				"document %d after document %d (lines must be grouped by document, in increasing order)", doc, lastDoc)}
+			return fmt.Sprintf("document %d after document %d (lines must be grouped by document, in increasing order)", doc, lastDoc)
 		case ids.len() == 0 || doc > lastDoc:
 			if ids.len() > 0 {
 				ptr.add(words.len())
@@ -107,6 +95,10 @@ func ParseDocWords(r io.Reader, name string) (*Corpus, error) {
 			words.add(word)
 		}
 		maxWord = max(maxWord, word)
+		return ""
+	})
+	if err != nil {
+		return nil, err
 	}
 	c := &Corpus{}
 	if ids.len() > 0 {

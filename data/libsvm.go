@@ -49,23 +49,10 @@ func ReadLIBSVM(path string) (*Sparse, error) {
 //
 // A malformed line gives a *LineError wrapping ErrMalformed.
 func ParseLIBSVM(r io.Reader, name string) (*Sparse, error) {
-	lr, err := newLineReader(r, name)
-	if err != nil {
-		return nil, err
-	}
 	var b sparseBuilder
 	b.rowPtr.add(0)
-	for {
-		line, err := lr.next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, err
-		}
-		if reason := b.addLine(line); reason != "" {
-			return nil, &LineError{File: name, Line: lr.line, Reason: reason}
-		}
+	if err := eachLine(r, name, b.addLine); err != nil {
+		return nil, err
 	}
 	s := &Sparse{
 		Labels: b.labels.slice(),

@@ -48,6 +48,29 @@ func newLineReader(r io.Reader, name string) (*lineReader, error) {
 	return &lineReader{br: br, name: name}, nil
 }
 
+// eachLine calls fn with every line of r (plain or gzip-compressed, named
+// name in errors), until the end of input or the first line fn finds
+// malformed: fn returns the reason, which becomes a *LineError naming the
+// file and line. The slice is valid only during the call.
+func eachLine(r io.Reader, name string, fn func(line []byte) (reason string)) error {
+	lr, err := newLineReader(r, name)
+	if err != nil {
+		return err
+	}
+	for {
+		line, err := lr.next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if reason := fn(line); reason != "" {
+			return &LineError{File: name, Line: lr.line, Reason: reason}
+		}
+	}
+}
+
 // next returns the next line without its '\n'. The slice is valid until the
 // following call. At the end of input it returns io.EOF.
 func (lr *lineReader) next() ([]byte, error) {

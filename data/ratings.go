@@ -51,44 +51,36 @@ func ReadRatings(path string) (*Ratings, error) {
 //
 // A malformed line gives a *LineError wrapping ErrMalformed.
 func ParseRatings(r io.Reader, name string) (*Ratings, error) {
-	lr, err := newLineReader(r, name)
-	if err != nil {
-		return nil, err
-	}
 	rs := &Ratings{}
 	var maxUser, maxItem uint32
 	first := true
 	var fields [5][]byte
-	for {
-		line, err := lr.next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, err
-		}
+	err := eachLine(r, name, func(line []byte) string {
 		n := splitFields(line, &fields)
 		if n == 0 {
-			continue
+			return ""
 		}
 		if first {
 			first = false
 			if isHeader(fields[:min(n, len(fields))]) {
-				continue
+				return ""
 			}
 		}
 		if n < 3 || n > 4 {
-			return nil, &LineError{File: name, Line: lr.line,
-				Reason: fmt.Sprintf("%d fields, want user item rating [timestamp]", n)}
+			return fmt.Sprintf("%d fields, want user item rating [timestamp]", n)
 		}
 		u, i, v, reason := parseRating(fields[:n])
 		if reason != "" {
-			return nil, &LineError{File: name, Line: lr.line, Reason: reason}
+			return reason
 		}
 		rs.Users = append(rs.Users, u)
 		rs.Items = append(rs.Items, i)
 		rs.Values = append(rs.Values, v)
 		maxUser, maxItem = max(maxUser, u), max(maxItem, i)
+		return ""
+	})
+	if err != nil {
+		return nil, err
 	}
 	if rs.Len() > 0 {
 		rs.NumUsers, rs.NumItems = int(maxUser)+1, int(maxItem)+1

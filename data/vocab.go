@@ -19,26 +19,20 @@ func ReadVocab(path string) ([]string, error) {
 //
 // A malformed line gives a *LineError wrapping ErrMalformed.
 func ParseVocab(r io.Reader, name string) ([]string, error) {
-	lr, err := newLineReader(r, name)
+	var words []string
+	err := eachLine(r, name, func(line []byte) string {
+		tok, rest := field(line)
+		if len(tok) == 0 {
+			return "blank line (each line is one word, its id the 0-based line number)"
+		}
+		if more, _ := field(rest); len(more) > 0 {
+			return "word " + quote(line) + " has white space inside"
+		}
+		words = append(words, string(tok))
+		return ""
+	})
 	if err != nil {
 		return nil, err
 	}
-	var words []string
-	for {
-		line, err := lr.next()
-		if err == io.EOF {
-			return words, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		tok, rest := field(line)
-		if len(tok) == 0 {
-			return nil, &LineError{File: name, Line: lr.line, Reason: "blank line (each line is one word, its id the 0-based line number)"}
-		}
-		if more, _ := field(rest); len(more) > 0 {
-			return nil, &LineError{File: name, Line: lr.line, Reason: "word " + quote(line) + " has white space inside"}
-		}
-		words = append(words, string(tok))
-	}
+	return words, nil
 }
