@@ -29,6 +29,9 @@ type Client struct {
 	bases []string
 	cur   atomic.Int32
 	hc    *http.Client
+	// Token, when set, is sent as a bearer token with every request: the
+	// join token of the role this node asks for.
+	Token string
 	// RetryFor bounds how long a call keeps trying while no coordinator
 	// answers (a failover in progress) before it fails.
 	RetryFor time.Duration
@@ -124,6 +127,9 @@ func (c *Client) doOne(ctx context.Context, base, route, query string, in, out a
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
