@@ -1,9 +1,9 @@
 package node
 
 import (
-	"crypto/tls"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"log/slog"
