@@ -21,7 +21,7 @@ const (
 	readTok   = "read-token-0123456789"
 )
 
-func guarded(t *testing.T, log io.Writer) http.Handler {
+func guarded(t testing.TB, log io.Writer) http.Handler {
 	t.Helper()
 	toks, err := ParseTokens(strings.NewReader("# comment\nadmin " + adminTok + "\nserver " + serverTok + "\nworker " + workerTok + "\nread " + readTok + "\n"))
 	if err != nil {
