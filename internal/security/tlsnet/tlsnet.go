@@ -172,8 +172,10 @@ func explain(err error) error {
 		return fmt.Errorf("%w (the peer's certificate is not signed by this cluster's CA)", err)
 	case strings.Contains(s, "expired"):
 		return fmt.Errorf("%w (the peer's certificate has expired: issue a new one)", err)
-	case strings.Contains(s, "is valid for"), strings.Contains(s, "doesn't contain any IP SANs"):
+	case strings.Contains(s, "valid for"), strings.Contains(s, "doesn't contain any IP SANs"):
 		return fmt.Errorf("%w (the server's certificate does not name the address dialled: issue it with that host in --hosts)", err)
+	case strings.Contains(s, "remote error: tls: bad certificate"):
+		return fmt.Errorf("%w (the peer did not accept this node's certificate, or the name it dialled is not in it)", err)
 	case strings.Contains(s, "first record does not look like a TLS handshake"):
 		return fmt.Errorf("%w (the peer does not speak TLS: start it with --tls-dir)", err)
 	}
