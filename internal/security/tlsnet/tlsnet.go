@@ -74,14 +74,15 @@ func (n *Network) Dial(ctx context.Context, addr string) (net.Conn, error) {
 		return nil, err
 	}
 	tune(nc)
-	tc := tls.Client(nc, n.src.ClientConfig(host))
+	bc := newBatchConn(nc)
+	tc := tls.Client(bc, n.src.ClientConfig(host))
 	hctx, cancel := context.WithTimeout(ctx, n.timeout())
 	defer cancel()
 	if err := tc.HandshakeContext(hctx); err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("%w %s: %v", ErrPeerRefused, addr, explain(err))
 	}
-	return &clientConn{Conn: tc, addr: addr}, nil
+	return &clientConn{Conn: tc, addr: addr, bc: bc}, nil
 }
 
 // Listen listens on addr; each accepted connection handshakes on its
@@ -107,12 +108,14 @@ func (l *listener) Accept() (net.Conn, error) {
 		return nil, err
 	}
 	tune(nc)
-	return &serverConn{Conn: tls.Server(nc, l.cfg), n: l.n}, nil
+	bc := newBatchConn(nc)
+	return &serverConn{Conn: tls.Server(bc, l.cfg), n: l.n, bc: bc}, nil
 }
 
 // serverConn runs the handshake once, bounded and logged.
 type serverConn struct {
 	*tls.Conn
+	bc   *batchConn
 	n    *Network
 	once sync.Once
 	err  error
@@ -142,7 +145,20 @@ func (c *serverConn) Write(p []byte) (int, error) {
 	if err := c.handshake(); err != nil {
 		return 0, err
 	}
-	return c.Conn.Write(p)
+	return batchWrite(c.Conn, c.bc, p)
+}
+
+// batchWrite writes p through tc with the records gathered by bc.
+func batchWrite(tc *tls.Conn, bc *batchConn, p []byte) (int, error) {
+	if bc == nil {
+		return tc.Write(p)
+	}
+	bc.arm()
+	n, err := tc.Write(p)
+	if ferr := bc.release(); err == nil {
+		err = ferr
+	}
+	return n, err
 }
 
 // clientConn names the refusal when the server rejects this node's
@@ -151,7 +167,10 @@ func (c *serverConn) Write(p []byte) (int, error) {
 type clientConn struct {
 	*tls.Conn
 	addr string
+	bc   *batchConn
 }
+
+func (c *clientConn) Write(p []byte) (int, error) { return batchWrite(c.Conn, c.bc, p) }
 
 func (c *clientConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
