@@ -185,12 +185,14 @@ func (c *Client) WaitReachable(ctx context.Context) error {
 		req, _ := http.NewRequestWithContext(ctx, "GET", c.bases[i%len(c.bases)]+path, nil)
 		resp, err := c.hc.Do(req)
 		if err == nil {
+			// The body says why, when a proxy or a TLS listener answered.
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				c.cur.Store(int32(i % len(c.bases)))
 				return nil
 			}
-			err = fmt.Errorf("health check: %s", resp.Status)
+			err = fmt.Errorf("health check: %s: %s", resp.Status, strings.TrimSpace(string(b)))
 		}
 		last = err
 		select {

@@ -77,7 +77,7 @@ func ParseTokens(r io.Reader) (*Tokens, error) {
 func LoadTokens(path string) (*Tokens, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("auth: %w", err)
+		return nil, fmt.Errorf("auth: tokens file: %w", err)
 	}
 	defer f.Close()
 	t, err := ParseTokens(f)
