@@ -129,6 +129,11 @@ func startOnce(ctx context.Context, c EmbedConfig, closing *atomic.Bool) (_ *Emb
 	cfg.ListenPeerUrls = []url.URL{purl}
 	cfg.AdvertisePeerUrls = []url.URL{purl}
 	cfg.InitialCluster = c.InitialCluster
+	if c.TLS != nil {
+		// Under TLS every member's peer URL is https; an operator who
+		// wrote http:// in the cluster list meant the same members.
+		cfg.InitialCluster = strings.ReplaceAll(cfg.InitialCluster, "http://", "https://")
+	}
 	if cfg.InitialCluster == "" {
 		cfg.InitialCluster = c.Name + "=" + purl.String()
 	}
