@@ -23,6 +23,7 @@ var ErrExpired = errors.New("pki: certificate expired")
 // error to the caller of Reload.
 type Source struct {
 	files Files
+	every time.Duration // checkEvery; 0 in tests, to check at every use
 
 	mu      sync.Mutex
 	checked time.Time
@@ -46,7 +47,7 @@ func NewSource(f Files) (*Source, error) {
 	if f.CA == "" || f.Cert == "" || f.Key == "" {
 		return nil, fmt.Errorf("pki: %w: need a CA, a certificate and a key file", ErrInvalid)
 	}
-	s := &Source{files: f}
+	s := &Source{files: f, every: checkEvery}
 	if err := s.Reload(); err != nil {
 		return nil, err
 	}
@@ -65,7 +66,7 @@ func (s *Source) Reload() error {
 
 func (s *Source) reloadLocked(force bool) error {
 	now := time.Now()
-	if !force && now.Sub(s.checked) < checkEvery {
+	if !force && now.Sub(s.checked) < s.every {
 		return nil
 	}
 	s.checked = now
