@@ -148,6 +148,39 @@ func (c *serverConn) Write(p []byte) (int, error) {
 	return batchWrite(c.Conn, c.bc, p)
 }
 
+// WriteBuffers implements transport.BuffersWriter.
+func (c *serverConn) WriteBuffers(b *net.Buffers) (int64, error) {
+	if err := c.handshake(); err != nil {
+		return 0, err
+	}
+	return batchWriteBuffers(c.Conn, c.bc, b)
+}
+
+// batchWriteBuffers writes every buffer of b through tc, their records
+// gathered by bc into as few system calls as fit (transport.BuffersWriter).
+func batchWriteBuffers(tc *tls.Conn, bc *batchConn, b *net.Buffers) (int64, error) {
+	if bc != nil {
+		bc.arm()
+	}
+	var n int64
+	var err error
+	for _, p := range *b {
+		var k int
+		k, err = tc.Write(p)
+		n += int64(k)
+		if err != nil {
+			break
+		}
+	}
+	*b = nil
+	if bc != nil {
+		if ferr := bc.release(); err == nil {
+			err = ferr
+		}
+	}
+	return n, err
+}
+
 // batchWrite writes p through tc with the records gathered by bc.
 func batchWrite(tc *tls.Conn, bc *batchConn, p []byte) (int, error) {
 	if bc == nil {
@@ -171,6 +204,11 @@ type clientConn struct {
 }
 
 func (c *clientConn) Write(p []byte) (int, error) { return batchWrite(c.Conn, c.bc, p) }
+
+// WriteBuffers implements transport.BuffersWriter.
+func (c *clientConn) WriteBuffers(b *net.Buffers) (int64, error) {
+	return batchWriteBuffers(c.Conn, c.bc, b)
+}
 
 func (c *clientConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/terrace-ml/terrace/internal/dataplane/transport"
 	"github.com/terrace-ml/terrace/internal/security/pki"
 )
 
@@ -251,3 +252,6 @@ func TestRotation(t *testing.T) {
 		t.Fatalf("after rotation the server presents %q, want srv2", got)
 	}
 }
+
+var _ transport.BuffersWriter = (*clientConn)(nil)
+var _ transport.BuffersWriter = (*serverConn)(nil)
