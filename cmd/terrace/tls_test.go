@@ -23,26 +23,26 @@ import (
 	"github.com/terrace-ml/terrace/internal/security/tlsnet"
 )
 
-// logBuf collects a process's output while the test reads it.
-type logBuf struct {
+// tlsLogBuf collects a process's output while the test reads it.
+type tlsLogBuf struct {
 	mu sync.Mutex
 	b  strings.Builder
 }
 
-func (l *logBuf) Write(p []byte) (int, error) {
+func (l *tlsLogBuf) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.Write(p)
 }
 
-func (l *logBuf) String() string {
+func (l *tlsLogBuf) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
 }
 
-// waitFor reads lines of out into log until one contains s.
-func waitFor(t *testing.T, out *bufio.Reader, log *logBuf, s string) string {
+// tlsWaitFor reads lines of out into log until one contains s.
+func tlsWaitFor(t *testing.T, out *bufio.Reader, log *tlsLogBuf, s string) string {
 	t.Helper()
 	for {
 		line, err := out.ReadString('\n')
@@ -119,13 +119,13 @@ func TestTLSClusterRefusesStrangers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c := newTLSCluster(t)
-	var coordLog, serverLog logBuf
+	var coordLog, serverLog tlsLogBuf
 	_, out := start(t, ctx, "coordinator", "--listen", "127.0.0.1:0", "--servers", "1", "--workers", "1", "--replication", "1",
 		"--tls-dir", c.node("coord"), "--tokens", c.tokens, "--log-level", "info", "--exit-when-done")
-	f := strings.Fields(waitFor(t, out, &coordLog, "listening on"))
+	f := strings.Fields(tlsWaitFor(t, out, &coordLog, "listening on"))
 	addr := strings.TrimSuffix(f[slicesIndex(f, "on")+1], ",")
 	_, sout := start(t, ctx, "server", "--coordinator", addr, "--id", "s0", "--tls-dir", c.node("s0"), "--token-file", c.tokens, "--log-level", "warn")
-	waitFor(t, sout, &serverLog, "joined")
+	tlsWaitFor(t, sout, &serverLog, "joined")
 
 	probeFiles := pki.FilesIn(c.node("probe"))
 	t.Run("reads with a read token", func(t *testing.T) {
@@ -203,7 +203,7 @@ func TestTLSClusterRefusesStrangers(t *testing.T) {
 		src, _ := pki.NewSource(probeFiles)
 		nw := tlsnet.New(nil, src, nil)
 		hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, a string) (net.Conn, error) { return nw.Dial(ctx, a) }}}
-		req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+addr+"/v1/join", io.LimitReader(zeros{}, auth.MaxBody+1))
+		req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+addr+"/v1/join", io.LimitReader(tlsZeros{}, auth.MaxBody+1))
 		req.ContentLength = auth.MaxBody + 1
 		req.Header.Set("Authorization", "Bearer "+c.token(t, auth.RoleAdmin))
 		resp, err := hc.Do(req)
@@ -243,7 +243,7 @@ func TestTLSClusterRefusesStrangers(t *testing.T) {
 	if b, err := w.CombinedOutput(); err != nil {
 		t.Fatalf("worker: %v\n%s", err, b)
 	}
-	acc := testAccuracy(t, filepath.Join(dir, "w0.json"))
+	acc := tlsTestAccuracy(t, filepath.Join(dir, "w0.json"))
 	if acc < 0.84 {
 		t.Errorf("test accuracy %.4f with TLS, want >= 0.84", acc)
 	}
@@ -261,14 +261,14 @@ func TestTLSClusterRefusesStrangers(t *testing.T) {
 	}
 }
 
-type zeros struct{}
+type tlsZeros struct{}
 
-func (zeros) Read(p []byte) (int, error) {
+func (tlsZeros) Read(p []byte) (int, error) {
 	clear(p)
 	return len(p), nil
 }
 
-func testAccuracy(t *testing.T, path string) float64 {
+func tlsTestAccuracy(t *testing.T, path string) float64 {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -303,17 +303,17 @@ func TestTLSTrainsLikePlain(t *testing.T) {
 		} else {
 			sec = func(string) []string { return nil }
 		}
-		var coordLog, serverLog logBuf
+		var coordLog, serverLog tlsLogBuf
 		coordSec := sec("coord")
 		if secure {
 			coordSec = []string{"--tls-dir", c.node("coord"), "--tokens", c.tokens}
 		}
 		_, out := start(t, ctx, append([]string{"coordinator", "--listen", "127.0.0.1:0", "--servers", "1", "--workers", "1",
 			"--replication", "1", "--exit-when-done"}, coordSec...)...)
-		f := strings.Fields(waitFor(t, out, &coordLog, "listening on"))
+		f := strings.Fields(tlsWaitFor(t, out, &coordLog, "listening on"))
 		addr := strings.TrimSuffix(f[slicesIndex(f, "on")+1], ",")
 		_, sout := start(t, ctx, append([]string{"server", "--coordinator", addr, "--id", "s0", "--log-level", "warn"}, sec("s0")...)...)
-		waitFor(t, sout, &serverLog, "joined")
+		tlsWaitFor(t, sout, &serverLog, "joined")
 		rep := filepath.Join(t.TempDir(), "w0.json")
 		b, err := exec.CommandContext(ctx, terrace(t), append([]string{"worker", "--coordinator", addr, "--id", "w0",
 			"--train", repoFile("datasets/a9a/a9a.gz"), "--test", repoFile("datasets/a9a/a9a.t.gz"), "--epochs", "5",
