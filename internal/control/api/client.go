@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -41,9 +42,15 @@ type Client struct {
 // comma-separated list of host:port or URLs, dialled with d (TCP if nil).
 func NewClient(addrs string, d Dialer) *Client {
 	c := &Client{hc: &http.Client{Timeout: PollWait + 10*time.Second}, RetryFor: 30 * time.Second}
+	scheme := "http://"
 	if d != nil {
-		c.hc.Transport = &http.Transport{
-			DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) { return d.Dial(ctx, addr) },
+		dial := func(ctx context.Context, _, addr string) (net.Conn, error) { return d.Dial(ctx, addr) }
+		c.hc.Transport = &http.Transport{DialContext: dial}
+		// A dialer whose connections are TLS already (tlsnet's) serves
+		// https: URLs and messages then say so.
+		if _, ok := d.(interface{ ClientTLS() *tls.Config }); ok {
+			c.hc.Transport = &http.Transport{DialTLSContext: dial}
+			scheme = "https://"
 		}
 	}
 	for _, a := range strings.Split(addrs, ",") {
@@ -51,7 +58,7 @@ func NewClient(addrs string, d Dialer) *Client {
 			continue
 		}
 		if !strings.Contains(a, "://") {
-			a = "http://" + a
+			a = scheme + a
 		}
 		c.bases = append(c.bases, strings.TrimRight(a, "/"))
 	}
