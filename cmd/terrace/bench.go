@@ -15,11 +15,15 @@ func benchCmd() *cobra.Command {
 	}
 	var wo bench.WireOptions
 	var wireReport string
+	var wireTLS, appTLS bool
 	wire := &cobra.Command{
 		Use:   "wire",
 		Short: "Dense and sparse push/pull through the parameter server against raw TCP over the same loopback",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if wireTLS {
+				return benchTLS(cmd, wireReport, func() (*bench.TLSReport, error) { return bench.WireTLS(cmd.Context(), wo, cmd.ErrOrStderr()) })
+			}
 			rep, err := bench.Wire(cmd.Context(), wo, cmd.ErrOrStderr())
 			if err != nil {
 				return err
@@ -33,6 +37,7 @@ func benchCmd() *cobra.Command {
 	wf.IntVar(&wo.Rounds, "rounds", 0, "timed rounds per figure; the median is reported (5 if 0)")
 	wf.IntVar(&wo.SparseKeys, "sparse-keys", 0, "keys per sparse operation (10,000 if 0)")
 	wf.StringVar(&wireReport, "report", "", "write the JSON report to this file")
+	wf.BoolVar(&wireTLS, "tls", false, "measure dense push/pull with mutual TLS against plain TCP instead (1 server, 1 worker)")
 
 	var ao bench.AppOptions
 	var appReport string
@@ -41,6 +46,9 @@ func benchCmd() *cobra.Command {
 		Short: "Logistic regression examples/s through the parameter server against a plain single-process loop",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if appTLS {
+				return benchTLS(cmd, appReport, func() (*bench.TLSReport, error) { return bench.AppTLS(cmd.Context(), ao, cmd.ErrOrStderr()) })
+			}
 			rep, err := bench.App(cmd.Context(), ao, cmd.ErrOrStderr())
 			if err != nil {
 				return err
@@ -56,6 +64,17 @@ func benchCmd() *cobra.Command {
 	af.IntVar(&ao.Batch, "batch", 0, "minibatch size (100 if 0)")
 	af.IntVar(&ao.Repeats, "repeats", 0, "runs per side, alternating; the median is reported (3 if 0)")
 	af.StringVar(&appReport, "report", "", "write the JSON report to this file")
+	af.BoolVar(&appTLS, "tls", false, "measure lr through the parameter server with mutual TLS against plain TCP instead")
 	cmd.AddCommand(wire, app)
 	return cmd
+}
+
+// benchTLS runs a TLS-against-plain benchmark and prints its report.
+func benchTLS(cmd *cobra.Command, reportPath string, run func() (*bench.TLSReport, error)) error {
+	rep, err := run()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(cmd.OutOrStdout(), rep.Summary())
+	return writeReport(reportPath, rep)
 }

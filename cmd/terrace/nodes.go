@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/terrace-ml/terrace/internal/control/auth"
 	"github.com/terrace-ml/terrace/internal/control/coord"
 	"github.com/terrace-ml/terrace/internal/control/coordha"
 	"github.com/terrace-ml/terrace/internal/process/node"
@@ -22,6 +23,7 @@ func coordinatorCmd() *cobra.Command {
 	var ha coordha.Config
 	var listen, reportPath, etcd, logLevel string
 	var exitWhenDone, inMemory bool
+	var sec securityFlags
 	cmd := &cobra.Command{
 		Use:   "coordinator",
 		Short: "Run a coordinator: admits servers and workers, leases data, publishes the layout; replicas fail over through etcd",
@@ -37,6 +39,10 @@ address, comma-separated.`,
 			ctx, cancel := context.WithCancel(cmd.Context())
 			defer cancel()
 			log := newLogger(logLevel)
+			nw, err := sec.coordinator(listen, &o, &ha, log)
+			if err != nil {
+				return err
+			}
 			// A replica may lead more than once (it steps down when its
 			// etcd session lapses and may win again): follow the newest.
 			terms := make(chan *coord.Coordinator, 4)
@@ -47,7 +53,7 @@ address, comma-separated.`,
 			errc := make(chan error, 1)
 			go func() {
 				if inMemory {
-					errc <- node.RunCoordinator(ctx, node.CoordinatorConfig{Listen: listen, Options: o, Logger: log, Ready: ready})
+					errc <- node.RunCoordinator(ctx, node.CoordinatorConfig{Listen: listen, Options: o, Logger: log, Ready: ready, Network: nw})
 					return
 				}
 				ha.Listen, ha.Options, ha.Logger, ha.Ready = listen, o, log, ready
@@ -98,6 +104,7 @@ address, comma-separated.`,
 	fs.IntVar(&o.CheckpointEvery, "checkpoint-every", 0, "take a checkpoint after every N training passes (0: never)")
 	fs.BoolVar(&o.Resume, "resume", false, "start from the newest committed checkpoint in --checkpoint-dir")
 	fs.StringVar(&logLevel, "log-level", "warn", "log level")
+	sec.register(fs, true)
 	addConfigFlag(cmd)
 	return cmd
 }
@@ -107,6 +114,7 @@ func serverCmd() *cobra.Command {
 	var notices noticeFlags
 	var logLevel string
 	var statsEvery time.Duration
+	var sec securityFlags
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run a parameter server that joins the coordinator",
@@ -117,6 +125,10 @@ func serverCmd() *cobra.Command {
 				cfg.ID = fmt.Sprintf("server-%s-%d", h, os.Getpid())
 			}
 			cfg.Logger = newLogger(logLevel)
+			var err error
+			if cfg.Network, cfg.Token, err = sec.node(auth.RoleServer, cfg.Logger); err != nil {
+				return err
+			}
 			ctx, cancel := context.WithCancel(cmd.Context())
 			defer cancel()
 			cfg.Notices = notices.watch(ctx)
@@ -149,6 +161,7 @@ func serverCmd() *cobra.Command {
 	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", node.DefaultJoinTimeout, "give up if the coordinator cannot be reached within this time")
 	fs.StringVar(&logLevel, "log-level", "info", "log level")
 	fs.DurationVar(&statsEvery, "stats-every", 0, "print server statistics as JSON at this interval (0: never)")
+	sec.register(fs, false)
 	notices.register(fs)
 	addConfigFlag(cmd)
 	return cmd
@@ -160,6 +173,7 @@ type workerFlags struct {
 	notices              noticeFlags
 	cfg                  node.WorkerConfig
 	logLevel, reportPath string
+	sec                  securityFlags
 }
 
 func (w *workerFlags) register(fs *pflag.FlagSet) {
@@ -169,6 +183,7 @@ func (w *workerFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&w.cfg.JoinTimeout, "join-timeout", node.DefaultJoinTimeout, "give up if the coordinator or servers cannot be reached within this time")
 	fs.StringVar(&w.logLevel, "log-level", "warn", "log level")
 	fs.StringVar(&w.reportPath, "report", "", "write this worker's JSON report to this file")
+	w.sec.register(fs, false)
 	w.notices.register(fs)
 }
 
@@ -179,6 +194,10 @@ func (w *workerFlags) run(ctx context.Context, job node.Job) (any, error) {
 		w.cfg.ID = fmt.Sprintf("worker-%s-%d", h, os.Getpid())
 	}
 	w.cfg.Logger = newLogger(w.logLevel)
+	var err error
+	if w.cfg.Network, w.cfg.Token, err = w.sec.node(auth.RoleWorker, w.cfg.Logger); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w.cfg.Notices = w.notices.watch(ctx)

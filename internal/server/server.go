@@ -476,10 +476,13 @@ func (s *Server) serveConn(nc net.Conn) {
 		tc.Close()
 	}()
 	c := &conn{Conn: tc, cache: make(map[uint32]cachedKeys)}
+	// A peer that connects and says nothing is dropped, not kept forever.
+	nc.SetReadDeadline(time.Now().Add(helloTimeout))
 	if err := s.greet(c); err != nil {
 		s.log.Warn("refusing connection", "peer", nc.RemoteAddr(), "err", err)
 		return
 	}
+	nc.SetReadDeadline(time.Time{})
 	// One goroutine reads frames while this one applies them, so that the
 	// socket's next frame arrives while this one is applied; the channel
 	// keeps the connection's requests in order.
@@ -498,11 +501,22 @@ func (s *Server) serveConn(nc net.Conn) {
 	reader.Wait()
 }
 
+// helloTimeout bounds the wait for a connection's hello (and, under TLS,
+// its handshake); maxHello bounds its size, so that a stranger's first
+// frame cannot make the server allocate a data frame's worth.
+const (
+	helloTimeout = 10 * time.Second
+	maxHello     = 4 << 10
+)
+
 // greet reads the connection's hello.
 func (s *Server) greet(c *conn) error {
 	h, err := c.Reader.Next()
 	if err == nil && h.Type != wire.THello {
 		err = fmt.Errorf("first frame is %v, not hello", h.Type)
+	}
+	if err == nil && h.Len > maxHello {
+		err = fmt.Errorf("hello of %d bytes (at most %d)", h.Len, maxHello)
 	}
 	var p []byte
 	if err == nil {

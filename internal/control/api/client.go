@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,6 +30,9 @@ type Client struct {
 	bases []string
 	cur   atomic.Int32
 	hc    *http.Client
+	// Token, when set, is sent as a bearer token with every request: the
+	// join token of the role this node asks for.
+	Token string
 	// RetryFor bounds how long a call keeps trying while no coordinator
 	// answers (a failover in progress) before it fails.
 	RetryFor time.Duration
@@ -38,9 +42,15 @@ type Client struct {
 // comma-separated list of host:port or URLs, dialled with d (TCP if nil).
 func NewClient(addrs string, d Dialer) *Client {
 	c := &Client{hc: &http.Client{Timeout: PollWait + 10*time.Second}, RetryFor: 30 * time.Second}
+	scheme := "http://"
 	if d != nil {
-		c.hc.Transport = &http.Transport{
-			DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) { return d.Dial(ctx, addr) },
+		dial := func(ctx context.Context, _, addr string) (net.Conn, error) { return d.Dial(ctx, addr) }
+		c.hc.Transport = &http.Transport{DialContext: dial}
+		// A dialer whose connections are TLS already (tlsnet's) serves
+		// https: URLs and messages then say so.
+		if _, ok := d.(interface{ ClientTLS() *tls.Config }); ok {
+			c.hc.Transport = &http.Transport{DialTLSContext: dial}
+			scheme = "https://"
 		}
 	}
 	for _, a := range strings.Split(addrs, ",") {
@@ -48,7 +58,7 @@ func NewClient(addrs string, d Dialer) *Client {
 			continue
 		}
 		if !strings.Contains(a, "://") {
-			a = "http://" + a
+			a = scheme + a
 		}
 		c.bases = append(c.bases, strings.TrimRight(a, "/"))
 	}
@@ -124,6 +134,9 @@ func (c *Client) doOne(ctx context.Context, base, route, query string, in, out a
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -179,12 +192,14 @@ func (c *Client) WaitReachable(ctx context.Context) error {
 		req, _ := http.NewRequestWithContext(ctx, "GET", c.bases[i%len(c.bases)]+path, nil)
 		resp, err := c.hc.Do(req)
 		if err == nil {
+			// The body says why, when a proxy or a TLS listener answered.
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				c.cur.Store(int32(i % len(c.bases)))
 				return nil
 			}
-			err = fmt.Errorf("health check: %s", resp.Status)
+			err = fmt.Errorf("health check: %s: %s", resp.Status, strings.TrimSpace(string(b)))
 		}
 		last = err
 		select {

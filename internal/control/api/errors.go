@@ -34,6 +34,13 @@ var (
 	// ErrNotLeader: this coordinator no longer leads (another replica
 	// won the election); clients go to the one that does.
 	ErrNotLeader = errors.New("coordinator: not the leader")
+	// ErrUnauthenticated: the request carries no join token, or one the
+	// coordinator does not know.
+	ErrUnauthenticated = errors.New("coordinator: no valid join token")
+	// ErrForbidden: the request's token does not grant the role the
+	// request needs (a worker's token asking to join as a server, a read
+	// token asking for a checkpoint).
+	ErrForbidden = errors.New("coordinator: token does not grant this role")
 	// ErrUnavailable: no coordinator answered within the client's retry
 	// time.
 	ErrUnavailable = errors.New("coordinator unreachable")
@@ -59,6 +66,12 @@ const (
 	CodeInternal      Code = "internal"
 )
 
+// The codes of the join tokens' refusals (see docs/design/security.md).
+const (
+	CodeUnauthenticated Code = "unauthenticated"
+	CodeForbidden       Code = "forbidden"
+)
+
 // codes lists each code with its sentinel and HTTP status, most specific
 // first: an error wrapping two sentinels takes the first code listed.
 var codes = []struct {
@@ -76,6 +89,8 @@ var codes = []struct {
 	{CodeLeaseLost, ErrLeaseLost, http.StatusConflict},
 	{CodeNoSplit, ErrNoSplit, http.StatusConflict},
 	{CodeNoState, ErrNoState, http.StatusNotFound},
+	{CodeUnauthenticated, ErrUnauthenticated, http.StatusUnauthorized},
+	{CodeForbidden, ErrForbidden, http.StatusForbidden},
 }
 
 // CodeOf returns the code of err (CodeInternal if it wraps no sentinel).

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/http"
 	"sync"
 	"time"
 
@@ -40,6 +41,9 @@ type Options struct {
 	// answer to pings) before it is declared dead (DefaultFailureTimeout
 	// if 0). Workers heartbeat five times per timeout.
 	FailureTimeout time.Duration
+	// Wrap, when set, puts a handler in front of the HTTP API (the join
+	// tokens' guard, internal/control/auth).
+	Wrap func(http.Handler) http.Handler
 }
 
 func (o Options) config() Config {

@@ -191,7 +191,15 @@ func (c *Coordinator) Serve(ctx context.Context, ln net.Listener, log *slog.Logg
 	if log == nil {
 		log = slog.Default()
 	}
-	hs := &http.Server{Handler: c.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	h := c.Handler()
+	if c.opts.Wrap != nil {
+		h = c.opts.Wrap(h)
+	}
+	// A client that trickles its request is cut off: headers within 10 s,
+	// the whole body within ReadTimeout. Replies are not bounded, since a
+	// long-poll holds one for api.PollWait.
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 60 * time.Second,
+		IdleTimeout: 2 * api.PollWait, MaxHeaderBytes: 64 << 10, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	var bg sync.WaitGroup
 	defer bg.Wait()
 	ctx, cancel := context.WithCancel(ctx)

@@ -2,6 +2,7 @@ package coordha
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/control/coord"
 	"github.com/terrace-ml/terrace/internal/control/meta"
+	"github.com/terrace-ml/terrace/internal/dataplane/transport"
 	"github.com/terrace-ml/terrace/internal/placement/layout"
 )
 
@@ -33,6 +35,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Ready, when set, is told once this replica leads and listens.
 	Ready func(c *coord.Coordinator, addr string)
+	// Network is what the HTTP API listens on and, unless
+	// Options.Network is set, what the failure detector dials (TCP if nil).
+	Network transport.Network
+	// EtcdTLS, when set, is the client TLS configuration for etcd.
+	EtcdTLS *tls.Config
 }
 
 // Run takes part in the coordinator election until ctx ends: it waits to
@@ -70,7 +77,10 @@ func Run(ctx context.Context, cfg Config) error {
 		defer e.Close()
 		endpoints = e.Endpoints()
 	}
-	st, err := meta.Open(ctx, endpoints, cfg.Prefix)
+	if cfg.Options.Network == nil {
+		cfg.Options.Network = cfg.Network
+	}
+	st, err := meta.Open(ctx, endpoints, cfg.Prefix, meta.WithTLS(cfg.EtcdTLS))
 	if err != nil {
 		return fmt.Errorf("coordinator: %w", err)
 	}
@@ -160,7 +170,7 @@ func lead(ctx context.Context, st *meta.Store, cfg Config) error {
 	for {
 		// The listen address may still be held for a moment by the
 		// previous term of this replica.
-		if ln, err = net.Listen("tcp", cfg.Listen); err == nil {
+		if ln, err = transport.OrTCP(cfg.Network).Listen(cfg.Listen); err == nil {
 			break
 		}
 		select {

@@ -48,6 +48,9 @@ type EmbedConfig struct {
 	// TickMs and ElectionMs are the raft heartbeat and election timeout;
 	// DefaultTickMs and DefaultElectionMs if zero.
 	TickMs, ElectionMs int
+	// TLS, when set, serves clients and peers over mutual TLS (https
+	// URLs; InitialCluster must then name https peer URLs).
+	TLS *TLSFiles
 	// Logger receives etcd's log. If nil, errors (other than the routine
 	// ones of starting and closing) go to stderr and the rest is dropped.
 	Logger *zap.Logger
@@ -111,8 +114,12 @@ func startOnce(ctx context.Context, c EmbedConfig, closing *atomic.Bool) (_ *Emb
 		return nil, false, fmt.Errorf("meta: embedded etcd: %w: a member of a multi-member cluster needs a fixed peer port", ErrInvalid)
 	}
 	picked = pickedC || pickedP
-	curl := url.URL{Scheme: "http", Host: client}
-	purl := url.URL{Scheme: "http", Host: peer}
+	scheme := "http"
+	if c.TLS != nil {
+		scheme = "https"
+	}
+	curl := url.URL{Scheme: scheme, Host: client}
+	purl := url.URL{Scheme: scheme, Host: peer}
 
 	cfg := embed.NewConfig()
 	cfg.Name = c.Name
@@ -122,6 +129,11 @@ func startOnce(ctx context.Context, c EmbedConfig, closing *atomic.Bool) (_ *Emb
 	cfg.ListenPeerUrls = []url.URL{purl}
 	cfg.AdvertisePeerUrls = []url.URL{purl}
 	cfg.InitialCluster = c.InitialCluster
+	if c.TLS != nil {
+		// Under TLS every member's peer URL is https; an operator who
+		// wrote http:// in the cluster list meant the same members.
+		cfg.InitialCluster = strings.ReplaceAll(cfg.InitialCluster, "http://", "https://")
+	}
 	if cfg.InitialCluster == "" {
 		cfg.InitialCluster = c.Name + "=" + purl.String()
 	}
@@ -136,6 +148,7 @@ func startOnce(ctx context.Context, c EmbedConfig, closing *atomic.Bool) (_ *Emb
 	cfg.AutoCompactionRetention = "10m"
 	cfg.Logger = "zap"
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(c.Logger)
+	c.TLS.apply(cfg)
 
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {

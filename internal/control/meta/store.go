@@ -42,7 +42,7 @@ type Store struct {
 // and checks that a quorum answers, within ctx and at most OpenTimeout.
 // Every key the Store reads or writes is under prefix, so several clusters
 // can share one etcd.
-func Open(ctx context.Context, endpoints []string, prefix string) (*Store, error) {
+func Open(ctx context.Context, endpoints []string, prefix string, opts ...OpenOption) (*Store, error) {
 	if len(endpoints) == 0 {
 		return nil, fmt.Errorf("meta: open: %w: no endpoints", ErrInvalid)
 	}
@@ -57,6 +57,7 @@ func Open(ctx context.Context, endpoints []string, prefix string) (*Store, error
 		// Every failure is returned to the caller, so the client's retry
 		// warnings would only repeat them.
 		Logger: zap.NewNop(),
+		TLS:    openConfig(opts).tls,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("meta: open %v: %w", endpoints, err)

@@ -28,6 +28,14 @@ type Outgoing struct {
 	Done  func(err error)
 }
 
+// BuffersWriter is implemented by connections that write a batch of
+// buffers better as one than buffer by buffer, as net.Buffers does for
+// any net.Conn but a socket (tlsnet's gathers the TLS records of a batch
+// into one system call).
+type BuffersWriter interface {
+	WriteBuffers(b *net.Buffers) (int64, error)
+}
+
 // Conn is one framed TCP connection. Any goroutine may Send; one
 // goroutine, owned by the Conn, writes.
 type Conn struct {
@@ -151,7 +159,12 @@ func (c *Conn) writeLoop() {
 				c.nc.SetWriteDeadline(time.Now().Add(c.WriteTimeout))
 			}
 			w := bufs // WriteTo consumes its receiver
-			_, err := w.WriteTo(c.nc)
+			var err error
+			if bw, ok := c.nc.(BuffersWriter); ok {
+				_, err = bw.WriteBuffers(&w)
+			} else {
+				_, err = w.WriteTo(c.nc)
+			}
 			if err != nil {
 				err = fmt.Errorf("transport: write to %s: %w", c.nc.RemoteAddr(), err)
 			}

@@ -3,12 +3,14 @@ package node
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"log/slog"
 	"time"
 
 	"github.com/terrace-ml/terrace/internal/control/meta"
+	"github.com/terrace-ml/terrace/internal/dataplane/transport"
 	"github.com/terrace-ml/terrace/internal/placement/layout"
 )
 
@@ -34,7 +36,7 @@ type registration struct {
 // register starts registering node role/id, incarnation inc, at addr,
 // where l's Membership says, under a lease of l's failure timeout; it does
 // nothing if l has no Membership (a coordinator without etcd).
-func register(ctx context.Context, l *layout.Layout, role, id, inc, addr string, log *slog.Logger) *registration {
+func register(ctx context.Context, l *layout.Layout, role, id, inc, addr string, nw transport.Network, log *slog.Logger) *registration {
 	ctx, stop := context.WithCancel(ctx)
 	r := &registration{done: make(chan struct{}), stop: stop}
 	if l.Membership == nil {
@@ -44,7 +46,7 @@ func register(ctx context.Context, l *layout.Layout, role, id, inc, addr string,
 	m, ttl := *l.Membership, l.FailureTimeout()
 	go func() {
 		defer close(r.done)
-		keepRegistered(ctx, m, ttl, role, id, meta.NodeInfo{Addr: addr, Labels: map[string]string{layout.IncarnationLabel: inc}}, log)
+		keepRegistered(ctx, m, ttl, role, id, meta.NodeInfo{Addr: addr, Labels: map[string]string{layout.IncarnationLabel: inc}}, etcdTLS(nw), log)
 	}()
 	return r
 }
@@ -56,11 +58,20 @@ func (r *registration) leave() {
 	<-r.done
 }
 
-func keepRegistered(ctx context.Context, m layout.Membership, ttl time.Duration, role, id string, info meta.NodeInfo, log *slog.Logger) {
+// etcdTLS is the TLS configuration for etcd of a network that speaks TLS
+// (tlsnet's), nil for plain TCP.
+func etcdTLS(nw transport.Network) *tls.Config {
+	if t, ok := nw.(interface{ ClientTLS() *tls.Config }); ok {
+		return t.ClientTLS()
+	}
+	return nil
+}
+
+func keepRegistered(ctx context.Context, m layout.Membership, ttl time.Duration, role, id string, info meta.NodeInfo, tlsc *tls.Config, log *slog.Logger) {
 	var st *meta.Store
 	for st == nil {
 		var err error
-		if st, err = meta.Open(ctx, m.Endpoints, m.Prefix); err != nil {
+		if st, err = meta.Open(ctx, m.Endpoints, m.Prefix, meta.WithTLS(tlsc)); err != nil {
 			if ctx.Err() != nil {
 				return
 			}

@@ -67,6 +67,8 @@ type ServerConfig struct {
 	Notices <-chan evict.Notice
 	// Network is what the server listens and dials on (TCP if nil).
 	Network transport.Network
+	// Token is the server's join token (none if empty).
+	Token string
 	// OnRebuilt: see server.Options.
 	OnRebuilt func(version uint64)
 }
@@ -94,6 +96,7 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 		addr = ln.Addr().String()
 	}
 	cc := api.NewClient(cfg.Coordinator, cfg.Network)
+	cc.Token = cfg.Token
 	jctx, cancel := context.WithTimeout(ctx, cfg.JoinTimeout)
 	defer cancel()
 	if err := cc.WaitReachable(jctx); err != nil {
@@ -104,7 +107,7 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	if err != nil {
 		return fmt.Errorf("server %s: join: %w", cfg.ID, err)
 	}
-	reg := register(ctx, l, api.RoleServer, cfg.ID, inc, addr, cfg.Logger)
+	reg := register(ctx, l, api.RoleServer, cfg.ID, inc, addr, cfg.Network, cfg.Logger)
 	defer reg.leave()
 	report := func(what string, call func(ctx context.Context) error) {
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -218,6 +221,8 @@ type WorkerConfig struct {
 	Notices <-chan evict.Notice
 	// Network is what the worker dials on (TCP if nil).
 	Network transport.Network
+	// Token is the worker's join token (none if empty).
+	Token string
 }
 
 // ErrDrained is returned by RunWorker and RunServer after a drained
@@ -234,6 +239,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, job Job) (any, error) {
 		cfg.JoinTimeout = DefaultJoinTimeout
 	}
 	cc := api.NewClient(cfg.Coordinator, cfg.Network)
+	cc.Token = cfg.Token
 	jctx, cancel := context.WithTimeout(ctx, cfg.JoinTimeout)
 	defer cancel()
 	if err := cc.WaitReachable(jctx); err != nil {
@@ -249,7 +255,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, job Job) (any, error) {
 		return nil, fmt.Errorf("worker %s: %w", cfg.ID, err)
 	}
 	defer c.Close()
-	reg := register(ctx, c.Layout(), api.RoleWorker, cfg.ID, inc, "", cfg.Logger)
+	reg := register(ctx, c.Layout(), api.RoleWorker, cfg.ID, inc, "", cfg.Network, cfg.Logger)
 	defer reg.leave()
 	jobCtx, stopJob := context.WithCancel(ctx)
 	defer stopJob()

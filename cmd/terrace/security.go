@@ -1,0 +1,107 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+
+	"github.com/spf13/pflag"
+
+	"github.com/terrace-ml/terrace/internal/control/auth"
+	"github.com/terrace-ml/terrace/internal/control/coord"
+	"github.com/terrace-ml/terrace/internal/control/coordha"
+	"github.com/terrace-ml/terrace/internal/control/meta"
+	"github.com/terrace-ml/terrace/internal/dataplane/transport"
+	"github.com/terrace-ml/terrace/internal/security/pki"
+	"github.com/terrace-ml/terrace/internal/security/tlsnet"
+)
+
+// securityFlags are the TLS and join-token flags every node takes.
+type securityFlags struct {
+	dir, ca, cert, key string
+	tokenFile          string
+	tokens             string // the coordinator's tokens file
+}
+
+func (f *securityFlags) register(fs *pflag.FlagSet, coordinator bool) {
+	fs.StringVar(&f.dir, "tls-dir", "", "mutual TLS on every connection, with ca.crt, node.crt and node.key of this directory (made by `terrace certs issue`)")
+	fs.StringVar(&f.ca, "tls-ca", "", "mutual TLS: PEM file of the CAs to trust (instead of --tls-dir)")
+	fs.StringVar(&f.cert, "tls-cert", "", "mutual TLS: PEM file of this node's certificate (instead of --tls-dir)")
+	fs.StringVar(&f.key, "tls-key", "", "mutual TLS: PEM file of this node's private key (instead of --tls-dir)")
+	if coordinator {
+		fs.StringVar(&f.tokens, "tokens", "", "file of join tokens, lines of \"role token\" (roles: admin, server, worker, read); no tokens needed if empty")
+		return
+	}
+	fs.StringVar(&f.tokenFile, "token-file", "", "file holding this node's join token (default: $"+auth.EnvToken+")")
+}
+
+// files returns the PEM files, or ok false when TLS is off.
+func (f *securityFlags) files() (_ pki.Files, ok bool, _ error) {
+	some := f.ca != "" || f.cert != "" || f.key != ""
+	switch {
+	case f.dir != "" && some:
+		return pki.Files{}, false, fmt.Errorf("tls: give --tls-dir or --tls-ca, --tls-cert and --tls-key, not both")
+	case f.dir != "":
+		return pki.FilesIn(f.dir), true, nil
+	case some && (f.ca == "" || f.cert == "" || f.key == ""):
+		return pki.Files{}, false, fmt.Errorf("tls: --tls-ca, --tls-cert and --tls-key go together")
+	}
+	return pki.Files{CA: f.ca, Cert: f.cert, Key: f.key}, some, nil
+}
+
+// network returns the TLS network, or nil when TLS is off.
+func (f *securityFlags) network(log *slog.Logger) (*tlsnet.Network, error) {
+	files, ok, err := f.files()
+	if err != nil || !ok {
+		return nil, err
+	}
+	src, err := pki.NewSource(files)
+	if err != nil {
+		return nil, fmt.Errorf("tls: %w", err)
+	}
+	return tlsnet.New(nil, src, log), nil
+}
+
+// node returns a server's or worker's network (nil: TCP) and join token.
+func (f *securityFlags) node(role auth.Role, log *slog.Logger) (transport.Network, string, error) {
+	tok, err := auth.ReadToken(f.tokenFile, role, os.Getenv)
+	if err != nil {
+		return nil, "", err
+	}
+	nw, err := f.network(log)
+	if err != nil || nw == nil {
+		return nil, tok, err
+	}
+	return nw, tok, nil
+}
+
+// coordinator sets up o and ha for TLS and tokens, and returns the
+// network the in-memory coordinator listens on (nil: TCP).
+func (f *securityFlags) coordinator(listen string, o *coord.Options, ha *coordha.Config, log *slog.Logger) (transport.Network, error) {
+	nw, err := f.network(log)
+	if err != nil {
+		return nil, err
+	}
+	if f.tokens != "" {
+		toks, err := auth.LoadTokens(f.tokens)
+		if err != nil {
+			return nil, err
+		}
+		o.Wrap = auth.NewGuard(toks, log).Wrap
+	}
+	if host, _, err := net.SplitHostPort(listen); err == nil {
+		if ip := net.ParseIP(host); (ip == nil || !ip.IsLoopback()) && (nw == nil || f.tokens == "") {
+			log.Warn("the control plane listens beyond this machine without both --tls-dir and --tokens: anyone who reaches it can join, read and drain the cluster", "listen", listen)
+		}
+	}
+	if nw == nil {
+		return nil, nil
+	}
+	files, _, _ := f.files()
+	o.Network = nw
+	ha.Network = nw
+	ha.EtcdTLS = nw.ClientTLS()
+	ha.Embed.TLS = &meta.TLSFiles{CA: files.CA, Cert: files.Cert, Key: files.Key}
+	return nw, nil
+}

@@ -1,0 +1,154 @@
+package auth
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/terrace-ml/terrace/internal/control/api"
+)
+
+const (
+	adminTok  = "admin-token-0123456789"
+	serverTok = "server-token-0123456789"
+	workerTok = "worker-token-0123456789"
+	readTok   = "read-token-0123456789"
+)
+
+func guarded(t testing.TB, log io.Writer) http.Handler {
+	t.Helper()
+	toks, err := ParseTokens(strings.NewReader("# comment\nadmin " + adminTok + "\nserver " + serverTok + "\nworker " + workerTok + "\nread " + readTok + "\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The handler must still see the whole body the guard peeked at.
+		b, _ := io.ReadAll(r.Body)
+		w.Write(b)
+	})
+	return NewGuard(toks, slog.New(slog.NewTextHandler(log, nil))).Wrap(next)
+}
+
+func TestGuard(t *testing.T) {
+	var log bytes.Buffer
+	h := guarded(t, &log)
+	join := func(role string) string {
+		b, _ := json.Marshal(api.Join{Role: role, ID: "n"})
+		return string(b)
+	}
+	for _, tc := range []struct {
+		name, route, token, body string
+		want                     error
+	}{
+		{"health needs nothing", api.RouteHealth, "", "", nil},
+		{"no token", api.RouteLayout, "", "", api.ErrUnauthenticated},
+		{"unknown token", api.RouteLayout, "nope-nope-nope-nope", "", api.ErrUnauthenticated},
+		{"worker joins as worker", api.RouteJoin, workerTok, join(api.RoleWorker), nil},
+		{"worker joins as server", api.RouteJoin, workerTok, join(api.RoleServer), api.ErrForbidden},
+		{"server joins as server", api.RouteJoin, serverTok, join(api.RoleServer), nil},
+		{"read joins", api.RouteJoin, readTok, join(api.RoleWorker), api.ErrForbidden},
+		{"join of no role", api.RouteJoin, adminTok, join("god"), api.ErrBadRequest},
+		{"join not JSON", api.RouteJoin, workerTok, "{", api.ErrBadRequest},
+		{"read reads the layout", api.RouteLayout, readTok, "", nil},
+		{"worker reads the layout", api.RouteLayout, workerTok, "", nil},
+		{"read asks for a checkpoint", api.RouteCheckpoint, readTok, "", api.ErrForbidden},
+		{"worker asks for a checkpoint", api.RouteCheckpoint, workerTok, "", api.ErrForbidden},
+		{"admin asks for a checkpoint", api.RouteCheckpoint, adminTok, "", nil},
+		{"worker reports synced", api.RouteSynced, workerTok, "{}", api.ErrForbidden},
+		{"server reports synced", api.RouteSynced, serverTok, "{}", nil},
+		{"server acquires work", api.RouteAcquire, serverTok, "{}", api.ErrForbidden},
+		{"unknown POST needs admin", "POST /v1/drain", serverTok, "", api.ErrForbidden},
+		{"unknown POST by admin", "POST /v1/drain", adminTok, "", nil},
+		{"unknown GET needs read", "GET /v1/status", readTok, "", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			method, path, _ := strings.Cut(tc.route, " ")
+			r := httptest.NewRequest(method, path, strings.NewReader(tc.body))
+			if tc.token != "" {
+				r.Header.Set("Authorization", "Bearer "+tc.token)
+			}
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if tc.want == nil {
+				if w.Code != http.StatusOK || w.Body.String() != tc.body {
+					t.Fatalf("status %d, body %q; want 200 and the body passed through", w.Code, w.Body)
+				}
+				return
+			}
+			var rep api.ErrorReply
+			if err := json.Unmarshal(w.Body.Bytes(), &rep); err != nil {
+				t.Fatal(err)
+			}
+			if !errors.Is(rep.Code.Err(), tc.want) || w.Code != rep.Code.Status() {
+				t.Fatalf("status %d, reply %+v; want %v", w.Code, rep, tc.want)
+			}
+		})
+	}
+	if !strings.Contains(log.String(), "refused request") || !strings.Contains(log.String(), "a worker token may not act as server") {
+		t.Errorf("refusals not logged:\n%s", log.String())
+	}
+}
+
+func TestGuardRefusesOversizedBodies(t *testing.T) {
+	h := guarded(t, io.Discard)
+	r := httptest.NewRequest("POST", "/v1/work/progress", strings.NewReader("x"))
+	r.ContentLength = MaxBody + 1
+	r.Header.Set("Authorization", "Bearer "+workerTok)
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("status %d, want 413", w.Code)
+	}
+	big := strings.Repeat(" ", maxJoinBody+10) + `{"role":"worker"}`
+	r = httptest.NewRequest("POST", "/v1/join", strings.NewReader(big))
+	r.Header.Set("Authorization", "Bearer "+workerTok)
+	w = httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code != http.StatusBadRequest {
+		t.Fatalf("oversized join: status %d, want 400", w.Code)
+	}
+}
+
+func TestReadToken(t *testing.T) {
+	dir := t.TempDir()
+	path := dir + "/tokens"
+	if err := WriteNew(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteNew(path); err == nil {
+		t.Fatal("WriteNew overwrote a tokens file")
+	}
+	toks, err := LoadTokens(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, role := range Roles {
+		tok, err := ReadToken(path, role, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, ok := toks.Role(tok); !ok || got != role {
+			t.Errorf("token for %s has role %s", role, got)
+		}
+	}
+	env := func(k string) string {
+		if k == EnvToken {
+			return " from-env \n"
+		}
+		return ""
+	}
+	if tok, _ := ReadToken("", RoleWorker, env); tok != "from-env" {
+		t.Errorf("token from the environment: %q", tok)
+	}
+	for _, bad := range []string{"", "king abcdefghijklmnopq\n", "worker short\n", "worker a b\n"} {
+		if _, err := ParseTokens(strings.NewReader(bad)); !errors.Is(err, ErrInvalid) {
+			t.Errorf("ParseTokens(%q): %v, want ErrInvalid", bad, err)
+		}
+	}
+}

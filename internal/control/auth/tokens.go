@@ -1,0 +1,145 @@
+package auth
+
+import (
+	"bufio"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+)
+
+// Role is what a token allows.
+type Role string
+
+// The roles. Admin may do everything; server and worker may also read.
+const (
+	RoleWorker Role = "worker"
+	RoleServer Role = "server"
+	RoleAdmin  Role = "admin"
+	RoleRead   Role = "read"
+)
+
+// Roles lists every role, in the order a new tokens file names them.
+var Roles = []Role{RoleAdmin, RoleServer, RoleWorker, RoleRead}
+
+// Grants reports whether a token of role r may act as need.
+func (r Role) Grants(need Role) bool {
+	return r == need || r == RoleAdmin || need == RoleRead
+}
+
+// ErrInvalid: a tokens file is malformed.
+var ErrInvalid = errors.New("auth: invalid tokens")
+
+// EnvToken is the environment variable a node's join token may come from,
+// so that it never appears in a command line that `ps` shows.
+const EnvToken = "TERRACE_TOKEN"
+
+// Tokens maps the SHA-256 of each token to its role: the coordinator
+// keeps no token in memory, and looking one up leaks nothing of it.
+type Tokens struct {
+	roles map[[32]byte]Role
+}
+
+// ParseTokens reads lines of "role token"; blank lines and lines starting
+// with # are skipped. Several tokens may share a role (to rotate one).
+func ParseTokens(r io.Reader) (*Tokens, error) {
+	t := &Tokens{roles: map[[32]byte]Role{}}
+	sc := bufio.NewScanner(r)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) != 2 || !slices.Contains(Roles, Role(f[0])) {
+			return nil, fmt.Errorf("%w: line %d: want \"role token\" with role one of %v", ErrInvalid, n, Roles)
+		}
+		if len(f[1]) < 16 {
+			return nil, fmt.Errorf("%w: line %d: token shorter than 16 characters", ErrInvalid, n)
+		}
+		t.roles[sha256.Sum256([]byte(f[1]))] = Role(f[0])
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if len(t.roles) == 0 {
+		return nil, fmt.Errorf("%w: no tokens", ErrInvalid)
+	}
+	return t, nil
+}
+
+// LoadTokens reads a tokens file.
+func LoadTokens(path string) (*Tokens, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("auth: tokens file: %w", err)
+	}
+	defer f.Close()
+	t, err := ParseTokens(f)
+	if err != nil {
+		return nil, fmt.Errorf("auth: %s: %w", path, err)
+	}
+	return t, nil
+}
+
+// Role returns the role of token, if it is known.
+func (t *Tokens) Role(token string) (Role, bool) {
+	r, ok := t.roles[sha256.Sum256([]byte(token))]
+	return r, ok
+}
+
+// NewToken returns a fresh random token (256 bits, hex).
+func NewToken() string {
+	var b [32]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// WriteNew writes a tokens file with one new token per role, mode 0600;
+// it refuses to overwrite a file.
+func WriteNew(path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("auth: %w", err)
+	}
+	fmt.Fprintln(f, "# Terrace join tokens: role token. Give each node only the line of its role.")
+	for _, r := range Roles {
+		fmt.Fprintf(f, "%s %s\n", r, NewToken())
+	}
+	return f.Close()
+}
+
+// ReadToken returns a node's token for role: from path if set, else from
+// the environment variable EnvToken; "" if neither is set. The file holds
+// either the token alone or "role token" lines, of which the one of role
+// is taken (so that a node can be given the cluster's tokens file in a
+// test, or only its own line in production).
+func ReadToken(path string, role Role, getenv func(string) string) (string, error) {
+	if path == "" {
+		return strings.TrimSpace(getenv(EnvToken)), nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("auth: token: %w", err)
+	}
+	var lines [][]string
+	for l := range strings.Lines(string(b)) {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+			lines = append(lines, strings.Fields(l))
+		}
+	}
+	if len(lines) == 1 && len(lines[0]) == 1 {
+		return lines[0][0], nil
+	}
+	for _, f := range lines {
+		if len(f) == 2 && Role(f[0]) == role {
+			return f[1], nil
+		}
+	}
+	return "", fmt.Errorf("auth: token file %s: %w: no token for role %s", path, ErrInvalid, role)
+}
