@@ -449,6 +449,9 @@ func push(st *store.Table, ks keyspace.Keys, vals []float32, width int) int {
 }
 
 func (s *Server) replyValues(c *conn, t *tableState, ks keyspace.Keys, reqID, epoch uint64, refused int) {
+	if replyPinned(c, t.store, ks, reqID, epoch, refused) {
+		return
+	}
 	w := t.spec.Width
 	buf := getBuf(ks.Len() * w)
 	vals := (*buf)[:ks.Len()*w]

@@ -38,8 +38,11 @@ type Table struct {
 type stripe struct {
 	mu     sync.RWMutex
 	blocks map[uint64]block // by slot number
-	keys   int64            // present keys
-	bytes  int64            // heap bytes of the blocks' buffers
+	// dense holds the stripe's dense groups by group number (slot /
+	// groupSlots), nil until the first; see dense.go.
+	dense map[uint64]*denseGroup
+	keys  int64 // present keys
+	bytes int64 // heap bytes of the blocks' buffers
 	// Keeps the hot fields of neighbouring stripes on separate cache lines.
 	_ [64]byte
 }
@@ -200,8 +203,17 @@ func (t *Table) visitBatch(s *stripe, batch []piece, write bool, fn func(block, 
 		s.mu.RLock()
 	}
 	missing := false
+	var dg *denseGroup
+	lastG := ^uint64(0)
 	for j, p := range batch {
-		blocks[j] = s.blocks[p.slot]
+		// A dense run's pieces share a group: one lookup for 16 slots.
+		if g, i := denseIndex(p.slot); g == lastG && dg != nil {
+			blocks[j] = t.denseBlock(dg, i)
+		} else if dg, lastG = s.dense[g], g; dg != nil {
+			blocks[j] = t.denseBlock(dg, i)
+		} else {
+			blocks[j] = s.blocks[p.slot]
+		}
 		missing = missing || blocks[j].bits&p.want != p.want
 	}
 	if missing && !write {
@@ -217,8 +229,19 @@ func (t *Table) visitBatch(s *stripe, batch []piece, write bool, fn func(block, 
 		defer s.mu.RUnlock()
 	}
 	if write {
+		compacted := false
 		for j, p := range batch {
-			blocks[j] = t.insert(s, p.slot, blocks[j], p.want)
+			nb := t.insert(s, p.slot, blocks[j], p.want)
+			compacted = compacted || (nb.bits != blocks[j].bits && nb.bits == ^uint64(0))
+			blocks[j] = nb
+		}
+		// A group made dense moved its blocks, and a pinned one moves
+		// before it is written.
+		for j, p := range batch {
+			if compacted {
+				blocks[j] = s.blocks[p.slot]
+			}
+			blocks[j] = t.own(s, p.slot, blocks[j])
 		}
 	}
 	for j, p := range batch {
@@ -293,6 +316,10 @@ func (t *Table) insert(s *stripe, slot uint64, b block, add uint64) block {
 	}
 	s.keys += int64(bits.OnesCount64(add))
 	s.blocks[slot] = nb
+	if nb.bits == ^uint64(0) {
+		t.maybeCompact(s, slot)
+		nb = s.blocks[slot]
+	}
 	return nb
 }
 
@@ -304,6 +331,9 @@ func (t *Table) remove(s *stripe, slot uint64, b block, del uint64) {
 		return
 	}
 	s.keys -= int64(bits.OnesCount64(del))
+	if t.dissolve(s, slot) {
+		b = s.blocks[slot] // moved if it was pinned
+	}
 	nb := block{bits: b.bits &^ del, p: b.p}
 	buf := b.buf(t.stride)
 	if nb.bits == 0 {
@@ -311,7 +341,9 @@ func (t *Table) remove(s *stripe, slot uint64, b block, del uint64) {
 		delete(s.blocks, slot)
 		return
 	}
-	if capKeys[nb.count()] != capKeys[b.count()] {
+	// A block of a dissolved dense group shares its buffer with the
+	// others, so it moves to one of its own even at the same capacity.
+	if capKeys[nb.count()] != capKeys[b.count()] || b.count() == keyspace.SlotSize {
 		s.bytes += allocBytes(int(capKeys[nb.count()])*t.stride) - allocBytes(len(buf))
 		nbuf := make([]float32, int(capKeys[nb.count()])*t.stride)
 		nb.p = &nbuf[0]

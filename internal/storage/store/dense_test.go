@@ -1,0 +1,106 @@
+package store
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/terrace-ml/terrace/table"
+)
+
+func denseTable(t *testing.T, keys int) *Table {
+	t.Helper()
+	tb, err := New(table.Spec{Name: "d", Width: 1, Rule: table.Rule{Kind: table.Sum}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals := make([]float32, keys)
+	for i := range vals {
+		vals[i] = float32(i)
+	}
+	tb.PushRun(0, vals)
+	return tb
+}
+
+func pinned(p *Pin) []float32 {
+	var out []float32
+	for _, v := range p.Views {
+		out = append(out, v...)
+	}
+	return out
+}
+
+// A pinned run reads what PullRun reads, and a write while it is pinned
+// leaves the pinned values alone (the reply being sent must match its
+// CRC) but is seen by the next read.
+func TestPinRunIsStableUnderWrites(t *testing.T) {
+	tb := denseTable(t, 3*1024)
+	want := make([]float32, 2000)
+	tb.PullRun(100, want)
+	var p Pin
+	if !tb.PinRun(100, 2000, &p) {
+		t.Fatal("PinRun refused a run of dense groups")
+	}
+	if got := pinned(&p); !slices.Equal(got, want) {
+		t.Fatalf("pinned values differ from PullRun's")
+	}
+	ones := make([]float32, 3*1024)
+	for i := range ones {
+		ones[i] = 1
+	}
+	tb.PushRun(0, ones)
+	tb.DeleteSlot(5, 0) // a removal dissolves a pinned group
+	if got := pinned(&p); !slices.Equal(got, want) {
+		t.Fatalf("a write changed pinned values")
+	}
+	p.Release()
+	after := make([]float32, 64)
+	tb.PullRun(6*64, after)
+	for i, v := range after {
+		if v != float32(6*64+i)+1 {
+			t.Fatalf("key %d = %v after the push, want %v", 6*64+i, v, float32(6*64+i)+1)
+		}
+	}
+	if tb.PinRun(100, 2000, &p) {
+		t.Fatal("PinRun accepted a run through a group with a deleted slot")
+	}
+	if len(p.Views) != 0 || len(p.groups) != 0 {
+		t.Fatal("a refused PinRun left views or pins behind")
+	}
+}
+
+// Optimizer state interleaves with values, and partial groups are not
+// dense: PinRun refuses both, so callers copy.
+func TestPinRunRefusesWhatIsNotContiguous(t *testing.T) {
+	tb, err := New(table.Spec{Name: "a", Width: 1, Rule: table.Rule{Kind: table.AdaGrad, LR: 0.1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb.PushRun(0, make([]float32, 2048))
+	var p Pin
+	if tb.PinRun(0, 1024, &p) {
+		t.Fatal("PinRun accepted a table with optimizer state")
+	}
+	d := denseTable(t, 1000) // less than one group
+	if d.PinRun(0, 1000, &p) {
+		t.Fatal("PinRun accepted a partial group")
+	}
+}
+
+// A dense push or pull allocates nothing once its keys exist.
+func TestDenseRunsDoNotAllocate(t *testing.T) {
+	const n = 1 << 16
+	tb := denseTable(t, n)
+	vals := make([]float32, n)
+	var p Pin
+	if a := testing.AllocsPerRun(20, func() { tb.PushRun(0, vals) }); a != 0 {
+		t.Errorf("PushRun: %v allocations a run", a)
+	}
+	if a := testing.AllocsPerRun(20, func() { tb.PullRun(0, vals) }); a != 0 {
+		t.Errorf("PullRun: %v allocations a run", a)
+	}
+	tb.PinRun(0, n, &p)
+	p.Release()
+	if a := testing.AllocsPerRun(20, func() { tb.PinRun(0, n, &p); p.Release() }); a != 0 {
+		t.Errorf("PinRun: %v allocations a run", a)
+	}
+}
