@@ -439,13 +439,7 @@ func push(st *store.Table, ks keyspace.Keys, vals []float32, width int) int {
 	if !ks.IsRuns() {
 		return st.Push(ks.List(), vals)
 	}
-	refused, off := 0, 0
-	for _, r := range ks.Runs() {
-		n := int(r.Len()) * width
-		refused += st.PushRun(r.Lo, vals[off:off+n])
-		off += n
-	}
-	return refused
+	return st.PushRuns(ks.Runs(), vals)
 }
 
 func (s *Server) replyValues(c *conn, t *tableState, ks keyspace.Keys, reqID, epoch uint64, refused int) {
@@ -458,12 +452,7 @@ func (s *Server) replyValues(c *conn, t *tableState, ks keyspace.Keys, reqID, ep
 	if !ks.IsRuns() {
 		t.store.Pull(ks.List(), vals)
 	} else {
-		off := 0
-		for _, r := range ks.Runs() {
-			n := int(r.Len()) * w
-			t.store.PullRun(r.Lo, vals[off:off+n])
-			off += n
-		}
+		t.store.PullRuns(ks.Runs(), vals)
 	}
 	var pre [wire.ReplyPrefixSize]byte
 	wire.PutReply(&pre, uint32(refused))

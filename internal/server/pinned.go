@@ -22,6 +22,10 @@ type pinnedReply struct {
 	done  func(error) // r.release, bound once so that a reply allocates nothing
 }
 
+// minPinnedRun is the shortest mean run, in keys, sent from the store's
+// memory: a dense group's worth.
+const minPinnedRun = 1024
+
 var pinnedReplies = sync.Pool{New: func() any { return new(pinnedReply) }}
 
 func (r *pinnedReply) release(error) {
@@ -35,7 +39,10 @@ func (r *pinnedReply) release(error) {
 // run lies in dense groups of a table without optimizer state; it
 // reports false, having sent nothing, otherwise.
 func replyPinned(c *conn, st *store.Table, ks keyspace.Keys, reqID, epoch uint64, refused int) bool {
-	if !ks.IsRuns() || ks.Len() == 0 {
+	// Short runs (a range whose slots alternate between servers) would
+	// hand the kernel hundreds of small pieces and pin slot by slot; a
+	// copy into one buffer is cheaper there.
+	if !ks.IsRuns() || ks.Len() == 0 || ks.Len() < minPinnedRun*len(ks.Runs()) {
 		return false
 	}
 	r := pinnedReplies.Get().(*pinnedReply)

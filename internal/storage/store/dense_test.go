@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/terrace-ml/terrace/keyspace"
 	"github.com/terrace-ml/terrace/table"
 )
 
@@ -102,5 +103,39 @@ func TestDenseRunsDoNotAllocate(t *testing.T) {
 	p.Release()
 	if a := testing.AllocsPerRun(20, func() { tb.PinRun(0, n, &p); p.Release() }); a != 0 {
 		t.Errorf("PinRun: %v allocations a run", a)
+	}
+}
+
+// PushRuns and PullRuns over short runs do what PushRun and PullRun do
+// run by run.
+func TestRunsMatchRunByRun(t *testing.T) {
+	a, b := denseTable(t, 4096), denseTable(t, 4096)
+	runs := []keyspace.Range{{Lo: 3, Hi: 70}, {Lo: 128, Hi: 192}, {Lo: 200, Hi: 201}, {Lo: 1000, Hi: 3000}}
+	var vals []float32
+	for _, r := range runs {
+		for k := r.Lo; k < r.Hi; k++ {
+			vals = append(vals, float32(k%11))
+		}
+	}
+	a.PushRuns(runs, vals)
+	off := 0
+	for _, r := range runs {
+		b.PushRun(r.Lo, vals[off:off+int(r.Len())])
+		off += int(r.Len())
+	}
+	ga, gb := make([]float32, 4096), make([]float32, 4096)
+	a.PullRun(0, ga)
+	b.PullRun(0, gb)
+	if !slices.Equal(ga, gb) {
+		t.Fatal("PushRuns differs from PushRun run by run")
+	}
+	got := make([]float32, len(vals))
+	a.PullRuns(runs, got)
+	off = 0
+	for _, r := range runs {
+		if !slices.Equal(got[off:off+int(r.Len())], ga[r.Lo:r.Hi]) {
+			t.Fatalf("PullRuns of %v differs", r)
+		}
+		off += int(r.Len())
 	}
 }

@@ -121,6 +121,27 @@ func (t *Table) PullRun(lo uint64, dst []float32) {
 	})
 }
 
+// PushRuns is PushRun for the keys of runs, which must be increasing and
+// disjoint, with their values one after another in vals: a range spread
+// over several servers reaches each as many short runs, which one pass
+// visits with one lock per stripe group instead of one call per run.
+func (t *Table) PushRuns(runs []keyspace.Range, vals []float32) (refused int) {
+	st := make([][]float32, t.planes-1)
+	t.visit(pieces{runs: runs}, true, func(b block, p piece) {
+		r := b.rank(uint(bits.TrailingZeros64(p.want)))
+		refused += t.apply(b, r, p.n, vals[p.i*t.width:(p.i+p.n)*t.width], st)
+	})
+	return refused
+}
+
+// PullRuns is PullRun for the keys of runs (see PushRuns).
+func (t *Table) PullRuns(runs []keyspace.Range, dst []float32) {
+	t.visit(pieces{runs: runs}, false, func(b block, p piece) {
+		r := b.rank(uint(bits.TrailingZeros64(p.want)))
+		copy(dst[p.i*t.width:(p.i+p.n)*t.width], b.buf(t.stride)[r*t.width:])
+	})
+}
+
 // piece is the part of a request that falls in one slot.
 type piece struct {
 	slot uint64
@@ -129,16 +150,35 @@ type piece struct {
 }
 
 // pieces splits a request by slot: either strictly increasing keys, or
-// (when keys is nil) the run of n keys from lo.
+// (when keys is nil) the run of n keys from lo, or (when runs is set)
+// the keys of increasing, disjoint runs.
 type pieces struct {
 	keys []uint64
 	lo   uint64
 	n    int
 	i    int // the next key to hand out
+	runs []keyspace.Range
+	ri   int // the run the next key is in
+	roff uint64
 }
 
 func (ps *pieces) next() (piece, bool) {
 	i := ps.i
+	if ps.runs != nil {
+		for ps.ri < len(ps.runs) && ps.roff >= ps.runs[ps.ri].Len() {
+			ps.ri, ps.roff = ps.ri+1, 0
+		}
+		if ps.ri == len(ps.runs) {
+			return piece{}, false
+		}
+		r := ps.runs[ps.ri]
+		k := r.Lo + ps.roff
+		o := int(k % keyspace.SlotSize)
+		n := int(min(uint64(keyspace.SlotSize-o), r.Len()-ps.roff))
+		ps.i += n
+		ps.roff += uint64(n)
+		return piece{keyspace.Slot(k), span(uint(o), uint(o+n)), i, n}, true
+	}
 	if ps.keys == nil {
 		if i >= ps.n {
 			return piece{}, false
