@@ -402,8 +402,7 @@ func (s *Server) resolveKeys(c *conn, rm *ring.Map, me int, d *wire.Data) (keysp
 		}
 		return keyspace.KeyList(ck.keys), 0, nil
 	case wire.KeysRange:
-		var ks keyspace.Keys
-		rm.OwnedRuns(keyspace.Range{Lo: d.Lo, Hi: d.Hi}, me, ks.AddRun)
+		ks := c.ranges.resolve(rm, me, keyspace.Range{Lo: d.Lo, Hi: d.Hi})
 		if ks.Len() != int(d.Count) {
 			return keyspace.Keys{}, wire.CodeNotOwner, fmt.Errorf("range [%d,%d): server owns %d keys, message carries %d", d.Lo, d.Hi, ks.Len(), d.Count)
 		}
