@@ -214,6 +214,10 @@ func (t *Table) run(lo uint64, floats int) pieces {
 // the stripe's lock during fn, for writing if write is set. Consecutive
 // pieces in one stripe share one hold of its lock.
 func (t *Table) visit(src pieces, write bool, fn func(block, piece)) {
+	if len(src.keys) >= minScatter {
+		t.visitByStripe(src, write, fn)
+		return
+	}
 	var batch [groupSlots]piece
 	var s *stripe
 	n := 0
