@@ -247,13 +247,16 @@ func (t *Table) visitBatch(s *stripe, batch []piece, write bool, fn func(block, 
 		s.mu.RLock()
 	}
 	missing := false
+	var dgs [groupSlots]*denseGroup // each piece's dense group, or nil
 	var dg *denseGroup
 	lastG := ^uint64(0)
 	for j, p := range batch {
 		// A dense run's pieces share a group: one lookup for 16 slots.
-		if g, i := denseIndex(p.slot); g == lastG && dg != nil {
-			blocks[j] = t.denseBlock(dg, i)
-		} else if dg, lastG = s.dense[g], g; dg != nil {
+		g, i := denseIndex(p.slot)
+		if g != lastG {
+			dg, lastG = s.dense[g], g
+		}
+		if dgs[j] = dg; dg != nil {
 			blocks[j] = t.denseBlock(dg, i)
 		} else {
 			blocks[j] = s.blocks[p.slot]
@@ -268,6 +271,7 @@ func (t *Table) visitBatch(s *stripe, batch []piece, write bool, fn func(block, 
 		// Another request may have created keys, and moved blocks, meanwhile.
 		for j, p := range batch {
 			blocks[j] = s.blocks[p.slot]
+			dgs[j] = s.dense[p.slot/groupSlots]
 		}
 	} else if !write {
 		defer s.mu.RUnlock()
@@ -279,13 +283,15 @@ func (t *Table) visitBatch(s *stripe, batch []piece, write bool, fn func(block, 
 			compacted = compacted || (nb.bits != blocks[j].bits && nb.bits == ^uint64(0))
 			blocks[j] = nb
 		}
-		// A group made dense moved its blocks, and a pinned one moves
-		// before it is written.
 		for j, p := range batch {
 			if compacted {
+				// A group made dense moved its blocks (it is not pinned).
 				blocks[j] = s.blocks[p.slot]
 			}
-			blocks[j] = t.own(s, p.slot, blocks[j])
+			if dgs[j] != nil && dgs[j].pins.Load() != 0 {
+				// A pinned group moves before it is written.
+				blocks[j] = t.own(s, p.slot, blocks[j])
+			}
 		}
 	}
 	for j, p := range batch {
