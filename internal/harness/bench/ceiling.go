@@ -276,6 +276,7 @@ type ceilings struct {
 
 type ceilingTimes struct {
 	duplex, duplex2, stream, sum, crc time.Duration
+	duplexCPU                         time.Duration
 }
 
 func newCeilings(ctx context.Context, nb int) (*ceilings, error) {
@@ -300,9 +301,11 @@ func newCeilings(ctx context.Context, nb int) (*ceilings, error) {
 }
 
 func (c *ceilings) round(nb int) (t ceilingTimes, err error) {
+	c0 := processCPU()
 	if t.duplex, err = timed(func() error { return c.duplex.round(nb) }); err != nil {
 		return t, err
 	}
+	t.duplexCPU = processCPU() - c0
 	if t.duplex2, err = timed(func() error { return c.duplex2.round(nb) }); err != nil {
 		return t, err
 	}

@@ -109,6 +109,18 @@ type WireReport struct {
 	RatioDuplex   float64 `json:"ratio_duplex"`
 	Ratio2sDuplex float64 `json:"ratio_2s_duplex"`
 	Ratio2sTo1s   float64 `json:"ratio_2s_to_1s"`
+	// CPU milliseconds (user and system, the whole process: both ends and
+	// the kernel's copies) per operation, median over the rounds. Other
+	// tenants' load moves wall time far more than these, so compare
+	// versions by them on a shared machine. CPURatioDuplex is the duplex
+	// copy's CPU over the push+pull's: the share of the path's CPU that
+	// moving the bytes takes.
+	DuplexCPUms     float64 `json:"duplex_cpu_ms"`
+	PushPullCPUms   float64 `json:"push_pull_cpu_ms"`
+	PushCPUms       float64 `json:"push_cpu_ms"`
+	PullCPUms       float64 `json:"pull_cpu_ms"`
+	PushPull2sCPUms float64 `json:"push_pull_2s_cpu_ms"`
+	CPURatioDuplex  float64 `json:"cpu_ratio_duplex"`
 
 	// Sparse rates are keys per second of back-to-back operations, each
 	// waited for before the next, on fresh random key sets (each list seen
@@ -151,6 +163,8 @@ func (r *WireReport) Summary() string {
 	fmt.Fprintf(&b, "  push      1s1w             %8.0f MB/s\n", r.PushMBps)
 	fmt.Fprintf(&b, "  pull      1s1w             %8.0f MB/s\n", r.PullMBps)
 	fmt.Fprintf(&b, "  push+pull 2s1w             %8.0f MB/s  ratio %.2f, of duplex 2 conns %.2f, of 1s1w %.2f\n", r.PushPull2sMBps, r.Ratio2s, r.Ratio2sDuplex, r.Ratio2sTo1s)
+	fmt.Fprintf(&b, "  cpu ms per op: duplex %.0f, push+pull %.0f, push %.0f, pull %.0f, push+pull 2s %.0f (duplex/push+pull %.2f)\n",
+		r.DuplexCPUms, r.PushPullCPUms, r.PushCPUms, r.PullCPUms, r.PushPull2sCPUms, r.CPURatioDuplex)
 	fmt.Fprintf(&b, "  server memory       %8.2f bytes/value\n", r.ServerBytesPerValue)
 	fmt.Fprintf(&b, "sparse %d keys of %d, keys/s, each op waited:\n", r.SparseKeys, r.SparseSpace)
 	fmt.Fprintf(&b, "  push fresh keys     %10.0f  (raw tcp %10.0f, ratio %.3f)\n", r.SparsePushKeysPerSec, r.SparseRawPushKeysPerSec, r.SparsePushRatio)
@@ -236,6 +250,7 @@ func denseRounds(ctx context.Context, o WireOptions, raw *rawPair, ceil *ceiling
 		return err
 	}
 	var tRaw, tPP, tPush, tPull, tPP2 []time.Duration
+	var cPP, cPush, cPull, cPP2 []time.Duration
 	var tc []ceilingTimes
 	for r := range o.Rounds {
 		d, err := timed(func() error { return raw.round(nb, nb) })
@@ -249,14 +264,17 @@ func denseRounds(ctx context.Context, o WireOptions, raw *rawPair, ceil *ceiling
 		}
 		tc = append(tc, ct)
 		for _, m := range []struct {
-			d  *dense
-			op denseOp
-			to *[]time.Duration
-		}{{d1, opPushPull, &tPP}, {d1, opPush, &tPush}, {d1, opPull, &tPull}, {d2, opPushPull, &tPP2}} {
+			d   *dense
+			op  denseOp
+			to  *[]time.Duration
+			cpu *[]time.Duration
+		}{{d1, opPushPull, &tPP, &cPP}, {d1, opPush, &tPush, &cPush}, {d1, opPull, &tPull, &cPull}, {d2, opPushPull, &tPP2, &cPP2}} {
+			c0 := processCPU()
 			d, err := timed(func() error { return m.d.do(ctx, m.op) })
 			if err != nil {
 				return err
 			}
+			*m.cpu = append(*m.cpu, processCPU()-c0)
 			*m.to = append(*m.to, d)
 		}
 		fmt.Fprintf(w, "dense round %d/%d: raw %.0f, duplex %.0f, duplex 2c %.0f, stream %.0f, sum %.0f, crc %.0f, push+pull %.0f, push %.0f, pull %.0f, push+pull 2s %.0f MB/s\n", r+1, o.Rounds,
@@ -278,6 +296,15 @@ func denseRounds(ctx context.Context, o WireOptions, raw *rawPair, ceil *ceiling
 		}
 		return median(ds)
 	}
+	ms := func(ds []time.Duration) float64 { return float64(median(ds).Microseconds()) / 1000 }
+	rep.DuplexCPUms = ms(func() (ds []time.Duration) {
+		for _, c := range tc {
+			ds = append(ds, c.duplexCPU)
+		}
+		return ds
+	}())
+	rep.PushPullCPUms, rep.PushCPUms, rep.PullCPUms, rep.PushPull2sCPUms = ms(cPP), ms(cPush), ms(cPull), ms(cPP2)
+	rep.CPURatioDuplex = rep.DuplexCPUms / rep.PushPullCPUms
 	rep.DuplexTCPMBps = mbps(2*int64(nb), pick(func(c ceilingTimes) time.Duration { return c.duplex }))
 	rep.DuplexTCP2cMBps = mbps(2*int64(nb), pick(func(c ceilingTimes) time.Duration { return c.duplex2 }))
 	rep.StreamTCPMBps = mbps(int64(nb), pick(func(c ceilingTimes) time.Duration { return c.stream }))
