@@ -81,13 +81,21 @@ func (t *Table) dissolve(s *stripe, slot uint64) bool {
 // buffer when a reader has pinned the current one, so that the caller may
 // write the block's values in place. The caller holds s.mu for writing.
 func (t *Table) own(s *stripe, slot uint64, b block) block {
-	g, i := denseIndex(slot)
-	dg := s.dense[g]
+	dg := t.ownGroup(s, slot)
 	if dg == nil {
 		return b
 	}
-	if dg.pins.Load() == 0 {
-		return t.denseBlock(dg, i)
+	_, i := denseIndex(slot)
+	return t.denseBlock(dg, i)
+}
+
+// ownGroup returns slot's dense group (nil if none), first moved to a new
+// buffer if a reader has pinned it. The caller holds s.mu for writing.
+func (t *Table) ownGroup(s *stripe, slot uint64) *denseGroup {
+	g, _ := denseIndex(slot)
+	dg := s.dense[g]
+	if dg == nil || dg.pins.Load() == 0 {
+		return dg
 	}
 	per := keyspace.SlotSize * t.stride
 	ng := &denseGroup{buf: make([]float32, len(dg.buf))}
@@ -97,7 +105,7 @@ func (t *Table) own(s *stripe, slot uint64, b block) block {
 		s.blocks[first+uint64(j)] = block{bits: ^uint64(0), p: &ng.buf[j*per]}
 	}
 	s.dense[g] = ng
-	return t.denseBlock(ng, i)
+	return ng
 }
 
 // denseBlock is block i of dense group dg: full, its buffer cut from dg's.

@@ -139,3 +139,61 @@ func TestRunsMatchRunByRun(t *testing.T) {
 		off += int(r.Len())
 	}
 }
+
+// Pushes running while replies are pinned never write a pinned buffer:
+// each pinned group reads as one push's state throughout (the race
+// detector checks the rest).
+func TestPinRunUnderConcurrentPushes(t *testing.T) {
+	const n = 4 * 1024
+	tb, err := New(table.Spec{Name: "c", Width: 1, Rule: table.Rule{Kind: table.Sum}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ones := make([]float32, n)
+	for i := range ones {
+		ones[i] = 1
+	}
+	tb.PushRun(0, ones)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				tb.PushRun(0, ones)
+			}
+		}
+	}()
+	var p Pin
+	for range 200 {
+		if !tb.PinRun(0, n, &p) {
+			t.Fatal("PinRun refused dense groups")
+		}
+		first := make([]float32, len(p.Views))
+		for i, v := range p.Views {
+			first[i] = v[0]
+			m := map[float32]int{}
+			for _, x := range v {
+				m[x]++
+			}
+			if len(m) != 1 {
+				t.Fatalf("group %d not uniform when pinned: %v (%d groups pinned)", i, m, len(p.groups))
+			}
+		}
+		for range 3 {
+			for i, v := range p.Views {
+				for _, x := range v {
+					if x != first[i] {
+						t.Fatalf("group %d changed while pinned: %v then %v", i, first[i], x)
+					}
+				}
+			}
+		}
+		p.Release()
+	}
+	close(stop)
+	<-done
+}

@@ -283,15 +283,23 @@ func (t *Table) visitBatch(s *stripe, batch []piece, write bool, fn func(block, 
 			compacted = compacted || (nb.bits != blocks[j].bits && nb.bits == ^uint64(0))
 			blocks[j] = nb
 		}
+		// A pinned group moves before it is written, decided once per
+		// group: a reader may unpin it between two of its pieces, and all
+		// must then still go to the buffer the first one went to.
+		var cur, was *denseGroup
 		for j, p := range batch {
 			if compacted {
 				// A group made dense moved its blocks (it is not pinned).
 				blocks[j] = s.blocks[p.slot]
 			}
-			if dgs[j] != nil && dgs[j].pins.Load() != 0 {
-				// A pinned group moves before it is written.
-				blocks[j] = t.own(s, p.slot, blocks[j])
+			if dgs[j] == nil {
+				continue
 			}
+			if dgs[j] != was {
+				was, cur = dgs[j], t.ownGroup(s, p.slot)
+			}
+			_, i := denseIndex(p.slot)
+			blocks[j] = t.denseBlock(cur, i)
 		}
 	}
 	for j, p := range batch {
