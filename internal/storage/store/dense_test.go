@@ -1,6 +1,7 @@
 package store
 
 import (
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -196,4 +197,46 @@ func TestPinRunUnderConcurrentPushes(t *testing.T) {
 	}
 	close(stop)
 	<-done
+}
+
+// A long key list, visited stripe by stripe, leaves the table as the same
+// keys pushed in short lists (visited in key order) do, and pulls the same.
+func TestLongListsMatchShortOnes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	seen := map[uint64]bool{}
+	var keys []uint64
+	for len(keys) < 5000 {
+		k := rng.Uint64N(1 << 20)
+		if !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	vals := make([]float32, len(keys))
+	for i := range vals {
+		vals[i] = float32(i % 13)
+	}
+	spec := table.Spec{Name: "s", Width: 1, Rule: table.Rule{Kind: table.Sum}}
+	long, _ := New(spec)
+	short, _ := New(spec)
+	for range 2 {
+		long.Push(keys, vals)
+		for i := 0; i < len(keys); i += minScatter - 1 {
+			j := min(i+minScatter-1, len(keys))
+			short.Push(keys[i:j], vals[i:j])
+		}
+	}
+	a, b := make([]float32, len(keys)), make([]float32, len(keys))
+	long.Pull(keys, a)
+	for i := 0; i < len(keys); i += minScatter - 1 {
+		j := min(i+minScatter-1, len(keys))
+		short.Pull(keys[i:j], b[i:j])
+	}
+	if !slices.Equal(a, b) {
+		t.Fatal("a long list's push or pull differs from short lists'")
+	}
+	if long.Stats() != short.Stats() {
+		t.Fatalf("stats differ: %+v and %+v", long.Stats(), short.Stats())
+	}
 }
