@@ -263,8 +263,14 @@ func (t *Table) send(o *op, rm *ring.Map, conns map[string]*transport.Client, pl
 	default:
 		d.Kind, d.Keys = wire.KeysExplicit, p.keys
 	}
+	var written func(error)
 	if o.vals != nil {
-		v := gather(o.vals, p.runs, p.count, w)
+		var v []float32
+		if len(p.runs) == 1 {
+			v = gather(o.vals, p.runs, p.count, w)
+		} else {
+			v, written = gatherInto(o.vals, p.runs, p.count, w)
+		}
 		d.Enc = t.enc
 		if d.Enc == wire.EncSparse && !wire.SparseWorthIt(v) {
 			d.Enc = wire.EncRaw
@@ -280,7 +286,7 @@ func (t *Table) send(o *op, rm *ring.Map, conns map[string]*transport.Client, pl
 		// sending it again under the same seq is safe, as servers and their
 		// replicas remember which (client, seq) pairs they hold.
 		OnFail: func(err error) { go t.retry(o, p, 0, seq, err) },
-	}, nil)
+	}, written)
 }
 
 // gather returns the values of a part: a view when its keys are one run of
@@ -531,6 +537,7 @@ func (t *Table) buildPlan(rm *ring.Map, o *op) *plan {
 			}
 		}
 	}
+	pl.parts = interleave(pl.parts)
 	for _, p := range pl.parts {
 		if o.isRange {
 			p.lo = o.rng.Lo + uint64(p.runs[0][0])

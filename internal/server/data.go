@@ -402,8 +402,7 @@ func (s *Server) resolveKeys(c *conn, rm *ring.Map, me int, d *wire.Data) (keysp
 		}
 		return keyspace.KeyList(ck.keys), 0, nil
 	case wire.KeysRange:
-		var ks keyspace.Keys
-		rm.OwnedRuns(keyspace.Range{Lo: d.Lo, Hi: d.Hi}, me, ks.AddRun)
+		ks := c.ranges.resolve(rm, me, keyspace.Range{Lo: d.Lo, Hi: d.Hi})
 		if ks.Len() != int(d.Count) {
 			return keyspace.Keys{}, wire.CodeNotOwner, fmt.Errorf("range [%d,%d): server owns %d keys, message carries %d", d.Lo, d.Hi, ks.Len(), d.Count)
 		}
@@ -439,28 +438,20 @@ func push(st *store.Table, ks keyspace.Keys, vals []float32, width int) int {
 	if !ks.IsRuns() {
 		return st.Push(ks.List(), vals)
 	}
-	refused, off := 0, 0
-	for _, r := range ks.Runs() {
-		n := int(r.Len()) * width
-		refused += st.PushRun(r.Lo, vals[off:off+n])
-		off += n
-	}
-	return refused
+	return st.PushRuns(ks.Runs(), vals)
 }
 
 func (s *Server) replyValues(c *conn, t *tableState, ks keyspace.Keys, reqID, epoch uint64, refused int) {
+	if replyPinned(c, t.store, ks, reqID, epoch, refused) {
+		return
+	}
 	w := t.spec.Width
 	buf := getBuf(ks.Len() * w)
 	vals := (*buf)[:ks.Len()*w]
 	if !ks.IsRuns() {
 		t.store.Pull(ks.List(), vals)
 	} else {
-		off := 0
-		for _, r := range ks.Runs() {
-			n := int(r.Len()) * w
-			t.store.PullRun(r.Lo, vals[off:off+n])
-			off += n
-		}
+		t.store.PullRuns(ks.Runs(), vals)
 	}
 	var pre [wire.ReplyPrefixSize]byte
 	wire.PutReply(&pre, uint32(refused))

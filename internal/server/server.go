@@ -452,6 +452,7 @@ type conn struct {
 	cacheBytes int
 	staged     []staged // replication messages of a round not yet complete
 	scratch    []float32
+	ranges     rangeCache
 }
 
 type cachedKeys struct {

@@ -244,16 +244,36 @@ func (r *Reader) ReadPayloadInto(h Header, dst []byte) error {
 	if len(dst) != int(h.Len) {
 		return fmt.Errorf("wire: payload buffer of %d bytes for a %d-byte payload", len(dst), h.Len)
 	}
-	if _, err := io.ReadFull(r.r, dst); err != nil {
-		if err == io.EOF || err == io.ErrUnexpectedEOF {
-			return ErrTruncated
-		}
+	crc, err := r.readSummed(headerCRC(r.hdr[:]), dst)
+	if err != nil {
 		return err
 	}
-	if crc32.Update(headerCRC(r.hdr[:]), castagnoli, dst) != h.CRC {
+	if crc != h.CRC {
 		return ErrChecksum
 	}
 	return nil
+}
+
+// readSummed fills b from the stream and returns crc updated with it. Each
+// piece is summed as soon as a read returns it, while the kernel's copy
+// has left it in the cache: the CRC rides on the socket copy instead of
+// making a second pass over a 2 MiB payload from memory.
+func (r *Reader) readSummed(crc uint32, b []byte) (uint32, error) {
+	for off := 0; off < len(b); {
+		n, err := r.r.Read(b[off:])
+		crc = crc32.Update(crc, castagnoli, b[off:off+n])
+		off += n
+		if err != nil {
+			if off == len(b) && err == io.EOF {
+				break
+			}
+			if err == io.EOF || err == io.ErrUnexpectedEOF {
+				return 0, ErrTruncated
+			}
+			return 0, err
+		}
+	}
+	return crc, nil
 }
 
 // ReadPayloadSplit reads a payload of len(head)+len(body) bytes into two
@@ -263,16 +283,14 @@ func (r *Reader) ReadPayloadSplit(h Header, head, body []byte) error {
 	if len(head)+len(body) != int(h.Len) {
 		return fmt.Errorf("wire: payload buffers of %d+%d bytes for a %d-byte payload", len(head), len(body), h.Len)
 	}
+	crc := headerCRC(r.hdr[:])
 	for _, b := range [][]byte{head, body} {
-		if _, err := io.ReadFull(r.r, b); err != nil {
-			if err == io.EOF || err == io.ErrUnexpectedEOF {
-				return ErrTruncated
-			}
+		var err error
+		if crc, err = r.readSummed(crc, b); err != nil {
 			return err
 		}
 	}
-	crc := crc32.Update(headerCRC(r.hdr[:]), castagnoli, head)
-	if crc32.Update(crc, castagnoli, body) != h.CRC {
+	if crc != h.CRC {
 		return ErrChecksum
 	}
 	return nil

@@ -36,6 +36,7 @@ type pair struct {
 }
 
 func (p pair) run(b *testing.B) (baseTime time.Duration, err error) {
+	var baseCPU, subjectCPU time.Duration
 	b.ResetTimer()
 	for range b.N {
 		b.StopTimer()
@@ -44,17 +45,28 @@ func (p pair) run(b *testing.B) (baseTime time.Duration, err error) {
 				return 0, err
 			}
 		}
+		c0 := processCPU()
 		d, err := timed(p.base)
 		if err != nil {
 			return 0, err
 		}
+		c1 := processCPU()
 		baseTime += d
 		b.StartTimer()
 		if err := p.subject(); err != nil {
 			return 0, err
 		}
+		b.StopTimer()
+		subjectCPU += processCPU() - c1
+		baseCPU += c1 - c0
+		b.StartTimer()
 	}
 	b.StopTimer()
+	// CPU time (user and system, every thread of the process: both ends
+	// and the kernel's copies) per operation barely depends on other
+	// tenants' load, where wall time does.
+	b.ReportMetric(float64(subjectCPU.Microseconds())/float64(b.N), "cpu_us/op")
+	b.ReportMetric(float64(baseCPU.Microseconds())/float64(b.N), "base_cpu_us/op")
 	return baseTime, nil
 }
 

@@ -92,6 +92,36 @@ type WireReport struct {
 	PushPull2sMBps float64 `json:"push_pull_2s_mb_s"`
 	Ratio2s        float64 `json:"ratio_2s"`
 
+	// The fair ceilings, timed in the same rounds. DuplexTCPMBps is raw
+	// TCP with the push+pull's shape: DenseBytes each way in frames of
+	// wire.FrameTarget, both directions in flight, one connection (two for
+	// DuplexTCP2cMBps, the 2-server figure's shape). StreamTCPMBps is one
+	// way, iperf3-like, in 1 MiB writes (counting the bytes sent). SumMBps
+	// is summing DenseBytes of float32 into as many, and CRCMBps a CRC32C
+	// pass over them (MB of the vector per second).
+	DuplexTCPMBps   float64 `json:"duplex_tcp_mb_s"`
+	DuplexTCP2cMBps float64 `json:"duplex_tcp_2c_mb_s"`
+	StreamTCPMBps   float64 `json:"stream_tcp_mb_s"`
+	SumMBps         float64 `json:"sum_mb_s"`
+	CRCMBps         float64 `json:"crc_mb_s"`
+	// RatioDuplex is PushPullMBps/DuplexTCPMBps; Ratio2sDuplex is
+	// PushPull2sMBps/DuplexTCP2cMBps; Ratio2sTo1s is PushPull2sMBps/PushPullMBps.
+	RatioDuplex   float64 `json:"ratio_duplex"`
+	Ratio2sDuplex float64 `json:"ratio_2s_duplex"`
+	Ratio2sTo1s   float64 `json:"ratio_2s_to_1s"`
+	// CPU milliseconds (user and system, the whole process: both ends and
+	// the kernel's copies) per operation, median over the rounds. Other
+	// tenants' load moves wall time far more than these, so compare
+	// versions by them on a shared machine. CPURatioDuplex is the duplex
+	// copy's CPU over the push+pull's: the share of the path's CPU that
+	// moving the bytes takes.
+	DuplexCPUms     float64 `json:"duplex_cpu_ms"`
+	PushPullCPUms   float64 `json:"push_pull_cpu_ms"`
+	PushCPUms       float64 `json:"push_cpu_ms"`
+	PullCPUms       float64 `json:"pull_cpu_ms"`
+	PushPull2sCPUms float64 `json:"push_pull_2s_cpu_ms"`
+	CPURatioDuplex  float64 `json:"cpu_ratio_duplex"`
+
 	// Sparse rates are keys per second of back-to-back operations, each
 	// waited for before the next, on fresh random key sets (each list seen
 	// once) or on one repeated set (sent once, then named by its cache id).
@@ -123,11 +153,18 @@ func (r *WireReport) Summary() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "wire benchmark, %s of %d rounds, %s, GOMAXPROCS %d, %s\n", r.Statistic, r.Rounds, r.GoVersion, r.GOMAXPROCS, r.Timestamp.Format(time.RFC3339))
 	fmt.Fprintf(&b, "dense %g MiB (%d keys), MB/s counting both directions:\n", float64(r.DenseBytes)/(1<<20), r.DenseBytes/4)
-	fmt.Fprintf(&b, "  raw tcp             %8.0f MB/s\n", r.RawTCPMBps)
-	fmt.Fprintf(&b, "  push+pull 1s1w      %8.0f MB/s  ratio %.2f\n", r.PushPullMBps, r.Ratio)
-	fmt.Fprintf(&b, "  push      1s1w      %8.0f MB/s\n", r.PushMBps)
-	fmt.Fprintf(&b, "  pull      1s1w      %8.0f MB/s\n", r.PullMBps)
-	fmt.Fprintf(&b, "  push+pull 2s1w      %8.0f MB/s  ratio %.2f\n", r.PushPull2sMBps, r.Ratio2s)
+	fmt.Fprintf(&b, "  raw tcp (there, then back) %8.0f MB/s\n", r.RawTCPMBps)
+	fmt.Fprintf(&b, "  duplex tcp, 1 conn         %8.0f MB/s  (the push+pull ceiling)\n", r.DuplexTCPMBps)
+	fmt.Fprintf(&b, "  duplex tcp, 2 conns        %8.0f MB/s\n", r.DuplexTCP2cMBps)
+	fmt.Fprintf(&b, "  stream tcp, 1 MiB writes   %8.0f MB/s  (one way)\n", r.StreamTCPMBps)
+	fmt.Fprintf(&b, "  sum 64 MiB into 64 MiB     %8.0f MB/s\n", r.SumMBps)
+	fmt.Fprintf(&b, "  crc32c                     %8.0f MB/s\n", r.CRCMBps)
+	fmt.Fprintf(&b, "  push+pull 1s1w             %8.0f MB/s  ratio %.2f, of duplex %.2f\n", r.PushPullMBps, r.Ratio, r.RatioDuplex)
+	fmt.Fprintf(&b, "  push      1s1w             %8.0f MB/s\n", r.PushMBps)
+	fmt.Fprintf(&b, "  pull      1s1w             %8.0f MB/s\n", r.PullMBps)
+	fmt.Fprintf(&b, "  push+pull 2s1w             %8.0f MB/s  ratio %.2f, of duplex 2 conns %.2f, of 1s1w %.2f\n", r.PushPull2sMBps, r.Ratio2s, r.Ratio2sDuplex, r.Ratio2sTo1s)
+	fmt.Fprintf(&b, "  cpu ms per op: duplex %.0f, push+pull %.0f, push %.0f, pull %.0f, push+pull 2s %.0f (duplex/push+pull %.2f)\n",
+		r.DuplexCPUms, r.PushPullCPUms, r.PushCPUms, r.PullCPUms, r.PushPull2sCPUms, r.CPURatioDuplex)
 	fmt.Fprintf(&b, "  server memory       %8.2f bytes/value\n", r.ServerBytesPerValue)
 	fmt.Fprintf(&b, "sparse %d keys of %d, keys/s, each op waited:\n", r.SparseKeys, r.SparseSpace)
 	fmt.Fprintf(&b, "  push fresh keys     %10.0f  (raw tcp %10.0f, ratio %.3f)\n", r.SparsePushKeysPerSec, r.SparseRawPushKeysPerSec, r.SparsePushRatio)
@@ -158,6 +195,11 @@ func Wire(ctx context.Context, o WireOptions, progress io.Writer) (*WireReport, 
 		return nil, err
 	}
 	defer raw.Close()
+	ceil, err := newCeilings(ctx, o.DenseBytes)
+	if err != nil {
+		return nil, err
+	}
+	defer ceil.Close()
 	vals, dst := denseVectors(o.DenseBytes / 4)
 	log := logger(w)
 	err = onWorker(ctx, 1, log, func(ctx context.Context, l1 *node.Local, c1 *ps.Client) error {
@@ -170,7 +212,7 @@ func Wire(ctx context.Context, o WireOptions, progress io.Writer) (*WireReport, 
 			if err != nil {
 				return err
 			}
-			return denseRounds(ctx, o, raw, d1, d2, rep, w)
+			return denseRounds(ctx, o, raw, ceil, d1, d2, rep, w)
 		})
 		if err != nil {
 			return err
@@ -192,7 +234,7 @@ func Wire(ctx context.Context, o WireOptions, progress io.Writer) (*WireReport, 
 
 // denseRounds interleaves the baseline and every dense figure within each
 // round, so that a burst of load from other tenants hits them all.
-func denseRounds(ctx context.Context, o WireOptions, raw *rawPair, d1, d2 *dense, rep *WireReport, w io.Writer) error {
+func denseRounds(ctx context.Context, o WireOptions, raw *rawPair, ceil *ceilings, d1, d2 *dense, rep *WireReport, w io.Writer) error {
 	nb := o.DenseBytes
 	fmt.Fprintf(w, "dense: warming up (the first round creates %d keys)\n", nb/4)
 	if err := d1.do(ctx, opPushPull); err != nil {
@@ -204,26 +246,40 @@ func denseRounds(ctx context.Context, o WireOptions, raw *rawPair, d1, d2 *dense
 	if err := raw.round(nb, nb); err != nil {
 		return err
 	}
+	if _, err := ceil.round(nb); err != nil {
+		return err
+	}
 	var tRaw, tPP, tPush, tPull, tPP2 []time.Duration
+	var cPP, cPush, cPull, cPP2 []time.Duration
+	var tc []ceilingTimes
 	for r := range o.Rounds {
 		d, err := timed(func() error { return raw.round(nb, nb) })
 		if err != nil {
 			return err
 		}
 		tRaw = append(tRaw, d)
+		ct, err := ceil.round(nb)
+		if err != nil {
+			return err
+		}
+		tc = append(tc, ct)
 		for _, m := range []struct {
-			d  *dense
-			op denseOp
-			to *[]time.Duration
-		}{{d1, opPushPull, &tPP}, {d1, opPush, &tPush}, {d1, opPull, &tPull}, {d2, opPushPull, &tPP2}} {
+			d   *dense
+			op  denseOp
+			to  *[]time.Duration
+			cpu *[]time.Duration
+		}{{d1, opPushPull, &tPP, &cPP}, {d1, opPush, &tPush, &cPush}, {d1, opPull, &tPull, &cPull}, {d2, opPushPull, &tPP2, &cPP2}} {
+			c0 := processCPU()
 			d, err := timed(func() error { return m.d.do(ctx, m.op) })
 			if err != nil {
 				return err
 			}
+			*m.cpu = append(*m.cpu, processCPU()-c0)
 			*m.to = append(*m.to, d)
 		}
-		fmt.Fprintf(w, "dense round %d/%d: raw %.0f, push+pull %.0f, push %.0f, pull %.0f, push+pull 2s %.0f MB/s\n", r+1, o.Rounds,
-			mbps(opPushPull.bytes(nb), tRaw[r]), mbps(opPushPull.bytes(nb), tPP[r]), mbps(opPush.bytes(nb), tPush[r]),
+		fmt.Fprintf(w, "dense round %d/%d: raw %.0f, duplex %.0f, duplex 2c %.0f, stream %.0f, sum %.0f, crc %.0f, push+pull %.0f, push %.0f, pull %.0f, push+pull 2s %.0f MB/s\n", r+1, o.Rounds,
+			mbps(opPushPull.bytes(nb), tRaw[r]), mbps(2*int64(nb), ct.duplex), mbps(2*int64(nb), ct.duplex2), mbps(int64(nb), ct.stream),
+			mbps(int64(nb), ct.sum), mbps(int64(nb), ct.crc), mbps(opPushPull.bytes(nb), tPP[r]), mbps(opPush.bytes(nb), tPush[r]),
 			mbps(opPull.bytes(nb), tPull[r]), mbps(opPushPull.bytes(nb), tPP2[r]))
 	}
 	rep.RawTCPMBps = mbps(opPushPull.bytes(nb), median(tRaw))
@@ -233,6 +289,30 @@ func denseRounds(ctx context.Context, o WireOptions, raw *rawPair, d1, d2 *dense
 	rep.PushPull2sMBps = mbps(opPushPull.bytes(nb), median(tPP2))
 	rep.Ratio = rep.PushPullMBps / rep.RawTCPMBps
 	rep.Ratio2s = rep.PushPull2sMBps / rep.RawTCPMBps
+	pick := func(f func(ceilingTimes) time.Duration) time.Duration {
+		ds := make([]time.Duration, len(tc))
+		for i, c := range tc {
+			ds[i] = f(c)
+		}
+		return median(ds)
+	}
+	ms := func(ds []time.Duration) float64 { return float64(median(ds).Microseconds()) / 1000 }
+	rep.DuplexCPUms = ms(func() (ds []time.Duration) {
+		for _, c := range tc {
+			ds = append(ds, c.duplexCPU)
+		}
+		return ds
+	}())
+	rep.PushPullCPUms, rep.PushCPUms, rep.PullCPUms, rep.PushPull2sCPUms = ms(cPP), ms(cPush), ms(cPull), ms(cPP2)
+	rep.CPURatioDuplex = rep.DuplexCPUms / rep.PushPullCPUms
+	rep.DuplexTCPMBps = mbps(2*int64(nb), pick(func(c ceilingTimes) time.Duration { return c.duplex }))
+	rep.DuplexTCP2cMBps = mbps(2*int64(nb), pick(func(c ceilingTimes) time.Duration { return c.duplex2 }))
+	rep.StreamTCPMBps = mbps(int64(nb), pick(func(c ceilingTimes) time.Duration { return c.stream }))
+	rep.SumMBps = mbps(int64(nb), pick(func(c ceilingTimes) time.Duration { return c.sum }))
+	rep.CRCMBps = mbps(int64(nb), pick(func(c ceilingTimes) time.Duration { return c.crc }))
+	rep.RatioDuplex = rep.PushPullMBps / rep.DuplexTCPMBps
+	rep.Ratio2sDuplex = rep.PushPull2sMBps / rep.DuplexTCP2cMBps
+	rep.Ratio2sTo1s = rep.PushPull2sMBps / rep.PushPullMBps
 	return nil
 }
 

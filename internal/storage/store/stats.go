@@ -30,7 +30,7 @@ func (t *Table) Stats() Stats {
 		s := &t.st[i]
 		s.mu.RLock()
 		st.Keys += s.keys
-		st.Bytes += s.bytes + mapBytes(len(s.blocks))
+		st.Bytes += s.bytes + mapBytes(len(s.blocks)) + int64(len(s.dense))*(int64(unsafe.Sizeof(denseGroup{}))+16)
 		s.mu.RUnlock()
 	}
 	st.Values = st.Keys * int64(t.width)

@@ -38,8 +38,11 @@ type Table struct {
 type stripe struct {
 	mu     sync.RWMutex
 	blocks map[uint64]block // by slot number
-	keys   int64            // present keys
-	bytes  int64            // heap bytes of the blocks' buffers
+	// dense holds the stripe's dense groups by group number (slot /
+	// groupSlots), nil until the first; see dense.go.
+	dense map[uint64]*denseGroup
+	keys  int64 // present keys
+	bytes int64 // heap bytes of the blocks' buffers
 	// Keeps the hot fields of neighbouring stripes on separate cache lines.
 	_ [64]byte
 }
@@ -118,6 +121,27 @@ func (t *Table) PullRun(lo uint64, dst []float32) {
 	})
 }
 
+// PushRuns is PushRun for the keys of runs, which must be increasing and
+// disjoint, with their values one after another in vals: a range spread
+// over several servers reaches each as many short runs, which one pass
+// visits with one lock per stripe group instead of one call per run.
+func (t *Table) PushRuns(runs []keyspace.Range, vals []float32) (refused int) {
+	st := make([][]float32, t.planes-1)
+	t.visit(pieces{runs: runs}, true, func(b block, p piece) {
+		r := b.rank(uint(bits.TrailingZeros64(p.want)))
+		refused += t.apply(b, r, p.n, vals[p.i*t.width:(p.i+p.n)*t.width], st)
+	})
+	return refused
+}
+
+// PullRuns is PullRun for the keys of runs (see PushRuns).
+func (t *Table) PullRuns(runs []keyspace.Range, dst []float32) {
+	t.visit(pieces{runs: runs}, false, func(b block, p piece) {
+		r := b.rank(uint(bits.TrailingZeros64(p.want)))
+		copy(dst[p.i*t.width:(p.i+p.n)*t.width], b.buf(t.stride)[r*t.width:])
+	})
+}
+
 // piece is the part of a request that falls in one slot.
 type piece struct {
 	slot uint64
@@ -126,16 +150,35 @@ type piece struct {
 }
 
 // pieces splits a request by slot: either strictly increasing keys, or
-// (when keys is nil) the run of n keys from lo.
+// (when keys is nil) the run of n keys from lo, or (when runs is set)
+// the keys of increasing, disjoint runs.
 type pieces struct {
 	keys []uint64
 	lo   uint64
 	n    int
 	i    int // the next key to hand out
+	runs []keyspace.Range
+	ri   int // the run the next key is in
+	roff uint64
 }
 
 func (ps *pieces) next() (piece, bool) {
 	i := ps.i
+	if ps.runs != nil {
+		for ps.ri < len(ps.runs) && ps.roff >= ps.runs[ps.ri].Len() {
+			ps.ri, ps.roff = ps.ri+1, 0
+		}
+		if ps.ri == len(ps.runs) {
+			return piece{}, false
+		}
+		r := ps.runs[ps.ri]
+		k := r.Lo + ps.roff
+		o := int(k % keyspace.SlotSize)
+		n := int(min(uint64(keyspace.SlotSize-o), r.Len()-ps.roff))
+		ps.i += n
+		ps.roff += uint64(n)
+		return piece{keyspace.Slot(k), span(uint(o), uint(o+n)), i, n}, true
+	}
 	if ps.keys == nil {
 		if i >= ps.n {
 			return piece{}, false
@@ -171,6 +214,10 @@ func (t *Table) run(lo uint64, floats int) pieces {
 // the stripe's lock during fn, for writing if write is set. Consecutive
 // pieces in one stripe share one hold of its lock.
 func (t *Table) visit(src pieces, write bool, fn func(block, piece)) {
+	if len(src.keys) >= minScatter {
+		t.visitByStripe(src, write, fn)
+		return
+	}
 	var batch [groupSlots]piece
 	var s *stripe
 	n := 0
@@ -200,8 +247,20 @@ func (t *Table) visitBatch(s *stripe, batch []piece, write bool, fn func(block, 
 		s.mu.RLock()
 	}
 	missing := false
+	var dgs [groupSlots]*denseGroup // each piece's dense group, or nil
+	var dg *denseGroup
+	lastG := ^uint64(0)
 	for j, p := range batch {
-		blocks[j] = s.blocks[p.slot]
+		// A dense run's pieces share a group: one lookup for 16 slots.
+		g, i := denseIndex(p.slot)
+		if g != lastG {
+			dg, lastG = s.dense[g], g
+		}
+		if dgs[j] = dg; dg != nil {
+			blocks[j] = t.denseBlock(dg, i)
+		} else {
+			blocks[j] = s.blocks[p.slot]
+		}
 		missing = missing || blocks[j].bits&p.want != p.want
 	}
 	if missing && !write {
@@ -212,13 +271,35 @@ func (t *Table) visitBatch(s *stripe, batch []piece, write bool, fn func(block, 
 		// Another request may have created keys, and moved blocks, meanwhile.
 		for j, p := range batch {
 			blocks[j] = s.blocks[p.slot]
+			dgs[j] = s.dense[p.slot/groupSlots]
 		}
 	} else if !write {
 		defer s.mu.RUnlock()
 	}
 	if write {
+		compacted := false
 		for j, p := range batch {
-			blocks[j] = t.insert(s, p.slot, blocks[j], p.want)
+			nb := t.insert(s, p.slot, blocks[j], p.want)
+			compacted = compacted || (nb.bits != blocks[j].bits && nb.bits == ^uint64(0))
+			blocks[j] = nb
+		}
+		// A pinned group moves before it is written, decided once per
+		// group: a reader may unpin it between two of its pieces, and all
+		// must then still go to the buffer the first one went to.
+		var cur, was *denseGroup
+		for j, p := range batch {
+			if compacted {
+				// A group made dense moved its blocks (it is not pinned).
+				blocks[j] = s.blocks[p.slot]
+			}
+			if dgs[j] == nil {
+				continue
+			}
+			if dgs[j] != was {
+				was, cur = dgs[j], t.ownGroup(s, p.slot)
+			}
+			_, i := denseIndex(p.slot)
+			blocks[j] = t.denseBlock(cur, i)
 		}
 	}
 	for j, p := range batch {
@@ -293,6 +374,10 @@ func (t *Table) insert(s *stripe, slot uint64, b block, add uint64) block {
 	}
 	s.keys += int64(bits.OnesCount64(add))
 	s.blocks[slot] = nb
+	if nb.bits == ^uint64(0) {
+		t.maybeCompact(s, slot)
+		nb = s.blocks[slot]
+	}
 	return nb
 }
 
@@ -304,6 +389,9 @@ func (t *Table) remove(s *stripe, slot uint64, b block, del uint64) {
 		return
 	}
 	s.keys -= int64(bits.OnesCount64(del))
+	if t.dissolve(s, slot) {
+		b = s.blocks[slot] // moved if it was pinned
+	}
 	nb := block{bits: b.bits &^ del, p: b.p}
 	buf := b.buf(t.stride)
 	if nb.bits == 0 {
@@ -311,7 +399,9 @@ func (t *Table) remove(s *stripe, slot uint64, b block, del uint64) {
 		delete(s.blocks, slot)
 		return
 	}
-	if capKeys[nb.count()] != capKeys[b.count()] {
+	// A block of a dissolved dense group shares its buffer with the
+	// others, so it moves to one of its own even at the same capacity.
+	if capKeys[nb.count()] != capKeys[b.count()] || b.count() == keyspace.SlotSize {
 		s.bytes += allocBytes(int(capKeys[nb.count()])*t.stride) - allocBytes(len(buf))
 		nbuf := make([]float32, int(capKeys[nb.count()])*t.stride)
 		nb.p = &nbuf[0]

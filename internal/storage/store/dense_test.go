@@ -1,0 +1,242 @@
+package store
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/terrace-ml/terrace/keyspace"
+	"github.com/terrace-ml/terrace/table"
+)
+
+func denseTable(t *testing.T, keys int) *Table {
+	t.Helper()
+	tb, err := New(table.Spec{Name: "d", Width: 1, Rule: table.Rule{Kind: table.Sum}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals := make([]float32, keys)
+	for i := range vals {
+		vals[i] = float32(i)
+	}
+	tb.PushRun(0, vals)
+	return tb
+}
+
+func pinned(p *Pin) []float32 {
+	var out []float32
+	for _, v := range p.Views {
+		out = append(out, v...)
+	}
+	return out
+}
+
+// A pinned run reads what PullRun reads, and a write while it is pinned
+// leaves the pinned values alone (the reply being sent must match its
+// CRC) but is seen by the next read.
+func TestPinRunIsStableUnderWrites(t *testing.T) {
+	tb := denseTable(t, 3*1024)
+	want := make([]float32, 2000)
+	tb.PullRun(100, want)
+	var p Pin
+	if !tb.PinRun(100, 2000, &p) {
+		t.Fatal("PinRun refused a run of dense groups")
+	}
+	if got := pinned(&p); !slices.Equal(got, want) {
+		t.Fatalf("pinned values differ from PullRun's")
+	}
+	ones := make([]float32, 3*1024)
+	for i := range ones {
+		ones[i] = 1
+	}
+	tb.PushRun(0, ones)
+	tb.DeleteSlot(5, 0) // a removal dissolves a pinned group
+	if got := pinned(&p); !slices.Equal(got, want) {
+		t.Fatalf("a write changed pinned values")
+	}
+	p.Release()
+	after := make([]float32, 64)
+	tb.PullRun(6*64, after)
+	for i, v := range after {
+		if v != float32(6*64+i)+1 {
+			t.Fatalf("key %d = %v after the push, want %v", 6*64+i, v, float32(6*64+i)+1)
+		}
+	}
+	if tb.PinRun(100, 2000, &p) {
+		t.Fatal("PinRun accepted a run through a group with a deleted slot")
+	}
+	if len(p.Views) != 0 || len(p.groups) != 0 {
+		t.Fatal("a refused PinRun left views or pins behind")
+	}
+}
+
+// Optimizer state interleaves with values, and partial groups are not
+// dense: PinRun refuses both, so callers copy.
+func TestPinRunRefusesWhatIsNotContiguous(t *testing.T) {
+	tb, err := New(table.Spec{Name: "a", Width: 1, Rule: table.Rule{Kind: table.AdaGrad, LR: 0.1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb.PushRun(0, make([]float32, 2048))
+	var p Pin
+	if tb.PinRun(0, 1024, &p) {
+		t.Fatal("PinRun accepted a table with optimizer state")
+	}
+	d := denseTable(t, 1000) // less than one group
+	if d.PinRun(0, 1000, &p) {
+		t.Fatal("PinRun accepted a partial group")
+	}
+}
+
+// A dense push or pull allocates nothing once its keys exist.
+func TestDenseRunsDoNotAllocate(t *testing.T) {
+	const n = 1 << 16
+	tb := denseTable(t, n)
+	vals := make([]float32, n)
+	var p Pin
+	if a := testing.AllocsPerRun(20, func() { tb.PushRun(0, vals) }); a != 0 {
+		t.Errorf("PushRun: %v allocations a run", a)
+	}
+	if a := testing.AllocsPerRun(20, func() { tb.PullRun(0, vals) }); a != 0 {
+		t.Errorf("PullRun: %v allocations a run", a)
+	}
+	tb.PinRun(0, n, &p)
+	p.Release()
+	if a := testing.AllocsPerRun(20, func() { tb.PinRun(0, n, &p); p.Release() }); a != 0 {
+		t.Errorf("PinRun: %v allocations a run", a)
+	}
+}
+
+// PushRuns and PullRuns over short runs do what PushRun and PullRun do
+// run by run.
+func TestRunsMatchRunByRun(t *testing.T) {
+	a, b := denseTable(t, 4096), denseTable(t, 4096)
+	runs := []keyspace.Range{{Lo: 3, Hi: 70}, {Lo: 128, Hi: 192}, {Lo: 200, Hi: 201}, {Lo: 1000, Hi: 3000}}
+	var vals []float32
+	for _, r := range runs {
+		for k := r.Lo; k < r.Hi; k++ {
+			vals = append(vals, float32(k%11))
+		}
+	}
+	a.PushRuns(runs, vals)
+	off := 0
+	for _, r := range runs {
+		b.PushRun(r.Lo, vals[off:off+int(r.Len())])
+		off += int(r.Len())
+	}
+	ga, gb := make([]float32, 4096), make([]float32, 4096)
+	a.PullRun(0, ga)
+	b.PullRun(0, gb)
+	if !slices.Equal(ga, gb) {
+		t.Fatal("PushRuns differs from PushRun run by run")
+	}
+	got := make([]float32, len(vals))
+	a.PullRuns(runs, got)
+	off = 0
+	for _, r := range runs {
+		if !slices.Equal(got[off:off+int(r.Len())], ga[r.Lo:r.Hi]) {
+			t.Fatalf("PullRuns of %v differs", r)
+		}
+		off += int(r.Len())
+	}
+}
+
+// Pushes running while replies are pinned never write a pinned buffer:
+// each pinned group reads as one push's state throughout (the race
+// detector checks the rest).
+func TestPinRunUnderConcurrentPushes(t *testing.T) {
+	const n = 4 * 1024
+	tb, err := New(table.Spec{Name: "c", Width: 1, Rule: table.Rule{Kind: table.Sum}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ones := make([]float32, n)
+	for i := range ones {
+		ones[i] = 1
+	}
+	tb.PushRun(0, ones)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				tb.PushRun(0, ones)
+			}
+		}
+	}()
+	var p Pin
+	for range 200 {
+		if !tb.PinRun(0, n, &p) {
+			t.Fatal("PinRun refused dense groups")
+		}
+		first := make([]float32, len(p.Views))
+		for i, v := range p.Views {
+			first[i] = v[0]
+			m := map[float32]int{}
+			for _, x := range v {
+				m[x]++
+			}
+			if len(m) != 1 {
+				t.Fatalf("group %d not uniform when pinned: %v (%d groups pinned)", i, m, len(p.groups))
+			}
+		}
+		for range 3 {
+			for i, v := range p.Views {
+				for _, x := range v {
+					if x != first[i] {
+						t.Fatalf("group %d changed while pinned: %v then %v", i, first[i], x)
+					}
+				}
+			}
+		}
+		p.Release()
+	}
+	close(stop)
+	<-done
+}
+
+// A long key list, visited stripe by stripe, leaves the table as the same
+// keys pushed in short lists (visited in key order) do, and pulls the same.
+func TestLongListsMatchShortOnes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	seen := map[uint64]bool{}
+	var keys []uint64
+	for len(keys) < 5000 {
+		k := rng.Uint64N(1 << 20)
+		if !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	vals := make([]float32, len(keys))
+	for i := range vals {
+		vals[i] = float32(i % 13)
+	}
+	spec := table.Spec{Name: "s", Width: 1, Rule: table.Rule{Kind: table.Sum}}
+	long, _ := New(spec)
+	short, _ := New(spec)
+	for range 2 {
+		long.Push(keys, vals)
+		for i := 0; i < len(keys); i += minScatter - 1 {
+			j := min(i+minScatter-1, len(keys))
+			short.Push(keys[i:j], vals[i:j])
+		}
+	}
+	a, b := make([]float32, len(keys)), make([]float32, len(keys))
+	long.Pull(keys, a)
+	for i := 0; i < len(keys); i += minScatter - 1 {
+		j := min(i+minScatter-1, len(keys))
+		short.Pull(keys[i:j], b[i:j])
+	}
+	if !slices.Equal(a, b) {
+		t.Fatal("a long list's push or pull differs from short lists'")
+	}
+	if long.Stats() != short.Stats() {
+		t.Fatalf("stats differ: %+v and %+v", long.Stats(), short.Stats())
+	}
+}

@@ -1,0 +1,55 @@
+package store
+
+import "sync"
+
+// minScatter is the shortest key list that visitByStripe takes: a list of
+// random keys rarely has two neighbours in one stripe group, so visit
+// would lock a stripe and look one block up per key, and the lookups'
+// cache misses could not overlap (a lock is a barrier). 10,000 random keys
+// of 10 million cost about 450 ns a key that way, most of it map lookups.
+const minScatter = 256
+
+// scratchPieces recycles visitByStripe's piece lists.
+var scratchPieces = sync.Pool{New: func() any { return new([]piece) }}
+
+// visitByStripe is visit for a long key list: it cuts the list into
+// pieces, sorts them by stripe (a counting sort, stable, so that each
+// stripe's pieces stay in key order), and visits each stripe's pieces in
+// batches of groupSlots under one hold of its lock, their blocks looked
+// up together. Callers' fn only touch their piece's own keys and values,
+// so the order across stripes does not matter.
+func (t *Table) visitByStripe(src pieces, write bool, fn func(block, piece)) {
+	bp := scratchPieces.Get().(*[]piece)
+	all := (*bp)[:0]
+	var counts [stripes + 1]int
+	for p, ok := src.next(); ok; p, ok = src.next() {
+		all = append(all, p)
+		counts[p.slot/groupSlots%stripes+1]++
+	}
+	for i := 1; i <= stripes; i++ {
+		counts[i] += counts[i-1]
+	}
+	n := len(all)
+	if cap(all) < 2*n {
+		all = append(all[:cap(all)], make([]piece, 2*n-cap(all))...)
+	}
+	all = all[:2*n]
+	sorted := all[n:]
+	pos := counts
+	for _, p := range all[:n] {
+		si := p.slot / groupSlots % stripes
+		sorted[pos[si]] = p
+		pos[si]++
+	}
+	for si := range stripes {
+		ps := sorted[counts[si]:counts[si+1]]
+		for len(ps) > 0 {
+			m := min(len(ps), groupSlots)
+			t.visitBatch(&t.st[si], ps[:m], write, fn)
+			ps = ps[m:]
+		}
+	}
+	clear(all)
+	*bp = all[:0]
+	scratchPieces.Put(bp)
+}

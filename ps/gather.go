@@ -1,0 +1,63 @@
+package ps
+
+import (
+	"math/bits"
+	"sync"
+)
+
+// gatherPools recycle the buffers that a part's values are gathered into
+// when its keys are not one run of the caller's vector (a range spread
+// over several servers, whose slots alternate between them): allocating
+// 2 MiB a frame cost a page-clearing pass and garbage collection on top of
+// the copy. Pool c holds buffers of 1<<c floats.
+var gatherPools [40]sync.Pool
+
+// gatherInto is gather for a part of several runs, into a pooled buffer;
+// release returns the buffer once the frame is written.
+func gatherInto(vals []float32, runs [][2]int, count, w int) (out []float32, release func(error)) {
+	n := count * w
+	c := bits.Len(uint(max(n, 1) - 1))
+	b, ok := gatherPools[c].Get().(*[]float32)
+	if !ok {
+		s := make([]float32, 1<<c)
+		b = &s
+	}
+	out = (*b)[:0]
+	for _, r := range runs {
+		out = append(out, vals[r[0]*w:r[1]*w]...)
+	}
+	return out, func(error) { gatherPools[c].Put(b) }
+}
+
+// interleave orders parts round-robin over their servers, so that the
+// first frame to every server is queued before the second to any: a range
+// spread over servers then keeps every connection busy from the start
+// instead of filling one server's queue first.
+func interleave(parts []*part) []*part {
+	if len(parts) < 2 {
+		return parts
+	}
+	var by [][]*part
+	idx := map[int]int{}
+	for _, p := range parts {
+		i, ok := idx[p.server]
+		if !ok {
+			i = len(by)
+			idx[p.server] = i
+			by = append(by, nil)
+		}
+		by[i] = append(by[i], p)
+	}
+	if len(by) == 1 {
+		return parts
+	}
+	out := make([]*part, 0, len(parts))
+	for k := 0; len(out) < len(parts); k++ {
+		for _, ps := range by {
+			if k < len(ps) {
+				out = append(out, ps[k])
+			}
+		}
+	}
+	return out
+}
