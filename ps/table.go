@@ -304,74 +304,14 @@ func gather(vals []float32, runs [][2]int, count, w int) []float32 {
 
 func (t *Table) onReply(o *op, p *part, server string, epoch, seq uint64, h wire.Header, r *wire.Reader) error {
 	if h.Type == wire.TError {
-		pay, err := r.Payload(h)
-		if err != nil {
-			return err
-		}
-		code, msg, err := wire.ParseError(pay)
-		if err != nil {
-			return err
-		}
-		serr := &ServerError{Server: server, Code: code, Msg: msg}
-		switch code {
-		case wire.CodeStaleEpoch, wire.CodeNotOwner, wire.CodeUnknownKeySet, wire.CodeUnknownTable, wire.CodeNotConfigured:
-			if code == wire.CodeUnknownKeySet {
-				p.cachedOn.Store(nil)
-			}
-			// Fetch a newer layout only if the server has one; a server
-			// still behind this client's layout just needs a moment.
-			seen := uint64(0)
-			if h.Epoch > epoch {
-				seen = epoch
-			}
-			go t.retry(o, p, seen, seq, serr)
-		default:
-			o.f.partDone(serr)
-		}
-		return nil
+		return t.onError(o, p, server, epoch, seq, h, r)
 	}
 	if h.Type != wire.TReply {
 		return fmt.Errorf("%w: %v frame in reply to %v", wire.ErrCorrupt, h.Type, o.typ)
 	}
-	w := t.spec.Width
-	var pre [wire.ReplyPrefixSize]byte
-	var refused uint32
-	if o.dst == nil {
-		pay, err := r.Payload(h)
-		if err != nil {
-			return err
-		}
-		n, rest, err := wire.ParseReply(pay)
-		if err != nil {
-			return err
-		}
-		if len(rest) != 0 {
-			return fmt.Errorf("%w: push reply with %d value bytes", wire.ErrCorrupt, len(rest))
-		}
-		refused = n
-	} else {
-		if int(h.Len) != wire.ReplyPrefixSize+4*p.count*w {
-			return fmt.Errorf("%w: reply of %d bytes for %d values", wire.ErrCorrupt, h.Len, p.count*w)
-		}
-		if len(p.runs) == 1 && o.pos == nil {
-			// Straight from the socket into the caller's vector.
-			dst := o.dst[p.runs[0][0]*w : p.runs[0][1]*w]
-			if err := r.ReadPayloadSplit(h, pre[:], wire.F32Bytes(dst)); err != nil {
-				return err
-			}
-			refused, _, _ = wire.ParseReply(pre[:])
-		} else {
-			pay, err := r.Payload(h)
-			if err != nil {
-				return err
-			}
-			n, rest, err := wire.ParseReply(pay)
-			if err != nil {
-				return err
-			}
-			refused = n
-			scatter(o.dst, wire.BytesF32(rest), p.runs, o.pos, w)
-		}
+	refused, err := t.readReply(o, p, h, r)
+	if err != nil {
+		return err
 	}
 	if refused > 0 {
 		t.refused.Add(int64(refused))
@@ -383,6 +323,80 @@ func (t *Table) onReply(o *op, p *part, server string, epoch, seq uint64, h wire
 	}
 	o.f.partDone(nil)
 	return nil
+}
+
+// onError handles a server's refusal of part p: a placement refusal
+// re-sends the part (after a newer layout, if the server has one), any
+// other completes it with the error.
+func (t *Table) onError(o *op, p *part, server string, epoch, seq uint64, h wire.Header, r *wire.Reader) error {
+	pay, err := r.Payload(h)
+	if err != nil {
+		return err
+	}
+	code, msg, err := wire.ParseError(pay)
+	if err != nil {
+		return err
+	}
+	serr := &ServerError{Server: server, Code: code, Msg: msg}
+	switch code {
+	case wire.CodeStaleEpoch, wire.CodeNotOwner, wire.CodeUnknownKeySet, wire.CodeUnknownTable, wire.CodeNotConfigured:
+		if code == wire.CodeUnknownKeySet {
+			p.cachedOn.Store(nil)
+		}
+		// Fetch a newer layout only if the server has one; a server
+		// still behind this client's layout just needs a moment.
+		seen := uint64(0)
+		if h.Epoch > epoch {
+			seen = epoch
+		}
+		go t.retry(o, p, seen, seq, serr)
+	default:
+		o.f.partDone(serr)
+	}
+	return nil
+}
+
+// readReply reads a reply to part p, the values of a pull into the
+// caller's destination, and returns the count of updates refused.
+func (t *Table) readReply(o *op, p *part, h wire.Header, r *wire.Reader) (uint32, error) {
+	w := t.spec.Width
+	if o.dst == nil {
+		pay, err := r.Payload(h)
+		if err != nil {
+			return 0, err
+		}
+		n, rest, err := wire.ParseReply(pay)
+		if err != nil {
+			return 0, err
+		}
+		if len(rest) != 0 {
+			return 0, fmt.Errorf("%w: push reply with %d value bytes", wire.ErrCorrupt, len(rest))
+		}
+		return n, nil
+	}
+	if int(h.Len) != wire.ReplyPrefixSize+4*p.count*w {
+		return 0, fmt.Errorf("%w: reply of %d bytes for %d values", wire.ErrCorrupt, h.Len, p.count*w)
+	}
+	if len(p.runs) == 1 && o.pos == nil {
+		// Straight from the socket into the caller's vector.
+		var pre [wire.ReplyPrefixSize]byte
+		dst := o.dst[p.runs[0][0]*w : p.runs[0][1]*w]
+		if err := r.ReadPayloadSplit(h, pre[:], wire.F32Bytes(dst)); err != nil {
+			return 0, err
+		}
+		refused, _, _ := wire.ParseReply(pre[:])
+		return refused, nil
+	}
+	pay, err := r.Payload(h)
+	if err != nil {
+		return 0, err
+	}
+	n, rest, err := wire.ParseReply(pay)
+	if err != nil {
+		return 0, err
+	}
+	scatter(o.dst, wire.BytesF32(rest), p.runs, o.pos, w)
+	return n, nil
 }
 
 func scatter(dst, src []float32, runs [][2]int, pos []int32, w int) {
@@ -522,22 +536,7 @@ func (t *Table) buildPlan(rm *ring.Map, o *op) *plan {
 			i = j
 		}
 	}
-	for s, rs := range runs {
-		var cur *part
-		for _, r := range rs {
-			for r[0] < r[1] {
-				if cur == nil || cur.count == limit {
-					cur = &part{server: s, cacheID: t.c.nextKey.Add(1)}
-					pl.parts = append(pl.parts, cur)
-				}
-				take := min(r[1]-r[0], limit-cur.count)
-				cur.runs = append(cur.runs, [2]int{r[0], r[0] + take})
-				cur.count += take
-				r[0] += take
-			}
-		}
-	}
-	pl.parts = interleave(pl.parts)
+	pl.parts = interleave(t.cutParts(runs, limit))
 	for _, p := range pl.parts {
 		if o.isRange {
 			p.lo = o.rng.Lo + uint64(p.runs[0][0])
@@ -554,6 +553,27 @@ func (t *Table) buildPlan(rm *ring.Map, o *op) *plan {
 		}
 	}
 	return pl
+}
+
+// cutParts cuts each server's runs into parts of at most limit keys.
+func (t *Table) cutParts(runs [][][2]int, limit int) []*part {
+	var parts []*part
+	for s, rs := range runs {
+		var cur *part
+		for _, r := range rs {
+			for r[0] < r[1] {
+				if cur == nil || cur.count == limit {
+					cur = &part{server: s, cacheID: t.c.nextKey.Add(1)}
+					parts = append(parts, cur)
+				}
+				take := min(r[1]-r[0], limit-cur.count)
+				cur.runs = append(cur.runs, [2]int{r[0], r[0] + take})
+				cur.count += take
+				r[0] += take
+			}
+		}
+	}
+	return parts
 }
 
 // planCache keeps the plans of recently used key lists and ranges.

@@ -133,29 +133,9 @@ func ParseData(p []byte, withVals bool) (Data, error) {
 	if d.Width == 0 || d.Width > 1<<16 {
 		return Data{}, fmt.Errorf("%w: width %d", ErrCorrupt, d.Width)
 	}
-	rest := p[DataPrefixSize:]
-	if na := int(binary.LittleEndian.Uint16(p[18:])); na > 0 {
-		if na > MaxAncestors || 8*na > len(rest) {
-			return Data{}, fmt.Errorf("%w: %d ancestors", ErrCorrupt, na)
-		}
-		d.Ancestors = BytesU64(rest[:8*na])
-		rest = rest[8*na:]
-	}
-	switch d.Kind {
-	case KeysExplicit, KeysCache:
-		n := int(d.Count) * 8
-		if n > len(rest) {
-			return Data{}, fmt.Errorf("%w: %d keys in %d bytes", ErrTruncated, d.Count, len(rest))
-		}
-		d.Keys = BytesU64(rest[:n])
-		rest = rest[n:]
-	case KeysCached:
-	case KeysRange:
-		if d.Hi < d.Lo || d.Hi-d.Lo < uint64(d.Count) {
-			return Data{}, fmt.Errorf("%w: %d keys in range [%d,%d)", ErrCorrupt, d.Count, d.Lo, d.Hi)
-		}
-	default:
-		return Data{}, fmt.Errorf("%w: key kind %d", ErrCorrupt, d.Kind)
+	rest, err := d.parseKeys(p[DataPrefixSize:], int(binary.LittleEndian.Uint16(p[18:])))
+	if err != nil {
+		return Data{}, err
 	}
 	if !withVals {
 		if len(rest) != 0 || d.Enc != EncRaw {
@@ -170,6 +150,35 @@ func ParseData(p []byte, withVals bool) (Data, error) {
 	}
 	d.Vals = rest
 	return d, nil
+}
+
+// parseKeys reads na ancestors and the key list (by d.Kind) from the start
+// of rest, and returns what follows them: the values.
+func (d *Data) parseKeys(rest []byte, na int) ([]byte, error) {
+	if na > 0 {
+		if na > MaxAncestors || 8*na > len(rest) {
+			return nil, fmt.Errorf("%w: %d ancestors", ErrCorrupt, na)
+		}
+		d.Ancestors = BytesU64(rest[:8*na])
+		rest = rest[8*na:]
+	}
+	switch d.Kind {
+	case KeysExplicit, KeysCache:
+		n := int(d.Count) * 8
+		if n > len(rest) {
+			return nil, fmt.Errorf("%w: %d keys in %d bytes", ErrTruncated, d.Count, len(rest))
+		}
+		d.Keys = BytesU64(rest[:n])
+		rest = rest[n:]
+	case KeysCached:
+	case KeysRange:
+		if d.Hi < d.Lo || d.Hi-d.Lo < uint64(d.Count) {
+			return nil, fmt.Errorf("%w: %d keys in range [%d,%d)", ErrCorrupt, d.Count, d.Lo, d.Hi)
+		}
+	default:
+		return nil, fmt.Errorf("%w: key kind %d", ErrCorrupt, d.Kind)
+	}
+	return rest, nil
 }
 
 // encodedSize returns how many bytes n values take in enc, reading the

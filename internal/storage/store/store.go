@@ -277,33 +277,40 @@ func (t *Table) visitBatch(s *stripe, batch []piece, write bool, fn func(block, 
 		defer s.mu.RUnlock()
 	}
 	if write {
-		compacted := false
-		for j, p := range batch {
-			nb := t.insert(s, p.slot, blocks[j], p.want)
-			compacted = compacted || (nb.bits != blocks[j].bits && nb.bits == ^uint64(0))
-			blocks[j] = nb
-		}
-		// A pinned group moves before it is written, decided once per
-		// group: a reader may unpin it between two of its pieces, and all
-		// must then still go to the buffer the first one went to.
-		var cur, was *denseGroup
-		for j, p := range batch {
-			if compacted {
-				// A group made dense moved its blocks (it is not pinned).
-				blocks[j] = s.blocks[p.slot]
-			}
-			if dgs[j] == nil {
-				continue
-			}
-			if dgs[j] != was {
-				was, cur = dgs[j], t.ownGroup(s, p.slot)
-			}
-			_, i := denseIndex(p.slot)
-			blocks[j] = t.denseBlock(cur, i)
-		}
+		t.writable(s, batch, &blocks, &dgs)
 	}
 	for j, p := range batch {
 		fn(blocks[j], p)
+	}
+}
+
+// writable makes the batch's blocks hold every key their pieces want and
+// points them at memory that no pinned reply is reading; s.mu is held for
+// writing.
+func (t *Table) writable(s *stripe, batch []piece, blocks *[groupSlots]block, dgs *[groupSlots]*denseGroup) {
+	compacted := false
+	for j, p := range batch {
+		nb := t.insert(s, p.slot, blocks[j], p.want)
+		compacted = compacted || (nb.bits != blocks[j].bits && nb.bits == ^uint64(0))
+		blocks[j] = nb
+	}
+	// A pinned group moves before it is written, decided once per
+	// group: a reader may unpin it between two of its pieces, and all
+	// must then still go to the buffer the first one went to.
+	var cur, was *denseGroup
+	for j, p := range batch {
+		if compacted {
+			// A group made dense moved its blocks (it is not pinned).
+			blocks[j] = s.blocks[p.slot]
+		}
+		if dgs[j] == nil {
+			continue
+		}
+		if dgs[j] != was {
+			was, cur = dgs[j], t.ownGroup(s, p.slot)
+		}
+		_, i := denseIndex(p.slot)
+		blocks[j] = t.denseBlock(cur, i)
 	}
 }
 
