@@ -16,19 +16,19 @@ const (
 
 // Event kinds on the coordinator's timeline.
 const (
-	EventJoin        = "join"        // a node was admitted
-	EventJoining     = "joining"     // a server is pre-copying the slots it will hold
-	EventRing        = "ring"        // servers went on or off the ring: slots moved
-	EventDrain       = "drain"       // a node asked to leave (SIGTERM or an eviction notice)
-	EventLeft        = "left"        // a drained node is out
-	EventFailed      = "failed"      // the failure detector took a node out
-	EventGrant       = "grant"       // a piece of a partition was leased to a worker
-	EventSplit       = "split"       // a lease was cut for another worker
-	EventCheckpoint  = "checkpoint"  // a cluster checkpoint began, or was committed
-	EventTable       = "table"       // a table was created
-	EventLeader      = "leader"      // a coordinator replica took over
-	EventPass        = "pass"        // every partition of a pass is trained
-	EventReported    = "reported"    // a worker finished and reported
+	EventJoin       = "join"       // a node was admitted
+	EventJoining    = "joining"    // a server is pre-copying the slots it will hold
+	EventRing       = "ring"       // servers went on or off the ring: slots moved
+	EventDrain      = "drain"      // a node asked to leave (SIGTERM or an eviction notice)
+	EventLeft       = "left"       // a drained node is out
+	EventFailed     = "failed"     // the failure detector took a node out
+	EventGrant      = "grant"      // a piece of a partition was leased to a worker
+	EventSplit      = "split"      // a lease was cut for another worker
+	EventCheckpoint = "checkpoint" // a cluster checkpoint began, or was committed
+	EventTable      = "table"      // a table was created
+	EventLeader     = "leader"     // a coordinator replica took over
+	EventPass       = "pass"       // every partition of a pass is trained
+	EventReported   = "reported"   // a worker finished and reported
 )
 
 // Event is one entry of the coordinator's timeline: what happened, to
