@@ -83,6 +83,8 @@ type NodeStatus struct {
 	// Holds says what the node holds: a server's slots as their share of
 	// the ring, a worker's leased pieces.
 	Holds string `json:"holds,omitempty"`
+	// Metrics is where the node serves /metrics.
+	Metrics string `json:"metrics,omitempty"`
 }
 
 // Events returns the events after sequence number after; with follow it

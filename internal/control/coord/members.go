@@ -11,6 +11,10 @@ import (
 // Join admits a server or a worker (request id): a server's reply carries
 // the layout, a worker's its rank.
 func (m *Machine) Join(id uint64, j api.Join) {
+	if j.Metrics != "" && m.st.Metrics[j.Role+"/"+j.ID] != j.Metrics {
+		m.st.Metrics[j.Role+"/"+j.ID] = j.Metrics
+		m.dirty = true
+	}
 	switch j.Role {
 	case api.RoleServer:
 		m.joinServer(id, j)

@@ -61,6 +61,9 @@ func (m *Machine) Status() api.Status {
 		}
 		st.Nodes = append(st.Nodes, n)
 	}
+	for i := range st.Nodes {
+		st.Nodes[i].Metrics = m.st.Metrics[st.Nodes[i].Role+"/"+st.Nodes[i].ID]
+	}
 	slices.SortFunc(st.Nodes, func(a, b api.NodeStatus) int {
 		return cmp.Or(cmp.Compare(a.Role, b.Role), cmp.Compare(a.ID, b.ID))
 	})

@@ -11,6 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/terrace-ml/terrace/internal/control/api"
 )
 
 // NewRegistry returns a Prometheus registry holding cs and the Go
@@ -47,4 +49,35 @@ func ServeMetrics(ctx context.Context, addr string, g prometheus.Gatherer) (stri
 		hs.Shutdown(sctx)
 	})
 	return ln.Addr().String(), nil
+}
+
+// NodeMetrics says where a server or a worker serves /metrics.
+type NodeMetrics struct {
+	// Listen is the address to serve on ("" for nowhere; port 0 picks
+	// one). The node announces it to the coordinator when it joins.
+	Listen string
+	// Ready, when set, is told the address once it listens.
+	Ready func(addr string)
+}
+
+// serve starts serving the node's registry, which the node fills once
+// its parts exist, and tells cc to announce the address; nil if the node
+// serves no metrics.
+func (m NodeMetrics) serve(ctx context.Context, cc *api.Client) (*prometheus.Registry, error) {
+	if m.Listen == "" {
+		return nil, nil
+	}
+	reg, err := NewRegistry()
+	if err != nil {
+		return nil, err
+	}
+	addr, err := ServeMetrics(ctx, m.Listen, reg)
+	if err != nil {
+		return nil, err
+	}
+	cc.Metrics = addr
+	if m.Ready != nil {
+		m.Ready(addr)
+	}
+	return reg, nil
 }

@@ -69,6 +69,8 @@ type ServerConfig struct {
 	Network transport.Network
 	// OnRebuilt: see server.Options.
 	OnRebuilt func(version uint64)
+	// Metrics: see NodeMetrics.
+	Metrics NodeMetrics
 }
 
 // drainLinger is how long a departing server keeps answering (with
@@ -94,6 +96,10 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 		addr = ln.Addr().String()
 	}
 	cc := api.NewClient(cfg.Coordinator, cfg.Network)
+	metrics, err := cfg.Metrics.serve(ctx, cc)
+	if err != nil {
+		return fmt.Errorf("server %s: %w", cfg.ID, err)
+	}
 	jctx, cancel := context.WithTimeout(ctx, cfg.JoinTimeout)
 	defer cancel()
 	if err := cc.WaitReachable(jctx); err != nil {
@@ -126,6 +132,9 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	})
 	if err := s.Configure(l); err != nil {
 		return err
+	}
+	if metrics != nil {
+		metrics.MustRegister(s.Collector())
 	}
 	if cfg.Ready != nil {
 		cfg.Ready(s)
@@ -218,6 +227,8 @@ type WorkerConfig struct {
 	Notices <-chan evict.Notice
 	// Network is what the worker dials on (TCP if nil).
 	Network transport.Network
+	// Metrics: see NodeMetrics.
+	Metrics NodeMetrics
 }
 
 // ErrDrained is returned by RunWorker and RunServer after a drained
@@ -234,6 +245,10 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, job Job) (any, error) {
 		cfg.JoinTimeout = DefaultJoinTimeout
 	}
 	cc := api.NewClient(cfg.Coordinator, cfg.Network)
+	metrics, err := cfg.Metrics.serve(ctx, cc)
+	if err != nil {
+		return nil, fmt.Errorf("worker %s: %w", cfg.ID, err)
+	}
 	jctx, cancel := context.WithTimeout(ctx, cfg.JoinTimeout)
 	defer cancel()
 	if err := cc.WaitReachable(jctx); err != nil {
@@ -249,6 +264,9 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, job Job) (any, error) {
 		return nil, fmt.Errorf("worker %s: %w", cfg.ID, err)
 	}
 	defer c.Close()
+	if metrics != nil {
+		metrics.MustRegister(c.Collector())
+	}
 	reg := register(ctx, c.Layout(), api.RoleWorker, cfg.ID, inc, "", cfg.Logger)
 	defer reg.leave()
 	jobCtx, stopJob := context.WithCancel(ctx)
