@@ -42,6 +42,13 @@ function renderNodes(nodes) {
     span.className = "state s-" + n.state;
     span.textContent = n.state;
     st.appendChild(span);
+    const m = cell(tr, "");
+    if (n.metrics) {
+      const a = document.createElement("a");
+      a.href = "http://" + n.metrics + "/metrics";
+      a.textContent = n.metrics;
+      m.appendChild(a);
+    }
     cell(tr, n.holds || "", "holds");
     tb.appendChild(tr);
   }
@@ -116,12 +123,15 @@ async function followEvents() {
         cell(tr, e.cause || "");
         tb.prepend(tr);
       }
-      while (tb.children.length > 300) tb.lastChild.remove();
+      while (tb.children.length > 1000) tb.lastChild.remove();
     } catch (e) {
       await new Promise(res => setTimeout(res, 1000));
     }
   }
 }
 
+document.getElementById("grants").addEventListener("change", e => {
+  document.getElementById("events").classList.toggle("grants", e.target.checked);
+});
 pollStatus();
 followEvents();
