@@ -24,7 +24,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(trainCmd(), coordinatorCmd(), serverCmd(), workerCmd(), benchCmd(), planCmd(), replayCmd(), statusCmd(), eventsCmd())
+	root.AddCommand(trainCmd(), coordinatorCmd(), serverCmd(), workerCmd(), benchCmd(), planCmd(), replayCmd(), statusCmd(), eventsCmd(), plotCmd())
 	for _, c := range root.Commands() {
 		// Servers and workers turn SIGTERM into a drain (see notices.go);
 		// for the other commands it ends the run like an interrupt.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/terrace-ml/terrace/apps/lr"
 	"github.com/terrace-ml/terrace/data"
+	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/control/coord"
 	"github.com/terrace-ml/terrace/internal/harness/drill"
 	"github.com/terrace-ml/terrace/internal/process/node"
@@ -35,6 +36,8 @@ type trainReport struct {
 	TestRMSE          *float64                `json:"test_rmse,omitempty"`
 	Workers           map[int]json.RawMessage `json:"workers"`
 	Servers           map[string]server.Stats `json:"servers"`
+	// Events is the coordinator's timeline (in-process runs).
+	Events []api.Event `json:"events,omitempty"`
 	// The drill's findings (--processes) and the audit's (--audit): faults,
 	// max_stall_seconds, acked_updates_lost, examples_skipped, ...
 	*drill.Report
@@ -142,6 +145,7 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 				audit, err = accountLocal(ctx, a, timeline, l.CoordAddr, workers, reps)
 			}
 			secs := time.Since(start).Seconds()
+			events := l.Coord.Events(ctx, 0, false)
 			stats := map[string]server.Stats{}
 			for i, s := range l.Servers {
 				stats[fmt.Sprintf("server-%d", i)] = s.Stats()
@@ -157,6 +161,7 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 				return err
 			}
 			rep.Report = audit
+			rep.Events = events
 			printSummary(out, rep)
 			return writeReport(reportPath, rep)
 		},
