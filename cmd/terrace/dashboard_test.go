@@ -31,7 +31,10 @@ func chromium() string {
 // pings every 200 ms, the page polling every 500 ms), which the test does
 // not enforce, since timings do not belong in pass/fail tests.
 // TERRACE_BROWSER=1 runs it (.ci/run installs Chromium and sets it);
-// TERRACE_SCREENSHOT=FILE.png saves the page after the kill.
+// TERRACE_SCREENSHOT=FILE.png saves the page after the kill, and then,
+// once the (shorter) training is over, the coordinator's report and
+// timeline beside it (FILE.png.report.json, FILE.png.events.json), for
+// terrace plot.
 func TestDashboardInChromium(t *testing.T) {
 	if os.Getenv("TERRACE_BROWSER") == "" {
 		t.Skip("set TERRACE_BROWSER=1 to test the dashboard in headless Chromium (apt-get install chromium)")
@@ -45,7 +48,14 @@ func TestDashboardInChromium(t *testing.T) {
 	// A fixed port: a coordinator that steps down and leads again (its
 	// etcd session lapsed on a loaded machine) listens there again.
 	addr := freePorts(t, 1)[0]
-	_, out := start(t, ctx, "coordinator", "--listen", addr, "--servers", "3", "--workers", "3", "--replication", "2")
+	shot := os.Getenv("TERRACE_SCREENSHOT")
+	epochs := "1000"
+	if shot != "" {
+		epochs = "40"
+	}
+	dir := t.TempDir()
+	_, out := start(t, ctx, "coordinator", "--listen", addr, "--servers", "3", "--workers", "3", "--replication", "2",
+		"--report", filepath.Join(dir, "report.json"), "--events", filepath.Join(dir, "events.json"))
 	if _, err := out.ReadString('\n'); err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +68,7 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 	for i := range 3 {
 		_, wo := start(t, ctx, "worker", "--coordinator", addr, "--id", fmt.Sprintf("worker-%d", i),
-			"--train", repoFile("datasets/a9a/a9a.gz"), "--test", repoFile("datasets/a9a/a9a.t.gz"), "--epochs", "1000")
+			"--train", repoFile("datasets/a9a/a9a.gz"), "--test", repoFile("datasets/a9a/a9a.t.gz"), "--epochs", epochs)
 		go io.Copy(io.Discard, wo)
 	}
 
@@ -96,14 +106,33 @@ func TestDashboardInChromium(t *testing.T) {
 	if err := chromedp.Do(bctx, chromedp.Poll[chromedp.Void](failed, chromedp.WithPollingTimeout(30*time.Second))); err != nil {
 		t.Fatalf("the event timeline never showed server-1's failure: %v", err)
 	}
-	if path := os.Getenv("TERRACE_SCREENSHOT"); path != "" {
-		// Let the chart draw a few more points after the failure.
-		time.Sleep(3 * time.Second)
-		png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
-		if err != nil {
-			t.Fatal(err)
+	if shot == "" {
+		return
+	}
+	// Let the chart draw a few more points after the failure.
+	points := `(() => { const l = document.querySelector("#chart polyline"); return l && l.points.length >= 16; })()`
+	if err := chromedp.Do(bctx, chromedp.Poll[chromedp.Void](points, chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+		t.Fatal(err)
+	}
+	png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(shot, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The coordinator writes the timeline once every worker reported.
+	done := `fetch("/v1/status").then(r => r.json()).then(s => s.job.reported === 3)`
+	if err := chromedp.Do(bctx, chromedp.Poll[chromedp.Void](done, chromedp.WithPollingInterval(500*time.Millisecond), chromedp.WithPollingTimeout(2*time.Minute))); err != nil {
+		t.Fatalf("training never finished: %v", err)
+	}
+	for _, name := range []string{"report.json", "events.json"} {
+		var b []byte
+		for b == nil && ctx.Err() == nil {
+			b, _ = os.ReadFile(filepath.Join(dir, name))
+			time.Sleep(100 * time.Millisecond)
 		}
-		if err := os.WriteFile(filepath.Clean(path), png, 0o644); err != nil {
+		if err := os.WriteFile(shot+"."+name, b, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
