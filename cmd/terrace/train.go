@@ -115,7 +115,8 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 			if d.processes {
 				return trainProcesses(ctx, cmd, a, d, sched, servers, workers, partitions, replication, logLevel, reportPath)
 			}
-			job, err := a.job(out)
+			pout := &progressOut{w: out}
+			job, err := a.job(pout)
 			if err != nil {
 				return err
 			}
@@ -139,7 +140,9 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 			if err != nil {
 				return err
 			}
+			stopProgress := showProgress(ctx, pout, l.CoordAddr, a.totalPasses())
 			reps, err := l.RunWorkers(ctx, job)
+			stopProgress()
 			var audit *drill.Report
 			if err == nil && timeline != nil {
 				audit, err = accountLocal(ctx, a, timeline, l.CoordAddr, workers, reps)
