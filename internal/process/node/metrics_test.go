@@ -50,7 +50,7 @@ func trainCounters(ctx context.Context, c *ps.Client) error {
 // runCluster starts a local cluster of 2 servers and 2 workers, trains
 // one pass, and returns the /metrics addresses of every node (the
 // workers' registries outlive their clients: their counters stay).
-func runCluster(t *testing.T, ctx context.Context) (coord string, servers, workers []string) {
+func runCluster(t testing.TB, ctx context.Context) (coord string, servers, workers []string) {
 	t.Helper()
 	l, err := node.StartLocal(ctx, node.LocalConfig{Servers: 2, Workers: 2, Replication: 2})
 	if err != nil {
@@ -85,7 +85,7 @@ func runCluster(t *testing.T, ctx context.Context) (coord string, servers, worke
 	return l.CoordAddr, servers, workers
 }
 
-func scrape(t *testing.T, ctx context.Context, addr string) []byte {
+func scrape(t testing.TB, ctx context.Context, addr string) []byte {
 	t.Helper()
 	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+addr+"/metrics", nil)
 	resp, err := http.DefaultClient.Do(req)
@@ -155,4 +155,22 @@ func movedCounter(body []byte, prefix string) bool {
 		}
 	}
 	return false
+}
+
+// BenchmarkScrape measures one scrape of each node of a cluster that
+// trained, over loopback HTTP as Prometheus would: the cost of /metrics
+// per scrape (docs/design/observe.md).
+func BenchmarkScrape(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	coord, servers, workers := runCluster(b, ctx)
+	for _, n := range []struct{ role, addr string }{{"coordinator", coord}, {"server", servers[0]}, {"worker", workers[0]}} {
+		b.Run(n.role, func(b *testing.B) {
+			var size int
+			for b.Loop() {
+				size = len(scrape(b, ctx, n.addr))
+			}
+			b.ReportMetric(float64(size), "bytes/scrape")
+		})
+	}
 }
