@@ -103,6 +103,9 @@ func eventsCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			cc := api.NewClient(coordinator, nil)
+			if !follow {
+				cc.RetryFor = 2 * time.Second // a follower rides out a failover
+			}
 			out := cmd.OutOrStdout()
 			for {
 				evs, err := cc.Events(ctx, after, follow)
