@@ -318,6 +318,7 @@ func trainProcesses(ctx context.Context, cmd *cobra.Command, a appFlags, d drill
 		return errors.Join(err, berr)
 	}
 	rep.Report = drep
+	rep.Events = drep.Events // the train report's own field hides the drill's
 	if rep.TestAUC == nil && drep.FinalEvaluation != nil {
 		m := drep.FinalEvaluation
 		acc, ll, auc := m["test_accuracy"], m["test_logloss"], m["test_auc"]

@@ -269,33 +269,39 @@ func (r *Run) metricsPlot() (*gplot.Plot, error) {
 		lo, hi = 0, 1
 	}
 	red, orange := color.RGBA{R: 198, G: 40, B: 40, A: 255}, color.RGBA{R: 239, G: 108, B: 0, A: 255}
+	named := map[string]bool{}
 	for _, f := range r.Faults {
-		vline(p, f.Seconds, lo, hi, red)
+		vline(p, f.Seconds, lo, hi, red, "fault injected, failure detected", named)
 	}
 	// Failures the coordinator detected, on the same axis.
 	t0 := r.start()
 	for _, e := range r.Events {
 		if e.Kind == api.EventFailed {
-			vline(p, e.Time.Sub(t0).Seconds(), lo, hi, red)
+			vline(p, e.Time.Sub(t0).Seconds(), lo, hi, red, "fault injected, failure detected", named)
 		}
 	}
 	if r.StallSeconds > 0 {
-		vline(p, r.StallAt, lo, hi, orange)
-		vline(p, r.StallAt+r.StallSeconds, lo, hi, orange)
+		vline(p, r.StallAt, lo, hi, orange, "longest stall", named)
+		vline(p, r.StallAt+r.StallSeconds, lo, hi, orange, "longest stall", named)
 	}
 	return p, nil
 }
 
 var palette = []color.Color{color.RGBA{R: 21, G: 101, B: 192, A: 255}, color.RGBA{R: 46, G: 125, B: 50, A: 255}}
 
-// vline marks time x with a dashed line from lo to hi.
-func vline(p *gplot.Plot, x, lo, hi float64, c color.Color) {
+// vline marks time x with a dashed line from lo to hi; the first of
+// each legend goes in the plot's legend.
+func vline(p *gplot.Plot, x, lo, hi float64, c color.Color, legend string, named map[string]bool) {
 	l, err := plotter.NewLine(plotter.XYs{{X: x, Y: lo}, {X: x, Y: hi}})
 	if err != nil {
 		return
 	}
 	l.Color, l.Dashes = c, []vg.Length{vg.Points(4), vg.Points(3)}
 	p.Add(l)
+	if !named[legend] {
+		named[legend] = true
+		p.Legend.Add(legend, l)
+	}
 }
 
 // eventsPlot draws the coordinator's events, one row per kind, with the
