@@ -94,6 +94,7 @@ type Client struct {
 	stopBeat context.CancelFunc
 	draining atomic.Bool
 	idle     atomic.Bool // waiting for work: see wire.ClockIdle
+	obs      *clientObs  // metrics.go; nil in some tests
 }
 
 // Connect waits for a ready layout and connects to every server.
@@ -104,7 +105,7 @@ func Connect(ctx context.Context, ctl Control, o Options) (*Client, error) {
 	if o.MaxRefused == 0 {
 		o.MaxRefused = 1000
 	}
-	c := &Client{ctl: ctl, opts: o, log: o.Logger, conns: map[string]*transport.Client{}, tables: map[string]*Table{}, refresh: make(chan struct{}, 1), id: rand.Uint64()}
+	c := &Client{ctl: ctl, opts: o, log: o.Logger, conns: map[string]*transport.Client{}, tables: map[string]*Table{}, refresh: make(chan struct{}, 1), id: rand.Uint64(), obs: newClientObs()}
 	var after uint64
 	for {
 		l, err := ctl.Layout(ctx, after)

@@ -160,6 +160,10 @@ func (c *Client) train(ctx context.Context, l *Lease, loop *Loop) error {
 		return fmt.Errorf("%w: lease of rows [%d, %d) from %d in a partition of %d", ErrBadArgument, l.Start, l.end, l.Offset, len(r.order))
 	}
 	l.end = r.end
+	if m := c.obs; m != nil {
+		m.leases.Add(1)
+		defer m.leases.Add(-1)
+	}
 	if loop.Begin != nil {
 		if err := loop.Begin(ctx, l); err != nil {
 			return err
@@ -221,6 +225,9 @@ func (r *leaseRun) step(ctx context.Context) error {
 	}
 	r.off = hi
 	r.steps++
+	if m := r.l.c.obs; m != nil {
+		m.examples.Add(int64(hi - lo))
+	}
 	if err := r.settle(ctx); err != nil {
 		return err
 	}

@@ -200,6 +200,9 @@ func (t *Table) start(o *op) *Future {
 	}
 	o.f.remaining.Store(1)
 	o.root = o
+	if m := t.c.obs; m != nil {
+		m.started(o, t.spec.Width)
+	}
 	if o.vals != nil {
 		o.f.then(func(error) {
 			o.seqMu.Lock()

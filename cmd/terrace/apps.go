@@ -244,3 +244,19 @@ func (a *appFlags) auditSize() (rows, passes int, err error) {
 	setInt(&passes, a.passes)
 	return rows, passes, nil
 }
+
+// totalPasses is how many passes the app trains, for progress.
+func (a *appFlags) totalPasses() int {
+	if a.passes > 0 {
+		return a.passes
+	}
+	switch a.app {
+	case "lr":
+		return lr.DefaultConfig().Passes
+	case "mf":
+		return mf.DefaultConfig().Passes
+	case "lda":
+		return lda.DefaultConfig().Passes
+	}
+	return 0
+}

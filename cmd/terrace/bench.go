@@ -65,6 +65,7 @@ func benchCmd() *cobra.Command {
 	af.IntVar(&ao.Repeats, "repeats", 0, "runs per side, alternating; the median is reported (3 if 0)")
 	af.StringVar(&appReport, "report", "", "write the JSON report to this file")
 	af.BoolVar(&appTLS, "tls", false, "measure lr through the parameter server with mutual TLS against plain TCP instead")
+	af.DurationVar(&ao.ScrapeEvery, "scrape-every", 0, "also run the parameter server with every node's /metrics scraped at this interval, and report the cost (0: not)")
 	cmd.AddCommand(wire, app)
 	return cmd
 }

@@ -24,7 +24,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(trainCmd(), coordinatorCmd(), serverCmd(), workerCmd(), benchCmd(), planCmd(), replayCmd())
+	root.AddCommand(trainCmd(), coordinatorCmd(), serverCmd(), workerCmd(), benchCmd(), planCmd(), replayCmd(), statusCmd(), eventsCmd(), plotCmd())
 	root.AddCommand(certsCmd(), tokensCmd())
 	for _, c := range root.Commands() {
 		// Servers and workers turn SIGTERM into a drain (see notices.go);

@@ -21,7 +21,7 @@ import (
 func coordinatorCmd() *cobra.Command {
 	var o coord.Options
 	var ha coordha.Config
-	var listen, reportPath, etcd, logLevel string
+	var listen, reportPath, eventsPath, etcd, logLevel string
 	var exitWhenDone, inMemory bool
 	var sec securityFlags
 	cmd := &cobra.Command{
@@ -74,6 +74,9 @@ address, comma-separated.`,
 					if err := writeReport(reportPath, cur.Reports()); err != nil {
 						return err
 					}
+					if err := writeReport(eventsPath, cur.Events(ctx, 0, false)); err != nil {
+						return err
+					}
 					if exitWhenDone {
 						cancel()
 					}
@@ -91,6 +94,7 @@ address, comma-separated.`,
 	fs.IntVar(&o.Replication, "replication", 2, "servers holding each key slot (k)")
 	fs.DurationVar(&o.FailureTimeout, "failure-timeout", coord.DefaultFailureTimeout, "declare a node dead after this long without a heartbeat or an answer to pings; also the lease of its etcd registration")
 	fs.StringVar(&reportPath, "report", "", "write the workers' reports to this JSON file once all have reported")
+	fs.StringVar(&eventsPath, "events", "", "write the event timeline to this JSON file once all workers have reported (for terrace plot)")
 	fs.BoolVar(&exitWhenDone, "exit-when-done", false, "exit once every worker has reported")
 	fs.StringVar(&ha.ID, "id", "", "this coordinator's name in the election (host name and pid if empty)")
 	fs.StringVar(&etcd, "etcd", "", "endpoints of an external etcd cluster, comma-separated (default: embed a member)")
@@ -132,6 +136,9 @@ func serverCmd() *cobra.Command {
 			ctx, cancel := context.WithCancel(cmd.Context())
 			defer cancel()
 			cfg.Notices = notices.watch(ctx)
+			cfg.Metrics.Ready = func(addr string) {
+				fmt.Fprintf(cmd.OutOrStdout(), "terrace server %s metrics on http://%s/metrics\n", cfg.ID, addr)
+			}
 			cfg.Ready = func(s *server.Server) {
 				fmt.Fprintf(cmd.OutOrStdout(), "terrace server %s joined %s\n", cfg.ID, cfg.Coordinator)
 				if statsEvery > 0 {
@@ -162,6 +169,7 @@ func serverCmd() *cobra.Command {
 	fs.StringVar(&logLevel, "log-level", "info", "log level")
 	fs.DurationVar(&statsEvery, "stats-every", 0, "print server statistics as JSON at this interval (0: never)")
 	sec.register(fs, false)
+	fs.StringVar(&cfg.Metrics.Listen, "metrics-listen", "127.0.0.1:0", "address to serve Prometheus /metrics on (port 0: any; empty: none)")
 	notices.register(fs)
 	addConfigFlag(cmd)
 	return cmd
@@ -184,6 +192,7 @@ func (w *workerFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&w.logLevel, "log-level", "warn", "log level")
 	fs.StringVar(&w.reportPath, "report", "", "write this worker's JSON report to this file")
 	w.sec.register(fs, false)
+	fs.StringVar(&w.cfg.Metrics.Listen, "metrics-listen", "127.0.0.1:0", "address to serve Prometheus /metrics on (port 0: any; empty: none)")
 	w.notices.register(fs)
 }
 
@@ -214,6 +223,9 @@ func workerCmd() *cobra.Command {
 			job, err := w.a.job(cmd.OutOrStdout())
 			if err != nil {
 				return err
+			}
+			w.cfg.Metrics.Ready = func(addr string) {
+				fmt.Fprintf(cmd.OutOrStdout(), "terrace worker metrics on http://%s/metrics\n", addr)
 			}
 			rep, err := w.run(cmd.Context(), job)
 			if err != nil {

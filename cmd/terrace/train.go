@@ -15,6 +15,7 @@ import (
 
 	"github.com/terrace-ml/terrace/apps/lr"
 	"github.com/terrace-ml/terrace/data"
+	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/control/coord"
 	"github.com/terrace-ml/terrace/internal/harness/drill"
 	"github.com/terrace-ml/terrace/internal/process/node"
@@ -35,6 +36,8 @@ type trainReport struct {
 	TestRMSE          *float64                `json:"test_rmse,omitempty"`
 	Workers           map[int]json.RawMessage `json:"workers"`
 	Servers           map[string]server.Stats `json:"servers"`
+	// Events is the coordinator's timeline (in-process runs).
+	Events []api.Event `json:"events,omitempty"`
 	// The drill's findings (--processes) and the audit's (--audit): faults,
 	// max_stall_seconds, acked_updates_lost, examples_skipped, ...
 	*drill.Report
@@ -112,7 +115,8 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 			if d.processes {
 				return trainProcesses(ctx, cmd, a, d, sched, servers, workers, partitions, replication, logLevel, reportPath)
 			}
-			job, err := a.job(out)
+			pout := &progressOut{w: out}
+			job, err := a.job(pout)
 			if err != nil {
 				return err
 			}
@@ -136,12 +140,15 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 			if err != nil {
 				return err
 			}
+			stopProgress := showProgress(ctx, pout, l.CoordAddr, a.totalPasses())
 			reps, err := l.RunWorkers(ctx, job)
+			stopProgress()
 			var audit *drill.Report
 			if err == nil && timeline != nil {
 				audit, err = accountLocal(ctx, a, timeline, l.CoordAddr, workers, reps)
 			}
 			secs := time.Since(start).Seconds()
+			events := l.Coord.Events(ctx, 0, false)
 			stats := map[string]server.Stats{}
 			for i, s := range l.Servers {
 				stats[fmt.Sprintf("server-%d", i)] = s.Stats()
@@ -157,6 +164,7 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 				return err
 			}
 			rep.Report = audit
+			rep.Events = events
 			printSummary(out, rep)
 			return writeReport(reportPath, rep)
 		},
@@ -310,6 +318,7 @@ func trainProcesses(ctx context.Context, cmd *cobra.Command, a appFlags, d drill
 		return errors.Join(err, berr)
 	}
 	rep.Report = drep
+	rep.Events = drep.Events // the train report's own field hides the drill's
 	if rep.TestAUC == nil && drep.FinalEvaluation != nil {
 		m := drep.FinalEvaluation
 		acc, ll, auc := m["test_accuracy"], m["test_logloss"], m["test_auc"]

@@ -258,7 +258,7 @@ func (s *Server) answer(c *conn, rq request, refused int) {
 	if rq.h.Type == wire.TPush {
 		var pre [wire.ReplyPrefixSize]byte
 		wire.PutReply(&pre, uint32(refused))
-		c.Send(transport.Outgoing{Frame: wire.NewFrame(wire.Header{Type: wire.TReply, Epoch: rq.epoch, ReqID: rq.h.ReqID}, pre[:])})
+		s.send(c, transport.Outgoing{Frame: wire.NewFrame(wire.Header{Type: wire.TReply, Epoch: rq.epoch, ReqID: rq.h.ReqID}, pre[:])})
 		return
 	}
 	s.pull(c, rq, refused)
@@ -366,6 +366,7 @@ func (s *Server) pull(c *conn, rq request, refused int) {
 	// The pull waits for slower workers; the payload buffer it points into
 	// is reused by the next frame, so keep a copy of the keys.
 	rq.ks = rq.ks.Clone()
+	s.stats.parked.Add(1)
 	s.cons.park(need, func() { s.read(c, rq, refused) })
 	s.clockMu.Unlock()
 }
@@ -456,5 +457,5 @@ func (s *Server) replyValues(c *conn, t *tableState, ks keyspace.Keys, reqID, ep
 	var pre [wire.ReplyPrefixSize]byte
 	wire.PutReply(&pre, uint32(refused))
 	f := wire.NewFrame(wire.Header{Type: wire.TReply, Epoch: epoch, ReqID: reqID}, pre[:], wire.F32Bytes(vals))
-	c.Send(transport.Outgoing{Frame: f, Done: func(error) { putBuf(buf) }})
+	s.send(c, transport.Outgoing{Frame: f, Done: func(error) { putBuf(buf) }})
 }

@@ -134,6 +134,7 @@ type Server struct {
 	done    chan struct{}
 	stats   counters
 	handoff handoffCounters
+	obs     *obs // metrics.go
 	// onDurable, when set (by tests), is told of every confirmation a
 	// stream takes, with the stream's durability watermark after it.
 	onDurable func(peer string, durable uint64)
@@ -150,7 +151,7 @@ type tableState struct {
 
 type counters struct {
 	pushes, pulls, clocks, keysPushed, keysPulled, refused, bytesIn, errors atomic.Int64
-	duplicates, replicated                                                  atomic.Int64
+	duplicates, replicated, bytesOut, parked                                atomic.Int64
 }
 
 // New returns a server that serves nothing until Configure gives it a layout.
@@ -170,6 +171,7 @@ func New(o Options) *Server {
 		done:       make(chan struct{}),
 		repl:       make(map[string]*replicator),
 		replicaGen: make(map[string]uint64),
+		obs:        newObs(),
 	}
 }
 
@@ -496,7 +498,9 @@ func (s *Server) serveConn(nc net.Conn) {
 	}()
 	for f := range frames {
 		s.stats.bytesIn.Add(int64(f.h.Len) + wire.HeaderSize)
+		start := time.Now()
 		s.handle(c, f.h, wire.U64Bytes(*f.buf)[:f.h.Len])
+		s.obs.handled(f.h.Type, start)
 		putPayload(f.buf)
 	}
 	reader.Wait()
@@ -595,13 +599,14 @@ func (s *Server) handle(c *conn, h wire.Header, p []byte) {
 
 func (s *Server) replyError(c *conn, h wire.Header, code wire.Code, msg string) {
 	s.stats.errors.Add(1)
-	c.Send(transport.Outgoing{Frame: wire.NewFrame(wire.Header{Type: wire.TError, Epoch: s.Epoch(), ReqID: h.ReqID}, wire.AppendError(nil, code, msg))})
+	s.obs.refusedFor(code)
+	s.send(c, transport.Outgoing{Frame: wire.NewFrame(wire.Header{Type: wire.TError, Epoch: s.Epoch(), ReqID: h.ReqID}, wire.AppendError(nil, code, msg))})
 }
 
 func (s *Server) replyOK(c *conn, reqID, epoch uint64) {
 	var pre [wire.ReplyPrefixSize]byte
 	wire.PutReply(&pre, 0)
-	c.Send(transport.Outgoing{Frame: wire.NewFrame(wire.Header{Type: wire.TReply, Epoch: epoch, ReqID: reqID}, pre[:])})
+	s.send(c, transport.Outgoing{Frame: wire.NewFrame(wire.Header{Type: wire.TReply, Epoch: epoch, ReqID: reqID}, pre[:])})
 }
 
 func (s *Server) handleClock(c *conn, h wire.Header, p []byte) error {
@@ -628,7 +633,7 @@ func (s *Server) handleClock(c *conn, h wire.Header, p []byte) error {
 	s.stats.clocks.Add(1)
 	var b [wire.ClockReplySize]byte
 	wire.PutClockReply(&b, counted)
-	c.Send(transport.Outgoing{Frame: wire.NewFrame(wire.Header{Type: wire.TReply, Epoch: s.Epoch(), ReqID: h.ReqID}, b[:])})
+	s.send(c, transport.Outgoing{Frame: wire.NewFrame(wire.Header{Type: wire.TReply, Epoch: s.Epoch(), ReqID: h.ReqID}, b[:])})
 	return nil
 }
 

@@ -36,6 +36,9 @@ type Client struct {
 	// RetryFor bounds how long a call keeps trying while no coordinator
 	// answers (a failover in progress) before it fails.
 	RetryFor time.Duration
+	// Metrics, when set, is announced on joining as where this node
+	// serves /metrics.
+	Metrics string
 }
 
 // NewClient returns a client for the coordinators at addrs, a
@@ -234,14 +237,14 @@ func (c *Client) CreateTable(ctx context.Context, spec table.Spec) (*layout.Layo
 // JoinServer admits server id at addr, incarnation inc (may be empty).
 func (c *Client) JoinServer(ctx context.Context, id, addr, inc string) (*layout.Layout, error) {
 	var r Joined
-	return r.Layout, c.do(ctx, RouteJoin, "", Join{Role: RoleServer, ID: id, Addr: addr, Incarnation: inc}, &r)
+	return r.Layout, c.do(ctx, RouteJoin, "", Join{Role: RoleServer, ID: id, Addr: addr, Incarnation: inc, Metrics: c.Metrics}, &r)
 }
 
 // JoinWorker admits worker id, incarnation inc (may be empty), and
 // returns its rank: the same again when a worker of that ID joins again.
 func (c *Client) JoinWorker(ctx context.Context, id, inc string) (int, error) {
 	var r Joined
-	return r.Rank, c.do(ctx, RouteJoin, "", Join{Role: RoleWorker, ID: id, Incarnation: inc}, &r)
+	return r.Rank, c.do(ctx, RouteJoin, "", Join{Role: RoleWorker, ID: id, Incarnation: inc, Metrics: c.Metrics}, &r)
 }
 
 // Report sends a worker's final report.

@@ -17,6 +17,9 @@ type Join struct {
 	// with it too, so that the end of an earlier process's registration
 	// takes out nothing.
 	Incarnation string `json:"incarnation,omitempty"`
+	// Metrics is where the node serves /metrics, if it does (shown by
+	// status).
+	Metrics string `json:"metrics,omitempty"`
 }
 
 // Joined answers Join: a worker's rank, a server's layout.

@@ -53,6 +53,7 @@ func (m *Machine) startCheckpoint(e int) {
 	m.st.Layout.Checkpoint = &layout.Checkpoint{Dir: m.cfg.CheckpointDir, Seq: ck.Seq, Pass: e, Servers: ids}
 	ck.Reported, ck.Started = map[string]bool{}, m.now
 	m.dirty = true
+	m.note(api.EventCheckpoint, "", fmt.Sprintf("checkpoint %d after pass %d begins", ck.Seq, e))
 }
 
 // RequestCheckpoint asks for a checkpoint at the next pass boundary.
@@ -78,6 +79,7 @@ func (m *Machine) Checkpointed(id uint64, c api.Checkpointed) {
 	}
 	if c.Error != "" {
 		m.log.Warn("checkpoint abandoned", "seq", c.Seq, "server", c.From, "err", c.Error)
+		m.note(api.EventCheckpoint, c.From, fmt.Sprintf("checkpoint %d abandoned: %s", c.Seq, c.Error))
 		m.st.Layout.Checkpoint = nil
 		m.publish()
 		return
@@ -126,6 +128,7 @@ func (m *Machine) Committed(seq uint64, err error) {
 		m.log.Warn("checkpoint not committed", "seq", seq, "err", err)
 	} else {
 		m.ckptDone = append(m.ckptDone, CheckpointStat{Seq: seq, Pass: ck.Pass, Seconds: m.now.Sub(m.st.Checkpoint.Started).Seconds()})
+		m.note(api.EventCheckpoint, "", fmt.Sprintf("checkpoint %d committed", seq))
 	}
 	m.st.Layout.Checkpoint = nil
 	m.st.Checkpoint.Reported = nil

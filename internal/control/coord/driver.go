@@ -76,6 +76,13 @@ type Coordinator struct {
 
 	kick chan struct{} // wakes Run
 	wg   sync.WaitGroup
+
+	// The timeline and the metrics (events.go, metrics.go, status.go).
+	events     *eventLog
+	eventStore EventStore
+	restored   bool
+	metrics    *coordMetrics
+	samples    []sample
 }
 
 // Persist saves the coordinator's state (blob). placement is set when the
@@ -110,7 +117,8 @@ func Open(o Options) (*Coordinator, error) {
 		o.Logger = slog.Default()
 	}
 	c := &Coordinator{opts: o, log: o.Logger, m: NewMachine(o.config(), time.Now()), changed: make(chan struct{}),
-		calls: map[uint64]chan Reply{}, done: make(chan struct{}), states: &memStates{}, kick: make(chan struct{}, 1)}
+		calls: map[uint64]chan Reply{}, done: make(chan struct{}), states: &memStates{}, kick: make(chan struct{}, 1),
+		events: newEventLog(), metrics: newCoordMetrics()}
 	c.published = c.m.published
 	if o.Resume {
 		if err := c.resume(o.CheckpointDir); err != nil {
@@ -140,6 +148,7 @@ func (c *Coordinator) Restore(blob []byte, epoch uint64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.m = m
+	c.restored = true
 	c.publishLocked(m.published)
 	return nil
 }
@@ -282,6 +291,7 @@ func (c *Coordinator) Run(ctx context.Context) {
 		case now := <-t.C:
 			c.mu.Lock()
 			c.m.Tick(now)
+			c.sampleLocked(now)
 			c.mu.Unlock()
 		}
 	}
@@ -319,7 +329,11 @@ func (c *Coordinator) cycle(ctx context.Context) bool {
 		return false
 	}
 	c.releaseLocked(rd)
+	evs := c.recordLocked(rd)
 	c.mu.Unlock()
+	if len(evs) > 0 {
+		c.goEffect(func() { c.saveEvents(ctx, evs) })
+	}
 	c.effects(ctx, rd)
 	return true
 }

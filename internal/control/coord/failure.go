@@ -86,6 +86,9 @@ func (m *Machine) expireWorkers() {
 			continue
 		}
 		m.log.Warn("worker silent; its pieces return to the pool", "rank", r, "silent", silent.Round(time.Millisecond))
+		if _, reported := m.st.Reports[r]; !reported { // one that reported has finished and exited
+			m.note(api.EventFailed, m.workerName(r), fmt.Sprintf("worker silent for %v: its pieces return to the pool", silent.Round(time.Millisecond)))
+		}
 		m.finish(r)
 		changed = true
 	}
@@ -102,6 +105,7 @@ func (m *Machine) Leave(id uint64, rank int) {
 		return
 	}
 	if !m.finished(rank) {
+		m.note(api.EventLeft, m.workerName(rank), "worker drained: progress recorded, leases returned")
 		m.finish(rank)
 		m.publish()
 	}
@@ -186,6 +190,7 @@ func (m *Machine) judgeSuspects() {
 			m.reply(Reply{ID: s.id})
 		default:
 			m.log.Warn("worker's etcd registration ended and it is silent: its pieces return to the pool", "worker", s.worker, "rank", r)
+			m.note(api.EventFailed, s.worker, "worker's etcd registration ended and it is silent")
 			m.finish(r)
 			m.publish()
 			m.reply(Reply{ID: s.id, Removed: true})
@@ -207,5 +212,6 @@ func (m *Machine) Probed(p Probe, alive bool) {
 		return
 	}
 	m.log.Warn("server's etcd registration ended and it does not answer: removed from the layout", "server", p.ID, "addr", p.Addr)
+	m.note(api.EventFailed, p.ID, "server's etcd registration ended and it does not answer a dial")
 	m.reply(Reply{ID: p.ReqID, Removed: true})
 }

@@ -40,6 +40,8 @@ func (c *Coordinator) Handler() http.Handler {
 	})
 	c.workHandlers(mux)
 	c.serverHandlers(mux)
+	c.observeHandlers(mux)
+	served := c.metrics.instrument(mux, mux)
 	// A coordinator that could not save a change has lost its leadership:
 	// it answers nothing more, so that clients go to the new leader.
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -50,7 +52,7 @@ func (c *Coordinator) Handler() http.Handler {
 			reply(w, nil, err)
 			return
 		}
-		mux.ServeHTTP(w, r)
+		served.ServeHTTP(w, r)
 	})
 }
 

@@ -50,6 +50,10 @@ type Machine struct {
 	cutSince map[cutKey]time.Time
 	waiting  []waiter // requests parked until they can be answered
 	ckptDone []CheckpointStat
+	// trained counts the rows recorded as trained since this machine
+	// started, and gone the servers taken out, for status (not saved).
+	trained int64
+	gone    map[string]string
 	// committing: the Commit of the checkpoint in progress was handed
 	// out, and its outcome (Committed) is awaited.
 	committing bool
@@ -85,6 +89,9 @@ type Ready struct {
 	Probes []Probe
 	// AllReported: every worker has reported or is gone.
 	AllReported bool
+	// Events are what happened, for the timeline, once saved; the driver
+	// numbers them and stamps the epoch (events.go).
+	Events      []api.Event
 	beginsEpoch bool
 }
 
@@ -211,7 +218,7 @@ func (m *Machine) replyLayout(id uint64) { m.reply(Reply{ID: id, wantLayout: tru
 func (m *Machine) hasReady() bool {
 	o := &m.out
 	return m.inflight == nil && (m.dirty || m.layoutChanged || len(o.Replies) > 0 || len(o.Drops) > 0 ||
-		o.Commit != nil || len(o.Probes) > 0 || o.AllReported)
+		o.Commit != nil || len(o.Probes) > 0 || o.AllReported || len(o.Events) > 0)
 }
 
 // Ready hands out what must be done since the last Ready, and false if

@@ -11,6 +11,10 @@ import (
 // Join admits a server or a worker (request id): a server's reply carries
 // the layout, a worker's its rank.
 func (m *Machine) Join(id uint64, j api.Join) {
+	if j.Metrics != "" && m.st.Metrics[j.Role+"/"+j.ID] != j.Metrics {
+		m.st.Metrics[j.Role+"/"+j.ID] = j.Metrics
+		m.dirty = true
+	}
 	switch j.Role {
 	case api.RoleServer:
 		m.joinServer(id, j)
@@ -47,6 +51,11 @@ func (m *Machine) joinServer(id uint64, j api.Join) {
 	if err := m.addServer(ring.Server{ID: j.ID, Addr: j.Addr}); err != nil {
 		m.fail(id, err)
 		return
+	}
+	if len(l.Joining) > 0 && l.Joining[len(l.Joining)-1].ID == j.ID {
+		m.note(api.EventJoining, j.ID, "server joins a running cluster at "+j.Addr+": pre-copying its slots")
+	} else {
+		m.note(api.EventJoin, j.ID, "server at "+j.Addr)
 	}
 	m.resetSync()
 	m.publish()
@@ -95,6 +104,7 @@ func (m *Machine) joinWorker(id uint64, j api.Join) {
 	// pieces like the others from its first request for work.
 	r := len(m.st.Workers)
 	m.st.Workers[j.ID] = r
+	m.note(api.EventJoin, j.ID, fmt.Sprintf("worker, rank %d", r))
 	l.Workers = max(l.Workers, r+1)
 	m.publish()
 	m.reply(Reply{ID: id, Rank: r})
@@ -120,7 +130,11 @@ func (m *Machine) current(role, id, inc string) bool {
 // the layout: its slots fall to the next servers of their chains, which
 // hold copies when the replication factor is above 1.
 func (m *Machine) ServerFailed(id uint64, server, addr string) {
-	m.reply(Reply{ID: id, Removed: m.removeServer(server, addr)})
+	removed := m.removeServer(server, addr)
+	if removed {
+		m.note(api.EventFailed, server, "server does not answer pings: its slots fall to their chains' next servers")
+	}
+	m.reply(Reply{ID: id, Removed: removed})
 }
 
 func (m *Machine) removeServer(id, addr string) bool {
@@ -162,6 +176,7 @@ func (m *Machine) LeaveServer(id uint64, server string) {
 		return
 	}
 	if !slices.Contains(l.Leaving, server) {
+		m.note(api.EventDrain, server, "server asked to leave: shipping its slots")
 		l.Leaving = append(slices.Clone(l.Leaving), server)
 		m.st.Synced[server] = map[string]bool{}
 		m.resetSync()
@@ -214,6 +229,7 @@ func (m *Machine) promote() bool {
 		}
 		servers = append(servers, j)
 		delete(m.st.Synced, j.ID)
+		m.note(api.EventRing, j.ID, "joined the ring: every head shipped its slots")
 	}
 	for _, id := range l.Leaving {
 		if !done(id) {
@@ -222,6 +238,7 @@ func (m *Machine) promote() bool {
 		}
 		servers = slices.DeleteFunc(servers, func(s ring.Server) bool { return s.ID == id })
 		delete(m.st.Synced, id)
+		m.note(api.EventLeft, id, "drained: left the ring, its slots shipped")
 		m.st.Removed++
 	}
 	if len(joining) == len(l.Joining) && len(leaving) == len(l.Leaving) {

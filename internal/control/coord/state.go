@@ -21,6 +21,8 @@ type State struct {
 	// node joined with, by "role/id" (see MemberGone).
 	Workers      map[string]int    `json:"workers"`
 	Incarnations map[string]string `json:"incarnations,omitempty"`
+	// Metrics maps "role/id" to where the node serves /metrics.
+	Metrics map[string]string `json:"metrics,omitempty"`
 	// Removed counts servers removed after failures or departures: they no
 	// longer count towards readiness.
 	Removed int                     `json:"removed"`
@@ -112,6 +114,7 @@ func newState(cfg Config) State {
 			Replication: max(1, cfg.Replication)},
 		Workers: map[string]int{}, Incarnations: map[string]string{}, Reports: map[int]json.RawMessage{},
 		Synced: map[string]map[string]bool{}, Passes: map[int]*Pass{}, PartStates: map[int][]uint64{},
+		Metrics: map[string]string{},
 	}
 }
 
@@ -123,6 +126,7 @@ func decodeState(blob []byte) (State, error) {
 	}
 	st.Workers, st.Incarnations, st.Reports = orEmpty(st.Workers), orEmpty(st.Incarnations), orEmpty(st.Reports)
 	st.Synced, st.Passes, st.PartStates = orEmpty(st.Synced), orEmpty(st.Passes), orEmpty(st.PartStates)
+	st.Metrics = orEmpty(st.Metrics)
 	for e, p := range st.Passes {
 		if p == nil || len(p.Parts) != st.Layout.Partitions {
 			return State{}, fmt.Errorf("coord: saved state: pass %d has no pieces for its %d partitions", e, st.Layout.Partitions)

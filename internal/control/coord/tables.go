@@ -27,6 +27,7 @@ func (m *Machine) CreateTable(id uint64, spec table.Spec) {
 		return
 	}
 	l.Tables = append(slices.Clone(l.Tables), layout.Table{ID: uint32(len(l.Tables) + 1), Spec: spec})
+	m.note(api.EventTable, "", fmt.Sprintf("table %q (%d values a key)", spec.Name, spec.Width))
 	m.publish()
 	m.replyLayout(id)
 }
@@ -46,6 +47,7 @@ func (m *Machine) Report(id uint64, rank int, report json.RawMessage) {
 			all = false
 		}
 	}
+	m.note(api.EventReported, m.workerName(rank), "")
 	m.out.AllReported = m.out.AllReported || all
 	m.reply(Reply{ID: id})
 }

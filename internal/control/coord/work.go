@@ -134,6 +134,7 @@ func (m *Machine) grant(w *Pass, p, i, rank int) api.Grant {
 	pc := &w.Parts[p][i]
 	pc.Rank, pc.Grant = rank, m.st.Grants
 	m.dirty = true
+	m.note(api.EventGrant, m.workerName(rank), fmt.Sprintf("pass %d partition %d rows %s from %d", m.passOf(w), p, pc, pc.Offset))
 	return api.Grant{Partition: p, Start: pc.Start, Offset: pc.Offset, End: pc.End, States: slices.Clone(pc.States), Lease: pc.Grant}
 }
 
@@ -178,6 +179,7 @@ func (m *Machine) Progress(id uint64, u api.Update, head, tail uint64) {
 		// offset nor its state.
 		m.unref(u.Partition, head)
 	} else {
+		m.trained += int64(u.Offset - pc.Offset)
 		pc.Offset = u.Offset
 		if u.HasState {
 			old := pc.States
@@ -253,6 +255,7 @@ func (m *Machine) completePiece(e int, w *Pass, p, i int) {
 	}
 	m.unref(p, old...)
 	if w.left() == 0 {
+		m.note(api.EventPass, "", fmt.Sprintf("pass %d trained", e))
 		m.retirePasses()
 		m.startCheckpoint(e)
 		m.publish()

@@ -135,6 +135,9 @@ func lead(ctx context.Context, st *meta.Store, cfg Config) error {
 	if err := c.SetStateStore(ctx, partStates{st, l}); err != nil {
 		return err
 	}
+	if err := c.SetEventStore(ctx, eventStore{st, l}, cfg.ID); err != nil {
+		return err
+	}
 	keep := c.StateVersions()
 	if n, err := st.SweepPartStates(ctx, l, func(p int, ver uint64) bool { return slices.Contains(keep[p], ver) }); err != nil {
 		cfg.Logger.Warn("could not sweep partition states a previous leader left unsaved", "err", err)
@@ -264,6 +267,18 @@ type partStates struct {
 	st   *meta.Store
 	lead *meta.Leadership
 }
+
+// eventStore keeps the coordinator's timeline in etcd under its lead.
+type eventStore struct {
+	st   *meta.Store
+	lead *meta.Leadership
+}
+
+func (e eventStore) PutEvents(ctx context.Context, evs []api.Event) error {
+	return e.st.PutEvents(ctx, e.lead, evs, coord.MaxEvents)
+}
+
+func (e eventStore) Events(ctx context.Context) ([]api.Event, error) { return e.st.Events(ctx) }
 
 func (p partStates) PutState(ctx context.Context, part int, ver uint64, blob []byte) error {
 	return p.st.PutPartState(ctx, p.lead, part, ver, blob)

@@ -30,6 +30,9 @@ type AppOptions struct {
 	// Repeats is how many runs each side makes, alternating (3); the
 	// report gives the median throughput.
 	Repeats int
+	// ScrapeEvery, when positive, adds a third side: the parameter server
+	// with every node's /metrics fetched at this interval.
+	ScrapeEvery time.Duration
 }
 
 func (o AppOptions) withDefaults() (AppOptions, error) {
@@ -116,6 +119,12 @@ type AppReport struct {
 	LocalTestLogLoss float64 `json:"local_test_logloss"`
 	// PSRefused counts updates the servers refused as non-finite.
 	PSRefused int64 `json:"ps_refused_non_finite"`
+	// PSScrapedExamplesPerSec is the parameter server's throughput with
+	// every node scraped each ScrapeEvery, and ScrapeCost the fraction of
+	// throughput that costs (1 - scraped/unscraped).
+	ScrapeEvery             string  `json:"scrape_every,omitempty"`
+	PSScrapedExamplesPerSec float64 `json:"ps_scraped_examples_s,omitempty"`
+	ScrapeCost              float64 `json:"scrape_cost,omitempty"`
 
 	Runs []AppRun `json:"runs"`
 
@@ -133,6 +142,9 @@ func (r *AppReport) Summary() string {
 	fmt.Fprintf(&b, "  parameter server 1s1w %10.0f examples/s  test AUC %.4f  log loss %.4f\n", r.PSExamplesPerSec, r.PSTestAUC, r.PSTestLogLoss)
 	fmt.Fprintf(&b, "  local loop            %10.0f examples/s  test AUC %.4f  log loss %.4f\n", r.LocalExamplesPerSec, r.LocalTestAUC, r.LocalTestLogLoss)
 	fmt.Fprintf(&b, "  ratio                 %10.2f (target >= 0.8)\n", r.Ratio)
+	if r.ScrapeEvery != "" {
+		fmt.Fprintf(&b, "  scraped every %-7s %10.0f examples/s  cost %.1f%% of the unscraped throughput\n", r.ScrapeEvery, r.PSScrapedExamplesPerSec, 100*r.ScrapeCost)
+	}
 	return b.String()
 }
 
@@ -157,7 +169,7 @@ func App(ctx context.Context, o AppOptions, progress io.Writer) (*AppReport, err
 		return nil, err
 	}
 	log := logger(w)
-	var psRates, localRates []float64
+	var psRates, localRates, scrapedRates []float64
 	for i := range o.Repeats {
 		loc, err := runLocal(train, test, cfg)
 		if err != nil {
@@ -174,6 +186,20 @@ func App(ctx context.Context, o AppOptions, progress io.Writer) (*AppReport, err
 		rep.LocalTestAUC, rep.LocalTestLogLoss = loc.TestAUC, loc.TestLogLoss
 		rep.PSTestAUC, rep.PSTestLogLoss = psr.TestAUC, psr.TestLogLoss
 		rep.PSRefused += refused
+		if o.ScrapeEvery > 0 {
+			scr, _, err := runPSScraped(ctx, cfg, log, o.ScrapeEvery)
+			if err != nil {
+				return nil, err
+			}
+			fmt.Fprintf(w, "run %d/%d: ps, scraped every %v: %.0f examples/s\n", i+1, o.Repeats, o.ScrapeEvery, scr.ExamplesPerSecond)
+			scr.Side = "ps-scraped"
+			rep.Runs = append(rep.Runs, scr)
+			scrapedRates = append(scrapedRates, scr.ExamplesPerSecond)
+		}
+	}
+	if o.ScrapeEvery > 0 {
+		rep.ScrapeEvery, rep.PSScrapedExamplesPerSec = o.ScrapeEvery.String(), medianFloat(scrapedRates)
+		rep.ScrapeCost = 1 - rep.PSScrapedExamplesPerSec/medianFloat(psRates)
 	}
 	rep.PSExamplesPerSec, rep.LocalExamplesPerSec = medianFloat(psRates), medianFloat(localRates)
 	rep.Ratio = rep.PSExamplesPerSec / rep.LocalExamplesPerSec
@@ -204,8 +230,21 @@ func readData(o AppOptions) (train, test *data.Sparse, err error) {
 // that every run starts from an empty model. Its time is the sum of lr's
 // epoch times, which leave out the test evaluation after each epoch.
 func runPS(ctx context.Context, cfg lr.Config, log *slog.Logger) (AppRun, int64, error) {
+	return runPSScraped(ctx, cfg, log, 0)
+}
+
+// runPSScraped is runPS with every node's /metrics scraped each scrape
+// (none if 0).
+func runPSScraped(ctx context.Context, cfg lr.Config, log *slog.Logger, scrape time.Duration) (AppRun, int64, error) {
 	var rep *lr.Report
-	err := onWorker(ctx, 1, log, func(ctx context.Context, _ *node.Local, c *ps.Client) error {
+	err := onWorker(ctx, 1, log, func(ctx context.Context, l *node.Local, c *ps.Client) error {
+		if scrape > 0 {
+			stop, err := scrapeCluster(ctx, l, c, scrape)
+			if err != nil {
+				return err
+			}
+			defer stop()
+		}
 		var err error
 		rep, err = lr.Run(ctx, c, cfg)
 		return err

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/ps"
 )
 
@@ -186,6 +187,8 @@ type Report struct {
 	// when rank 0 did not finish.
 	FinalEvaluation map[string]float64 `json:"final_evaluation,omitempty"`
 	Notes           []string           `json:"notes,omitempty"`
+	// Events is the coordinator's timeline at the end (events.go).
+	Events []api.Event `json:"events,omitempty"`
 
 	// WorkerReports are the reports of the workers that finished, by
 	// rank; ServerStats each server's last statistics line (JSON of
@@ -444,6 +447,7 @@ func (d *drill) run(ctx context.Context) error {
 	if cfg.Audit == nil {
 		d.rep.note("no audit: training started when the first worker started its job, and the accounting fields are null")
 	}
+	d.timeline(ctx)
 	// The workers are gone: stop the rest, politely first.
 	d.sup.stopAll(3 * time.Second)
 	finished := 0

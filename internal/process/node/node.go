@@ -71,6 +71,8 @@ type ServerConfig struct {
 	Token string
 	// OnRebuilt: see server.Options.
 	OnRebuilt func(version uint64)
+	// Metrics: see NodeMetrics.
+	Metrics NodeMetrics
 }
 
 // drainLinger is how long a departing server keeps answering (with
@@ -97,6 +99,10 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	}
 	cc := api.NewClient(cfg.Coordinator, cfg.Network)
 	cc.Token = cfg.Token
+	metrics, err := cfg.Metrics.serve(ctx, cc)
+	if err != nil {
+		return fmt.Errorf("server %s: %w", cfg.ID, err)
+	}
 	jctx, cancel := context.WithTimeout(ctx, cfg.JoinTimeout)
 	defer cancel()
 	if err := cc.WaitReachable(jctx); err != nil {
@@ -129,6 +135,9 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	})
 	if err := s.Configure(l); err != nil {
 		return err
+	}
+	if metrics != nil {
+		metrics.MustRegister(s.Collector())
 	}
 	if cfg.Ready != nil {
 		cfg.Ready(s)
@@ -223,6 +232,8 @@ type WorkerConfig struct {
 	Network transport.Network
 	// Token is the worker's join token (none if empty).
 	Token string
+	// Metrics: see NodeMetrics.
+	Metrics NodeMetrics
 }
 
 // ErrDrained is returned by RunWorker and RunServer after a drained
@@ -240,6 +251,10 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, job Job) (any, error) {
 	}
 	cc := api.NewClient(cfg.Coordinator, cfg.Network)
 	cc.Token = cfg.Token
+	metrics, err := cfg.Metrics.serve(ctx, cc)
+	if err != nil {
+		return nil, fmt.Errorf("worker %s: %w", cfg.ID, err)
+	}
 	jctx, cancel := context.WithTimeout(ctx, cfg.JoinTimeout)
 	defer cancel()
 	if err := cc.WaitReachable(jctx); err != nil {
@@ -255,6 +270,9 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, job Job) (any, error) {
 		return nil, fmt.Errorf("worker %s: %w", cfg.ID, err)
 	}
 	defer c.Close()
+	if metrics != nil {
+		metrics.MustRegister(c.Collector())
+	}
 	reg := register(ctx, c.Layout(), api.RoleWorker, cfg.ID, inc, "", cfg.Network, cfg.Logger)
 	defer reg.leave()
 	jobCtx, stopJob := context.WithCancel(ctx)

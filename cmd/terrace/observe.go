@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/terrace-ml/terrace/internal/control/api"
+)
+
+func statusCmd() *cobra.Command {
+	var coordinator string
+	var watch bool
+	var every time.Duration
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the cluster: the job's progress and ETA, and every node's role, address, state and holdings",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			cc := api.NewClient(coordinator, nil)
+			cc.RetryFor = 2 * time.Second
+			out := cmd.OutOrStdout()
+			for {
+				qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				st, err := cc.Status(qctx)
+				cancel()
+				switch {
+				case err != nil && !watch:
+					return err
+				case err != nil:
+					fmt.Fprintf(out, "%s  coordinator %s: %v\n", time.Now().Format(time.TimeOnly), coordinator, err)
+				case asJSON:
+					b, _ := json.MarshalIndent(st, "", "  ")
+					fmt.Fprintf(out, "%s\n", b)
+				default:
+					if watch {
+						fmt.Fprint(out, "\033[H\033[2J") // clear the screen, as watch(1) does
+					}
+					printStatus(out, coordinator, st)
+				}
+				if !watch {
+					return nil
+				}
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(every):
+				}
+			}
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&coordinator, "coordinator", "127.0.0.1:7070", "coordinator address (several, comma-separated, for replicas)")
+	fs.BoolVarP(&watch, "watch", "w", false, "refresh until interrupted")
+	fs.DurationVar(&every, "every", time.Second, "with --watch: refresh interval")
+	fs.BoolVar(&asJSON, "json", false, "print the status as JSON")
+	return cmd
+}
+
+// printStatus prints st as kubectl prints resources: a summary line, then
+// a table of nodes.
+func printStatus(w io.Writer, coordinator string, st *api.Status) {
+	j := st.Job
+	ready := "ready"
+	if !st.Ready {
+		ready = "forming"
+	}
+	fmt.Fprintf(w, "COORDINATOR %s  epoch %d  %s  events %d\n", coordinator, st.Epoch, ready, st.Events)
+	eta := "-"
+	if j.ETA > 0 {
+		eta = j.ETA.Round(time.Second).String()
+	}
+	fmt.Fprintf(w, "JOB  pass %d  partitions %d/%d  examples %d  rate %.0f rows/s  eta %s  workers reported %d/%d\n\n",
+		j.Pass, j.Done, j.Partitions, j.Examples, j.Rate, eta, j.Reported, j.Workers)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ROLE\tID\tADDRESS\tSTATE\tMETRICS\tHOLDS")
+	for _, n := range st.Nodes {
+		holds := n.Holds
+		if len(holds) > 60 {
+			holds = holds[:57] + "..."
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", n.Role, n.ID, or(n.Addr, "-"), n.State, or(n.Metrics, "-"), or(holds, "-"))
+	}
+	tw.Flush()
+}
+
+func eventsCmd() *cobra.Command {
+	var coordinator string
+	var follow, asJSON bool
+	var after uint64
+	cmd := &cobra.Command{
+		Use:   "events",
+		Short: "Print the coordinator's event timeline: joins, drains, failures, range moves, leases, splits, checkpoints",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			cc := api.NewClient(coordinator, nil)
+			if !follow {
+				cc.RetryFor = 2 * time.Second // a follower rides out a failover
+			}
+			out := cmd.OutOrStdout()
+			for {
+				evs, err := cc.Events(ctx, after, follow)
+				if err != nil {
+					if ctx.Err() != nil {
+						return nil
+					}
+					return err
+				}
+				for _, e := range evs {
+					after = max(after, e.Seq)
+					if asJSON {
+						b, _ := json.Marshal(e)
+						fmt.Fprintf(out, "%s\n", b)
+						continue
+					}
+					fmt.Fprintln(out, formatEvent(e))
+				}
+				if !follow {
+					return nil
+				}
+			}
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&coordinator, "coordinator", "127.0.0.1:7070", "coordinator address (several, comma-separated, for replicas)")
+	fs.BoolVarP(&follow, "follow", "f", false, "wait for new events until interrupted")
+	fs.BoolVar(&asJSON, "json", false, "one JSON object a line")
+	fs.Uint64Var(&after, "after", 0, "only events numbered above this")
+	return cmd
+}
+
+func formatEvent(e api.Event) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%5d  %s  epoch %-4d %-10s", e.Seq, e.Time.Format("15:04:05.000"), e.Epoch, e.Kind)
+	switch {
+	case e.Node != "" && e.Cause != "":
+		fmt.Fprintf(&b, " %s: %s", e.Node, e.Cause)
+	default:
+		fmt.Fprintf(&b, " %s%s", e.Node, e.Cause)
+	}
+	return b.String()
+}

@@ -1,0 +1,105 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Routes that show the cluster to people (docs/design/observe.md). They
+// only read.
+const (
+	RouteEvents  = "GET /v1/events" // ?after=SEQ[&follow=1] -> []Event
+	RouteStatus  = "GET /v1/status" // Status
+	RouteMetrics = "GET /metrics"   // Prometheus text format
+)
+
+// Event kinds on the coordinator's timeline.
+const (
+	EventJoin       = "join"       // a node was admitted
+	EventJoining    = "joining"    // a server is pre-copying the slots it will hold
+	EventRing       = "ring"       // servers went on or off the ring: slots moved
+	EventDrain      = "drain"      // a node asked to leave (SIGTERM or an eviction notice)
+	EventLeft       = "left"       // a drained node is out
+	EventFailed     = "failed"     // the failure detector took a node out
+	EventGrant      = "grant"      // a piece of a partition was leased to a worker
+	EventSplit      = "split"      // a lease was cut for another worker
+	EventCheckpoint = "checkpoint" // a cluster checkpoint began, or was committed
+	EventTable      = "table"      // a table was created
+	EventLeader     = "leader"     // a coordinator replica took over
+	EventPass       = "pass"       // every partition of a pass is trained
+	EventReported   = "reported"   // a worker finished and reported
+)
+
+// Event is one entry of the coordinator's timeline: what happened, to
+// which node, why, and the epoch of the layout it produced (the epoch in
+// force when nothing moved).
+type Event struct {
+	Seq   uint64    `json:"seq"`
+	Time  time.Time `json:"time"`
+	Kind  string    `json:"kind"`
+	Node  string    `json:"node,omitempty"`
+	Cause string    `json:"cause,omitempty"`
+	Epoch uint64    `json:"epoch"`
+}
+
+// Status is the cluster at a glance: the job's progress and every node.
+type Status struct {
+	Time    time.Time    `json:"time"`
+	Epoch   uint64       `json:"epoch"`
+	Version uint64       `json:"version"`
+	Ready   bool         `json:"ready"`
+	Job     JobStatus    `json:"job"`
+	Nodes   []NodeStatus `json:"nodes"`
+	// Events is how many events the timeline holds, the last one's Seq.
+	Events uint64 `json:"events"`
+}
+
+// JobStatus is the training's progress: passes are numbered from 0, and
+// Done counts the partitions of Pass trained to their end.
+type JobStatus struct {
+	Pass       int `json:"pass"`
+	Partitions int `json:"partitions"`
+	Done       int `json:"done"`
+	// Examples counts the rows recorded as trained since this coordinator
+	// took over; Rate is rows per second over the last minute, and ETA the
+	// time the pass in progress would take to finish at that rate (0 when
+	// unknown).
+	Examples int64         `json:"examples"`
+	Rate     float64       `json:"rate"`
+	ETA      time.Duration `json:"eta"`
+	Reported int           `json:"reported"`
+	Workers  int           `json:"workers"`
+}
+
+// NodeStatus is one node as the coordinator sees it. State is one of
+// serving, joining, leaving, training, idle, finished, dead.
+type NodeStatus struct {
+	Role  string `json:"role"`
+	ID    string `json:"id"`
+	Rank  int    `json:"rank,omitempty"`
+	Addr  string `json:"addr,omitempty"`
+	State string `json:"state"`
+	// Holds says what the node holds: a server's slots as their share of
+	// the ring, a worker's leased pieces.
+	Holds string `json:"holds,omitempty"`
+	// Metrics is where the node serves /metrics.
+	Metrics string `json:"metrics,omitempty"`
+}
+
+// Events returns the events after sequence number after; with follow it
+// waits (up to PollWait) until there is one.
+func (c *Client) Events(ctx context.Context, after uint64, follow bool) ([]Event, error) {
+	q := fmt.Sprintf("?after=%d", after)
+	if follow {
+		q += "&follow=1"
+	}
+	var evs []Event
+	return evs, c.do(ctx, RouteEvents, q, nil, &evs)
+}
+
+// Status returns the cluster's status.
+func (c *Client) Status(ctx context.Context) (*Status, error) {
+	var s Status
+	return &s, c.do(ctx, RouteStatus, "", nil, &s)
+}

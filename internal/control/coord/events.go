@@ -1,0 +1,201 @@
+package coord
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/terrace-ml/terrace/internal/control/api"
+)
+
+// The event timeline (docs/design/observe.md): the Machine notes what
+// happened in its Ready; the driver numbers the events, stamps the epoch
+// it publishes with them, keeps the last MaxEvents and hands them to an
+// EventStore once the state they describe is saved.
+
+// MaxEvents bounds the timeline kept in memory and in the store.
+const MaxEvents = 1000
+
+// EventStore keeps the timeline where a coordinator's successor finds it
+// (etcd, under coordha). PutEvents adds events, numbered in order, and
+// may forget those MaxEvents or more older than the newest; Events
+// returns those it holds, oldest first.
+type EventStore interface {
+	PutEvents(ctx context.Context, evs []api.Event) error
+	Events(ctx context.Context) ([]api.Event, error)
+}
+
+// note records an event of kind on node, for the next Ready.
+func (m *Machine) note(kind, node, cause string) {
+	m.out.Events = append(m.out.Events, api.Event{Time: m.now, Kind: kind, Node: node, Cause: cause})
+	if kind == api.EventFailed || kind == api.EventLeft {
+		if m.gone == nil {
+			m.gone = map[string]string{}
+		}
+		m.gone[node] = kind
+	}
+}
+
+// workerName names rank by its ID, for events.
+func (m *Machine) workerName(rank int) string {
+	for id, r := range m.st.Workers {
+		if r == rank {
+			return id
+		}
+	}
+	return fmt.Sprintf("rank-%d", rank)
+}
+
+// passOf returns the number of pass w.
+func (m *Machine) passOf(w *Pass) int {
+	for e, p := range m.st.Passes {
+		if p == w {
+			return e
+		}
+	}
+	return -1
+}
+
+// eventLog is the timeline in memory: the last MaxEvents events, and a
+// channel closed whenever more arrive, for followers.
+type eventLog struct {
+	mu      sync.Mutex
+	evs     []api.Event
+	next    uint64 // the next sequence number
+	changed chan struct{}
+}
+
+func newEventLog() *eventLog { return &eventLog{next: 1, changed: make(chan struct{})} }
+
+// add numbers evs, stamps epoch on each, and keeps them.
+func (l *eventLog) add(evs []api.Event, epoch uint64) []api.Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]api.Event, len(evs))
+	for i, e := range evs {
+		e.Seq, e.Epoch = l.next, epoch
+		l.next++
+		out[i] = e
+	}
+	l.evs = append(l.evs, out...)
+	if n := len(l.evs) - MaxEvents; n > 0 {
+		l.evs = slices.Delete(l.evs, 0, n)
+	}
+	close(l.changed)
+	l.changed = make(chan struct{})
+	return out
+}
+
+// load replaces the log with evs, saved by a previous leader.
+func (l *eventLog) load(evs []api.Event) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.evs = slices.Clone(evs)
+	if len(l.evs) > MaxEvents {
+		l.evs = l.evs[len(l.evs)-MaxEvents:]
+	}
+	if n := len(l.evs); n > 0 {
+		l.next = max(l.next, l.evs[n-1].Seq+1)
+	}
+}
+
+// after returns the events numbered above seq, waiting for one until ctx
+// ends if wait is set.
+func (l *eventLog) after(ctx context.Context, seq uint64, wait bool) []api.Event {
+	for {
+		l.mu.Lock()
+		i, _ := slices.BinarySearchFunc(l.evs, seq+1, func(e api.Event, s uint64) int { return cmpU64(e.Seq, s) })
+		evs := slices.Clone(l.evs[i:])
+		ch := l.changed
+		l.mu.Unlock()
+		if len(evs) > 0 || !wait {
+			return evs
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return []api.Event{}
+		}
+	}
+}
+
+func (l *eventLog) last() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.next - 1
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Events returns the timeline's events numbered above after, oldest
+// first; with wait it waits for one until ctx ends.
+func (c *Coordinator) Events(ctx context.Context, after uint64, wait bool) []api.Event {
+	return c.events.after(ctx, after, wait)
+}
+
+// SetEventStore loads the timeline a previous leader saved in s, notes
+// this coordinator's (named self) taking over if there was one, and saves
+// every event from now on in s. Call it before Run.
+func (c *Coordinator) SetEventStore(ctx context.Context, s EventStore, self string) error {
+	evs, err := s.Events(ctx)
+	if err != nil {
+		return fmt.Errorf("coordinator: loading the event timeline: %w", err)
+	}
+	c.events.load(evs)
+	c.mu.Lock()
+	c.eventStore = s
+	restored := c.restored
+	c.mu.Unlock()
+	if restored {
+		c.event(func(m *Machine) {
+			m.note(api.EventLeader, self, "took over: state restored from etcd")
+		})
+	}
+	return nil
+}
+
+// recordLocked numbers and keeps rd's events under the epoch now
+// published, and returns them for the store; c.mu is held.
+func (c *Coordinator) recordLocked(rd Ready) []api.Event {
+	if len(rd.Events) == 0 {
+		return nil
+	}
+	evs := c.events.add(rd.Events, c.published.Epoch)
+	for _, e := range evs {
+		c.metrics.event(e.Kind)
+		c.log.Debug("event", "kind", e.Kind, "node", e.Node, "cause", e.Cause, "epoch", e.Epoch)
+	}
+	return evs
+}
+
+// saveEvents writes evs to the store, if there is one; a failure is
+// logged, not fatal: the timeline is for people, the state is saved.
+func (c *Coordinator) saveEvents(ctx context.Context, evs []api.Event) {
+	c.mu.Lock()
+	s := c.eventStore
+	c.mu.Unlock()
+	if s == nil || len(evs) == 0 {
+		return
+	}
+	sctx, cancel := context.WithTimeout(ctx, saveTimeout)
+	defer cancel()
+	if err := s.PutEvents(sctx, evs); err != nil && ctx.Err() == nil {
+		c.log.Warn("could not save events to the timeline's store", "events", len(evs), "err", err)
+	}
+}
+
+// sample is the count of rows trained at a time, for the training rate.
+type sample struct {
+	at      time.Time
+	trained int64
+}

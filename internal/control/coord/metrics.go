@@ -1,0 +1,103 @@
+package coord
+
+import (
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/terrace-ml/terrace/internal/control/api"
+)
+
+// coordMetrics are the coordinator's own instruments; the rest of its
+// metrics are read from its state at scrape time (Collector).
+type coordMetrics struct {
+	events   *prometheus.CounterVec
+	requests *prometheus.HistogramVec
+}
+
+func newCoordMetrics() *coordMetrics {
+	return &coordMetrics{
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "terrace_coordinator_events_total",
+			Help: "Events on the coordinator's timeline, by kind (join, drain, failed, left, ring, grant, split, checkpoint, ...).",
+		}, []string{"kind"}),
+		requests: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "terrace_coordinator_request_duration_seconds",
+			Help:    "Time to answer a control-plane request, by route (long-polls included).",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 25},
+		}, []string{"route"}),
+	}
+}
+
+func (cm *coordMetrics) event(kind string) { cm.events.WithLabelValues(kind).Inc() }
+
+// instrument times every request by the route pattern that serves it.
+func (cm *coordMetrics) instrument(mux *http.ServeMux, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, route := mux.Handler(r)
+		if route == "" {
+			route = "unmatched"
+		}
+		start := time.Now()
+		next.ServeHTTP(w, r)
+		cm.requests.WithLabelValues(route).Observe(time.Since(start).Seconds())
+	})
+}
+
+var (
+	descNodes = prometheus.NewDesc("terrace_coordinator_nodes",
+		"Nodes the coordinator knows, by role and state (serving, joining, leaving, training, idle, finished, dead, left).",
+		[]string{"role", "state"}, nil)
+	descEpoch   = prometheus.NewDesc("terrace_coordinator_epoch", "The epoch of the published layout.", nil, nil)
+	descLeases  = prometheus.NewDesc("terrace_coordinator_leases_held", "Pieces of data partitions leased to live workers.", nil, nil)
+	descTrained = prometheus.NewDesc("terrace_coordinator_examples_trained_total",
+		"Rows recorded as trained (by progress reports) since this coordinator took over.", nil, nil)
+	descPass = prometheus.NewDesc("terrace_coordinator_pass", "The first training pass not yet complete.", nil, nil)
+	descDone = prometheus.NewDesc("terrace_coordinator_pass_partitions_done",
+		"Partitions of the pass in progress trained to their end.", nil, nil)
+	descCkpt = prometheus.NewDesc("terrace_coordinator_checkpoints_total", "Cluster checkpoints committed.", nil, nil)
+)
+
+// Collector returns the coordinator's metrics for a Prometheus registry:
+// its counters, and gauges read from its state at each scrape.
+func (c *Coordinator) Collector() prometheus.Collector { return (*coordCollector)(c) }
+
+type coordCollector Coordinator
+
+func (cc *coordCollector) Describe(ch chan<- *prometheus.Desc) {
+	cc.metrics.events.Describe(ch)
+	cc.metrics.requests.Describe(ch)
+	for _, d := range []*prometheus.Desc{descNodes, descEpoch, descLeases, descTrained, descPass, descDone, descCkpt} {
+		ch <- d
+	}
+}
+
+func (cc *coordCollector) Collect(ch chan<- prometheus.Metric) {
+	c := (*Coordinator)(cc)
+	c.metrics.events.Collect(ch)
+	c.metrics.requests.Collect(ch)
+	st := c.Status()
+	c.mu.Lock()
+	ckpts := len(c.m.ckptDone)
+	c.mu.Unlock()
+	type rs struct{ role, state string }
+	nodes := map[rs]int{}
+	leases := 0
+	for _, n := range st.Nodes {
+		nodes[rs{n.Role, n.State}]++
+		if n.Role == api.RoleWorker && n.Holds != "" {
+			leases += len(strings.Fields(n.Holds))
+		}
+	}
+	for k, n := range nodes {
+		ch <- prometheus.MustNewConstMetric(descNodes, prometheus.GaugeValue, float64(n), k.role, k.state)
+	}
+	ch <- prometheus.MustNewConstMetric(descEpoch, prometheus.GaugeValue, float64(st.Epoch))
+	ch <- prometheus.MustNewConstMetric(descLeases, prometheus.GaugeValue, float64(leases))
+	ch <- prometheus.MustNewConstMetric(descTrained, prometheus.CounterValue, float64(st.Job.Examples))
+	ch <- prometheus.MustNewConstMetric(descPass, prometheus.GaugeValue, float64(st.Job.Pass))
+	ch <- prometheus.MustNewConstMetric(descDone, prometheus.GaugeValue, float64(st.Job.Done))
+	ch <- prometheus.MustNewConstMetric(descCkpt, prometheus.CounterValue, float64(ckpts))
+}

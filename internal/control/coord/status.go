@@ -1,0 +1,145 @@
+package coord
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/terrace-ml/terrace/internal/control/api"
+	"github.com/terrace-ml/terrace/internal/placement/ring"
+)
+
+// statusSlots is how many slots Status samples to give each server its
+// share of the ring.
+const statusSlots = 4096
+
+// Status describes the cluster as the machine sees it: the job's
+// progress and every node, in role and ID order. Rate and ETA are the
+// driver's (they need samples over time).
+func (m *Machine) Status() api.Status {
+	l := &m.st.Layout
+	st := api.Status{Time: m.now, Epoch: l.Epoch, Version: l.Version, Ready: l.Ready}
+	st.Job = api.JobStatus{Pass: m.st.DoneBefore, Partitions: l.Partitions, Examples: m.trained,
+		Reported: len(m.st.Reports), Workers: len(m.st.Workers)}
+	if w := m.st.Passes[m.st.DoneBefore]; w != nil {
+		st.Job.Done = l.Partitions - w.left()
+	}
+	share := m.ringShare()
+	for _, s := range l.Servers {
+		state := "serving"
+		if slices.Contains(l.Leaving, s.ID) {
+			state = "leaving"
+		}
+		st.Nodes = append(st.Nodes, api.NodeStatus{Role: api.RoleServer, ID: s.ID, Addr: s.Addr, State: state,
+			Holds: fmt.Sprintf("%.0f%% of slots (primary)", 100*share[s.ID])})
+	}
+	for _, s := range l.Joining {
+		st.Nodes = append(st.Nodes, api.NodeStatus{Role: api.RoleServer, ID: s.ID, Addr: s.Addr, State: "joining"})
+	}
+	for id, how := range m.gone {
+		if slices.ContainsFunc(st.Nodes, func(n api.NodeStatus) bool { return n.ID == id }) {
+			continue
+		}
+		if _, worker := m.st.Workers[id]; worker {
+			continue
+		}
+		st.Nodes = append(st.Nodes, api.NodeStatus{Role: api.RoleServer, ID: id, State: goneState(how)})
+	}
+	held := m.heldPieces()
+	for id, r := range m.st.Workers {
+		n := api.NodeStatus{Role: api.RoleWorker, ID: id, Rank: r, State: "idle", Holds: strings.Join(held[r], " ")}
+		_, reported := m.st.Reports[r]
+		switch {
+		case reported:
+			n.State = "finished"
+		case m.finished(r):
+			n.State = goneState(m.gone[id])
+		case len(held[r]) > 0:
+			n.State = "training"
+		}
+		st.Nodes = append(st.Nodes, n)
+	}
+	for i := range st.Nodes {
+		st.Nodes[i].Metrics = m.st.Metrics[st.Nodes[i].Role+"/"+st.Nodes[i].ID]
+	}
+	slices.SortFunc(st.Nodes, func(a, b api.NodeStatus) int {
+		return cmp.Or(cmp.Compare(a.Role, b.Role), cmp.Compare(a.ID, b.ID))
+	})
+	return st
+}
+
+func goneState(how string) string {
+	if how == api.EventLeft {
+		return "left"
+	}
+	return "dead"
+}
+
+// ringShare returns each ring server's share of the slots it heads.
+func (m *Machine) ringShare() map[string]float64 {
+	out := map[string]float64{}
+	r, err := ring.New(m.st.Layout.Epoch, m.st.Layout.Servers, m.st.Layout.VNodes)
+	if err != nil || len(r.Servers) == 0 {
+		return out
+	}
+	for s := range uint64(statusSlots) {
+		out[r.Servers[r.SlotOwner(s)].ID] += 1.0 / statusSlots
+	}
+	return out
+}
+
+// heldPieces lists, by rank, the pieces each worker holds, as
+// "pass/partition[start,end)@offset".
+func (m *Machine) heldPieces() map[int][]string {
+	out := map[int][]string{}
+	for _, e := range m.passNumbers() {
+		for p, pcs := range m.st.Passes[e].Parts {
+			for _, pc := range pcs {
+				if pc.Rank >= 0 && !pc.Done {
+					out[pc.Rank] = append(out[pc.Rank], fmt.Sprintf("%d/%d%s@%d", e, p, &pc, pc.Offset))
+				}
+			}
+		}
+	}
+	return out
+}
+
+// rateWindow is how far back the training rate looks.
+const rateWindow = time.Minute
+
+// sampleLocked records how many rows were trained at now, once a second
+// at most, for the rate; c.mu is held.
+func (c *Coordinator) sampleLocked(now time.Time) {
+	if n := len(c.samples); n > 0 && now.Sub(c.samples[n-1].at) < time.Second {
+		return
+	}
+	c.samples = append(c.samples, sample{now, c.m.trained})
+	for len(c.samples) > 2 && now.Sub(c.samples[0].at) > rateWindow {
+		c.samples = c.samples[1:]
+	}
+}
+
+// Status returns the cluster's status, with the training rate over the
+// last minute and the ETA of the pass in progress at that rate.
+func (c *Coordinator) Status() api.Status {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.m.SetNow(time.Now())
+	st := c.m.Status()
+	if n := len(c.samples); n >= 2 {
+		a, b := c.samples[0], c.samples[n-1]
+		if dt := b.at.Sub(a.at).Seconds(); dt > 0 {
+			st.Job.Rate = float64(b.trained-a.trained) / dt
+		}
+	}
+	if left := st.Job.Partitions - st.Job.Done; st.Job.Rate > 0 && left > 0 && st.Job.Done > 0 && st.Job.Examples > 0 {
+		// Rows per partition, estimated from what was trained so far in
+		// this pass and before.
+		perPart := float64(st.Job.Examples) / float64(st.Job.Pass*st.Job.Partitions+st.Job.Done)
+		st.Job.ETA = time.Duration(float64(left) * perPart / st.Job.Rate * float64(time.Second))
+	}
+	st.Events = c.events.last()
+	return st
+}

@@ -1,0 +1,363 @@
+package plot
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"image/color"
+	"io"
+	"math"
+	"slices"
+	"sort"
+	"strconv"
+	"time"
+
+	gplot "gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+	"gonum.org/v1/plot/vg/vgsvg"
+
+	"github.com/terrace-ml/terrace/internal/control/api"
+)
+
+// ErrNoData is returned for a report with nothing to draw.
+var ErrNoData = errors.New("plot: the report has no passes and no events")
+
+// Pass is one training pass as a worker reported it: when it ended, in
+// seconds after training started, and its metrics by name ("pass" is its
+// number).
+type Pass struct {
+	Seconds float64
+	Metrics map[string]float64
+}
+
+// Run is what a plot shows.
+type Run struct {
+	Passes []Pass
+	Events []api.Event
+	// Faults are the drill's injections, in seconds after training
+	// started; Stall the longest time without an acknowledged push.
+	Faults                []Fault
+	StallAt, StallSeconds float64
+}
+
+// Fault is one injected fault.
+type Fault struct {
+	Seconds    float64
+	Role, Node string
+	Action     string
+}
+
+// The metrics a plot looks for, most telling first.
+var (
+	testMetrics  = []string{"test_auc", "test_rmse", "test_perplexity", "test_accuracy", "test_logloss"}
+	trainMetrics = []string{"train_logloss", "train_rmse", "train_loglik_per_token"}
+)
+
+// Parse reads a report: `terrace train`'s (workers, events, the drill's
+// faults and stall), or the coordinator's --report (workers' reports by
+// rank). events, if not nil, is a timeline written by the coordinator's
+// --events, used when the report has none.
+func Parse(report, events []byte) (*Run, error) {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(report, &top); err != nil {
+		return nil, fmt.Errorf("plot: report: %w", err)
+	}
+	workers := map[string]json.RawMessage{}
+	if w, ok := top["workers"]; ok {
+		if err := json.Unmarshal(w, &workers); err != nil {
+			return nil, fmt.Errorf("plot: report's workers: %w", err)
+		}
+	} else {
+		for k, v := range top { // the coordinator's: reports by rank
+			if _, err := strconv.Atoi(k); err == nil {
+				workers[k] = v
+			}
+		}
+	}
+	r := &Run{}
+	// The passes of the worker that evaluated (rank 0 in every app).
+	for _, rank := range sortedKeys(workers) {
+		var w struct {
+			Passes []map[string]float64 `json:"passes"`
+		}
+		if json.Unmarshal(workers[rank], &w) != nil || len(w.Passes) == 0 {
+			continue
+		}
+		for _, p := range w.Passes {
+			r.Passes = append(r.Passes, Pass{Seconds: p["seconds"], Metrics: p})
+		}
+		break
+	}
+	if raw, ok := top["events"]; ok {
+		if err := json.Unmarshal(raw, &r.Events); err != nil {
+			return nil, fmt.Errorf("plot: report's events: %w", err)
+		}
+	}
+	if len(r.Events) == 0 && events != nil {
+		if err := json.Unmarshal(events, &r.Events); err != nil {
+			return nil, fmt.Errorf("plot: events: %w", err)
+		}
+	}
+	var drill struct {
+		Faults []struct {
+			TimeS      float64 `json:"time_s"`
+			Role, Node string
+			Action     string
+		} `json:"faults"`
+		StallS  *float64 `json:"max_stall_seconds"`
+		StallAt *float64 `json:"max_stall_at_seconds"`
+	}
+	if json.Unmarshal(report, &drill) == nil {
+		for _, f := range drill.Faults {
+			r.Faults = append(r.Faults, Fault{Seconds: f.TimeS, Role: f.Role, Node: f.Node, Action: f.Action})
+		}
+		if drill.StallS != nil && drill.StallAt != nil {
+			r.StallSeconds, r.StallAt = *drill.StallS, *drill.StallAt
+		}
+	}
+	if len(r.Passes) == 0 && len(r.Events) == 0 {
+		return nil, ErrNoData
+	}
+	r.placePasses()
+	return r, nil
+}
+
+// placePasses puts each pass at the time it ended: when the timeline says
+// the pass was trained, or else at the sum of the passes' durations
+// (workers report each pass's own seconds).
+func (r *Run) placePasses() {
+	t0 := r.start()
+	ended := map[int]float64{}
+	for _, e := range r.Events {
+		var n int
+		if e.Kind == api.EventPass {
+			if _, err := fmt.Sscanf(e.Cause, "pass %d trained", &n); err == nil {
+				ended[n+1] = e.Time.Sub(t0).Seconds() // the apps number passes from 1, the coordinator from 0
+			}
+		}
+	}
+	var sum float64
+	for i := range r.Passes {
+		sum += r.Passes[i].Seconds
+		if at, ok := ended[int(r.Passes[i].Metrics["pass"])]; ok {
+			r.Passes[i].Seconds = at
+		} else {
+			r.Passes[i].Seconds = sum
+		}
+	}
+}
+
+func sortedKeys(m map[string]json.RawMessage) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Slice(ks, func(i, j int) bool {
+		a, _ := strconv.Atoi(ks[i])
+		b, _ := strconv.Atoi(ks[j])
+		return a < b
+	})
+	return ks
+}
+
+// start is when training started on the events' clock: the first lease
+// grant (workers time their passes from their first lease, about then).
+func (r *Run) start() time.Time {
+	for _, e := range r.Events {
+		if e.Kind == api.EventGrant {
+			return e.Time
+		}
+	}
+	if len(r.Events) > 0 {
+		return r.Events[0].Time
+	}
+	return time.Time{}
+}
+
+// eventRows are the event kinds the lower panel shows, one row each, top
+// down; grants and passes are left out (there are too many to read).
+var eventRows = []string{api.EventJoin, api.EventJoining, api.EventRing, api.EventDrain, api.EventLeft,
+	api.EventFailed, api.EventSplit, api.EventCheckpoint, api.EventLeader}
+
+// Draw writes the plot to w as format "svg" or "png".
+func (r *Run) Draw(w io.Writer, format string) error {
+	metricsPlot, err := r.metricsPlot()
+	if err != nil {
+		return err
+	}
+	eventsPlot, err := r.eventsPlot()
+	if err != nil {
+		return err
+	}
+	// One time axis for both.
+	lo := min(metricsPlot.X.Min, eventsPlot.X.Min)
+	hi := max(metricsPlot.X.Max, eventsPlot.X.Max)
+	metricsPlot.X.Min, eventsPlot.X.Min, metricsPlot.X.Max, eventsPlot.X.Max = lo, lo, hi, hi
+	const width, height = 9 * vg.Inch, 7 * vg.Inch
+	var cw vg.CanvasWriterTo
+	switch format {
+	case "svg":
+		cw = vgsvg.New(width, height)
+	case "png":
+		cw = vgimg.PngCanvas{Canvas: vgimg.NewWith(vgimg.UseWH(width, height), vgimg.UseDPI(96))}
+	default:
+		return fmt.Errorf("plot: format %q: want svg or png", format)
+	}
+	dc := draw.New(cw)
+	tiles := draw.Tiles{Rows: 2, Cols: 1, PadY: vg.Millimeter * 4, PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2,
+		PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 4}
+	plots := [][]*gplot.Plot{{metricsPlot}, {eventsPlot}}
+	canvases := gplot.Align(plots, tiles, dc)
+	metricsPlot.Draw(canvases[0][0])
+	eventsPlot.Draw(canvases[1][0])
+	_, err = cw.WriteTo(w)
+	return err
+}
+
+func pick(p Pass, names []string) (string, bool) {
+	for _, n := range names {
+		if v, ok := p.Metrics[n]; ok && v != 0 {
+			return n, true
+		}
+	}
+	return "", false
+}
+
+// metricsPlot draws the test metric and the training loss by pass.
+func (r *Run) metricsPlot() (*gplot.Plot, error) {
+	p := gplot.New()
+	p.Title.Text = "Training"
+	p.X.Label.Text = "seconds after training started"
+	p.Legend.Left = false
+	p.Legend.Top = false
+	p.Legend.YOffs = vg.Centimeter
+	var test, train string
+	if len(r.Passes) > 0 {
+		test, _ = pick(r.Passes[len(r.Passes)-1], testMetrics)
+		train, _ = pick(r.Passes[len(r.Passes)-1], trainMetrics)
+	}
+	p.Y.Label.Text = test
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for i, name := range []string{test, train} {
+		if name == "" {
+			continue
+		}
+		pts := make(plotter.XYs, 0, len(r.Passes))
+		for _, ps := range r.Passes {
+			v := ps.Metrics[name]
+			pts = append(pts, plotter.XY{X: ps.Seconds, Y: v})
+			lo, hi = min(lo, v), max(hi, v)
+		}
+		l, s, err := plotter.NewLinePoints(pts)
+		if err != nil {
+			return nil, fmt.Errorf("plot: %s: %w", name, err)
+		}
+		l.Color = palette[i]
+		s.Color = palette[i]
+		l.Width = vg.Points(1.5)
+		p.Add(l, s)
+		p.Legend.Add(name, l, s)
+	}
+	if test != "" && train != "" {
+		p.Y.Label.Text = test + ", " + train
+	}
+	// The drill's faults and its longest stall, on the same axis.
+	if lo > hi {
+		lo, hi = 0, 1
+	}
+	red, orange := color.RGBA{R: 198, G: 40, B: 40, A: 255}, color.RGBA{R: 239, G: 108, B: 0, A: 255}
+	named := map[string]bool{}
+	for _, f := range r.Faults {
+		vline(p, f.Seconds, lo, hi, red, "fault injected, failure detected", named)
+	}
+	// Failures the coordinator detected, on the same axis.
+	t0 := r.start()
+	for _, e := range r.Events {
+		if e.Kind == api.EventFailed {
+			vline(p, e.Time.Sub(t0).Seconds(), lo, hi, red, "fault injected, failure detected", named)
+		}
+	}
+	if r.StallSeconds > 0 {
+		vline(p, r.StallAt, lo, hi, orange, "longest stall", named)
+		vline(p, r.StallAt+r.StallSeconds, lo, hi, orange, "longest stall", named)
+	}
+	return p, nil
+}
+
+var palette = []color.Color{color.RGBA{R: 21, G: 101, B: 192, A: 255}, color.RGBA{R: 46, G: 125, B: 50, A: 255}}
+
+// vline marks time x with a dashed line from lo to hi; the first of
+// each legend goes in the plot's legend.
+func vline(p *gplot.Plot, x, lo, hi float64, c color.Color, legend string, named map[string]bool) {
+	l, err := plotter.NewLine(plotter.XYs{{X: x, Y: lo}, {X: x, Y: hi}})
+	if err != nil {
+		return
+	}
+	l.Color, l.Dashes = c, []vg.Length{vg.Points(4), vg.Points(3)}
+	p.Add(l)
+	if !named[legend] {
+		named[legend] = true
+		p.Legend.Add(legend, l)
+	}
+}
+
+// eventsPlot draws the coordinator's events, one row per kind, with the
+// node named beside each failure, drain and departure.
+func (r *Run) eventsPlot() (*gplot.Plot, error) {
+	p := gplot.New()
+	p.Title.Text = "Events (coordinator's timeline) and faults"
+	p.X.Label.Text = "seconds after training started"
+	t0 := r.start()
+	rows := slices.Clone(eventRows)
+	if len(r.Faults) > 0 {
+		rows = append(rows, "fault")
+	}
+	var ticks []gplot.Tick
+	for i, k := range rows {
+		ticks = append(ticks, gplot.Tick{Value: float64(len(rows) - i), Label: k})
+	}
+	p.Y.Tick.Marker = gplot.ConstantTicks(ticks)
+	p.Y.Min, p.Y.Max = 0.3, float64(len(rows))+0.7
+	row := func(kind string) float64 { return float64(len(rows) - slices.Index(rows, kind)) }
+	var pts plotter.XYs
+	var labels []string
+	for _, e := range r.Events {
+		if !slices.Contains(eventRows, e.Kind) {
+			continue
+		}
+		pts = append(pts, plotter.XY{X: e.Time.Sub(t0).Seconds(), Y: row(e.Kind)})
+		switch e.Kind {
+		case api.EventFailed, api.EventDrain, api.EventLeft, api.EventLeader:
+			labels = append(labels, " "+e.Node)
+		default:
+			labels = append(labels, "")
+		}
+	}
+	for _, f := range r.Faults {
+		pts = append(pts, plotter.XY{X: f.Seconds, Y: row("fault")})
+		labels = append(labels, " "+f.Action+" "+f.Node)
+	}
+	if len(pts) == 0 {
+		p.X.Min, p.X.Max = 0, 1
+		return p, nil
+	}
+	s, err := plotter.NewScatter(pts)
+	if err != nil {
+		return nil, fmt.Errorf("plot: events: %w", err)
+	}
+	s.GlyphStyle.Shape = draw.CircleGlyph{}
+	s.GlyphStyle.Radius = vg.Points(3)
+	s.GlyphStyle.Color = color.RGBA{R: 198, G: 40, B: 40, A: 255}
+	ls, err := plotter.NewLabels(plotter.XYLabels{XYs: pts, Labels: labels})
+	if err != nil {
+		return nil, fmt.Errorf("plot: events: %w", err)
+	}
+	for i := range ls.TextStyle {
+		ls.TextStyle[i].Font.Size = vg.Points(8)
+	}
+	p.Add(s, ls)
+	return p, nil
+}

@@ -1,0 +1,85 @@
+package plot
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/terrace-ml/terrace/internal/control/api"
+)
+
+// report builds a train report of n passes and a timeline with a grant,
+// a failure and the passes' ends.
+func report(t *testing.T, n int) []byte {
+	t.Helper()
+	t0 := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	evs := []api.Event{{Seq: 1, Time: t0, Kind: api.EventGrant, Node: "worker-0"}}
+	var passes []map[string]float64
+	for i := range n {
+		passes = append(passes, map[string]float64{"pass": float64(i + 1), "seconds": 0.5, "test_auc": 0.8 + 0.01*float64(i), "train_logloss": 0.5 - 0.01*float64(i)})
+		evs = append(evs, api.Event{Seq: uint64(i + 2), Time: t0.Add(time.Duration(i+1) * time.Second), Kind: api.EventPass, Cause: fmt.Sprintf("pass %d trained", i)})
+	}
+	evs = append(evs, api.Event{Seq: 99, Time: t0.Add(1500 * time.Millisecond), Kind: api.EventFailed, Node: "server-1"})
+	b, err := json.Marshal(map[string]any{"workers": map[string]any{"0": map[string]any{"passes": passes}}, "events": evs,
+		"faults": []map[string]any{{"time_s": 1.4, "action": "kill", "role": "server", "node": "server-1"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestParsePlacesPassesOnTheTimeline(t *testing.T) {
+	r, err := Parse(report(t, 5), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Passes) != 5 || len(r.Events) != 7 || len(r.Faults) != 1 {
+		t.Fatalf("parsed %d passes, %d events, %d faults", len(r.Passes), len(r.Events), len(r.Faults))
+	}
+	// Pass 1 (the coordinator's pass 0) ended 1 s after the first grant.
+	for i, p := range r.Passes {
+		if want := float64(i + 1); p.Seconds != want {
+			t.Errorf("pass %d at %v s, want %v", i+1, p.Seconds, want)
+		}
+	}
+}
+
+func TestDrawSVGAndPNG(t *testing.T) {
+	r, err := Parse(report(t, 5), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for format, magic := range map[string]string{"svg": "<?xml", "png": "\x89PNG"} {
+		var b bytes.Buffer
+		if err := r.Draw(&b, format); err != nil {
+			t.Fatalf("%s: %v", format, err)
+		}
+		if !strings.HasPrefix(b.String(), magic) {
+			t.Errorf("%s: starts %q", format, b.String()[:min(8, b.Len())])
+		}
+	}
+	if err := r.Draw(&bytes.Buffer{}, "gif"); err == nil {
+		t.Error("drew a gif")
+	}
+}
+
+func TestParseBadReports(t *testing.T) {
+	for name, in := range map[string]string{
+		"not json":    "{",
+		"empty":       "{}",
+		"bad events":  `{"events": 3}`,
+		"bad workers": `{"workers": []}`,
+	} {
+		_, err := Parse([]byte(in), nil)
+		if err == nil {
+			t.Errorf("%s: no error", name)
+		}
+		if name == "empty" && !errors.Is(err, ErrNoData) {
+			t.Errorf("empty: %v, want ErrNoData", err)
+		}
+	}
+}
