@@ -1,6 +1,9 @@
 package api
 
-import "github.com/terrace-ml/terrace/internal/placement/layout"
+import (
+	"github.com/terrace-ml/terrace/internal/placement/layout"
+	"github.com/terrace-ml/terrace/internal/placement/tier"
+)
 
 // Roles of the nodes, as they join and register.
 const (
@@ -17,6 +20,10 @@ type Join struct {
 	// with it too, so that the end of an earlier process's registration
 	// takes out nothing.
 	Incarnation string `json:"incarnation,omitempty"`
+	// Machine is the machine the node runs on (its ID if empty), and Class
+	// that machine's class (issue 11).
+	Machine string     `json:"machine,omitempty"`
+	Class   tier.Class `json:"class,omitempty"`
 }
 
 // Joined answers Join: a worker's rank, a server's layout.
