@@ -26,13 +26,13 @@ type replicator struct {
 	// mu guards q and policy (which a stage switch changes: the stream to
 	// a BackupPS is AckBulk, to a chain member AckChain). It is a leaf
 	// lock: nothing that takes a lock is called while it is held.
-	mu   sync.Mutex
-	q    peerQueue
+	mu sync.Mutex
+	q  peerQueue
 	// lastCut is when the stream last sent a round (its goroutine's).
 	lastCut time.Time
-	kick chan struct{}
-	stop chan struct{}
-	once sync.Once
+	kick    chan struct{}
+	stop    chan struct{}
+	once    sync.Once
 }
 
 func newReplicator(s *Server, peer ring.Server, changes int, policy AckPolicy) *replicator {
