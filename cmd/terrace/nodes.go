@@ -22,6 +22,7 @@ func coordinatorCmd() *cobra.Command {
 	var ha coordha.Config
 	var listen, reportPath, etcd, logLevel string
 	var exitWhenDone, inMemory bool
+	var tiers coordTierFlags
 	cmd := &cobra.Command{
 		Use:   "coordinator",
 		Short: "Run a coordinator: admits servers and workers, leases data, publishes the layout; replicas fail over through etcd",
@@ -34,6 +35,10 @@ restores its state and takes over. Clients take every coordinator's
 address, comma-separated.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			class, err := tiers.apply(&o)
+			if err != nil {
+				return err
+			}
 			ctx, cancel := context.WithCancel(cmd.Context())
 			defer cancel()
 			log := newLogger(logLevel)
@@ -47,7 +52,7 @@ address, comma-separated.`,
 			errc := make(chan error, 1)
 			go func() {
 				if inMemory {
-					errc <- node.RunCoordinator(ctx, node.CoordinatorConfig{Listen: listen, Options: o, Logger: log, Ready: ready})
+					errc <- node.RunCoordinator(ctx, node.CoordinatorConfig{Listen: listen, Options: o, Logger: log, Ready: ready, Class: class})
 					return
 				}
 				ha.Listen, ha.Options, ha.Logger, ha.Ready = listen, o, log, ready
@@ -98,6 +103,7 @@ address, comma-separated.`,
 	fs.IntVar(&o.CheckpointEvery, "checkpoint-every", 0, "take a checkpoint after every N training passes (0: never)")
 	fs.BoolVar(&o.Resume, "resume", false, "start from the newest committed checkpoint in --checkpoint-dir")
 	fs.StringVar(&logLevel, "log-level", "warn", "log level")
+	tiers.register(fs)
 	addConfigFlag(cmd)
 	return cmd
 }
@@ -105,6 +111,7 @@ address, comma-separated.`,
 func serverCmd() *cobra.Command {
 	var cfg node.ServerConfig
 	var notices noticeFlags
+	var machine machineFlags
 	var logLevel string
 	var statsEvery time.Duration
 	cmd := &cobra.Command{
@@ -112,6 +119,10 @@ func serverCmd() *cobra.Command {
 		Short: "Run a parameter server that joins the coordinator",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if cfg.Machine, cfg.Class, err = machine.parse(); err != nil {
+				return err
+			}
 			if cfg.ID == "" {
 				h, _ := os.Hostname()
 				cfg.ID = fmt.Sprintf("server-%s-%d", h, os.Getpid())
@@ -150,6 +161,7 @@ func serverCmd() *cobra.Command {
 	fs.StringVar(&logLevel, "log-level", "info", "log level")
 	fs.DurationVar(&statsEvery, "stats-every", 0, "print server statistics as JSON at this interval (0: never)")
 	notices.register(fs)
+	machine.register(fs)
 	addConfigFlag(cmd)
 	return cmd
 }
@@ -160,6 +172,7 @@ type workerFlags struct {
 	notices              noticeFlags
 	cfg                  node.WorkerConfig
 	logLevel, reportPath string
+	machine              machineFlags
 }
 
 func (w *workerFlags) register(fs *pflag.FlagSet) {
@@ -170,10 +183,15 @@ func (w *workerFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&w.logLevel, "log-level", "warn", "log level")
 	fs.StringVar(&w.reportPath, "report", "", "write this worker's JSON report to this file")
 	w.notices.register(fs)
+	w.machine.register(fs)
 }
 
 // run runs job as a worker until it ends, draining on a notice.
 func (w *workerFlags) run(ctx context.Context, job node.Job) (any, error) {
+	var err error
+	if w.cfg.Machine, w.cfg.Class, err = w.machine.parse(); err != nil {
+		return nil, err
+	}
 	if w.cfg.ID == "" {
 		h, _ := os.Hostname()
 		w.cfg.ID = fmt.Sprintf("worker-%s-%d", h, os.Getpid())

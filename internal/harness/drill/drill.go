@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/ps"
 )
 
@@ -107,6 +108,9 @@ type Config struct {
 	StartTimeout time.Duration
 	// FailureTimeout is passed to the coordinators (their default if 0).
 	FailureTimeout time.Duration
+	// Tiers, when set, runs machines of two classes in place of Servers
+	// and Workers (tiers.go).
+	Tiers *Tiers
 }
 
 // Node is one process of the drill.
@@ -192,6 +196,9 @@ type Report struct {
 	// server.Stats), by node name.
 	WorkerReports map[int]json.RawMessage    `json:"-"`
 	ServerStats   map[string]json.RawMessage `json:"-"`
+
+	// The tiers' figures, with Config.Tiers.
+	*TierReport
 }
 
 func (r *Report) note(format string, args ...any) {
@@ -207,6 +214,9 @@ func (r *Report) note(format string, args ...any) {
 // Run stops every process it started before it returns, and on Linux the
 // kernel stops them if the drill itself is killed.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if t := cfg.Tiers; t != nil {
+		cfg.Servers, cfg.Workers = t.Reliable+t.Transient, (t.Reliable+t.Transient)*t.perMachine()
+	}
 	if cfg.Coordinators < 0 || cfg.Servers < 1 || cfg.Workers < 1 {
 		return nil, fmt.Errorf("%w: need a coordinator, at least one server and one worker; got %d, %d and %d", ErrBadConfig, max(cfg.Coordinators, 1), cfg.Servers, cfg.Workers)
 	}
@@ -255,7 +265,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("drill: %w", err)
 	}
 	defer logf.Close()
-	d := &drill{cfg: cfg, log: slog.New(slog.NewTextHandler(logf, nil)), rep: &Report{RunDir: cfg.RunDir, Faults: []Fault{}}}
+	d := &drill{cfg: cfg, machines: map[Role]int{}, log: slog.New(slog.NewTextHandler(logf, nil)), rep: &Report{RunDir: cfg.RunDir, Faults: []Fault{}}}
 	fmt.Fprintf(cfg.Out, "terrace: drill run directory %s (a log per node)\n", cfg.RunDir)
 	d.sup = newSupervisor(cfg.Binary, cfg.RunDir, d.interesting)
 	err = d.run(ctx)
@@ -283,6 +293,11 @@ type drill struct {
 	observer            *ps.Client
 	workers             []*proc
 	done                bool // every worker has exited
+	// With Config.Tiers: machines started by class, the stage history
+	// read at the end, the acknowledgement timelines.
+	machines  map[Role]int
+	stage     *api.StageStatus
+	timelines [][]int64
 }
 
 // interesting runs on the pumps' goroutines: it keeps servers' last
@@ -316,6 +331,9 @@ func (d *drill) run(ctx context.Context) error {
 		"--partitions", strconv.Itoa(cfg.Partitions), "--replication", strconv.Itoa(cfg.Replication)}
 	if cfg.FailureTimeout > 0 {
 		common = append(common, "--failure-timeout", cfg.FailureTimeout.String())
+	}
+	if cfg.Tiers != nil {
+		common = append(common, cfg.Tiers.coordArgs()...)
 	}
 	var c *proc
 	var err error
@@ -364,26 +382,29 @@ func (d *drill) run(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
-	for i := range cfg.Servers {
-		name := fmt.Sprintf("server-%d", i)
-		if _, err := d.sup.start(name, Server, "server", "--coordinator", d.coord, "--id", name,
-			"--listen", "127.0.0.1:0", "--log-level", cfg.LogLevel, "--stats-every", "500ms", "--evict-http", "127.0.0.1:0"); err != nil {
-			return err
+	if t := cfg.Tiers; t != nil {
+		for _, class := range []Role{Reliable, Transient} {
+			n := t.Reliable
+			if class == Transient {
+				n = t.Transient
+			}
+			for i := range n {
+				if err := d.startMachine(class, i); err != nil {
+					return err
+				}
+			}
 		}
-	}
-	for i := range cfg.Workers {
-		name := fmt.Sprintf("worker-%d", i)
-		args := append(slices.Clone(cfg.WorkerCommand), "--coordinator", d.coord, "--id", name,
-			"--log-level", cfg.LogLevel, "--evict-http", "127.0.0.1:0", "--report", filepath.Join(cfg.RunDir, workerFile(i, ".json")))
-		if cfg.Audit != nil {
-			args = append(args, "--audit-log", filepath.Join(cfg.RunDir, workerFile(i, ".audit")),
-				"--audit-every", strconv.Itoa(cmpOr(cfg.Audit.Every, DefaultAuditEvery)))
+	} else {
+		for i := range cfg.Servers {
+			if _, err := d.startServer(fmt.Sprintf("server-%d", i)); err != nil {
+				return err
+			}
 		}
-		p, err := d.sup.start(name, Worker, append(args, cfg.WorkerArgs...)...)
-		if err != nil {
-			return err
+		for i := range cfg.Workers {
+			if _, err := d.startWorker(fmt.Sprintf("worker-%d", i)); err != nil {
+				return err
+			}
 		}
-		d.workers = append(d.workers, p)
 	}
 
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x6472696c6c)) // "drill"
@@ -439,6 +460,7 @@ func (d *drill) run(ctx context.Context) error {
 	}
 	if !d.started.IsZero() {
 		d.rep.TrainingSeconds = time.Since(d.started).Seconds()
+		d.stageStatus(ctx)
 		d.account(ctx)
 	}
 	if cfg.Audit == nil {
@@ -456,6 +478,32 @@ func (d *drill) run(ctx context.Context) error {
 		failed = append(failed, fmt.Errorf("%w: no worker finished", ErrNoTraining))
 	}
 	return errors.Join(failed...)
+}
+
+// startServer starts server name with extra flags.
+func (d *drill) startServer(name string, extra ...string) (*proc, error) {
+	return d.sup.start(name, Server, append([]string{"server", "--coordinator", d.coord, "--id", name,
+		"--listen", "127.0.0.1:0", "--log-level", d.cfg.LogLevel, "--stats-every", "500ms", "--evict-http", "127.0.0.1:0"}, extra...)...)
+}
+
+// startWorker starts worker name with extra flags; its files are named
+// after its place in d.workers.
+func (d *drill) startWorker(name string, extra ...string) (*proc, error) {
+	cfg := d.cfg
+	i := len(d.workers)
+	args := append(slices.Clone(cfg.WorkerCommand), "--coordinator", d.coord, "--id", name,
+		"--log-level", cfg.LogLevel, "--evict-http", "127.0.0.1:0", "--report", filepath.Join(cfg.RunDir, workerFile(i, ".json")))
+	if cfg.Audit != nil {
+		args = append(args, "--audit-log", filepath.Join(cfg.RunDir, workerFile(i, ".audit")),
+			"--audit-every", strconv.Itoa(cmpOr(cfg.Audit.Every, DefaultAuditEvery)))
+	}
+	args = append(args, extra...)
+	p, err := d.sup.start(name, Worker, append(args, cfg.WorkerArgs...)...)
+	if err != nil {
+		return nil, err
+	}
+	d.workers = append(d.workers, p)
+	return p, nil
 }
 
 func cmpOr(v, def int) int {
@@ -543,13 +591,17 @@ func (d *drill) refreshObserver() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if _, _, err := ReadAudit(ctx, d.observer, d.cfg.Workers, 0); err != nil {
+	if _, _, err := ReadAudit(ctx, d.observer, len(d.workers), 0); err != nil {
 		d.log.Warn("refreshing the observer before the coordinator goes", "err", err)
 	}
 }
 
 // inject carries out one planned fault on a live node of its role.
 func (d *drill) inject(pl Planned, rng *rand.Rand) {
+	if pl.Role.IsClass() {
+		d.injectClass(pl, rng)
+		return
+	}
 	var live []*proc
 	for _, p := range d.sup.procs {
 		if p.role == pl.Role && p.faulted == "" && !p.done() {
@@ -564,6 +616,11 @@ func (d *drill) inject(pl Planned, rng *rand.Rand) {
 	if pl.Role == Coordinator {
 		d.refreshObserver()
 	}
+	d.hit(pl, p)
+}
+
+// hit carries out planned fault pl on node p.
+func (d *drill) hit(pl Planned, p *proc) {
 	f := Fault{PlannedS: pl.At.Seconds(), Action: pl.Action, Role: pl.Role, Node: p.name, PID: p.pid()}
 	var err error
 	switch pl.Action {
@@ -646,7 +703,7 @@ func (d *drill) account(ctx context.Context) {
 	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if d.cfg.Audit != nil {
-		perWorker, perRow, err := ReadAudit(actx, d.observer, d.cfg.Workers, d.cfg.Audit.Rows)
+		perWorker, perRow, err := ReadAudit(actx, d.observer, len(d.workers), d.cfg.Audit.Rows)
 		if err != nil {
 			d.rep.note("no accounting: reading the audit tables: %v", err)
 		} else {
@@ -683,6 +740,7 @@ func (d *drill) accountAudit(perWorker, perRow []float32) {
 
 	}
 	d.rep.fill(audits, timelines, perWorker, perRow, d.cfg.Audit.Passes, d.started)
+	d.timelines = timelines
 }
 
 // finish fills the nodes and the servers' statistics once every process
@@ -705,6 +763,7 @@ func (d *drill) finish() {
 		p.mu.Unlock()
 		d.rep.Nodes = append(d.rep.Nodes, n)
 	}
+	d.fillTiers(d.timelines)
 }
 
 func exitString(err error) string {
