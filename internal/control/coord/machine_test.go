@@ -169,6 +169,13 @@ var events = map[string]func(h *harness, td *datadriven.TestData){
 // inspections print without stepping.
 var inspections = map[string]func(h *harness, td *datadriven.TestData){
 	"pieces": func(h *harness, td *datadriven.TestData) { h.printPieces() },
+	"stage": func(h *harness, td *datadriven.TestData) {
+		stage, hist := h.m.Stage()
+		fmt.Fprintf(&h.out, "stage %d\n", stage)
+		for _, c := range hist {
+			fmt.Fprintf(&h.out, "%d -> %d after %v: %s\n", c.From, c.To, c.Done.Sub(c.Started), c.Reason)
+		}
+	},
 	"layout": func(h *harness, td *datadriven.TestData) { h.printLayout("layout", h.m.snapshot()) },
 	"audit":  func(h *harness, td *datadriven.TestData) { h.audit() },
 	"states": func(h *harness, td *datadriven.TestData) { h.printStates() },

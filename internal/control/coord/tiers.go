@@ -79,6 +79,13 @@ func (m *Machine) joinStandby(s ring.Server) bool {
 		return false
 	}
 	l.Standby = append(slices.Clone(l.Standby), s)
+	if s.Class == tier.Transient && m.cfg.Stage > tier.Stage1 && l.Switch == nil && len(l.Joining) == 0 && len(l.Leaving) == 0 {
+		// Back to the stage asked for once transient machines return
+		// after a fallback.
+		if err := m.switchStage(m.cfg.Stage, "transient machine "+s.Machine+" returned"); err == nil {
+			return true
+		}
+	}
 	m.publish()
 	return true
 }

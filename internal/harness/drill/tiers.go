@@ -186,7 +186,7 @@ func (d *drill) fillTiers(timelines [][]int64) {
 			counted = *lost
 			rest := *lost - counted
 			d.rep.AckedUpdatesLost = &rest
-			d.rep.note("updates_lost is the audit's count of acknowledged audit pushes lost at the fallback after a revocation without notice (the ActivePS's unstreamed round); acked_updates_lost is what was lost beyond it")
+			d.rep.note("updates_lost is the audit's count of acknowledged audit pushes lost at the fallback after a revocation without notice (the ActivePS's unstreamed round); acked_updates_lost is what was lost beyond it; examples_skipped counts the trained table's increments lost in the same round")
 		}
 		tr.UpdatesLost = &counted
 	}
