@@ -399,6 +399,17 @@ func (m *Machine) promoteSwitch(done func(string) bool) bool {
 	}
 	l.Joining, l.Leaving, l.Switch = nil, nil, nil
 	m.st.Noticed, m.st.ActiveLost = nil, 0
+	if l.Stage >= tier.Stage2 {
+		// Transient machines that joined during the switch join the
+		// ActivePS now, by the ordinary two-phase join.
+		for _, s := range l.Standby {
+			if s.Class == tier.Transient {
+				l.Joining = append(l.Joining, s)
+				m.st.Synced[s.ID] = map[string]bool{}
+			}
+		}
+		l.Standby = slices.DeleteFunc(l.Standby, func(s ring.Server) bool { return s.Class == tier.Transient })
+	}
 	m.newEpoch()
 	m.resetSync()
 	return true
