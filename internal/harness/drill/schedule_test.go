@@ -11,8 +11,8 @@ import (
 func TestParseSchedule(t *testing.T) {
 	for _, tc := range []struct {
 		name, kill, evict, add string
-		want              Schedule
-		err               string // substring of the error; "" for success
+		want                   Schedule
+		err                    string // substring of the error; "" for success
 	}{
 		{name: "empty", want: nil},
 		{name: "blank", kill: "  ", evict: "", want: nil},

@@ -60,7 +60,12 @@ func startTierCluster(t testing.TB, reliable, transient int, k int) *tierCluster
 			defer wg.Done()
 			err := RunServer(ctx, ServerConfig{ID: "server-" + machine, Listen: "127.0.0.1:0", Coordinator: tc.coordAddr,
 				Logger: log, Machine: machine, Class: class,
-				Ready: func(s *server.Server) { mu.Lock(); tc.servers = append(tc.servers, s); mu.Unlock(); joined <- struct{}{} }})
+				Ready: func(s *server.Server) {
+					mu.Lock()
+					tc.servers = append(tc.servers, s)
+					mu.Unlock()
+					joined <- struct{}{}
+				}})
 			if err != nil && ctx.Err() == nil {
 				t.Errorf("server %s: %v", machine, err)
 			}
