@@ -210,6 +210,9 @@ func workerCmd() *cobra.Command {
 		Short: "Run a worker that joins the coordinator and trains an application",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if _, _, err := w.machine.parse(); err != nil {
+				return err
+			}
 			job, err := w.a.job(cmd.OutOrStdout())
 			if err != nil {
 				return err

@@ -239,6 +239,7 @@ func printSummary(w io.Writer, r *trainReport) {
 		if d.MaxStallSeconds != nil {
 			fmt.Fprintf(w, "terrace: audit: longest time without an acknowledged push %.3fs (at %.2fs)\n", *d.MaxStallSeconds, *d.MaxStallAtSeconds)
 		}
+		printTiers(w, d.TierReport)
 		for _, n := range d.Notes {
 			fmt.Fprintf(w, "terrace: note: %s\n", n)
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -76,4 +77,21 @@ func (t *tierTrainFlags) check(fs *pflag.FlagSet, processes bool) (*drill.Tiers,
 	}
 	return &drill.Tiers{Reliable: t.reliable, Transient: t.transient, WorkersPerMachine: t.perMachine,
 		Stage: stage.String(), SyncInterval: t.syncInterval}, add, nil
+}
+
+// printTiers prints a drill's tier figures.
+func printTiers(w io.Writer, t *drill.TierReport) {
+	if t == nil {
+		return
+	}
+	fmt.Fprintf(w, "terrace: tiers: stage %d at the end, %d switch(es), longest switch pause %.3fs\n", t.Stage, len(t.StageHistory), t.MaxSwitchPauseSeconds)
+	for _, s := range t.StageHistory {
+		fmt.Fprintf(w, "terrace: tiers: %.2fs: stage %d -> %d in %.3fs, pause %.3fs: %s\n", s.AtSeconds, s.From, s.To, s.DurationSeconds, s.PauseSeconds, s.Reason)
+	}
+	if t.UpdatesLost != nil && t.UpdatesLostBound != nil {
+		fmt.Fprintf(w, "terrace: tiers: updates lost %d (bound: one sync interval's worth, %d)\n", *t.UpdatesLost, *t.UpdatesLostBound)
+	}
+	if t.StreamBytesPerPushByte != nil {
+		fmt.Fprintf(w, "terrace: tiers: %.3f bytes streamed to BackupPS per byte pushed\n", *t.StreamBytesPerPushByte)
+	}
 }
