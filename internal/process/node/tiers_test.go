@@ -103,7 +103,13 @@ type switchRun struct {
 	pushes   int64
 	maxWait  time.Duration
 	switches int
+	// perSwitch is, for each switch, "from->to: duration, longest push
+	// overlapping it".
+	perSwitch []string
 }
+
+// span is an interval of time.
+type span struct{ from, to time.Time }
 
 // runSwitches switches the stage n times (1 -> 2 -> 1 -> 3 -> 2 -> 1 ...)
 // while one worker pushes +1 to keys of a table of width, then checks
@@ -134,6 +140,8 @@ func runSwitches(t testing.TB, keys, width, n int) switchRun {
 		t.Fatal(err)
 	}
 	acked := make([]int64, keys)
+	var mu sync.Mutex
+	var pushSpans []span
 	acked0 := int64(1)
 	var run switchRun
 	stop := make(chan struct{})
@@ -163,6 +171,9 @@ func runSwitches(t testing.TB, keys, width, n int) switchRun {
 			}
 			run.maxWait = max(run.maxWait, time.Since(start))
 			run.pushes++
+			mu.Lock()
+			pushSpans = append(pushSpans, span{start, time.Now()})
+			mu.Unlock()
 			for _, k := range batch {
 				acked[k]++
 			}
@@ -170,16 +181,31 @@ func runSwitches(t testing.TB, keys, width, n int) switchRun {
 	}()
 	cc := api.NewClient(tc.coordAddr, nil)
 	order := []tier.Stage{tier.Stage2, tier.Stage1, tier.Stage3, tier.Stage2, tier.Stage3, tier.Stage1}
+	var switches []span
+	from := tier.Stage1
 	for i := range n {
+		start := time.Now()
 		if err := tc.switchTo(ctx, cc, order[i%len(order)]); err != nil {
 			close(stop)
 			t.Fatalf("switch %d: %v", i+1, err)
 		}
+		switches = append(switches, span{start, time.Now()})
+		run.perSwitch = append(run.perSwitch, fmt.Sprintf("%d->%d", from, order[i%len(order)]))
+		from = order[i%len(order)]
 		run.switches++
 	}
 	close(stop)
 	if err := <-pushed; err != nil {
 		t.Fatalf("pusher: %v", err)
+	}
+	for i, sw := range switches {
+		var longest time.Duration
+		for _, p := range pushSpans {
+			if !p.to.Before(sw.from) && !p.from.After(sw.to) {
+				longest = max(longest, p.to.Sub(p.from))
+			}
+		}
+		run.perSwitch[i] += fmt.Sprintf(" in %v, longest push %v", sw.to.Sub(sw.from).Round(time.Millisecond), longest.Round(time.Millisecond))
 	}
 	got := make([]float32, keys*width)
 	if err := tbl.Pull(all, got).Wait(ctx); err != nil {
@@ -241,4 +267,7 @@ func TestStageSwitch100MB(t *testing.T) {
 	// 100 MB of float32: 1,600,000 keys of width 16.
 	run := runSwitches(t, 1_600_000, 16, n)
 	fmt.Printf("stage switches with 100 MB: %d switches, %d pushes, longest push (the switch pause) %v\n", run.switches, run.pushes, run.maxWait)
+	for _, s := range run.perSwitch {
+		fmt.Println("  " + s)
+	}
 }
