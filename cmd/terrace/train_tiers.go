@@ -24,7 +24,7 @@ func (t *tierTrainFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&t.reliable, "reliable", 0, "with --processes: reliable (on-demand) machines, each a server and --workers-per-machine workers; turns tiers on (docs/design/tiers.md)")
 	fs.IntVar(&t.transient, "transient", 0, "with --processes: transient (spot) machines, each a server and --workers-per-machine workers")
 	fs.IntVar(&t.perMachine, "workers-per-machine", 1, "with --reliable/--transient: worker processes on each machine")
-	fs.StringVar(&t.stage, "stage", "", "with --reliable/--transient: the stage to run (1, 2 or 3; 2 if empty)")
+	fs.StringVar(&t.stage, "stage", "", "with --reliable/--transient: the stage to run (1, 2 or 3; 2 if empty), or auto: the planner's pick, re-planned every 2 s from the running job's measurements")
 	fs.DurationVar(&t.syncInterval, "sync-interval", time.Second, "with --reliable/--transient: how often an ActivePS streams its aggregated updates to its BackupPS")
 	fs.StringVar(&t.add, "add", "", "with --reliable/--transient: start new machines of a class while training runs, e.g. transient@2@5s")
 }
@@ -58,10 +58,15 @@ func (t *tierTrainFlags) check(fs *pflag.FlagSet, processes bool) (*drill.Tiers,
 		return nil, nil, fmt.Errorf("--sync-interval %v: must be positive", t.syncInterval)
 	}
 	stage := tier.Stage2
-	if t.stage != "" {
-		if t.stage == "auto" {
-			return nil, nil, errors.New("--stage auto: the planner does not drive live switches yet (docs/design/tiers.md, \"Not built yet\"); give 1, 2 or 3")
+	if t.stage == drill.AutoStage {
+		add, err := drill.ParseSchedule("", "", t.add)
+		if err != nil {
+			return nil, nil, err
 		}
+		return &drill.Tiers{Reliable: t.reliable, Transient: t.transient, WorkersPerMachine: t.perMachine,
+			Stage: drill.AutoStage, SyncInterval: t.syncInterval}, add, nil
+	}
+	if t.stage != "" {
 		s, err := tier.ParseStage(t.stage)
 		if err != nil {
 			return nil, nil, fmt.Errorf("--stage: %w", err)

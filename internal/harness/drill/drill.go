@@ -298,6 +298,7 @@ type drill struct {
 	machines  map[Role]int
 	stage     *api.StageStatus
 	timelines [][]int64
+	auto      *autoPilot // --stage auto
 }
 
 // interesting runs on the pumps' goroutines: it keeps servers' last
@@ -332,8 +333,19 @@ func (d *drill) run(ctx context.Context) error {
 	if cfg.FailureTimeout > 0 {
 		common = append(common, "--failure-timeout", cfg.FailureTimeout.String())
 	}
-	if cfg.Tiers != nil {
-		common = append(common, cfg.Tiers.coordArgs()...)
+	if t := cfg.Tiers; t != nil {
+		if t.Stage == AutoStage {
+			a, stage, err := newAutoPilot(t)
+			if err != nil {
+				return fmt.Errorf("%w: --stage auto: %w", ErrBadConfig, err)
+			}
+			d.auto = a
+			tc := *t
+			tc.Stage = stage.String()
+			common = append(common, tc.coordArgs()...)
+		} else {
+			common = append(common, t.coordArgs()...)
+		}
 	}
 	var c *proc
 	var err error
@@ -431,8 +443,16 @@ func (d *drill) run(ctx context.Context) error {
 	}
 	startC := startBy.C
 	var failed []error
+	var planC <-chan time.Time
+	if d.auto != nil {
+		planT := time.NewTicker(autoEvery)
+		defer planT.Stop()
+		planC = planT.C
+	}
 	for !d.done {
 		select {
+		case <-planC:
+			d.replan(ctx)
 		case l := <-d.sup.lines:
 			if d.handle(l) {
 				startBy.Stop()

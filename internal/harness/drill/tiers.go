@@ -47,6 +47,8 @@ type TierReport struct {
 	// statistics).
 	StreamBytesPerPushByte *float64 `json:"stream_bytes_per_push_byte"`
 	Machines               []string `json:"machines"`
+	// Plans are the planner's decisions under --stage auto.
+	Plans []string `json:"plans,omitempty"`
 }
 
 // StageSwitchFact is one switch as the report gives it.
@@ -148,6 +150,9 @@ func (d *drill) fillTiers(timelines [][]int64) {
 	}
 	tr := &TierReport{StageHistory: []StageSwitchFact{}}
 	d.rep.TierReport = tr
+	if d.auto != nil {
+		tr.Plans = d.auto.Plans
+	}
 	for _, class := range []Role{Reliable, Transient} {
 		for i := range d.machines[class] {
 			tr.Machines = append(tr.Machines, fmt.Sprintf("%s-%d", class, i))
