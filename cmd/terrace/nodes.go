@@ -123,6 +123,9 @@ func serverCmd() *cobra.Command {
 			if cfg.Machine, cfg.Class, err = machine.parse(); err != nil {
 				return err
 			}
+			if cfg.Network, err = machine.network(); err != nil {
+				return err
+			}
 			if cfg.ID == "" {
 				h, _ := os.Hostname()
 				cfg.ID = fmt.Sprintf("server-%s-%d", h, os.Getpid())
@@ -190,6 +193,9 @@ func (w *workerFlags) register(fs *pflag.FlagSet) {
 func (w *workerFlags) run(ctx context.Context, job node.Job) (any, error) {
 	var err error
 	if w.cfg.Machine, w.cfg.Class, err = w.machine.parse(); err != nil {
+		return nil, err
+	}
+	if w.cfg.Network, err = w.machine.network(); err != nil {
 		return nil, err
 	}
 	if w.cfg.ID == "" {

@@ -7,6 +7,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/terrace-ml/terrace/internal/control/coord"
+	"github.com/terrace-ml/terrace/internal/dataplane/link"
+	"github.com/terrace-ml/terrace/internal/dataplane/transport"
 	"github.com/terrace-ml/terrace/internal/placement/tier"
 	"github.com/terrace-ml/terrace/internal/process/node"
 )
@@ -15,11 +17,35 @@ import (
 // (issue 11, docs/design/tiers.md).
 type machineFlags struct {
 	machine, class string
+	// linkMbps and bindIP emulate the machine's link on one host.
+	linkMbps float64
+	bindIP   string
 }
 
 func (m *machineFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&m.machine, "machine", "", "the machine this node runs on (roles on one machine share its link); the node's ID if empty")
 	fs.StringVar(&m.class, "class", "reliable", "the machine's class: reliable (on-demand) or transient (spot, revoked in bulk)")
+	fs.Float64Var(&m.linkMbps, "link-mbps", 0, "emulate the machine's network link at this many Mbit/s each way (with --bind-ip; 0: not paced)")
+	fs.StringVar(&m.bindIP, "bind-ip", "", "the emulated machine's loopback address (127.0.0.N): connections to other addresses cross its link")
+}
+
+// network returns the emulated machine's network, or nil without
+// --bind-ip; errors name the flag.
+func (m *machineFlags) network() (transport.Network, error) {
+	if m.bindIP == "" {
+		if m.linkMbps != 0 {
+			return nil, fmt.Errorf("--link-mbps needs --bind-ip: the machine's own loopback address")
+		}
+		return nil, nil
+	}
+	if m.linkMbps < 0 {
+		return nil, fmt.Errorf("--link-mbps %v: must be >= 0", m.linkMbps)
+	}
+	n, err := link.NewNetwork(m.bindIP, link.New(m.linkMbps*1e6/8, link.Options{}))
+	if err != nil {
+		return nil, fmt.Errorf("--bind-ip: %w", err)
+	}
+	return n, nil
 }
 
 // parse reads the flags; errors name the flag.

@@ -17,7 +17,7 @@ type tierTrainFlags struct {
 	reliable, transient, perMachine int
 	stage                           string
 	syncInterval                    time.Duration
-	add                             string
+	add, linkMbps                   string
 }
 
 func (t *tierTrainFlags) register(fs *pflag.FlagSet) {
@@ -26,6 +26,7 @@ func (t *tierTrainFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&t.perMachine, "workers-per-machine", 1, "with --reliable/--transient: worker processes on each machine")
 	fs.StringVar(&t.stage, "stage", "", "with --reliable/--transient: the stage to run (1, 2 or 3; 2 if empty), or auto: the planner's pick, re-planned every 2 s from the running job's measurements")
 	fs.DurationVar(&t.syncInterval, "sync-interval", time.Second, "with --reliable/--transient: how often an ActivePS streams its aggregated updates to its BackupPS")
+	fs.StringVar(&t.linkMbps, "link-mbps", "", "with --reliable/--transient: emulate each machine's link, e.g. reliable=50,transient=500 (Mbit/s each way; each machine binds its own 127.0.0.N)")
 	fs.StringVar(&t.add, "add", "", "with --reliable/--transient: start new machines of a class while training runs, e.g. transient@2@5s")
 }
 
@@ -36,7 +37,7 @@ func (t *tierTrainFlags) on() bool { return t.reliable > 0 || t.transient > 0 }
 // returns the drill's tiers, nil without them, and the --add faults.
 func (t *tierTrainFlags) check(fs *pflag.FlagSet, processes bool) (*drill.Tiers, drill.Schedule, error) {
 	if !t.on() {
-		for _, name := range []string{"stage", "sync-interval", "add", "workers-per-machine"} {
+		for _, name := range []string{"stage", "sync-interval", "add", "workers-per-machine", "link-mbps"} {
 			if fs.Changed(name) {
 				return nil, nil, fmt.Errorf("--%s needs --reliable and --transient", name)
 			}
@@ -57,6 +58,14 @@ func (t *tierTrainFlags) check(fs *pflag.FlagSet, processes bool) (*drill.Tiers,
 	case t.syncInterval <= 0:
 		return nil, nil, fmt.Errorf("--sync-interval %v: must be positive", t.syncInterval)
 	}
+	var links *tier.ByClass
+	if t.linkMbps != "" {
+		l, err := tier.ParseByClass("--link-mbps", t.linkMbps, tier.ByClass{})
+		if err != nil {
+			return nil, nil, err
+		}
+		links = &l
+	}
 	stage := tier.Stage2
 	if t.stage == drill.AutoStage {
 		add, err := drill.ParseSchedule("", "", t.add)
@@ -64,7 +73,7 @@ func (t *tierTrainFlags) check(fs *pflag.FlagSet, processes bool) (*drill.Tiers,
 			return nil, nil, err
 		}
 		return &drill.Tiers{Reliable: t.reliable, Transient: t.transient, WorkersPerMachine: t.perMachine,
-			Stage: drill.AutoStage, SyncInterval: t.syncInterval}, add, nil
+			Stage: drill.AutoStage, SyncInterval: t.syncInterval, LinkMbps: links}, add, nil
 	}
 	if t.stage != "" {
 		s, err := tier.ParseStage(t.stage)
@@ -81,7 +90,7 @@ func (t *tierTrainFlags) check(fs *pflag.FlagSet, processes bool) (*drill.Tiers,
 		return nil, nil, err
 	}
 	return &drill.Tiers{Reliable: t.reliable, Transient: t.transient, WorkersPerMachine: t.perMachine,
-		Stage: stage.String(), SyncInterval: t.syncInterval}, add, nil
+		Stage: stage.String(), SyncInterval: t.syncInterval, LinkMbps: links}, add, nil
 }
 
 // printTiers prints a drill's tier figures.

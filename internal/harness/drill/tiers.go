@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/terrace-ml/terrace/internal/control/api"
+	"github.com/terrace-ml/terrace/internal/placement/tier"
 )
 
 // Tiers runs the drill on machines of two classes (issue 11,
@@ -25,6 +27,9 @@ type Tiers struct {
 	// --sync-interval (its default if 0).
 	Stage        string
 	SyncInterval time.Duration
+	// LinkMbps, when set, gives each machine an emulated link of its
+	// class's Mbit/s (each machine binds its own 127.0.0.N).
+	LinkMbps *tier.ByClass
 }
 
 func (t *Tiers) perMachine() int { return max(1, t.WorkersPerMachine) }
@@ -70,13 +75,23 @@ type StageSwitchFact struct {
 // startMachine starts machine class-i: its server and its workers.
 func (d *drill) startMachine(class Role, i int) error {
 	name := fmt.Sprintf("%s-%d", class, i)
-	p, err := d.startServer("server-"+name, "--machine", name, "--class", string(class))
+	flags := []string{"--machine", name, "--class", string(class)}
+	if l := d.cfg.Tiers.LinkMbps; l != nil {
+		c := tier.Reliable
+		if class == Transient {
+			c = tier.Transient
+		}
+		// 127.0.0.10 on: one address per machine ever started.
+		flags = append(flags, "--bind-ip", fmt.Sprintf("127.0.0.%d", 10+d.machines[Reliable]+d.machines[Transient]),
+			"--link-mbps", strconv.FormatFloat(l.Of(c), 'g', -1, 64))
+	}
+	p, err := d.startServer("server-"+name, flags...)
 	if err != nil {
 		return err
 	}
 	p.machine, p.class = name, class
 	for w := range d.cfg.Tiers.perMachine() {
-		p, err := d.startWorker(fmt.Sprintf("worker-%s-%d", name, w), "--machine", name, "--class", string(class))
+		p, err := d.startWorker(fmt.Sprintf("worker-%s-%d", name, w), flags...)
 		if err != nil {
 			return err
 		}
