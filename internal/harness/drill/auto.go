@@ -43,7 +43,7 @@ const autoDwell = 5 * time.Second
 // measurements for the machines at the start.
 func newAutoPilot(t *Tiers) (*autoPilot, tier.Stage, error) {
 	a := &autoPilot{p: planner.New(planner.Options{Dwell: autoDwell}), machines: [2]int{t.Reliable, t.Transient}}
-	plan, err := a.p.Replan(time.Now(), planner.Defaults(t.Reliable, t.Transient))
+	plan, err := a.p.Replan(time.Now(), withLinks(planner.Defaults(t.Reliable, t.Transient), t))
 	if err != nil {
 		return nil, 0, err
 	}
@@ -92,7 +92,7 @@ func (d *drill) replan(ctx context.Context) {
 	if first || secs <= 0 || (pushes <= 0 && !changed) {
 		return
 	}
-	m := planner.Defaults(alive[0], alive[1])
+	m := withLinks(planner.Defaults(alive[0], alive[1]), d.cfg.Tiers)
 	m.WorkersPerMachine = d.cfg.Tiers.perMachine()
 	m.Replication = max(1, d.cfg.Replication)
 	if workers := (alive[0] + alive[1]) * m.WorkersPerMachine; workers > 0 && pushes > 0 {
@@ -120,4 +120,12 @@ func (d *drill) replan(ctx context.Context) {
 	if _, err := api.NewClient(d.coord, nil).SwitchStage(cctx, plan.Best, "planner: "+plan.Reason); err != nil {
 		a.Plans = append(a.Plans, fmt.Sprintf("%.1fs: switch to %d refused: %v", now.Sub(d.started).Seconds(), plan.Best, err))
 	}
+}
+
+// withLinks sets the emulated links' bandwidths in m.
+func withLinks(m planner.Measurements, t *Tiers) planner.Measurements {
+	if l := t.LinkMbps; l != nil {
+		m.LinkBytes = tier.ByClass{Reliable: l.Reliable * 1e6 / 8, Transient: l.Transient * 1e6 / 8}
+	}
+	return m
 }
