@@ -126,6 +126,9 @@ type Node struct {
 	Fault Action `json:"fault,omitempty"`
 	// Finished is whether a worker trained to the end and wrote its report.
 	Finished bool `json:"finished,omitempty"`
+	// Machine and Class, with Config.Tiers: where the node ran.
+	Machine string `json:"machine,omitempty"`
+	Class   Role   `json:"class,omitempty"`
 }
 
 // Fault is a fault the drill injected.
@@ -768,7 +771,8 @@ func (d *drill) accountAudit(perWorker, perRow []float32) {
 func (d *drill) finish() {
 	d.rep.ServerStats = map[string]json.RawMessage{}
 	for _, p := range d.sup.procs {
-		n := Node{Name: p.name, Role: p.role, PID: p.pid(), Log: p.log, Exit: exitString(p.waitErr), Fault: p.faulted}
+		n := Node{Name: p.name, Role: p.role, PID: p.pid(), Log: p.log, Exit: exitString(p.waitErr), Fault: p.faulted,
+			Machine: p.machine, Class: p.class}
 		if p.rank >= 0 {
 			r := p.rank
 			n.Rank = &r
