@@ -78,6 +78,10 @@ func TestTierRevocationWithoutNotice(t *testing.T) {
 			Invariants: []sim.Invariant{sim.ExactlyOnce{}, sim.Staleness{}},
 		}
 		rep := runScenario(t, sc, true)
-		t.Logf("%d keys short by %d acknowledged increments in slots %v", rep.Losses.Keys, rep.Losses.Increments, rep.Losses.Slots)
+		t.Logf("%d keys short by %d acknowledged increments in slots %v; bound (one sync interval's worth) %d",
+			rep.Losses.Keys, rep.Losses.Increments, rep.Losses.Slots, rep.LossBound)
+		if rep.Losses.Increments > rep.LossBound {
+			t.Errorf("lost %d acknowledged increments at the revocation, more than one sync interval's worth (%d)", rep.Losses.Increments, rep.LossBound)
+		}
 	})
 }
