@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"os/exec"
 	"testing"
 )
@@ -34,6 +35,42 @@ func TestTierFlags(t *testing.T) {
 		out, err := exec.Command(terrace(t), tc.args...).CombinedOutput()
 		if err == nil || !bytes.Contains(out, []byte(tc.want)) {
 			t.Errorf("%q: %v, want an error containing %q:\n%s", tc.args, err, tc.want, out)
+		}
+	}
+}
+
+// TestTierRevocationDrill revokes every transient machine of a stage-2
+// cluster at once, without notice and then with notice: training goes on
+// from the BackupPS; without notice the loss is at most one sync
+// interval's worth and nothing is lost beyond it, with notice nothing at
+// all (TERRACE_TIERS_DRILL=1; two runs of about 20 s).
+func TestTierRevocationDrill(t *testing.T) {
+	if os.Getenv("TERRACE_TIERS_DRILL") == "" {
+		t.Skip("set TERRACE_TIERS_DRILL=1")
+	}
+	for _, action := range []string{"kill", "evict"} {
+		rep := runDrill(t, "--reliable", "2", "--transient", "2", "--stage", "2", "--sync-interval", "1s", "--audit-every", "1",
+			"--failure-timeout", "2s", "--"+action, "transient@all@3s")
+		if rep.TierReport == nil || rep.UpdatesLost == nil || rep.UpdatesLostBound == nil {
+			t.Fatalf("%s: no tier figures in the report", action)
+		}
+		if rep.AckedUpdatesLost == nil || *rep.AckedUpdatesLost != 0 {
+			t.Errorf("%s: acked_updates_lost %v, want 0", action, ptr(rep.AckedUpdatesLost))
+		}
+		if rep.AckedUpdatesDuplicated == nil || *rep.AckedUpdatesDuplicated != 0 {
+			t.Errorf("%s: applied twice %v, want 0", action, ptr(rep.AckedUpdatesDuplicated))
+		}
+		if action == "evict" && *rep.UpdatesLost != 0 {
+			t.Errorf("evict: updates_lost %d with notice, want 0", *rep.UpdatesLost)
+		}
+		if *rep.UpdatesLost > *rep.UpdatesLostBound {
+			t.Errorf("%s: updates_lost %d above one sync interval's worth (%d)", action, *rep.UpdatesLost, *rep.UpdatesLostBound)
+		}
+		if rep.Stage != 1 || len(rep.StageHistory) == 0 {
+			t.Errorf("%s: stage %d, history %+v: want a fallback or switch to stage 1", action, rep.Stage, rep.StageHistory)
+		}
+		if n := finishedWorkers(rep); n != 2 {
+			t.Errorf("%s: %d workers finished, want the 2 on reliable machines", action, n)
 		}
 	}
 }
