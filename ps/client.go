@@ -235,12 +235,19 @@ func (c *Client) refreshLayout(ctx context.Context, seen uint64) error {
 			}
 		}
 		// A server of this layout is unreachable: wait for the coordinator
-		// to publish one without it.
-		l, err := c.ctl.Layout(ctx, cur.Version)
-		if err != nil {
-			return err
+		// to publish one without it. A layout with no reachable server
+		// (a class-wide revocation takes the ActivePS one by one before
+		// the fallback to the BackupPS) is waited past, until ctx ends.
+		for {
+			l, err := c.ctl.Layout(ctx, cur.Version)
+			if err != nil {
+				return err
+			}
+			if err := c.install(ctx, l); err == nil || ctx.Err() != nil {
+				return err
+			}
+			cur = l
 		}
-		return c.install(ctx, l)
 	}
 	if cur.Epoch > seen {
 		return nil // another goroutine already moved on

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/terrace-ml/terrace/data"
+	"github.com/terrace-ml/terrace/internal/harness/drill"
 )
 
 var (
@@ -242,6 +243,8 @@ type drillReport struct {
 	ExamplesSkipped         *int64   `json:"examples_skipped"`
 	ExamplesAudited         *int64   `json:"examples_audited"`
 	Notes                   []string `json:"notes"`
+	// With --reliable/--transient (tiers_test.go).
+	*drill.TierReport
 }
 
 // runDrill runs `terrace train --processes` with args on the a9a data and

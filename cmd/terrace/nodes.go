@@ -24,6 +24,7 @@ func coordinatorCmd() *cobra.Command {
 	var listen, reportPath, eventsPath, etcd, logLevel string
 	var exitWhenDone, inMemory bool
 	var sec securityFlags
+	var tiers coordTierFlags
 	cmd := &cobra.Command{
 		Use:   "coordinator",
 		Short: "Run a coordinator: admits servers and workers, leases data, publishes the layout; replicas fail over through etcd",
@@ -36,6 +37,10 @@ restores its state and takes over. Clients take every coordinator's
 address, comma-separated.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			class, err := tiers.apply(&o)
+			if err != nil {
+				return err
+			}
 			ctx, cancel := context.WithCancel(cmd.Context())
 			defer cancel()
 			log := newLogger(logLevel)
@@ -53,7 +58,7 @@ address, comma-separated.`,
 			errc := make(chan error, 1)
 			go func() {
 				if inMemory {
-					errc <- node.RunCoordinator(ctx, node.CoordinatorConfig{Listen: listen, Options: o, Logger: log, Ready: ready, Network: nw})
+					errc <- node.RunCoordinator(ctx, node.CoordinatorConfig{Listen: listen, Options: o, Logger: log, Ready: ready, Network: nw, Class: class})
 					return
 				}
 				ha.Listen, ha.Options, ha.Logger, ha.Ready = listen, o, log, ready
@@ -109,6 +114,7 @@ address, comma-separated.`,
 	fs.BoolVar(&o.Resume, "resume", false, "start from the newest committed checkpoint in --checkpoint-dir")
 	fs.StringVar(&logLevel, "log-level", "warn", "log level")
 	sec.register(fs, true)
+	tiers.register(fs)
 	addConfigFlag(cmd)
 	return cmd
 }
@@ -116,6 +122,7 @@ address, comma-separated.`,
 func serverCmd() *cobra.Command {
 	var cfg node.ServerConfig
 	var notices noticeFlags
+	var machine machineFlags
 	var logLevel string
 	var statsEvery time.Duration
 	var sec securityFlags
@@ -124,13 +131,19 @@ func serverCmd() *cobra.Command {
 		Short: "Run a parameter server that joins the coordinator",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if cfg.Machine, cfg.Class, err = machine.parse(); err != nil {
+				return err
+			}
+			if cfg.Network, err = machine.network(); err != nil {
+				return err
+			}
 			if cfg.ID == "" {
 				h, _ := os.Hostname()
 				cfg.ID = fmt.Sprintf("server-%s-%d", h, os.Getpid())
 			}
 			cfg.Logger = newLogger(logLevel)
-			var err error
-			if cfg.Network, cfg.Token, err = sec.node(auth.RoleServer, cfg.Logger); err != nil {
+			if cfg.Network, cfg.Token, err = sec.node(auth.RoleServer, cfg.Network, cfg.Logger); err != nil {
 				return err
 			}
 			ctx, cancel := context.WithCancel(cmd.Context())
@@ -171,6 +184,7 @@ func serverCmd() *cobra.Command {
 	sec.register(fs, false)
 	fs.StringVar(&cfg.Metrics.Listen, "metrics-listen", "127.0.0.1:0", "address to serve Prometheus /metrics on (port 0: any; empty: none)")
 	notices.register(fs)
+	machine.register(fs)
 	addConfigFlag(cmd)
 	return cmd
 }
@@ -182,6 +196,7 @@ type workerFlags struct {
 	cfg                  node.WorkerConfig
 	logLevel, reportPath string
 	sec                  securityFlags
+	machine              machineFlags
 }
 
 func (w *workerFlags) register(fs *pflag.FlagSet) {
@@ -194,17 +209,24 @@ func (w *workerFlags) register(fs *pflag.FlagSet) {
 	w.sec.register(fs, false)
 	fs.StringVar(&w.cfg.Metrics.Listen, "metrics-listen", "127.0.0.1:0", "address to serve Prometheus /metrics on (port 0: any; empty: none)")
 	w.notices.register(fs)
+	w.machine.register(fs)
 }
 
 // run runs job as a worker until it ends, draining on a notice.
 func (w *workerFlags) run(ctx context.Context, job node.Job) (any, error) {
+	var err error
+	if w.cfg.Machine, w.cfg.Class, err = w.machine.parse(); err != nil {
+		return nil, err
+	}
+	if w.cfg.Network, err = w.machine.network(); err != nil {
+		return nil, err
+	}
 	if w.cfg.ID == "" {
 		h, _ := os.Hostname()
 		w.cfg.ID = fmt.Sprintf("worker-%s-%d", h, os.Getpid())
 	}
 	w.cfg.Logger = newLogger(w.logLevel)
-	var err error
-	if w.cfg.Network, w.cfg.Token, err = w.sec.node(auth.RoleWorker, w.cfg.Logger); err != nil {
+	if w.cfg.Network, w.cfg.Token, err = w.sec.node(auth.RoleWorker, w.cfg.Network, w.cfg.Logger); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -220,6 +242,9 @@ func workerCmd() *cobra.Command {
 		Short: "Run a worker that joins the coordinator and trains an application",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if _, _, err := w.machine.parse(); err != nil {
+				return err
+			}
 			job, err := w.a.job(cmd.OutOrStdout())
 			if err != nil {
 				return err

@@ -51,7 +51,7 @@ func (f *securityFlags) files() (_ pki.Files, ok bool, _ error) {
 }
 
 // network returns the TLS network, or nil when TLS is off.
-func (f *securityFlags) network(log *slog.Logger) (*tlsnet.Network, error) {
+func (f *securityFlags) network(inner transport.Network, log *slog.Logger) (*tlsnet.Network, error) {
 	files, ok, err := f.files()
 	if err != nil || !ok {
 		return nil, err
@@ -60,18 +60,22 @@ func (f *securityFlags) network(log *slog.Logger) (*tlsnet.Network, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tls: %w", err)
 	}
-	return tlsnet.New(nil, src, log), nil
+	return tlsnet.New(inner, src, log), nil
 }
 
-// node returns a server's or worker's network (nil: TCP) and join token.
-func (f *securityFlags) node(role auth.Role, log *slog.Logger) (transport.Network, string, error) {
+// node returns a server's or worker's network and join token: TLS over
+// inner (an emulated link, or TCP if nil) when TLS is asked for, else inner.
+func (f *securityFlags) node(role auth.Role, inner transport.Network, log *slog.Logger) (transport.Network, string, error) {
 	tok, err := auth.ReadToken(f.tokenFile, role, os.Getenv)
 	if err != nil {
 		return nil, "", err
 	}
-	nw, err := f.network(log)
-	if err != nil || nw == nil {
+	nw, err := f.network(inner, log)
+	if err != nil {
 		return nil, tok, err
+	}
+	if nw == nil {
+		return inner, tok, nil
 	}
 	return nw, tok, nil
 }
@@ -79,7 +83,7 @@ func (f *securityFlags) node(role auth.Role, log *slog.Logger) (transport.Networ
 // coordinator sets up o and ha for TLS and tokens, and returns the
 // network the in-memory coordinator listens on (nil: TCP).
 func (f *securityFlags) coordinator(listen string, o *coord.Options, ha *coordha.Config, log *slog.Logger) (transport.Network, error) {
-	nw, err := f.network(log)
+	nw, err := f.network(nil, log)
 	if err != nil {
 		return nil, err
 	}

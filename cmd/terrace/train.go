@@ -88,6 +88,7 @@ func (d *drillFlags) check() (drill.Schedule, error) {
 func trainCmd() *cobra.Command {
 	var a appFlags
 	var d drillFlags
+	var tiers tierTrainFlags
 	var servers, workers, partitions, replication, checkpointEvery int
 	var checkpointDir, resumeDir string
 	var reportPath, logLevel string
@@ -112,8 +113,12 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 			if err != nil {
 				return err
 			}
+			tcfg, add, err := tiers.check(cmd.Flags(), d.processes)
+			if err != nil {
+				return err
+			}
 			if d.processes {
-				return trainProcesses(ctx, cmd, a, d, sched, servers, workers, partitions, replication, logLevel, reportPath)
+				return trainProcesses(ctx, cmd, a, d, append(sched, add...).Sorted(), servers, workers, partitions, replication, logLevel, reportPath, tcfg)
 			}
 			pout := &progressOut{w: out}
 			job, err := a.job(pout)
@@ -173,6 +178,7 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 	fs := cmd.Flags()
 	a.register(fs)
 	d.register(fs)
+	tiers.register(fs)
 	fs.IntVar(&servers, "servers", 2, "number of servers")
 	fs.IntVar(&workers, "workers", 2, "number of workers")
 	fs.IntVar(&partitions, "partitions", 0, "data partitions (4 per worker if 0)")
@@ -241,6 +247,7 @@ func printSummary(w io.Writer, r *trainReport) {
 		if d.MaxStallSeconds != nil {
 			fmt.Fprintf(w, "terrace: audit: longest time without an acknowledged push %.3fs (at %.2fs)\n", *d.MaxStallSeconds, *d.MaxStallAtSeconds)
 		}
+		printTiers(w, d.TierReport)
 		for _, n := range d.Notes {
 			fmt.Fprintf(w, "terrace: note: %s\n", n)
 		}
@@ -269,7 +276,7 @@ func writeReport(path string, v any) error {
 // schedule, and the report with the drill's findings. The report is
 // written even when the drill fails, as far as it got.
 func trainProcesses(ctx context.Context, cmd *cobra.Command, a appFlags, d drillFlags, sched drill.Schedule,
-	servers, workers, partitions, replication int, logLevel, reportPath string) error {
+	servers, workers, partitions, replication int, logLevel, reportPath string, tiers *drill.Tiers) error {
 	out := cmd.OutOrStdout()
 	if _, err := a.job(nil); err != nil { // the same checks as the workers', before anything starts
 		return err
@@ -277,7 +284,7 @@ func trainProcesses(ctx context.Context, cmd *cobra.Command, a appFlags, d drill
 	cfg := drill.Config{
 		RunDir: d.runDir, Servers: servers, Workers: workers, Replication: replication, Partitions: partitions,
 		Coordinators: d.coordinators, Schedule: sched, Seed: a.seed, WorkerArgs: appArgs(cmd.Flags()),
-		LogLevel: logLevel, Out: out, FailureTimeout: d.failAfter,
+		LogLevel: logLevel, Out: out, FailureTimeout: d.failAfter, Tiers: tiers,
 	}
 	rows, passes, err := a.auditSize()
 	if err != nil {
@@ -295,6 +302,10 @@ func trainProcesses(ctx context.Context, cmd *cobra.Command, a appFlags, d drill
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, d.timeout)
 		defer cancel()
+	}
+	if tiers != nil {
+		fmt.Fprintf(out, "terrace: tiers: %d reliable and %d transient machine(s), stage %s, sync interval %v\n", tiers.Reliable, tiers.Transient, tiers.Stage, tiers.SyncInterval)
+		servers, workers = tiers.Reliable+tiers.Transient, (tiers.Reliable+tiers.Transient)*max(1, tiers.WorkersPerMachine)
 	}
 	fmt.Fprintf(out, "terrace: training %s on %d server(s) and %d worker(s), each its own process, consistency %s\n", a.app, servers, workers, a.consistency)
 	start := time.Now()

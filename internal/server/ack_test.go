@@ -85,7 +85,7 @@ func headWith(t *testing.T, peer string, policy AckPolicy, durable chan uint64) 
 	}
 	s := New(Options{ID: "a", AckPolicy: func(string) AckPolicy { return policy }})
 	s.onDurable = func(_ string, d uint64) { durable <- d }
-	l := &layout.Layout{Version: 1, Epoch: 3, Workers: 1, Replication: 2,
+	l := &layout.Layout{Version: 1, Epoch: 3, Workers: 1, Replication: 2, SyncIntervalMillis: 1,
 		Servers: []ring.Server{{ID: "a", Addr: ln.Addr().String()}, {ID: "b", Addr: peer}},
 		Tables:  []layout.Table{{ID: 1, Spec: mustSpec(t)}}}
 	serve(t, s, ln, l)
@@ -132,26 +132,33 @@ func wait(t *testing.T, ch chan struct{}, what string) {
 }
 
 // TestBulkPeerConfirmsLate: under AckBulk a push is acknowledged without
-// waiting for the peer, the stream sends the next round before the peer
-// confirmed the last, and the durability watermark moves only as the peer
-// confirms, in order: a push is durable once every push queued before it
-// is confirmed too.
+// waiting for the round that carries it, the stream sends the next round
+// before the peer confirmed the last, and the durability watermark moves
+// only as the peer confirms, in order. The gate: a push queued while a
+// round is unconfirmed is acknowledged once that round is confirmed, so
+// that the acknowledged pushes the peer lacks all belong to one round.
 func TestBulkPeerConfirmsLate(t *testing.T) {
 	peer := startLatePeer(t)
 	durable := make(chan uint64, 8)
 	s, c, key := headWith(t, peer.addr, AckBulk, durable)
 	wait(t, sendPush(t, c, key, 1), "first push acknowledged before the peer confirmed anything")
 	first := peer.next(t)
-	wait(t, sendPush(t, c, key+1, 2), "second push acknowledged before the peer confirmed anything")
+	acked := sendPush(t, c, key+1, 2)
 	second := peer.next(t) // a second round in flight before the first is confirmed
 	if d, q, ok := s.Replication("b"); !ok || d != 0 || q != 2 {
 		t.Fatalf("before any confirmation: durable %d of %d (%v), want 0 of 2", d, q, ok)
+	}
+	select {
+	case <-acked:
+		t.Fatal("a push queued while round 1 was unconfirmed was acknowledged before it (the gate)")
+	default:
 	}
 	tc := <-peer.conns
 	peer.confirm(tc, first)
 	if d := <-durable; d != 1 {
 		t.Fatalf("the first round confirmed: durable %d, want 1", d)
 	}
+	wait(t, acked, "second push acknowledged once the round before it is durable")
 	peer.confirm(tc, second)
 	if d := <-durable; d != 2 {
 		t.Fatalf("both rounds confirmed: durable %d, want 2", d)

@@ -19,6 +19,12 @@ type chains struct {
 	// moving lists the joining and leaving servers: while there are any,
 	// a slot's members include its chain on the final ring.
 	moving []string
+	// backup is the BackupPS ring (nil without one): a slot's head also
+	// streams it to the slot's chain of k there, asynchronously (AckBulk,
+	// docs/design/tiers.md). Those members are not successors: a
+	// rebuild owes them no copy, and a switch that makes one a successor
+	// copies it every slot.
+	backup *ring.Map
 }
 
 func newChains(l *layout.Layout, rm *ring.Map) (chains, error) {
@@ -26,14 +32,35 @@ func newChains(l *layout.Layout, rm *ring.Map) (chains, error) {
 	if err != nil {
 		return chains{}, err
 	}
-	ch := chains{version: l.Version, k: l.K(), ring: rm, final: final, moving: slices.Clone(l.Leaving)}
+	backup, err := l.BackupRing()
+	if err != nil {
+		return chains{}, err
+	}
+	ch := chains{version: l.Version, k: l.K(), ring: rm, final: final, moving: slices.Clone(l.Leaving), backup: backup}
 	for _, j := range l.Joining {
 		ch.moving = append(ch.moving, j.ID)
 	}
 	return ch, nil
 }
 
-func (ch chains) replicates() bool { return ch.ring != nil && (ch.k > 1 || len(ch.moving) > 0) }
+func (ch chains) replicates() bool {
+	return ch.ring != nil && (ch.k > 1 || len(ch.moving) > 0 || ch.backup != nil)
+}
+
+// backups appends to dst the BackupPS that slot sl streams to.
+func (ch chains) backups(sl uint64, dst []ring.Server, scratch []int) ([]ring.Server, []int) {
+	if ch.backup == nil {
+		return dst, scratch
+	}
+	scratch = ch.backup.Chain(sl, ch.k, scratch)
+	for _, i := range scratch {
+		dst = append(dst, ch.backup.Servers[i])
+	}
+	return dst, scratch
+}
+
+// isBackup reports whether server id is a BackupPS.
+func (ch chains) isBackup(id string) bool { return ch.backup != nil && ch.backup.Index(id) >= 0 }
 
 // successors appends to dst the servers other than the head that must
 // hold slot sl.
@@ -73,6 +100,7 @@ func (ch chains) groups(t *tableState, ks keyspace.Keys) map[string]*group {
 	var scratch []int
 	for sp := range ks.Spans() {
 		succ, scratch = ch.successors(sp.Slot, succ, scratch)
+		succ, scratch = ch.backups(sp.Slot, succ, scratch)
 		for _, p := range succ {
 			g := groups[p.ID]
 			if g == nil {

@@ -92,6 +92,12 @@ func (s *Server) install(l *layout.Layout, rm *ring.Map, ch chains) (installed, 
 	close(s.changed)
 	s.changed = make(chan struct{})
 	a.dropped = s.dropReplicators(ch)
+	// A stage switch changes what a peer is: the stream to a BackupPS is
+	// asynchronous, to a chain member synchronous. Changed under applyMu,
+	// so that every push applied under this layout follows its policy.
+	for _, r := range s.replicators() {
+		r.setPolicy(s.policyOf(r.peer.ID, ch.isBackup(r.peer.ID)))
+	}
 	// Rebuilds run one after another in layout order: a later one reports a
 	// joiner synced only after the earlier ones' copies are acknowledged.
 	a.prevRebuild, a.rebuilt = s.lastRebuild, make(chan struct{})
@@ -196,7 +202,7 @@ func (s *Server) dropReplicators(ch chains) []*replicator {
 	defer s.replMu.Unlock()
 	var gone []*replicator
 	for id, r := range s.repl {
-		if ch.final.Index(id) < 0 && ch.ring.Index(id) < 0 {
+		if ch.final.Index(id) < 0 && ch.ring.Index(id) < 0 && !ch.isBackup(id) {
 			gone = append(gone, r)
 			delete(s.repl, id)
 		}

@@ -150,9 +150,22 @@ type chunk struct {
 }
 
 // add adds a slot holding n keys to the plan.
+// copyChunkBytes bounds one copy chunk's state too: a push replicated
+// alongside a chunk is acknowledged once the chunk is confirmed, and a
+// chunk of 2^18 keys of a wide table (16 MB at width 16) held pushes for
+// seconds during a stage switch on a loaded host; 1 MB gave the longest
+// push of 20 switches with 100 MB 0.94 s, 2 MB 1.35 s over 6
+// (docs/design/tiers.md).
+const copyChunkBytes = 1 << 20
+
+// chunkKeys is how many keys of t one copy chunk holds.
+func chunkKeys(t *tableState) int {
+	return max(64, min(copyChunkKeys, copyChunkBytes/(4*max(1, t.store.Stride()))))
+}
+
 func (c *copyPlan) add(t *tableState, sl uint64, n int) {
 	last := len(c.chunks) - 1
-	if last < 0 || c.chunks[last].t != t || c.chunks[last].keys >= copyChunkKeys {
+	if last < 0 || c.chunks[last].t != t || c.chunks[last].keys >= chunkKeys(t) {
 		c.chunks = append(c.chunks, &chunk{slotCopy: slotCopy{t: t}})
 		last++
 	}

@@ -80,8 +80,9 @@ type batch struct {
 	// waiters are the entries' waiters that the policy holds until the
 	// batch is confirmed (AckChain).
 	waiters []waiter
-	// lo is the lowest sequence number of its entries.
-	lo uint64
+	// lo and hi are the lowest and highest sequence numbers of its
+	// entries.
+	lo, hi uint64
 	// round is the round it is in flight in, or 0.
 	round uint64
 	// checked: the copies its entries need are in it (copiesFirst).
@@ -119,6 +120,52 @@ type peerQueue struct {
 	rounds uint64 // the last round number given
 	gone   bool   // the peer left the layout: release everything
 	sync   peerSync
+	// gated are AckBulk pushes held by the gate (docs/design/tiers.md, I2):
+	// a push is acknowledged only once every round taken before it was
+	// queued is confirmed, so that when round r is the last durable one,
+	// the acknowledged pushes the peer lacks all belong to round r + 1:
+	// one sync interval's worth.
+	gated []gatedWaiter
+}
+
+// gatedWaiter is a push's waiter held until every batch taken with a
+// sequence number up to need is confirmed.
+type gatedWaiter struct {
+	need uint64
+	w    waiter
+}
+
+// takenUpTo is the highest sequence number of a batch taken into a round
+// and not yet confirmed (0 if none).
+func (q *peerQueue) takenUpTo() uint64 {
+	var hi uint64
+	for _, b := range q.held {
+		hi = max(hi, b.hi)
+	}
+	return hi
+}
+
+// releaseGated returns the gated waiters whose rounds are all confirmed.
+func (q *peerQueue) releaseGated() []waiter {
+	if len(q.gated) == 0 {
+		return nil
+	}
+	low := q.seq + 1
+	for _, b := range q.held {
+		low = min(low, b.lo)
+	}
+	var release []waiter
+	keep := q.gated[:0]
+	for _, g := range q.gated {
+		if g.need < low {
+			release = append(release, g.w)
+			continue
+		}
+		keep = append(keep, g)
+	}
+	clear(q.gated[len(keep):])
+	q.gated = keep
+	return release
 }
 
 // add queues e with its waiter. It returns the waiter to call at once
@@ -131,6 +178,10 @@ func (q *peerQueue) add(e entry, w waiter) (now waiter) {
 	q.seq++
 	if q.policy == AckBulk {
 		q.pending = append(q.pending, pending{e: e, seq: q.seq})
+		if need := q.takenUpTo(); need > 0 {
+			q.gated = append(q.gated, gatedWaiter{need: need, w: w})
+			return nil
+		}
 		return w
 	}
 	q.pending = append(q.pending, pending{e: e, w: w, seq: q.seq})
@@ -144,7 +195,7 @@ func (q *peerQueue) addBulk(c *slotCopy, w waiter) (now waiter) {
 		return w
 	}
 	q.seq++
-	q.bulk = append(q.bulk, batch{entries: []entry{{copy: c}}, waiters: []waiter{w}, lo: q.seq})
+	q.bulk = append(q.bulk, batch{entries: []entry{{copy: c}}, waiters: []waiter{w}, lo: q.seq, hi: q.seq})
 	return nil
 }
 
@@ -184,6 +235,7 @@ func (b *batch) add(p pending) {
 	if len(b.entries) == 0 || p.seq < b.lo {
 		b.lo = p.seq
 	}
+	b.hi = max(b.hi, p.seq)
 	b.entries = append(b.entries, p.e)
 	if p.w != nil {
 		b.waiters = append(b.waiters, p.w)
@@ -204,7 +256,10 @@ func (q *peerQueue) leave() []waiter {
 			release = append(release, p.w)
 		}
 	}
-	q.held, q.bulk, q.pending = nil, nil, nil
+	for _, g := range q.gated {
+		release = append(release, g.w)
+	}
+	q.held, q.bulk, q.pending, q.gated = nil, nil, nil, nil
 	return release
 }
 
@@ -214,6 +269,9 @@ type plan struct {
 	round  uint64
 	send   []batch
 	failed []waiter
+	// acked are gated waiters released because the batches they waited
+	// for were dropped (to call with nil).
+	acked []waiter
 }
 
 // take plans the next round: the pending entries become a batch, one copy
@@ -269,6 +327,7 @@ func (q *peerQueue) take(r uint64, withBulk bool, heads func(entry) bool, change
 	}
 	clear(q.held[len(keep):])
 	q.held = keep
+	p.acked = q.releaseGated()
 	return p
 }
 
@@ -306,7 +365,7 @@ func (q *peerQueue) confirmed(r uint64) []waiter {
 	}
 	clear(q.held[len(keep):])
 	q.held = keep
-	return release
+	return append(release, q.releaseGated()...)
 }
 
 // unconfirm puts the batches of round r (of every round, if r is 0) back

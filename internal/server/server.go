@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/terrace-ml/terrace/internal/dataplane/wire"
 	"github.com/terrace-ml/terrace/internal/placement/layout"
 	"github.com/terrace-ml/terrace/internal/placement/ring"
+	"github.com/terrace-ml/terrace/internal/placement/tier"
 	"github.com/terrace-ml/terrace/internal/storage/store"
 	"github.com/terrace-ml/terrace/keyspace"
 	"github.com/terrace-ml/terrace/table"
@@ -51,6 +53,10 @@ type Options struct {
 	// name otherwise). Nothing uses AckBulk yet: it is for the reliability
 	// tiers' ActivePS, which streams to its BackupPS (issue 11).
 	AckPolicy func(peer string) AckPolicy
+	// Machine and Class are the machine the server runs on and its class,
+	// for its statistics (issue 11).
+	Machine string
+	Class   tier.Class
 }
 
 // Server serves its share of every table. Its decisions live in pure
@@ -152,6 +158,9 @@ type tableState struct {
 type counters struct {
 	pushes, pulls, clocks, keysPushed, keysPulled, refused, bytesIn, errors atomic.Int64
 	duplicates, replicated, bytesOut, parked                                atomic.Int64
+	// pushBytes counts push frames from workers; streamBytes and
+	// streamRounds what this server streamed to BackupPS (issue 11).
+	pushBytes, streamBytes, streamRounds atomic.Int64
 }
 
 // New returns a server that serves nothing until Configure gives it a layout.
@@ -404,6 +413,7 @@ func (s *Server) closeConns() {
 func (s *Server) replicatorFor(peer ring.Server) (r, replaced *replicator) {
 	s.mu.RLock()
 	changes := len(s.changes)
+	policy := s.policyOf(peer.ID, s.chains.isBackup(peer.ID))
 	s.mu.RUnlock()
 	s.replMu.Lock()
 	if s.replStopped {
@@ -414,7 +424,7 @@ func (s *Server) replicatorFor(peer ring.Server) (r, replaced *replicator) {
 	fresh := r == nil || r.peer.Addr != peer.Addr
 	if fresh {
 		replaced = r
-		r = newReplicator(s, peer, changes, s.policyFor(peer.ID))
+		r = newReplicator(s, peer, changes, policy)
 		s.repl[peer.ID] = r
 	}
 	s.replMu.Unlock()
@@ -424,11 +434,26 @@ func (s *Server) replicatorFor(peer ring.Server) (r, replaced *replicator) {
 	return r, replaced
 }
 
-func (s *Server) policyFor(peer string) AckPolicy {
+// policyOf is the policy of the stream to peer: AckBulk to a BackupPS
+// (docs/design/tiers.md), else what Options.AckPolicy says.
+func (s *Server) policyOf(peer string, backup bool) AckPolicy {
+	if backup {
+		return AckBulk
+	}
 	if s.opts.AckPolicy == nil {
 		return AckChain
 	}
 	return s.opts.AckPolicy(peer)
+}
+
+// syncInterval is the layout's ActivePS sync interval.
+func (s *Server) syncInterval() time.Duration {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.lay == nil {
+		return 0
+	}
+	return s.lay.SyncInterval()
 }
 
 // Replication returns the durability watermark of the stream to peer and
@@ -499,6 +524,9 @@ func (s *Server) serveConn(nc net.Conn) {
 	for f := range frames {
 		s.stats.bytesIn.Add(int64(f.h.Len) + wire.HeaderSize)
 		start := time.Now()
+		if f.h.Type == wire.TPush {
+			s.stats.pushBytes.Add(int64(f.h.Len) + wire.HeaderSize)
+		}
 		s.handle(c, f.h, wire.U64Bytes(*f.buf)[:f.h.Len])
 		s.obs.handled(f.h.Type, start)
 		putPayload(f.buf)
@@ -687,6 +715,16 @@ type Stats struct {
 	Keys, Values, StoreBytes int64
 	BytesPerValue            float64
 	MinClock                 int64
+	// Tiers (issue 11): the machine and class the server runs on, its role
+	// in the layout (server, activeps, backupps, standby, joining,
+	// departed), the bytes of pushes from workers, and what it streamed to
+	// BackupPS.
+	Machine      string     `json:"machine,omitempty"`
+	Class        tier.Class `json:"class"`
+	Role         string     `json:"role,omitempty"`
+	PushBytes    int64      `json:"push_bytes"`
+	StreamBytes  int64      `json:"stream_bytes"`
+	StreamRounds int64      `json:"stream_rounds"`
 }
 
 // Stats returns the server's counters and what its tables hold.
@@ -696,6 +734,8 @@ func (s *Server) Stats() Stats {
 		KeysPushed: s.stats.keysPushed.Load(), KeysPulled: s.stats.keysPulled.Load(),
 		Refused: s.stats.refused.Load(), BytesIn: s.stats.bytesIn.Load(), Errors: s.stats.errors.Load(),
 		MinClock: s.minClock(),
+		Machine:  s.opts.Machine, Class: s.opts.Class, Role: s.Role(),
+		PushBytes: s.stats.pushBytes.Load(), StreamBytes: s.stats.streamBytes.Load(), StreamRounds: s.stats.streamRounds.Load(),
 	}
 	for _, t := range s.tableList() {
 		ts := t.store.Stats()
@@ -707,4 +747,28 @@ func (s *Server) Stats() Stats {
 		st.BytesPerValue = float64(st.StoreBytes) / float64(st.Values)
 	}
 	return st
+}
+
+// Role names what the layout makes this server (issue 11): "server" on
+// the ring of stage 1, "activeps" on the ring of stages 2 and 3,
+// "backupps", "standby", "joining", or "departed".
+func (s *Server) Role() string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	l := s.lay
+	switch {
+	case l == nil:
+		return ""
+	case s.me >= 0 && l.CurrentStage() > tier.Stage1:
+		return "activeps"
+	case s.me >= 0:
+		return "server"
+	case l.IsBackup(s.opts.ID):
+		return "backupps"
+	case slices.ContainsFunc(l.Standby, func(x ring.Server) bool { return x.ID == s.opts.ID }):
+		return "standby"
+	case slices.ContainsFunc(l.Joining, func(x ring.Server) bool { return x.ID == s.opts.ID }):
+		return "joining"
+	}
+	return "departed"
 }

@@ -23,13 +23,16 @@ type replicator struct {
 	peer   ring.Server
 	policy AckPolicy
 
-	// mu guards q. It is a leaf lock: nothing that takes a lock is called
-	// while it is held.
-	mu   sync.Mutex
-	q    peerQueue
-	kick chan struct{}
-	stop chan struct{}
-	once sync.Once
+	// mu guards q and policy (which a stage switch changes: the stream to
+	// a BackupPS is AckBulk, to a chain member AckChain). It is a leaf
+	// lock: nothing that takes a lock is called while it is held.
+	mu sync.Mutex
+	q  peerQueue
+	// lastCut is when the stream last sent a round (its goroutine's).
+	lastCut time.Time
+	kick    chan struct{}
+	stop    chan struct{}
+	once    sync.Once
 }
 
 func newReplicator(s *Server, peer ring.Server, changes int, policy AckPolicy) *replicator {
@@ -59,6 +62,34 @@ func (r *replicator) addBulk(c *slotCopy, done waiter) {
 		now(nil)
 	}
 	r.wake()
+}
+
+// setPolicy changes the stream's acknowledgement policy: pushes queued
+// from now on follow p. The caller holds no lock but may hold applyMu.
+func (r *replicator) setPolicy(p AckPolicy) {
+	r.mu.Lock()
+	changed := r.policy != p
+	r.policy, r.q.policy = p, p
+	r.mu.Unlock()
+	if changed {
+		r.wake()
+	}
+}
+
+func (r *replicator) currentPolicy() AckPolicy {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.policy
+}
+
+// cutWait is how long an AckBulk stream waits before its next round: it
+// cuts a round once per sync interval, so that every key pushed any number
+// of times in between ships once (the ActivePS's aggregation).
+func (r *replicator) cutWait(now time.Time) time.Duration {
+	if r.currentPolicy() != AckBulk || r.lastCut.IsZero() {
+		return 0
+	}
+	return r.s.syncInterval() - now.Sub(r.lastCut)
 }
 
 func (r *replicator) wake() {
@@ -112,6 +143,8 @@ type stream struct {
 	inflight []sentRound
 	backoff  time.Duration
 	quiet    *time.Timer
+	// cut fires when an AckBulk stream's next round is due.
+	cut *time.Timer
 }
 
 // sentRound is a round in flight: its messages' replies arrive on replies.
@@ -125,9 +158,10 @@ type sentRound struct {
 // window allows, and takes the peer's confirmations, until the replicator
 // stops or ctx ends.
 func (r *replicator) run(ctx context.Context) {
-	st := &stream{ctx: ctx, r: r, backoff: minBackoff, quiet: time.NewTimer(replicateQuiet)}
+	st := &stream{ctx: ctx, r: r, backoff: minBackoff, quiet: time.NewTimer(replicateQuiet), cut: time.NewTimer(time.Hour)}
 	defer func() {
 		st.quiet.Stop()
+		st.cut.Stop()
 		if st.conn != nil {
 			st.conn.Close()
 		}
@@ -147,6 +181,7 @@ func (r *replicator) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-r.kick:
+		case <-st.cut.C:
 		case err := <-first:
 			st.reply(err)
 		case <-quiet:
@@ -164,10 +199,17 @@ func (r *replicator) run(ctx context.Context) {
 // send; it reports false once the replicator stopped.
 func (st *stream) fill() bool {
 	r := st.r
-	for len(st.inflight) < r.policy.window() {
+	for len(st.inflight) < r.currentPolicy().window() {
+		if wait := r.cutWait(time.Now()); wait > 0 {
+			st.cut.Reset(wait)
+			return true
+		}
 		p, msgs := r.nextRound()
 		for _, w := range p.failed {
 			w(errMoved)
+		}
+		for _, w := range p.acked {
+			w(nil)
 		}
 		if len(p.send) == 0 {
 			return true
@@ -192,6 +234,7 @@ func (st *stream) fill() bool {
 			st.quiet.Reset(replicateQuiet)
 		}
 		st.inflight = append(st.inflight, st.send(p.round, msgs))
+		r.lastCut = time.Now()
 	}
 	return true
 }
@@ -261,9 +304,21 @@ func (r *replicator) dial(ctx context.Context) (*transport.Client, error) {
 func (st *stream) send(round uint64, msgs []wire.Replicate) sentRound {
 	sr := sentRound{round: round, msgs: len(msgs), replies: make(chan error, len(msgs))}
 	epoch := st.r.s.Epoch()
+	bulk := st.r.currentPolicy() == AckBulk
+	if bulk {
+		st.r.s.stats.streamRounds.Add(1)
+	}
 	for _, m := range msgs {
 		id := st.conn.NextID()
-		f := wire.NewFrame(wire.Header{Type: wire.TReplicate, Epoch: epoch, ReqID: id}, m.Parts()...)
+		parts := m.Parts()
+		if bulk {
+			n := int64(wire.HeaderSize)
+			for _, p := range parts {
+				n += int64(len(p))
+			}
+			st.r.s.stats.streamBytes.Add(n)
+		}
+		f := wire.NewFrame(wire.Header{Type: wire.TReplicate, Epoch: epoch, ReqID: id}, parts...)
 		st.conn.Call(f, id, &transport.Call{
 			OnReply: func(h wire.Header, rd *wire.Reader) error {
 				p, err := rd.Payload(h)
@@ -324,6 +379,9 @@ func (r *replicator) nextRound() (plan, []wire.Replicate) {
 			for _, w := range p.failed {
 				w(errMoved)
 			}
+			for _, w := range p.acked {
+				w(nil)
+			}
 			continue
 		}
 		r.mu.Lock()
@@ -336,6 +394,7 @@ func (r *replicator) nextRound() (plan, []wire.Replicate) {
 		s.applyMu.Unlock()
 		p.send = append(p.send, more.send...)
 		p.failed = append(p.failed, more.failed...)
+		p.acked = append(p.acked, more.acked...)
 		return p, msgs
 	}
 }

@@ -38,7 +38,8 @@ func (ch chains) holds(sl uint64, me, peer string) bool {
 	if ch.ring.Servers[ch.ring.SlotOwner(sl)].ID != me {
 		return false
 	}
-	succ, _ := ch.successors(sl, nil, nil)
+	succ, scratch := ch.successors(sl, nil, nil)
+	succ, _ = ch.backups(sl, succ, scratch)
 	return contains(succ, peer)
 }
 
@@ -59,7 +60,7 @@ func (c chainsChange) loses(me string) bool {
 
 // changed reports whether the chains differ in what they place where.
 func changed(old, cur chains) bool {
-	if old.ring.Epoch != cur.ring.Epoch || old.k != cur.k || len(old.moving) != len(cur.moving) {
+	if old.ring.Epoch != cur.ring.Epoch || old.k != cur.k || len(old.moving) != len(cur.moving) || (old.backup == nil) != (cur.backup == nil) {
 		return true
 	}
 	for i := range old.moving {

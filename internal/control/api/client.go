@@ -240,6 +240,13 @@ func (c *Client) JoinServer(ctx context.Context, id, addr, inc string) (*layout.
 	return r.Layout, c.do(ctx, RouteJoin, "", Join{Role: RoleServer, ID: id, Addr: addr, Incarnation: inc, Metrics: c.Metrics}, &r)
 }
 
+// JoinAs admits the node j describes (a server or a worker, with its
+// machine and class), and returns the coordinator's answer.
+func (c *Client) JoinAs(ctx context.Context, j Join) (Joined, error) {
+	var r Joined
+	return r, c.do(ctx, RouteJoin, "", j, &r)
+}
+
 // JoinWorker admits worker id, incarnation inc (may be empty), and
 // returns its rank: the same again when a worker of that ID joins again.
 func (c *Client) JoinWorker(ctx context.Context, id, inc string) (int, error) {

@@ -1,6 +1,9 @@
 package api
 
-import "github.com/terrace-ml/terrace/internal/placement/layout"
+import (
+	"github.com/terrace-ml/terrace/internal/placement/layout"
+	"github.com/terrace-ml/terrace/internal/placement/tier"
+)
 
 // Roles of the nodes, as they join and register.
 const (
@@ -20,6 +23,10 @@ type Join struct {
 	// Metrics is where the node serves /metrics, if it does (shown by
 	// status).
 	Metrics string `json:"metrics,omitempty"`
+	// Machine is the machine the node runs on (its ID if empty), and Class
+	// that machine's class (issue 11).
+	Machine string     `json:"machine,omitempty"`
+	Class   tier.Class `json:"class,omitempty"`
 }
 
 // Joined answers Join: a worker's rank, a server's layout.

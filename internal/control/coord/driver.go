@@ -13,6 +13,7 @@ import (
 	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/dataplane/transport"
 	"github.com/terrace-ml/terrace/internal/placement/layout"
+	"github.com/terrace-ml/terrace/internal/placement/tier"
 )
 
 // Options configure a Coordinator.
@@ -44,12 +45,17 @@ type Options struct {
 	// Wrap, when set, puts a handler in front of the HTTP API (the join
 	// tokens' guard, internal/control/auth).
 	Wrap func(http.Handler) http.Handler
+	// Stage is the stage the cluster forms in (issue 11; 0 means stage 1),
+	// SyncInterval the ActivePS's sync interval (1 s if 0).
+	Stage        tier.Stage
+	SyncInterval time.Duration
 }
 
 func (o Options) config() Config {
 	return Config{Servers: o.Servers, Workers: o.Workers, Partitions: o.Partitions, VNodes: o.VNodes,
 		Replication: o.Replication, CheckpointDir: o.CheckpointDir, CheckpointEvery: o.CheckpointEvery,
-		FailureTimeout: o.FailureTimeout, Membership: o.Membership, Logger: o.Logger}
+		FailureTimeout: o.FailureTimeout, Membership: o.Membership, Logger: o.Logger,
+		Stage: o.Stage, SyncInterval: o.SyncInterval}
 }
 
 // Coordinator drives a Machine: requests step it under a mutex held only

@@ -40,6 +40,7 @@ func (c *Coordinator) Handler() http.Handler {
 	})
 	c.workHandlers(mux)
 	c.serverHandlers(mux)
+	c.stageHandlers(mux)
 	c.observeHandlers(mux)
 	served := c.metrics.instrument(mux, mux)
 	// A coordinator that could not save a change has lost its leadership:

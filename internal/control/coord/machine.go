@@ -9,6 +9,7 @@ import (
 
 	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/placement/layout"
+	"github.com/terrace-ml/terrace/internal/placement/tier"
 )
 
 // Config is what a Machine knows of the cluster it coordinates.
@@ -31,6 +32,10 @@ type Config struct {
 	// there, and MemberGone hears of their registrations' end.
 	Membership *layout.Membership
 	Logger     *slog.Logger
+	// Stage is the stage the cluster forms in (0: stage 1), SyncInterval
+	// the ActivePS's sync interval (docs/design/tiers.md).
+	Stage        tier.Stage
+	SyncInterval time.Duration
 }
 
 // Machine is the coordinator's state machine: membership, epochs, the
@@ -133,6 +138,7 @@ func NewMachine(cfg Config, now time.Time) *Machine {
 	m.beats, m.cutSince = map[int]time.Time{}, map[cutKey]time.Time{}
 	m.st.Layout.Membership = cfg.Membership
 	m.st.Layout.FailureTimeoutMillis = cfg.FailureTimeout.Milliseconds()
+	m.st.Layout.SyncIntervalMillis = cfg.SyncInterval.Milliseconds()
 	l := m.snapshot()
 	m.published = l
 	return m
@@ -185,6 +191,11 @@ func cloneLayout(l *layout.Layout) *layout.Layout {
 	c := *l
 	c.Servers, c.Joining, c.Leaving = slices.Clone(l.Servers), slices.Clone(l.Joining), slices.Clone(l.Leaving)
 	c.Tables, c.Finished = slices.Clone(l.Tables), slices.Clone(l.Finished)
+	c.Backup, c.Standby, c.Machines = slices.Clone(l.Backup), slices.Clone(l.Standby), slices.Clone(l.Machines)
+	if l.Switch != nil {
+		sw := *l.Switch
+		c.Switch = &sw
+	}
 	return &c
 }
 
@@ -192,7 +203,11 @@ func cloneLayout(l *layout.Layout) *layout.Layout {
 func (m *Machine) publish() {
 	l := &m.st.Layout
 	l.Version++
-	l.Ready = l.Ready || len(l.Servers)+m.st.Removed >= m.cfg.Servers && len(m.st.Workers) >= m.cfg.Workers && l.Resume == nil
+	was := l.Ready
+	l.Ready = l.Ready || m.serversJoined()+m.st.Removed >= m.cfg.Servers && len(m.st.Workers) >= m.cfg.Workers && l.Resume == nil
+	if l.Ready && !was {
+		m.arrangeTiers()
+	}
 	m.layoutChanged, m.dirty = true, true
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/placement/layout"
 	"github.com/terrace-ml/terrace/internal/placement/ring"
+	"github.com/terrace-ml/terrace/internal/placement/tier"
 	"github.com/terrace-ml/terrace/table"
 )
 
@@ -94,10 +95,15 @@ var events = map[string]func(h *harness, td *datadriven.TestData){
 	"new": (*harness).newMachine,
 	"join-server": func(h *harness, td *datadriven.TestData) {
 		id := h.str(td, "id", "")
-		h.m.Join(h.id(), api.Join{Role: api.RoleServer, ID: id, Addr: h.str(td, "addr", id+":1"), Incarnation: h.str(td, "inc", "")})
+		h.m.Join(h.id(), api.Join{Role: api.RoleServer, ID: id, Addr: h.str(td, "addr", id+":1"), Incarnation: h.str(td, "inc", ""),
+			Machine: h.str(td, "machine", ""), Class: h.class(td)})
 	},
 	"join-worker": func(h *harness, td *datadriven.TestData) {
-		h.m.Join(h.id(), api.Join{Role: api.RoleWorker, ID: h.str(td, "id", ""), Incarnation: h.str(td, "inc", "")})
+		h.m.Join(h.id(), api.Join{Role: api.RoleWorker, ID: h.str(td, "id", ""), Incarnation: h.str(td, "inc", ""),
+			Machine: h.str(td, "machine", ""), Class: h.class(td)})
+	},
+	"switch-stage": func(h *harness, td *datadriven.TestData) {
+		h.m.SwitchStage(h.id(), tier.Stage(h.int(td, "to", 1)), h.str(td, "reason", "test"))
 	},
 	"table": func(h *harness, td *datadriven.TestData) {
 		h.m.CreateTable(h.id(), table.Spec{Name: h.str(td, "name", "w"), Width: h.int(td, "width", 1)})
@@ -163,6 +169,13 @@ var events = map[string]func(h *harness, td *datadriven.TestData){
 // inspections print without stepping.
 var inspections = map[string]func(h *harness, td *datadriven.TestData){
 	"pieces": func(h *harness, td *datadriven.TestData) { h.printPieces() },
+	"stage": func(h *harness, td *datadriven.TestData) {
+		stage, hist := h.m.Stage()
+		fmt.Fprintf(&h.out, "stage %d\n", stage)
+		for _, c := range hist {
+			fmt.Fprintf(&h.out, "%d -> %d after %v: %s\n", c.From, c.To, c.Done.Sub(c.Started), c.Reason)
+		}
+	},
 	"layout": func(h *harness, td *datadriven.TestData) { h.printLayout("layout", h.m.snapshot()) },
 	"audit":  func(h *harness, td *datadriven.TestData) { h.audit() },
 	"states": func(h *harness, td *datadriven.TestData) { h.printStates() },
@@ -175,7 +188,7 @@ func (h *harness) newMachine(td *datadriven.TestData) {
 	}
 	h.cfg = Config{Servers: h.int(td, "servers", 1), Workers: h.int(td, "workers", 1), Partitions: h.int(td, "partitions", 2),
 		Replication: h.int(td, "replication", 1), FailureTimeout: timeout, CheckpointDir: h.str(td, "ckpt-dir", ""),
-		CheckpointEvery: h.int(td, "ckpt-every", 0), Logger: slog.New(slog.NewTextHandler(&h.out, &slog.HandlerOptions{ReplaceAttr: noTime}))}
+		CheckpointEvery: h.int(td, "ckpt-every", 0), Stage: tier.Stage(h.int(td, "stage", 0)), Logger: slog.New(slog.NewTextHandler(&h.out, &slog.HandlerOptions{ReplaceAttr: noTime}))}
 	h.now, h.etcd, h.rows = t0, td.HasArg("etcd"), h.int(td, "rows", 100)
 	h.saved, h.epoch, h.rd, h.holding, h.probes = nil, 0, nil, false, nil
 	h.blobs, h.trained, h.rev = map[StateRef]string{}, map[[2]int][]span{}, 100
@@ -190,6 +203,14 @@ func noTime(_ []string, a slog.Attr) slog.Attr {
 		return slog.Attr{}
 	}
 	return a
+}
+
+func (h *harness) class(td *datadriven.TestData) tier.Class {
+	c, err := tier.ParseClass(h.str(td, "class", "reliable"))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return c
 }
 
 func (h *harness) id() uint64 {
@@ -447,6 +468,18 @@ func (h *harness) printLayout(what string, l *layout.Layout) {
 	}
 	if len(l.Leaving) > 0 {
 		fmt.Fprintf(&h.out, " leaving %v", l.Leaving)
+	}
+	if l.Stage != 0 {
+		fmt.Fprintf(&h.out, " stage %d", l.Stage)
+	}
+	if len(l.Backup) > 0 {
+		fmt.Fprintf(&h.out, " backup %v", ids(l.Backup))
+	}
+	if len(l.Standby) > 0 {
+		fmt.Fprintf(&h.out, " standby %v", ids(l.Standby))
+	}
+	if sw := l.Switch; sw != nil {
+		fmt.Fprintf(&h.out, " switch %d->%d", sw.From, sw.To)
 	}
 	fmt.Fprintf(&h.out, " workers %d", l.Workers)
 	if len(l.Finished) > 0 {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/placement/ring"
+	"github.com/terrace-ml/terrace/internal/placement/tier"
 )
 
 // Join admits a server or a worker (request id): a server's reply carries
@@ -28,7 +29,16 @@ func (m *Machine) Join(id uint64, j api.Join) {
 // joinServer admits a server, or updates the address of a known one.
 func (m *Machine) joinServer(id uint64, j api.Join) {
 	l := &m.st.Layout
+	if err := m.noteMachine(&j); err != nil {
+		m.fail(id, err)
+		return
+	}
 	m.incarnate(api.RoleServer, j.ID, j.Incarnation)
+	srv := ring.Server{ID: j.ID, Addr: j.Addr, Machine: j.Machine, Class: j.Class}
+	if m.rejoinTiered(srv) || m.joinStandby(srv) {
+		m.replyLayout(id)
+		return
+	}
 	if i := slices.IndexFunc(l.Servers, func(s ring.Server) bool { return s.ID == j.ID }); i >= 0 {
 		if l.Servers[i].Addr != j.Addr {
 			l.Servers = slices.Clone(l.Servers)
@@ -48,7 +58,7 @@ func (m *Machine) joinServer(id uint64, j api.Join) {
 		m.replyLayout(id)
 		return
 	}
-	if err := m.addServer(ring.Server{ID: j.ID, Addr: j.Addr}); err != nil {
+	if err := m.addServer(srv); err != nil {
 		m.fail(id, err)
 		return
 	}
@@ -90,7 +100,19 @@ func (m *Machine) addServer(s ring.Server) error {
 // joinWorker admits a worker and gives it a rank; a worker that joins
 // again under the same ID gets the same rank.
 func (m *Machine) joinWorker(id uint64, j api.Join) {
+	if err := m.noteMachine(&j); err != nil {
+		m.fail(id, err)
+		return
+	}
 	m.incarnate(api.RoleWorker, j.ID, j.Incarnation)
+	defer func() {
+		if r, ok := m.st.Workers[j.ID]; ok && j.Class != tier.Reliable {
+			if m.st.RankClass == nil {
+				m.st.RankClass = map[int]tier.Class{}
+			}
+			m.st.RankClass[r] = j.Class
+		}
+	}()
 	if r, ok := m.st.Workers[j.ID]; ok {
 		m.reply(Reply{ID: id, Rank: r})
 		return
@@ -138,6 +160,9 @@ func (m *Machine) ServerFailed(id uint64, server, addr string) {
 }
 
 func (m *Machine) removeServer(id, addr string) bool {
+	if handled, removed := m.removeTiered(id, addr); handled {
+		return removed
+	}
 	l := &m.st.Layout
 	match := func(s ring.Server) bool { return s.ID == id && (addr == "" || s.Addr == addr) }
 	if j := slices.IndexFunc(l.Joining, match); j >= 0 {
@@ -170,6 +195,10 @@ func (m *Machine) removeServer(id, addr string) bool {
 // server is not on the ring or is the last one.
 func (m *Machine) LeaveServer(id uint64, server string) {
 	l := &m.st.Layout
+	if m.noticeTiered(server) {
+		m.replyLayout(id)
+		return
+	}
 	onRing := slices.ContainsFunc(l.Servers, func(s ring.Server) bool { return s.ID == server })
 	if !onRing || len(l.Servers)-len(l.Leaving) <= 1 && !slices.Contains(l.Leaving, server) {
 		m.fail(id, fmt.Errorf("%w: server %s is not on the ring, or is the last one", api.ErrBadRequest, server))
@@ -218,6 +247,9 @@ func (m *Machine) promote() bool {
 	l := &m.st.Layout
 	done := func(id string) bool {
 		return !slices.ContainsFunc(l.Servers, func(s ring.Server) bool { return !m.st.Synced[id][s.ID] })
+	}
+	if l.Switch != nil {
+		return m.promoteSwitch(done)
 	}
 	servers := slices.Clone(l.Servers)
 	var joining []ring.Server

@@ -8,6 +8,7 @@ import (
 
 	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/placement/layout"
+	"github.com/terrace-ml/terrace/internal/placement/tier"
 )
 
 // State is everything the coordinator saves after a change, and what a
@@ -48,6 +49,25 @@ type State struct {
 	NextStateVer uint64           `json:"next_state_version,omitempty"`
 
 	Checkpoint Checkpointing `json:"checkpointing"`
+
+	// StageHistory lists the stage switches, in order (issue 11); Lost
+	// counts the ActivePS lost without notice since the last switch.
+	StageHistory []StageChange `json:"stage_history,omitempty"`
+	ActiveLost   int           `json:"active_lost,omitempty"`
+	// Noticed are the ActivePS that announced their departure.
+	Noticed map[string]bool `json:"noticed,omitempty"`
+	// RankClass is the class of each worker rank's machine.
+	RankClass map[int]tier.Class `json:"rank_class,omitempty"`
+}
+
+// StageChange is one stage switch: started at Started, published (the
+// epoch that moved the heads) at Done.
+type StageChange struct {
+	From    tier.Stage `json:"from"`
+	To      tier.Stage `json:"to"`
+	Reason  string     `json:"reason"`
+	Started time.Time  `json:"started"`
+	Done    time.Time  `json:"done,omitzero"`
 }
 
 // Pass is one training pass's pieces, by partition, in row order.

@@ -88,7 +88,7 @@ func (m *Machine) tryAcquire(id uint64, rank, e int) bool {
 		return true
 	}
 	p, i := m.heldBy(w, rank)
-	if p < 0 {
+	if p < 0 && m.trains(rank) {
 		p, i = m.freePiece(w, rank)
 	}
 	if p < 0 {

@@ -108,6 +108,9 @@ type Config struct {
 	StartTimeout time.Duration
 	// FailureTimeout is passed to the coordinators (their default if 0).
 	FailureTimeout time.Duration
+	// Tiers, when set, runs machines of two classes in place of Servers
+	// and Workers (tiers.go).
+	Tiers *Tiers
 }
 
 // Node is one process of the drill.
@@ -123,6 +126,9 @@ type Node struct {
 	Fault Action `json:"fault,omitempty"`
 	// Finished is whether a worker trained to the end and wrote its report.
 	Finished bool `json:"finished,omitempty"`
+	// Machine and Class, with Config.Tiers: where the node ran.
+	Machine string `json:"machine,omitempty"`
+	Class   Role   `json:"class,omitempty"`
 }
 
 // Fault is a fault the drill injected.
@@ -195,6 +201,9 @@ type Report struct {
 	// server.Stats), by node name.
 	WorkerReports map[int]json.RawMessage    `json:"-"`
 	ServerStats   map[string]json.RawMessage `json:"-"`
+
+	// The tiers' figures, with Config.Tiers.
+	*TierReport
 }
 
 func (r *Report) note(format string, args ...any) {
@@ -210,6 +219,9 @@ func (r *Report) note(format string, args ...any) {
 // Run stops every process it started before it returns, and on Linux the
 // kernel stops them if the drill itself is killed.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if t := cfg.Tiers; t != nil {
+		cfg.Servers, cfg.Workers = t.Reliable+t.Transient, (t.Reliable+t.Transient)*t.perMachine()
+	}
 	if cfg.Coordinators < 0 || cfg.Servers < 1 || cfg.Workers < 1 {
 		return nil, fmt.Errorf("%w: need a coordinator, at least one server and one worker; got %d, %d and %d", ErrBadConfig, max(cfg.Coordinators, 1), cfg.Servers, cfg.Workers)
 	}
@@ -258,7 +270,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("drill: %w", err)
 	}
 	defer logf.Close()
-	d := &drill{cfg: cfg, log: slog.New(slog.NewTextHandler(logf, nil)), rep: &Report{RunDir: cfg.RunDir, Faults: []Fault{}}}
+	d := &drill{cfg: cfg, machines: map[Role]int{}, log: slog.New(slog.NewTextHandler(logf, nil)), rep: &Report{RunDir: cfg.RunDir, Faults: []Fault{}}}
 	fmt.Fprintf(cfg.Out, "terrace: drill run directory %s (a log per node)\n", cfg.RunDir)
 	d.sup = newSupervisor(cfg.Binary, cfg.RunDir, d.interesting)
 	err = d.run(ctx)
@@ -286,6 +298,12 @@ type drill struct {
 	observer            *ps.Client
 	workers             []*proc
 	done                bool // every worker has exited
+	// With Config.Tiers: machines started by class, the stage history
+	// read at the end, the acknowledgement timelines.
+	machines  map[Role]int
+	stage     *api.StageStatus
+	timelines [][]int64
+	auto      *autoPilot // --stage auto
 }
 
 // interesting runs on the pumps' goroutines: it keeps servers' last
@@ -319,6 +337,20 @@ func (d *drill) run(ctx context.Context) error {
 		"--partitions", strconv.Itoa(cfg.Partitions), "--replication", strconv.Itoa(cfg.Replication)}
 	if cfg.FailureTimeout > 0 {
 		common = append(common, "--failure-timeout", cfg.FailureTimeout.String())
+	}
+	if t := cfg.Tiers; t != nil {
+		if t.Stage == AutoStage {
+			a, stage, err := newAutoPilot(t)
+			if err != nil {
+				return fmt.Errorf("%w: --stage auto: %w", ErrBadConfig, err)
+			}
+			d.auto = a
+			tc := *t
+			tc.Stage = stage.String()
+			common = append(common, tc.coordArgs()...)
+		} else {
+			common = append(common, t.coordArgs()...)
+		}
 	}
 	var c *proc
 	var err error
@@ -367,26 +399,29 @@ func (d *drill) run(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
-	for i := range cfg.Servers {
-		name := fmt.Sprintf("server-%d", i)
-		if _, err := d.sup.start(name, Server, "server", "--coordinator", d.coord, "--id", name,
-			"--listen", "127.0.0.1:0", "--log-level", cfg.LogLevel, "--stats-every", "500ms", "--evict-http", "127.0.0.1:0"); err != nil {
-			return err
+	if t := cfg.Tiers; t != nil {
+		for _, class := range []Role{Reliable, Transient} {
+			n := t.Reliable
+			if class == Transient {
+				n = t.Transient
+			}
+			for i := range n {
+				if err := d.startMachine(class, i); err != nil {
+					return err
+				}
+			}
 		}
-	}
-	for i := range cfg.Workers {
-		name := fmt.Sprintf("worker-%d", i)
-		args := append(slices.Clone(cfg.WorkerCommand), "--coordinator", d.coord, "--id", name,
-			"--log-level", cfg.LogLevel, "--evict-http", "127.0.0.1:0", "--report", filepath.Join(cfg.RunDir, workerFile(i, ".json")))
-		if cfg.Audit != nil {
-			args = append(args, "--audit-log", filepath.Join(cfg.RunDir, workerFile(i, ".audit")),
-				"--audit-every", strconv.Itoa(cmpOr(cfg.Audit.Every, DefaultAuditEvery)))
+	} else {
+		for i := range cfg.Servers {
+			if _, err := d.startServer(fmt.Sprintf("server-%d", i)); err != nil {
+				return err
+			}
 		}
-		p, err := d.sup.start(name, Worker, append(args, cfg.WorkerArgs...)...)
-		if err != nil {
-			return err
+		for i := range cfg.Workers {
+			if _, err := d.startWorker(fmt.Sprintf("worker-%d", i)); err != nil {
+				return err
+			}
 		}
-		d.workers = append(d.workers, p)
 	}
 
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x6472696c6c)) // "drill"
@@ -413,8 +448,16 @@ func (d *drill) run(ctx context.Context) error {
 	}
 	startC := startBy.C
 	var failed []error
+	var planC <-chan time.Time
+	if d.auto != nil {
+		planT := time.NewTicker(autoEvery)
+		defer planT.Stop()
+		planC = planT.C
+	}
 	for !d.done {
 		select {
+		case <-planC:
+			d.replan(ctx)
 		case l := <-d.sup.lines:
 			if d.handle(l) {
 				startBy.Stop()
@@ -442,6 +485,7 @@ func (d *drill) run(ctx context.Context) error {
 	}
 	if !d.started.IsZero() {
 		d.rep.TrainingSeconds = time.Since(d.started).Seconds()
+		d.stageStatus(ctx)
 		d.account(ctx)
 	}
 	if cfg.Audit == nil {
@@ -460,6 +504,32 @@ func (d *drill) run(ctx context.Context) error {
 		failed = append(failed, fmt.Errorf("%w: no worker finished", ErrNoTraining))
 	}
 	return errors.Join(failed...)
+}
+
+// startServer starts server name with extra flags.
+func (d *drill) startServer(name string, extra ...string) (*proc, error) {
+	return d.sup.start(name, Server, append([]string{"server", "--coordinator", d.coord, "--id", name,
+		"--listen", "127.0.0.1:0", "--log-level", d.cfg.LogLevel, "--stats-every", "500ms", "--evict-http", "127.0.0.1:0"}, extra...)...)
+}
+
+// startWorker starts worker name with extra flags; its files are named
+// after its place in d.workers.
+func (d *drill) startWorker(name string, extra ...string) (*proc, error) {
+	cfg := d.cfg
+	i := len(d.workers)
+	args := append(slices.Clone(cfg.WorkerCommand), "--coordinator", d.coord, "--id", name,
+		"--log-level", cfg.LogLevel, "--evict-http", "127.0.0.1:0", "--report", filepath.Join(cfg.RunDir, workerFile(i, ".json")))
+	if cfg.Audit != nil {
+		args = append(args, "--audit-log", filepath.Join(cfg.RunDir, workerFile(i, ".audit")),
+			"--audit-every", strconv.Itoa(cmpOr(cfg.Audit.Every, DefaultAuditEvery)))
+	}
+	args = append(args, extra...)
+	p, err := d.sup.start(name, Worker, append(args, cfg.WorkerArgs...)...)
+	if err != nil {
+		return nil, err
+	}
+	d.workers = append(d.workers, p)
+	return p, nil
 }
 
 func cmpOr(v, def int) int {
@@ -547,13 +617,17 @@ func (d *drill) refreshObserver() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if _, _, err := ReadAudit(ctx, d.observer, d.cfg.Workers, 0); err != nil {
+	if _, _, err := ReadAudit(ctx, d.observer, len(d.workers), 0); err != nil {
 		d.log.Warn("refreshing the observer before the coordinator goes", "err", err)
 	}
 }
 
 // inject carries out one planned fault on a live node of its role.
 func (d *drill) inject(pl Planned, rng *rand.Rand) {
+	if pl.Role.IsClass() {
+		d.injectClass(pl, rng)
+		return
+	}
 	var live []*proc
 	for _, p := range d.sup.procs {
 		if p.role == pl.Role && p.faulted == "" && !p.done() {
@@ -568,6 +642,11 @@ func (d *drill) inject(pl Planned, rng *rand.Rand) {
 	if pl.Role == Coordinator {
 		d.refreshObserver()
 	}
+	d.hit(pl, p)
+}
+
+// hit carries out planned fault pl on node p.
+func (d *drill) hit(pl Planned, p *proc) {
 	f := Fault{PlannedS: pl.At.Seconds(), Action: pl.Action, Role: pl.Role, Node: p.name, PID: p.pid()}
 	var err error
 	switch pl.Action {
@@ -650,7 +729,7 @@ func (d *drill) account(ctx context.Context) {
 	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if d.cfg.Audit != nil {
-		perWorker, perRow, err := ReadAudit(actx, d.observer, d.cfg.Workers, d.cfg.Audit.Rows)
+		perWorker, perRow, err := ReadAudit(actx, d.observer, len(d.workers), d.cfg.Audit.Rows)
 		if err != nil {
 			d.rep.note("no accounting: reading the audit tables: %v", err)
 		} else {
@@ -687,6 +766,7 @@ func (d *drill) accountAudit(perWorker, perRow []float32) {
 
 	}
 	d.rep.fill(audits, timelines, perWorker, perRow, d.cfg.Audit.Passes, d.started)
+	d.timelines = timelines
 }
 
 // finish fills the nodes and the servers' statistics once every process
@@ -694,7 +774,8 @@ func (d *drill) accountAudit(perWorker, perRow []float32) {
 func (d *drill) finish() {
 	d.rep.ServerStats = map[string]json.RawMessage{}
 	for _, p := range d.sup.procs {
-		n := Node{Name: p.name, Role: p.role, PID: p.pid(), Log: p.log, Exit: exitString(p.waitErr), Fault: p.faulted}
+		n := Node{Name: p.name, Role: p.role, PID: p.pid(), Log: p.log, Exit: exitString(p.waitErr), Fault: p.faulted,
+			Machine: p.machine, Class: p.class}
 		if p.rank >= 0 {
 			r := p.rank
 			n.Rank = &r
@@ -709,6 +790,7 @@ func (d *drill) finish() {
 		p.mu.Unlock()
 		d.rep.Nodes = append(d.rep.Nodes, n)
 	}
+	d.fillTiers(d.timelines)
 }
 
 func exitString(err error) string {

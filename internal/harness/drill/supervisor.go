@@ -28,7 +28,9 @@ type proc struct {
 	evictAddr string // the eviction endpoint it announced
 
 	// Owned by the drill's loop.
-	rank    int // -1 until the worker says
+	machine string // with Config.Tiers: the machine it runs on
+	class   Role   // and that machine's class
+	rank    int    // -1 until the worker says
 	faulted Action
 	handled bool // the loop has dealt with its exit
 }

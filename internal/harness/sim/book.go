@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/terrace-ml/terrace/keyspace"
 )
@@ -27,6 +28,9 @@ type Book struct {
 	inflight map[*Push]struct{}
 	ranks    map[int]*rankLog
 	reads    []Read
+	// ackTimes are when increments were acknowledged (fake time), in
+	// order, one per key: the unstreamed round's bound (issue 11).
+	ackTimes []time.Time
 }
 
 // Push is one push the book follows.
@@ -110,8 +114,10 @@ func (b *Book) Ack(p *Push) {
 	delete(b.inflight, p)
 	b.events++
 	l := b.rankLocked(p.rank)
+	now := time.Now()
 	for _, k := range p.keys {
 		b.acked[k]++
+		b.ackTimes = append(b.ackTimes, now)
 		l.acks[k] = append(l.acks[k], ackRec{b.events, p.begun})
 	}
 }
@@ -264,4 +270,20 @@ func (b *Book) Totals() (acked, reads int64) {
 		acked += n
 	}
 	return acked, int64(len(b.reads))
+}
+
+// MostAckedWithin is the most increments acknowledged within any window
+// of length w: one sync interval's worth, what a revocation without notice
+// may lose of an ActivePS's acknowledged pushes (docs/design/tiers.md, I2).
+func (b *Book) MostAckedWithin(w time.Duration) int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	best, lo := 0, 0
+	for hi, t := range b.ackTimes {
+		for t.Sub(b.ackTimes[lo]) > w {
+			lo++
+		}
+		best = max(best, hi-lo+1)
+	}
+	return int64(best)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/terrace-ml/terrace/internal/control/coord"
 	"github.com/terrace-ml/terrace/internal/dataplane/simnet"
 	"github.com/terrace-ml/terrace/internal/placement/layout"
+	"github.com/terrace-ml/terrace/internal/placement/tier"
 	"github.com/terrace-ml/terrace/internal/process/evict"
 	"github.com/terrace-ml/terrace/internal/process/node"
 	"github.com/terrace-ml/terrace/internal/server"
@@ -46,6 +47,20 @@ type Config struct {
 	ServerClass, WorkerClass func(i int) string
 	// TimeLimit bounds training, in fake time (2 minutes).
 	TimeLimit time.Duration
+	// Stage, when set, runs tiers of reliability (issue 11): nodes of
+	// class "transient" or "spot" are on transient machines, every other
+	// on reliable ones, and the cluster forms in Stage, streaming to the
+	// BackupPS every SyncInterval (the coordinator's default if 0).
+	Stage        tier.Stage
+	SyncInterval time.Duration
+}
+
+// tierClass is the machine class of a node of class name.
+func tierClass(name string) tier.Class {
+	if name == "transient" || name == "spot" {
+		return tier.Transient
+	}
+	return tier.Reliable
 }
 
 func (c Config) withDefaults() Config {
@@ -282,7 +297,8 @@ func (c *Cluster) startCoordinator() error {
 		failed <- node.RunCoordinator(c.ctx, node.CoordinatorConfig{
 			Listen: "127.0.0.1:0", Network: c.net.Host("coordinator"), Logger: c.log.With("node", "coordinator"),
 			Options: coord.Options{Servers: c.cfg.Servers, Workers: c.cfg.Workers, Partitions: c.cfg.Partitions,
-				Replication: c.cfg.Replication, FailureTimeout: c.cfg.FailureTimeout},
+				Replication: c.cfg.Replication, FailureTimeout: c.cfg.FailureTimeout,
+				Stage: c.cfg.Stage, SyncInterval: c.cfg.SyncInterval},
 			Ready: func(co *coord.Coordinator, addr string) {
 				co.SetPersist(persist)
 				c.coord, c.coordAddr = co, addr
@@ -314,7 +330,7 @@ func (c *Cluster) StartServer(ctx context.Context, class string) (*Node, error) 
 	c.goNode(func() {
 		err := node.RunServer(sctx, node.ServerConfig{
 			ID: n.ID, Listen: "127.0.0.1:0", Coordinator: c.coordAddr, Network: c.net.Host(n.ID),
-			Logger: c.log.With("node", n.ID), Notices: n.notices,
+			Logger: c.log.With("node", n.ID), Notices: n.notices, Machine: c.machine(n), Class: c.class(n),
 			Ready:     func(s *server.Server) { n.srv.Store(s); close(ready) },
 			OnRebuilt: func(version uint64) { c.copies.Rebuilt(n.ID, version) },
 		})
@@ -333,6 +349,21 @@ func (c *Cluster) StartServer(ctx context.Context, class string) (*Node, error) 
 	case <-ctx.Done():
 		return nil, fmt.Errorf("%s did not join: %w", n.ID, ctx.Err())
 	}
+}
+
+// machine and class are a node's machine and its class, with tiers.
+func (c *Cluster) machine(n *Node) string {
+	if c.cfg.Stage == 0 {
+		return ""
+	}
+	return n.ID
+}
+
+func (c *Cluster) class(n *Node) tier.Class {
+	if c.cfg.Stage == 0 {
+		return tier.Reliable
+	}
+	return tierClass(n.Class)
 }
 
 // KillServer stops server id at once, as a SIGKILL (harsher: bytes in
@@ -391,7 +422,7 @@ func (c *Cluster) StartWorker(class string) {
 	c.Note("start %s", w.ID)
 	c.goNode(func() {
 		_, err := node.RunWorker(ctx, node.WorkerConfig{ID: w.ID, Coordinator: c.coordAddr, Logger: c.log.With("node", w.ID),
-			Network: c.net.Host(w.ID), Notices: w.notices},
+			Network: c.net.Host(w.ID), Notices: w.notices, Machine: c.machine(w), Class: c.class(w)},
 			func(ctx context.Context, cl *ps.Client) (any, error) { return nil, c.workload.Run(ctx, c, w, cl) })
 		c.mu.Lock()
 		w.done, w.err = true, err

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -79,6 +80,10 @@ type Report struct {
 	Acked, Reads  int64
 	Losses        Losses
 	UnknownCopies int // rebuilds of layouts Copies never saw
+	// LossBound, with tiers (Config.Stage), is one sync interval's worth
+	// of acknowledged increments: the most acknowledged in any window of
+	// one interval (Book.MostAckedWithin).
+	LossBound int64
 }
 
 // Losses is what a run lost where every copy of a slot was gone before a
@@ -163,6 +168,9 @@ func Run(ctx context.Context, sc Scenario) *Report {
 	c.stopNodes()
 
 	rep.Acked, rep.Reads = c.book.Totals()
+	if c.cfg.Stage != 0 {
+		rep.LossBound = c.book.MostAckedWithin(cmp.Or(c.cfg.SyncInterval, time.Second))
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	rep.Violations = slices.Clone(c.violations)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/terrace-ml/terrace/internal/placement/ring"
+	"github.com/terrace-ml/terrace/internal/placement/tier"
 	"github.com/terrace-ml/terrace/table"
 )
 
@@ -66,6 +67,85 @@ type Layout struct {
 	// coordinator declares it dead; 0 means DefaultFailureTimeout. Workers
 	// heartbeat five times per timeout.
 	FailureTimeoutMillis int64 `json:"failure_timeout_ms,omitempty"`
+
+	// Tiers of reliability (issue 11, docs/design/tiers.md).
+
+	// Stage is the stage the cluster runs (0 means stage 1). In stages 2
+	// and 3 Servers are the ActivePS on transient machines and Backup the
+	// BackupPS on reliable ones.
+	Stage tier.Stage `json:"stage,omitempty"`
+	// Backup are the BackupPS: each slot's head streams the slot's
+	// aggregated state to the slot's chain of K on this ring, asynchronously,
+	// every SyncIntervalMillis. They serve no worker.
+	Backup []ring.Server `json:"backup,omitempty"`
+	// Standby are servers that hold no slots: transient machines' servers
+	// in stage 1, ready for a switch to stage 2.
+	Standby []ring.Server `json:"standby,omitempty"`
+	// SyncIntervalMillis is the ActivePS's sync interval (1 s if 0).
+	SyncIntervalMillis int64 `json:"sync_interval_ms,omitempty"`
+	// Switch, while set, is the stage switch in progress: its Joining
+	// and Leaving are the handoff of Switch.
+	Switch *Switch `json:"switch,omitempty"`
+	// Machines lists the machines of every node that joined, with their
+	// class.
+	Machines []Machine `json:"machines,omitempty"`
+}
+
+// Switch is a stage switch in progress.
+type Switch struct {
+	From   tier.Stage `json:"from"`
+	To     tier.Stage `json:"to"`
+	Reason string     `json:"reason"`
+	// StartedUnixMilli is when the coordinator started it.
+	StartedUnixMilli int64 `json:"started_unix_ms"`
+}
+
+// Machine is a host with one network link, and its class.
+type Machine struct {
+	ID    string     `json:"id"`
+	Class tier.Class `json:"class"`
+}
+
+// DefaultSyncInterval is the sync interval of a layout that sets none.
+const DefaultSyncInterval = time.Second
+
+// SyncInterval is how often an ActivePS streams to its BackupPS.
+func (l *Layout) SyncInterval() time.Duration {
+	if l.SyncIntervalMillis > 0 {
+		return time.Duration(l.SyncIntervalMillis) * time.Millisecond
+	}
+	return DefaultSyncInterval
+}
+
+// CurrentStage is Stage, with 0 read as stage 1.
+func (l *Layout) CurrentStage() tier.Stage {
+	if l.Stage == 0 {
+		return tier.Stage1
+	}
+	return l.Stage
+}
+
+// BackupRing builds the BackupPS ring, or nil when there is none.
+func (l *Layout) BackupRing() (*ring.Map, error) {
+	if len(l.Backup) == 0 {
+		return nil, nil
+	}
+	return ring.New(l.Epoch, l.Backup, l.VNodes)
+}
+
+// IsBackup reports whether server id is a BackupPS.
+func (l *Layout) IsBackup(id string) bool {
+	return slices.ContainsFunc(l.Backup, func(s ring.Server) bool { return s.ID == id })
+}
+
+// MachineClass returns the class of machine id, and whether it is known.
+func (l *Layout) MachineClass(id string) (tier.Class, bool) {
+	for _, m := range l.Machines {
+		if m.ID == id {
+			return m.Class, true
+		}
+	}
+	return 0, false
 }
 
 // DefaultFailureTimeout is the failure timeout of a layout that sets none.

@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"slices"
 
+	"github.com/terrace-ml/terrace/internal/placement/tier"
 	"github.com/terrace-ml/terrace/keyspace"
 )
 
@@ -18,10 +19,14 @@ const DefaultVNodes = 128
 // ErrNoServers is returned when a map is built without servers.
 var ErrNoServers = errors.New("ring: no servers")
 
-// Server is a server's identity and data-plane address.
+// Server is a server's identity and data-plane address, and the machine
+// it runs on with that machine's class (issue 11). Placement hashes the ID
+// only: the machine and class never move a slot.
 type Server struct {
-	ID   string `json:"id"`
-	Addr string `json:"addr"`
+	ID      string     `json:"id"`
+	Addr    string     `json:"addr"`
+	Machine string     `json:"machine,omitempty"`
+	Class   tier.Class `json:"class,omitempty"`
 }
 
 // Map is one version of the placement of slots on servers. It is immutable.

@@ -12,6 +12,7 @@ import (
 	"github.com/terrace-ml/terrace/internal/control/meta"
 	"github.com/terrace-ml/terrace/internal/dataplane/transport"
 	"github.com/terrace-ml/terrace/internal/placement/layout"
+	"github.com/terrace-ml/terrace/internal/placement/tier"
 )
 
 // newIncarnation names this process among every run of a node ID: the
@@ -36,7 +37,7 @@ type registration struct {
 // register starts registering node role/id, incarnation inc, at addr,
 // where l's Membership says, under a lease of l's failure timeout; it does
 // nothing if l has no Membership (a coordinator without etcd).
-func register(ctx context.Context, l *layout.Layout, role, id, inc, addr string, nw transport.Network, log *slog.Logger) *registration {
+func register(ctx context.Context, l *layout.Layout, role, id, inc, addr string, labels map[string]string, nw transport.Network, log *slog.Logger) *registration {
 	ctx, stop := context.WithCancel(ctx)
 	r := &registration{done: make(chan struct{}), stop: stop}
 	if l.Membership == nil {
@@ -46,9 +47,30 @@ func register(ctx context.Context, l *layout.Layout, role, id, inc, addr string,
 	m, ttl := *l.Membership, l.FailureTimeout()
 	go func() {
 		defer close(r.done)
-		keepRegistered(ctx, m, ttl, role, id, meta.NodeInfo{Addr: addr, Labels: map[string]string{layout.IncarnationLabel: inc}}, etcdTLS(nw), log)
+		all := map[string]string{layout.IncarnationLabel: inc}
+		for k, v := range labels {
+			all[k] = v
+		}
+		keepRegistered(ctx, m, ttl, role, id, meta.NodeInfo{Addr: addr, Labels: all}, etcdTLS(nw), log)
 	}()
 	return r
+}
+
+// Registration labels of a node's machine (issue 11): a leader restoring
+// from etcd can count machines by class, and a class-wide loss shows as
+// many registrations of one class ending together.
+const (
+	ClassLabel   = "class"
+	MachineLabel = "machine"
+)
+
+// machineLabels are the registration labels of a node on machine of class.
+func machineLabels(machine string, class tier.Class) map[string]string {
+	l := map[string]string{ClassLabel: class.String()}
+	if machine != "" {
+		l[MachineLabel] = machine
+	}
+	return l
 }
 
 // leave revokes the registration (at once, rather than at the lease's

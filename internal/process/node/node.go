@@ -10,6 +10,7 @@ import (
 	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/control/coord"
 	"github.com/terrace-ml/terrace/internal/dataplane/transport"
+	"github.com/terrace-ml/terrace/internal/placement/tier"
 	"github.com/terrace-ml/terrace/internal/process/evict"
 	"github.com/terrace-ml/terrace/internal/server"
 	"github.com/terrace-ml/terrace/ps"
@@ -29,10 +30,19 @@ type CoordinatorConfig struct {
 	// Network is what the coordinator listens and dials on (TCP if nil); it
 	// replaces Options.Network.
 	Network transport.Network
+	// Class is the class of the coordinator's machine: it runs only on
+	// reliable machines (issue 11).
+	Class tier.Class
 }
+
+// ErrTransientCoordinator refuses a coordinator on a transient machine.
+var ErrTransientCoordinator = errors.New("the coordinator runs only on reliable machines")
 
 // RunCoordinator serves a coordinator until ctx ends.
 func RunCoordinator(ctx context.Context, cfg CoordinatorConfig) error {
+	if cfg.Class == tier.Transient {
+		return fmt.Errorf("coordinator: --class %s: %w", cfg.Class, ErrTransientCoordinator)
+	}
 	ln, err := transport.OrTCP(cfg.Network).Listen(cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("coordinator: listen: %w", err)
@@ -73,6 +83,10 @@ type ServerConfig struct {
 	OnRebuilt func(version uint64)
 	// Metrics: see NodeMetrics.
 	Metrics NodeMetrics
+	// Machine and Class are the machine the server runs on and its class
+	// (issue 11): in the join, the registration and the statistics.
+	Machine string
+	Class   tier.Class
 }
 
 // drainLinger is how long a departing server keeps answering (with
@@ -109,11 +123,15 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 		return fmt.Errorf("server %s: %w", cfg.ID, err)
 	}
 	inc := newIncarnation()
-	l, err := cc.JoinServer(jctx, cfg.ID, addr, inc)
+	joined, err := cc.JoinAs(jctx, api.Join{Role: api.RoleServer, ID: cfg.ID, Addr: addr, Incarnation: inc, Machine: cfg.Machine, Class: cfg.Class})
 	if err != nil {
 		return fmt.Errorf("server %s: join: %w", cfg.ID, err)
 	}
-	reg := register(ctx, l, api.RoleServer, cfg.ID, inc, addr, cfg.Network, cfg.Logger)
+	l := joined.Layout
+	if l == nil {
+		return fmt.Errorf("server %s: join: the coordinator sent no layout", cfg.ID)
+	}
+	reg := register(ctx, l, api.RoleServer, cfg.ID, inc, addr, machineLabels(cfg.Machine, cfg.Class), cfg.Network, cfg.Logger)
 	defer reg.leave()
 	report := func(what string, call func(ctx context.Context) error) {
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -123,6 +141,7 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 		}
 	}
 	s := server.New(server.Options{ID: cfg.ID, Logger: cfg.Logger, Network: cfg.Network, OnRebuilt: cfg.OnRebuilt,
+		Machine: cfg.Machine, Class: cfg.Class,
 		OnSynced: func(joiner string, version uint64) {
 			report("joiner synced", func(ctx context.Context) error { return cc.Synced(ctx, cfg.ID, joiner, version) })
 		},
@@ -234,6 +253,10 @@ type WorkerConfig struct {
 	Token string
 	// Metrics: see NodeMetrics.
 	Metrics NodeMetrics
+	// Machine and Class are the machine the worker runs on and its class
+	// (issue 11).
+	Machine string
+	Class   tier.Class
 }
 
 // ErrDrained is returned by RunWorker and RunServer after a drained
@@ -261,7 +284,8 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, job Job) (any, error) {
 		return nil, fmt.Errorf("worker %s: %w", cfg.ID, err)
 	}
 	inc := newIncarnation()
-	rank, err := cc.JoinWorker(jctx, cfg.ID, inc)
+	joined, err := cc.JoinAs(jctx, api.Join{Role: api.RoleWorker, ID: cfg.ID, Incarnation: inc, Machine: cfg.Machine, Class: cfg.Class})
+	rank := joined.Rank
 	if err != nil {
 		return nil, fmt.Errorf("worker %s: join: %w", cfg.ID, err)
 	}
@@ -273,7 +297,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, job Job) (any, error) {
 	if metrics != nil {
 		metrics.MustRegister(c.Collector())
 	}
-	reg := register(ctx, c.Layout(), api.RoleWorker, cfg.ID, inc, "", cfg.Network, cfg.Logger)
+	reg := register(ctx, c.Layout(), api.RoleWorker, cfg.ID, inc, "", machineLabels(cfg.Machine, cfg.Class), cfg.Network, cfg.Logger)
 	defer reg.leave()
 	jobCtx, stopJob := context.WithCancel(ctx)
 	defer stopJob()

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"testing"
+)
+
+// TestTierFlags: bad tier input fails at once with a message naming the
+// flag (issue 11), without starting a cluster.
+func TestTierFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"train", "--reliable", "1", "--transient", "1"}, "--reliable and --transient need --processes"},
+		{[]string{"train", "--processes", "--reliable", "1", "--transient", "0", "--stage", "3"}, "--stage 3 with --reliable 1 --transient 0: stage 3 needs at least one transient machine"},
+		{[]string{"train", "--processes", "--reliable", "0", "--transient", "2"}, "--reliable 0: need at least one reliable machine"},
+		{[]string{"train", "--processes", "--reliable", "1", "--transient", "1", "--stage", "4"}, `--stage: "4": unknown stage`},
+		{[]string{"train", "--processes", "--reliable", "1", "--transient", "1", "--servers", "2"}, "--servers and --workers cannot be given with --reliable/--transient"},
+		{[]string{"train", "--processes", "--reliable", "1", "--transient", "1", "--kill", "spot@all@3s"}, `unknown class "spot"`},
+		{[]string{"train", "--processes", "--reliable", "1", "--transient", "1", "--add", "transient@all@3s"}, `machine count "all"`},
+		{[]string{"train", "--stage", "2"}, "--stage needs --reliable and --transient"},
+		{[]string{"train", "--processes", "--reliable", "1", "--transient", "1", "--link-mbps", "reliable=fast"}, `--link-mbps item 1 "reliable=fast": want a finite number >= 0`},
+		{[]string{"train", "--processes", "--reliable", "1", "--transient", "1", "--link-mbps", "spot=10"}, `--link-mbps item 1: "spot": unknown class`},
+		{[]string{"server", "--link-mbps", "10"}, "--link-mbps needs --bind-ip"},
+		{[]string{"server", "--bind-ip", "10.1.2.3"}, `--bind-ip: link: "10.1.2.3" is not a loopback address`},
+		{[]string{"coordinator", "--class", "transient"}, "--class transient: the coordinator runs only on reliable machines"},
+		{[]string{"coordinator", "--class", "spot"}, `--class: "spot": unknown class`},
+		{[]string{"coordinator", "--stage", "0"}, `--stage: "0": unknown stage`},
+		{[]string{"server", "--class", "cheap"}, `--class: "cheap": unknown class`},
+		{[]string{"worker", "--class", "cheap"}, `--class: "cheap": unknown class`},
+	} {
+		out, err := exec.Command(terrace(t), tc.args...).CombinedOutput()
+		if err == nil || !bytes.Contains(out, []byte(tc.want)) {
+			t.Errorf("%q: %v, want an error containing %q:\n%s", tc.args, err, tc.want, out)
+		}
+	}
+}
+
+// TestTierRevocationDrill revokes every transient machine of a stage-2
+// cluster at once, without notice and then with notice: training goes on
+// from the BackupPS; without notice the loss is at most one sync
+// interval's worth and nothing is lost beyond it, with notice nothing at
+// all (TERRACE_TIERS_DRILL=1; two runs of about 20 s).
+func TestTierRevocationDrill(t *testing.T) {
+	if os.Getenv("TERRACE_TIERS_DRILL") == "" {
+		t.Skip("set TERRACE_TIERS_DRILL=1")
+	}
+	for _, action := range []string{"kill", "evict"} {
+		rep := runDrill(t, "--reliable", "2", "--transient", "2", "--stage", "2", "--sync-interval", "1s", "--audit-every", "1",
+			"--failure-timeout", "2s", "--"+action, "transient@all@3s")
+		if rep.TierReport == nil || rep.UpdatesLost == nil || rep.UpdatesLostBound == nil {
+			t.Fatalf("%s: no tier figures in the report", action)
+		}
+		if rep.AckedUpdatesLost == nil || *rep.AckedUpdatesLost != 0 {
+			t.Errorf("%s: acked_updates_lost %v, want 0", action, ptr(rep.AckedUpdatesLost))
+		}
+		if rep.AckedUpdatesDuplicated == nil || *rep.AckedUpdatesDuplicated != 0 {
+			t.Errorf("%s: applied twice %v, want 0", action, ptr(rep.AckedUpdatesDuplicated))
+		}
+		if action == "evict" && *rep.UpdatesLost != 0 {
+			t.Errorf("evict: updates_lost %d with notice, want 0", *rep.UpdatesLost)
+		}
+		if *rep.UpdatesLost > *rep.UpdatesLostBound {
+			t.Errorf("%s: updates_lost %d above one sync interval's worth (%d)", action, *rep.UpdatesLost, *rep.UpdatesLostBound)
+		}
+		if rep.Stage != 1 || len(rep.StageHistory) == 0 {
+			t.Errorf("%s: stage %d, history %+v: want a fallback or switch to stage 1", action, rep.Stage, rep.StageHistory)
+		}
+		if n := finishedWorkers(rep); n != 2 {
+			t.Errorf("%s: %d workers finished, want the 2 on reliable machines", action, n)
+		}
+	}
+}

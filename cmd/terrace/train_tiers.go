@@ -1,0 +1,111 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/terrace-ml/terrace/internal/harness/drill"
+	"github.com/terrace-ml/terrace/internal/placement/tier"
+)
+
+// tierTrainFlags are train's flags for tiers of reliability (issue 11).
+type tierTrainFlags struct {
+	reliable, transient, perMachine int
+	stage                           string
+	syncInterval                    time.Duration
+	add, linkMbps                   string
+}
+
+func (t *tierTrainFlags) register(fs *pflag.FlagSet) {
+	fs.IntVar(&t.reliable, "reliable", 0, "with --processes: reliable (on-demand) machines, each a server and --workers-per-machine workers; turns tiers on (docs/design/tiers.md)")
+	fs.IntVar(&t.transient, "transient", 0, "with --processes: transient (spot) machines, each a server and --workers-per-machine workers")
+	fs.IntVar(&t.perMachine, "workers-per-machine", 1, "with --reliable/--transient: worker processes on each machine")
+	fs.StringVar(&t.stage, "stage", "", "with --reliable/--transient: the stage to run (1, 2 or 3; 2 if empty), or auto: the planner's pick, re-planned every 2 s from the running job's measurements")
+	fs.DurationVar(&t.syncInterval, "sync-interval", time.Second, "with --reliable/--transient: how often an ActivePS streams its aggregated updates to its BackupPS")
+	fs.StringVar(&t.linkMbps, "link-mbps", "", "with --reliable/--transient: emulate each machine's link, e.g. reliable=50,transient=500 (Mbit/s each way; each machine binds its own 127.0.0.N)")
+	fs.StringVar(&t.add, "add", "", "with --reliable/--transient: start new machines of a class while training runs, e.g. transient@2@5s")
+}
+
+// on reports whether tiers were asked for.
+func (t *tierTrainFlags) on() bool { return t.reliable > 0 || t.transient > 0 }
+
+// check refuses what the machines cannot run; errors name the flag. It
+// returns the drill's tiers, nil without them, and the --add faults.
+func (t *tierTrainFlags) check(fs *pflag.FlagSet, processes bool) (*drill.Tiers, drill.Schedule, error) {
+	if !t.on() {
+		for _, name := range []string{"stage", "sync-interval", "add", "workers-per-machine", "link-mbps"} {
+			if fs.Changed(name) {
+				return nil, nil, fmt.Errorf("--%s needs --reliable and --transient", name)
+			}
+		}
+		return nil, nil, nil
+	}
+	switch {
+	case !processes:
+		return nil, nil, errors.New("--reliable and --transient need --processes: each machine's nodes are processes of their own")
+	case fs.Changed("servers") || fs.Changed("workers"):
+		return nil, nil, errors.New("--servers and --workers cannot be given with --reliable/--transient: every machine runs a server and --workers-per-machine workers")
+	case t.reliable < 1:
+		return nil, nil, fmt.Errorf("--reliable %d: need at least one reliable machine (the coordinator and the authoritative copy live there)", t.reliable)
+	case t.transient < 0:
+		return nil, nil, fmt.Errorf("--transient %d: must be >= 0", t.transient)
+	case t.perMachine < 1:
+		return nil, nil, fmt.Errorf("--workers-per-machine %d: must be >= 1", t.perMachine)
+	case t.syncInterval <= 0:
+		return nil, nil, fmt.Errorf("--sync-interval %v: must be positive", t.syncInterval)
+	}
+	var links *tier.ByClass
+	if t.linkMbps != "" {
+		l, err := tier.ParseByClass("--link-mbps", t.linkMbps, tier.ByClass{})
+		if err != nil {
+			return nil, nil, err
+		}
+		links = &l
+	}
+	stage := tier.Stage2
+	if t.stage == drill.AutoStage {
+		add, err := drill.ParseSchedule("", "", t.add)
+		if err != nil {
+			return nil, nil, err
+		}
+		return &drill.Tiers{Reliable: t.reliable, Transient: t.transient, WorkersPerMachine: t.perMachine,
+			Stage: drill.AutoStage, SyncInterval: t.syncInterval, LinkMbps: links}, add, nil
+	}
+	if t.stage != "" {
+		s, err := tier.ParseStage(t.stage)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--stage: %w", err)
+		}
+		stage = s
+	}
+	if err := stage.Formable(t.reliable, t.transient); err != nil {
+		return nil, nil, fmt.Errorf("--stage %d with --reliable %d --transient %d: %w", stage, t.reliable, t.transient, err)
+	}
+	add, err := drill.ParseSchedule("", "", t.add)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &drill.Tiers{Reliable: t.reliable, Transient: t.transient, WorkersPerMachine: t.perMachine,
+		Stage: stage.String(), SyncInterval: t.syncInterval, LinkMbps: links}, add, nil
+}
+
+// printTiers prints a drill's tier figures.
+func printTiers(w io.Writer, t *drill.TierReport) {
+	if t == nil {
+		return
+	}
+	fmt.Fprintf(w, "terrace: tiers: stage %d at the end, %d switch(es), longest switch pause %.3fs\n", t.Stage, len(t.StageHistory), t.MaxSwitchPauseSeconds)
+	for _, s := range t.StageHistory {
+		fmt.Fprintf(w, "terrace: tiers: %.2fs: stage %d -> %d in %.3fs, pause %.3fs: %s\n", s.AtSeconds, s.From, s.To, s.DurationSeconds, s.PauseSeconds, s.Reason)
+	}
+	if t.UpdatesLost != nil && t.UpdatesLostBound != nil {
+		fmt.Fprintf(w, "terrace: tiers: updates lost %d (bound: one sync interval's worth, %d)\n", *t.UpdatesLost, *t.UpdatesLostBound)
+	}
+	if t.StreamBytesPerPushByte != nil {
+		fmt.Fprintf(w, "terrace: tiers: %.3f bytes streamed to BackupPS per byte pushed\n", *t.StreamBytesPerPushByte)
+	}
+}

@@ -1,0 +1,29 @@
+package coord
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/terrace-ml/terrace/internal/control/api"
+)
+
+// stageHandlers serve the stage routes (issue 11).
+func (c *Coordinator) stageHandlers(mux *http.ServeMux) {
+	handle(mux, api.RouteStage, func(ctx context.Context, s api.StageSwitch) (any, error) {
+		r, err := c.call(ctx, func(m *Machine, id uint64) { m.SwitchStage(id, s.To, s.Reason) })
+		return r.Layout, err
+	})
+	mux.HandleFunc(api.RouteStageHistory, func(w http.ResponseWriter, r *http.Request) { reply(w, c.StageStatus(), nil) })
+}
+
+// StageStatus returns the stage the cluster runs and its switches so far.
+func (c *Coordinator) StageStatus() api.StageStatus {
+	c.mu.Lock()
+	stage, hist := c.m.Stage()
+	c.mu.Unlock()
+	st := api.StageStatus{Stage: stage, History: []api.StageChange{}}
+	for _, h := range hist {
+		st.History = append(st.History, api.StageChange(h))
+	}
+	return st
+}

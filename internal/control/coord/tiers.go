@@ -1,0 +1,428 @@
+package coord
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/terrace-ml/terrace/internal/control/api"
+	"github.com/terrace-ml/terrace/internal/placement/layout"
+	"github.com/terrace-ml/terrace/internal/placement/ring"
+	"github.com/terrace-ml/terrace/internal/placement/tier"
+)
+
+// Tiers of reliability (issue 11, docs/design/tiers.md): where servers go
+// by their machine's class and the stage, the switches between stages,
+// and the fallback to stage 1 when the ActivePS are lost.
+
+// ErrStage is wrapped by the refusals of a stage switch.
+var ErrStage = fmt.Errorf("%w: stage", api.ErrBadRequest)
+
+// serversJoined counts the servers in the layout, whatever their role.
+func (m *Machine) serversJoined() int {
+	l := &m.st.Layout
+	return len(l.Servers) + len(l.Backup) + len(l.Standby)
+}
+
+// noteMachine records the machine of a joining node with its class, and
+// refuses a node whose machine is known under the other class. A node
+// that names no machine and no class (a cluster without tiers) is a
+// reliable machine of its own, and is not listed.
+func (m *Machine) noteMachine(j *api.Join) error {
+	if j.Machine == "" && j.Class == tier.Reliable {
+		return nil
+	}
+	if j.Machine == "" {
+		j.Machine = j.ID
+	}
+	l := &m.st.Layout
+	if c, ok := l.MachineClass(j.Machine); ok {
+		if c != j.Class {
+			return fmt.Errorf("%w: machine %s joined as %s, %s %s says %s", api.ErrBadRequest, j.Machine, c, j.Role, j.ID, j.Class)
+		}
+		return nil
+	}
+	l.Machines = append(slices.Clone(l.Machines), layout.Machine{ID: j.Machine, Class: j.Class})
+	m.dirty = true
+	return nil
+}
+
+// rejoinTiered updates the address of a known BackupPS or standby server
+// and reports whether s was one.
+func (m *Machine) rejoinTiered(s ring.Server) bool {
+	l := &m.st.Layout
+	for _, list := range []*[]ring.Server{&l.Backup, &l.Standby} {
+		i := slices.IndexFunc(*list, func(x ring.Server) bool { return x.ID == s.ID })
+		if i < 0 {
+			continue
+		}
+		if (*list)[i].Addr != s.Addr {
+			*list = slices.Clone(*list)
+			(*list)[i].Addr = s.Addr
+			m.newEpoch()
+			m.publish()
+		}
+		return true
+	}
+	return false
+}
+
+// joinStandby puts a server that joins a running tiered cluster on
+// standby when its class has no data role in the stage: a transient one
+// in stage 1, a reliable one in stages 2 and 3 (a new BackupPS would miss
+// the slots nobody pushes to; it waits for the next switch to stage 1).
+func (m *Machine) joinStandby(s ring.Server) bool {
+	l := &m.st.Layout
+	if !l.Ready || m.cfg.Stage == 0 {
+		return false
+	}
+	if (l.CurrentStage() == tier.Stage1) == (s.Class == tier.Reliable) {
+		return false
+	}
+	l.Standby = append(slices.Clone(l.Standby), s)
+	if s.Class == tier.Transient && m.cfg.Stage > tier.Stage1 && l.Switch == nil && len(l.Joining) == 0 && len(l.Leaving) == 0 {
+		// Back to the stage asked for once transient machines return
+		// after a fallback.
+		if err := m.switchStage(m.cfg.Stage, "transient machine "+s.Machine+" returned"); err == nil {
+			return true
+		}
+	}
+	m.publish()
+	return true
+}
+
+// arrangeTiers places the servers by class once the cluster forms: before
+// then no server holds state, so the placement is free. Stage 1: reliable
+// servers on the ring, transient ones on standby; stages 2 and 3:
+// transient servers are the ActivePS (the ring), reliable ones BackupPS.
+func (m *Machine) arrangeTiers() {
+	l := &m.st.Layout
+	stage := m.cfg.Stage
+	if stage == 0 {
+		return
+	}
+	var rel, tra []ring.Server
+	for _, s := range l.Servers {
+		if s.Class == tier.Transient {
+			tra = append(tra, s)
+		} else {
+			rel = append(rel, s)
+		}
+	}
+	if err := stage.Formable(len(rel), len(tra)); err != nil {
+		m.log.Error("stage cannot be formed; running stage 1", "stage", stage, "err", err)
+		stage = tier.Stage1
+	}
+	if len(rel) == 0 {
+		rel, tra = tra, nil
+	}
+	l.Stage = stage
+	if stage == tier.Stage1 {
+		l.Servers, l.Standby, l.Backup = rel, tra, nil
+	} else {
+		l.Servers, l.Backup, l.Standby = tra, rel, nil
+	}
+	m.newEpoch()
+}
+
+// removeTiered takes a failed server out when the tiers are involved, and
+// reports whether it handled it: a BackupPS or a standby server leaves its
+// list; losing an ActivePS without notice falls back to stage 1 once k of
+// them are lost (some slot may then have lost every ActivePS copy) or none
+// is left.
+func (m *Machine) removeTiered(id, addr string) (handled, removed bool) {
+	l := &m.st.Layout
+	match := func(s ring.Server) bool { return s.ID == id && (addr == "" || s.Addr == addr) }
+	if i := slices.IndexFunc(l.Standby, match); i >= 0 {
+		l.Standby = slices.Delete(slices.Clone(l.Standby), i, i+1)
+		m.st.Removed++
+		m.publish()
+		return true, true
+	}
+	if i := slices.IndexFunc(l.Backup, match); i >= 0 {
+		if len(l.Backup) == 1 {
+			// The last authoritative copy: keep it in the layout, so that
+			// a restarted process under its ID takes its place.
+			return true, false
+		}
+		l.Backup = slices.Delete(slices.Clone(l.Backup), i, i+1)
+		m.st.Removed++
+		m.newEpoch()
+		m.resetSync()
+		m.publish()
+		return true, true
+	}
+	if l.CurrentStage() == tier.Stage1 && l.Switch == nil {
+		return false, false
+	}
+	onRing := slices.ContainsFunc(l.Servers, match)
+	joining := slices.ContainsFunc(l.Joining, match)
+	if !onRing && !joining {
+		return false, false
+	}
+	dead := l.Servers[0]
+	if onRing {
+		dead = l.Servers[slices.IndexFunc(l.Servers, match)]
+	}
+	if dead.Class != tier.Transient && !joining {
+		return false, false
+	}
+	if sw := l.Switch; sw != nil && sw.From == tier.Stage1 {
+		// A switch from stage 1 that loses a joining ActivePS is
+		// abandoned: the reliable heads still hold everything.
+		m.abandonSwitch(id)
+		return true, true
+	}
+	if !onRing {
+		return false, false
+	}
+	m.st.ActiveLost++
+	active := len(l.Servers) - 1
+	if active > 0 && m.st.ActiveLost < l.K() {
+		return false, false
+	}
+	m.fallback(id, "revocation: lost "+fmt.Sprint(m.st.ActiveLost)+" ActivePS without notice")
+	return true, true
+}
+
+// fallback switches to stage 1 at once: the BackupPS become the ring with
+// the state their last durable rounds gave them. Updates the lost ActivePS
+// acknowledged after those rounds are lost (bounded by the gate to one
+// sync interval's worth). Surviving ActivePS go on standby.
+func (m *Machine) fallback(dead, reason string) {
+	l := &m.st.Layout
+	from := l.CurrentStage()
+	var standby []ring.Server
+	for _, s := range l.Servers {
+		if s.ID != dead {
+			standby = append(standby, s)
+		}
+	}
+	for _, s := range l.Joining {
+		if s.ID != dead {
+			standby = append(standby, s)
+		}
+	}
+	if len(l.Backup) == 0 {
+		// A switch 2 -> 1 in progress had moved the BackupPS to Joining.
+		for _, s := range l.Joining {
+			if s.Class == tier.Reliable {
+				l.Backup = append(l.Backup, s)
+			}
+		}
+		standby = slices.DeleteFunc(standby, func(s ring.Server) bool { return s.Class == tier.Reliable })
+	}
+	l.Servers, l.Backup, l.Joining, l.Leaving = l.Backup, nil, nil, nil
+	l.Standby = append(slices.Clone(l.Standby), standby...)
+	l.Stage, l.Switch = tier.Stage1, nil
+	for j := range m.st.Synced {
+		delete(m.st.Synced, j)
+	}
+	m.st.Removed++
+	m.st.ActiveLost = 0
+	m.st.StageHistory = append(m.st.StageHistory, StageChange{From: from, To: tier.Stage1, Reason: reason, Started: m.now, Done: m.now})
+	m.log.Warn("falling back to stage 1", "from", from, "reason", reason)
+	m.newEpoch()
+	m.resetSync()
+	m.publish()
+}
+
+// abandonSwitch gives up a switch from stage 1 whose joiner id died: the
+// joiners go back on standby (without id), the reliable servers stay.
+func (m *Machine) abandonSwitch(id string) {
+	l := &m.st.Layout
+	for _, s := range l.Joining {
+		if s.ID != id {
+			l.Standby = append(l.Standby, s)
+		}
+		delete(m.st.Synced, s.ID)
+	}
+	for _, s := range l.Leaving {
+		delete(m.st.Synced, s)
+	}
+	m.st.StageHistory = append(m.st.StageHistory, StageChange{From: l.Switch.From, To: l.Switch.From,
+		Reason: "abandoned: ActivePS " + id + " lost during the switch to " + l.Switch.To.String(), Started: m.now, Done: m.now})
+	l.Joining, l.Leaving, l.Switch = nil, nil, nil
+	m.st.Removed++
+	m.resetSync()
+	m.publish()
+}
+
+// SwitchStage starts a live switch to stage to (request id), at the next
+// clock boundary the servers see: 1 -> 2 or 3 fills the ActivePS from the
+// reliable heads by the two-phase handoff and moves the heads in one
+// epoch; 2 or 3 -> 1 copies every slot from the ActivePS heads to the
+// BackupPS the same way and moves the heads back; 2 <-> 3 only changes
+// where workers may train.
+func (m *Machine) SwitchStage(id uint64, to tier.Stage, reason string) {
+	if err := m.switchStage(to, reason); err != nil {
+		m.fail(id, err)
+		return
+	}
+	m.replyLayout(id)
+}
+
+func (m *Machine) switchStage(to tier.Stage, reason string) error {
+	l := &m.st.Layout
+	from := l.CurrentStage()
+	switch {
+	case !l.Ready:
+		return fmt.Errorf("%w: the cluster has not formed", ErrStage)
+	case m.cfg.Stage == 0:
+		return fmt.Errorf("%w: the cluster runs without tiers (start the coordinator with a stage)", ErrStage)
+	case l.Switch != nil:
+		return fmt.Errorf("%w: a switch %d -> %d is in progress", ErrStage, l.Switch.From, l.Switch.To)
+	case len(l.Joining) > 0 || len(l.Leaving) > 0:
+		return fmt.Errorf("%w: servers are joining or leaving", ErrStage)
+	case from == to:
+		return nil
+	}
+	sw := &layout.Switch{From: from, To: to, Reason: reason, StartedUnixMilli: m.now.UnixMilli()}
+	switch {
+	case from >= tier.Stage2 && to >= tier.Stage2:
+		l.Stage = to
+		m.st.StageHistory = append(m.st.StageHistory, StageChange{From: from, To: to, Reason: reason, Started: m.now, Done: m.now})
+		m.publish()
+		return nil
+	case from == tier.Stage1:
+		var tra []ring.Server
+		for _, s := range l.Standby {
+			if s.Class == tier.Transient {
+				tra = append(tra, s)
+			}
+		}
+		if err := to.Formable(len(l.Servers), len(tra)); err != nil {
+			return fmt.Errorf("%w: %v", ErrStage, err)
+		}
+		l.Standby = slices.DeleteFunc(slices.Clone(l.Standby), func(s ring.Server) bool { return s.Class == tier.Transient })
+		l.Joining = tra
+		for _, s := range l.Servers {
+			l.Leaving = append(l.Leaving, s.ID)
+		}
+	default: // 2 or 3 -> 1
+		if len(l.Backup) == 0 {
+			return fmt.Errorf("%w: no BackupPS to take the slots", ErrStage)
+		}
+		l.Joining, l.Backup = l.Backup, nil
+		for _, s := range l.Servers {
+			l.Leaving = append(l.Leaving, s.ID)
+		}
+	}
+	for _, s := range l.Joining {
+		m.st.Synced[s.ID] = map[string]bool{}
+	}
+	for _, s := range l.Leaving {
+		m.st.Synced[s] = map[string]bool{}
+	}
+	l.Switch = sw
+	m.st.StageHistory = append(m.st.StageHistory, StageChange{From: from, To: to, Reason: reason, Started: m.now})
+	m.resetSync()
+	m.publish()
+	return nil
+}
+
+// noticeTiered handles an eviction notice of ActivePS server (a drained
+// departure): when every ActivePS is leaving, the cluster switches to
+// stage 1, the ActivePS shipping every slot to the BackupPS first, so that
+// nothing is lost. It reports whether it handled the departure.
+func (m *Machine) noticeTiered(server string) bool {
+	l := &m.st.Layout
+	if l.CurrentStage() == tier.Stage1 || l.Switch != nil {
+		return false
+	}
+	if m.st.Noticed == nil {
+		m.st.Noticed = map[string]bool{}
+	}
+	m.st.Noticed[server] = true
+	staying := 0
+	for _, s := range l.Servers {
+		if !m.st.Noticed[s.ID] && !slices.Contains(l.Leaving, s.ID) {
+			staying++
+		}
+	}
+	if staying > 0 {
+		return false
+	}
+	l.Leaving = nil
+	for j := range m.st.Synced {
+		delete(m.st.Synced, j)
+	}
+	if err := m.switchStage(tier.Stage1, "eviction notice: every ActivePS is leaving"); err != nil {
+		m.log.Error("cannot switch to stage 1 on notice", "err", err)
+		return false
+	}
+	return true
+}
+
+// promoteSwitch finishes the switch in progress once every joiner and
+// leaver of its group is synced, in one epoch: leavers go to the BackupPS
+// (from stage 1) or on standby (to stage 1), or out if they had notice.
+// It reports false while the group is not done.
+func (m *Machine) promoteSwitch(done func(string) bool) bool {
+	l := &m.st.Layout
+	for _, j := range l.Joining {
+		if !done(j.ID) {
+			return false
+		}
+	}
+	for _, id := range l.Leaving {
+		if !done(id) {
+			return false
+		}
+	}
+	var leavers []ring.Server
+	for _, s := range l.Servers {
+		if slices.Contains(l.Leaving, s.ID) {
+			leavers = append(leavers, s)
+		}
+	}
+	l.Servers = slices.Clone(l.Joining)
+	if l.Switch.To >= tier.Stage2 {
+		l.Backup = leavers
+	} else {
+		for _, s := range leavers {
+			if m.st.Noticed[s.ID] {
+				m.st.Removed++
+				continue
+			}
+			l.Standby = append(l.Standby, s)
+		}
+	}
+	for _, s := range l.Joining {
+		delete(m.st.Synced, s.ID)
+	}
+	for _, s := range l.Leaving {
+		delete(m.st.Synced, s)
+	}
+	l.Stage = l.Switch.To
+	if n := len(m.st.StageHistory); n > 0 && m.st.StageHistory[n-1].Done.IsZero() {
+		m.st.StageHistory[n-1].Done = m.now
+	}
+	l.Joining, l.Leaving, l.Switch = nil, nil, nil
+	m.st.Noticed, m.st.ActiveLost = nil, 0
+	if l.Stage >= tier.Stage2 {
+		// Transient machines that joined during the switch join the
+		// ActivePS now, by the ordinary two-phase join.
+		for _, s := range l.Standby {
+			if s.Class == tier.Transient {
+				l.Joining = append(l.Joining, s)
+				m.st.Synced[s.ID] = map[string]bool{}
+			}
+		}
+		l.Standby = slices.DeleteFunc(l.Standby, func(s ring.Server) bool { return s.Class == tier.Transient })
+	}
+	m.newEpoch()
+	m.resetSync()
+	return true
+}
+
+// Stage returns the stage the cluster runs and the switches so far.
+func (m *Machine) Stage() (tier.Stage, []StageChange) {
+	return m.st.Layout.CurrentStage(), slices.Clone(m.st.StageHistory)
+}
+
+// trains reports whether the stage lets rank take new pieces: in stage 3
+// workers on reliable machines take none (they finish the piece they hold
+// and then wait, idle on the servers' clocks, until a switch back).
+func (m *Machine) trains(rank int) bool {
+	return m.cfg.Stage == 0 || m.st.Layout.CurrentStage() != tier.Stage3 || m.st.RankClass[rank] == tier.Transient
+}

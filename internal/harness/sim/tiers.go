@@ -1,0 +1,29 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/terrace-ml/terrace/internal/control/api"
+	"github.com/terrace-ml/terrace/internal/placement/tier"
+)
+
+// SwitchStage asks the coordinator for a live switch to stage To (issue
+// 11, Config.Stage): no process starts or stops, and no acknowledged
+// update may be lost. A switch the coordinator refuses (another is in
+// progress) is noted and skipped.
+type SwitchStage struct {
+	To tier.Stage
+}
+
+func (f SwitchStage) String() string { return fmt.Sprintf("switch to stage %d", f.To) }
+
+func (f SwitchStage) Apply(ctx context.Context, c *Cluster) {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	c.Note("FAULT switch to stage %d", f.To)
+	if _, err := api.NewClient(c.coordAddr, c.net.Host("stage-switcher")).SwitchStage(cctx, f.To, "simulation"); err != nil {
+		c.Note("skip %v: %v", f, err)
+	}
+}

@@ -1,0 +1,87 @@
+package sim_test
+
+import (
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/terrace-ml/terrace/internal/harness/sim"
+	"github.com/terrace-ml/terrace/internal/placement/tier"
+)
+
+// transientServers puts servers 2 and 3 on transient machines.
+func transientServers(i int) string {
+	if i == 2 || i == 3 {
+		return "transient"
+	}
+	return "reliable"
+}
+
+// TestStageSwitchesInSimulation switches a cluster of 2 reliable and 2
+// transient machines through every stage while the counters train: no
+// acknowledged increment is lost or applied twice, no slot loses every
+// copy, and the staleness bound holds.
+func TestStageSwitchesInSimulation(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sc := sim.Scenario{
+			Config: sim.Config{Seed: 21, Servers: 4, Workers: 2, ServerClass: transientServers, Stage: tier.Stage2,
+				SyncInterval: 200 * time.Millisecond},
+			Workload: sim.Counters{Staleness: 2},
+			Faults: sim.Schedule{
+				{At: 500 * time.Millisecond, Fault: sim.SwitchStage{To: tier.Stage1}},
+				{At: 1000 * time.Millisecond, Fault: sim.SwitchStage{To: tier.Stage2}},
+				{At: 1500 * time.Millisecond, Fault: sim.SwitchStage{To: tier.Stage3}},
+				{At: 2000 * time.Millisecond, Fault: sim.SwitchStage{To: tier.Stage1}},
+				{At: 2500 * time.Millisecond, Fault: sim.SwitchStage{To: tier.Stage3}},
+				{At: 3000 * time.Millisecond, Fault: sim.SwitchStage{To: tier.Stage2}},
+				{At: 3500 * time.Millisecond, Fault: sim.SwitchStage{To: tier.Stage1}},
+			},
+			Invariants: []sim.Invariant{sim.ExactlyOnce{}, sim.Staleness{}},
+		}
+		rep := runScenario(t, sc, true)
+		if len(rep.Losses.Slots) > 0 {
+			t.Errorf("slots %v lost every copy across stage switches", rep.Losses.Slots)
+		}
+	})
+}
+
+// TestTierRevocationWithNotice revokes every transient machine of a
+// stage-2 cluster with notice: the ActivePS hand their slots to the
+// BackupPS (a switch to stage 1) and nothing is lost.
+func TestTierRevocationWithNotice(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sc := sim.Scenario{
+			Config: sim.Config{Seed: 22, Servers: 4, Workers: 2, ServerClass: transientServers, Stage: tier.Stage2,
+				WorkerClass: func(i int) string { return map[bool]string{true: "transient"}[i == 1] }},
+			Workload:   sim.Counters{Staleness: 1},
+			Faults:     sim.Schedule{{At: time.Second, Fault: sim.Revoke{Class: "transient", Notice: 30 * time.Second, Replace: 0}}},
+			Invariants: []sim.Invariant{sim.ExactlyOnce{}, sim.Staleness{}},
+		}
+		rep := runScenario(t, sc, false)
+		if len(rep.Losses.Slots) > 0 {
+			t.Errorf("slots %v lost every copy although the ActivePS had notice", rep.Losses.Slots)
+		}
+	})
+}
+
+// TestTierRevocationWithoutNotice kills every transient machine of a
+// stage-2 cluster at once: the cluster falls back to stage 1 on the
+// BackupPS and training finishes; the increments lost are only in slots
+// whose every ActivePS copy died (sim.Copies), and they are counted.
+func TestTierRevocationWithoutNotice(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sc := sim.Scenario{
+			Config: sim.Config{Seed: 23, Servers: 4, Workers: 2, ServerClass: transientServers, Stage: tier.Stage2,
+				SyncInterval: 200 * time.Millisecond},
+			Workload:   sim.Counters{Staleness: 2},
+			Faults:     sim.Schedule{{At: 1500 * time.Millisecond, Fault: sim.Revoke{Class: "transient", Replace: -1}}},
+			Invariants: []sim.Invariant{sim.ExactlyOnce{}, sim.Staleness{}},
+		}
+		rep := runScenario(t, sc, true)
+		t.Logf("%d keys short by %d acknowledged increments in slots %v; bound (one sync interval's worth) %d",
+			rep.Losses.Keys, rep.Losses.Increments, rep.Losses.Slots, rep.LossBound)
+		if rep.Losses.Increments > rep.LossBound {
+			t.Errorf("lost %d acknowledged increments at the revocation, more than one sync interval's worth (%d)", rep.Losses.Increments, rep.LossBound)
+		}
+	})
+}
