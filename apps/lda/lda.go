@@ -135,7 +135,7 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("lda: %s: word ids up to %d, at most %d supported", cfg.Train, corpus.NumWords-1, maxWords-1)
 	}
 	var vocab []string
-	if cfg.Vocab != "" && c.Rank() == 0 {
+	if cfg.Vocab != "" { // every worker may evaluate the last pass
 		if vocab, err = data.ReadVocab(cfg.Vocab); err != nil {
 			return nil, fmt.Errorf("lda: %w", err)
 		}
@@ -164,12 +164,16 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 		if err := c.EachPartition(ctx, pass, w.loop()); err != nil {
 			return nil, fmt.Errorf("lda: pass %d: %w", pass+1, err)
 		}
-		if c.Rank() == 0 {
+		secs := time.Since(passStart).Seconds()
+		res, err := c.EvaluatePass(ctx, pass+1, func(ctx context.Context) (map[string]float64, error) {
 			st, err := w.evaluate(ctx, test, vocab, pass == cfg.Passes-1, rep)
-			if err != nil {
-				return nil, err
-			}
-			st.Pass, st.Seconds = pass+1, time.Since(passStart).Seconds()
+			return map[string]float64{"train_loglik_per_token": st.LogLikelihood, "test_perplexity": st.TestPerplexity}, err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("lda: %w", err)
+		}
+		for _, r := range res {
+			st := PassStats{Pass: r.Pass, Seconds: secs, LogLikelihood: r.Metrics["train_loglik_per_token"], TestPerplexity: r.Metrics["test_perplexity"]}
 			rep.Passes = append(rep.Passes, st)
 			if cfg.Progress != nil {
 				cfg.Progress(st)

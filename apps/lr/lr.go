@@ -27,7 +27,8 @@ type Config struct {
 	// Significance turns on the significantly-modified push filter.
 	Significance float32
 	Seed         uint64
-	// Progress, when set, is called by rank 0 after every pass.
+	// Progress, when set, is called after every pass this worker
+	// evaluates (the coordinator hands each pass to one live worker).
 	Progress func(PassStats)
 }
 
@@ -87,7 +88,9 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("lr: %w", err)
 	}
 	var test *data.Sparse
-	if c.Rank() == 0 && cfg.Test != "" {
+	// Every worker reads the test data: whichever is live when a pass
+	// ends evaluates it.
+	if cfg.Test != "" {
 		if test, err = data.ReadLIBSVM(cfg.Test); err != nil {
 			return nil, fmt.Errorf("lr: %w", err)
 		}
@@ -123,13 +126,21 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 			return nil, fmt.Errorf("lr: flush: %w", err)
 		}
 		if test != nil {
-			st := PassStats{Pass: pass + 1, Seconds: time.Since(passStart).Seconds(), TrainLogLoss: w.loss / float64(max(w.n, 1))}
-			if st.TestAccuracy, st.TestLogLoss, st.TestAUC, err = Evaluate(ctx, tbl, test, nkeys); err != nil {
-				return nil, err
+			secs, trainLoss := time.Since(passStart).Seconds(), w.loss/float64(max(w.n, 1))
+			res, err := c.EvaluatePass(ctx, pass+1, func(ctx context.Context) (map[string]float64, error) {
+				acc, ll, auc, err := Evaluate(ctx, tbl, test, nkeys)
+				return map[string]float64{"test_accuracy": acc, "test_logloss": ll, "test_auc": auc, "train_logloss": trainLoss}, err
+			})
+			if err != nil {
+				return nil, fmt.Errorf("lr: %w", err)
 			}
-			rep.Passes = append(rep.Passes, st)
-			if cfg.Progress != nil {
-				cfg.Progress(st)
+			for _, r := range res {
+				st := PassStats{Pass: r.Pass, Seconds: secs, TrainLogLoss: r.Metrics["train_logloss"], TestAccuracy: r.Metrics["test_accuracy"],
+					TestLogLoss: r.Metrics["test_logloss"], TestAUC: r.Metrics["test_auc"]}
+				rep.Passes = append(rep.Passes, st)
+				if cfg.Progress != nil {
+					cfg.Progress(st)
+				}
 			}
 		}
 	}

@@ -71,7 +71,9 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("mf: %w", err)
 	}
 	var test *data.Ratings
-	if c.Rank() == 0 && cfg.Test != "" {
+	// Every worker reads the test data: whichever is live when a pass
+	// ends evaluates it.
+	if cfg.Test != "" {
 		if test, err = data.ReadRatings(cfg.Test); err != nil {
 			return nil, fmt.Errorf("mf: %w", err)
 		}
@@ -105,13 +107,20 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 		}
 		rep.Examples += int64(m.n)
 		if test != nil {
-			st := PassStats{Pass: pass + 1, Seconds: time.Since(passStart).Seconds(), TrainRMSE: math.Sqrt(m.sq / float64(max(m.n, 1)))}
-			if st.TestRMSE, err = m.evaluate(ctx, test); err != nil {
-				return nil, err
+			secs, trainRMSE := time.Since(passStart).Seconds(), math.Sqrt(m.sq/float64(max(m.n, 1)))
+			res, err := c.EvaluatePass(ctx, pass+1, func(ctx context.Context) (map[string]float64, error) {
+				rmse, err := m.evaluate(ctx, test)
+				return map[string]float64{"test_rmse": rmse, "train_rmse": trainRMSE}, err
+			})
+			if err != nil {
+				return nil, fmt.Errorf("mf: %w", err)
 			}
-			rep.Passes = append(rep.Passes, st)
-			if cfg.Progress != nil {
-				cfg.Progress(st)
+			for _, r := range res {
+				st := PassStats{Pass: r.Pass, Seconds: secs, TrainRMSE: r.Metrics["train_rmse"], TestRMSE: r.Metrics["test_rmse"]}
+				rep.Passes = append(rep.Passes, st)
+				if cfg.Progress != nil {
+					cfg.Progress(st)
+				}
 			}
 		}
 	}

@@ -22,6 +22,7 @@ import (
 // and worker share them.
 type appFlags struct {
 	app, train, test, vocab, consistency, encoding string
+	scale, model                                   string
 	passes, batch, rank, topics                    int
 	lr, l1, l2, significance, alpha, beta          float64
 	seed                                           uint64
@@ -55,6 +56,8 @@ func (a *appFlags) register(fs *pflag.FlagSet) {
 	fs.Float64Var(&a.l2, "l2", 0.01, "L2 strength (mf default 0.08)")
 	fs.Float64Var(&a.significance, "significance", 0, "push only entries whose accumulated change exceeds this (0: push everything)")
 	fs.Uint64Var(&a.seed, "seed", 1, "random seed (shuffling, initialisation)")
+	fs.StringVar(&a.scale, "scale", "", "lr: divide each feature by its largest absolute value in --train (max, the default) or train on raw values (none)")
+	fs.StringVar(&a.model, "model", "", "write the trained model here after the last pass (terrace export's formats: lr a liblinear model file, mf and lda a directory of TSV files)")
 }
 
 // passesAlias makes --epochs another name for --passes: a training pass
@@ -68,6 +71,9 @@ func passesAlias(_ *pflag.FlagSet, name string) pflag.NormalizedName {
 
 // job builds the worker job; progress, when set, gets rank 0's pass lines.
 func (a *appFlags) job(progress io.Writer) (node.Job, error) {
+	if err := a.check(); err != nil {
+		return nil, err
+	}
 	cons, err := table.ParseConsistency(a.consistency)
 	if err != nil {
 		return nil, err
@@ -110,7 +116,7 @@ func (a *appFlags) job(progress io.Writer) (node.Job, error) {
 		}
 		return func(ctx context.Context, c *ps.Client) (any, error) {
 			rep, err := lda.Run(ctx, c, cfg)
-			if err == nil && progress != nil && c.Rank() == 0 {
+			if err == nil && progress != nil && len(rep.Topics) > 0 {
 				printTopics(progress, rep.Topics)
 			}
 			return rep, err
@@ -122,7 +128,7 @@ func (a *appFlags) job(progress io.Writer) (node.Job, error) {
 func readable(paths ...string) error {
 	for _, p := range paths {
 		if _, err := os.Stat(p); err != nil {
-			return fmt.Errorf("data file: %w (run from the repository root, or pass --train and --test)", err)
+			return fmt.Errorf("data file: %w", err)
 		}
 	}
 	return nil

@@ -24,7 +24,8 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(trainCmd(), coordinatorCmd(), serverCmd(), workerCmd(), benchCmd(), planCmd(), replayCmd())
+	root.AddCommand(trainCmd(), coordinatorCmd(), serverCmd(), workerCmd(), benchCmd(), planCmd(), replayCmd(),
+		submitCmd(), statusCmd())
 	for _, c := range root.Commands() {
 		// Servers and workers turn SIGTERM into a drain (see notices.go);
 		// for the other commands it ends the run like an interrupt.

@@ -34,6 +34,10 @@ restores its state and takes over. Clients take every coordinator's
 address, comma-separated.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkCluster(o.Servers, o.Workers, o.Replication); err != nil {
+				return err
+			}
+			o.ExitWhenDone = exitWhenDone
 			ctx, cancel := context.WithCancel(cmd.Context())
 			defer cancel()
 			log := newLogger(logLevel)
@@ -58,18 +62,36 @@ address, comma-separated.`,
 			}()
 			var done <-chan struct{}
 			var cur *coord.Coordinator
+			var shown jobProgress
+			tick := time.NewTicker(200 * time.Millisecond)
+			defer tick.Stop()
 			for {
 				select {
 				case cur = <-terms:
 					done = cur.Done()
+				case <-tick.C:
+					if cur != nil {
+						shown.show(cmd.OutOrStdout(), cur.JobStatus())
+					}
 				case <-done:
 					done = nil
-					fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator: all %d worker(s) reported\n", o.Workers)
-					if err := writeReport(reportPath, cur.Reports()); err != nil {
+					st := cur.JobStatus()
+					shown.show(cmd.OutOrStdout(), st)
+					fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator: job done: %d pass(es) trained; every worker reported or is gone\n", st.PassesDone)
+					rep := newJobReport(st, flagValues(cmd.Flags(), func(string) bool { return true }), cur.Reports())
+					if err := writeReport(reportPath, rep); err != nil {
 						return err
 					}
 					if exitWhenDone {
-						cancel()
+						// Servers follow the layout that says the cluster
+						// ends; give their long-polls a moment to get it.
+						go func() {
+							select {
+							case <-time.After(endLinger):
+							case <-ctx.Done():
+							}
+							cancel()
+						}()
 					}
 				case err := <-errc:
 					return err
@@ -85,7 +107,7 @@ address, comma-separated.`,
 	fs.IntVar(&o.Replication, "replication", 2, "servers holding each key slot (k)")
 	fs.DurationVar(&o.FailureTimeout, "failure-timeout", coord.DefaultFailureTimeout, "declare a node dead after this long without a heartbeat or an answer to pings; also the lease of its etcd registration")
 	fs.StringVar(&reportPath, "report", "", "write the workers' reports to this JSON file once all have reported")
-	fs.BoolVar(&exitWhenDone, "exit-when-done", false, "exit once every worker has reported")
+	fs.BoolVar(&exitWhenDone, "exit-when-done", false, "end the cluster with its job: once every worker has reported, the coordinator and its servers exit 0")
 	fs.StringVar(&ha.ID, "id", "", "this coordinator's name in the election (host name and pid if empty)")
 	fs.StringVar(&etcd, "etcd", "", "endpoints of an external etcd cluster, comma-separated (default: embed a member)")
 	fs.StringVar(&ha.Embed.Dir, "etcd-dir", "", "data directory of the embedded etcd member (a temporary directory if empty)")
@@ -192,7 +214,7 @@ func workerCmd() *cobra.Command {
 		Short: "Run a worker that joins the coordinator and trains an application",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			job, err := w.a.job(cmd.OutOrStdout())
+			job, err := w.workerJob(cmd.Context(), cmd.OutOrStdout())
 			if err != nil {
 				return err
 			}

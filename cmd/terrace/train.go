@@ -109,6 +109,9 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 			if err != nil {
 				return err
 			}
+			if err := checkCluster(servers, workers, replication); err != nil {
+				return err
+			}
 			if d.processes {
 				return trainProcesses(ctx, cmd, a, d, sched, servers, workers, partitions, replication, logLevel, reportPath)
 			}
@@ -409,7 +412,7 @@ func drillWorkerCmd() *cobra.Command {
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := cmd.OutOrStdout()
-			inner, err := w.a.job(out)
+			inner, err := w.workerJob(cmd.Context(), out)
 			if err != nil {
 				return err
 			}

@@ -34,6 +34,8 @@ var (
 	// ErrNotLeader: this coordinator no longer leads (another replica
 	// won the election); clients go to the one that does.
 	ErrNotLeader = errors.New("coordinator: not the leader")
+	// ErrJobConflict: a different job was submitted to the cluster before.
+	ErrJobConflict = errors.New("coordinator: the cluster runs another job")
 	// ErrUnavailable: no coordinator answered within the client's retry
 	// time.
 	ErrUnavailable = errors.New("coordinator unreachable")
@@ -56,6 +58,7 @@ const (
 	CodeStateTooLarge Code = "state_too_large"
 	CodeNotPersisted  Code = "not_persisted"
 	CodeNotLeader     Code = "not_leader"
+	CodeJobConflict   Code = "job_conflict"
 	CodeInternal      Code = "internal"
 )
 
@@ -76,6 +79,7 @@ var codes = []struct {
 	{CodeLeaseLost, ErrLeaseLost, http.StatusConflict},
 	{CodeNoSplit, ErrNoSplit, http.StatusConflict},
 	{CodeNoState, ErrNoState, http.StatusNotFound},
+	{CodeJobConflict, ErrJobConflict, http.StatusConflict},
 }
 
 // CodeOf returns the code of err (CodeInternal if it wraps no sentinel).

@@ -40,12 +40,16 @@ type Options struct {
 	// answer to pings) before it is declared dead (DefaultFailureTimeout
 	// if 0). Workers heartbeat five times per timeout.
 	FailureTimeout time.Duration
+	// ExitWhenDone: the cluster ends with its job; servers exit when it
+	// does.
+	ExitWhenDone bool
 }
 
 func (o Options) config() Config {
 	return Config{Servers: o.Servers, Workers: o.Workers, Partitions: o.Partitions, VNodes: o.VNodes,
 		Replication: o.Replication, CheckpointDir: o.CheckpointDir, CheckpointEvery: o.CheckpointEvery,
-		FailureTimeout: o.FailureTimeout, Membership: o.Membership, Logger: o.Logger}
+		FailureTimeout: o.FailureTimeout, Membership: o.Membership, Logger: o.Logger,
+		ExitWhenDone: o.ExitWhenDone}
 }
 
 // Coordinator drives a Machine: requests step it under a mutex held only

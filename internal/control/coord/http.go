@@ -40,6 +40,7 @@ func (c *Coordinator) Handler() http.Handler {
 	})
 	c.workHandlers(mux)
 	c.serverHandlers(mux)
+	c.jobHandlers(mux)
 	// A coordinator that could not save a change has lost its leadership:
 	// it answers nothing more, so that clients go to the new leader.
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

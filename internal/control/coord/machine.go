@@ -31,6 +31,8 @@ type Config struct {
 	// there, and MemberGone hears of their registrations' end.
 	Membership *layout.Membership
 	Logger     *slog.Logger
+	// ExitWhenDone: the cluster ends with its job (Layout.Shutdown).
+	ExitWhenDone bool
 }
 
 // Machine is the coordinator's state machine: membership, epochs, the
@@ -98,7 +100,11 @@ type Reply struct {
 	Progress api.ProgressReply
 	// Removed, for ServerFailed, MemberGone and Probed: the node was
 	// taken out.
-	Removed    bool
+	Removed bool
+	// Job, for SubmitJob: the job in force; Evals, for ClaimEval: the
+	// passes handed out.
+	Job        *api.Job
+	Evals      []int
 	wantLayout bool
 }
 
@@ -159,6 +165,7 @@ func RestoreMachine(cfg Config, blob []byte, epoch uint64, now time.Time) (*Mach
 	l.Version++
 	m.layoutChanged = true
 	m.published = m.snapshot()
+	m.dueAgain()
 	m.commitIfReported()
 	return m, nil
 }

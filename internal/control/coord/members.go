@@ -155,6 +155,9 @@ func (m *Machine) removeServer(id, addr string) bool {
 // holders, and leaves the ring once all have (promote). It fails if the
 // server is not on the ring or is the last one.
 func (m *Machine) LeaveServer(id uint64, server string) {
+	if m.leaveAtEnd(id, server) {
+		return
+	}
 	l := &m.st.Layout
 	onRing := slices.ContainsFunc(l.Servers, func(s ring.Server) bool { return s.ID == server })
 	if !onRing || len(l.Servers)-len(l.Leaving) <= 1 && !slices.Contains(l.Leaving, server) {

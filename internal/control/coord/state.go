@@ -46,6 +46,11 @@ type State struct {
 	NextStateVer uint64           `json:"next_state_version,omitempty"`
 
 	Checkpoint Checkpointing `json:"checkpointing"`
+
+	// Job is the job the cluster trains (job.go); Evals its evaluations,
+	// by pass counted from 1.
+	Job   *api.Job      `json:"job,omitempty"`
+	Evals map[int]*Eval `json:"evals,omitempty"`
 }
 
 // Pass is one training pass's pieces, by partition, in row order.
@@ -112,6 +117,7 @@ func newState(cfg Config) State {
 			Replication: max(1, cfg.Replication)},
 		Workers: map[string]int{}, Incarnations: map[string]string{}, Reports: map[int]json.RawMessage{},
 		Synced: map[string]map[string]bool{}, Passes: map[int]*Pass{}, PartStates: map[int][]uint64{},
+		Evals: map[int]*Eval{},
 	}
 }
 
@@ -123,6 +129,7 @@ func decodeState(blob []byte) (State, error) {
 	}
 	st.Workers, st.Incarnations, st.Reports = orEmpty(st.Workers), orEmpty(st.Incarnations), orEmpty(st.Reports)
 	st.Synced, st.Passes, st.PartStates = orEmpty(st.Synced), orEmpty(st.Passes), orEmpty(st.PartStates)
+	st.Evals = orEmpty(st.Evals)
 	for e, p := range st.Passes {
 		if p == nil || len(p.Parts) != st.Layout.Partitions {
 			return State{}, fmt.Errorf("coord: saved state: pass %d has no pieces for its %d partitions", e, st.Layout.Partitions)

@@ -47,5 +47,8 @@ func (m *Machine) Report(id uint64, rank int, report json.RawMessage) {
 		}
 	}
 	m.out.AllReported = m.out.AllReported || all
+	if all {
+		m.endJob()
+	}
 	m.reply(Reply{ID: id})
 }
