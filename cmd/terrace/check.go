@@ -10,6 +10,14 @@ import (
 // check refuses, early and by flag name, what would train nothing or
 // train silently wrong: negative counts, missing or empty data files.
 func (a *appFlags) check() error {
+	if err := a.checkFlags(); err != nil {
+		return err
+	}
+	return a.checkFiles()
+}
+
+// checkFlags checks the flags' values, not the files they name.
+func (a *appFlags) checkFlags() error {
 	switch a.app {
 	case "lr", "mf", "lda":
 	default:
@@ -31,6 +39,11 @@ func (a *appFlags) check() error {
 	default:
 		return fmt.Errorf("--scale %q: want max or none", a.scale)
 	}
+	return nil
+}
+
+// checkFiles checks the data files the flags name, or their defaults.
+func (a *appFlags) checkFiles() error {
 	if a.app == "mf" && (a.train == "" || a.test == "") {
 		return fmt.Errorf("--app mf needs --train and --test (MovieLens ratings, e.g. ../shared/data/ratings/ml-100k/u1.base and u1.test)")
 	}

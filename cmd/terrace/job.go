@@ -38,6 +38,11 @@ func (a *appFlags) toJob() (api.Job, error) {
 	if err := a.check(); err != nil {
 		return api.Job{}, err
 	}
+	return a.resolved(), nil
+}
+
+// resolved is the job the flags say, unchecked.
+func (a *appFlags) resolved() api.Job {
 	j := api.Job{App: a.app, Consistency: a.consistency, Seed: a.seed, Model: a.model}
 	switch a.app {
 	case "lr":
@@ -64,7 +69,7 @@ func (a *appFlags) toJob() (api.Job, error) {
 		}
 		j.Passes, j.Batch, j.Topics, j.Alpha, j.Beta = orInt(a.passes, d.Passes), orInt(a.batch, d.Batch), a.topics, a.alpha, a.beta
 	}
-	return j, nil
+	return j
 }
 
 func orInt(v, def int) int {
@@ -110,10 +115,13 @@ func (a *appFlags) useJob(own, j api.Job) error {
 // this node's own if there is none yet; flags that say otherwise than
 // the job in force are refused by name.
 func (a *appFlags) resolveJob(ctx context.Context, cc *api.Client, out io.Writer) (api.Job, error) {
-	own, err := a.toJob()
-	if err != nil {
+	// Compared as resolved; checked (its files) only if it is submitted:
+	// a worker that takes the cluster's job needs the job's files, not
+	// its own defaults.
+	if err := a.checkFlags(); err != nil {
 		return api.Job{}, err
 	}
+	own := a.resolved()
 	for range 3 {
 		st, err := cc.JobStatus(ctx)
 		if err != nil {
@@ -124,6 +132,9 @@ func (a *appFlags) resolveJob(ctx context.Context, cc *api.Client, out io.Writer
 				return api.Job{}, err
 			}
 			return *st.Job, nil
+		}
+		if err := a.check(); err != nil {
+			return api.Job{}, err
 		}
 		got, err := cc.SubmitJob(ctx, own)
 		if errors.Is(err, api.ErrJobConflict) {

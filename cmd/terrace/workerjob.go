@@ -16,9 +16,6 @@ import (
 // work for it: a worker trains the job the cluster runs, never one of its
 // own making.
 func (w *workerFlags) workerJob(ctx context.Context, out io.Writer) (node.Job, error) {
-	if err := w.a.check(); err != nil {
-		return nil, err
-	}
 	log := newLogger(w.logLevel)
 	cc := api.NewClient(w.cfg.Coordinator, nil)
 	timeout := w.cfg.JoinTimeout

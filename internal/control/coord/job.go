@@ -3,6 +3,7 @@ package coord
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net/http"
 	"reflect"
@@ -183,4 +184,13 @@ func (c *Coordinator) jobHandlers(mux *http.ServeMux) {
 		_, err := c.call(ctx, func(m *Machine, id uint64) { m.EvalResult(id, pr) })
 		return struct{}{}, err
 	})
+}
+
+// levelAfterJob is the level of a node's loss: a warning while the job
+// runs, news once it is done (servers then exit on purpose).
+func levelAfterJob(done bool) slog.Level {
+	if done {
+		return slog.LevelInfo
+	}
+	return slog.LevelWarn
 }
