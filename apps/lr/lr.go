@@ -27,6 +27,14 @@ type Config struct {
 	// Significance turns on the significantly-modified push filter.
 	Significance float32
 	Seed         uint64
+	// Scale divides every feature by its largest absolute value in the
+	// training data (MaxAbsScale) before training; exported models are
+	// on raw values either way.
+	Scale bool
+	// Model, when set, is where the worker that evaluates the last pass
+	// writes the model, as a liblinear model file labelled 1 and NegLabel
+	// (-1 if empty).
+	Model, NegLabel string
 	// Progress, when set, is called after every pass this worker
 	// evaluates (the coordinator hands each pass to one live worker).
 	Progress func(PassStats)
@@ -40,6 +48,7 @@ func DefaultConfig() Config {
 		Rule:        table.Rule{Kind: table.FTRL, LR: 0.1, Beta: 1, L1: 0.001, L2: 0.01},
 		Consistency: table.Consistency{Model: table.SSP, Staleness: 2},
 		Seed:        1,
+		Scale:       true,
 	}
 }
 
@@ -104,6 +113,14 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 	if test != nil {
 		nkeys = max(nkeys, featureKey(test.NumFeatures))
 	}
+	var scale []float32
+	if cfg.Scale {
+		scale = MaxAbsScale(train, nkeys)
+		ApplyScale(train, scale)
+		if test != nil {
+			ApplyScale(test, scale)
+		}
+	}
 	w := newWorker(c, train, nkeys, tbl, cfg.Consistency)
 	rep := &Report{App: "lr", Rank: c.Rank()}
 	start := time.Now()
@@ -129,6 +146,9 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 			secs, trainLoss := time.Since(passStart).Seconds(), w.loss/float64(max(w.n, 1))
 			res, err := c.EvaluatePass(ctx, pass+1, func(ctx context.Context) (map[string]float64, error) {
 				acc, ll, auc, err := Evaluate(ctx, tbl, test, nkeys)
+				if err == nil && pass+1 == cfg.Passes && cfg.Model != "" {
+					err = saveModel(ctx, tbl, nkeys, scale, cfg)
+				}
 				return map[string]float64{"test_accuracy": acc, "test_logloss": ll, "test_auc": auc, "train_logloss": trainLoss}, err
 			})
 			if err != nil {

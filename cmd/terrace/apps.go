@@ -164,6 +164,10 @@ func (a *appFlags) lrConfig(progress io.Writer) (lr.Config, error) {
 	setInt(&cfg.Passes, a.passes)
 	setInt(&cfg.Batch, a.batch)
 	cfg.Rule.LR, cfg.Rule.L1, cfg.Rule.L2 = float32(a.lr), float32(a.l1), float32(a.l2)
+	cfg.Scale, cfg.Model = a.scale != "none", a.model
+	if cfg.NegLabel, err = negLabel(cfg.Train); err != nil {
+		return lr.Config{}, err
+	}
 	if progress != nil {
 		cfg.Progress = func(s lr.PassStats) {
 			fmt.Fprintf(progress, "pass %2d/%d  %6.2fs  train logloss %.4f  test accuracy %.4f  logloss %.4f  AUC %.4f\n",

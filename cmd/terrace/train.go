@@ -148,6 +148,14 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 			if err != nil {
 				return err
 			}
+			// The job is the cluster's, as in a cluster of processes:
+			// terrace status shows it, and results are kept with it.
+			if j, jerr := a.toJob(); jerr == nil {
+				if _, jerr := api.NewClient(l.CoordAddr, nil).SubmitJob(ctx, j); jerr != nil {
+					l.Close()
+					return jerr
+				}
+			}
 			reps, err := l.RunWorkers(ctx, job)
 			var audit *drill.Report
 			if err == nil && timeline != nil {
