@@ -25,12 +25,6 @@ def idx(path):
 
 
 def main(out, mnist):
-    xtr = idx(f"{mnist}/train-images-idx3-ubyte.gz").reshape(60000, -1)
-    ytr = idx(f"{mnist}/train-labels-idx1-ubyte.gz")
-    xte = idx(f"{mnist}/t10k-images-idx3-ubyte.gz").reshape(10000, -1)
-    yte = idx(f"{mnist}/t10k-labels-idx1-ubyte.gz")
-    write(f"{out}/mnist01234.tr", xtr, ytr < 5)
-    write(f"{out}/mnist01234.te", xte, yte < 5)
     for name, (x, y) in {"breast_cancer": load_breast_cancer(return_X_y=True),
                          "digits01234": load_digits(return_X_y=True)}.items():
         if name.startswith("digits"):
@@ -38,6 +32,12 @@ def main(out, mnist):
         a, b, ya, yb = train_test_split(x, y, test_size=0.3, random_state=0, stratify=y)
         write(f"{out}/{name}.tr", a, ya)
         write(f"{out}/{name}.te", b, yb)
+    xtr = idx(f"{mnist}/train-images-idx3-ubyte.gz").reshape(60000, -1)
+    ytr = idx(f"{mnist}/train-labels-idx1-ubyte.gz")
+    xte = idx(f"{mnist}/t10k-images-idx3-ubyte.gz").reshape(10000, -1)
+    yte = idx(f"{mnist}/t10k-labels-idx1-ubyte.gz")
+    write(f"{out}/mnist01234.tr", xtr, ytr < 5)
+    write(f"{out}/mnist01234.te", xte, yte < 5)
 
 
 main(sys.argv[1], sys.argv[2])

@@ -42,3 +42,11 @@ func ApplyScale(d *data.Sparse, s []float32) {
 		}
 	}
 }
+
+// AutoBatch is the default minibatch for rows training examples: 100, but
+// small enough that a small data set still makes a few hundred updates a
+// pass (at least 10 examples): ten passes of four minibatches left a
+// 400-row set far from converged.
+func AutoBatch(rows int) int {
+	return min(100, max(10, rows/400))
+}

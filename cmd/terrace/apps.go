@@ -49,9 +49,9 @@ func (a *appFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&a.encoding, "encoding", "raw", "push encoding: raw, sparse, fp16 or int8 (the last two are lossy)")
 	fs.IntVar(&a.passes, "passes", 0, "passes over the training data (app default if 0: lr 10, mf 30, lda 30, the first of which assigns random topics); --epochs is another name for it")
 	fs.SetNormalizeFunc(passesAlias)
-	fs.IntVar(&a.batch, "batch", 0, "examples per worker minibatch (app default if 0: lr 100, mf 64, lda 64 documents)")
+	fs.IntVar(&a.batch, "batch", 0, "examples per worker minibatch (app default if 0: lr 100, or fewer for small data (rows/400, at least 10), mf 64, lda 64 documents)")
 	fs.IntVar(&a.rank, "factors", 64, "mf: number of latent factors")
-	fs.Float64Var(&a.lr, "lr", 0.1, "learning rate (lr: FTRL alpha; mf: SGD step, default 0.01 there)")
+	fs.Float64Var(&a.lr, "lr", 0, "learning rate (app default if 0: lr's FTRL alpha 1, on features scaled by --scale; mf's SGD step 0.01)")
 	fs.Float64Var(&a.l1, "l1", 0.001, "lr: FTRL L1 strength")
 	fs.Float64Var(&a.l2, "l2", 0.01, "L2 strength (mf default 0.08)")
 	fs.Float64Var(&a.significance, "significance", 0, "push only entries whose accumulated change exceeds this (0: push everything)")
@@ -162,8 +162,11 @@ func (a *appFlags) lrConfig(progress io.Writer) (lr.Config, error) {
 	cfg.Consistency, cfg.Encoding, cfg.Seed = cons, table.Encoding(a.encoding), a.seed
 	cfg.Significance = float32(a.significance)
 	setInt(&cfg.Passes, a.passes)
-	setInt(&cfg.Batch, a.batch)
-	cfg.Rule.LR, cfg.Rule.L1, cfg.Rule.L2 = float32(a.lr), float32(a.l1), float32(a.l2)
+	cfg.Batch = a.batch // 0: lr.AutoBatch of the data
+	if a.lr > 0 {
+		cfg.Rule.LR = float32(a.lr)
+	}
+	cfg.Rule.L1, cfg.Rule.L2 = float32(a.l1), float32(a.l2)
 	cfg.Scale, cfg.Model = a.scale != "none", a.model
 	if cfg.NegLabel, err = negLabel(cfg.Train); err != nil {
 		return lr.Config{}, err

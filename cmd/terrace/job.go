@@ -48,8 +48,12 @@ func (a *appFlags) resolved() api.Job {
 	case "lr":
 		d := lr.DefaultConfig()
 		j.Train, j.Test = or(a.train, defaultTrain), or(a.test, defaultTest)
-		j.Passes, j.Batch, j.Encoding = orInt(a.passes, d.Passes), orInt(a.batch, d.Batch), a.encoding
-		j.LR, j.L1, j.L2, j.Significance, j.Scale = a.lr, a.l1, a.l2, a.significance, or(a.scale, "max")
+		// Batch 0 stays 0: lr picks it from the data's size (lr.AutoBatch).
+		j.Passes, j.Batch, j.Encoding = orInt(a.passes, d.Passes), a.batch, a.encoding
+		j.LR, j.L1, j.L2, j.Significance, j.Scale = float64(d.Rule.LR), a.l1, a.l2, a.significance, or(a.scale, "max")
+		if a.lr > 0 {
+			j.LR = a.lr
+		}
 	case "mf":
 		d := mf.DefaultConfig()
 		j.Train, j.Test = a.train, a.test

@@ -106,7 +106,7 @@ func TestJobFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j.Passes != 3 || j.Consistency != "bsp" || j.Batch != 100 || j.Scale != "max" {
+	if j.Passes != 3 || j.Consistency != "bsp" || j.Batch != 0 || j.Scale != "max" || j.LR != 1 {
 		t.Fatalf("job %+v: want 3 passes, bsp, defaults filled in", j)
 	}
 	bad := filepath.Join(dir, "bad.yaml")

@@ -177,8 +177,14 @@ func TestTrainReport(t *testing.T) {
 	if rep["app"] != "lr" {
 		t.Errorf("app %v", rep["app"])
 	}
+	// The job as trained, with typed values and the data paths used; the
+	// config holds the other flags that apply, typed, in snake_case.
+	job, _ := rep["job"].(map[string]any)
+	if job["consistency"] != "bsp" || job["passes"] != 3.0 || job["train"] != repoFile("datasets/a9a/a9a.gz") {
+		t.Errorf("job %v", job)
+	}
 	cfg, _ := rep["config"].(map[string]any)
-	if cfg["consistency"] != "bsp" || cfg["passes"] != "3" {
+	if cfg["servers"] != 2.0 || cfg["log_level"] != "warn" || cfg["kill"] != nil || cfg["topics"] != nil {
 		t.Errorf("config %v", cfg)
 	}
 }
