@@ -44,8 +44,8 @@ type Config struct {
 // DefaultConfig is the configuration `terrace train --app lr` starts from.
 func DefaultConfig() Config {
 	return Config{
-		Passes:      10,
-		Batch:       100,
+		Passes: 10,
+		Batch:  100,
 		// alpha 1 on features scaled to [-1, 1] (Scale): within 0.5 points
 		// of liblinear's accuracy on a9a, MNIST's pixels and scikit-learn's
 		// breast-cancer and digits sets (docs/design/jobs.md).

@@ -26,6 +26,9 @@ type Config struct {
 	L2          float32
 	Consistency table.Consistency
 	Seed        uint64
+	// Model, when set, is the directory where the worker that evaluates
+	// the last pass writes the model as TSV (export.go).
+	Model string
 	// Progress, when set, is called by rank 0 after every pass.
 	Progress func(PassStats)
 }
@@ -110,6 +113,9 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 			secs, trainRMSE := time.Since(passStart).Seconds(), math.Sqrt(m.sq/float64(max(m.n, 1)))
 			res, err := c.EvaluatePass(ctx, pass+1, func(ctx context.Context) (map[string]float64, error) {
 				rmse, err := m.evaluate(ctx, test)
+				if err == nil && pass+1 == cfg.Passes && cfg.Model != "" {
+					err = m.export(ctx, cfg.Model)
+				}
 				return map[string]float64{"test_rmse": rmse, "train_rmse": trainRMSE}, err
 			})
 			if err != nil {

@@ -94,7 +94,7 @@ func (a *appFlags) job(progress io.Writer) (node.Job, error) {
 		if err := readable(cfg.Train, cfg.Test); err != nil {
 			return nil, err
 		}
-		cfg.Consistency, cfg.Seed, cfg.Rank = cons, a.seed, a.rank
+		cfg.Consistency, cfg.Seed, cfg.Rank, cfg.Model = cons, a.seed, a.rank, a.model
 		setInt(&cfg.Passes, a.passes)
 		setInt(&cfg.Batch, a.batch)
 		if a.fs.Changed("lr") {

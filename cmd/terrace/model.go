@@ -15,8 +15,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/terrace-ml/terrace/apps/lr"
+	"github.com/terrace-ml/terrace/apps/mf"
 	"github.com/terrace-ml/terrace/data"
 	"github.com/terrace-ml/terrace/internal/control/api"
+	"github.com/terrace-ml/terrace/metrics"
 	"github.com/terrace-ml/terrace/ps"
 )
 
@@ -140,6 +142,9 @@ func predictCmd() *cobra.Command {
 			if model == "" || dataPath == "" {
 				return errors.New("predict needs --model (a model terrace export or --model wrote) and --data")
 			}
+			if st, err := os.Stat(model); err == nil && st.IsDir() {
+				return predictMF(cmd.OutOrStdout(), model, dataPath)
+			}
 			f, err := os.Open(model)
 			if err != nil {
 				return fmt.Errorf("--model %s: %w", model, err)
@@ -166,8 +171,8 @@ func predictCmd() *cobra.Command {
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&model, "model", "", "model file (lr: liblinear format)")
-	fs.StringVar(&dataPath, "data", "", "data to score (lr: LIBSVM, plain or gzip)")
+	fs.StringVar(&model, "model", "", "model: a file (lr: liblinear format) or a directory (mf: the TSV files --model wrote)")
+	fs.StringVar(&dataPath, "data", "", "data to score (lr: LIBSVM, plain or gzip; mf: user item rating lines)")
 	fs.StringVar(&out, "out", "", "write each example's probability of label 1, one a line, here")
 	addConfigFlag(cmd)
 	return cmd
@@ -187,4 +192,24 @@ func writePredictions(path string, m *lr.Model, d *data.Sparse) error {
 		return fmt.Errorf("--out %s: %w", path, err)
 	}
 	return f.Close()
+}
+
+func predictMF(w io.Writer, dir, dataPath string) error {
+	m, err := mf.LoadModel(dir)
+	if err != nil {
+		return fmt.Errorf("--model %s: %w", dir, err)
+	}
+	r, err := data.ReadRatings(dataPath)
+	if err != nil {
+		return fmt.Errorf("--data: %w", err)
+	}
+	if r.Len() == 0 {
+		return fmt.Errorf("--data %s has no ratings", dataPath)
+	}
+	pred, truth := make([]float64, r.Len()), make([]float64, r.Len())
+	for i := range pred {
+		pred[i], truth[i] = m.Predict(r.Users[i], r.Items[i]), float64(r.Values[i])
+	}
+	fmt.Fprintf(w, "terrace: %s: %d ratings, RMSE %.4f\n", filepath.Base(dataPath), r.Len(), metrics.RMSE(pred, truth))
+	return nil
 }
