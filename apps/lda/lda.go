@@ -36,6 +36,9 @@ type Config struct {
 	Batch       int
 	Consistency table.Consistency
 	Seed        uint64
+	// Model, when set, is the directory where the worker that evaluates
+	// the last pass writes the topic-word counts and top words (export.go).
+	Model string
 	// Progress, when set, is called by rank 0 after every pass.
 	Progress func(PassStats)
 	// AfterBatch, when set, is called from the worker's goroutine once a
@@ -389,6 +392,11 @@ func (w *worker) evaluate(ctx context.Context, test *data.Corpus, vocab []string
 	}
 	if last {
 		rep.Topics = topics(wk, w.v, w.k, vocab)
+		if w.cfg.Model != "" {
+			if err := export(w.cfg.Model, wk, w.v, w.k, vocab); err != nil {
+				return PassStats{}, err
+			}
+		}
 	}
 	return st, nil
 }

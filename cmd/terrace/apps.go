@@ -201,7 +201,7 @@ func (a *appFlags) ldaConfig(progress io.Writer) (lda.Config, error) {
 	if err := readable(cfg.Train); err != nil {
 		return lda.Config{}, err
 	}
-	cfg.Consistency, cfg.Seed, cfg.Topics, cfg.Alpha, cfg.Beta = cons, a.seed, a.topics, a.alpha, a.beta
+	cfg.Consistency, cfg.Seed, cfg.Topics, cfg.Alpha, cfg.Beta, cfg.Model = cons, a.seed, a.topics, a.alpha, a.beta, a.model
 	setInt(&cfg.Passes, a.passes)
 	setInt(&cfg.Batch, a.batch)
 	if err := cfg.Check(); err != nil {
