@@ -56,6 +56,9 @@ func benchCmd() *cobra.Command {
 	af.IntVar(&ao.Batch, "batch", 0, "minibatch size (100 if 0)")
 	af.IntVar(&ao.Repeats, "repeats", 0, "runs per side, alternating; the median is reported (3 if 0)")
 	af.StringVar(&appReport, "report", "", "write the JSON report to this file")
+	// The README says every command takes --config; bench did not.
+	addConfigFlag(wire)
+	addConfigFlag(app)
 	cmd.AddCommand(wire, app)
 	return cmd
 }
