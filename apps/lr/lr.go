@@ -152,9 +152,14 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 		if test != nil {
 			secs, trainLoss := time.Since(passStart).Seconds(), w.loss/float64(max(w.n, 1))
 			res, err := c.EvaluatePass(ctx, pass+1, func(ctx context.Context) (map[string]float64, error) {
-				acc, ll, auc, err := Evaluate(ctx, tbl, test, nkeys)
-				if err == nil && pass+1 == cfg.Passes && cfg.Model != "" {
-					err = saveModel(ctx, tbl, nkeys, scale, cfg)
+				var acc, ll, auc float64
+				var err error
+				if pass+1 == cfg.Passes && cfg.Model != "" {
+					// One pull for the figures and the file: the model
+					// saved is the model scored.
+					acc, ll, auc, err = saveModel(ctx, tbl, nkeys, scale, test, cfg)
+				} else {
+					acc, ll, auc, err = Evaluate(ctx, tbl, test, nkeys)
 				}
 				return map[string]float64{"test_accuracy": acc, "test_logloss": ll, "test_auc": auc, "train_logloss": trainLoss}, err
 			})
@@ -190,6 +195,12 @@ func Evaluate(ctx context.Context, tbl *ps.Table, test *data.Sparse, nkeys uint6
 	if err := tbl.PullRange(keyspace.Range{Lo: 0, Hi: nkeys}, model).Wait(ctx); err != nil {
 		return 0, 0, 0, fmt.Errorf("lr: pull model: %w", err)
 	}
+	acc, logloss, auc = evaluateWeights(model, test, nkeys)
+	return acc, logloss, auc, nil
+}
+
+// evaluateWeights scores test with the weights model (by key).
+func evaluateWeights(model []float32, test *data.Sparse, nkeys uint64) (acc, logloss, auc float64) {
 	probs := make([]float64, test.Len())
 	for i := range probs {
 		keys, vals, _ := test.Row(i)
@@ -201,8 +212,7 @@ func Evaluate(ctx context.Context, tbl *ps.Table, test *data.Sparse, nkeys uint6
 		}
 		probs[i] = sigmoid(z)
 	}
-	scores := probs
-	return metrics.Accuracy(test.Labels, probs), metrics.LogLoss(test.Labels, probs), metrics.AUC(test.Labels, scores), nil
+	return metrics.Accuracy(test.Labels, probs), metrics.LogLoss(test.Labels, probs), metrics.AUC(test.Labels, probs)
 }
 
 func sigmoid(z float64) float64 {

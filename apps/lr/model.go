@@ -178,14 +178,22 @@ func readWeights(sc *bufio.Scanner, nf int, bias float64, flip bool) (*Model, er
 	return m, nil
 }
 
-func saveModel(ctx context.Context, tbl *ps.Table, nkeys uint64, scale []float32, cfg Config) error {
-	m, err := PullModel(ctx, tbl, nkeys, scale)
+// saveModel pulls the model, scores test (scaled like the training data)
+// with it, and writes it with the scaling folded in.
+func saveModel(ctx context.Context, tbl *ps.Table, nkeys uint64, scale []float32, test *data.Sparse, cfg Config) (acc, logloss, auc float64, err error) {
+	m, err := PullModel(ctx, tbl, nkeys, nil)
 	if err != nil {
-		return err
+		return 0, 0, 0, err
+	}
+	acc, logloss, auc = evaluateWeights(m.W, test, nkeys)
+	for k := range m.W {
+		if k < len(scale) {
+			m.W[k] *= scale[k]
+		}
 	}
 	neg := cfg.NegLabel
 	if neg == "" {
 		neg = "-1"
 	}
-	return m.SaveLIBLINEAR(cfg.Model, "1", neg)
+	return acc, logloss, auc, m.SaveLIBLINEAR(cfg.Model, "1", neg)
 }
