@@ -2,6 +2,7 @@
 NAME.tr and NAME.te for mnist01234 (MNIST raw pixels, label 1 for digits
 0-4), breast_cancer and digits01234 (scikit-learn's, split 70/30, seed 0)."""
 import gzip
+import os
 import struct
 import sys
 
@@ -32,6 +33,8 @@ def main(out, mnist):
         a, b, ya, yb = train_test_split(x, y, test_size=0.3, random_state=0, stratify=y)
         write(f"{out}/{name}.tr", a, ya)
         write(f"{out}/{name}.te", b, yb)
+    if "mnist01234" not in os.environ.get("CONV_SETS", "mnist01234"):
+        return
     xtr = idx(f"{mnist}/train-images-idx3-ubyte.gz").reshape(60000, -1)
     ytr = idx(f"{mnist}/train-labels-idx1-ubyte.gz")
     xte = idx(f"{mnist}/t10k-images-idx3-ubyte.gz").reshape(10000, -1)
