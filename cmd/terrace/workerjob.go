@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 
 	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/process/node"
@@ -38,11 +37,11 @@ func (w *workerFlags) workerJob(ctx context.Context, out io.Writer) (node.Job, e
 	if err != nil {
 		return nil, err
 	}
-	return announced(job, j, out, log), nil
+	return announced(job, j, out), nil
 }
 
 // announced says which rank the worker got and what it trains.
-func announced(job node.Job, j api.Job, out io.Writer, log *slog.Logger) node.Job {
+func announced(job node.Job, j api.Job, out io.Writer) node.Job {
 	return func(ctx context.Context, c *ps.Client) (any, error) {
 		fmt.Fprintf(out, "terrace worker: rank %d, training %s\n", c.Rank(), describeJob(j))
 		return job(ctx, c)
