@@ -12,7 +12,7 @@ import (
 // job's evaluations (api.Client has it): one live worker evaluates each
 // pass, whatever rank dies or drains.
 type Evaluations interface {
-	ClaimEval(ctx context.Context, rank, pass int) ([]int, error)
+	ClaimEval(ctx context.Context, rank, pass int) (api.EvalGrant, error)
 	EvalResult(ctx context.Context, r api.PassResult) error
 }
 
@@ -39,10 +39,14 @@ func (c *Client) EvaluatePass(ctx context.Context, pass int, eval EvalFunc) ([]a
 		}
 		return []api.PassResult{r}, nil
 	}
-	passes, err := ev.ClaimEval(ctx, c.Rank(), pass)
+	g, err := ev.ClaimEval(ctx, c.Rank(), pass)
 	if err != nil {
 		return nil, fmt.Errorf("ps: %w", err)
 	}
+	return c.runEvals(ctx, ev, pass, g.Passes, eval)
+}
+
+func (c *Client) runEvals(ctx context.Context, ev Evaluations, pass int, passes []int, eval EvalFunc) ([]api.PassResult, error) {
 	var out []api.PassResult
 	for _, p := range passes {
 		r, err := runEval(ctx, c.Rank(), p, eval)
@@ -66,3 +70,40 @@ func runEval(ctx context.Context, rank, pass int, eval EvalFunc) (api.PassResult
 	}
 	return api.PassResult{Pass: pass, Rank: rank, Seconds: time.Since(start).Seconds(), Metrics: m}, nil
 }
+
+// evalPoll is how often a worker at the job's end asks again for
+// evaluations that another worker holds.
+const evalPoll = 200 * time.Millisecond
+
+// FinishEvaluations, after the last pass, waits until every pass up to
+// last is evaluated, taking any evaluation whose holder dies or drains
+// meanwhile (the failure timeout makes it due again): the job's last
+// figures do not die with a worker. Without the capability it returns
+// at once.
+func (c *Client) FinishEvaluations(ctx context.Context, last int, eval EvalFunc) ([]api.PassResult, error) {
+	ev, ok := c.ctl.(Evaluations)
+	if !ok {
+		return nil, nil
+	}
+	var out []api.PassResult
+	for {
+		g, err := ev.ClaimEval(ctx, c.Rank(), last)
+		if err != nil {
+			return out, fmt.Errorf("ps: %w", err)
+		}
+		res, err := c.runEvals(ctx, ev, last, g.Passes, eval)
+		out = append(out, res...)
+		if err != nil || len(g.Pending) == 0 {
+			return out, err
+		}
+		select {
+		case <-time.After(evalPoll):
+		case <-ctx.Done():
+			return out, ctx.Err()
+		}
+	}
+}
+
+// PassResult is the evaluation of the model after one pass, as the
+// coordinator keeps it.
+type PassResult = api.PassResult

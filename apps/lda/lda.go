@@ -157,6 +157,26 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 	w := newWorker(c, tbl, train, corpus.NumWords, cfg)
 	c.KeepState(func(p int) ps.PartitionState { return newState(train, w.parts[p], cfg.Topics, cfg.Seed) })
 	rep := &Report{App: "lda", Rank: c.Rank()}
+	evalAt := func(pass int) ps.EvalFunc {
+		return func(ctx context.Context) (map[string]float64, error) {
+			st, err := w.evaluate(ctx, test, vocab, pass == cfg.Passes-1, rep)
+			return map[string]float64{"train_loglik_per_token": st.LogLikelihood, "test_perplexity": st.TestPerplexity}, err
+		}
+	}
+	var secs float64
+	record := func(res []ps.PassResult, err error) error {
+		if err != nil {
+			return fmt.Errorf("lda: %w", err)
+		}
+		for _, r := range res {
+			st := PassStats{Pass: r.Pass, Seconds: secs, LogLikelihood: r.Metrics["train_loglik_per_token"], TestPerplexity: r.Metrics["test_perplexity"]}
+			rep.Passes = append(rep.Passes, st)
+			if cfg.Progress != nil {
+				cfg.Progress(st)
+			}
+		}
+		return nil
+	}
 	start := time.Now()
 	for pass := range cfg.Passes {
 		passStart := time.Now()
@@ -167,21 +187,15 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 		if err := c.EachPartition(ctx, pass, w.loop()); err != nil {
 			return nil, fmt.Errorf("lda: pass %d: %w", pass+1, err)
 		}
-		secs := time.Since(passStart).Seconds()
-		res, err := c.EvaluatePass(ctx, pass+1, func(ctx context.Context) (map[string]float64, error) {
-			st, err := w.evaluate(ctx, test, vocab, pass == cfg.Passes-1, rep)
-			return map[string]float64{"train_loglik_per_token": st.LogLikelihood, "test_perplexity": st.TestPerplexity}, err
-		})
-		if err != nil {
-			return nil, fmt.Errorf("lda: %w", err)
+		secs = time.Since(passStart).Seconds()
+		if err := record(c.EvaluatePass(ctx, pass+1, evalAt(pass))); err != nil {
+			return nil, err
 		}
-		for _, r := range res {
-			st := PassStats{Pass: r.Pass, Seconds: secs, LogLikelihood: r.Metrics["train_loglik_per_token"], TestPerplexity: r.Metrics["test_perplexity"]}
-			rep.Passes = append(rep.Passes, st)
-			if cfg.Progress != nil {
-				cfg.Progress(st)
-			}
-		}
+	}
+	// The last pass's evaluation may have been handed to a worker that
+	// died: wait for it, or take it.
+	if err := record(c.FinishEvaluations(ctx, cfg.Passes, evalAt(cfg.Passes-1))); err != nil {
+		return nil, err
 	}
 	rep.Seconds = time.Since(start).Seconds()
 	rep.Examples, rep.Tokens = w.docs, w.tokens

@@ -130,6 +130,36 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 	}
 	w := newWorker(c, train, nkeys, tbl, cfg.Consistency)
 	rep := &Report{App: "lr", Rank: c.Rank()}
+	// evalAt scores the model after pass (from 0); after the last, with
+	// --model, from the same pull that is saved, so that the model saved
+	// is the model scored.
+	evalAt := func(pass int, trainLoss float64) ps.EvalFunc {
+		return func(ctx context.Context) (map[string]float64, error) {
+			var acc, ll, auc float64
+			var err error
+			if pass+1 == cfg.Passes && cfg.Model != "" {
+				acc, ll, auc, err = saveModel(ctx, tbl, nkeys, scale, test, cfg)
+			} else {
+				acc, ll, auc, err = Evaluate(ctx, tbl, test, nkeys)
+			}
+			return map[string]float64{"test_accuracy": acc, "test_logloss": ll, "test_auc": auc, "train_logloss": trainLoss}, err
+		}
+	}
+	var secs float64
+	record := func(res []ps.PassResult, err error) error {
+		if err != nil {
+			return fmt.Errorf("lr: %w", err)
+		}
+		for _, r := range res {
+			st := PassStats{Pass: r.Pass, Seconds: secs, TrainLogLoss: r.Metrics["train_logloss"], TestAccuracy: r.Metrics["test_accuracy"],
+				TestLogLoss: r.Metrics["test_logloss"], TestAUC: r.Metrics["test_auc"]}
+			rep.Passes = append(rep.Passes, st)
+			if cfg.Progress != nil {
+				cfg.Progress(st)
+			}
+		}
+		return nil
+	}
 	start := time.Now()
 	for pass := range cfg.Passes {
 		passStart := time.Now()
@@ -150,30 +180,18 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 			return nil, fmt.Errorf("lr: flush: %w", err)
 		}
 		if test != nil {
-			secs, trainLoss := time.Since(passStart).Seconds(), w.loss/float64(max(w.n, 1))
-			res, err := c.EvaluatePass(ctx, pass+1, func(ctx context.Context) (map[string]float64, error) {
-				var acc, ll, auc float64
-				var err error
-				if pass+1 == cfg.Passes && cfg.Model != "" {
-					// One pull for the figures and the file: the model
-					// saved is the model scored.
-					acc, ll, auc, err = saveModel(ctx, tbl, nkeys, scale, test, cfg)
-				} else {
-					acc, ll, auc, err = Evaluate(ctx, tbl, test, nkeys)
-				}
-				return map[string]float64{"test_accuracy": acc, "test_logloss": ll, "test_auc": auc, "train_logloss": trainLoss}, err
-			})
-			if err != nil {
-				return nil, fmt.Errorf("lr: %w", err)
+			secs = time.Since(passStart).Seconds()
+			res, err := c.EvaluatePass(ctx, pass+1, evalAt(pass, w.loss/float64(max(w.n, 1))))
+			if err := record(res, err); err != nil {
+				return nil, err
 			}
-			for _, r := range res {
-				st := PassStats{Pass: r.Pass, Seconds: secs, TrainLogLoss: r.Metrics["train_logloss"], TestAccuracy: r.Metrics["test_accuracy"],
-					TestLogLoss: r.Metrics["test_logloss"], TestAUC: r.Metrics["test_auc"]}
-				rep.Passes = append(rep.Passes, st)
-				if cfg.Progress != nil {
-					cfg.Progress(st)
-				}
-			}
+		}
+	}
+	if test != nil {
+		// The last pass's evaluation may have been handed to a worker
+		// that died: wait for it, or take it.
+		if err := record(c.FinishEvaluations(ctx, cfg.Passes, evalAt(cfg.Passes-1, w.loss/float64(max(w.n, 1))))); err != nil {
+			return nil, err
 		}
 	}
 	rep.Seconds = time.Since(start).Seconds()

@@ -62,6 +62,9 @@ type EvalClaim struct {
 // worker has them).
 type EvalGrant struct {
 	Passes []int `json:"passes"`
+	// Pending lists the passes up to the claimed one whose evaluation
+	// another live worker holds and has not reported.
+	Pending []int `json:"pending,omitempty"`
 }
 
 // JobStatus is the job, its progress and its results, as GET /v1/job
@@ -91,12 +94,12 @@ func (c *Client) JobStatus(ctx context.Context) (JobStatus, error) {
 }
 
 // ClaimEval asks which evaluations rank performs after pass.
-func (c *Client) ClaimEval(ctx context.Context, rank, pass int) ([]int, error) {
+func (c *Client) ClaimEval(ctx context.Context, rank, pass int) (EvalGrant, error) {
 	var g EvalGrant
 	if err := c.do(ctx, RouteEvalClaim, "", EvalClaim{Rank: rank, Pass: pass}, &g); err != nil {
-		return nil, fmt.Errorf("claim evaluation of pass %d: %w", pass, err)
+		return EvalGrant{}, fmt.Errorf("claim evaluation of pass %d: %w", pass, err)
 	}
-	return g.Passes, nil
+	return g, nil
 }
 
 // EvalResult records an evaluation.

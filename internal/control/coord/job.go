@@ -78,7 +78,13 @@ func (m *Machine) ClaimEval(id uint64, c api.EvalClaim) {
 		got = append(got, c.Pass)
 		m.dirty = true
 	}
-	m.reply(Reply{ID: id, Evals: got})
+	var pending []int
+	for _, p := range m.evalPasses() {
+		if e := m.st.Evals[p]; p <= c.Pass && e.Result == nil && e.Rank != c.Rank {
+			pending = append(pending, p)
+		}
+	}
+	m.reply(Reply{ID: id, Evals: got, Pending: pending})
 }
 
 // due reports whether the evaluation waits for a worker to take it.
@@ -178,7 +184,7 @@ func (c *Coordinator) jobHandlers(mux *http.ServeMux) {
 	mux.HandleFunc(api.RouteJobStatus, func(w http.ResponseWriter, r *http.Request) { reply(w, c.JobStatus(), nil) })
 	handle(mux, api.RouteEvalClaim, func(ctx context.Context, ec api.EvalClaim) (any, error) {
 		r, err := c.call(ctx, func(m *Machine, id uint64) { m.ClaimEval(id, ec) })
-		return api.EvalGrant{Passes: r.Evals}, err
+		return api.EvalGrant{Passes: r.Evals, Pending: r.Pending}, err
 	})
 	handle(mux, api.RouteEvalResult, func(ctx context.Context, pr api.PassResult) (any, error) {
 		_, err := c.call(ctx, func(m *Machine, id uint64) { m.EvalResult(id, pr) })

@@ -67,6 +67,23 @@ func (r *jobRig) claim(rank, pass int) []int {
 	return rep.Evals
 }
 
+// TestPendingEvals: a claim lists the evaluations other live workers
+// hold, so that a worker at the job's end can wait for them, and take
+// one whose holder dies.
+func TestPendingEvals(t *testing.T) {
+	r := newJobRig(t, Config{Servers: 2, Workers: 2, Partitions: 2, Replication: 2})
+	r.claim(0, 1)
+	rep := r.step(func(m *Machine, id uint64) { m.ClaimEval(id, api.EvalClaim{Rank: 1, Pass: 1}) })
+	if len(rep.Evals) != 0 || !slices.Equal(rep.Pending, []int{1}) {
+		t.Fatalf("rank 1 after rank 0 took pass 1: evals %v pending %v", rep.Evals, rep.Pending)
+	}
+	r.step(func(m *Machine, id uint64) { m.Leave(id, 0) })
+	rep = r.step(func(m *Machine, id uint64) { m.ClaimEval(id, api.EvalClaim{Rank: 1, Pass: 1}) })
+	if !slices.Equal(rep.Evals, []int{1}) || len(rep.Pending) != 0 {
+		t.Fatalf("after rank 0 left: evals %v pending %v, want pass 1 handed to rank 1", rep.Evals, rep.Pending)
+	}
+}
+
 func TestSubmitJobRefusesAnother(t *testing.T) {
 	r := newJobRig(t, Config{Servers: 2, Workers: 2, Partitions: 2, Replication: 2})
 	j := api.Job{App: "lr", Train: "a9a", Passes: 5, Consistency: "ssp:2"}

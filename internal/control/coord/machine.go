@@ -105,6 +105,7 @@ type Reply struct {
 	// passes handed out.
 	Job        *api.Job
 	Evals      []int
+	Pending    []int
 	wantLayout bool
 }
 
