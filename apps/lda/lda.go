@@ -36,6 +36,9 @@ type Config struct {
 	Batch       int
 	Consistency table.Consistency
 	Seed        uint64
+	// Model, when set, is the directory where the worker that evaluates
+	// the last pass writes the topic-word counts and top words (export.go).
+	Model string
 	// Progress, when set, is called by rank 0 after every pass.
 	Progress func(PassStats)
 	// AfterBatch, when set, is called from the worker's goroutine once a
@@ -135,7 +138,7 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("lda: %s: word ids up to %d, at most %d supported", cfg.Train, corpus.NumWords-1, maxWords-1)
 	}
 	var vocab []string
-	if cfg.Vocab != "" && c.Rank() == 0 {
+	if cfg.Vocab != "" { // every worker may evaluate the last pass
 		if vocab, err = data.ReadVocab(cfg.Vocab); err != nil {
 			return nil, fmt.Errorf("lda: %w", err)
 		}
@@ -154,6 +157,26 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 	w := newWorker(c, tbl, train, corpus.NumWords, cfg)
 	c.KeepState(func(p int) ps.PartitionState { return newState(train, w.parts[p], cfg.Topics, cfg.Seed) })
 	rep := &Report{App: "lda", Rank: c.Rank()}
+	evalAt := func(pass int) ps.EvalFunc {
+		return func(ctx context.Context) (map[string]float64, error) {
+			st, err := w.evaluate(ctx, test, vocab, pass == cfg.Passes-1, rep)
+			return map[string]float64{"train_loglik_per_token": st.LogLikelihood, "test_perplexity": st.TestPerplexity}, err
+		}
+	}
+	var secs float64
+	record := func(res []ps.PassResult, err error) error {
+		if err != nil {
+			return fmt.Errorf("lda: %w", err)
+		}
+		for _, r := range res {
+			st := PassStats{Pass: r.Pass, Seconds: secs, LogLikelihood: r.Metrics["train_loglik_per_token"], TestPerplexity: r.Metrics["test_perplexity"]}
+			rep.Passes = append(rep.Passes, st)
+			if cfg.Progress != nil {
+				cfg.Progress(st)
+			}
+		}
+		return nil
+	}
 	start := time.Now()
 	for pass := range cfg.Passes {
 		passStart := time.Now()
@@ -164,17 +187,15 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 		if err := c.EachPartition(ctx, pass, w.loop()); err != nil {
 			return nil, fmt.Errorf("lda: pass %d: %w", pass+1, err)
 		}
-		if c.Rank() == 0 {
-			st, err := w.evaluate(ctx, test, vocab, pass == cfg.Passes-1, rep)
-			if err != nil {
-				return nil, err
-			}
-			st.Pass, st.Seconds = pass+1, time.Since(passStart).Seconds()
-			rep.Passes = append(rep.Passes, st)
-			if cfg.Progress != nil {
-				cfg.Progress(st)
-			}
+		secs = time.Since(passStart).Seconds()
+		if err := record(c.EvaluatePass(ctx, pass+1, evalAt(pass))); err != nil {
+			return nil, err
 		}
+	}
+	// The last pass's evaluation may have been handed to a worker that
+	// died: wait for it, or take it.
+	if err := record(c.FinishEvaluations(ctx, cfg.Passes, evalAt(cfg.Passes-1))); err != nil {
+		return nil, err
 	}
 	rep.Seconds = time.Since(start).Seconds()
 	rep.Examples, rep.Tokens = w.docs, w.tokens
@@ -385,6 +406,11 @@ func (w *worker) evaluate(ctx context.Context, test *data.Corpus, vocab []string
 	}
 	if last {
 		rep.Topics = topics(wk, w.v, w.k, vocab)
+		if w.cfg.Model != "" {
+			if err := export(w.cfg.Model, wk, w.v, w.k, vocab); err != nil {
+				return PassStats{}, err
+			}
+		}
 	}
 	return st, nil
 }

@@ -26,6 +26,9 @@ type Config struct {
 	L2          float32
 	Consistency table.Consistency
 	Seed        uint64
+	// Model, when set, is the directory where the worker that evaluates
+	// the last pass writes the model as TSV (export.go).
+	Model string
 	// Progress, when set, is called by rank 0 after every pass.
 	Progress func(PassStats)
 }
@@ -71,7 +74,9 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("mf: %w", err)
 	}
 	var test *data.Ratings
-	if c.Rank() == 0 && cfg.Test != "" {
+	// Every worker reads the test data: whichever is live when a pass
+	// ends evaluates it.
+	if cfg.Test != "" {
 		if test, err = data.ReadRatings(cfg.Test); err != nil {
 			return nil, fmt.Errorf("mf: %w", err)
 		}
@@ -89,6 +94,29 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 	parts := data.Partition(train.Len(), c.Layout().Partitions)
 	m := &model{c: c, train: train, factors: factors, bias: bias, k: cfg.Rank, mu: float32(train.Mean())}
 	rep := &Report{App: "mf", Rank: c.Rank()}
+	evalAt := func(pass int, trainRMSE float64) ps.EvalFunc {
+		return func(ctx context.Context) (map[string]float64, error) {
+			rmse, err := m.evaluate(ctx, test)
+			if err == nil && pass+1 == cfg.Passes && cfg.Model != "" {
+				err = m.export(ctx, cfg.Model)
+			}
+			return map[string]float64{"test_rmse": rmse, "train_rmse": trainRMSE}, err
+		}
+	}
+	var secs float64
+	record := func(res []ps.PassResult, err error) error {
+		if err != nil {
+			return fmt.Errorf("mf: %w", err)
+		}
+		for _, r := range res {
+			st := PassStats{Pass: r.Pass, Seconds: secs, TrainRMSE: r.Metrics["train_rmse"], TestRMSE: r.Metrics["test_rmse"]}
+			rep.Passes = append(rep.Passes, st)
+			if cfg.Progress != nil {
+				cfg.Progress(st)
+			}
+		}
+		return nil
+	}
 	start := time.Now()
 	for pass := range cfg.Passes {
 		passStart := time.Now()
@@ -105,14 +133,17 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 		}
 		rep.Examples += int64(m.n)
 		if test != nil {
-			st := PassStats{Pass: pass + 1, Seconds: time.Since(passStart).Seconds(), TrainRMSE: math.Sqrt(m.sq / float64(max(m.n, 1)))}
-			if st.TestRMSE, err = m.evaluate(ctx, test); err != nil {
+			secs = time.Since(passStart).Seconds()
+			if err := record(c.EvaluatePass(ctx, pass+1, evalAt(pass, math.Sqrt(m.sq/float64(max(m.n, 1)))))); err != nil {
 				return nil, err
 			}
-			rep.Passes = append(rep.Passes, st)
-			if cfg.Progress != nil {
-				cfg.Progress(st)
-			}
+		}
+	}
+	if test != nil {
+		// The last pass's evaluation may have been handed to a worker
+		// that died: wait for it, or take it.
+		if err := record(c.FinishEvaluations(ctx, cfg.Passes, evalAt(cfg.Passes-1, math.Sqrt(m.sq/float64(max(m.n, 1)))))); err != nil {
+			return nil, err
 		}
 	}
 	rep.Seconds = time.Since(start).Seconds()

@@ -22,6 +22,7 @@ import (
 // and worker share them.
 type appFlags struct {
 	app, train, test, vocab, consistency, encoding string
+	scale, model                                   string
 	passes, batch, rank, topics                    int
 	lr, l1, l2, significance, alpha, beta          float64
 	seed                                           uint64
@@ -48,13 +49,15 @@ func (a *appFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&a.encoding, "encoding", "raw", "push encoding: raw, sparse, fp16 or int8 (the last two are lossy)")
 	fs.IntVar(&a.passes, "passes", 0, "passes over the training data (app default if 0: lr 10, mf 30, lda 30, the first of which assigns random topics); --epochs is another name for it")
 	fs.SetNormalizeFunc(passesAlias)
-	fs.IntVar(&a.batch, "batch", 0, "examples per worker minibatch (app default if 0: lr 100, mf 64, lda 64 documents)")
+	fs.IntVar(&a.batch, "batch", 0, "examples per worker minibatch (app default if 0: lr 100, or fewer for small data (rows/400, at least 10), mf 64, lda 64 documents)")
 	fs.IntVar(&a.rank, "factors", 64, "mf: number of latent factors")
-	fs.Float64Var(&a.lr, "lr", 0.1, "learning rate (lr: FTRL alpha; mf: SGD step, default 0.01 there)")
+	fs.Float64Var(&a.lr, "lr", 0, "learning rate (app default if 0: lr's FTRL alpha 1, on features scaled by --scale; mf's SGD step 0.01)")
 	fs.Float64Var(&a.l1, "l1", 0.001, "lr: FTRL L1 strength")
 	fs.Float64Var(&a.l2, "l2", 0.01, "L2 strength (mf default 0.08)")
 	fs.Float64Var(&a.significance, "significance", 0, "push only entries whose accumulated change exceeds this (0: push everything)")
 	fs.Uint64Var(&a.seed, "seed", 1, "random seed (shuffling, initialisation)")
+	fs.StringVar(&a.scale, "scale", "", "lr: divide each feature by its largest absolute value in --train (max, the default) or train on raw values (none)")
+	fs.StringVar(&a.model, "model", "", "write the trained model here after the last pass (terrace export's formats: lr a liblinear model file, mf and lda a directory of TSV files)")
 }
 
 // passesAlias makes --epochs another name for --passes: a training pass
@@ -68,6 +71,9 @@ func passesAlias(_ *pflag.FlagSet, name string) pflag.NormalizedName {
 
 // job builds the worker job; progress, when set, gets rank 0's pass lines.
 func (a *appFlags) job(progress io.Writer) (node.Job, error) {
+	if err := a.check(); err != nil {
+		return nil, err
+	}
 	cons, err := table.ParseConsistency(a.consistency)
 	if err != nil {
 		return nil, err
@@ -88,7 +94,7 @@ func (a *appFlags) job(progress io.Writer) (node.Job, error) {
 		if err := readable(cfg.Train, cfg.Test); err != nil {
 			return nil, err
 		}
-		cfg.Consistency, cfg.Seed, cfg.Rank = cons, a.seed, a.rank
+		cfg.Consistency, cfg.Seed, cfg.Rank, cfg.Model = cons, a.seed, a.rank, a.model
 		setInt(&cfg.Passes, a.passes)
 		setInt(&cfg.Batch, a.batch)
 		if a.fs.Changed("lr") {
@@ -110,7 +116,7 @@ func (a *appFlags) job(progress io.Writer) (node.Job, error) {
 		}
 		return func(ctx context.Context, c *ps.Client) (any, error) {
 			rep, err := lda.Run(ctx, c, cfg)
-			if err == nil && progress != nil && c.Rank() == 0 {
+			if err == nil && progress != nil && len(rep.Topics) > 0 {
 				printTopics(progress, rep.Topics)
 			}
 			return rep, err
@@ -122,7 +128,7 @@ func (a *appFlags) job(progress io.Writer) (node.Job, error) {
 func readable(paths ...string) error {
 	for _, p := range paths {
 		if _, err := os.Stat(p); err != nil {
-			return fmt.Errorf("data file: %w (run from the repository root, or pass --train and --test)", err)
+			return fmt.Errorf("data file: %w", err)
 		}
 	}
 	return nil
@@ -156,8 +162,15 @@ func (a *appFlags) lrConfig(progress io.Writer) (lr.Config, error) {
 	cfg.Consistency, cfg.Encoding, cfg.Seed = cons, table.Encoding(a.encoding), a.seed
 	cfg.Significance = float32(a.significance)
 	setInt(&cfg.Passes, a.passes)
-	setInt(&cfg.Batch, a.batch)
-	cfg.Rule.LR, cfg.Rule.L1, cfg.Rule.L2 = float32(a.lr), float32(a.l1), float32(a.l2)
+	cfg.Batch = a.batch // 0: lr.AutoBatch of the data
+	if a.lr > 0 {
+		cfg.Rule.LR = float32(a.lr)
+	}
+	cfg.Rule.L1, cfg.Rule.L2 = float32(a.l1), float32(a.l2)
+	cfg.Scale, cfg.Model = a.scale != "none", a.model
+	if cfg.NegLabel, err = negLabel(cfg.Train); err != nil {
+		return lr.Config{}, err
+	}
 	if progress != nil {
 		cfg.Progress = func(s lr.PassStats) {
 			fmt.Fprintf(progress, "pass %2d/%d  %6.2fs  train logloss %.4f  test accuracy %.4f  logloss %.4f  AUC %.4f\n",
@@ -188,7 +201,7 @@ func (a *appFlags) ldaConfig(progress io.Writer) (lda.Config, error) {
 	if err := readable(cfg.Train); err != nil {
 		return lda.Config{}, err
 	}
-	cfg.Consistency, cfg.Seed, cfg.Topics, cfg.Alpha, cfg.Beta = cons, a.seed, a.topics, a.alpha, a.beta
+	cfg.Consistency, cfg.Seed, cfg.Topics, cfg.Alpha, cfg.Beta, cfg.Model = cons, a.seed, a.topics, a.alpha, a.beta, a.model
 	setInt(&cfg.Passes, a.passes)
 	setInt(&cfg.Batch, a.batch)
 	if err := cfg.Check(); err != nil {

@@ -66,6 +66,9 @@ func benchCmd() *cobra.Command {
 	af.StringVar(&appReport, "report", "", "write the JSON report to this file")
 	af.BoolVar(&appTLS, "tls", false, "measure lr through the parameter server with mutual TLS against plain TCP instead")
 	af.DurationVar(&ao.ScrapeEvery, "scrape-every", 0, "also run the parameter server with every node's /metrics scraped at this interval, and report the cost (0: not)")
+	// The README says every command takes --config; bench did not.
+	addConfigFlag(wire)
+	addConfigFlag(app)
 	cmd.AddCommand(wire, app)
 	return cmd
 }

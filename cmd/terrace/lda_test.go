@@ -42,9 +42,16 @@ func TestTrainLDA(t *testing.T) {
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatal(err)
 	}
+	// The last pass is evaluated, and the topics listed, by whichever
+	// worker the coordinator handed it to.
 	w := rep.Workers["0"]
+	for _, r := range rep.Workers {
+		if len(r.Topics) > 0 {
+			w = r
+		}
+	}
 	if rep.App != "lda" || !(w.LogLikelihood < -6 && w.LogLikelihood > -9) || !(w.TestPerplexity > 1000) || len(w.Topics) != 10 || len(w.Topics[0].Words) != 10 {
-		t.Errorf("report: app %q, rank 0 %+v", rep.App, w)
+		t.Errorf("report: app %q, the last pass's evaluator %+v", rep.App, w)
 	}
 }
 

@@ -24,8 +24,8 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(trainCmd(), coordinatorCmd(), serverCmd(), workerCmd(), benchCmd(), planCmd(), replayCmd(), statusCmd(), eventsCmd(), plotCmd())
-	root.AddCommand(certsCmd(), tokensCmd())
+	root.AddCommand(trainCmd(), coordinatorCmd(), serverCmd(), workerCmd(), benchCmd(), planCmd(), replayCmd(),
+		submitCmd(), statusCmd(), eventsCmd(), plotCmd(), exportCmd(), predictCmd(), certsCmd(), tokensCmd())
 	for _, c := range root.Commands() {
 		// Servers and workers turn SIGTERM into a drain (see notices.go);
 		// for the other commands it ends the run like an interrupt.

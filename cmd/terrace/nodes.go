@@ -41,6 +41,10 @@ address, comma-separated.`,
 			if err != nil {
 				return err
 			}
+			if err := checkCluster(o.Servers, o.Workers, o.Replication); err != nil {
+				return err
+			}
+			o.ExitWhenDone = exitWhenDone
 			ctx, cancel := context.WithCancel(cmd.Context())
 			defer cancel()
 			log := newLogger(logLevel)
@@ -69,21 +73,39 @@ address, comma-separated.`,
 			}()
 			var done <-chan struct{}
 			var cur *coord.Coordinator
+			var shown jobProgress
+			tick := time.NewTicker(200 * time.Millisecond)
+			defer tick.Stop()
 			for {
 				select {
 				case cur = <-terms:
 					done = cur.Done()
+				case <-tick.C:
+					if cur != nil {
+						shown.show(cmd.OutOrStdout(), cur.JobStatus())
+					}
 				case <-done:
 					done = nil
-					fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator: all %d worker(s) reported\n", o.Workers)
-					if err := writeReport(reportPath, cur.Reports()); err != nil {
+					st := cur.JobStatus()
+					shown.show(cmd.OutOrStdout(), st)
+					fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator: job done: %d pass(es) trained; every worker reported or is gone\n", st.PassesDone)
+					rep := newJobReport(st, flagValues(cmd.Flags(), func(string) bool { return true }), cur.Reports())
+					if err := writeReport(reportPath, rep); err != nil {
 						return err
 					}
 					if err := writeReport(eventsPath, cur.Events(ctx, 0, false)); err != nil {
 						return err
 					}
 					if exitWhenDone {
-						cancel()
+						// Servers follow the layout that says the cluster
+						// ends; give their long-polls a moment to get it.
+						go func() {
+							select {
+							case <-time.After(endLinger):
+							case <-ctx.Done():
+							}
+							cancel()
+						}()
 					}
 				case err := <-errc:
 					return err
@@ -100,7 +122,7 @@ address, comma-separated.`,
 	fs.DurationVar(&o.FailureTimeout, "failure-timeout", coord.DefaultFailureTimeout, "declare a node dead after this long without a heartbeat or an answer to pings; also the lease of its etcd registration")
 	fs.StringVar(&reportPath, "report", "", "write the workers' reports to this JSON file once all have reported")
 	fs.StringVar(&eventsPath, "events", "", "write the event timeline to this JSON file once all workers have reported (for terrace plot)")
-	fs.BoolVar(&exitWhenDone, "exit-when-done", false, "exit once every worker has reported")
+	fs.BoolVar(&exitWhenDone, "exit-when-done", false, "end the cluster with its job: once every worker has reported, the coordinator and its servers exit 0")
 	fs.StringVar(&ha.ID, "id", "", "this coordinator's name in the election (host name and pid if empty)")
 	fs.StringVar(&etcd, "etcd", "", "endpoints of an external etcd cluster, comma-separated (default: embed a member)")
 	fs.StringVar(&ha.Embed.Dir, "etcd-dir", "", "data directory of the embedded etcd member (a temporary directory if empty)")
@@ -245,7 +267,7 @@ func workerCmd() *cobra.Command {
 			if _, _, err := w.machine.parse(); err != nil {
 				return err
 			}
-			job, err := w.a.job(cmd.OutOrStdout())
+			job, err := w.workerJob(cmd.Context(), cmd.OutOrStdout())
 			if err != nil {
 				return err
 			}

@@ -73,7 +73,14 @@ func printStatus(w io.Writer, coordinator string, st *api.Status) {
 	if !st.Ready {
 		ready = "forming"
 	}
-	fmt.Fprintf(w, "COORDINATOR %s  epoch %d  %s  events %d\n", coordinator, st.Epoch, ready, st.Events)
+	fmt.Fprintf(w, "COORDINATOR %s  epoch %d  stage %d  %s  events %d\n", coordinator, st.Epoch, st.Stage, ready, st.Events)
+	if d := st.Definition; d != nil && d.Job != nil {
+		state := "running"
+		if d.Done {
+			state = "done"
+		}
+		fmt.Fprintf(w, "DEFINITION  %s  passes done %d  %s\n", describeJob(*d.Job), d.PassesDone, state)
+	}
 	eta := "-"
 	if j.ETA > 0 {
 		eta = j.ETA.Round(time.Second).String()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -25,17 +27,23 @@ import (
 
 // trainReport is the JSON report of `terrace train`.
 type trainReport struct {
-	App               string                  `json:"app"`
-	Config            map[string]any          `json:"config"`
-	Seconds           float64                 `json:"seconds"`
-	Examples          int64                   `json:"examples"`
-	ExamplesPerSecond float64                 `json:"examples_per_second"`
-	TestAccuracy      *float64                `json:"test_accuracy,omitempty"`
-	TestLogLoss       *float64                `json:"test_logloss,omitempty"`
-	TestAUC           *float64                `json:"test_auc,omitempty"`
-	TestRMSE          *float64                `json:"test_rmse,omitempty"`
-	Workers           map[int]json.RawMessage `json:"workers"`
-	Servers           map[string]server.Stats `json:"servers"`
+	runInfo
+	App string `json:"app"`
+	// Job is the job as trained: every hyper-parameter and the data
+	// paths used, defaults filled in; Config the other flags that apply.
+	Job               *api.Job       `json:"job,omitempty"`
+	Config            map[string]any `json:"config"`
+	Seconds           float64        `json:"seconds"`
+	Examples          int64          `json:"examples"`
+	ExamplesPerSecond float64        `json:"examples_per_second"`
+	TestAccuracy      *float64       `json:"test_accuracy,omitempty"`
+	TestLogLoss       *float64       `json:"test_logloss,omitempty"`
+	TestAUC           *float64       `json:"test_auc,omitempty"`
+	TestRMSE          *float64       `json:"test_rmse,omitempty"`
+	// Passes holds every pass's evaluation, by whichever worker made it.
+	Passes  []map[string]any        `json:"passes,omitempty"`
+	Workers map[int]json.RawMessage `json:"workers"`
+	Servers map[string]server.Stats `json:"servers"`
 	// Events is the coordinator's timeline (in-process runs).
 	Events []api.Event `json:"events,omitempty"`
 	// The drill's findings (--processes) and the audit's (--audit): faults,
@@ -113,6 +121,9 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 			if err != nil {
 				return err
 			}
+			if err := checkCluster(servers, workers, replication); err != nil {
+				return err
+			}
 			tcfg, add, err := tiers.check(cmd.Flags(), d.processes)
 			if err != nil {
 				return err
@@ -144,6 +155,14 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 				FailureTimeout: d.failAfter})
 			if err != nil {
 				return err
+			}
+			// The job is the cluster's, as in a cluster of processes:
+			// terrace status shows it, and results are kept with it.
+			if j, jerr := a.toJob(); jerr == nil {
+				if _, jerr := api.NewClient(l.CoordAddr, nil).SubmitJob(ctx, j); jerr != nil {
+					l.Close()
+					return jerr
+				}
 			}
 			stopProgress := showProgress(ctx, pout, l.CoordAddr, a.totalPasses())
 			reps, err := l.RunWorkers(ctx, job)
@@ -203,26 +222,63 @@ func newLogger(level string) *slog.Logger {
 // buildReport merges the workers' reports: examples add up, and the test
 // metrics are rank 0's.
 func buildReport(a appFlags, cmd *cobra.Command, secs float64, reps map[int]json.RawMessage, stats map[string]server.Stats) (*trainReport, error) {
-	rep := &trainReport{App: a.app, Config: map[string]any{}, Seconds: secs, Workers: reps, Servers: stats}
-	cmd.Flags().VisitAll(func(f *pflag.Flag) { rep.Config[f.Name] = f.Value.String() })
+	rep := &trainReport{runInfo: newRunInfo(), App: a.app, Seconds: secs, Workers: reps, Servers: stats}
+	if j, err := a.toJob(); err == nil {
+		rep.Job = &j
+	}
+	processes, _ := cmd.Flags().GetBool("processes")
+	audit, _ := cmd.Flags().GetBool("audit")
+	rep.Config = flagValues(cmd.Flags(), func(name string) bool { return appliesToTrain(name, processes, audit) })
 	for rank, raw := range reps {
 		var w struct {
-			Examples     int64    `json:"examples"`
-			TestAccuracy *float64 `json:"test_accuracy"`
-			TestLogLoss  *float64 `json:"test_logloss"`
-			TestAUC      *float64 `json:"test_auc"`
-			TestRMSE     *float64 `json:"test_rmse"`
+			Examples int64            `json:"examples"`
+			Passes   []map[string]any `json:"passes"`
 		}
 		if err := json.Unmarshal(raw, &w); err != nil {
 			return nil, fmt.Errorf("report of rank %d: %w", rank, err)
 		}
 		rep.Examples += w.Examples
-		if rank == 0 {
-			rep.TestAccuracy, rep.TestLogLoss, rep.TestAUC, rep.TestRMSE = w.TestAccuracy, w.TestLogLoss, w.TestAUC, w.TestRMSE
+		for _, p := range w.Passes {
+			p["rank"] = rank
+			rep.Passes = append(rep.Passes, p)
 		}
+	}
+	// Each pass was evaluated by one worker: the last pass's figures are
+	// the job's, whichever rank made them.
+	slices.SortFunc(rep.Passes, func(x, y map[string]any) int { return cmp.Compare(passOf(x), passOf(y)) })
+	if n := len(rep.Passes); n > 0 {
+		last := rep.Passes[n-1]
+		rep.TestAccuracy, rep.TestLogLoss, rep.TestAUC, rep.TestRMSE = metric(last, "test_accuracy"), metric(last, "test_logloss"), metric(last, "test_auc"), metric(last, "test_rmse")
 	}
 	rep.ExamplesPerSecond = float64(rep.Examples) / secs
 	return rep, nil
+}
+
+func passOf(m map[string]any) float64 {
+	f, _ := m["pass"].(float64)
+	return f
+}
+
+func metric(m map[string]any, k string) *float64 {
+	if f, ok := m[k].(float64); ok {
+		return &f
+	}
+	return nil
+}
+
+// appliesToTrain tells the flags of train that are not the job's (those
+// are in the report's job) and apply to this run.
+func appliesToTrain(name string, processes, audit bool) bool {
+	if _, ok := jobFlags[name]; ok {
+		return false
+	}
+	switch name {
+	case "run-dir", "coordinators", "kill", "evict", "timeout", "audit-every":
+		return processes
+	case "audit":
+		return processes || audit
+	}
+	return true
 }
 
 func printSummary(w io.Writer, r *trainReport) {
@@ -429,7 +485,7 @@ func drillWorkerCmd() *cobra.Command {
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := cmd.OutOrStdout()
-			inner, err := w.a.job(out)
+			inner, err := w.workerJob(cmd.Context(), out)
 			if err != nil {
 				return err
 			}

@@ -707,14 +707,21 @@ func (s *Server) minClock() int64 {
 
 // Stats is a snapshot of a server's counters and memory.
 type Stats struct {
-	Pushes, Pulls, Clocks    int64
-	KeysPushed, KeysPulled   int64
-	Refused                  int64 `json:"refused_non_finite"`
-	BytesIn                  int64
-	Errors                   int64
-	Keys, Values, StoreBytes int64
-	BytesPerValue            float64
-	MinClock                 int64
+	Pushes        int64   `json:"pushes"`
+	Pulls         int64   `json:"pulls"`
+	Clocks        int64   `json:"clocks"`
+	KeysPushed    int64   `json:"keys_pushed"`
+	KeysPulled    int64   `json:"keys_pulled"`
+	Refused       int64   `json:"refused_non_finite"`
+	BytesIn       int64   `json:"bytes_in"`
+	Errors        int64   `json:"errors"`
+	Keys          int64   `json:"keys"`
+	Values        int64   `json:"values"`
+	StoreBytes    int64   `json:"store_bytes"`
+	BytesPerValue float64 `json:"bytes_per_value"`
+	// MinClock is the slowest worker's clock; math.MaxInt64 while no
+	// worker counts, which the JSON form leaves out (stats_json.go).
+	MinClock int64 `json:"min_clock"`
 	// Tiers (issue 11): the machine and class the server runs on, its role
 	// in the layout (server, activeps, backupps, standby, joining,
 	// departed), the bytes of pushes from workers, and what it streamed to

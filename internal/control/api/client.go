@@ -39,6 +39,9 @@ type Client struct {
 	// Metrics, when set, is announced on joining as where this node
 	// serves /metrics.
 	Metrics string
+	// Unreachable, when set, hears WaitReachable's failures at once and
+	// then every few seconds, so that a node says why it waits.
+	Unreachable func(addrs string, err error)
 }
 
 // NewClient returns a client for the coordinators at addrs, a
@@ -205,13 +208,20 @@ func (c *Client) WaitReachable(ctx context.Context) error {
 			err = fmt.Errorf("health check: %s: %s", resp.Status, strings.TrimSpace(string(b)))
 		}
 		last = err
+		if c.Unreachable != nil && i%int(reachableNotice/reachablePoll) == 0 {
+			c.Unreachable(strings.Join(c.bases, ","), err)
+		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%w: %s: %v", ErrUnavailable, strings.Join(c.bases, ","), last)
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(reachablePoll):
 		}
 	}
 }
+
+// reachablePoll is WaitReachable's interval; reachableNotice how often
+// Unreachable hears of a coordinator that still does not answer.
+const reachablePoll, reachableNotice = 100 * time.Millisecond, 5 * time.Second
 
 // Layout returns the first layout whose version is above after, waiting
 // until there is one or ctx ends.

@@ -41,6 +41,8 @@ var (
 	// request needs (a worker's token asking to join as a server, a read
 	// token asking for a checkpoint).
 	ErrForbidden = errors.New("coordinator: token does not grant this role")
+	// ErrJobConflict: a different job was submitted to the cluster before.
+	ErrJobConflict = errors.New("coordinator: the cluster runs another job")
 	// ErrUnavailable: no coordinator answered within the client's retry
 	// time.
 	ErrUnavailable = errors.New("coordinator unreachable")
@@ -63,6 +65,7 @@ const (
 	CodeStateTooLarge Code = "state_too_large"
 	CodeNotPersisted  Code = "not_persisted"
 	CodeNotLeader     Code = "not_leader"
+	CodeJobConflict   Code = "job_conflict"
 	CodeInternal      Code = "internal"
 )
 
@@ -91,6 +94,7 @@ var codes = []struct {
 	{CodeNoState, ErrNoState, http.StatusNotFound},
 	{CodeUnauthenticated, ErrUnauthenticated, http.StatusUnauthorized},
 	{CodeForbidden, ErrForbidden, http.StatusForbidden},
+	{CodeJobConflict, ErrJobConflict, http.StatusConflict},
 }
 
 // CodeOf returns the code of err (CodeInternal if it wraps no sentinel).

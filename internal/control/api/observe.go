@@ -49,15 +49,20 @@ type Status struct {
 	Epoch   uint64       `json:"epoch"`
 	Version uint64       `json:"version"`
 	Ready   bool         `json:"ready"`
-	Job     JobStatus    `json:"job"`
+	// Stage is the tiers' stage (1, 2 or 3; docs/design/tiers.md).
+	Stage int `json:"stage"`
+	Job     Progress     `json:"job"`
+	// Definition is the job's definition and results, when one was
+	// submitted (the same as GET /v1/job).
+	Definition *JobStatus `json:"definition,omitempty"`
 	Nodes   []NodeStatus `json:"nodes"`
 	// Events is how many events the timeline holds, the last one's Seq.
 	Events uint64 `json:"events"`
 }
 
-// JobStatus is the training's progress: passes are numbered from 0, and
+// Progress is the training's progress: passes are numbered from 0, and
 // Done counts the partitions of Pass trained to their end.
-type JobStatus struct {
+type Progress struct {
 	Pass       int `json:"pass"`
 	Partitions int `json:"partitions"`
 	Done       int `json:"done"`

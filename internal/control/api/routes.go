@@ -23,6 +23,10 @@ const (
 	RouteRestored     = "POST /v1/servers/restored"
 	RouteCheckpoint   = "POST /v1/checkpoint" // take a checkpoint at the next pass boundary
 	RouteHealth       = "GET /healthz"
+	RouteJob          = "POST /v1/job"        // Job -> the Job in force
+	RouteJobStatus    = "GET /v1/job"         // -> JobStatus
+	RouteEvalClaim    = "POST /v1/eval/claim" // EvalClaim -> EvalGrant
+	RouteEvalResult   = "POST /v1/eval/result"
 )
 
 // PollWait is how long the coordinator holds a long-poll (a layout, or a

@@ -49,6 +49,13 @@ var policy = map[string]Role{
 	api.RouteRestored:     RoleServer,
 
 	api.RouteCheckpoint: RoleAdmin,
+
+	// A worker started with flags offers its job: the first one defines
+	// the cluster's job, and a conflicting one is refused (job_conflict),
+	// so a worker's token cannot replace a job in force.
+	api.RouteJob:        RoleWorker,
+	api.RouteEvalClaim:  RoleWorker,
+	api.RouteEvalResult: RoleWorker,
 }
 
 // Guard checks tokens in front of a coordinator's handler.

@@ -49,13 +49,16 @@ type Options struct {
 	// SyncInterval the ActivePS's sync interval (1 s if 0).
 	Stage        tier.Stage
 	SyncInterval time.Duration
+	// ExitWhenDone: the cluster ends with its job; servers exit when it
+	// does.
+	ExitWhenDone bool
 }
 
 func (o Options) config() Config {
 	return Config{Servers: o.Servers, Workers: o.Workers, Partitions: o.Partitions, VNodes: o.VNodes,
 		Replication: o.Replication, CheckpointDir: o.CheckpointDir, CheckpointEvery: o.CheckpointEvery,
 		FailureTimeout: o.FailureTimeout, Membership: o.Membership, Logger: o.Logger,
-		Stage: o.Stage, SyncInterval: o.SyncInterval}
+		Stage: o.Stage, SyncInterval: o.SyncInterval, ExitWhenDone: o.ExitWhenDone}
 }
 
 // Coordinator drives a Machine: requests step it under a mutex held only

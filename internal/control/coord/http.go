@@ -42,6 +42,7 @@ func (c *Coordinator) Handler() http.Handler {
 	c.serverHandlers(mux)
 	c.stageHandlers(mux)
 	c.observeHandlers(mux)
+	c.jobHandlers(mux)
 	served := c.metrics.instrument(mux, mux)
 	// A coordinator that could not save a change has lost its leadership:
 	// it answers nothing more, so that clients go to the new leader.

@@ -36,6 +36,8 @@ type Config struct {
 	// the ActivePS's sync interval (docs/design/tiers.md).
 	Stage        tier.Stage
 	SyncInterval time.Duration
+	// ExitWhenDone: the cluster ends with its job (Layout.Shutdown).
+	ExitWhenDone bool
 }
 
 // Machine is the coordinator's state machine: membership, epochs, the
@@ -110,7 +112,12 @@ type Reply struct {
 	Progress api.ProgressReply
 	// Removed, for ServerFailed, MemberGone and Probed: the node was
 	// taken out.
-	Removed    bool
+	Removed bool
+	// Job, for SubmitJob: the job in force; Evals, for ClaimEval: the
+	// passes handed out.
+	Job        *api.Job
+	Evals      []int
+	Pending    []int
 	wantLayout bool
 }
 
@@ -172,6 +179,7 @@ func RestoreMachine(cfg Config, blob []byte, epoch uint64, now time.Time) (*Mach
 	l.Version++
 	m.layoutChanged = true
 	m.published = m.snapshot()
+	m.dueAgain()
 	m.commitIfReported()
 	return m, nil
 }

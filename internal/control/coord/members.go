@@ -194,6 +194,9 @@ func (m *Machine) removeServer(id, addr string) bool {
 // holders, and leaves the ring once all have (promote). It fails if the
 // server is not on the ring or is the last one.
 func (m *Machine) LeaveServer(id uint64, server string) {
+	if m.leaveAtEnd(id, server) {
+		return
+	}
 	l := &m.st.Layout
 	if m.noticeTiered(server) {
 		m.replyLayout(id)

@@ -49,7 +49,8 @@ func (c *Coordinator) Monitor(ctx context.Context, log *slog.Logger) {
 			watching[key] = cancel
 			go func(id, addr string) {
 				if c.watchServer(wctx, id, addr) {
-					log.Warn("server failed; removing it from the layout", "server", id, "addr", addr)
+					// After the job's end servers leave on purpose.
+					log.Log(ctx, levelAfterJob(c.current().JobDone), "server failed; removing it from the layout", "server", id, "addr", addr)
 					c.RemoveServer(ctx, id, addr)
 				}
 			}(s.ID, s.Addr)

@@ -58,6 +58,11 @@ type State struct {
 	Noticed map[string]bool `json:"noticed,omitempty"`
 	// RankClass is the class of each worker rank's machine.
 	RankClass map[int]tier.Class `json:"rank_class,omitempty"`
+
+	// Job is the job the cluster trains (job.go); Evals its evaluations,
+	// by pass counted from 1.
+	Job   *api.Job      `json:"job,omitempty"`
+	Evals map[int]*Eval `json:"evals,omitempty"`
 }
 
 // StageChange is one stage switch: started at Started, published (the
@@ -135,6 +140,7 @@ func newState(cfg Config) State {
 		Workers: map[string]int{}, Incarnations: map[string]string{}, Reports: map[int]json.RawMessage{},
 		Synced: map[string]map[string]bool{}, Passes: map[int]*Pass{}, PartStates: map[int][]uint64{},
 		Metrics: map[string]string{},
+		Evals:   map[int]*Eval{},
 	}
 }
 
@@ -147,6 +153,7 @@ func decodeState(blob []byte) (State, error) {
 	st.Workers, st.Incarnations, st.Reports = orEmpty(st.Workers), orEmpty(st.Incarnations), orEmpty(st.Reports)
 	st.Synced, st.Passes, st.PartStates = orEmpty(st.Synced), orEmpty(st.Passes), orEmpty(st.PartStates)
 	st.Metrics = orEmpty(st.Metrics)
+	st.Evals = orEmpty(st.Evals)
 	for e, p := range st.Passes {
 		if p == nil || len(p.Parts) != st.Layout.Partitions {
 			return State{}, fmt.Errorf("coord: saved state: pass %d has no pieces for its %d partitions", e, st.Layout.Partitions)

@@ -49,5 +49,8 @@ func (m *Machine) Report(id uint64, rank int, report json.RawMessage) {
 	}
 	m.note(api.EventReported, m.workerName(rank), "")
 	m.out.AllReported = m.out.AllReported || all
+	if all {
+		m.endJob()
+	}
 	m.reply(Reply{ID: id})
 }

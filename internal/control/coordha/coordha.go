@@ -68,7 +68,10 @@ func Run(ctx context.Context, cfg Config) error {
 				return err
 			}
 			cfg.Embed.Dir = dir
-			cfg.Logger.Info("embedded etcd data in a temporary directory; pass --etcd-dir to keep it", "dir", dir)
+			// Nobody asked to keep it: it goes when the coordinator does
+			// (about 60 MB a run were left behind in /tmp before).
+			defer os.RemoveAll(dir)
+			cfg.Logger.Info("embedded etcd data in a temporary directory, removed on exit; pass --etcd-dir to keep it", "dir", dir)
 		}
 		e, err := meta.StartEmbedded(ctx, cfg.Embed)
 		if err != nil {

@@ -67,6 +67,12 @@ type Layout struct {
 	// coordinator declares it dead; 0 means DefaultFailureTimeout. Workers
 	// heartbeat five times per timeout.
 	FailureTimeoutMillis int64 `json:"failure_timeout_ms,omitempty"`
+	// JobDone: the job ended (every worker reported or is gone). A server
+	// then leaves at once when told to: no handoff, the keys are results.
+	JobDone bool `json:"job_done,omitempty"`
+	// Shutdown, with JobDone: the cluster ends with the job (the
+	// coordinator's --exit-when-done), and servers exit by themselves.
+	Shutdown bool `json:"shutdown,omitempty"`
 
 	// Tiers of reliability (issue 11, docs/design/tiers.md).
 

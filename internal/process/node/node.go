@@ -117,6 +117,7 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	if err != nil {
 		return fmt.Errorf("server %s: %w", cfg.ID, err)
 	}
+	cc.Unreachable = unreachable(cfg.Logger, cfg.JoinTimeout)
 	jctx, cancel := context.WithTimeout(ctx, cfg.JoinTimeout)
 	defer cancel()
 	if err := cc.WaitReachable(jctx); err != nil {
@@ -164,13 +165,22 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
 	errc := make(chan error, 3)
+	var end jobEnd
+	end.see(l)
 	go func() { errc <- s.Serve(sctx, ln) }()
-	go func() { errc <- followLayout(sctx, cc, s, l.Version, cfg.Logger) }()
+	go func() { errc <- followLayout(sctx, cc, s, l.Version, cfg.Logger, &end) }()
 	if cfg.Notices != nil {
 		go func() {
 			select {
 			case n, ok := <-cfg.Notices:
 				if ok {
+					if end.done.Load() {
+						// The job is over: nothing to hand off, and nobody
+						// to hand it to once the coordinator is gone.
+						cfg.Logger.Info("job done: leaving at once", "source", n.Source)
+						errc <- ErrDrained
+						return
+					}
 					errc <- drainServer(sctx, cc, s, cfg, n)
 				}
 			case <-sctx.Done():
@@ -178,6 +188,10 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 		}()
 	}
 	err = <-errc
+	if errors.Is(err, errClusterDone) {
+		cfg.Logger.Info("the cluster's job is done and the cluster ends with it: exiting")
+		return nil
+	}
 	if ctx.Err() != nil && !errors.Is(err, ErrDrained) {
 		return nil
 	}
@@ -211,7 +225,7 @@ func drainServer(ctx context.Context, cc *api.Client, s *server.Server, cfg Serv
 // followLayout installs every new layout the coordinator publishes. A
 // coordinator that stays unreachable for longer than the join timeout does
 // not stop the server: its data plane goes on serving the last layout.
-func followLayout(ctx context.Context, cc *api.Client, s *server.Server, version uint64, log *slog.Logger) error {
+func followLayout(ctx context.Context, cc *api.Client, s *server.Server, version uint64, log *slog.Logger, end *jobEnd) error {
 	for ctx.Err() == nil {
 		l, err := cc.Layout(ctx, version)
 		if err != nil {
@@ -229,6 +243,9 @@ func followLayout(ctx context.Context, cc *api.Client, s *server.Server, version
 			return err
 		}
 		version = l.Version
+		if end.see(l) {
+			return errClusterDone
+		}
 	}
 	return nil
 }
@@ -278,6 +295,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, job Job) (any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker %s: %w", cfg.ID, err)
 	}
+	cc.Unreachable = unreachable(cfg.Logger, cfg.JoinTimeout)
 	jctx, cancel := context.WithTimeout(ctx, cfg.JoinTimeout)
 	defer cancel()
 	if err := cc.WaitReachable(jctx); err != nil {

@@ -1,0 +1,199 @@
+package lr
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/terrace-ml/terrace/data"
+	"github.com/terrace-ml/terrace/keyspace"
+	"github.com/terrace-ml/terrace/metrics"
+	"github.com/terrace-ml/terrace/ps"
+)
+
+// Model is a trained model on raw (unscaled) features: W[0] is the bias,
+// W[f+1] the weight of feature f (LIBSVM index f).
+type Model struct {
+	W []float32
+}
+
+// ErrModelFormat is returned for a model file that is not a binary L2R_LR
+// liblinear model with a bias.
+var ErrModelFormat = errors.New("lr: not a liblinear binary logistic regression model")
+
+// PullModel pulls the weights from the servers and folds the feature
+// scaling into them (w_raw = w_scaled * s), so that the model scores raw
+// data.
+func PullModel(ctx context.Context, tbl *ps.Table, nkeys uint64, scale []float32) (*Model, error) {
+	w := make([]float32, nkeys)
+	if err := tbl.PullRange(keyspace.Range{Lo: 0, Hi: nkeys}, w).Wait(ctx); err != nil {
+		return nil, fmt.Errorf("lr: pull model: %w", err)
+	}
+	for k := range w {
+		if k < len(scale) {
+			w[k] *= scale[k]
+		}
+	}
+	return &Model{W: w}, nil
+}
+
+// Score returns the probability of label 1 for row i of d.
+func (m *Model) Score(d *data.Sparse, i int) float64 {
+	keys, vals, _ := d.Row(i)
+	z := float64(m.W[0])
+	for j, k := range keys {
+		if fk := featureKey(k); fk < uint64(len(m.W)) {
+			z += float64(m.W[fk]) * float64(vals[j])
+		}
+	}
+	return sigmoid(z)
+}
+
+// Evaluate scores d: accuracy (threshold 0.5), log loss and AUC.
+func (m *Model) Evaluate(d *data.Sparse) (acc, logloss, auc float64) {
+	p := make([]float64, d.Len())
+	for i := range p {
+		p[i] = m.Score(d, i)
+	}
+	return metrics.Accuracy(d.Labels, p), metrics.LogLoss(d.Labels, p), metrics.AUC(d.Labels, p)
+}
+
+// WriteLIBLINEAR writes m as a liblinear model file (solver L2R_LR, two
+// classes, bias 1), which liblinear's predict reads: its decision value
+// w·x + b is Terrace's logit, and it predicts the first label when that
+// is positive. Labels are written as pos and neg (LIBSVM files use 1 and
+// -1, or 1 and 0).
+func (m *Model) WriteLIBLINEAR(w io.Writer, pos, neg string) error {
+	bw := bufio.NewWriter(w)
+	nf := max(len(m.W)-2, 0) // keys 2.. are LIBSVM indices 1..; key 1 is index 0, which LIBSVM does not use
+	fmt.Fprintf(bw, "solver_type L2R_LR\nnr_class 2\nlabel %s %s\nnr_feature %d\nbias 1\nw\n", pos, neg, nf)
+	for idx := 1; idx <= nf; idx++ {
+		fmt.Fprintf(bw, "%.9g \n", m.W[featureKey(uint64(idx))])
+	}
+	fmt.Fprintf(bw, "%.9g \n", m.W[0])
+	return bw.Flush()
+}
+
+// SaveLIBLINEAR writes m to path (see WriteLIBLINEAR).
+func (m *Model) SaveLIBLINEAR(path, pos, neg string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("lr: model: %w", err)
+	}
+	if err := m.WriteLIBLINEAR(f, pos, neg); err != nil {
+		f.Close()
+		return fmt.Errorf("lr: model %s: %w", path, err)
+	}
+	return f.Close()
+}
+
+// ReadLIBLINEAR reads a binary L2R_LR model with bias 1 (as written by
+// WriteLIBLINEAR or by liblinear's train -s 0 -B 1). A model whose first
+// label is the negative class (0 or -1) has its weights negated.
+func ReadLIBLINEAR(r io.Reader) (*Model, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	var nf int
+	flip, bias := false, -1.0
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 0 {
+			continue
+		}
+		switch f[0] {
+		case "solver_type":
+			if len(f) < 2 || f[1] != "L2R_LR" {
+				return nil, fmt.Errorf("%w: solver %v", ErrModelFormat, f[1:])
+			}
+		case "nr_class":
+			if len(f) < 2 || f[1] != "2" {
+				return nil, fmt.Errorf("%w: %v classes", ErrModelFormat, f[1:])
+			}
+		case "label":
+			if len(f) != 3 {
+				return nil, fmt.Errorf("%w: labels %v", ErrModelFormat, f[1:])
+			}
+			first, err := strconv.ParseFloat(f[1], 64)
+			if err != nil {
+				return nil, fmt.Errorf("%w: label %q", ErrModelFormat, f[1])
+			}
+			flip = first <= 0
+		case "nr_feature":
+			n, err := strconv.Atoi(f[1])
+			if err != nil || n < 0 {
+				return nil, fmt.Errorf("%w: nr_feature %q", ErrModelFormat, f[1])
+			}
+			nf = n
+		case "bias":
+			b, err := strconv.ParseFloat(f[1], 64)
+			if err != nil {
+				return nil, fmt.Errorf("%w: bias %q", ErrModelFormat, f[1])
+			}
+			bias = b
+		case "w":
+			return readWeights(sc, nf, bias, flip)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("%w: no weights", ErrModelFormat)
+}
+
+func readWeights(sc *bufio.Scanner, nf int, bias float64, flip bool) (*Model, error) {
+	n := nf
+	if bias >= 0 {
+		n++
+	}
+	ws := make([]float32, 0, n)
+	for len(ws) < n && sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) != 1 {
+			return nil, fmt.Errorf("%w: weight line %q", ErrModelFormat, sc.Text())
+		}
+		v, err := strconv.ParseFloat(f[0], 32)
+		if err != nil {
+			return nil, fmt.Errorf("%w: weight %q", ErrModelFormat, f[0])
+		}
+		if flip {
+			v = -v
+		}
+		ws = append(ws, float32(v))
+	}
+	if len(ws) < n {
+		return nil, fmt.Errorf("%w: %d weights, want %d", ErrModelFormat, len(ws), n)
+	}
+	m := &Model{W: make([]float32, nf+2)}
+	for idx := 1; idx <= nf; idx++ {
+		m.W[featureKey(uint64(idx))] = ws[idx-1]
+	}
+	if bias >= 0 {
+		m.W[0] = ws[nf] * float32(bias)
+	}
+	return m, nil
+}
+
+// saveModel pulls the model, scores test (scaled like the training data)
+// with it, and writes it with the scaling folded in.
+func saveModel(ctx context.Context, tbl *ps.Table, nkeys uint64, scale []float32, test *data.Sparse, cfg Config) (acc, logloss, auc float64, err error) {
+	m, err := PullModel(ctx, tbl, nkeys, nil)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	acc, logloss, auc = evaluateWeights(m.W, test, nkeys)
+	for k := range m.W {
+		if k < len(scale) {
+			m.W[k] *= scale[k]
+		}
+	}
+	neg := cfg.NegLabel
+	if neg == "" {
+		neg = "-1"
+	}
+	return acc, logloss, auc, m.SaveLIBLINEAR(cfg.Model, "1", neg)
+}

@@ -1,0 +1,139 @@
+package mf
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// export writes the model to dir as TSV, which any tool reads: users.tsv
+// and items.tsv hold "id bias f1 ... fk" for every user and item of the
+// training data, global.tsv the mean rating; a rating is predicted as
+// mean + user bias + item bias + the factors' dot product, clipped to
+// [1, 5].
+func (m *model) export(ctx context.Context, dir string) error {
+	all := make([]int, m.train.Len())
+	for i := range all {
+		all[i] = i
+	}
+	keys := ratingKeys(m.train, all)
+	f, b, err := m.pull(ctx, keys)
+	if err != nil {
+		return fmt.Errorf("mf: export: pull model: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("mf: export: %w", err)
+	}
+	files := map[uint64]*bufio.Writer{}
+	var closers []*os.File
+	for kind, name := range []string{"users.tsv", "items.tsv"} {
+		fh, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			return fmt.Errorf("mf: export: %w", err)
+		}
+		closers = append(closers, fh)
+		files[uint64(kind)] = bufio.NewWriter(fh)
+	}
+	for i, k := range keys {
+		w := files[k&1] // users are even keys, items odd
+		w.WriteString(strconv.FormatUint(k>>1, 10))
+		w.WriteString("\t" + strconv.FormatFloat(float64(b[i]), 'g', -1, 32))
+		for _, v := range f[i*m.k : (i+1)*m.k] {
+			w.WriteString("\t" + strconv.FormatFloat(float64(v), 'g', -1, 32))
+		}
+		w.WriteByte('\n')
+	}
+	for i, fh := range closers {
+		if err := files[uint64(i)].Flush(); err != nil {
+			fh.Close()
+			return fmt.Errorf("mf: export: %w", err)
+		}
+		if err := fh.Close(); err != nil {
+			return fmt.Errorf("mf: export: %w", err)
+		}
+	}
+	return os.WriteFile(filepath.Join(dir, "global.tsv"), fmt.Appendf(nil, "mean\t%g\n", m.mu), 0o644)
+}
+
+// Model is an exported model read back (LoadModel): biases and factors
+// by user and item id, and the mean rating.
+type Model struct {
+	Mean         float64
+	Users, Items map[uint32][]float64 // bias, then the factors
+}
+
+// LoadModel reads a model that export wrote to dir.
+func LoadModel(dir string) (*Model, error) {
+	m := &Model{}
+	g, err := os.ReadFile(filepath.Join(dir, "global.tsv"))
+	if err != nil {
+		return nil, fmt.Errorf("mf: model: %w", err)
+	}
+	if _, err := fmt.Sscanf(string(g), "mean\t%g", &m.Mean); err != nil {
+		return nil, fmt.Errorf("mf: model %s/global.tsv: %w", dir, err)
+	}
+	for _, t := range []struct {
+		name string
+		dst  *map[uint32][]float64
+	}{{"users.tsv", &m.Users}, {"items.tsv", &m.Items}} {
+		rows, err := readTSV(filepath.Join(dir, t.name))
+		if err != nil {
+			return nil, err
+		}
+		*t.dst = rows
+	}
+	return m, nil
+}
+
+func readTSV(path string) (map[uint32][]float64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("mf: model: %w", err)
+	}
+	defer f.Close()
+	out := map[uint32][]float64{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		var id uint64
+		var vals []float64
+		for i, field := range strings.Split(sc.Text(), "\t") {
+			var err error
+			if i == 0 {
+				id, err = strconv.ParseUint(field, 10, 32)
+			} else {
+				var v float64
+				v, err = strconv.ParseFloat(field, 64)
+				vals = append(vals, v)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("mf: model %s:%d: %w", path, n, err)
+			}
+		}
+		out[uint32(id)] = vals
+	}
+	return out, sc.Err()
+}
+
+// Predict is the model's rating of item by user, clipped to [1, 5]; an
+// unknown user or item counts with bias and factors 0.
+func (m *Model) Predict(user, item uint32) float64 {
+	p := m.Mean
+	u, it := m.Users[user], m.Items[item]
+	if len(u) > 0 {
+		p += u[0]
+	}
+	if len(it) > 0 {
+		p += it[0]
+	}
+	if len(u) > 1 && len(it) == len(u) {
+		for j := 1; j < len(u); j++ {
+			p += u[j] * it[j]
+		}
+	}
+	return min(max(p, 1), 5)
+}

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+)
+
+// check refuses, early and by flag name, what would train nothing or
+// train silently wrong: negative counts, missing or empty data files.
+func (a *appFlags) check() error {
+	if err := a.checkFlags(); err != nil {
+		return err
+	}
+	return a.checkFiles()
+}
+
+// checkFlags checks the flags' values, not the files they name.
+func (a *appFlags) checkFlags() error {
+	switch a.app {
+	case "lr", "mf", "lda":
+	default:
+		return fmt.Errorf("unknown --app %q: want lr, mf or lda", a.app)
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"passes", a.passes}, {"batch", a.batch}} {
+		if f.v < 0 {
+			return fmt.Errorf("--%s %d: must be positive (0 takes the app's default)", f.name, f.v)
+		}
+	}
+	if a.app != "lr" && a.scale != "" {
+		return fmt.Errorf("--scale is for --app lr")
+	}
+	switch a.scale {
+	case "", "max", "none":
+	default:
+		return fmt.Errorf("--scale %q: want max or none", a.scale)
+	}
+	return nil
+}
+
+// checkFiles checks the data files the flags name, or their defaults.
+func (a *appFlags) checkFiles() error {
+	if a.app == "mf" && (a.train == "" || a.test == "") {
+		return fmt.Errorf("--app mf needs --train and --test (MovieLens ratings, e.g. ../shared/data/ratings/ml-100k/u1.base and u1.test)")
+	}
+	files := []struct{ flag, path, def string }{{"train", a.train, defaultTrain}, {"test", a.test, defaultTest}, {"vocab", a.vocab, ""}}
+	if a.app == "lda" {
+		files[0].def, files[1].def, files[2].def = defaultLDATrain, "", ""
+		if a.train == "" && a.vocab == "" {
+			files[2].def = defaultLDAVocab
+		}
+	}
+	for _, f := range files {
+		if err := dataFile(f.flag, f.path, f.def); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dataFile checks the file of --flag (path, or def when the flag was not
+// given): it must exist and hold something.
+func dataFile(flag, path, def string) error {
+	p, given := path, path != ""
+	if !given {
+		if p = def; p == "" {
+			return nil
+		}
+	}
+	st, err := os.Stat(p)
+	switch {
+	case err != nil && given:
+		return fmt.Errorf("--%s %s: %w", flag, p, err)
+	case err != nil:
+		return fmt.Errorf("--%s not given, and its default %s: %w (run from the repository root, or pass --%s)", flag, p, err, flag)
+	case st.IsDir():
+		return fmt.Errorf("--%s %s is a directory, not a data file", flag, p)
+	case st.Size() == 0:
+		return fmt.Errorf("--%s %s is empty: nothing to %s", flag, p, map[string]string{"train": "train on", "test": "evaluate on", "vocab": "name words with"}[flag])
+	}
+	return nil
+}
+
+func printJSON(w io.Writer, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/terrace-ml/terrace/internal/control/api"
+)
+
+// endLinger is how long a coordinator that ends with its job keeps
+// answering after the end, so that its servers' long-polls learn of it
+// and they exit by themselves.
+const endLinger = 500 * time.Millisecond
+
+// checkCluster refuses a cluster that cannot hold its keys.
+func checkCluster(servers, workers, replication int) error {
+	switch {
+	case servers < 1:
+		return fmt.Errorf("--servers %d: need at least 1", servers)
+	case workers < 1:
+		return fmt.Errorf("--workers %d: need at least 1", workers)
+	case replication < 1:
+		return fmt.Errorf("--replication %d: every key needs at least 1 copy", replication)
+	case replication > servers:
+		return fmt.Errorf("--replication %d with --servers %d: each key would need more copies than there are servers", replication, servers)
+	}
+	return nil
+}
+
+// jobProgress prints each pass's evaluation once, as the coordinator
+// receives it.
+type jobProgress struct{ printed []int }
+
+func (p *jobProgress) show(w io.Writer, st api.JobStatus) {
+	for _, r := range st.Results {
+		if slices.Contains(p.printed, r.Pass) {
+			continue
+		}
+		p.printed = append(p.printed, r.Pass)
+		fmt.Fprintf(w, "terrace coordinator: pass %d evaluated by rank %d:%s\n", r.Pass, r.Rank, metricsLine(r))
+	}
+}
+
+func metricsLine(r api.PassResult) string {
+	keys := []string{"test_accuracy", "test_logloss", "test_auc", "test_rmse", "train_loglik_per_token", "test_perplexity"}
+	s := ""
+	for _, k := range keys {
+		if v, ok := r.Metrics[k]; ok {
+			s += fmt.Sprintf("  %s %.4f", k, v)
+		}
+	}
+	if r.Late {
+		s += "  (late: its first evaluator was lost)"
+	}
+	return s
+}

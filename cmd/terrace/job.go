@@ -1,0 +1,225 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"gopkg.in/yaml.v3"
+
+	"github.com/terrace-ml/terrace/apps/lda"
+	"github.com/terrace-ml/terrace/apps/lr"
+	"github.com/terrace-ml/terrace/apps/mf"
+	"github.com/terrace-ml/terrace/internal/control/api"
+)
+
+// jobFlags maps each app flag to its job field, for the conflict check:
+// a worker's flag that was given and says otherwise than the job in force
+// is refused by name.
+var jobFlags = map[string]func(j *api.Job) any{
+	"app": func(j *api.Job) any { return j.App }, "train": func(j *api.Job) any { return j.Train },
+	"test": func(j *api.Job) any { return j.Test }, "vocab": func(j *api.Job) any { return j.Vocab },
+	"passes": func(j *api.Job) any { return j.Passes }, "batch": func(j *api.Job) any { return j.Batch },
+	"consistency": func(j *api.Job) any { return j.Consistency }, "encoding": func(j *api.Job) any { return j.Encoding },
+	"lr": func(j *api.Job) any { return j.LR }, "l1": func(j *api.Job) any { return j.L1 }, "l2": func(j *api.Job) any { return j.L2 },
+	"significance": func(j *api.Job) any { return j.Significance }, "factors": func(j *api.Job) any { return j.Factors },
+	"topics": func(j *api.Job) any { return j.Topics }, "alpha": func(j *api.Job) any { return j.Alpha },
+	"beta": func(j *api.Job) any { return j.Beta }, "seed": func(j *api.Job) any { return j.Seed },
+	"scale": func(j *api.Job) any { return j.Scale }, "model": func(j *api.Job) any { return j.Model },
+}
+
+// toJob resolves the flags into a job with every default filled in and
+// every data path the one used, after checking them.
+func (a *appFlags) toJob() (api.Job, error) {
+	if err := a.check(); err != nil {
+		return api.Job{}, err
+	}
+	return a.resolved(), nil
+}
+
+// resolved is the job the flags say, unchecked.
+func (a *appFlags) resolved() api.Job {
+	j := api.Job{App: a.app, Consistency: a.consistency, Seed: a.seed, Model: a.model}
+	switch a.app {
+	case "lr":
+		d := lr.DefaultConfig()
+		j.Train, j.Test = or(a.train, defaultTrain), or(a.test, defaultTest)
+		// Batch 0 stays 0: lr picks it from the data's size (lr.AutoBatch).
+		j.Passes, j.Batch, j.Encoding = orInt(a.passes, d.Passes), a.batch, a.encoding
+		j.LR, j.L1, j.L2, j.Significance, j.Scale = float64(d.Rule.LR), a.l1, a.l2, a.significance, or(a.scale, "max")
+		if a.lr > 0 {
+			j.LR = a.lr
+		}
+	case "mf":
+		d := mf.DefaultConfig()
+		j.Train, j.Test = a.train, a.test
+		j.Passes, j.Batch, j.Factors, j.Encoding = orInt(a.passes, d.Passes), orInt(a.batch, d.Batch), a.rank, a.encoding
+		j.LR, j.L2, j.Significance = float64(d.LR), float64(d.L2), a.significance
+		if a.fs.Changed("lr") {
+			j.LR = a.lr
+		}
+		if a.fs.Changed("l2") {
+			j.L2 = a.l2
+		}
+	case "lda":
+		d := lda.DefaultConfig()
+		j.Train, j.Vocab = or(a.train, defaultLDATrain), a.vocab
+		if a.train == "" && a.vocab == "" {
+			j.Vocab = defaultLDAVocab
+		}
+		j.Passes, j.Batch, j.Topics, j.Alpha, j.Beta = orInt(a.passes, d.Passes), orInt(a.batch, d.Batch), a.topics, a.alpha, a.beta
+	}
+	return j
+}
+
+func orInt(v, def int) int {
+	if v > 0 {
+		return v
+	}
+	return def
+}
+
+// useJob makes the flags say what job j says, after refusing any flag
+// given that says otherwise.
+func (a *appFlags) useJob(own, j api.Job) error {
+	var conflicts []error
+	a.fs.Visit(func(f *pflag.Flag) {
+		get, ok := jobFlags[f.Name]
+		if !ok {
+			return
+		}
+		// Compared as resolved (--passes 0 is the app's default).
+		if mine, theirs := get(&own), get(&j); mine != theirs {
+			conflicts = append(conflicts, fmt.Errorf("--%s %v, but the cluster's job has %s %v", f.Name, mine, f.Name, theirs))
+		}
+	})
+	if len(conflicts) > 0 {
+		return fmt.Errorf("%w: %w (start this worker without those flags to train the cluster's job, or submit the job to a cluster of its own)",
+			api.ErrJobConflict, errors.Join(conflicts...))
+	}
+	a.app, a.train, a.test, a.vocab = j.App, j.Train, j.Test, j.Vocab
+	a.passes, a.batch, a.consistency, a.encoding = j.Passes, j.Batch, j.Consistency, j.Encoding
+	a.l1, a.l2, a.significance, a.rank = j.L1, j.L2, j.Significance, j.Factors
+	a.topics, a.alpha, a.beta, a.seed, a.scale, a.model = j.Topics, j.Alpha, j.Beta, j.Seed, j.Scale, j.Model
+	a.lr = j.LR
+	// mf reads lr and l2 only when given (its defaults differ from lr's).
+	for _, f := range []string{"lr", "l2"} {
+		if fl := a.fs.Lookup(f); fl != nil && j.App == "mf" {
+			fl.Changed = true
+		}
+	}
+	return nil
+}
+
+// resolveJob takes the cluster's job from the coordinator, or submits
+// this node's own if there is none yet; flags that say otherwise than
+// the job in force are refused by name.
+func (a *appFlags) resolveJob(ctx context.Context, cc *api.Client, out io.Writer) (api.Job, error) {
+	// Compared as resolved; checked (its files) only if it is submitted:
+	// a worker that takes the cluster's job needs the job's files, not
+	// its own defaults.
+	if err := a.checkFlags(); err != nil {
+		return api.Job{}, err
+	}
+	own := a.resolved()
+	for range 3 {
+		st, err := cc.JobStatus(ctx)
+		if err != nil {
+			return api.Job{}, fmt.Errorf("job: %w", err)
+		}
+		if st.Job != nil {
+			if err := a.useJob(own, *st.Job); err != nil {
+				return api.Job{}, err
+			}
+			return *st.Job, nil
+		}
+		if err := a.check(); err != nil {
+			return api.Job{}, err
+		}
+		got, err := cc.SubmitJob(ctx, own)
+		if errors.Is(err, api.ErrJobConflict) {
+			continue // another node submitted first: check against its job
+		}
+		if err != nil {
+			return api.Job{}, fmt.Errorf("job: %w", err)
+		}
+		if out != nil {
+			fmt.Fprintf(out, "terrace: submitted job: %s\n", describeJob(got))
+		}
+		return got, a.useJob(own, got)
+	}
+	return api.Job{}, errors.New("job: the coordinator's job kept changing")
+}
+
+func describeJob(j api.Job) string {
+	return fmt.Sprintf("%s on %s, %d passes, consistency %s", j.App, j.Train, j.Passes, j.Consistency)
+}
+
+// readJobFile reads a job definition: a YAML map of the app flags' names
+// to values (the same keys as a job's fields), with the flags' defaults.
+func readJobFile(path string) (api.Job, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return api.Job{}, fmt.Errorf("job file: %w", err)
+	}
+	var m map[string]any
+	if err := yaml.Unmarshal(b, &m); err != nil {
+		return api.Job{}, fmt.Errorf("job file %s: %w", path, err)
+	}
+	var a appFlags
+	fs := pflag.NewFlagSet("job", pflag.ContinueOnError)
+	a.register(fs)
+	for k, v := range m {
+		if _, ok := jobFlags[string(passesAlias(fs, k))]; !ok {
+			return api.Job{}, fmt.Errorf("job file %s: unknown setting %q", path, k)
+		}
+		if err := fs.Set(k, fmt.Sprint(v)); err != nil {
+			return api.Job{}, fmt.Errorf("job file %s: %s: %w", path, k, err)
+		}
+	}
+	j, err := a.toJob()
+	if err != nil {
+		return api.Job{}, fmt.Errorf("job file %s: %w", path, err)
+	}
+	return j, nil
+}
+
+func submitCmd() *cobra.Command {
+	var coordinator string
+	cmd := &cobra.Command{
+		Use:   "submit JOB.yaml",
+		Short: "Submit a job (app, data, hyper-parameters, passes, consistency) to a coordinator; its workers train it",
+		Long: `A job file is a YAML map of the app flags of terrace train to values, e.g.
+
+  app: lr
+  train: datasets/a9a/a9a.gz
+  test: datasets/a9a/a9a.t.gz
+  passes: 10
+  consistency: ssp:2
+
+Workers started with only --coordinator train it; a worker whose flags say
+otherwise is refused, naming the flag.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			j, err := readJobFile(args[0])
+			if err != nil {
+				return err
+			}
+			cc := api.NewClient(coordinator, nil)
+			cc.RetryFor = 0
+			got, err := cc.SubmitJob(cmd.Context(), j)
+			if err != nil {
+				return fmt.Errorf("submit %s to %s: %w", args[0], coordinator, err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "terrace: job submitted to %s: %s\n", coordinator, describeJob(got))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&coordinator, "coordinator", "127.0.0.1:7070", "coordinator address(es), comma-separated")
+	return cmd
+}
+

@@ -1,0 +1,215 @@
+package main
+
+import (
+	"bufio"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/terrace-ml/terrace/apps/lr"
+	"github.com/terrace-ml/terrace/apps/mf"
+	"github.com/terrace-ml/terrace/data"
+	"github.com/terrace-ml/terrace/internal/control/api"
+	"github.com/terrace-ml/terrace/metrics"
+	"github.com/terrace-ml/terrace/ps"
+)
+
+// negLabel is how a LIBSVM file writes its negative class: "0" or "-1"
+// (the first that its labels show; "-1" if none), so that an exported
+// model predicts labels that tools compare with the file's own.
+func negLabel(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("--train %s: %w", path, err)
+	}
+	defer f.Close()
+	br := bufio.NewReader(f)
+	var r io.Reader = br
+	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+		gz, err := gzip.NewReader(br)
+		if err != nil {
+			return "", fmt.Errorf("--train %s: %w", path, err)
+		}
+		defer gz.Close()
+		r = gz
+	}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for n := 0; sc.Scan() && n < 10000; n++ {
+		f := strings.Fields(sc.Text())
+		if len(f) == 0 {
+			continue
+		}
+		if v, err := strconv.ParseFloat(f[0], 64); err == nil && v <= 0 {
+			if v == 0 {
+				return "0", nil
+			}
+			return "-1", nil
+		}
+	}
+	return "-1", nil
+}
+
+func exportCmd() *cobra.Command {
+	var coordinator, out string
+	cmd := &cobra.Command{
+		Use:   "export",
+		Short: "Write the model of the cluster's job in formats other tools read (lr: a liblinear model file)",
+		Long: `Export reads the trained model from a running cluster's servers (a coordinator
+without --exit-when-done keeps them up after the job) and writes it to --out:
+for lr a liblinear model file (liblinear-predict scores data with it). A job
+that ends its cluster writes its model itself: give the job --model PATH.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if out == "" {
+				return errors.New("--out is required: where to write the model")
+			}
+			ctx := cmd.Context()
+			cc := api.NewClient(coordinator, nil)
+			st, err := cc.JobStatus(ctx)
+			if err != nil {
+				return fmt.Errorf("export from %s: %w", coordinator, err)
+			}
+			if st.Job == nil {
+				return fmt.Errorf("export from %s: the cluster has no job", coordinator)
+			}
+			if st.Job.App != "lr" {
+				return fmt.Errorf("export: --app %s: from a live cluster only lr models are exported; give the job --model to write its model", st.Job.App)
+			}
+			return exportLR(ctx, coordinator, *st.Job, out)
+		},
+	}
+	cmd.Flags().StringVar(&coordinator, "coordinator", "127.0.0.1:7070", "coordinator address(es), comma-separated")
+	cmd.Flags().StringVar(&out, "out", "", "file to write the model to")
+	addConfigFlag(cmd)
+	return cmd
+}
+
+func exportLR(ctx context.Context, coordinator string, j api.Job, out string) error {
+	train, err := data.ReadLIBSVM(j.Train)
+	if err != nil {
+		return fmt.Errorf("export: the job's training data (for its feature scaling): %w", err)
+	}
+	nkeys := train.NumFeatures + 1
+	if j.Test != "" {
+		if test, err := data.ReadLIBSVM(j.Test); err == nil {
+			nkeys = max(nkeys, test.NumFeatures+1)
+		}
+	}
+	scale := make([]float32, nkeys)
+	if j.Scale != "none" {
+		scale = lr.MaxAbsScale(train, nkeys)
+	} else {
+		for i := range scale {
+			scale[i] = 1
+		}
+	}
+	c, err := ps.Dial(ctx, coordinator, ps.Options{Rank: -1, NodeID: "export"})
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	defer c.Close()
+	tbl, err := c.Table(ctx, lr.TableName)
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	m, err := lr.PullModel(ctx, tbl, nkeys, scale)
+	if err != nil {
+		return err
+	}
+	neg, err := negLabel(j.Train)
+	if err != nil {
+		return err
+	}
+	return m.SaveLIBLINEAR(out, "1", neg)
+}
+
+func predictCmd() *cobra.Command {
+	var model, dataPath, out string
+	cmd := &cobra.Command{
+		Use:   "predict",
+		Short: "Score data with an exported model (lr: a liblinear model file and LIBSVM data)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if model == "" || dataPath == "" {
+				return errors.New("predict needs --model (a model terrace export or --model wrote) and --data")
+			}
+			if st, err := os.Stat(model); err == nil && st.IsDir() {
+				return predictMF(cmd.OutOrStdout(), model, dataPath)
+			}
+			f, err := os.Open(model)
+			if err != nil {
+				return fmt.Errorf("--model %s: %w", model, err)
+			}
+			defer f.Close()
+			m, err := lr.ReadLIBLINEAR(f)
+			if err != nil {
+				return fmt.Errorf("--model %s: %w", model, err)
+			}
+			d, err := data.ReadLIBSVM(dataPath)
+			if err != nil {
+				return fmt.Errorf("--data: %w", err)
+			}
+			if d.Len() == 0 {
+				return fmt.Errorf("--data %s has no examples", dataPath)
+			}
+			acc, ll, auc := m.Evaluate(d)
+			fmt.Fprintf(cmd.OutOrStdout(), "terrace: %s: %d examples, accuracy %.4f (%d/%d)  logloss %.4f  AUC %.4f\n",
+				filepath.Base(dataPath), d.Len(), acc, int(acc*float64(d.Len())+0.5), d.Len(), ll, auc)
+			if out == "" {
+				return nil
+			}
+			return writePredictions(out, m, d)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&model, "model", "", "model: a file (lr: liblinear format) or a directory (mf: the TSV files --model wrote)")
+	fs.StringVar(&dataPath, "data", "", "data to score (lr: LIBSVM, plain or gzip; mf: user item rating lines)")
+	fs.StringVar(&out, "out", "", "write each example's probability of label 1, one a line, here")
+	addConfigFlag(cmd)
+	return cmd
+}
+
+func writePredictions(path string, m *lr.Model, d *data.Sparse) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	w := bufio.NewWriter(f)
+	for i := range d.Len() {
+		fmt.Fprintf(w, "%.6f\n", m.Score(d, i))
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return fmt.Errorf("--out %s: %w", path, err)
+	}
+	return f.Close()
+}
+
+func predictMF(w io.Writer, dir, dataPath string) error {
+	m, err := mf.LoadModel(dir)
+	if err != nil {
+		return fmt.Errorf("--model %s: %w", dir, err)
+	}
+	r, err := data.ReadRatings(dataPath)
+	if err != nil {
+		return fmt.Errorf("--data: %w", err)
+	}
+	if r.Len() == 0 {
+		return fmt.Errorf("--data %s has no ratings", dataPath)
+	}
+	pred, truth := make([]float64, r.Len()), make([]float64, r.Len())
+	for i := range pred {
+		pred[i], truth[i] = m.Predict(r.Users[i], r.Items[i]), float64(r.Values[i])
+	}
+	fmt.Fprintf(w, "terrace: %s: %d ratings, RMSE %.4f\n", filepath.Base(dataPath), r.Len(), metrics.RMSE(pred, truth))
+	return nil
+}

@@ -1,0 +1,202 @@
+package coord
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/http"
+	"reflect"
+	"slices"
+
+	"github.com/terrace-ml/terrace/internal/control/api"
+	"github.com/terrace-ml/terrace/internal/placement/ring"
+)
+
+// Eval is the evaluation of the model after one pass, handed to one
+// worker at a time (docs/design/jobs.md).
+type Eval struct {
+	// Rank holds the hand-out; -1 when it is due (never handed out, or
+	// its holder died, drained, or was handed it by a coordinator that
+	// has since failed over).
+	Rank   int             `json:"rank"`
+	Result *api.PassResult `json:"result,omitempty"`
+	Late   bool            `json:"late,omitempty"`
+}
+
+// SubmitJob sets the cluster's job, or checks that j is the job already
+// set; the reply's Job is the job in force. A different job is refused
+// with api.ErrJobConflict while one is set: jobs do not change under
+// running workers.
+func (m *Machine) SubmitJob(id uint64, j api.Job) {
+	if j.App == "" {
+		m.fail(id, fmt.Errorf("%w: a job needs an app", api.ErrBadRequest))
+		return
+	}
+	if m.st.Job == nil {
+		m.st.Job = &j
+		m.dirty = true
+	}
+	if !reflect.DeepEqual(*m.st.Job, j) {
+		m.reply(Reply{ID: id, Job: m.st.Job, Err: fmt.Errorf("%w: %s", api.ErrJobConflict, diffJobs(m.st.Job, &j))})
+		return
+	}
+	m.reply(Reply{ID: id, Job: m.st.Job})
+}
+
+// diffJobs names the first fields where b differs from the job a in force.
+func diffJobs(a, b *api.Job) string {
+	va, vb := reflect.ValueOf(*a), reflect.ValueOf(*b)
+	var d []string
+	for i := range va.NumField() {
+		if !reflect.DeepEqual(va.Field(i).Interface(), vb.Field(i).Interface()) {
+			d = append(d, fmt.Sprintf("%s %v, not %v", va.Type().Field(i).Tag.Get("yaml"), va.Field(i).Interface(), vb.Field(i).Interface()))
+		}
+	}
+	return "the job in force has " + fmt.Sprint(d)
+}
+
+// ClaimEval hands rank the evaluation of pass c.Pass if no live worker
+// holds it, and every earlier one that is due again (late).
+func (m *Machine) ClaimEval(id uint64, c api.EvalClaim) {
+	var got []int
+	for _, p := range m.evalPasses() {
+		e := m.st.Evals[p]
+		if p < c.Pass && e.due(m) {
+			e.Rank, e.Late = c.Rank, true
+			got = append(got, p)
+			m.dirty = true
+		}
+	}
+	e := m.st.Evals[c.Pass]
+	if e == nil {
+		e = &Eval{Rank: -1}
+		m.st.Evals[c.Pass] = e
+	}
+	if e.due(m) {
+		e.Rank = c.Rank
+		got = append(got, c.Pass)
+		m.dirty = true
+	}
+	var pending []int
+	for _, p := range m.evalPasses() {
+		if e := m.st.Evals[p]; p <= c.Pass && e.Result == nil && e.Rank != c.Rank {
+			pending = append(pending, p)
+		}
+	}
+	m.reply(Reply{ID: id, Evals: got, Pending: pending})
+}
+
+// due reports whether the evaluation waits for a worker to take it.
+func (e *Eval) due(m *Machine) bool {
+	return e.Result == nil && (e.Rank < 0 || m.finished(e.Rank))
+}
+
+// EvalResult records an evaluation's result.
+func (m *Machine) EvalResult(id uint64, r api.PassResult) {
+	e := m.st.Evals[r.Pass]
+	if e == nil {
+		m.fail(id, fmt.Errorf("%w: no evaluation of pass %d was handed out", api.ErrBadRequest, r.Pass))
+		return
+	}
+	if e.Result == nil {
+		r.Late = e.Late
+		e.Result = &r
+		m.dirty = true
+	}
+	m.reply(Reply{ID: id})
+}
+
+func (m *Machine) evalPasses() []int {
+	return slices.Sorted(maps.Keys(m.st.Evals))
+}
+
+// dueAgain makes every evaluation handed out and not yet reported due
+// again: a new leader cannot know whether its holder still works on it.
+func (m *Machine) dueAgain() {
+	for _, e := range m.st.Evals {
+		if e.Result == nil {
+			e.Rank = -1
+		}
+	}
+}
+
+// endJob marks the job done in the layout, which tells servers (and, with
+// exit, that they exit).
+func (m *Machine) endJob() {
+	l := &m.st.Layout
+	if l.JobDone {
+		return
+	}
+	l.JobDone, l.Shutdown = true, m.cfg.ExitWhenDone
+	m.publish()
+}
+
+// JobStatus returns the job, its progress and its results.
+func (m *Machine) JobStatus() api.JobStatus {
+	st := api.JobStatus{Job: m.st.Job, PassesDone: m.st.DoneBefore, Done: m.st.Layout.JobDone,
+		Workers: maps.Clone(m.st.Workers), Results: []api.PassResult{}}
+	if st.Job != nil {
+		j := *st.Job
+		st.Job = &j
+	}
+	for _, p := range m.evalPasses() {
+		if r := m.st.Evals[p].Result; r != nil {
+			st.Results = append(st.Results, *r)
+		}
+	}
+	for _, s := range m.st.Layout.Servers {
+		st.Servers = append(st.Servers, s.ID)
+	}
+	return st
+}
+
+// leaveAtEnd takes a server off the ring at once after the job: what it
+// holds is the job's result, already read, and no handoff is owed, not
+// even by the last server.
+func (m *Machine) leaveAtEnd(id uint64, server string) bool {
+	l := &m.st.Layout
+	if !l.JobDone {
+		return false
+	}
+	if slices.ContainsFunc(l.Servers, func(s ring.Server) bool { return s.ID == server }) {
+		l.Servers = slices.DeleteFunc(slices.Clone(l.Servers), func(s ring.Server) bool { return s.ID == server })
+		m.st.Removed++
+		m.newEpoch()
+		m.publish()
+	}
+	m.replyLayout(id)
+	return true
+}
+
+// JobStatus returns the job, its progress and its results.
+func (c *Coordinator) JobStatus() api.JobStatus {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m.JobStatus()
+}
+
+func (c *Coordinator) jobHandlers(mux *http.ServeMux) {
+	handle(mux, api.RouteJob, func(ctx context.Context, j api.Job) (any, error) {
+		r, err := c.call(ctx, func(m *Machine, id uint64) { m.SubmitJob(id, j) })
+		return r.Job, err
+	})
+	mux.HandleFunc(api.RouteJobStatus, func(w http.ResponseWriter, r *http.Request) { reply(w, c.JobStatus(), nil) })
+	handle(mux, api.RouteEvalClaim, func(ctx context.Context, ec api.EvalClaim) (any, error) {
+		r, err := c.call(ctx, func(m *Machine, id uint64) { m.ClaimEval(id, ec) })
+		return api.EvalGrant{Passes: r.Evals, Pending: r.Pending}, err
+	})
+	handle(mux, api.RouteEvalResult, func(ctx context.Context, pr api.PassResult) (any, error) {
+		_, err := c.call(ctx, func(m *Machine, id uint64) { m.EvalResult(id, pr) })
+		return struct{}{}, err
+	})
+}
+
+// levelAfterJob is the level of a node's loss: a warning while the job
+// runs, news once it is done (servers then exit on purpose).
+func levelAfterJob(done bool) slog.Level {
+	if done {
+		return slog.LevelInfo
+	}
+	return slog.LevelWarn
+}

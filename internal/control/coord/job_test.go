@@ -1,0 +1,174 @@
+package coord
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/terrace-ml/terrace/internal/control/api"
+)
+
+// jobRig drives a Machine as the driver does: each step's Ready is saved
+// (kept) and advanced, and the reply of the step's request returned.
+type jobRig struct {
+	t     *testing.T
+	m     *Machine
+	id    uint64
+	saved []byte
+}
+
+func newJobRig(t *testing.T, cfg Config) *jobRig {
+	r := &jobRig{t: t, m: NewMachine(cfg, t0)}
+	for i, id := range []string{"s0", "s1"} {
+		r.step(func(m *Machine, rid uint64) {
+			m.Join(rid, api.Join{Role: api.RoleServer, ID: id, Addr: "127.0.0.1:" + string(rune('1'+i))})
+		})
+	}
+	for _, id := range []string{"w0", "w1"} {
+		r.step(func(m *Machine, rid uint64) { m.Join(rid, api.Join{Role: api.RoleWorker, ID: id}) })
+	}
+	return r
+}
+
+func (r *jobRig) step(f func(m *Machine, id uint64)) Reply {
+	r.t.Helper()
+	r.id++
+	f(r.m, r.id)
+	var got *Reply
+	for {
+		rd, ok := r.m.Ready()
+		if !ok {
+			break
+		}
+		if rd.Save != nil {
+			r.saved = rd.Save
+		}
+		for i := range rd.Replies {
+			if rd.Replies[i].ID == r.id {
+				got = &rd.Replies[i]
+			}
+		}
+		if err := r.m.Advance(0); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+	if got == nil {
+		r.t.Fatalf("request %d got no reply", r.id)
+	}
+	return *got
+}
+
+func (r *jobRig) claim(rank, pass int) []int {
+	r.t.Helper()
+	rep := r.step(func(m *Machine, id uint64) { m.ClaimEval(id, api.EvalClaim{Rank: rank, Pass: pass}) })
+	if rep.Err != nil {
+		r.t.Fatal(rep.Err)
+	}
+	return rep.Evals
+}
+
+// TestPendingEvals: a claim lists the evaluations other live workers
+// hold, so that a worker at the job's end can wait for them, and take
+// one whose holder dies.
+func TestPendingEvals(t *testing.T) {
+	r := newJobRig(t, Config{Servers: 2, Workers: 2, Partitions: 2, Replication: 2})
+	r.claim(0, 1)
+	rep := r.step(func(m *Machine, id uint64) { m.ClaimEval(id, api.EvalClaim{Rank: 1, Pass: 1}) })
+	if len(rep.Evals) != 0 || !slices.Equal(rep.Pending, []int{1}) {
+		t.Fatalf("rank 1 after rank 0 took pass 1: evals %v pending %v", rep.Evals, rep.Pending)
+	}
+	r.step(func(m *Machine, id uint64) { m.Leave(id, 0) })
+	rep = r.step(func(m *Machine, id uint64) { m.ClaimEval(id, api.EvalClaim{Rank: 1, Pass: 1}) })
+	if !slices.Equal(rep.Evals, []int{1}) || len(rep.Pending) != 0 {
+		t.Fatalf("after rank 0 left: evals %v pending %v, want pass 1 handed to rank 1", rep.Evals, rep.Pending)
+	}
+}
+
+func TestSubmitJobRefusesAnother(t *testing.T) {
+	r := newJobRig(t, Config{Servers: 2, Workers: 2, Partitions: 2, Replication: 2})
+	j := api.Job{App: "lr", Train: "a9a", Passes: 5, Consistency: "ssp:2"}
+	if rep := r.step(func(m *Machine, id uint64) { m.SubmitJob(id, j) }); rep.Err != nil || *rep.Job != j {
+		t.Fatalf("first submission: %v, %+v", rep.Err, rep.Job)
+	}
+	if rep := r.step(func(m *Machine, id uint64) { m.SubmitJob(id, j) }); rep.Err != nil {
+		t.Fatalf("the same job again: %v", rep.Err)
+	}
+	other := j
+	other.Passes = 10
+	rep := r.step(func(m *Machine, id uint64) { m.SubmitJob(id, other) })
+	if !errors.Is(rep.Err, api.ErrJobConflict) || rep.Job.Passes != 5 {
+		t.Fatalf("a different job: %v, %+v; want ErrJobConflict and the 5-pass job in force", rep.Err, rep.Job)
+	}
+	// The job is in the saved state: a new leader has it.
+	m, err := RestoreMachine(r.m.cfg, r.saved, 0, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := m.JobStatus(); st.Job == nil || *st.Job != j {
+		t.Fatalf("restored job %+v, want %+v", st.Job, j)
+	}
+}
+
+// TestEvalsFollowLiveWorkers is the drain of rank 0 in issue 13: the
+// evaluation of a pass goes to the first live worker that asks, one
+// handed to a worker that then leaves is due again (late) for the next
+// that asks, and a new leader makes every unfinished hand-out due.
+func TestEvalsFollowLiveWorkers(t *testing.T) {
+	r := newJobRig(t, Config{Servers: 2, Workers: 2, Partitions: 2, Replication: 2})
+	if got := r.claim(1, 1); !slices.Equal(got, []int{1}) {
+		t.Fatalf("rank 1 asks first for pass 1: got %v", got)
+	}
+	if got := r.claim(0, 1); len(got) != 0 {
+		t.Fatalf("rank 0 asks second for pass 1: got %v, want nothing", got)
+	}
+	r.step(func(m *Machine, id uint64) {
+		m.EvalResult(id, api.PassResult{Pass: 1, Rank: 1, Metrics: map[string]float64{"test_accuracy": 0.8}})
+	})
+	// Rank 0 takes pass 2, then drains before it reports.
+	if got := r.claim(0, 2); !slices.Equal(got, []int{2}) {
+		t.Fatalf("pass 2: got %v", got)
+	}
+	r.step(func(m *Machine, id uint64) { m.Leave(id, 0) })
+	if got := r.claim(1, 3); !slices.Equal(got, []int{2, 3}) {
+		t.Fatalf("after rank 0 left, rank 1 asks for pass 3: got %v, want the orphaned pass 2 and 3", got)
+	}
+	r.step(func(m *Machine, id uint64) {
+		m.EvalResult(id, api.PassResult{Pass: 2, Rank: 1, Metrics: map[string]float64{"test_accuracy": 0.81}})
+	})
+	// A failover while pass 3 is handed out: the new leader hands it again.
+	m, err := RestoreMachine(r.m.cfg, r.saved, 0, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.m = m
+	if got := r.claim(1, 3); !slices.Equal(got, []int{3}) {
+		t.Fatalf("after a failover: got %v, want pass 3 due again", got)
+	}
+	st := r.m.JobStatus()
+	if len(st.Results) != 2 || st.Results[1].Pass != 2 || !st.Results[1].Late {
+		t.Fatalf("results %+v: want passes 1 and 2, 2 late", st.Results)
+	}
+}
+
+// TestJobEnd: once every worker reported, the layout says the job is done
+// (and, with ExitWhenDone, that the cluster ends), and even the last
+// server may then leave.
+func TestJobEnd(t *testing.T) {
+	r := newJobRig(t, Config{Servers: 2, Workers: 2, Partitions: 2, Replication: 2, ExitWhenDone: true})
+	for rank := range 2 {
+		if rep := r.step(func(m *Machine, id uint64) { m.Report(id, rank, []byte(`{}`)) }); rep.Err != nil {
+			t.Fatal(rep.Err)
+		}
+	}
+	if l := r.m.published; !l.JobDone || !l.Shutdown {
+		t.Fatalf("published layout after every report: job_done %v shutdown %v", l.JobDone, l.Shutdown)
+	}
+	for _, s := range []string{"s0", "s1"} {
+		if rep := r.step(func(m *Machine, id uint64) { m.LeaveServer(id, s) }); rep.Err != nil {
+			t.Fatalf("%s leaves after the job: %v", s, rep.Err)
+		}
+	}
+	if n := len(r.m.published.Servers); n != 0 {
+		t.Fatalf("%d servers left on the ring", n)
+	}
+}
