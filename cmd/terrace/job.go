@@ -222,4 +222,3 @@ otherwise is refused, naming the flag.`,
 	cmd.Flags().StringVar(&coordinator, "coordinator", "127.0.0.1:7070", "coordinator address(es), comma-separated")
 	return cmd
 }
-

@@ -45,17 +45,17 @@ type Event struct {
 
 // Status is the cluster at a glance: the job's progress and every node.
 type Status struct {
-	Time    time.Time    `json:"time"`
-	Epoch   uint64       `json:"epoch"`
-	Version uint64       `json:"version"`
-	Ready   bool         `json:"ready"`
+	Time    time.Time `json:"time"`
+	Epoch   uint64    `json:"epoch"`
+	Version uint64    `json:"version"`
+	Ready   bool      `json:"ready"`
 	// Stage is the tiers' stage (1, 2 or 3; docs/design/tiers.md).
-	Stage int `json:"stage"`
-	Job     Progress     `json:"job"`
+	Stage int      `json:"stage"`
+	Job   Progress `json:"job"`
 	// Definition is the job's definition and results, when one was
 	// submitted (the same as GET /v1/job).
-	Definition *JobStatus `json:"definition,omitempty"`
-	Nodes   []NodeStatus `json:"nodes"`
+	Definition *JobStatus   `json:"definition,omitempty"`
+	Nodes      []NodeStatus `json:"nodes"`
 	// Events is how many events the timeline holds, the last one's Seq.
 	Events uint64 `json:"events"`
 }
