@@ -26,6 +26,16 @@ var (
 	buildErr  error
 )
 
+// TestMain removes the command that terrace built, so that a run of the
+// suite leaves nothing in the temporary directory.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binary != "" {
+		os.RemoveAll(filepath.Dir(binary))
+	}
+	os.Exit(code)
+}
+
 // terrace builds the command once per test binary.
 func terrace(t *testing.T) string {
 	t.Helper()
