@@ -234,23 +234,29 @@ func (w *workerFlags) register(fs *pflag.FlagSet) {
 	w.machine.register(fs)
 }
 
-// run runs job as a worker until it ends, draining on a notice.
-func (w *workerFlags) run(ctx context.Context, job node.Job) (any, error) {
+// setup fills in the worker's configuration from the flags: its machine,
+// network (an emulated link, TLS over it when asked), token, ID and logger.
+// It runs before the worker first talks to the coordinator.
+func (w *workerFlags) setup() error {
 	var err error
 	if w.cfg.Machine, w.cfg.Class, err = w.machine.parse(); err != nil {
-		return nil, err
+		return err
 	}
 	if w.cfg.Network, err = w.machine.network(); err != nil {
-		return nil, err
+		return err
 	}
 	if w.cfg.ID == "" {
 		h, _ := os.Hostname()
 		w.cfg.ID = fmt.Sprintf("worker-%s-%d", h, os.Getpid())
 	}
 	w.cfg.Logger = newLogger(w.logLevel)
-	if w.cfg.Network, w.cfg.Token, err = w.sec.node(auth.RoleWorker, w.cfg.Network, w.cfg.Logger); err != nil {
-		return nil, err
-	}
+	w.cfg.Network, w.cfg.Token, err = w.sec.node(auth.RoleWorker, w.cfg.Network, w.cfg.Logger)
+	return err
+}
+
+// run runs job as a worker until it ends, draining on a notice; setup
+// must have run.
+func (w *workerFlags) run(ctx context.Context, job node.Job) (any, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w.cfg.Notices = w.notices.watch(ctx)
@@ -264,7 +270,7 @@ func workerCmd() *cobra.Command {
 		Short: "Run a worker that joins the coordinator and trains an application",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if _, _, err := w.machine.parse(); err != nil {
+			if err := w.setup(); err != nil {
 				return err
 			}
 			job, err := w.workerJob(cmd.Context(), cmd.OutOrStdout())

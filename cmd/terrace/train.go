@@ -485,6 +485,9 @@ func drillWorkerCmd() *cobra.Command {
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := cmd.OutOrStdout()
+			if err := w.setup(); err != nil {
+				return err
+			}
 			inner, err := w.workerJob(cmd.Context(), out)
 			if err != nil {
 				return err

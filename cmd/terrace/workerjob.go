@@ -15,8 +15,9 @@ import (
 // work for it: a worker trains the job the cluster runs, never one of its
 // own making.
 func (w *workerFlags) workerJob(ctx context.Context, out io.Writer) (node.Job, error) {
-	log := newLogger(w.logLevel)
-	cc := api.NewClient(w.cfg.Coordinator, nil)
+	log := w.cfg.Logger
+	cc := api.NewClient(w.cfg.Coordinator, w.cfg.Network)
+	cc.Token = w.cfg.Token
 	timeout := w.cfg.JoinTimeout
 	if timeout <= 0 {
 		timeout = node.DefaultJoinTimeout
