@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/terrace-ml/terrace/internal/control/api"
 )
@@ -160,6 +161,8 @@ func (c *Client) train(ctx context.Context, l *Lease, loop *Loop) error {
 		return fmt.Errorf("%w: lease of rows [%d, %d) from %d in a partition of %d", ErrBadArgument, l.Start, l.end, l.Offset, len(r.order))
 	}
 	l.end = r.end
+	c.rr.holding(r)
+	defer c.rr.holding(nil)
 	if loop.Begin != nil {
 		if err := loop.Begin(ctx, l); err != nil {
 			return err
@@ -207,11 +210,15 @@ func (r *leaseRun) step(ctx context.Context) error {
 		next := min(hi+r.loop.Batch, r.end)
 		b.Next = r.order[hi:next:next]
 	}
+	began := time.Now()
 	ack, err := r.loop.Step(ctx, b)
 	if err == nil && r.obs != nil {
 		var seen *Future
 		seen, err = r.obs.Observe(ctx, b)
 		ack = both(ack, seen)
+	}
+	if p := r.l.c.currentPacer(); err == nil && p != nil {
+		err = p.Pace(ctx, b, time.Since(began))
 	}
 	if ack != nil {
 		r.sent = append(r.sent, sentBatch{hi, ack})
@@ -221,6 +228,7 @@ func (r *leaseRun) step(ctx context.Context) error {
 	}
 	r.off = hi
 	r.steps++
+	r.l.c.rr.moved(r, hi-lo, time.Since(began))
 	if err := r.settle(ctx); err != nil {
 		return err
 	}
