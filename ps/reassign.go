@@ -56,6 +56,7 @@ type reassigner struct {
 	pos    PeerProgress // this worker's; Partition -1 when it holds nothing
 	cur    *Lease       // the lease being trained, for peers' cut requests
 	rate   float64      // rows per second, exponentially weighted
+	last   time.Time    // the previous boundary of cur
 	batch  int          // the loop's minibatch, the least tail worth taking
 	stolen map[uint64]bool
 	board  map[int]peerSeen
@@ -109,17 +110,22 @@ func (rr *reassigner) holding(r *leaseRun) {
 		rr.pos.Partition, rr.pos.Start, rr.pos.Offset, rr.pos.End = -1, 0, 0, 0
 		return
 	}
-	rr.cur, rr.batch = r.l, r.loop.Batch
+	rr.cur, rr.batch, rr.last = r.l, r.loop.Batch, time.Now()
 	rr.pos = PeerProgress{Pass: r.l.Pass, Partition: r.l.Partition, Start: r.l.Start, Offset: r.off, End: r.end, Rate: rr.rate}
 }
 
-// moved records a minibatch of n rows trained in took.
-func (rr *reassigner) moved(r *leaseRun, n int, took time.Duration) {
+// moved records a minibatch of n rows trained. The rate counts the time
+// from the previous boundary, the loop's own work included: what a peer
+// must plan with.
+func (rr *reassigner) moved(r *leaseRun, n int, _ time.Duration) {
 	if rr == nil {
 		return
 	}
 	rr.mu.Lock()
 	defer rr.mu.Unlock()
+	now := time.Now()
+	took := now.Sub(rr.last)
+	rr.last = now
 	if s := took.Seconds(); s > 0 {
 		v := float64(n) / s
 		if rr.rate == 0 {

@@ -56,6 +56,6 @@ func benchCmd() *cobra.Command {
 	af.IntVar(&ao.Batch, "batch", 0, "minibatch size (100 if 0)")
 	af.IntVar(&ao.Repeats, "repeats", 0, "runs per side, alternating; the median is reported (3 if 0)")
 	af.StringVar(&appReport, "report", "", "write the JSON report to this file")
-	cmd.AddCommand(wire, app)
+	cmd.AddCommand(wire, app, benchStragglersCmd())
 	return cmd
 }

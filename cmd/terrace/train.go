@@ -38,6 +38,8 @@ type trainReport struct {
 	// The drill's findings (--processes) and the audit's (--audit): faults,
 	// max_stall_seconds, acked_updates_lost, examples_skipped, ...
 	*drill.Report
+	// Reassignment's counts (--straggle, --reassign).
+	*straggleReport
 }
 
 // drillFlags are train's flags for --processes and --audit.
@@ -85,6 +87,7 @@ func (d *drillFlags) check() (drill.Schedule, error) {
 func trainCmd() *cobra.Command {
 	var a appFlags
 	var d drillFlags
+	var sf straggleFlags
 	var servers, workers, partitions, replication, checkpointEvery int
 	var checkpointDir, resumeDir string
 	var reportPath, logLevel string
@@ -105,6 +108,9 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			out := cmd.OutOrStdout()
+			if err := sf.check(&d); err != nil {
+				return err
+			}
 			sched, err := d.check()
 			if err != nil {
 				return err
@@ -136,6 +142,7 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 			if err != nil {
 				return err
 			}
+			job, run := sf.wrap(job, a.seed)
 			reps, err := l.RunWorkers(ctx, job)
 			var audit *drill.Report
 			if err == nil && timeline != nil {
@@ -157,6 +164,7 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 				return err
 			}
 			rep.Report = audit
+			rep.straggleReport = sf.report(run)
 			printSummary(out, rep)
 			return writeReport(reportPath, rep)
 		},
@@ -165,6 +173,7 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 	fs := cmd.Flags()
 	a.register(fs)
 	d.register(fs)
+	sf.register(fs)
 	fs.IntVar(&servers, "servers", 2, "number of servers")
 	fs.IntVar(&workers, "workers", 2, "number of workers")
 	fs.IntVar(&partitions, "partitions", 0, "data partitions (4 per worker if 0)")

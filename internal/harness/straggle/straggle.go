@@ -165,16 +165,35 @@ func mix(a, b uint64) uint64 {
 	return z ^ (z >> 31)
 }
 
-// Pacer slows one worker's minibatches by the pattern: after a step that
-// took d, it waits (f − 1)·d, with f the minibatch's Slowdown.
+// Pacer slows one worker's minibatches by the pattern: a minibatch that
+// took d, it holds (f − 1)·d more, with f the minibatch's Slowdown. d is
+// the whole of the minibatch's time, from the end of the previous one in
+// the same lease (the loop's own work between steps included), so that
+// the worker, not only its step, is f times slower.
 type Pacer struct {
 	p       Pattern
 	seed    uint64
 	c       *ps.Client
 	workers int
 	start   time.Time
-	n       int64 // minibatches paced; the loop calls Pace from one goroutine
-	slowed  time.Duration
+	// The loop calls Pace from one goroutine.
+	n      int64 // minibatches paced
+	lease  *ps.Lease
+	last   time.Time // when the previous minibatch of lease ended
+	slowed time.Duration
+	// work is the emulated compute per row (WithWork).
+	work time.Duration
+}
+
+// WithWork makes every row of a minibatch cost w more, as emulated
+// compute that is slowed with the rest (f·w a row). On a machine whose
+// cores the workers share, a slowed worker's wait frees a core for the
+// others, which a slowed machine of its own would not; emulated compute
+// takes no core, so that workers behave as if each had its own machine
+// (docs/design/stragglers.md).
+func (pc *Pacer) WithWork(w time.Duration) *Pacer {
+	pc.work = w
+	return pc
 }
 
 // NewPacer returns the pacer of worker c under p, training from start.
@@ -188,12 +207,18 @@ func NewPacer(p Pattern, seed uint64, c *ps.Client, start time.Time) *Pacer {
 
 // Pace implements ps.Pacer.
 func (pc *Pacer) Pace(ctx context.Context, b ps.Batch, took time.Duration) error {
-	f := pc.p.Slowdown(pc.seed, pc.c.Rank(), pc.workers, pc.c.Clock(), pc.n, time.Since(pc.start)-took)
+	now := time.Now()
+	if pc.lease == b.Lease && !pc.last.IsZero() {
+		took = now.Sub(pc.last)
+	}
+	pc.lease = b.Lease
+	defer func() { pc.last = time.Now() }()
+	f := pc.p.Slowdown(pc.seed, pc.c.Rank(), pc.workers, pc.c.Clock(), pc.n, now.Sub(pc.start)-took)
 	pc.n++
-	if f <= 1 {
+	d := time.Duration(float64(took)*(f-1) + f*float64(pc.work)*float64(len(b.Rows)))
+	if d <= 0 {
 		return nil
 	}
-	d := time.Duration(float64(took) * (f - 1))
 	pc.slowed += d
 	t := time.NewTimer(d)
 	defer t.Stop()
