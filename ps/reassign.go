@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/terrace-ml/terrace/internal/control/api"
 )
 
 // Reassign configures rapid reassignment (FlexRR; docs/design/
@@ -37,6 +39,8 @@ type ReassignStats struct {
 	ExamplesReassigned int64 `json:"examples_reassigned"`
 	// Refused is how many splits it asked for were refused (no_split).
 	Refused int64 `json:"splits_refused"`
+	// SplitSeconds is how long it waited for the coordinator's answers.
+	SplitSeconds float64 `json:"split_seconds"`
 }
 
 // Defaults of Reassign's fields.
@@ -62,6 +66,7 @@ type reassigner struct {
 	board  map[int]peerSeen
 
 	reassignments, reassigned, refused atomic.Int64
+	waited                             atomic.Int64 // nanoseconds in Split
 }
 
 // Reassign turns on rapid reassignment for this worker, until ctx ends.
@@ -95,7 +100,8 @@ func (c *Client) ReassignStats() ReassignStats {
 	if c.rr == nil {
 		return ReassignStats{}
 	}
-	return ReassignStats{Reassignments: c.rr.reassignments.Load(), ExamplesReassigned: c.rr.reassigned.Load(), Refused: c.rr.refused.Load()}
+	return ReassignStats{Reassignments: c.rr.reassignments.Load(), ExamplesReassigned: c.rr.reassigned.Load(), Refused: c.rr.refused.Load(),
+		SplitSeconds: time.Duration(c.rr.waited.Load()).Seconds()}
 }
 
 // holding records the lease the loop trains (nil: none).
@@ -276,11 +282,18 @@ func (rr *reassigner) waitOrHelp(ctx context.Context, pass int, got <-chan acqui
 	}
 }
 
-// help takes the tail of tg's piece from row tg.from: the peer is asked
-// to cut there at its next boundary, the coordinator to split there.
+// help takes the tail of tg's piece from row tg.from: the coordinator is
+// asked to split there (or for a free piece, if one is left: the Acquire
+// may have been slow, not parked), and, unless it answers at once, the
+// peer to cut there at its next boundary.
 func (rr *reassigner) help(ctx context.Context, pass int, tg target) (*Lease, error) {
-	rr.o.Peers.Send(tg.rank, PeerMessage{Cut: &PeerCut{Pass: pass, Partition: tg.partition, From: tg.from}})
-	l, err := rr.c.split(ctx, pass, tg.partition, tg.from)
+	began := time.Now()
+	ask := time.AfterFunc(rr.o.Every, func() {
+		rr.o.Peers.Send(tg.rank, PeerMessage{Cut: &PeerCut{Pass: pass, Partition: tg.partition, From: tg.from}})
+	})
+	l, err := rr.c.split(ctx, api.Split{Rank: rr.c.opts.Rank, Pass: pass, Partition: tg.partition, From: tg.from, AnyFree: true})
+	ask.Stop()
+	rr.waited.Add(int64(time.Since(began)))
 	if err != nil {
 		if errors.Is(err, ErrNoSplit) {
 			rr.refused.Add(1)

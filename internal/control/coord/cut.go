@@ -46,6 +46,12 @@ func (m *Machine) Split(id uint64, s api.Split) {
 		m.reply(Reply{ID: id, Grant: m.grant(w, p, i, s.Rank)}) // a grant it never received
 		return
 	}
+	if s.AnyFree {
+		if p, i := m.freePiece(w, s.Rank); p >= 0 {
+			m.reply(Reply{ID: id, Grant: m.grant(w, p, i, s.Rank)})
+			return
+		}
+	}
 	i := slices.IndexFunc(w.Parts[s.Partition], func(pc Piece) bool { return !pc.Done && pc.contains(s.From) })
 	if i < 0 {
 		m.fail(id, noSplit)

@@ -45,6 +45,8 @@ type StragglerRun struct {
 	Metrics            map[string]float64 `json:"metrics"`
 	Reassignments      int64              `json:"reassignments"`
 	ExamplesReassigned int64              `json:"examples_reassigned"`
+	SplitsRefused      int64              `json:"splits_refused"`
+	SplitSeconds       float64            `json:"split_seconds"`
 	// Trace is each worker's progress (rows trained) over time.
 	Trace []straggle.Point `json:"-"`
 }
@@ -160,9 +162,10 @@ func (o StragglerOptions) run(ctx context.Context, cons table.Consistency, p str
 	}
 	r := &StragglerRun{Consistency: cons.String(), Straggle: p.String(), Reassign: reassign, Seconds: time.Since(start).Seconds(), Trace: run.Trace()}
 	st := run.Stats()
-	r.Reassignments, r.ExamplesReassigned = st.Reassignments, st.ExamplesReassigned
+	r.Reassignments, r.ExamplesReassigned, r.SplitsRefused, r.SplitSeconds = st.Reassignments, st.ExamplesReassigned, st.Refused, st.SplitSeconds
 	r.Metrics = testMetrics(reps[0])
-	fmt.Fprintf(log, "bench stragglers: %s %s reassign=%v: %.2fs %v\n", cons, p, reassign, r.Seconds, r.Metrics)
+	fmt.Fprintf(log, "bench stragglers: %s %s reassign=%v: %.2fs %v; %d reassignments (%d rows), %d refused, %.2fs in splits\n",
+		cons, p, reassign, r.Seconds, r.Metrics, r.Reassignments, r.ExamplesReassigned, r.SplitsRefused, r.SplitSeconds)
 	return r, nil
 }
 

@@ -79,6 +79,9 @@ type Report struct {
 	Acked, Reads  int64
 	Losses        Losses
 	UnknownCopies int // rebuilds of layouts Copies never saw
+	// Reassignments is how many tails of pieces workers took from slow
+	// peers (Counters.Reassign).
+	Reassignments int64
 }
 
 // Losses is what a run lost where every copy of a slot was gone before a
@@ -136,7 +139,7 @@ func Run(ctx context.Context, sc Scenario) *Report {
 	cfg := sc.Config.withDefaults()
 	ctx, cancel := context.WithCancel(ctx)
 	c := &Cluster{cfg: cfg, start: time.Now(), logs: &lineLog{}, workload: sc.Workload, alert: sc.Alert,
-		ctx: ctx, cancel: cancel, results: make(chan *Node, 16)}
+		ctx: ctx, cancel: cancel, results: make(chan *Node, 16), peers: ps.NewPeerHub()}
 	c.book = NewBook(func(sl uint64) { c.copies.Touch(sl) })
 	c.copies = NewCopies(c.book.Mark)
 	c.net = simnet.New(simnet.Config{Seed: cfg.Seed, MinDelay: cfg.MinDelay, MaxDelay: cfg.MaxDelay})
@@ -163,6 +166,7 @@ func Run(ctx context.Context, sc Scenario) *Report {
 	c.stopNodes()
 
 	rep.Acked, rep.Reads = c.book.Totals()
+	rep.Reassignments = c.stolen.Load()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	rep.Violations = slices.Clone(c.violations)

@@ -75,6 +75,7 @@ func Job(job node.Job, o Options, run *Run) node.Job {
 		run.stats.Reassignments += s.Reassignments
 		run.stats.ExamplesReassigned += s.ExamplesReassigned
 		run.stats.Refused += s.Refused
+		run.stats.SplitSeconds += s.SplitSeconds
 		run.mu.Unlock()
 		return rep, err
 	}
