@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -39,6 +40,9 @@ over time under the first pattern, without and with reassignment.
 			if patterns != "" {
 				o.Patterns = strings.Split(patterns, ",")
 			}
+			if len(staleness) == 0 {
+				staleness = []int{2, 16, 128}
+			}
 			o.App, o.Seed, o.Staleness = a.app, a.seed, staleness
 			o.Job = func(cons table.Consistency) (node.Job, error) {
 				b := a
@@ -64,12 +68,7 @@ over time under the first pattern, without and with reassignment.
 			}
 			if plotPath != "" && len(o.Patterns) > 0 {
 				r := rep.Patterns[strings.TrimSpace(o.Patterns[0])]
-				best := r.SSP[0]
-				for _, s := range r.SSP {
-					if s.Seconds < best.Seconds {
-						best = s
-					}
-				}
+				best := r.SSP[slices.Index(staleness, r.BestStaleness)]
 				titles := []string{fmt.Sprintf("%s, %s, %s, no reassignment", rep.App, o.Patterns[0], best.Consistency), fmt.Sprintf("%s, %s, %s, with reassignment", rep.App, o.Patterns[0], r.RR.Consistency)}
 				if err := bench.PlotProgress(plotPath, titles, []*bench.StragglerRun{best, r.RR}); err != nil {
 					return err
@@ -84,6 +83,7 @@ over time under the first pattern, without and with reassignment.
 	fs.IntVar(&o.Servers, "servers", 2, "servers")
 	fs.StringVar(&patterns, "patterns", "", "comma-separated straggler patterns (one:4x,random:3x,machine:5x@2s-6s,powerlaw:1.5 if empty)")
 	fs.IntSliceVar(&staleness, "staleness", nil, "SSP bounds to try; the fastest is SSP's figure (2,16,128 if empty)")
+	fs.IntVar(&o.Repeats, "repeats", 1, "rounds of runs; each figure is the median run's")
 	fs.DurationVar(&o.Work, "work", 0, "emulated compute per example, slowed with the rest (100us if 0)")
 	fs.StringVar(&plotPath, "plot", "", "write the first pattern's progress plot to this .svg or .png")
 	fs.StringVar(&reportPath, "report", "", "write the JSON report to this file")

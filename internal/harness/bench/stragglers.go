@@ -32,6 +32,10 @@ type StragglerOptions struct {
 	// if 0), so that four workers on a 2-core machine straggle as four
 	// machines would.
 	Work time.Duration
+	// Repeats is how many times each run is made, in rounds (1 if 0); a
+	// figure is the median run's. The first round's SSP runs choose the
+	// bound for the rest.
+	Repeats int
 	// Job makes the application's worker job under a consistency model.
 	Job func(cons table.Consistency) (node.Job, error)
 }
@@ -103,25 +107,47 @@ func Stragglers(ctx context.Context, o StragglerOptions, log io.Writer) (*Stragg
 			return nil, err
 		}
 		res := &PatternResult{}
-		for _, s := range o.Staleness {
-			r, err := o.run(ctx, table.Consistency{Model: table.SSP, Staleness: s}, p, false, log)
-			if err != nil {
-				return nil, err
+		var ssp [][]*StragglerRun // by bound
+		var ideals, bsp, rr []*StragglerRun
+		for round := range max(o.Repeats, 1) {
+			for i, s := range o.Staleness {
+				r, err := o.run(ctx, table.Consistency{Model: table.SSP, Staleness: s}, p, false, log)
+				if err != nil {
+					return nil, err
+				}
+				if round == 0 {
+					ssp = append(ssp, nil)
+				}
+				ssp[i] = append(ssp[i], r)
 			}
-			res.SSP = append(res.SSP, r)
+			if round == 0 {
+				best := 0
+				for i := range ssp {
+					if ssp[i][0].Seconds < ssp[best][0].Seconds {
+						best = i
+					}
+				}
+				res.BestStaleness = o.Staleness[best]
+			}
+			bound := table.Consistency{Model: table.SSP, Staleness: res.BestStaleness}
+			for _, r := range []struct {
+				runs     *[]*StragglerRun
+				cons     table.Consistency
+				p        straggle.Pattern
+				reassign bool
+			}{{&ideals, bound, straggle.Pattern{}, false}, {&bsp, table.Consistency{Model: table.BSP}, p, false}, {&rr, bound, p, true}} {
+				run, err := o.run(ctx, r.cons, r.p, r.reassign, log)
+				if err != nil {
+					return nil, err
+				}
+				*r.runs = append(*r.runs, run)
+			}
 		}
-		best := slices.MinFunc(res.SSP, func(a, b *StragglerRun) int { return cmpFloat(a.Seconds, b.Seconds) })
-		res.BestStaleness = o.Staleness[slices.Index(res.SSP, best)]
-		ssp := table.Consistency{Model: table.SSP, Staleness: res.BestStaleness}
-		if res.Ideal, err = o.run(ctx, ssp, straggle.Pattern{}, false, log); err != nil {
-			return nil, err
+		for i := range ssp {
+			res.SSP = append(res.SSP, medianRun(ssp[i]))
 		}
-		if res.BSP, err = o.run(ctx, table.Consistency{Model: table.BSP}, p, false, log); err != nil {
-			return nil, err
-		}
-		if res.RR, err = o.run(ctx, ssp, p, true, log); err != nil {
-			return nil, err
-		}
+		best := res.SSP[slices.Index(o.Staleness, res.BestStaleness)]
+		res.Ideal, res.BSP, res.RR = medianRun(ideals), medianRun(bsp), medianRun(rr)
 		ideal := res.Ideal.Seconds
 		res.BSPOverIdeal, res.SSPOverIdeal, res.RROverIdeal = res.BSP.Seconds/ideal, best.Seconds/ideal, res.RR.Seconds/ideal
 		res.Bound = straggle.Bound(p, o.Workers, time.Duration(ideal*float64(time.Second)))
@@ -130,6 +156,13 @@ func Stragglers(ctx context.Context, o StragglerOptions, log io.Writer) (*Stragg
 			o.App, name, res.BSPOverIdeal, res.BestStaleness, res.SSPOverIdeal, res.RROverIdeal, ideal, res.Bound)
 	}
 	return rep, nil
+}
+
+// median is the run of median time (the lower of the middle two).
+func medianRun(runs []*StragglerRun) *StragglerRun {
+	rs := slices.Clone(runs)
+	slices.SortFunc(rs, func(a, b *StragglerRun) int { return cmpFloat(a.Seconds, b.Seconds) })
+	return rs[(len(rs)-1)/2]
 }
 
 func cmpFloat(a, b float64) int {
