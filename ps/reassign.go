@@ -210,13 +210,21 @@ type target struct {
 
 // pick chooses, among the peers heard from, the one whose piece of pass
 // has the most time left, and the row from which this worker takes its
-// tail so that both finish together; false if no split would save
+// tail: its share if it and the k − 1 other idle peers each take one, so
+// that all finish together with the peer; false if no split would save
 // Threshold.
 func (rr *reassigner) pick(pass int) (target, bool) {
 	rr.mu.Lock()
 	defer rr.mu.Unlock()
 	now := time.Now()
 	mine, least := rr.rate, max(rr.o.MinRows, rr.batch)
+	// The idle peers will help too: each takes its share in turn.
+	helpers := 1
+	for _, s := range rr.board {
+		if s.p.Pass == pass && s.p.Idle && now.Sub(s.at) <= peerStale {
+			helpers++
+		}
+	}
 	best, bestLeft := target{}, 0.0
 	for rank, s := range rr.board {
 		p := s.p
@@ -232,8 +240,8 @@ func (rr *reassigner) pick(pass int) (target, bool) {
 		if left < least {
 			continue
 		}
-		x := int(float64(left) * mine / (mine + p.Rate))
-		saved := float64(left)/p.Rate - float64(left)/(mine+p.Rate)
+		x := int(float64(left) * mine / (float64(helpers)*mine + p.Rate))
+		saved := float64(left)/p.Rate - max(float64(left-x)/p.Rate, float64(x)/mine)
 		threshold := rr.o.Threshold.Seconds()
 		if threshold == 0 {
 			threshold = 4 * float64(least) / mine
