@@ -111,14 +111,16 @@ func Bound(p Pattern, workers int, ideal time.Duration) float64 {
 	case Random:
 		return (w - 1 + p.Factor) / w
 	case Machine:
-		if ideal <= p.From {
-			return 1
+		// The victim loses (1 − 1/x) of the part of the window that the
+		// run, T long, reaches, and the others absorb it: T = T0 +
+		// (min(T, To) − From)·(1 − 1/x)/W, solved by iteration (the map
+		// is a contraction: its slope is below 1/W).
+		t0, t := ideal.Seconds(), ideal.Seconds()
+		for range 100 {
+			span := max(0, min(t, p.To.Seconds())-p.From.Seconds())
+			t = t0 + span*(1-1/p.Factor)/w
 		}
-		// The victim loses (1 − 1/x) of the part of the window the run
-		// reaches; the others absorb it.
-		span := min(p.To, ideal) - p.From
-		lost := span.Seconds() * (1 - 1/p.Factor)
-		return 1 + lost/w/ideal.Seconds()
+		return t / t0
 	case PowerLaw:
 		// E[min(f, cap)] for a Pareto law of index a and minimum 1.
 		a, c := p.Alpha, float64(PowerLawCap)

@@ -85,3 +85,24 @@ func TestSlowdown(t *testing.T) {
 		t.Errorf("powerlaw:1.5 mean %.3f, want %.3f", mean, want)
 	}
 }
+
+// The bounds of docs/design/stragglers.md.
+func TestBound(t *testing.T) {
+	for _, c := range []struct {
+		pattern string
+		ideal   time.Duration
+		want    float64
+	}{
+		{"one:4x", 0, 4 / 3.25},
+		{"random:3x", 0, 1.5},
+		{"machine:5x@2s-6s", time.Second, 1},
+		{"machine:5x@2s-6s", 10 * time.Second, 1.08},        // the whole window: 0.8 s more
+		{"machine:5x@2s-6s", 2500 * time.Millisecond, 1.05}, // T = 2.5 + 0.2 (T - 2) = 2.625
+		{"powerlaw:1.5", 0, 1 + (1-math.Pow(PowerLawCap, -0.5))/0.5},
+	} {
+		p, _ := Parse(c.pattern)
+		if got := Bound(p, 4, c.ideal); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("Bound(%s, 4 workers, ideal %v) = %.6f, want %.6f", c.pattern, c.ideal, got, c.want)
+		}
+	}
+}
