@@ -37,6 +37,7 @@ over time under the first pattern, without and with reassignment.
   terrace bench stragglers --app mf --passes 5 --train ../shared/data/ratings/ml-100k/u1.base --test ../shared/data/ratings/ml-100k/u1.test`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Patterns = []string{"one:4x", "random:3x", "machine:5x@2s-6s", "powerlaw:1.5"}
 			if patterns != "" {
 				o.Patterns = strings.Split(patterns, ",")
 			}
