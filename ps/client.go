@@ -88,8 +88,10 @@ type Client struct {
 	id   uint64
 	seqs seqTracker
 
-	parts    partStates // per-partition worker state (state.go)
-	observer Observer   // sees every minibatch of the partition loops (loop.go); under mu
+	parts    partStates  // per-partition worker state (state.go)
+	observer Observer    // sees every minibatch of the partition loops (loop.go); under mu
+	pacer    Pacer       // may hold the loop after each step (pace.go); under mu
+	rr       *reassigner // peers' progress and reassignment (reassign.go); nil when off
 
 	stopBeat context.CancelFunc
 	draining atomic.Bool

@@ -67,14 +67,7 @@ func (c *Client) Steal(ctx context.Context, pass, partition, from int, loop Loop
 	if c.Draining() {
 		return ErrDrained
 	}
-	g, err := c.ctl.Split(ctx, api.Split{Rank: c.opts.Rank, Pass: pass, Partition: partition, From: from})
-	switch {
-	case errors.Is(err, api.ErrNoSplit):
-		return fmt.Errorf("%w: pass %d partition %d from row %d: %w", ErrNoSplit, pass, partition, from, err)
-	case err != nil:
-		return fmt.Errorf("ps: split of pass %d partition %d: %w", pass, partition, err)
-	}
-	l, err := c.lease(ctx, pass, g)
+	l, err := c.split(ctx, api.Split{Rank: c.opts.Rank, Pass: pass, Partition: partition, From: from})
 	if err != nil {
 		return err
 	}
@@ -82,4 +75,17 @@ func (c *Client) Steal(ctx context.Context, pass, partition, from int, loop Loop
 		return fmt.Errorf("ps: pass %d partition %d from row %d: %w", pass, partition, l.Start, err)
 	}
 	return nil
+}
+
+// split asks the coordinator for the tail of the piece of s.Partition
+// that holds row s.From, and makes the lease it grants.
+func (c *Client) split(ctx context.Context, s api.Split) (*Lease, error) {
+	g, err := c.ctl.Split(ctx, s)
+	switch {
+	case errors.Is(err, api.ErrNoSplit):
+		return nil, fmt.Errorf("%w: pass %d partition %d from row %d: %w", ErrNoSplit, s.Pass, s.Partition, s.From, err)
+	case err != nil:
+		return nil, fmt.Errorf("ps: split of pass %d partition %d: %w", s.Pass, s.Partition, err)
+	}
+	return c.lease(ctx, s.Pass, g)
 }

@@ -11,5 +11,8 @@
 // gives a minibatch step, and the loop records progress only for what the
 // servers acknowledged, moves partition state with its rows, drains, and
 // stops early when the tail of its lease is given to another worker
-// (docs/design/partloop.md).
+// (docs/design/partloop.md). With Reassign, workers tell a few peers
+// their progress (Peers) and a worker with nothing left to take in a
+// pass takes the tail of a slow peer's lease through the same split
+// (docs/design/stragglers.md).
 package ps

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/terrace-ml/terrace/internal/control/api"
 )
@@ -164,6 +165,8 @@ func (c *Client) train(ctx context.Context, l *Lease, loop *Loop) error {
 		m.leases.Add(1)
 		defer m.leases.Add(-1)
 	}
+	c.rr.holding(r)
+	defer c.rr.holding(nil)
 	if loop.Begin != nil {
 		if err := loop.Begin(ctx, l); err != nil {
 			return err
@@ -211,11 +214,15 @@ func (r *leaseRun) step(ctx context.Context) error {
 		next := min(hi+r.loop.Batch, r.end)
 		b.Next = r.order[hi:next:next]
 	}
+	began := time.Now()
 	ack, err := r.loop.Step(ctx, b)
 	if err == nil && r.obs != nil {
 		var seen *Future
 		seen, err = r.obs.Observe(ctx, b)
 		ack = both(ack, seen)
+	}
+	if p := r.l.c.currentPacer(); err == nil && p != nil {
+		err = p.Pace(ctx, b, time.Since(began))
 	}
 	if ack != nil {
 		r.sent = append(r.sent, sentBatch{hi, ack})
@@ -228,6 +235,7 @@ func (r *leaseRun) step(ctx context.Context) error {
 	if m := r.l.c.obs; m != nil {
 		m.examples.Add(int64(hi - lo))
 	}
+	r.l.c.rr.moved(r, hi-lo, time.Since(began))
 	if err := r.settle(ctx); err != nil {
 		return err
 	}

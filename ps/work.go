@@ -100,16 +100,9 @@ func (c *Client) work(ctx context.Context, pass int) (*Lease, error) {
 	if c.opts.Rank < 0 {
 		return nil, fmt.Errorf("%w: a client without a rank leases no work", ErrBadArgument)
 	}
-	type result struct {
-		g   api.Grant
-		err error
-	}
-	got := make(chan result, 1)
-	go func() {
-		g, err := c.ctl.Acquire(ctx, c.opts.Rank, pass)
-		got <- result{g, err}
-	}()
-	var r result
+	got, cancel := c.acquireAsync(ctx, pass)
+	defer cancel()
+	var r acquired
 	idle := false
 	select {
 	case r = <-got:
@@ -121,7 +114,11 @@ func (c *Client) work(ctx context.Context, pass int) (*Lease, error) {
 		if err := c.sendClock(wire.ClockIdle).Wait(ctx); err != nil {
 			return nil, err
 		}
-		r = <-got
+		if c.rr != nil {
+			r = c.rr.waitOrHelp(ctx, pass, got, cancel) // may take a peer's tail (reassign.go)
+		} else {
+			r = <-got
+		}
 		c.idle.Store(false)
 	}
 	if r.err != nil {
@@ -133,10 +130,33 @@ func (c *Client) work(ctx context.Context, pass int) (*Lease, error) {
 			return nil, err
 		}
 	}
+	if r.stolen != nil {
+		return r.stolen, nil
+	}
 	if r.g.Done {
 		return nil, nil
 	}
 	return c.lease(ctx, pass, r.g)
+}
+
+// acquired is the answer to an Acquire, or a piece taken from a peer
+// instead.
+type acquired struct {
+	g      api.Grant
+	err    error
+	stolen *Lease
+}
+
+// acquireAsync asks the coordinator for a piece of pass; cancel stops
+// asking.
+func (c *Client) acquireAsync(ctx context.Context, pass int) (<-chan acquired, context.CancelFunc) {
+	actx, cancel := context.WithCancel(ctx)
+	got := make(chan acquired, 1)
+	go func() {
+		g, err := c.ctl.Acquire(actx, c.opts.Rank, pass)
+		got <- acquired{g: g, err: err}
+	}()
+	return got, cancel
 }
 
 // lease makes the Lease of grant g, with its partition state.

@@ -69,7 +69,7 @@ func benchCmd() *cobra.Command {
 	// The README says every command takes --config; bench did not.
 	addConfigFlag(wire)
 	addConfigFlag(app)
-	cmd.AddCommand(wire, app)
+	cmd.AddCommand(wire, app, benchStragglersCmd())
 	return cmd
 }
 

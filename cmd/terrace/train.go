@@ -49,6 +49,8 @@ type trainReport struct {
 	// The drill's findings (--processes) and the audit's (--audit): faults,
 	// max_stall_seconds, acked_updates_lost, examples_skipped, ...
 	*drill.Report
+	// Reassignment's counts (--straggle, --reassign).
+	*straggleReport
 }
 
 // drillFlags are train's flags for --processes and --audit.
@@ -97,6 +99,7 @@ func trainCmd() *cobra.Command {
 	var a appFlags
 	var d drillFlags
 	var tiers tierTrainFlags
+	var sf straggleFlags
 	var servers, workers, partitions, replication, checkpointEvery int
 	var checkpointDir, resumeDir string
 	var reportPath, logLevel string
@@ -117,6 +120,9 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			out := cmd.OutOrStdout()
+			if err := sf.check(&d); err != nil {
+				return err
+			}
 			sched, err := d.check()
 			if err != nil {
 				return err
@@ -156,6 +162,7 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 			if err != nil {
 				return err
 			}
+			job, run := sf.wrap(job, a.seed)
 			// The job is the cluster's, as in a cluster of processes:
 			// terrace status shows it, and results are kept with it.
 			if j, jerr := a.toJob(); jerr == nil {
@@ -189,6 +196,7 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 			}
 			rep.Report = audit
 			rep.Events = events
+			rep.straggleReport = sf.report(run)
 			printSummary(out, rep)
 			return writeReport(reportPath, rep)
 		},
@@ -198,6 +206,7 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 	a.register(fs)
 	d.register(fs)
 	tiers.register(fs)
+	sf.register(fs)
 	fs.IntVar(&servers, "servers", 2, "number of servers")
 	fs.IntVar(&workers, "workers", 2, "number of workers")
 	fs.IntVar(&partitions, "partitions", 0, "data partitions (4 per worker if 0)")

@@ -109,6 +109,9 @@ type Split struct {
 	Pass      int `json:"pass"`
 	Partition int `json:"partition"`
 	From      int `json:"from"`
+	// AnyFree asks for any free piece of the pass instead, if there is
+	// one: a helper that asks while pieces are still free needs no cut.
+	AnyFree bool `json:"any_free,omitempty"`
 }
 
 // Rank names a worker in heartbeats and departures.

@@ -27,6 +27,11 @@ func (m *Machine) Split(id uint64, s api.Split) {
 		return
 	}
 	m.beat(s.Rank)
+	// A worker asks for a split only once it stopped waiting for work; its
+	// Acquire's cancel may reach us after this request, and a parked
+	// Acquire answered then would grant the piece it is about to get again,
+	// under a new grant number (docs/design/stragglers.md).
+	m.dropAcquires(s.Rank)
 	if s.Partition < 0 || s.Partition >= m.st.Layout.Partitions {
 		m.fail(id, fmt.Errorf("%w: partition %d of %d", api.ErrBadRequest, s.Partition, m.st.Layout.Partitions))
 		return
@@ -40,6 +45,12 @@ func (m *Machine) Split(id uint64, s api.Split) {
 	if p, i := m.heldBy(w, s.Rank); p >= 0 {
 		m.reply(Reply{ID: id, Grant: m.grant(w, p, i, s.Rank)}) // a grant it never received
 		return
+	}
+	if s.AnyFree {
+		if p, i := m.freePiece(w, s.Rank); p >= 0 {
+			m.reply(Reply{ID: id, Grant: m.grant(w, p, i, s.Rank)})
+			return
+		}
 	}
 	i := slices.IndexFunc(w.Parts[s.Partition], func(pc Piece) bool { return !pc.Done && pc.contains(s.From) })
 	if i < 0 {
@@ -183,4 +194,16 @@ func (m *Machine) pendingCuts() []cutKey {
 		}
 	}
 	return ks
+}
+
+// dropAcquires fails the parked Acquires of rank: it asks for a split
+// instead.
+func (m *Machine) dropAcquires(rank int) {
+	m.waiting = slices.DeleteFunc(m.waiting, func(w waiter) bool {
+		if w.split != nil || w.rank != rank {
+			return false
+		}
+		m.fail(w.id, fmt.Errorf("%w: rank %d asked for a split instead", api.ErrNoSplit, rank))
+		return true
+	})
 }

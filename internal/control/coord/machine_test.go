@@ -116,7 +116,7 @@ var events = map[string]func(h *harness, td *datadriven.TestData){
 	},
 	"progress": (*harness).progress,
 	"split": func(h *harness, td *datadriven.TestData) {
-		h.m.Split(h.id(), api.Split{Rank: h.int(td, "rank", 0), Pass: h.int(td, "pass", 0), Partition: h.int(td, "part", 0), From: h.int(td, "from", 0)})
+		h.m.Split(h.id(), api.Split{Rank: h.int(td, "rank", 0), Pass: h.int(td, "pass", 0), Partition: h.int(td, "part", 0), From: h.int(td, "from", 0), AnyFree: td.HasArg("any-free")})
 	},
 	"heartbeat": func(h *harness, td *datadriven.TestData) {
 		if err := h.m.Heartbeat(h.int(td, "rank", 0)); err != nil {

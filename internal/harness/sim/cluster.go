@@ -142,6 +142,8 @@ type Cluster struct {
 	logs      *lineLog
 	workload  Workload
 	alert     func(string)
+	peers     *ps.PeerHub     // the workers' progress messages (Counters.Reassign)
+	stolen    atomic.Int64    // tails workers took from peers
 	ctx       context.Context // ends when the cluster stops
 	cancel    context.CancelFunc
 	nodes     sync.WaitGroup

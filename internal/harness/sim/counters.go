@@ -31,6 +31,10 @@ type Counters struct {
 	Passes        int // 2
 	ProgressEvery int // 4
 	Staleness     int
+	// Reassign turns on rapid reassignment (ps.Client.Reassign): a worker
+	// with no piece left takes the tail of a slow peer's, and the
+	// partition state, which counts each row's training, splits with it.
+	Reassign bool
 }
 
 func (w Counters) withDefaults() Counters {
@@ -62,6 +66,17 @@ func (w Counters) Run(ctx context.Context, c *Cluster, n *Node, cl *ps.Client) e
 		return err
 	}
 	cl.KeepState(func(int) ps.PartitionState { return &trained{rows: make([]uint8, w.Rows)} })
+	if w.Reassign {
+		if err := cl.Reassign(ctx, ps.Reassign{Peers: c.peers.Peers(rank)}); err != nil {
+			return err
+		}
+		defer func() {
+			if n := cl.ReassignStats().Reassignments; n > 0 {
+				c.stolen.Add(n)
+				c.Note("rank %d took %d tails of slow peers' pieces", rank, n)
+			}
+		}()
+	}
 	order := make([]int, w.Rows)
 	for i := range order {
 		order[i] = i
@@ -97,14 +112,18 @@ func (w Counters) loop(c *Cluster, n *Node, cl *ps.Client, tb *ps.Table, pass in
 			if err := w.step(ctx, c, n, cl, tb, pass, b.Lease.Partition, b.Lo); err != nil {
 				return nil, fmt.Errorf("minibatch %d: %w", b.Lo, err)
 			}
-			b.Lease.State().(*trained).rows[b.Lo]++
+			st := b.Lease.State().(*trained)
+			if st.rows[b.Lo] == notHeld {
+				c.Violate(KindLostState, "rank %d pass %d partition %d: row %d trained outside its piece [%d, %d)", rank, pass, b.Lease.Partition, b.Lo, b.Lease.Start, b.Lease.End())
+			}
+			st.rows[b.Lo]++
 			return nil, nil
 		},
 		Completed: func(l *ps.Lease) {
 			// Rows a dead worker trained past its last progress are
 			// trained again, but each is in the state once per pass.
 			rows := l.State().(*trained).rows
-			if r := slices.IndexFunc(rows, func(t uint8) bool { return int(t) != pass+1 }); r >= 0 {
+			if r := slices.IndexFunc(rows, func(t uint8) bool { return t != notHeld && int(t) != pass+1 }); r >= 0 {
 				c.Violate(KindLostState, "rank %d pass %d partition %d: row %d trained %d times by the state's account", rank, pass, l.Partition, r, rows[r])
 			}
 			n.Status("rank %d: asking for work in pass %d at clock %d", rank, pass, cl.Clock())
@@ -161,8 +180,42 @@ func (w Counters) step(ctx context.Context, c *Cluster, n *Node, cl *ps.Client, 
 }
 
 // trained is a partition's worker state: how many times each row was
-// trained, by the account of the state that moves with the partition.
+// trained, by the account of the state that moves with the partition. A
+// piece's state holds its own rows; the others are notHeld.
 type trained struct{ rows []uint8 }
+
+// notHeld marks a row of another piece in a piece's state.
+const notHeld = 0xff
+
+// Split moves rows out into a state of their own (ps.SplittableState).
+func (t *trained) Split(rows []int) (ps.PartitionState, error) {
+	tail := &trained{rows: slices.Repeat([]uint8{notHeld}, len(t.rows))}
+	for _, r := range rows {
+		if r < 0 || r >= len(t.rows) || t.rows[r] == notHeld {
+			return nil, fmt.Errorf("row %d is not this piece's", r)
+		}
+		tail.rows[r], t.rows[r] = t.rows[r], notHeld
+	}
+	return tail, nil
+}
+
+// Join takes in another piece's rows.
+func (t *trained) Join(other ps.PartitionState) error {
+	o, ok := other.(*trained)
+	if !ok || len(o.rows) != len(t.rows) {
+		return fmt.Errorf("joining a partition state of another kind")
+	}
+	for r, n := range o.rows {
+		if n == notHeld {
+			continue
+		}
+		if t.rows[r] != notHeld {
+			return fmt.Errorf("row %d is in two pieces", r)
+		}
+		t.rows[r] = n
+	}
+	return nil
+}
 
 func (t *trained) MarshalBinary() ([]byte, error) { return slices.Clone(t.rows), nil }
 

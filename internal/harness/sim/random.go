@@ -96,3 +96,16 @@ func RandomDrains(seed uint64) Scenario {
 	}
 	return sc
 }
+
+// RandomStragglers is RandomDrains(seed) with rapid reassignment on
+// (Counters.Reassign): idle workers take the tails of slow peers'
+// pieces, through drains, deaths and slow workers, and the invariants
+// check that every row is still trained once by the state's account.
+func RandomStragglers(seed uint64) Scenario {
+	sc := RandomDrains(seed)
+	if w, ok := sc.Workload.(Counters); ok {
+		w.Reassign = true
+		sc.Workload = w
+	}
+	return sc
+}

@@ -84,6 +84,9 @@ type Report struct {
 	// of acknowledged increments: the most acknowledged in any window of
 	// one interval (Book.MostAckedWithin).
 	LossBound int64
+	// Reassignments is how many tails of pieces workers took from slow
+	// peers (Counters.Reassign).
+	Reassignments int64
 }
 
 // Losses is what a run lost where every copy of a slot was gone before a
@@ -141,7 +144,7 @@ func Run(ctx context.Context, sc Scenario) *Report {
 	cfg := sc.Config.withDefaults()
 	ctx, cancel := context.WithCancel(ctx)
 	c := &Cluster{cfg: cfg, start: time.Now(), logs: &lineLog{}, workload: sc.Workload, alert: sc.Alert,
-		ctx: ctx, cancel: cancel, results: make(chan *Node, 16)}
+		ctx: ctx, cancel: cancel, results: make(chan *Node, 16), peers: ps.NewPeerHub()}
 	c.book = NewBook(func(sl uint64) { c.copies.Touch(sl) })
 	c.copies = NewCopies(c.book.Mark)
 	c.net = simnet.New(simnet.Config{Seed: cfg.Seed, MinDelay: cfg.MinDelay, MaxDelay: cfg.MaxDelay})
@@ -171,6 +174,7 @@ func Run(ctx context.Context, sc Scenario) *Report {
 	if c.cfg.Stage != 0 {
 		rep.LossBound = c.book.MostAckedWithin(cmp.Or(c.cfg.SyncInterval, time.Second))
 	}
+	rep.Reassignments = c.stolen.Load()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	rep.Violations = slices.Clone(c.violations)

@@ -146,3 +146,26 @@ func TestDrainsAndStragglers(t *testing.T) {
 		}
 	})
 }
+
+// TestReassignStragglers slows a worker down twentyfold for 3 s with
+// rapid reassignment on, and drains another in the middle: its peers take
+// the tails of its pieces, and every row is trained once by the account
+// of the partition state, which splits with the pieces.
+func TestReassignStragglers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sc := sim.Scenario{
+			Config:   sim.Config{Seed: 14, Servers: 3, Workers: 3},
+			Workload: sim.Counters{Staleness: 50, Reassign: true},
+			Faults: sim.Schedule{
+				{At: 300 * time.Millisecond, Fault: sim.SlowWorker{Target: sim.Target{ID: "worker-0"}, Factor: 20, For: 3 * time.Second}},
+				{At: 1500 * time.Millisecond, Fault: sim.Drain{Target: sim.Target{ID: "worker-1"}, Role: sim.RoleWorker, Grace: 5 * time.Second, Replace: 500 * time.Millisecond}},
+			},
+			Invariants: []sim.Invariant{sim.ExactlyOnce{}, sim.Staleness{}},
+		}
+		rep := runScenario(t, sc, true)
+		if rep.Reassignments == 0 {
+			t.Error("no tail was reassigned from the slow worker")
+		}
+		t.Logf("%d tails reassigned", rep.Reassignments)
+	})
+}

@@ -38,7 +38,8 @@ const detailUpTo = 10
 // logs (the command a failure prints); TERRACE_SIM_SCHEDULES=M runs M
 // schedules, from seed N if given, else from 1 (and then the
 // regressionSeeds too). TERRACE_SIM_MIX=drains draws the schedules with
-// drains and slow workers (sim.RandomDrains).
+// drains and slow workers (sim.RandomDrains); TERRACE_SIM_MIX=stragglers
+// the same with rapid reassignment on (sim.RandomStragglers).
 func TestSimulation(t *testing.T) {
 	first, n := uint64(1), defaultSchedules
 	if testing.Short() {
@@ -70,8 +71,10 @@ func TestSimulation(t *testing.T) {
 	case "":
 	case "drains":
 		draw = sim.RandomDrains
+	case "stragglers":
+		draw = sim.RandomStragglers
 	default:
-		t.Fatalf("TERRACE_SIM_MIX=%q: want drains or nothing", v)
+		t.Fatalf("TERRACE_SIM_MIX=%q: want drains, stragglers or nothing", v)
 	}
 	var sum summary
 	t.Cleanup(func() { sum.report(t, len(seeds)) })
