@@ -92,7 +92,7 @@ func (f *securityFlags) coordinator(listen string, o *coord.Options, ha *coordha
 		if err != nil {
 			return nil, err
 		}
-		o.Wrap = auth.NewGuard(toks, log).Wrap
+		o.Wrap = auth.NewGuard(toks, log).WrapReporting
 	}
 	if host, _, err := net.SplitHostPort(listen); err == nil {
 		if ip := net.ParseIP(host); (ip == nil || !ip.IsLoopback()) && (nw == nil || f.tokens == "") {

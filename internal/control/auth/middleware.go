@@ -62,6 +62,9 @@ var policy = map[string]Role{
 type Guard struct {
 	tokens *Tokens
 	log    *slog.Logger
+	// refused, when set, hears every refusal too (the coordinator's event
+	// timeline).
+	refused func(peer, cause string)
 	routes *http.ServeMux
 	// Policy overrides or extends the role each route pattern needs (the
 	// dashboard's, the jobs API's); nil uses the defaults above.
@@ -75,6 +78,13 @@ func NewGuard(tokens *Tokens, log *slog.Logger) *Guard {
 		log = slog.Default()
 	}
 	return &Guard{tokens: tokens, log: log}
+}
+
+// WrapReporting returns next behind the guard, which also tells refused
+// of every request it refuses (coord.Options.Wrap's form).
+func (g *Guard) WrapReporting(next http.Handler, refused func(peer, cause string)) http.Handler {
+	g.refused = refused
+	return g.Wrap(next)
 }
 
 // Wrap returns next behind the guard.
@@ -169,6 +179,9 @@ func (g *Guard) need(r *http.Request) (Role, error) {
 // refusal: who asked, for what, and why.
 func (g *Guard) refuse(w http.ResponseWriter, r *http.Request, need Role, err error, status int) {
 	g.log.Warn("refused request", "peer", r.RemoteAddr, "method", r.Method, "path", r.URL.Path, "needs", string(need), "err", err)
+	if g.refused != nil {
+		g.refused(r.RemoteAddr, fmt.Sprintf("%s %s: %v", r.Method, r.URL.Path, err))
+	}
 	code := api.CodeOf(err)
 	if status == 0 {
 		status = code.Status()

@@ -43,8 +43,9 @@ type Options struct {
 	// if 0). Workers heartbeat five times per timeout.
 	FailureTimeout time.Duration
 	// Wrap, when set, puts a handler in front of the HTTP API (the join
-	// tokens' guard, internal/control/auth).
-	Wrap func(http.Handler) http.Handler
+	// tokens' guard, internal/control/auth); refused is where it reports
+	// the requests it refuses (Coordinator.NoteRefused).
+	Wrap func(h http.Handler, refused func(peer, cause string)) http.Handler
 	// Stage is the stage the cluster forms in (issue 11; 0 means stage 1),
 	// SyncInterval the ActivePS's sync interval (1 s if 0).
 	Stage        tier.Stage
@@ -70,6 +71,8 @@ func (o Options) config() Config {
 type Coordinator struct {
 	opts Options
 	log  *slog.Logger
+	// refused rate-limits the timeline's refusal events (NoteRefused).
+	refused refusals
 
 	mu        sync.Mutex
 	m         *Machine

@@ -164,6 +164,38 @@ func (c *Coordinator) SetEventStore(ctx context.Context, s EventStore, self stri
 	return nil
 }
 
+// refusalEvery is the least time between two refusal events: a stranger
+// hammering the API must not flood the timeline, which is bounded.
+const refusalEvery = time.Second
+
+// refusals rate-limits NoteRefused.
+type refusals struct {
+	mu      sync.Mutex
+	last    time.Time
+	skipped int
+}
+
+// NoteRefused records on the timeline that a request from peer was
+// refused (by the join tokens' guard), at most one event a second: the
+// next event counts those it stands for.
+func (c *Coordinator) NoteRefused(peer, cause string) {
+	r := &c.refused
+	r.mu.Lock()
+	now := time.Now()
+	if !r.last.IsZero() && now.Sub(r.last) < refusalEvery {
+		r.skipped++
+		r.mu.Unlock()
+		return
+	}
+	skipped := r.skipped
+	r.last, r.skipped = now, 0
+	r.mu.Unlock()
+	if skipped > 0 {
+		cause = fmt.Sprintf("%s (and %d more refused since the last such event)", cause, skipped)
+	}
+	c.event(func(m *Machine) { m.note(api.EventRefused, peer, cause) })
+}
+
 // recordLocked numbers and keeps rd's events under the epoch now
 // published, and returns them for the store; c.mu is held.
 func (c *Coordinator) recordLocked(rd Ready) []api.Event {

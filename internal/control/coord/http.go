@@ -197,7 +197,7 @@ func (c *Coordinator) Serve(ctx context.Context, ln net.Listener, log *slog.Logg
 	}
 	h := c.Handler()
 	if c.opts.Wrap != nil {
-		h = c.opts.Wrap(h)
+		h = c.opts.Wrap(h, c.NoteRefused)
 	}
 	// A client that trickles its request is cut off: headers within 10 s,
 	// the whole body within ReadTimeout. Replies are not bounded, since a
