@@ -65,7 +65,7 @@ type Guard struct {
 	// refused, when set, hears every refusal too (the coordinator's event
 	// timeline).
 	refused func(peer, cause string)
-	routes *http.ServeMux
+	routes  *http.ServeMux
 	// Policy overrides or extends the role each route pattern needs (the
 	// dashboard's, the jobs API's); nil uses the defaults above.
 	Policy map[string]Role
