@@ -89,7 +89,7 @@ func runReplay(cmd *cobra.Command, f replayFlags) error {
 	rep.Summary(cmd.OutOrStdout(), names)
 	if f.plot != "" {
 		if err := replay.Plot(f.plot, rep, names); err != nil {
-			return err
+			return fmt.Errorf("--plot: %w", err)
 		}
 	}
 	return writeReport(f.report, rep)

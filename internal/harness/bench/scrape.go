@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/terrace-ml/terrace/internal/process/node"
 	"github.com/terrace-ml/terrace/ps"
 )
@@ -18,8 +20,12 @@ import (
 func scrapeCluster(ctx context.Context, l *node.Local, c *ps.Client, every time.Duration) (stop func(), err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	targets := []string{l.CoordAddr}
+	collectors := []prometheus.Collector{c.Collector()}
 	for _, s := range l.Servers {
-		reg, err := node.NewRegistry(s.Collector())
+		collectors = append(collectors, s.Collector())
+	}
+	for _, col := range collectors {
+		reg, err := node.NewRegistry(col)
 		if err != nil {
 			cancel()
 			return nil, err
@@ -31,17 +37,6 @@ func scrapeCluster(ctx context.Context, l *node.Local, c *ps.Client, every time.
 		}
 		targets = append(targets, addr)
 	}
-	reg, err := node.NewRegistry(c.Collector())
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	addr, err := node.ServeMetrics(ctx, "127.0.0.1:0", reg)
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	targets = append(targets, addr)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {

@@ -2,17 +2,13 @@ package bench
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
+
+	"github.com/terrace-ml/terrace/internal/plotfile"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
-	"gonum.org/v1/plot/vg/vgsvg"
 )
 
 // PlotProgress draws, for each run, one panel of every worker's rows
@@ -20,7 +16,7 @@ import (
 // pattern without and with reassignment shows the straggler's line
 // flatten and the others' go on.
 func PlotProgress(path string, titles []string, runs []*StragglerRun) error {
-	var plots [][]*plot.Plot
+	var plots []*plot.Plot
 	xmax := 0.0
 	for _, r := range runs {
 		for _, p := range r.Trace {
@@ -45,32 +41,9 @@ func PlotProgress(path string, titles []string, runs []*StragglerRun) error {
 			return fmt.Errorf("plot: %w", err)
 		}
 		p.Legend.Top, p.Legend.Left = true, true
-		plots = append(plots, []*plot.Plot{p})
+		plots = append(plots, p)
 	}
-	w, h := 18*vg.Centimeter, vg.Length(len(runs))*8*vg.Centimeter
-	var canvas vg.CanvasWriterTo
-	switch strings.ToLower(filepath.Ext(path)) {
-	case ".svg":
-		canvas = vgsvg.New(w, h)
-	case ".png":
-		canvas = vgimg.PngCanvas{Canvas: vgimg.New(w, h)}
-	default:
-		return fmt.Errorf("plot %s: want a .svg or .png file", path)
-	}
-	tiles := draw.Tiles{Rows: len(runs), Cols: 1, PadY: vg.Centimeter, PadTop: vg.Millimeter * 3, PadBottom: vg.Millimeter * 3, PadLeft: vg.Millimeter * 3, PadRight: vg.Millimeter * 3}
-	dc := draw.New(canvas)
-	for i, cs := range plot.Align(plots, tiles, dc) {
-		plots[i][0].Draw(cs[0])
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("plot: %w", err)
-	}
-	if _, err := canvas.WriteTo(f); err != nil {
-		f.Close()
-		return fmt.Errorf("plot %s: %w", path, err)
-	}
-	return f.Close()
+	return plotfile.WriteColumn(path, plots, 18*vg.Centimeter, 8*vg.Centimeter)
 }
 
 // thin keeps at most n points of xy, evenly spaced, and the last.

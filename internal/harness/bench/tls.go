@@ -81,29 +81,38 @@ func newTLSReport(bench string, rounds int) *TLSReport {
 }
 
 // tlsNetworks makes a throw-away cluster CA and gives each node of a
-// one-server, one-worker local cluster its own certificate for 127.0.0.1.
-func tlsNetworks(dir string, log *slog.Logger) (func(id string) transport.Network, error) {
-	if err := pki.Init(dir, "", pki.Options{}); err != nil {
-		return nil, err
+// one-server, one-worker local cluster its own certificate for 127.0.0.1;
+// cleanup removes the CA and certificates.
+func tlsNetworks(log *slog.Logger) (nets func(id string) transport.Network, cleanup func(), err error) {
+	dir, err := os.MkdirTemp("", "terrace-bench-pki-")
+	if err != nil {
+		return nil, nil, err
 	}
-	nets := map[string]transport.Network{}
+	cleanup = func() { os.RemoveAll(dir) }
+	if err := pki.Init(dir, "", pki.Options{}); err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	byID := map[string]transport.Network{}
 	for _, id := range []string{"coordinator", "server-0", "worker-0"} {
 		out, err := pki.Issue(dir, id, []string{"127.0.0.1"}, pki.Options{})
-		if err != nil {
-			return nil, err
+		if err == nil {
+			var src *pki.Source
+			if src, err = pki.NewSource(pki.FilesIn(out)); err == nil {
+				byID[id] = tlsnet.New(nil, src, log)
+			}
 		}
-		src, err := pki.NewSource(pki.FilesIn(out))
 		if err != nil {
-			return nil, err
+			cleanup()
+			return nil, nil, err
 		}
-		nets[id] = tlsnet.New(nil, src, log)
 	}
 	return func(id string) transport.Network {
-		if n, ok := nets[id]; ok {
+		if n, ok := byID[id]; ok {
 			return n
 		}
-		return nets["coordinator"]
-	}, nil
+		return byID["coordinator"]
+	}, cleanup, nil
 }
 
 // onWorkerNet is onWorker on the given networks (TCP if nil).
@@ -132,16 +141,12 @@ func WireTLS(ctx context.Context, o WireOptions, progress io.Writer) (*TLSReport
 	start := time.Now()
 	rep := newTLSReport("wire", o.Rounds)
 	rep.DenseBytes = o.DenseBytes
-	dir, err := os.MkdirTemp("", "terrace-bench-pki-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(dir)
 	log := logger(w)
-	nets, err := tlsNetworks(dir, log)
+	nets, cleanup, err := tlsNetworks(log)
 	if err != nil {
 		return nil, err
 	}
+	defer cleanup()
 	vals, dst := denseVectors(o.DenseBytes / 4)
 	nb := o.DenseBytes
 	ops := []denseOp{opPushPull, opPush, opPull}
@@ -210,16 +215,12 @@ func AppTLS(ctx context.Context, o AppOptions, progress io.Writer) (*TLSReport, 
 	start := time.Now()
 	rep := newTLSReport("app", o.Repeats)
 	rep.Rounds = o.Repeats
-	dir, err := os.MkdirTemp("", "terrace-bench-pki-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(dir)
 	log := logger(w)
-	nets, err := tlsNetworks(dir, log)
+	nets, cleanup, err := tlsNetworks(log)
 	if err != nil {
 		return nil, err
 	}
+	defer cleanup()
 	cfg := appConfig(o)
 	rates := map[bool][]float64{}
 	for i := range o.Repeats {

@@ -2,18 +2,13 @@ package replay
 
 import (
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
-	"strings"
+
+	"github.com/terrace-ml/terrace/internal/plotfile"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
-	"gonum.org/v1/plot/vg/vgsvg"
 )
 
 // Plot writes, for the first start, five panels over time (hours from
@@ -32,7 +27,7 @@ func Plot(path string, rep *Report, names []string) error {
 		{"stage", "stage", func(s Sample) float64 { return float64(s.Stage) }, false},
 		{"dollars so far", "$", func(s Sample) float64 { return s.Dollars }, false},
 	}
-	plots := make([][]*plot.Plot, len(panels))
+	plots := make([]*plot.Plot, len(panels))
 	for i, pn := range panels {
 		p := plot.New()
 		p.Title.Text, p.X.Label.Text, p.Y.Label.Text = pn.title, "hours from the start", pn.y
@@ -47,24 +42,9 @@ func Plot(path string, rep *Report, names []string) error {
 			return fmt.Errorf("plot: %w", err)
 		}
 		p.Legend.Top = true
-		plots[i] = []*plot.Plot{p}
+		plots[i] = p
 	}
-	w, h := 22*vg.Centimeter, vg.Length(len(panels))*7*vg.Centimeter
-	var canvas vg.CanvasWriterTo
-	switch strings.ToLower(filepath.Ext(path)) {
-	case ".svg":
-		canvas = vgsvg.New(w, h)
-	case ".png":
-		canvas = vgimg.PngCanvas{Canvas: vgimg.New(w, h)}
-	default:
-		return fmt.Errorf("--plot %s: want a .svg or .png file", path)
-	}
-	tiles := draw.Tiles{Rows: len(panels), Cols: 1, PadY: vg.Centimeter, PadTop: vg.Millimeter * 3, PadBottom: vg.Millimeter * 3, PadLeft: vg.Millimeter * 3, PadRight: vg.Millimeter * 3}
-	dc := draw.New(canvas)
-	for i, cs := range plot.Align(plots, tiles, dc) {
-		plots[i][0].Draw(cs[0])
-	}
-	return writeTo(path, canvas)
+	return plotfile.WriteColumn(path, plots, 22*vg.Centimeter, 7*vg.Centimeter)
 }
 
 func points(tl []Sample, f func(Sample) float64) plotter.XYs {
@@ -73,16 +53,4 @@ func points(tl []Sample, f func(Sample) float64) plotter.XYs {
 		xy[i].X, xy[i].Y = s.At.Sub(tl[0].At).Hours(), f(s)
 	}
 	return xy
-}
-
-func writeTo(path string, c io.WriterTo) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("plot: %w", err)
-	}
-	if _, err := c.WriteTo(f); err != nil {
-		f.Close()
-		return fmt.Errorf("plot %s: %w", path, err)
-	}
-	return f.Close()
 }
