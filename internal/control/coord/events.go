@@ -1,6 +1,7 @@
 package coord
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -106,7 +107,7 @@ func (l *eventLog) load(evs []api.Event) {
 func (l *eventLog) after(ctx context.Context, seq uint64, wait bool) []api.Event {
 	for {
 		l.mu.Lock()
-		i, _ := slices.BinarySearchFunc(l.evs, seq+1, func(e api.Event, s uint64) int { return cmpU64(e.Seq, s) })
+		i, _ := slices.BinarySearchFunc(l.evs, seq+1, func(e api.Event, s uint64) int { return cmp.Compare(e.Seq, s) })
 		evs := slices.Clone(l.evs[i:])
 		ch := l.changed
 		l.mu.Unlock()
@@ -125,16 +126,6 @@ func (l *eventLog) last() uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.next - 1
-}
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Events returns the timeline's events numbered above after, oldest

@@ -21,9 +21,8 @@ func (c *Coordinator) StageStatus() api.StageStatus {
 	c.mu.Lock()
 	stage, hist := c.m.Stage()
 	c.mu.Unlock()
-	st := api.StageStatus{Stage: stage, History: []api.StageChange{}}
-	for _, h := range hist {
-		st.History = append(st.History, api.StageChange(h))
+	if hist == nil {
+		hist = []api.StageChange{} // [] rather than null in the reply
 	}
-	return st
+	return api.StageStatus{Stage: stage, History: hist}
 }

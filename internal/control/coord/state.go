@@ -66,14 +66,8 @@ type State struct {
 }
 
 // StageChange is one stage switch: started at Started, published (the
-// epoch that moved the heads) at Done.
-type StageChange struct {
-	From    tier.Stage `json:"from"`
-	To      tier.Stage `json:"to"`
-	Reason  string     `json:"reason"`
-	Started time.Time  `json:"started"`
-	Done    time.Time  `json:"done,omitzero"`
-}
+// epoch that moved the heads) at Done. It is saved as the API shows it.
+type StageChange = api.StageChange
 
 // Pass is one training pass's pieces, by partition, in row order.
 type Pass struct {

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -161,18 +162,8 @@ func Stragglers(ctx context.Context, o StragglerOptions, log io.Writer) (*Stragg
 // median is the run of median time (the lower of the middle two).
 func medianRun(runs []*StragglerRun) *StragglerRun {
 	rs := slices.Clone(runs)
-	slices.SortFunc(rs, func(a, b *StragglerRun) int { return cmpFloat(a.Seconds, b.Seconds) })
+	slices.SortFunc(rs, func(a, b *StragglerRun) int { return cmp.Compare(a.Seconds, b.Seconds) })
 	return rs[(len(rs)-1)/2]
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // run trains once on a cluster of its own.
