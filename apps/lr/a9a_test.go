@@ -14,7 +14,12 @@ import (
 
 // TestA9A trains on the shipped a9a data under each consistency model and
 // checks the targets: test accuracy >= 0.845 and AUC >= 0.90 (liblinear:
-// 0.8495 and 0.902).
+// 0.8495 and 0.902). It uses FTRL's alpha 0.5, not the default 1: the
+// default is set so that small sets converge in ten passes, and on a9a's
+// 32,561 rows it leaves the last pass's accuracy 0.5 points noisy (0.841
+// to 0.850 over runs, with the order in which the workers' minibatches
+// meet), which is a property of the step, not of the consistency model
+// this test is about. With 0.5 the spread is 0.849 to 0.851.
 func TestA9A(t *testing.T) {
 	for _, cons := range []table.Consistency{{Model: table.BSP}, {Model: table.SSP, Staleness: 2}, {Model: table.ASP}} {
 		t.Run(cons.String(), func(t *testing.T) {
@@ -29,6 +34,7 @@ func TestA9A(t *testing.T) {
 			cfg.Train = filepath.Join("..", "..", "datasets", "a9a", "a9a.gz")
 			cfg.Test = filepath.Join("..", "..", "datasets", "a9a", "a9a.t.gz")
 			cfg.Consistency = cons
+			cfg.Rule.LR = 0.5
 			var rep0 *lr.Report
 			_, err = l.RunWorkers(ctx, func(ctx context.Context, c *ps.Client) (any, error) {
 				rep, err := lr.Run(ctx, c, cfg)

@@ -124,7 +124,7 @@ func TestSeparateProcesses(t *testing.T) {
 	}
 	for i := range 2 {
 		nodes = append(nodes, startWorker(fmt.Sprintf("w%d", i), "--train", repoFile("datasets/a9a/a9a.gz"),
-			"--test", repoFile("datasets/a9a/a9a.t.gz"), "--epochs", "8"))
+			"--test", repoFile("datasets/a9a/a9a.t.gz"), "--epochs", "8", "--lr", a9aAlpha))
 	}
 	// Drain rank 0 as soon as it trains; a flagless worker replaces it.
 	(<-rank0).Process.Signal(syscall.SIGTERM)
@@ -313,6 +313,11 @@ func hasFault(rep *drillReport, action, role string) bool {
 	return false
 }
 
+// a9aAlpha is FTRL's alpha for the tests that check a9a's targets (test
+// accuracy >= 0.845): the default, 1, leaves a9a's last-pass accuracy half
+// a point noisy (apps/lr's TestA9A says more).
+const a9aAlpha = "0.5"
+
 // drillKillAt is when the drill tests kill a node, after training starts:
 // early enough that the five epochs (about a second on one core) are not
 // over, or the fault is never injected (the tests check that it was).
@@ -325,7 +330,7 @@ func TestDrillServerKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a cluster of six processes")
 	}
-	rep := runDrill(t, "--servers", "3", "--workers", "2", "--replication", "2", "--epochs", "5", "--kill", "server@"+drillKillAt)
+	rep := runDrill(t, "--servers", "3", "--workers", "2", "--replication", "2", "--epochs", "5", "--lr", a9aAlpha, "--kill", "server@"+drillKillAt)
 	if !hasFault(rep, "kill", "server") {
 		t.Fatalf("faults %+v: no server kill (training took %.2fs)", rep.Faults, rep.TrainingSeconds)
 	}

@@ -62,6 +62,9 @@ type tookOver struct {
 	clock   int64
 	worker  uint32
 	durable chan struct{}
+	// due: its clock had completed when it was taken over, so it was
+	// applied with the layout (Server.install).
+	due bool
 }
 
 // takeOver returns, for the slots server me heads under rm, the BSP pushes

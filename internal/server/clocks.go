@@ -52,6 +52,28 @@ func (c *consistency[W, P]) resize(workers int) {
 	c.min = min(c.min, c.floor)
 }
 
+// entry is the lowest clock a worker that starts, or comes back from
+// waiting for work, may push at: reads answered already did not wait for
+// it. That is at least the floor, and at least the clock of every worker
+// counted at a real clock. The second matters when a server dies: the
+// minimum it published dies with it, and may be above every survivor's
+// floor (a worker killed while sending a clock reached only that server),
+// but no minimum it published was above the clock of a live worker it
+// counted. The server does not count the worker there itself (a server
+// that joins, or a connection that comes back, hears a worker's first
+// clock too, which must stand as sent): the worker learns it in the reply
+// to its clock message (wire.ClockReplySize) and sends it before it
+// pushes.
+func (c *consistency[W, P]) entry() int64 {
+	e := c.floor
+	for _, x := range c.clock {
+		if x < wire.ClockIdle {
+			e = max(e, x)
+		}
+	}
+	return e
+}
+
 // advance records that worker reached clock v and returns the clock the
 // worker is now counted at, and the flush the new minimum calls for (nil
 // if none, or if a flush is out already: its driver finds the new minimum

@@ -88,7 +88,20 @@ func (s *Server) install(l *layout.Layout, rm *ring.Map, ch chains) (installed, 
 	s.pairMu.Unlock()
 	s.clockMu.Lock()
 	s.cons.resize(l.Workers)
+	for i := range a.took {
+		t := &a.took[i]
+		t.due = !s.cons.deferPush(t.clock, t.worker, &t.push)
+	}
 	s.clockMu.Unlock()
+	// A taken-over push whose clock has completed is applied before the
+	// layout that makes this server its keys' head is in force: a read
+	// answered under it must see it (the minimum already covers its clock).
+	// (takeOver kept only the keys it heads.)
+	for _, t := range a.took {
+		if t.due {
+			s.applyPush(t.push.t, t.push.ks, t.push.vals, t.push.pair.Client, t.push.pair.Seq)
+		}
+	}
 	close(s.changed)
 	s.changed = make(chan struct{})
 	a.dropped = s.dropReplicators(ch)
@@ -169,17 +182,14 @@ func (s *Server) follow(a installed) {
 }
 
 // takeOver replicates a BSP push taken over from a failed head to this
-// server's own chains, and applies it at the flush of its clock, or at once
-// if that clock has completed. A re-send of it waits until it is on the
-// chains (dedup's durable).
+// server's own chains; one whose clock had completed (install applied it)
+// is then replicated as state, the others are applied at the flush of
+// their clock. A re-send of it waits until it is on the chains (dedup's
+// durable).
 func (s *Server) takeOver(t tookOver) {
 	s.replicateDeferred(t.push, t.clock, t.worker, func(error) { close(t.durable) })
-	p := &t.push
-	s.clockMu.Lock()
-	deferred := s.cons.deferPush(t.clock, t.worker, p)
-	s.clockMu.Unlock()
-	if !deferred {
-		s.applyDeferred(p)
+	if t.due {
+		s.replicateApplied(&t.push)
 	}
 }
 

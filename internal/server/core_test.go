@@ -42,6 +42,9 @@ func TestConsistencyScenarios(t *testing.T) {
 				return "refused: no such worker\n"
 			}
 			fmt.Fprintf(&b, "counted at %s\n", clockName(counted))
+			if e := c.entry(); counted < wire.ClockIdle && e > counted {
+				fmt.Fprintf(&b, "enters at %s\n", clockName(e))
+			}
 			if f != nil {
 				out = f
 				fmt.Fprintf(&b, "flush to %s: apply %v\n", clockName(f.upTo), f.due)

@@ -242,15 +242,29 @@ func (s *Server) applyPush(t *tableState, ks keyspace.Keys, vals []float32, clie
 // heads. The caller holds no lock.
 func (s *Server) applyDeferred(p *bspPush) {
 	s.applyMu.RLock()
-	heads := s.heads()
-	all, _ := keep(p.all, heads, nil, 0)
-	ks, vals := keep(p.ks, heads, p.vals, p.t.spec.Width)
+	ks, vals := keep(p.ks, s.heads(), p.vals, p.t.spec.Width)
 	s.applyPush(p.t, ks, vals, p.pair.Client, p.pair.Seq)
-	after := s.replicate(p.t, all, p.pair, func(error) {})
+	after := s.replicateHeaded(p)
 	s.applyMu.RUnlock()
 	if after != nil {
 		after()
 	}
+}
+
+// replicateApplied replicates the state of the keys of BSP push p that
+// this server heads, once install applied it. The caller holds no lock.
+func (s *Server) replicateApplied(p *bspPush) {
+	s.applyMu.RLock()
+	after := s.replicateHeaded(p)
+	s.applyMu.RUnlock()
+	if after != nil {
+		after()
+	}
+}
+
+func (s *Server) replicateHeaded(p *bspPush) (after func()) {
+	all, _ := keep(p.all, s.heads(), nil, 0)
+	return s.replicate(p.t, all, p.pair, func(error) {})
 }
 
 // answer acknowledges a push, or answers the pull half of a pushpull.

@@ -668,10 +668,14 @@ func (s *Server) handleClock(c *conn, h wire.Header, p []byte) error {
 // advanceClock records worker's clock and drives the flush it calls for:
 // it applies the BSP pushes the new minimum releases, then publishes the
 // minimum and answers the reads that were waiting for it. It returns the
-// clock the worker is counted at (see consistency.advance).
+// clock the worker is counted at (see consistency.advance), raised to
+// where a worker entering now would start (consistency.entry).
 func (s *Server) advanceClock(worker int, v int64) (int64, error) {
 	s.clockMu.Lock()
 	counted, f, ok := s.cons.advance(worker, v)
+	if counted < wire.ClockIdle {
+		counted = max(counted, s.cons.entry())
+	}
 	s.clockMu.Unlock()
 	if !ok {
 		return 0, fmt.Errorf("clock from worker %d, but the layout has %d workers", worker, s.workers())

@@ -31,13 +31,7 @@ var regressionSeeds = []uint64{71349, 71351}
 // log, not as a test failure, so that every other seed still guards the
 // rest. Each entry names what it breaks; a seed that passes again should be
 // removed from here.
-var openSeeds = map[uint64]openFinding{
-	// Found 2026-11-26 when the TLS work (issue 16) shifted the schedule: a
-	// server that answered a read at clock 87 dies, and a replacement
-	// worker starts at the survivors' floor, 86 (the published minimum
-	// does not outlive its server; docs/design/sim.md has the trace).
-	595: {sim.KindStale, "a read under BSP misses an acknowledged increment after server kills"},
-}
+var openSeeds = map[uint64]openFinding{}
 
 // openFinding is the one kind of violation a known failing seed shows.
 type openFinding struct{ kind, what string }
