@@ -20,10 +20,12 @@ type Batch struct {
 	// a step must not change them.
 	Lo, Hi int
 	Rows   []int
-	// Next are the rows of the minibatch that follows in the lease, for a
-	// step that prefetches; nil at the lease's end. A drain or a cut may
-	// still stop the loop before them.
-	Next []int
+	// Next are the rows of the minibatches that follow in the lease, up to
+	// Loop.Lookahead of them, for a step that prefetches; empty at the
+	// lease's end. A drain or a cut may still stop the loop before them.
+	// The loop reuses Next itself for the next step; the rows it names
+	// stay valid.
+	Next [][]int
 }
 
 // A Step trains one minibatch and returns a future that completes once
@@ -57,6 +59,9 @@ type Loop struct {
 	// Window is how many minibatches may have pushes unacknowledged at
 	// once (8 if 0); the loop waits for the oldest beyond that.
 	Window int
+	// Lookahead is how many of the following minibatches Batch.Next
+	// names (1 if 0).
+	Lookahead int
 }
 
 // Defaults of Loop's fields.
@@ -75,6 +80,7 @@ func (lp Loop) withDefaults() (Loop, error) {
 	if lp.Window <= 0 {
 		lp.Window = defaultWindow
 	}
+	lp.Lookahead = max(lp.Lookahead, 1)
 	return lp, nil
 }
 
@@ -143,6 +149,8 @@ type leaseRun struct {
 	// oldest first; record is the progress record in flight, if any.
 	sent   []sentBatch
 	record *Future
+	// next is Batch.Next's backing array, reused step after step.
+	next [][]int
 }
 
 type sentBatch struct {
@@ -209,11 +217,13 @@ func (r *leaseRun) setEnd(end int) {
 // boundary, to be sent once the pushes before it are acknowledged.
 func (r *leaseRun) step(ctx context.Context) error {
 	lo, hi := r.off, min(r.off+r.loop.Batch, r.end)
-	b := Batch{Lease: r.l, Lo: lo, Hi: hi, Rows: r.order[lo:hi:hi]}
-	if hi < r.end {
-		next := min(hi+r.loop.Batch, r.end)
-		b.Next = r.order[hi:next:next]
+	b := Batch{Lease: r.l, Lo: lo, Hi: hi, Rows: r.order[lo:hi:hi], Next: r.next[:0]}
+	for at := hi; at < r.end && len(b.Next) < r.loop.Lookahead; {
+		to := min(at+r.loop.Batch, r.end)
+		b.Next = append(b.Next, r.order[at:to:to])
+		at = to
 	}
+	r.next = b.Next
 	began := time.Now()
 	ack, err := r.loop.Step(ctx, b)
 	if err == nil && r.obs != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -227,4 +228,43 @@ func countNil(fs []*Future) int {
 		}
 	}
 	return n
+}
+
+// TestLoopLookahead: every step is handed the rows of the Lookahead
+// minibatches that follow it in the lease (fewer near its end, a short last
+// one included), so that a prefetching step fetches exactly what it trains
+// next.
+func TestLoopLookahead(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, la := range []int{0, 1, 3} {
+		c := bareClient(newFakeCoord(1), 0)
+		var got [][]int
+		var next [][][]int
+		err := c.EachPartition(ctx, 0, Loop{Order: identity(23), Batch: 5, Lookahead: la,
+			Step: func(_ context.Context, b Batch) (*Future, error) {
+				got = append(got, b.Rows)
+				var n [][]int
+				for _, r := range b.Next {
+					n = append(n, slices.Clone(r))
+				}
+				next = append(next, n)
+				return nil, nil
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := max(la, 1)
+		for i := range got {
+			if w := min(want, len(got)-1-i); len(next[i]) != w {
+				t.Errorf("lookahead %d, step %d: %d minibatches ahead, want %d", la, i, len(next[i]), w)
+				continue
+			}
+			for j, rows := range next[i] {
+				if !slices.Equal(rows, got[i+1+j]) {
+					t.Errorf("lookahead %d, step %d: ahead[%d] = %v, then trained %v", la, i, j, rows, got[i+1+j])
+				}
+			}
+		}
+	}
 }
