@@ -163,39 +163,21 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 			return map[string]float64{"train_loglik_per_token": st.LogLikelihood, "test_perplexity": st.TestPerplexity}, err
 		}
 	}
-	var secs float64
-	record := func(res []ps.PassResult, err error) error {
-		if err != nil {
-			return fmt.Errorf("lda: %w", err)
-		}
-		for _, r := range res {
-			st := PassStats{Pass: r.Pass, Seconds: secs, LogLikelihood: r.Metrics["train_loglik_per_token"], TestPerplexity: r.Metrics["test_perplexity"]}
-			rep.Passes = append(rep.Passes, st)
-			if cfg.Progress != nil {
-				cfg.Progress(st)
-			}
-		}
-		return nil
-	}
 	start := time.Now()
-	for pass := range cfg.Passes {
-		passStart := time.Now()
-		// Partitions are leased: a dead or drained worker's partition is
-		// finished by another from its last recorded offset, with the
-		// topics as they were there, and the loop returns when every
-		// partition of the pass is trained, which is the pass's barrier.
-		if err := c.EachPartition(ctx, pass, w.loop()); err != nil {
-			return nil, fmt.Errorf("lda: pass %d: %w", pass+1, err)
-		}
-		secs = time.Since(passStart).Seconds()
-		if err := record(c.EvaluatePass(ctx, pass+1, evalAt(pass))); err != nil {
-			return nil, err
-		}
-	}
-	// The last pass's evaluation may have been handed to a worker that
-	// died: wait for it, or take it.
-	if err := record(c.FinishEvaluations(ctx, cfg.Passes, evalAt(cfg.Passes-1))); err != nil {
-		return nil, err
+	// Partitions are leased: a dead or drained worker's partition is
+	// finished by another from its last recorded offset, with the topics
+	// as they were there, and a pass's loop returns when every partition
+	// of the pass is trained, which is the pass's barrier.
+	err = c.RunPasses(ctx, ps.Passes{
+		N:    cfg.Passes,
+		Loop: func(int) ps.Loop { return w.loop() },
+		Eval: evalAt,
+		Result: ps.Collect(&rep.Passes, func(r ps.PassResult, secs float64) PassStats {
+			return PassStats{Pass: r.Pass, Seconds: secs, LogLikelihood: r.Metrics["train_loglik_per_token"], TestPerplexity: r.Metrics["test_perplexity"]}
+		}, cfg.Progress),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("lda: %w", err)
 	}
 	rep.Seconds = time.Since(start).Seconds()
 	rep.Examples, rep.Tokens = w.docs, w.tokens

@@ -102,8 +102,8 @@ const lookahead = window
 // Key 0 holds the bias; feature f is key f+1.
 func featureKey(f uint64) uint64 { return f + 1 }
 
-// Run trains on this worker's partitions of cfg.Train and, on rank 0,
-// evaluates on cfg.Test after every pass.
+// Run trains on this worker's partitions of cfg.Train and evaluates on
+// cfg.Test after every pass the job hands it the evaluation of.
 func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 	train, err := data.ReadLIBSVM(cfg.Train)
 	if err != nil {
@@ -154,54 +154,39 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 			return map[string]float64{"test_accuracy": acc, "test_logloss": ll, "test_auc": auc, "train_logloss": trainLoss}, err
 		}
 	}
-	var secs float64
-	record := func(res []ps.PassResult, err error) error {
-		if err != nil {
-			return fmt.Errorf("lr: %w", err)
-		}
-		for _, r := range res {
-			st := PassStats{Pass: r.Pass, Seconds: secs, TrainLogLoss: r.Metrics["train_logloss"], TestAccuracy: r.Metrics["test_accuracy"],
-				TestLogLoss: r.Metrics["test_logloss"], TestAUC: r.Metrics["test_auc"]}
-			rep.Passes = append(rep.Passes, st)
-			if cfg.Progress != nil {
-				cfg.Progress(st)
-			}
-		}
-		return nil
+	var eval func(pass int) ps.EvalFunc
+	if test != nil {
+		eval = func(pass int) ps.EvalFunc { return evalAt(pass, w.loss/float64(max(w.n, 1))) }
 	}
 	start := time.Now()
-	for pass := range cfg.Passes {
-		passStart := time.Now()
-		w.loss, w.n = 0, 0
-		// Partitions are leased: a dead or drained worker's partition is
-		// finished by another from its last recorded offset, and the loop
-		// returns when every partition of the pass is trained, which is
-		// the pass's barrier.
-		err := c.EachPartition(ctx, pass, ps.Loop{
-			Order: func(pass, p int) []int { return parts[p].Order(cfg.Seed, pass) },
-			Batch: cfg.Batch, Step: w.step, ProgressEvery: progressEvery, Window: window, Lookahead: lookahead,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("lr: pass %d: %w", pass+1, err)
-		}
-		rep.Examples += int64(w.n)
-		if err := tbl.Flush().Wait(ctx); err != nil {
-			return nil, fmt.Errorf("lr: flush: %w", err)
-		}
-		if test != nil {
-			secs = time.Since(passStart).Seconds()
-			res, err := c.EvaluatePass(ctx, pass+1, evalAt(pass, w.loss/float64(max(w.n, 1))))
-			if err := record(res, err); err != nil {
-				return nil, err
+	// Partitions are leased: a dead or drained worker's partition is
+	// finished by another from its last recorded offset, and a pass's loop
+	// returns when every partition of the pass is trained, which is the
+	// pass's barrier.
+	err = c.RunPasses(ctx, ps.Passes{
+		N: cfg.Passes,
+		Loop: func(int) ps.Loop {
+			w.loss, w.n = 0, 0
+			return ps.Loop{
+				Order: func(pass, p int) []int { return parts[p].Order(cfg.Seed, pass) },
+				Batch: cfg.Batch, Step: w.step, ProgressEvery: progressEvery, Window: window, Lookahead: lookahead,
 			}
-		}
-	}
-	if test != nil {
-		// The last pass's evaluation may have been handed to a worker
-		// that died: wait for it, or take it.
-		if err := record(c.FinishEvaluations(ctx, cfg.Passes, evalAt(cfg.Passes-1, w.loss/float64(max(w.n, 1))))); err != nil {
-			return nil, err
-		}
+		},
+		Trained: func(ctx context.Context, _ int) error {
+			rep.Examples += int64(w.n)
+			if err := tbl.Flush().Wait(ctx); err != nil {
+				return fmt.Errorf("flush: %w", err)
+			}
+			return nil
+		},
+		Eval: eval,
+		Result: ps.Collect(&rep.Passes, func(r ps.PassResult, secs float64) PassStats {
+			return PassStats{Pass: r.Pass, Seconds: secs, TrainLogLoss: r.Metrics["train_logloss"], TestAccuracy: r.Metrics["test_accuracy"],
+				TestLogLoss: r.Metrics["test_logloss"], TestAUC: r.Metrics["test_auc"]}
+		}, cfg.Progress),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("lr: %w", err)
 	}
 	rep.Seconds = time.Since(start).Seconds()
 	rep.ExamplesPerSecond = float64(rep.Examples) / rep.Seconds

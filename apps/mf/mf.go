@@ -66,8 +66,8 @@ const progressEvery = 16
 func userKey(u uint32) uint64 { return uint64(u) << 1 }
 func itemKey(i uint32) uint64 { return uint64(i)<<1 | 1 }
 
-// Run trains on this worker's partitions of cfg.Train and, on rank 0,
-// evaluates on cfg.Test after every pass.
+// Run trains on this worker's partitions of cfg.Train and evaluates on
+// cfg.Test after every pass the job hands it the evaluation of.
 func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 	train, err := data.ReadRatings(cfg.Train)
 	if err != nil {
@@ -103,48 +103,34 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 			return map[string]float64{"test_rmse": rmse, "train_rmse": trainRMSE}, err
 		}
 	}
-	var secs float64
-	record := func(res []ps.PassResult, err error) error {
-		if err != nil {
-			return fmt.Errorf("mf: %w", err)
-		}
-		for _, r := range res {
-			st := PassStats{Pass: r.Pass, Seconds: secs, TrainRMSE: r.Metrics["train_rmse"], TestRMSE: r.Metrics["test_rmse"]}
-			rep.Passes = append(rep.Passes, st)
-			if cfg.Progress != nil {
-				cfg.Progress(st)
-			}
-		}
-		return nil
+	var eval func(pass int) ps.EvalFunc
+	if test != nil {
+		eval = func(pass int) ps.EvalFunc { return evalAt(pass, math.Sqrt(m.sq/float64(max(m.n, 1)))) }
 	}
 	start := time.Now()
-	for pass := range cfg.Passes {
-		passStart := time.Now()
-		m.sq, m.n = 0, 0
-		// Partitions are leased: a dead worker's partition is finished by
-		// another from where it got to, and the loop returns when every
-		// partition of the pass is trained, which is the pass's barrier.
-		err := c.EachPartition(ctx, pass, ps.Loop{
-			Order: func(pass, p int) []int { return parts[p].Order(cfg.Seed, pass) },
-			Batch: cfg.Batch, ProgressEvery: progressEvery, Step: m.loopStep,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("mf: pass %d: %w", pass+1, err)
-		}
-		rep.Examples += int64(m.n)
-		if test != nil {
-			secs = time.Since(passStart).Seconds()
-			if err := record(c.EvaluatePass(ctx, pass+1, evalAt(pass, math.Sqrt(m.sq/float64(max(m.n, 1)))))); err != nil {
-				return nil, err
+	// Partitions are leased: a dead worker's partition is finished by
+	// another from where it got to, and a pass's loop returns when every
+	// partition of the pass is trained, which is the pass's barrier.
+	err = c.RunPasses(ctx, ps.Passes{
+		N: cfg.Passes,
+		Loop: func(int) ps.Loop {
+			m.sq, m.n = 0, 0
+			return ps.Loop{
+				Order: func(pass, p int) []int { return parts[p].Order(cfg.Seed, pass) },
+				Batch: cfg.Batch, ProgressEvery: progressEvery, Step: m.loopStep,
 			}
-		}
-	}
-	if test != nil {
-		// The last pass's evaluation may have been handed to a worker
-		// that died: wait for it, or take it.
-		if err := record(c.FinishEvaluations(ctx, cfg.Passes, evalAt(cfg.Passes-1, math.Sqrt(m.sq/float64(max(m.n, 1)))))); err != nil {
-			return nil, err
-		}
+		},
+		Trained: func(context.Context, int) error {
+			rep.Examples += int64(m.n)
+			return nil
+		},
+		Eval: eval,
+		Result: ps.Collect(&rep.Passes, func(r ps.PassResult, secs float64) PassStats {
+			return PassStats{Pass: r.Pass, Seconds: secs, TrainRMSE: r.Metrics["train_rmse"], TestRMSE: r.Metrics["test_rmse"]}
+		}, cfg.Progress),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("mf: %w", err)
 	}
 	rep.Seconds = time.Since(start).Seconds()
 	rep.ExamplesPerSecond = float64(rep.Examples) / rep.Seconds
