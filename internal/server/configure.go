@@ -86,22 +86,7 @@ func (s *Server) install(l *layout.Layout, rm *ring.Map, ch chains) (installed, 
 	s.pairMu.Lock()
 	a.took = s.held.takeOver(&s.dedup, s.tables, rm, me)
 	s.pairMu.Unlock()
-	s.clockMu.Lock()
-	s.cons.resize(l.Workers)
-	for i := range a.took {
-		t := &a.took[i]
-		t.due = !s.cons.deferPush(t.clock, t.worker, &t.push)
-	}
-	s.clockMu.Unlock()
-	// A taken-over push whose clock has completed is applied before the
-	// layout that makes this server its keys' head is in force: a read
-	// answered under it must see it (the minimum already covers its clock).
-	// (takeOver kept only the keys it heads.)
-	for _, t := range a.took {
-		if t.due {
-			s.applyPush(t.push.t, t.push.ks, t.push.vals, t.push.pair.Client, t.push.pair.Seq)
-		}
-	}
+	s.countAndApply(l.Workers, a.took)
 	close(s.changed)
 	s.changed = make(chan struct{})
 	a.dropped = s.dropReplicators(ch)
@@ -128,6 +113,27 @@ func (s *Server) install(l *layout.Layout, rm *ring.Map, ch chains) (installed, 
 	}
 	a.finished = l.Finished
 	return a, nil
+}
+
+// countAndApply counts workers workers and defers or applies the BSP
+// pushes taken over from a failed head. One whose clock has completed is
+// applied before the layout that makes this server its keys' head is in
+// force: a read answered under it must see it (the minimum already covers
+// its clock). takeOver kept only the keys this server heads. The caller
+// (install) holds applyMu and mu.
+func (s *Server) countAndApply(workers int, took []tookOver) {
+	s.clockMu.Lock()
+	s.cons.resize(workers)
+	for i := range took {
+		t := &took[i]
+		t.due = !s.cons.deferPush(t.clock, t.worker, &t.push)
+	}
+	s.clockMu.Unlock()
+	for _, t := range took {
+		if t.due {
+			s.applyPush(t.push.t, t.push.ks, t.push.vals, t.push.pair.Client, t.push.pair.Seq)
+		}
+	}
 }
 
 // addTables creates l's tables that the server does not have. The caller
