@@ -20,9 +20,13 @@ type consistency[W, P any] struct {
 	// floor is the highest minimum published while some worker was
 	// counted at a real clock (not idle, not finished): where a worker
 	// that starts counting again is counted from.
-	floor   int64
-	waiters []parked[W]
-	bsp     bspQueue[P]
+	floor int64
+	// entering marks the workers a layout added once this server counted
+	// workers already, until their first clock message: they start where
+	// entry says (see advance).
+	entering []bool
+	waiters  []parked[W]
+	bsp      bspQueue[P]
 	// flushing: a flush is out with a driver; until it reports back, the
 	// minimum does not move and no other flush starts, so one flush's
 	// pushes are all applied before a later flush's.
@@ -46,24 +50,22 @@ func (c *consistency[W, P]) resize(workers int) {
 	// already answered did not wait for it, so its pushes from then on must
 	// count as of that clock or later. It learns so in the reply to its
 	// first clock message (wire.ClockReplySize) before it pushes.
+	late := len(c.clock) > 0
 	for len(c.clock) < workers {
 		c.clock = append(c.clock, c.floor)
+		c.entering = append(c.entering, late)
 	}
 	c.min = min(c.min, c.floor)
 }
 
-// entry is the lowest clock a worker that starts, or comes back from
-// waiting for work, may push at: reads answered already did not wait for
-// it. That is at least the floor, and at least the clock of every worker
-// counted at a real clock. The second matters when a server dies: the
-// minimum it published dies with it, and may be above every survivor's
-// floor (a worker killed while sending a clock reached only that server),
-// but no minimum it published was above the clock of a live worker it
-// counted. The server does not count the worker there itself (a server
-// that joins, or a connection that comes back, hears a worker's first
-// clock too, which must stand as sent): the worker learns it in the reply
-// to its clock message (wire.ClockReplySize) and sends it before it
-// pushes.
+// entry is the lowest clock a worker that joins a running job, or comes
+// back from waiting for work, may push at: reads answered already did not
+// wait for it. That is at least the floor, and at least the clock of every
+// worker counted at a real clock. The second matters when a server dies:
+// the minimum it published dies with it, and may be above every
+// survivor's floor (a worker killed while sending a clock reached only
+// that server), but no minimum it published was above the clock of a live
+// worker it counted.
 func (c *consistency[W, P]) entry() int64 {
 	e := c.floor
 	for _, x := range c.clock {
@@ -75,21 +77,36 @@ func (c *consistency[W, P]) entry() int64 {
 }
 
 // advance records that worker reached clock v and returns the clock the
-// worker is now counted at, and the flush the new minimum calls for (nil
-// if none, or if a flush is out already: its driver finds the new minimum
-// when it reports back).
-func (c *consistency[W, P]) advance(worker int, v int64) (counted int64, f *flush[P], ok bool) {
+// worker is now counted at, the clock it must start at if it is entering
+// (starts: at least counted), and the flush the new minimum calls for
+// (nil if none, or if a flush is out already: its driver finds the new
+// minimum when it reports back).
+//
+// A worker enters when it comes back from waiting for work, or sends its
+// first clock after a layout added it to a job under way. It is counted
+// at the floor at least, and told to start at entry(), which it then
+// sends. The server does not count it at entry() itself: a worker's first
+// clock to a server that joined, or over a connection that came back, is
+// its clock as it stands. Workers of the server's first layout start
+// together, at the floor, as before any minimum was published.
+func (c *consistency[W, P]) advance(worker int, v int64) (counted, starts int64, f *flush[P], ok bool) {
 	if worker < 0 || worker >= len(c.clock) {
-		return 0, nil, false
+		return 0, 0, nil, false
 	}
 	cur := c.clock[worker]
+	enters := c.entering[worker] || cur == wire.ClockIdle
+	c.entering[worker] = false
 	if cur == wire.ClockIdle && v != wire.ClockIdle {
 		// Back from waiting for work: reads answered meanwhile did not
 		// wait for it, so it counts from the published minimum at least.
 		cur = c.floor
 	}
 	c.clock[worker] = max(cur, v)
-	return c.clock[worker], c.next(), true
+	counted, starts = c.clock[worker], c.clock[worker]
+	if enters && counted < wire.ClockIdle {
+		starts = max(counted, c.entry())
+	}
+	return counted, starts, c.next(), true
 }
 
 // next starts the flush that the workers' clocks call for, or lowers the

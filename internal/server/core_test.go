@@ -31,19 +31,22 @@ func TestConsistencyScenarios(t *testing.T) {
 		case "workers":
 			var n int
 			d.ScanArgs(t, "n", &n)
+			if d.HasArg("fresh") { // a server's first layout
+				c, out = consistency[string, string]{}, nil
+			}
 			c.resize(n)
 		case "clock":
 			var w int
 			var v string
 			d.ScanArgs(t, "w", &w)
 			d.ScanArgs(t, "v", &v)
-			counted, f, ok := c.advance(w, parseClock(t, v))
+			counted, starts, f, ok := c.advance(w, parseClock(t, v))
 			if !ok {
 				return "refused: no such worker\n"
 			}
 			fmt.Fprintf(&b, "counted at %s\n", clockName(counted))
-			if e := c.entry(); counted < wire.ClockIdle && e > counted {
-				fmt.Fprintf(&b, "enters at %s\n", clockName(e))
+			if starts != counted {
+				fmt.Fprintf(&b, "starts at %s\n", clockName(starts))
 			}
 			if f != nil {
 				out = f

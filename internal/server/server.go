@@ -668,14 +668,11 @@ func (s *Server) handleClock(c *conn, h wire.Header, p []byte) error {
 // advanceClock records worker's clock and drives the flush it calls for:
 // it applies the BSP pushes the new minimum releases, then publishes the
 // minimum and answers the reads that were waiting for it. It returns the
-// clock the worker is counted at (see consistency.advance), raised to
-// where a worker entering now would start (consistency.entry).
+// clock the worker is counted at, or, for a worker that enters, the clock
+// it must start at (see consistency.advance).
 func (s *Server) advanceClock(worker int, v int64) (int64, error) {
 	s.clockMu.Lock()
-	counted, f, ok := s.cons.advance(worker, v)
-	if counted < wire.ClockIdle {
-		counted = max(counted, s.cons.entry())
-	}
+	_, starts, f, ok := s.cons.advance(worker, v)
 	s.clockMu.Unlock()
 	if !ok {
 		return 0, fmt.Errorf("clock from worker %d, but the layout has %d workers", worker, s.workers())
@@ -692,7 +689,7 @@ func (s *Server) advanceClock(worker int, v int64) (int64, error) {
 		}
 		f = next
 	}
-	return counted, nil
+	return starts, nil
 }
 
 // clockOf returns worker's clock as this server counts it.

@@ -411,13 +411,13 @@ const (
 
 // ClockReplySize is the size of the reply to a clock message: the reply
 // prefix, then the lowest clock the worker may push at (8 bytes,
-// little-endian): the clock the server counts it at, or higher, where a
-// worker that starts or comes back from ClockIdle must start: the server's
-// published minimum, since reads it answered did not wait for the worker,
-// and every clock it counts a worker at, since a server that published a
-// higher minimum may have died. A worker that enters moves its own clock up
-// to the highest any server answers and sends it; other clock messages
-// ignore the reply.
+// little-endian): the clock the server counts it at, or, for a worker that
+// joins a job under way or comes back from ClockIdle, where it must start:
+// the server's published minimum at least, since reads it answered did not
+// wait for the worker, and every clock it counts a worker at, since a
+// server that published a higher minimum may have died. A worker that
+// enters moves its own clock up to the highest any server answers and
+// sends it; other clock messages ignore the reply.
 const ClockReplySize = ReplyPrefixSize + 8
 
 // PutClockReply writes the reply to a clock message.
