@@ -86,6 +86,7 @@ func ExampleFuture_Wait() {
 		log.Fatal(err)
 	}
 	defer cluster.Close()
+	timedOut := make(chan struct{})
 	_, err = cluster.RunWorkers(ctx, func(ctx context.Context, c *ps.Client) (any, error) {
 		t, err := c.CreateTable(ctx, table.Spec{Name: "bsp", Width: 1, Consistency: table.Consistency{Model: table.BSP}})
 		if err != nil {
@@ -99,8 +100,9 @@ func ExampleFuture_Wait() {
 			defer cancel()
 			err := t.Pull([]uint64{1}, make([]float32, 1)).Wait(short)
 			fmt.Println(errors.Is(err, ps.ErrTimeout))
+			close(timedOut)
 		} else {
-			time.Sleep(300 * time.Millisecond)
+			<-timedOut // rank 1 reaches clock 1 only then
 			c.Tick()
 		}
 		return nil, c.Barrier(ctx)
