@@ -305,7 +305,13 @@ func TestParkedReadRefusedAfterLayoutChange(t *testing.T) {
 		h, p := call(t, addr, wire.TPull, 3, wire.Data{Table: 2, Kind: wire.KeysExplicit, Count: 1, Width: 2, Keys: []uint64{5}, Clock: 1})
 		got <- reply{h, bytes.Clone(p)}
 	}()
-	time.Sleep(50 * time.Millisecond) // the read parks: worker 1 is at clock 0
+	// The read parks (worker 1 is at clock 0): wait until it has, so that
+	// the layout changes under a parked read, not before the read arrives.
+	for parked := 0; parked == 0; time.Sleep(time.Millisecond) {
+		s.clockMu.Lock()
+		parked = len(s.cons.waiters)
+		s.clockMu.Unlock()
+	}
 	l2 := *l
 	l2.Version, l2.Epoch = 3, 4
 	if err := s.Configure(&l2); err != nil {
