@@ -172,7 +172,7 @@ func serverCmd() *cobra.Command {
 			defer cancel()
 			cfg.Notices = notices.watch(ctx)
 			cfg.Metrics.Ready = func(addr string) {
-				fmt.Fprintf(cmd.OutOrStdout(), "terrace server %s metrics on http://%s/metrics\n", cfg.ID, addr)
+				fmt.Fprintf(cmd.OutOrStdout(), "terrace server %s metrics on %s\n", cfg.ID, node.MetricsURL(cfg.Network, addr))
 			}
 			cfg.Ready = func(s *server.Server) {
 				fmt.Fprintf(cmd.OutOrStdout(), "terrace server %s joined %s\n", cfg.ID, cfg.Coordinator)
@@ -278,7 +278,7 @@ func workerCmd() *cobra.Command {
 				return err
 			}
 			w.cfg.Metrics.Ready = func(addr string) {
-				fmt.Fprintf(cmd.OutOrStdout(), "terrace worker metrics on http://%s/metrics\n", addr)
+				fmt.Fprintf(cmd.OutOrStdout(), "terrace worker metrics on %s\n", node.MetricsURL(w.cfg.Network, addr))
 			}
 			rep, err := w.run(cmd.Context(), job)
 			if err != nil {

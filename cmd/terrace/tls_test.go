@@ -199,6 +199,35 @@ func TestTLSClusterRefusesStrangers(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a node's /metrics is mutual TLS too", func(t *testing.T) {
+		_, rest, ok := strings.Cut(serverLog.String(), "metrics on ")
+		url, _, _ := strings.Cut(rest, "\n")
+		if !ok || !strings.HasPrefix(url, "https://") {
+			t.Fatalf("the server announced no https metrics address:\n%s", serverLog.String())
+		}
+		if resp, err := http.Get("http" + strings.TrimPrefix(url, "https")); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				t.Fatalf("plain HTTP scrape answered %s", resp.Status)
+			}
+		}
+		noCert := pool()
+		noCert.GetClientCertificate = nil
+		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: noCert}, Timeout: 10 * time.Second}
+		if _, err := hc.Get(url); err == nil || !strings.Contains(err.Error(), "certificate required") {
+			t.Fatalf("scrape without a certificate: %v", err)
+		}
+		hc = &http.Client{Transport: &http.Transport{TLSClientConfig: pool()}, Timeout: 10 * time.Second}
+		resp, err := hc.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "terrace_") {
+			t.Fatalf("scrape with the cluster's certificate: %s\n%.300s", resp.Status, body)
+		}
+	})
 	t.Run("oversized body", func(t *testing.T) {
 		src, _ := pki.NewSource(probeFiles)
 		nw := tlsnet.New(nil, src, nil)

@@ -30,7 +30,7 @@ func scrapeCluster(ctx context.Context, l *node.Local, c *ps.Client, every time.
 			cancel()
 			return nil, err
 		}
-		addr, err := node.ServeMetrics(ctx, "127.0.0.1:0", reg)
+		addr, err := node.ServeMetrics(ctx, nil, "127.0.0.1:0", reg)
 		if err != nil {
 			cancel()
 			return nil, err

@@ -2,9 +2,9 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"time"
 
@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/terrace-ml/terrace/internal/control/api"
+	"github.com/terrace-ml/terrace/internal/dataplane/transport"
 )
 
 // NewRegistry returns a Prometheus registry holding cs and the Go
@@ -28,10 +29,12 @@ func NewRegistry(cs ...prometheus.Collector) (*prometheus.Registry, error) {
 	return reg, nil
 }
 
-// ServeMetrics serves g as /metrics on addr until ctx ends, and returns
-// the address it listens on (addr may have port 0).
-func ServeMetrics(ctx context.Context, addr string, g prometheus.Gatherer) (string, error) {
-	ln, err := net.Listen("tcp", addr)
+// ServeMetrics serves g as /metrics on addr of network (TCP if nil) until
+// ctx ends, and returns the address it listens on (addr may have port 0).
+// Under TLS (tlsnet) the endpoint is mutual TLS like every other listener
+// of the node: a scraper presents a certificate of the cluster's CA.
+func ServeMetrics(ctx context.Context, network transport.Network, addr string, g prometheus.Gatherer) (string, error) {
+	ln, err := transport.OrTCP(network).Listen(addr)
 	if err != nil {
 		return "", fmt.Errorf("metrics: listen: %w", err)
 	}
@@ -60,10 +63,19 @@ type NodeMetrics struct {
 	Ready func(addr string)
 }
 
+// MetricsURL is the URL of /metrics at addr: https when the node's
+// network is TLS.
+func MetricsURL(network transport.Network, addr string) string {
+	if _, ok := network.(interface{ ClientTLS() *tls.Config }); ok {
+		return "https://" + addr + "/metrics"
+	}
+	return "http://" + addr + "/metrics"
+}
+
 // serve starts serving the node's registry, which the node fills once
 // its parts exist, and tells cc to announce the address; nil if the node
 // serves no metrics.
-func (m NodeMetrics) serve(ctx context.Context, cc *api.Client) (*prometheus.Registry, error) {
+func (m NodeMetrics) serve(ctx context.Context, network transport.Network, cc *api.Client) (*prometheus.Registry, error) {
 	if m.Listen == "" {
 		return nil, nil
 	}
@@ -71,7 +83,7 @@ func (m NodeMetrics) serve(ctx context.Context, cc *api.Client) (*prometheus.Reg
 	if err != nil {
 		return nil, err
 	}
-	addr, err := ServeMetrics(ctx, m.Listen, reg)
+	addr, err := ServeMetrics(ctx, network, m.Listen, reg)
 	if err != nil {
 		return nil, err
 	}

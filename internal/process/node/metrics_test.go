@@ -62,7 +62,7 @@ func runCluster(t testing.TB, ctx context.Context) (coord string, servers, worke
 		if err != nil {
 			t.Fatal(err)
 		}
-		addr, err := node.ServeMetrics(ctx, "127.0.0.1:0", reg)
+		addr, err := node.ServeMetrics(ctx, nil, "127.0.0.1:0", reg)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -113,7 +113,7 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	}
 	cc := api.NewClient(cfg.Coordinator, cfg.Network)
 	cc.Token = cfg.Token
-	metrics, err := cfg.Metrics.serve(ctx, cc)
+	metrics, err := cfg.Metrics.serve(ctx, cfg.Network, cc)
 	if err != nil {
 		return fmt.Errorf("server %s: %w", cfg.ID, err)
 	}
@@ -291,7 +291,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, job Job) (any, error) {
 	}
 	cc := api.NewClient(cfg.Coordinator, cfg.Network)
 	cc.Token = cfg.Token
-	metrics, err := cfg.Metrics.serve(ctx, cc)
+	metrics, err := cfg.Metrics.serve(ctx, cfg.Network, cc)
 	if err != nil {
 		return nil, fmt.Errorf("worker %s: %w", cfg.ID, err)
 	}
