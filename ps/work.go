@@ -2,6 +2,7 @@ package ps
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -36,7 +37,10 @@ func (c *Client) heartbeat(ctx context.Context) {
 		case <-t.C:
 		}
 		bctx, cancel := context.WithTimeout(ctx, every*4)
-		if err := c.ctl.Heartbeat(bctx, c.opts.Rank); err != nil && ctx.Err() == nil {
+		err := c.ctl.Heartbeat(bctx, c.opts.Rank)
+		// A draining worker that has left is no longer counted: a beat
+		// between its Leave and its Close is refused, as it should be.
+		if err != nil && ctx.Err() == nil && !(c.Draining() && errors.Is(err, api.ErrLeaseLost)) {
 			c.log.Warn("heartbeat failed", "err", err)
 		}
 		c.restateClock(bctx)
