@@ -54,6 +54,11 @@ func (m *Machine) Heartbeat(rank int) error {
 	if err := m.checkRank(rank); err != nil {
 		return err
 	}
+	if rank >= len(m.st.Workers) {
+		// No worker holds the rank (yet): a beat late from the job before
+		// must not start its failure timeout (nextJob).
+		return fmt.Errorf("%w: rank %d: no worker joined with it", api.ErrBadRequest, rank)
+	}
 	m.beat(rank)
 	return nil
 }
