@@ -11,13 +11,16 @@ import (
 	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/process/node"
 	"github.com/terrace-ml/terrace/ps"
+	"github.com/terrace-ml/terrace/table"
 )
 
-// TestJobsOneAfterAnother trains two short jobs back to back on one
+// TestJobsOneAfterAnother trains three short jobs back to back on one
 // cluster that stays up, each with workers of its own (the same IDs):
-// the second is accepted once the first is done, starts from pass 0 with
+// each is accepted once the one before is done, starts from pass 0 with
 // its own pieces, ranks, evaluations and tables, and trains every row of
-// a9a once a pass, as the first did (docs/design/jobs.md).
+// a9a once a pass (docs/design/jobs.md). The last two are the same BSP
+// job, which is repeatable: the third scores as the second did, which it
+// would not if it started from the second's weights.
 func TestJobsOneAfterAnother(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -30,13 +33,18 @@ func TestJobsOneAfterAnother(t *testing.T) {
 	train := filepath.Join("..", "..", "datasets", "a9a", "a9a.gz")
 	test := filepath.Join("..", "..", "datasets", "a9a", "a9a.t.gz")
 	const rows = 32561
-	for i, passes := range []int{2, 1} {
-		j := api.Job{App: "lr", Train: train, Test: test, Passes: passes, Consistency: "ssp:2"}
+	var last map[string]float64
+	for i, run := range []struct {
+		passes      int
+		consistency table.Consistency
+	}{{2, table.Consistency{Model: table.SSP, Staleness: 2}}, {1, table.Consistency{Model: table.BSP}}, {1, table.Consistency{Model: table.BSP}}} {
+		passes := run.passes
+		j := api.Job{App: "lr", Train: train, Test: test, Passes: passes, Consistency: run.consistency.String()}
 		if _, err := cc.SubmitJob(ctx, j); err != nil {
 			t.Fatalf("job %d: submit: %v", i+1, err)
 		}
 		cfg := lr.DefaultConfig()
-		cfg.Train, cfg.Test, cfg.Passes = train, test, passes
+		cfg.Train, cfg.Test, cfg.Passes, cfg.Consistency = train, test, passes, run.consistency
 		reps, err := l.RunWorkers(ctx, func(ctx context.Context, c *ps.Client) (any, error) { return lr.Run(ctx, c, cfg) })
 		if err != nil {
 			t.Fatalf("job %d: %v", i+1, err)
@@ -59,10 +67,15 @@ func TestJobsOneAfterAnother(t *testing.T) {
 		if st.Number != uint64(i+1) || !st.Done || st.PassesDone != passes || len(st.Results) != passes {
 			t.Fatalf("job %d: status number %d done %v passes done %d results %d, want %d passes", i+1, st.Number, st.Done, st.PassesDone, len(st.Results), passes)
 		}
-		acc := st.Results[passes-1].Metrics["test_accuracy"]
-		if acc < 0.80 {
-			t.Fatalf("job %d: test accuracy %.4f after %d passes, want >= 0.80", i+1, acc, passes)
+		m := st.Results[passes-1].Metrics
+		if m["test_accuracy"] < 0.80 {
+			t.Fatalf("job %d: test accuracy %.4f after %d passes, want >= 0.80", i+1, m["test_accuracy"], passes)
 		}
-		t.Logf("job %d: %d passes, test accuracy %.4f", i+1, passes, acc)
+		t.Logf("job %d: %d passes, %s, test accuracy %.4f logloss %.6f", i+1, passes, run.consistency, m["test_accuracy"], m["test_logloss"])
+		if i == 2 && (m["test_accuracy"] != last["test_accuracy"] || m["test_logloss"] != last["test_logloss"]) {
+			t.Fatalf("the same BSP job twice: accuracy %.4f then %.4f, logloss %.6f then %.6f: the second did not start afresh",
+				last["test_accuracy"], m["test_accuracy"], last["test_logloss"], m["test_logloss"])
+		}
+		last = m
 	}
 }

@@ -90,9 +90,11 @@ func (m *Machine) expireWorkers() {
 		if silent < m.failureTimeout() || m.finished(r) {
 			continue
 		}
-		m.log.Warn("worker silent; its pieces return to the pool", "rank", r, "silent", silent.Round(time.Millisecond))
 		if _, reported := m.st.Reports[r]; !reported { // one that reported has finished and exited
+			m.log.Warn("worker silent; its pieces return to the pool", "rank", r, "silent", silent.Round(time.Millisecond))
 			m.note(api.EventFailed, m.workerName(r), fmt.Sprintf("worker silent for %v: its pieces return to the pool", silent.Round(time.Millisecond)))
+		} else {
+			m.log.Info("worker reported and exited", "rank", r)
 		}
 		m.finish(r)
 		changed = true
