@@ -127,7 +127,7 @@ address, comma-separated.`,
 	fs.IntVar(&o.Partitions, "partitions", 0, "data partitions (4 per worker if 0)")
 	fs.IntVar(&o.Replication, "replication", 2, "servers holding each key slot (k)")
 	fs.DurationVar(&o.FailureTimeout, "failure-timeout", coord.DefaultFailureTimeout, "declare a node dead after this long without a heartbeat or an answer to pings; also the lease of its etcd registration")
-	fs.StringVar(&reportPath, "report", "", "write the workers' reports to this JSON file once all have reported")
+	fs.StringVar(&reportPath, "report", "", "write the workers' reports to this JSON file once all have reported (each job's replaces the last's)")
 	fs.StringVar(&eventsPath, "events", "", "write the event timeline to this JSON file once all workers have reported (for terrace plot)")
 	fs.BoolVar(&exitWhenDone, "exit-when-done", false, "end the cluster with its job: once every worker has reported, the coordinator and its servers exit 0")
 	fs.StringVar(&ha.ID, "id", "", "this coordinator's name in the election (host name and pid if empty)")
