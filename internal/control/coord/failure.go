@@ -54,11 +54,6 @@ func (m *Machine) Heartbeat(rank int) error {
 	if err := m.checkRank(rank); err != nil {
 		return err
 	}
-	if rank >= len(m.st.Workers) {
-		// No worker holds the rank (yet): a beat late from the job before
-		// must not start its failure timeout (nextJob).
-		return fmt.Errorf("%w: rank %d: no worker joined with it", api.ErrBadRequest, rank)
-	}
 	m.beat(rank)
 	return nil
 }
@@ -68,6 +63,11 @@ func (m *Machine) beat(rank int) { m.beats[rank] = m.now }
 func (m *Machine) checkRank(rank int) error {
 	if rank < 0 || rank >= m.st.Layout.Workers {
 		return fmt.Errorf("%w: rank %d of %d", api.ErrBadRequest, rank, m.st.Layout.Workers)
+	}
+	if rank >= len(m.st.Workers) {
+		// No worker holds the rank (yet): a request late from the job
+		// before must not act for the next job's holder (nextJob).
+		return fmt.Errorf("%w: rank %d: no worker joined with it", api.ErrBadRequest, rank)
 	}
 	if m.finished(rank) {
 		return fmt.Errorf("%w: rank %d was declared dead", api.ErrLeaseLost, rank)
