@@ -9,12 +9,13 @@ import (
 	"strings"
 )
 
-// export writes the model to dir as TSV: topic_word_counts.tsv holds, for
+// Export writes the model to dir as TSV: topic_word_counts.tsv holds, for
 // every word, "word_id word n_1 ... n_K" (its token count in each topic;
 // word is the vocabulary's, or #id), and top_words.tsv "topic tokens
-// w_1 ... w_10", largest topics first. wk is the pulled table: word w's
-// count in topic t at wk[w*k+t].
-func export(dir string, wk []float32, v, k int, vocab []string) error {
+// w_1 ... w_10", largest topics first. wk is the table (TableName), as
+// pulled or read from a checkpoint: word w's count in topic t at
+// wk[w*k+t], for the v words of the corpus.
+func Export(dir string, wk []float32, v, k int, vocab []string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("lda: export: %w", err)
 	}

@@ -389,7 +389,7 @@ func (w *worker) evaluate(ctx context.Context, test *data.Corpus, vocab []string
 	if last {
 		rep.Topics = topics(wk, w.v, w.k, vocab)
 		if w.cfg.Model != "" {
-			if err := export(w.cfg.Model, wk, w.v, w.k, vocab); err != nil {
+			if err := Export(w.cfg.Model, wk, w.v, w.k, vocab); err != nil {
 				return PassStats{}, err
 			}
 		}

@@ -34,12 +34,19 @@ func PullModel(ctx context.Context, tbl *ps.Table, nkeys uint64, scale []float32
 	if err := tbl.PullRange(keyspace.Range{Lo: 0, Hi: nkeys}, w).Wait(ctx); err != nil {
 		return nil, fmt.Errorf("lr: pull model: %w", err)
 	}
+	return NewModel(w, scale), nil
+}
+
+// NewModel makes the model of the weights w, by key, as the servers hold
+// them (read from a checkpoint, say), folding the feature scaling into
+// them; it takes w over.
+func NewModel(w, scale []float32) *Model {
 	for k := range w {
 		if k < len(scale) {
 			w[k] *= scale[k]
 		}
 	}
-	return &Model{W: w}, nil
+	return &Model{W: w}
 }
 
 // Score returns the probability of label 1 for row i of d.

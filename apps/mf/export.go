@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/terrace-ml/terrace/data"
+	"github.com/terrace-ml/terrace/ps"
 )
 
 // export writes the model to dir as TSV, which any tool reads: users.tsv
@@ -16,14 +19,24 @@ import (
 // mean + user bias + item bias + the factors' dot product, clipped to
 // [1, 5].
 func (m *model) export(ctx context.Context, dir string) error {
-	all := make([]int, m.train.Len())
+	return Export(dir, m.train, m.k, func(keys []uint64, f, b []float32) error {
+		return ps.All(m.factors.Pull(keys, f), m.bias.Pull(keys, b)).Wait(ctx)
+	})
+}
+
+// Export writes the model of a job trained on train with rank factors to
+// dir, as a job's --model does; read fills the factors (rank a key) and
+// biases of keys, from the servers (FactorsTable and BiasTable) or from a
+// checkpoint of them (terrace export).
+func Export(dir string, train *data.Ratings, rank int, read func(keys []uint64, factors, biases []float32) error) error {
+	all := make([]int, train.Len())
 	for i := range all {
 		all[i] = i
 	}
-	keys := ratingKeys(m.train, all)
-	f, b, err := m.pull(ctx, keys)
-	if err != nil {
-		return fmt.Errorf("mf: export: pull model: %w", err)
+	keys := ratingKeys(train, all)
+	f, b := make([]float32, len(keys)*rank), make([]float32, len(keys))
+	if err := read(keys, f, b); err != nil {
+		return fmt.Errorf("mf: export: read model: %w", err)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("mf: export: %w", err)
@@ -42,7 +55,7 @@ func (m *model) export(ctx context.Context, dir string) error {
 		w := files[k&1] // users are even keys, items odd
 		w.WriteString(strconv.FormatUint(k>>1, 10))
 		w.WriteString("\t" + strconv.FormatFloat(float64(b[i]), 'g', -1, 32))
-		for _, v := range f[i*m.k : (i+1)*m.k] {
+		for _, v := range f[i*rank : (i+1)*rank] {
 			w.WriteString("\t" + strconv.FormatFloat(float64(v), 'g', -1, 32))
 		}
 		w.WriteByte('\n')
@@ -56,7 +69,7 @@ func (m *model) export(ctx context.Context, dir string) error {
 			return fmt.Errorf("mf: export: %w", err)
 		}
 	}
-	return os.WriteFile(filepath.Join(dir, "global.tsv"), fmt.Appendf(nil, "mean\t%g\n", m.mu), 0o644)
+	return os.WriteFile(filepath.Join(dir, "global.tsv"), fmt.Appendf(nil, "mean\t%g\n", float32(train.Mean())), 0o644)
 }
 
 // Model is an exported model read back (LoadModel): biases and factors

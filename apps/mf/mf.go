@@ -62,6 +62,12 @@ type Report struct {
 // a dead worker's successor repeats at most.
 const progressEvery = 16
 
+// The tables' names: every user's and item's factors, and their biases.
+const (
+	FactorsTable = "mf.factors"
+	BiasTable    = "mf.bias"
+)
+
 // Users and items share one key space: user u is key 2u, item i is 2i+1.
 func userKey(u uint32) uint64 { return uint64(u) << 1 }
 func itemKey(i uint32) uint64 { return uint64(i)<<1 | 1 }
@@ -82,12 +88,12 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 		}
 	}
 	rule := table.Rule{Kind: table.SGD, LR: cfg.LR, L2: cfg.L2}
-	factors, err := c.CreateTable(ctx, table.Spec{Name: "mf.factors", Width: cfg.Rank, Rule: rule, Consistency: cfg.Consistency,
+	factors, err := c.CreateTable(ctx, table.Spec{Name: FactorsTable, Width: cfg.Rank, Rule: rule, Consistency: cfg.Consistency,
 		Init: table.Init{Kind: table.Normal, Scale: 0.1, Seed: cfg.Seed}})
 	if err != nil {
 		return nil, fmt.Errorf("mf: %w", err)
 	}
-	bias, err := c.CreateTable(ctx, table.Spec{Name: "mf.bias", Width: 1, Rule: table.Rule{Kind: table.SGD, LR: cfg.LR}, Consistency: cfg.Consistency})
+	bias, err := c.CreateTable(ctx, table.Spec{Name: BiasTable, Width: 1, Rule: table.Rule{Kind: table.SGD, LR: cfg.LR}, Consistency: cfg.Consistency})
 	if err != nil {
 		return nil, fmt.Errorf("mf: %w", err)
 	}

@@ -31,9 +31,15 @@ func checkCluster(servers, workers, replication int) error {
 
 // jobProgress prints each pass's evaluation once, as the coordinator
 // receives it.
-type jobProgress struct{ printed []int }
+type jobProgress struct {
+	job     uint64
+	printed []int
+}
 
 func (p *jobProgress) show(w io.Writer, st api.JobStatus) {
+	if st.Number != p.job { // the next job on a cluster that stayed up
+		p.job, p.printed = st.Number, nil
+	}
 	for _, r := range st.Results {
 		if slices.Contains(p.printed, r.Pass) {
 			continue

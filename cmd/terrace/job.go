@@ -126,22 +126,29 @@ func (a *appFlags) resolveJob(ctx context.Context, cc *api.Client, out io.Writer
 		return api.Job{}, err
 	}
 	own := a.resolved()
+	var refused error
 	for range 3 {
 		st, err := cc.JobStatus(ctx)
 		if err != nil {
 			return api.Job{}, fmt.Errorf("job: %w", err)
 		}
-		if st.Job != nil {
+		if st.Job != nil && !st.Done {
 			if err := a.useJob(own, *st.Job); err != nil {
 				return api.Job{}, err
 			}
 			return *st.Job, nil
 		}
+		if refused != nil {
+			return api.Job{}, fmt.Errorf("job: %w", refused) // done, and no next job is taken
+		}
+		// No job yet, or the last one is done: this node's flags are
+		// the next job on a cluster that stays up.
 		if err := a.check(); err != nil {
 			return api.Job{}, err
 		}
 		got, err := cc.SubmitJob(ctx, own)
 		if errors.Is(err, api.ErrJobConflict) {
+			refused = err
 			continue // another node submitted first: check against its job
 		}
 		if err != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"compress/gzip"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -59,20 +58,32 @@ func negLabel(path string) (string, error) {
 }
 
 func exportCmd() *cobra.Command {
-	var coordinator, out string
+	var coordinator, out, ckptDir, train string
 	cmd := &cobra.Command{
 		Use:   "export",
-		Short: "Write the model of the cluster's job in formats other tools read (lr: a liblinear model file)",
+		Short: "Write the model of the cluster's job, or of a checkpoint, in formats other tools read (lr: liblinear; mf, lda: TSV)",
 		Long: `Export reads the trained model from a running cluster's servers (a coordinator
-without --exit-when-done keeps them up after the job) and writes it to --out:
-for lr a liblinear model file (liblinear-predict scores data with it). A job
-that ends its cluster writes its model itself: give the job --model PATH.`,
+without --exit-when-done keeps them up after the job), or with --checkpoint-dir
+from the newest committed checkpoint there (no cluster needed), and writes it
+to --out: for lr a liblinear model file (liblinear-predict scores data with
+it); for mf a directory of TSV files (users.tsv and items.tsv: id, bias,
+factors; global.tsv: the mean rating); for lda a directory holding
+topic_word_counts.tsv and top_words.tsv. The job's data files must be
+readable here (lr's feature scaling, mf's users and items, lda's words).
+A job that ends its cluster writes its model itself: give the job
+--model PATH.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if out == "" {
 				return errors.New("--out is required: where to write the model")
 			}
 			ctx := cmd.Context()
+			if ckptDir != "" {
+				return exportCheckpoint(ctx, cmd.OutOrStdout(), ckptDir, train, out)
+			}
+			if cmd.Flags().Changed("train") {
+				return errors.New("--train is for --checkpoint-dir: a live cluster's job names its data")
+			}
 			cc := api.NewClient(coordinator, nil)
 			st, err := cc.JobStatus(ctx)
 			if err != nil {
@@ -81,22 +92,29 @@ that ends its cluster writes its model itself: give the job --model PATH.`,
 			if st.Job == nil {
 				return fmt.Errorf("export from %s: the cluster has no job", coordinator)
 			}
-			if st.Job.App != "lr" {
-				return fmt.Errorf("export: --app %s: from a live cluster only lr models are exported; give the job --model to write its model", st.Job.App)
+			c, err := ps.Dial(ctx, coordinator, ps.Options{Rank: -1, NodeID: "export"})
+			if err != nil {
+				return fmt.Errorf("export: %w", err)
 			}
-			return exportLR(ctx, coordinator, *st.Job, out)
+			defer c.Close()
+			return exportModel(ctx, liveSource{c}, *st.Job, out)
 		},
 	}
 	cmd.Flags().StringVar(&coordinator, "coordinator", "127.0.0.1:7070", "coordinator address(es), comma-separated")
 	cmd.Flags().StringVar(&out, "out", "", "file to write the model to")
+	cmd.Flags().StringVar(&ckptDir, "checkpoint-dir", "", "read the model from the newest committed checkpoint in this directory instead of a live cluster")
+	cmd.Flags().StringVar(&train, "train", "", "with --checkpoint-dir: the training data (lr: for its feature scaling), if not where the checkpointed job says")
 	addConfigFlag(cmd)
 	return cmd
 }
 
-func exportLR(ctx context.Context, coordinator string, j api.Job, out string) error {
+// lrScaling is what an lr job's model is read with: its number of keys
+// and the scale of each feature, computed from the job's data as its
+// workers computed them.
+func lrScaling(j api.Job) (uint64, []float32, error) {
 	train, err := data.ReadLIBSVM(j.Train)
 	if err != nil {
-		return fmt.Errorf("export: the job's training data (for its feature scaling): %w", err)
+		return 0, nil, fmt.Errorf("export: the job's training data (for its feature scaling): %w", err)
 	}
 	nkeys := train.NumFeatures + 1
 	if j.Test != "" {
@@ -112,19 +130,12 @@ func exportLR(ctx context.Context, coordinator string, j api.Job, out string) er
 			scale[i] = 1
 		}
 	}
-	c, err := ps.Dial(ctx, coordinator, ps.Options{Rank: -1, NodeID: "export"})
-	if err != nil {
-		return fmt.Errorf("export: %w", err)
-	}
-	defer c.Close()
-	tbl, err := c.Table(ctx, lr.TableName)
-	if err != nil {
-		return fmt.Errorf("export: %w", err)
-	}
-	m, err := lr.PullModel(ctx, tbl, nkeys, scale)
-	if err != nil {
-		return err
-	}
+	return nkeys, scale, nil
+}
+
+// saveLR writes m as a liblinear model file, with the labels as the
+// job's training file writes them.
+func saveLR(m *lr.Model, j api.Job, out string) error {
 	neg, err := negLabel(j.Train)
 	if err != nil {
 		return err

@@ -73,13 +73,15 @@ address, comma-separated.`,
 			}()
 			var done <-chan struct{}
 			var cur *coord.Coordinator
+			var job uint64 // the number of the job whose end done tells
 			var shown jobProgress
 			tick := time.NewTicker(200 * time.Millisecond)
 			defer tick.Stop()
 			for {
 				select {
 				case cur = <-terms:
-					done = cur.Done()
+					job = cur.JobStatus().Number
+					done = cur.JobEnded(job)
 				case <-tick.C:
 					if cur != nil {
 						shown.show(cmd.OutOrStdout(), cur.JobStatus())
@@ -88,7 +90,7 @@ address, comma-separated.`,
 					done = nil
 					st := cur.JobStatus()
 					shown.show(cmd.OutOrStdout(), st)
-					fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator: job done: %d pass(es) trained; every worker reported or is gone\n", st.PassesDone)
+					fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator: job %d done: %d pass(es) trained; every worker reported or is gone\n", job, st.PassesDone)
 					rep := newJobReport(st, flagValues(cmd.Flags(), func(string) bool { return true }), cur.Reports())
 					if err := writeReport(reportPath, rep); err != nil {
 						return err
@@ -106,6 +108,11 @@ address, comma-separated.`,
 							}
 							cancel()
 						}()
+					} else {
+						// The cluster stays up: a submission starts the next job.
+						job++
+						done = cur.JobEnded(job)
+						fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator: ready for job %d: terrace submit JOB.yaml, then start its workers\n", job)
 					}
 				case err := <-errc:
 					return err
@@ -120,7 +127,7 @@ address, comma-separated.`,
 	fs.IntVar(&o.Partitions, "partitions", 0, "data partitions (4 per worker if 0)")
 	fs.IntVar(&o.Replication, "replication", 2, "servers holding each key slot (k)")
 	fs.DurationVar(&o.FailureTimeout, "failure-timeout", coord.DefaultFailureTimeout, "declare a node dead after this long without a heartbeat or an answer to pings; also the lease of its etcd registration")
-	fs.StringVar(&reportPath, "report", "", "write the workers' reports to this JSON file once all have reported")
+	fs.StringVar(&reportPath, "report", "", "write the workers' reports to this JSON file once all have reported (each job's replaces the last's)")
 	fs.StringVar(&eventsPath, "events", "", "write the event timeline to this JSON file once all workers have reported (for terrace plot)")
 	fs.BoolVar(&exitWhenDone, "exit-when-done", false, "end the cluster with its job: once every worker has reported, the coordinator and its servers exit 0")
 	fs.StringVar(&ha.ID, "id", "", "this coordinator's name in the election (host name and pid if empty)")

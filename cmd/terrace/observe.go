@@ -79,7 +79,7 @@ func printStatus(w io.Writer, coordinator string, st *api.Status) {
 		if d.Done {
 			state = "done"
 		}
-		fmt.Fprintf(w, "DEFINITION  %s  passes done %d  %s\n", describeJob(*d.Job), d.PassesDone, state)
+		fmt.Fprintf(w, "DEFINITION  job %d: %s  passes done %d  %s\n", d.Number, describeJob(*d.Job), d.PassesDone, state)
 	}
 	eta := "-"
 	if j.ETA > 0 {

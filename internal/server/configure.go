@@ -62,6 +62,9 @@ func (s *Server) install(l *layout.Layout, rm *ring.Map, ch chains) (installed, 
 	defer s.applyMu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.lay != nil && s.lay.Job != l.Job {
+		s.nextJobLocked(l)
+	}
 	if err := s.addTables(l); err != nil {
 		return installed{}, err
 	}

@@ -71,6 +71,9 @@ type EvalGrant struct {
 // answers.
 type JobStatus struct {
 	Job *Job `json:"job"`
+	// Number numbers the job: 1 for the cluster's first, one more for
+	// each next (docs/design/jobs.md).
+	Number uint64 `json:"number"`
 	// PassesDone counts the passes every partition of which is trained.
 	PassesDone int          `json:"passes_done"`
 	Results    []PassResult `json:"results"`

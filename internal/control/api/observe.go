@@ -29,6 +29,7 @@ const (
 	EventLeader     = "leader"     // a coordinator replica took over
 	EventPass       = "pass"       // every partition of a pass is trained
 	EventReported   = "reported"   // a worker finished and reported
+	EventJob        = "job"        // the next job started on a cluster that stayed up
 	EventRefused    = "refused"    // a request without the token or role it needs
 )
 

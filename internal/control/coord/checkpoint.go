@@ -28,6 +28,9 @@ type Commit struct {
 	Partitions int
 	MaxClock   int64
 	States     map[int][]uint64
+	// Job is the job trained (nil if none was submitted): what terrace
+	// export needs to read the model (its data, for lr's scaling).
+	Job *api.Job
 }
 
 // CheckpointStat describes a committed checkpoint.
@@ -102,7 +105,7 @@ func (m *Machine) commitIfReported() {
 	m.committing = true
 	m.out.Commit = &Commit{Dir: ck.Dir, Seq: ck.Seq, Pass: ck.Pass, Servers: slices.Clone(ck.Servers),
 		Tables: slices.Clone(m.st.Layout.Tables), Partitions: m.st.Layout.Partitions, MaxClock: m.st.MaxClock,
-		States: m.partStates()}
+		States: m.partStates(), Job: m.st.Job}
 }
 
 // partStates copies the partitions' states.

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/placement/layout"
 	"github.com/terrace-ml/terrace/internal/storage/checkpoint"
 )
@@ -27,6 +28,7 @@ type commitMeta struct {
 	// (a split left it so), the byte length of each: its blob in the
 	// state file is their concatenation, in row order.
 	StatePieces map[int][]int `json:"state_pieces,omitempty"`
+	Job         *api.Job      `json:"job,omitempty"`
 }
 
 // commit writes checkpoint ck's partition states and then its commit
@@ -34,7 +36,7 @@ type commitMeta struct {
 // while no worker reports progress, so the versions it reads stay named.
 func (c *Coordinator) commit(ctx context.Context, ck *Commit) error {
 	m := commitMeta{Seq: ck.Seq, Pass: ck.Pass, Servers: ck.Servers, Tables: ck.Tables,
-		Partitions: ck.Partitions, MaxClock: ck.MaxClock, Time: time.Now().UTC()}
+		Partitions: ck.Partitions, MaxClock: ck.MaxClock, Time: time.Now().UTC(), Job: ck.Job}
 	if len(ck.States) > 0 {
 		blobs, pieces, err := c.readStates(ctx, ck.States)
 		if err != nil {

@@ -83,6 +83,7 @@ type Coordinator struct {
 	failed    error // set once a save failed: nothing more is answered
 	done      chan struct{}
 	doneShut  bool
+	ends      jobEnds
 	persist   Persist
 	states    StateStore
 
@@ -365,6 +366,7 @@ func (c *Coordinator) releaseLocked(rd Ready) {
 		close(c.done)
 		c.doneShut = true
 	}
+	c.jobEndedLocked(rd.EndedJob)
 }
 
 // failLocked stops the coordinator after a failed save: its state may now

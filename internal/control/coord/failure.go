@@ -64,6 +64,11 @@ func (m *Machine) checkRank(rank int) error {
 	if rank < 0 || rank >= m.st.Layout.Workers {
 		return fmt.Errorf("%w: rank %d of %d", api.ErrBadRequest, rank, m.st.Layout.Workers)
 	}
+	if rank >= len(m.st.Workers) {
+		// No worker holds the rank (yet): a request late from the job
+		// before must not act for the next job's holder (nextJob).
+		return fmt.Errorf("%w: rank %d: no worker joined with it", api.ErrBadRequest, rank)
+	}
 	if m.finished(rank) {
 		return fmt.Errorf("%w: rank %d was declared dead", api.ErrLeaseLost, rank)
 	}
@@ -85,9 +90,11 @@ func (m *Machine) expireWorkers() {
 		if silent < m.failureTimeout() || m.finished(r) {
 			continue
 		}
-		m.log.Warn("worker silent; its pieces return to the pool", "rank", r, "silent", silent.Round(time.Millisecond))
 		if _, reported := m.st.Reports[r]; !reported { // one that reported has finished and exited
+			m.log.Warn("worker silent; its pieces return to the pool", "rank", r, "silent", silent.Round(time.Millisecond))
 			m.note(api.EventFailed, m.workerName(r), fmt.Sprintf("worker silent for %v: its pieces return to the pool", silent.Round(time.Millisecond)))
+		} else {
+			m.log.Info("worker reported and exited", "rank", r)
 		}
 		m.finish(r)
 		changed = true

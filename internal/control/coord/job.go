@@ -26,19 +26,26 @@ type Eval struct {
 
 // SubmitJob sets the cluster's job, or checks that j is the job already
 // set; the reply's Job is the job in force. A different job is refused
-// with api.ErrJobConflict while one is set: jobs do not change under
-// running workers.
+// with api.ErrJobConflict while one runs: jobs do not change under
+// running workers. Once the job is done, j starts the next job on a
+// cluster that stays up (nextJob).
 func (m *Machine) SubmitJob(id uint64, j api.Job) {
 	if j.App == "" {
 		m.fail(id, fmt.Errorf("%w: a job needs an app", api.ErrBadRequest))
 		return
 	}
-	if m.st.Job == nil {
+	switch l := &m.st.Layout; {
+	case l.JobDone && l.Shutdown:
+		m.reply(Reply{ID: id, Job: m.st.Job, Err: fmt.Errorf("%w: the job is done and the cluster ends with it (its coordinator runs with --exit-when-done)", api.ErrJobConflict)})
+		return
+	case l.JobDone:
+		m.nextJob(j)
+	case m.st.Job == nil:
 		m.st.Job = &j
 		m.dirty = true
 	}
 	if !reflect.DeepEqual(*m.st.Job, j) {
-		m.reply(Reply{ID: id, Job: m.st.Job, Err: fmt.Errorf("%w: %s", api.ErrJobConflict, diffJobs(m.st.Job, &j))})
+		m.reply(Reply{ID: id, Job: m.st.Job, Err: fmt.Errorf("%w: job %d runs (submit yours once it is done): %s", api.ErrJobConflict, m.st.Layout.Job+1, diffJobs(m.st.Job, &j))})
 		return
 	}
 	m.reply(Reply{ID: id, Job: m.st.Job})
@@ -134,7 +141,7 @@ func (m *Machine) endJob() {
 
 // JobStatus returns the job, its progress and its results.
 func (m *Machine) JobStatus() api.JobStatus {
-	st := api.JobStatus{Job: m.st.Job, PassesDone: m.st.DoneBefore, Done: m.st.Layout.JobDone,
+	st := api.JobStatus{Job: m.st.Job, Number: m.st.Layout.Job + 1, PassesDone: m.st.DoneBefore, Done: m.st.Layout.JobDone,
 		Workers: maps.Clone(m.st.Workers), Results: []api.PassResult{}}
 	if st.Job != nil {
 		j := *st.Job

@@ -94,8 +94,10 @@ type Ready struct {
 	Commit *Commit
 	// Probes ask for servers to be dialled (MemberGone).
 	Probes []Probe
-	// AllReported: every worker has reported or is gone.
+	// AllReported: every worker has reported or is gone; EndedJob is the
+	// number of the job that ended so (api.JobStatus.Number).
 	AllReported bool
+	EndedJob    uint64
 	// Events are what happened, for the timeline, once saved; the driver
 	// numbers them and stamps the epoch (events.go).
 	Events      []api.Event
@@ -213,7 +215,7 @@ func (m *Machine) publish() {
 	l.Version++
 	was := l.Ready
 	l.Ready = l.Ready || m.serversJoined()+m.st.Removed >= m.cfg.Servers && len(m.st.Workers) >= m.cfg.Workers && l.Resume == nil
-	if l.Ready && !was {
+	if l.Ready && !was && l.Job == 0 { // later jobs keep the first's tiers
 		m.arrangeTiers()
 	}
 	m.layoutChanged, m.dirty = true, true

@@ -63,6 +63,10 @@ type State struct {
 	// by pass counted from 1.
 	Job   *api.Job      `json:"job,omitempty"`
 	Evals map[int]*Eval `json:"evals,omitempty"`
+	// TableBase is the highest table ID of the jobs before this one: a
+	// job's tables are numbered after it, so that no server mistakes an
+	// old job's table for a new one's (nextjob.go).
+	TableBase uint32 `json:"table_base,omitempty"`
 }
 
 // StageChange is one stage switch: started at Started, published (the

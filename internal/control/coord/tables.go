@@ -26,7 +26,7 @@ func (m *Machine) CreateTable(id uint64, spec table.Spec) {
 		m.replyLayout(id)
 		return
 	}
-	l.Tables = append(slices.Clone(l.Tables), layout.Table{ID: uint32(len(l.Tables) + 1), Spec: spec})
+	l.Tables = append(slices.Clone(l.Tables), layout.Table{ID: m.lastTable() + 1, Spec: spec})
 	m.note(api.EventTable, "", fmt.Sprintf("table %q (%d values a key)", spec.Name, spec.Width))
 	m.publish()
 	m.replyLayout(id)
@@ -50,6 +50,7 @@ func (m *Machine) Report(id uint64, rank int, report json.RawMessage) {
 	m.note(api.EventReported, m.workerName(rank), "")
 	m.out.AllReported = m.out.AllReported || all
 	if all {
+		m.out.EndedJob = m.st.Layout.Job + 1
 		m.endJob()
 	}
 	m.reply(Reply{ID: id})

@@ -73,6 +73,10 @@ type Layout struct {
 	// Shutdown, with JobDone: the cluster ends with the job (the
 	// coordinator's --exit-when-done), and servers exit by themselves.
 	Shutdown bool `json:"shutdown,omitempty"`
+	// Job numbers the job the layout serves: 0 for the cluster's first,
+	// one more for each next. A server that installs a layout of another
+	// job drops the tables it no longer lists and restarts its clocks.
+	Job uint64 `json:"job,omitempty"`
 
 	// Tiers of reliability (issue 11, docs/design/tiers.md).
 

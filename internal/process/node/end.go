@@ -12,14 +12,12 @@ import (
 var errClusterDone = errors.New("the cluster's job is done")
 
 // jobEnd is what a server knows of its job's end, from the layouts it
-// follows: once the job is done, a SIGTERM ends the server at once (no
+// follows: while the job is done, a SIGTERM ends the server at once (no
 // handoff: the coordinator may be gone, and the last server may leave).
 type jobEnd struct{ done atomic.Bool }
 
 // see records l, and reports whether the cluster ends with the job.
 func (e *jobEnd) see(l *layout.Layout) bool {
-	if l.JobDone {
-		e.done.Store(true)
-	}
+	e.done.Store(l.JobDone) // a cluster that stays up may start its next job
 	return l.JobDone && l.Shutdown
 }

@@ -1,0 +1,179 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/terrace-ml/terrace/apps/lda"
+	"github.com/terrace-ml/terrace/apps/lr"
+	"github.com/terrace-ml/terrace/apps/mf"
+	"github.com/terrace-ml/terrace/data"
+	"github.com/terrace-ml/terrace/internal/control/api"
+	"github.com/terrace-ml/terrace/internal/control/coord"
+	"github.com/terrace-ml/terrace/internal/server"
+	"github.com/terrace-ml/terrace/keyspace"
+	"github.com/terrace-ml/terrace/ps"
+)
+
+// modelSource is where terrace export reads a job's tables: a live
+// cluster's servers, or a committed checkpoint.
+type modelSource interface {
+	// width is the number of values a key of table name holds.
+	width(ctx context.Context, name string) (int, error)
+	// read fills dst with the values of keys (sorted), width a key; keys
+	// nothing wrote read as 0.
+	read(ctx context.Context, name string, keys []uint64, dst []float32) error
+}
+
+// exportModel writes job j's model, read from src, to out: lr a liblinear
+// model file; mf and lda a directory of TSV files, as the job's --model
+// writes them.
+func exportModel(ctx context.Context, src modelSource, j api.Job, out string) error {
+	switch j.App {
+	case "lr":
+		nkeys, scale, err := lrScaling(j)
+		if err != nil {
+			return err
+		}
+		w := make([]float32, nkeys)
+		if err := src.read(ctx, lr.TableName, keyRange(nkeys), w); err != nil {
+			return err
+		}
+		return saveLR(lr.NewModel(w, scale), j, out)
+	case "mf":
+		train, err := data.ReadRatings(j.Train)
+		if err != nil {
+			return fmt.Errorf("export: the job's training data (its users, items and mean): %w", err)
+		}
+		rank, err := src.width(ctx, mf.FactorsTable)
+		if err != nil {
+			return err
+		}
+		return mf.Export(out, train, rank, func(keys []uint64, f, b []float32) error {
+			if err := src.read(ctx, mf.FactorsTable, keys, f); err != nil {
+				return err
+			}
+			return src.read(ctx, mf.BiasTable, keys, b)
+		})
+	case "lda":
+		corpus, err := data.ReadDocWords(j.Train)
+		if err != nil {
+			return fmt.Errorf("export: the job's training data (its words): %w", err)
+		}
+		var vocab []string
+		if j.Vocab != "" {
+			if vocab, err = data.ReadVocab(j.Vocab); err != nil {
+				return fmt.Errorf("export: the job's vocabulary: %w", err)
+			}
+		}
+		k, err := src.width(ctx, lda.TableName)
+		if err != nil {
+			return err
+		}
+		v := corpus.NumWords
+		wk := make([]float32, v*k)
+		if err := src.read(ctx, lda.TableName, keyRange(uint64(v)), wk); err != nil {
+			return err
+		}
+		return lda.Export(out, wk, v, k, vocab)
+	}
+	return fmt.Errorf("export: app %q has no model to export", j.App)
+}
+
+func keyRange(n uint64) []uint64 {
+	keys := make([]uint64, n)
+	for i := range keys {
+		keys[i] = uint64(i)
+	}
+	return keys
+}
+
+// liveSource reads tables from a cluster's servers.
+type liveSource struct{ c *ps.Client }
+
+func (s liveSource) width(ctx context.Context, name string) (int, error) {
+	t, err := s.c.Table(ctx, name)
+	if err != nil {
+		return 0, fmt.Errorf("export: %w", err)
+	}
+	return t.Width(), nil
+}
+
+func (s liveSource) read(ctx context.Context, name string, keys []uint64, dst []float32) error {
+	t, err := s.c.Table(ctx, name)
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	var f *ps.Future
+	if n := uint64(len(keys)); n > 0 && keys[0] == 0 && keys[n-1] == n-1 {
+		f = t.PullRange(keyspace.Range{Lo: 0, Hi: n}, dst) // a dense model: one range message a server
+	} else {
+		f = t.Pull(keys, dst)
+	}
+	if err := f.Wait(ctx); err != nil {
+		return fmt.Errorf("export: pull %s: %w", name, err)
+	}
+	return nil
+}
+
+// checkpointSource reads tables from a committed cluster checkpoint.
+type checkpointSource struct{ ck coord.Committed }
+
+func (s checkpointSource) table(name string) (id uint32, width int, err error) {
+	for _, t := range s.ck.Tables {
+		if t.Spec.Name == name {
+			return t.ID, t.Spec.Width, nil
+		}
+	}
+	return 0, 0, fmt.Errorf("export: checkpoint %d under %s has no table %q", s.ck.Seq, s.ck.Dir, name)
+}
+
+func (s checkpointSource) width(_ context.Context, name string) (int, error) {
+	_, w, err := s.table(name)
+	return w, err
+}
+
+func (s checkpointSource) read(ctx context.Context, name string, keys []uint64, dst []float32) error {
+	id, w, err := s.table(name)
+	if err != nil {
+		return err
+	}
+	err = server.ReadCheckpoint(ctx, s.ck.Dir, s.ck.Seq, s.ck.Servers, id, func(k uint64, v []float32) error {
+		if i, ok := slices.BinarySearch(keys, k); ok {
+			copy(dst[i*w:(i+1)*w], v)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	return nil
+}
+
+// exportCheckpoint writes the model of the newest committed checkpoint
+// under dir to out, as the live export does: no cluster is needed, and
+// the model is the one of the pass the checkpoint was taken after.
+// train, if set, replaces the job's training data path (moved data, or a
+// checkpoint whose commit record names no job: an lr job is assumed).
+func exportCheckpoint(ctx context.Context, w io.Writer, dir, train, out string) error {
+	ck, err := coord.LatestCommitted(dir)
+	if err != nil {
+		return fmt.Errorf("export --checkpoint-dir %s: %w", dir, err)
+	}
+	j := api.Job{App: "lr", Scale: "max"}
+	if ck.Job != nil {
+		j = *ck.Job
+	} else if train == "" {
+		return fmt.Errorf("export --checkpoint-dir %s: checkpoint %d names no job (written before commit records did): give --train, the job's training data", dir, ck.Seq)
+	}
+	if train != "" {
+		j.Train = train
+	}
+	if err := exportModel(ctx, checkpointSource{ck}, j, out); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "terrace: exported the %s model of checkpoint %d (after pass %d) to %s\n", j.App, ck.Seq, ck.Pass+1, out)
+	return nil
+}

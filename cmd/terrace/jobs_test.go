@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestClusterRunsJobsOneAfterAnother is the stay-up cluster of issue 13
+// as a user runs it, each node its own process: a coordinator without
+// --exit-when-done and two servers run an lr job submitted with terrace
+// submit, then an lda job that a worker brings with its own flags once
+// the first is done, each with workers of its own; the coordinator says
+// when each job is done, and SIGTERMs end every process with 0.
+func TestClusterRunsJobsOneAfterAnother(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs nine processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	coordCmd, out := start(t, ctx, "coordinator", "--listen", "127.0.0.1:0", "--servers", "2", "--workers", "2", "--in-memory")
+	line, err := out.ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(line)
+	addr := strings.TrimSuffix(f[slicesIndex(f, "on")+1], ",")
+	lines := make(chan string, 100)
+	go func() {
+		for {
+			l, err := out.ReadString('\n')
+			if err != nil {
+				close(lines)
+				return
+			}
+			lines <- l
+		}
+	}()
+	waitFor := func(what string) {
+		t.Helper()
+		for l := range lines {
+			if strings.Contains(l, what) {
+				return
+			}
+		}
+		t.Fatalf("the coordinator ended without saying %q", what)
+	}
+	var servers []*exec.Cmd
+	for i := range 2 {
+		s, so := start(t, ctx, "server", "--coordinator", addr, "--id", fmt.Sprintf("s%d", i), "--log-level", "warn")
+		go io.Copy(io.Discard, so)
+		servers = append(servers, s)
+	}
+	jobFile := dir + "/lr.yaml"
+	job := fmt.Sprintf("app: lr\ntrain: %s\ntest: %s\npasses: 1\n", repoFile("datasets/a9a/a9a.gz"), repoFile("datasets/a9a/a9a.t.gz"))
+	if err := os.WriteFile(jobFile, []byte(job), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := exec.CommandContext(ctx, terrace(t), "submit", "--coordinator", addr, jobFile).CombinedOutput(); err != nil {
+		t.Fatalf("submit: %v\n%s", err, b)
+	}
+	runWorkers := func(job int, args ...string) {
+		t.Helper()
+		var ws []*exec.Cmd
+		for i := range 2 {
+			w, wo := start(t, ctx, append([]string{"worker", "--coordinator", addr, "--id", fmt.Sprintf("w%d", i)}, args...)...)
+			go io.Copy(io.Discard, wo)
+			ws = append(ws, w)
+		}
+		for _, w := range ws {
+			if err := w.Wait(); err != nil {
+				t.Fatalf("job %d: worker: %v", job, err)
+			}
+		}
+		waitFor(fmt.Sprintf("job %d done", job))
+	}
+	runWorkers(1)
+	runWorkers(2, "--app", "lda", "--train", repoFile("datasets/kos/doc_word_count.tsv.gz"), "--passes", "1")
+	for _, s := range servers {
+		s.Process.Signal(syscall.SIGTERM)
+		if err := s.Wait(); err != nil {
+			t.Errorf("server after SIGTERM: %v", err)
+		}
+	}
+	coordCmd.Process.Signal(syscall.SIGTERM)
+	if err := coordCmd.Wait(); err != nil {
+		t.Errorf("coordinator after SIGTERM: %v", err)
+	}
+}
