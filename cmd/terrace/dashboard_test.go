@@ -54,20 +54,27 @@ func TestDashboardInChromium(t *testing.T) {
 		epochs = "40"
 	}
 	dir := t.TempDir()
+	// Machine 0 is reliable, 1 and 2 transient, each a server and a
+	// worker: in stage 2 the transient servers are the ActivePS and the
+	// reliable one their BackupPS; at 2015's c3.xlarge prices.
 	_, out := start(t, ctx, "coordinator", "--listen", addr, "--servers", "3", "--workers", "3", "--replication", "2",
+		"--stage", "2", "--price", "reliable=0.21,transient=0.0364",
 		"--report", filepath.Join(dir, "report.json"), "--events", filepath.Join(dir, "events.json"))
+	class := func(i int) string { return map[bool]string{true: "reliable", false: "transient"}[i == 0] }
 	if _, err := out.ReadString('\n'); err != nil {
 		t.Fatal(err)
 	}
 	go io.Copy(io.Discard, out)
 	var servers []*exec.Cmd
 	for i := range 3 {
-		cmd, so := start(t, ctx, "server", "--coordinator", addr, "--id", fmt.Sprintf("server-%d", i), "--log-level", "warn")
+		cmd, so := start(t, ctx, "server", "--coordinator", addr, "--id", fmt.Sprintf("server-%d", i), "--log-level", "warn",
+			"--machine", fmt.Sprintf("machine-%d", i), "--class", class(i))
 		go io.Copy(io.Discard, so)
 		servers = append(servers, cmd)
 	}
 	for i := range 3 {
 		_, wo := start(t, ctx, "worker", "--coordinator", addr, "--id", fmt.Sprintf("worker-%d", i),
+			"--machine", fmt.Sprintf("machine-%d", i), "--class", class(i),
 			"--train", repoFile("datasets/a9a/a9a.gz"), "--test", repoFile("datasets/a9a/a9a.t.gz"), "--epochs", epochs)
 		go io.Copy(io.Discard, wo)
 	}
@@ -91,6 +98,15 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 	if title, err := chromedp.Run(bctx, chromedp.Title()); err != nil || title != "Terrace" {
 		t.Fatalf("page title %q, %v", title, err)
+	}
+	// The machines by class, the stage and its reason, the cost.
+	tiers := `document.querySelector('#nodes tr[data-node="server-1"]').dataset.class === "transient" &&
+		document.getElementById("machines").textContent === "1 reliable · 2 transient" &&
+		document.getElementById("stage").textContent === "2" && document.getElementById("reason").textContent !== "" &&
+		document.getElementById("dollars").textContent.startsWith("$")`
+	if err := chromedp.Do(bctx, chromedp.Poll[chromedp.Void](tiers, chromedp.WithPollingTimeout(10*time.Second))); err != nil {
+		shown, _ := chromedp.Run(bctx, chromedp.Evaluate[string](`document.body.innerText`))
+		t.Fatalf("the dashboard never showed the machines by class, the stage and the cost: %v; it shows:\n%s", err, shown)
 	}
 
 	killed := time.Now()

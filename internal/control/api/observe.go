@@ -4,14 +4,17 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/terrace-ml/terrace/internal/placement/tier"
 )
 
 // Routes that show the cluster to people (docs/design/observe.md). They
 // only read.
 const (
-	RouteEvents  = "GET /v1/events" // ?after=SEQ[&follow=1] -> []Event
-	RouteStatus  = "GET /v1/status" // Status
-	RouteMetrics = "GET /metrics"   // Prometheus text format
+	RouteEvents  = "GET /v1/events"  // ?after=SEQ[&follow=1] -> []Event
+	RouteStatus  = "GET /v1/status"  // Status
+	RouteMetrics = "GET /metrics"    // Prometheus text format
+	RouteHistory = "GET /v1/history" // -> []Sample
 )
 
 // Event kinds on the coordinator's timeline.
@@ -30,6 +33,7 @@ const (
 	EventPass       = "pass"       // every partition of a pass is trained
 	EventReported   = "reported"   // a worker finished and reported
 	EventRefused    = "refused"    // a request without the token or role it needs
+	EventStage      = "stage"      // a stage switch began, ended, fell back or was abandoned
 )
 
 // Event is one entry of the coordinator's timeline: what happened, to
@@ -51,8 +55,21 @@ type Status struct {
 	Version uint64    `json:"version"`
 	Ready   bool      `json:"ready"`
 	// Stage is the tiers' stage (1, 2 or 3; docs/design/tiers.md).
-	Stage int      `json:"stage"`
-	Job   Progress `json:"job"`
+	Stage int `json:"stage"`
+	// StageReason says why the cluster runs its stage: the reason of the
+	// last switch (the planner's, an operator's, a fallback's), or the
+	// stage it formed in; empty without tiers.
+	StageReason string `json:"stage_reason,omitempty"`
+	// Switching, while a switch is in progress, is "FROM -> TO".
+	Switching string `json:"switching,omitempty"`
+	// Machines counts the machines with a live node, by class.
+	Machines MachineCount `json:"machines"`
+	// DollarsPerHour is what those machines cost at the coordinator's
+	// prices, and Dollars what the live machines have cost since this
+	// coordinator took over; both nil when it knows no prices (--price).
+	DollarsPerHour *float64 `json:"dollars_per_hour,omitempty"`
+	Dollars        *float64 `json:"dollars,omitempty"`
+	Job            Progress `json:"job"`
 	// Definition is the job's definition and results, when one was
 	// submitted (the same as GET /v1/job).
 	Definition *JobStatus   `json:"definition,omitempty"`
@@ -76,6 +93,28 @@ type Progress struct {
 	ETA      time.Duration `json:"eta"`
 	Reported int           `json:"reported"`
 	Workers  int           `json:"workers"`
+	// Staleness is the spread of the training workers' clocks (the
+	// fastest's last reported clock less the slowest's): how far behind
+	// the fastest worker the slowest one's updates are.
+	Staleness int64 `json:"staleness"`
+}
+
+// MachineCount is a number of machines by class.
+type MachineCount struct {
+	Reliable  int `json:"reliable"`
+	Transient int `json:"transient"`
+}
+
+// Sample is the cluster at one moment, for charts over time: the
+// coordinator keeps a bounded series of them (GET /v1/history).
+type Sample struct {
+	Time      time.Time    `json:"time"`
+	Stage     int          `json:"stage"`
+	Machines  MachineCount `json:"machines"`
+	Dollars   *float64     `json:"dollars,omitempty"`
+	Rate      float64      `json:"rate"`
+	Staleness int64        `json:"staleness"`
+	Examples  int64        `json:"examples"`
 }
 
 // NodeStatus is one node as the coordinator sees it. State is one of
@@ -86,6 +125,14 @@ type NodeStatus struct {
 	Rank  int    `json:"rank,omitempty"`
 	Addr  string `json:"addr,omitempty"`
 	State string `json:"state"`
+	// Machine is the machine the node runs on (its ID when it named
+	// none), Class that machine's class, and Tier a tiered server's part:
+	// activeps, backupps or standby (empty for a server of stage 1).
+	Machine string     `json:"machine,omitempty"`
+	Class   tier.Class `json:"class"`
+	Tier    string     `json:"tier,omitempty"`
+	// Clock is a worker's last reported clock.
+	Clock int64 `json:"clock,omitempty"`
 	// Holds says what the node holds: a server's slots as their share of
 	// the ring, a worker's leased pieces.
 	Holds string `json:"holds,omitempty"`
@@ -108,4 +155,11 @@ func (c *Client) Events(ctx context.Context, after uint64, follow bool) ([]Event
 func (c *Client) Status(ctx context.Context) (*Status, error) {
 	var s Status
 	return &s, c.do(ctx, RouteStatus, "", nil, &s)
+}
+
+// History returns the coordinator's samples of the cluster over time,
+// oldest first.
+func (c *Client) History(ctx context.Context) ([]Sample, error) {
+	var s []Sample
+	return s, c.do(ctx, RouteHistory, "", nil, &s)
 }

@@ -50,6 +50,9 @@ type Options struct {
 	// SyncInterval the ActivePS's sync interval (1 s if 0).
 	Stage        tier.Stage
 	SyncInterval time.Duration
+	// Prices are dollars per machine-hour by class, for the cost so far
+	// in the status and the metrics; zero: not known, no cost shown.
+	Prices tier.ByClass
 	// ExitWhenDone: the cluster ends with its job; servers exit when it
 	// does.
 	ExitWhenDone bool
@@ -95,6 +98,7 @@ type Coordinator struct {
 	restored   bool
 	metrics    *coordMetrics
 	samples    []sample
+	meter      clusterMeter // cost and samples over time (cluster.go)
 }
 
 // Persist saves the coordinator's state (blob). placement is set when the
@@ -130,7 +134,7 @@ func Open(o Options) (*Coordinator, error) {
 	}
 	c := &Coordinator{opts: o, log: o.Logger, m: NewMachine(o.config(), time.Now()), changed: make(chan struct{}),
 		calls: map[uint64]chan Reply{}, done: make(chan struct{}), states: &memStates{}, kick: make(chan struct{}, 1),
-		events: newEventLog(), metrics: newCoordMetrics()}
+		events: newEventLog(), metrics: newCoordMetrics(), meter: clusterMeter{prices: o.Prices}}
 	c.published = c.m.published
 	if o.Resume {
 		if err := c.resume(o.CheckpointDir); err != nil {

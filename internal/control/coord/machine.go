@@ -61,6 +61,10 @@ type Machine struct {
 	// started, and gone the servers taken out, for status (not saved).
 	trained int64
 	gone    map[string]string
+	// machineOf is each node's machine by "role/id", clocks each worker
+	// rank's last reported clock (cluster.go; not saved).
+	machineOf map[string]string
+	clocks    map[int]int64
 	// committing: the Commit of the checkpoint in progress was handed
 	// out, and its outcome (Committed) is awaited.
 	committing bool

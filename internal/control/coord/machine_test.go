@@ -179,6 +179,7 @@ var inspections = map[string]func(h *harness, td *datadriven.TestData){
 	"layout": func(h *harness, td *datadriven.TestData) { h.printLayout("layout", h.m.snapshot()) },
 	"audit":  func(h *harness, td *datadriven.TestData) { h.audit() },
 	"states": func(h *harness, td *datadriven.TestData) { h.printStates() },
+	"status": func(h *harness, td *datadriven.TestData) { h.printStatus() },
 }
 
 func (h *harness) newMachine(td *datadriven.TestData) {

@@ -25,6 +25,7 @@ func (c *Coordinator) observeHandlers(mux *http.ServeMux) {
 		reply(w, c.Events(ctx, after, follow), nil)
 	})
 	mux.HandleFunc(api.RouteStatus, func(w http.ResponseWriter, r *http.Request) { reply(w, c.Status(), nil) })
+	mux.HandleFunc(api.RouteHistory, func(w http.ResponseWriter, r *http.Request) { reply(w, c.History(), nil) })
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c.Collector(), collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -33,6 +33,9 @@ type AppOptions struct {
 	// ScrapeEvery, when positive, adds a third side: the parameter server
 	// with every node's /metrics fetched at this interval.
 	ScrapeEvery time.Duration
+	// Step, when set, hears after each run how many of the total are
+	// done (for a progress bar).
+	Step func(done, total int)
 }
 
 func (o AppOptions) withDefaults() (AppOptions, error) {
@@ -170,17 +173,30 @@ func App(ctx context.Context, o AppOptions, progress io.Writer) (*AppReport, err
 	}
 	log := logger(w)
 	var psRates, localRates, scrapedRates []float64
+	sides := 2
+	if o.ScrapeEvery > 0 {
+		sides = 3
+	}
+	done := 0
+	step := func() {
+		done++
+		if o.Step != nil {
+			o.Step(done, sides*o.Repeats)
+		}
+	}
 	for i := range o.Repeats {
 		loc, err := runLocal(train, test, cfg)
 		if err != nil {
 			return nil, err
 		}
 		fmt.Fprintf(w, "run %d/%d: local %.0f examples/s, test AUC %.4f\n", i+1, o.Repeats, loc.ExamplesPerSecond, loc.TestAUC)
+		step()
 		psr, refused, err := runPS(ctx, cfg, log)
 		if err != nil {
 			return nil, err
 		}
 		fmt.Fprintf(w, "run %d/%d: ps    %.0f examples/s, test AUC %.4f\n", i+1, o.Repeats, psr.ExamplesPerSecond, psr.TestAUC)
+		step()
 		rep.Runs = append(rep.Runs, loc, psr)
 		localRates, psRates = append(localRates, loc.ExamplesPerSecond), append(psRates, psr.ExamplesPerSecond)
 		rep.LocalTestAUC, rep.LocalTestLogLoss = loc.TestAUC, loc.TestLogLoss
@@ -192,6 +208,7 @@ func App(ctx context.Context, o AppOptions, progress io.Writer) (*AppReport, err
 				return nil, err
 			}
 			fmt.Fprintf(w, "run %d/%d: ps, scraped every %v: %.0f examples/s\n", i+1, o.Repeats, o.ScrapeEvery, scr.ExamplesPerSecond)
+			step()
 			scr.Side = "ps-scraped"
 			rep.Runs = append(rep.Runs, scr)
 			scrapedRates = append(scrapedRates, scr.ExamplesPerSecond)

@@ -41,6 +41,9 @@ type Run struct {
 	// started; Stall the longest time without an acknowledged push.
 	Faults                []Fault
 	StallAt, StallSeconds float64
+	// History is the coordinator's samples of the cluster: machines by
+	// class, stage and dollars over time (reports from this version on).
+	History []api.Sample
 }
 
 // Fault is one injected fault.
@@ -96,6 +99,11 @@ func Parse(report, events []byte) (*Run, error) {
 			return nil, fmt.Errorf("plot: report's events: %w", err)
 		}
 	}
+	if raw, ok := top["history"]; ok {
+		if err := json.Unmarshal(raw, &r.History); err != nil {
+			return nil, fmt.Errorf("plot: report's history: %w", err)
+		}
+	}
 	if len(r.Events) == 0 && events != nil {
 		if err := json.Unmarshal(events, &r.Events); err != nil {
 			return nil, fmt.Errorf("plot: events: %w", err)
@@ -118,7 +126,7 @@ func Parse(report, events []byte) (*Run, error) {
 			r.StallSeconds, r.StallAt = *drill.StallS, *drill.StallAt
 		}
 	}
-	if len(r.Passes) == 0 && len(r.Events) == 0 {
+	if len(r.Passes) == 0 && len(r.Events) == 0 && len(r.History) == 0 {
 		return nil, ErrNoData
 	}
 	r.placePasses()
@@ -180,7 +188,7 @@ func (r *Run) start() time.Time {
 // eventRows are the event kinds the lower panel shows, one row each, top
 // down; grants and passes are left out (there are too many to read).
 var eventRows = []string{api.EventJoin, api.EventJoining, api.EventRing, api.EventDrain, api.EventLeft,
-	api.EventFailed, api.EventSplit, api.EventCheckpoint, api.EventLeader}
+	api.EventFailed, api.EventStage, api.EventSplit, api.EventCheckpoint, api.EventLeader}
 
 // Draw writes the plot to w as format "svg" or "png".
 func (r *Run) Draw(w io.Writer, format string) error {
@@ -192,11 +200,23 @@ func (r *Run) Draw(w io.Writer, format string) error {
 	if err != nil {
 		return err
 	}
-	// One time axis for both.
-	lo := min(metricsPlot.X.Min, eventsPlot.X.Min)
-	hi := max(metricsPlot.X.Max, eventsPlot.X.Max)
-	metricsPlot.X.Min, eventsPlot.X.Min, metricsPlot.X.Max, eventsPlot.X.Max = lo, lo, hi, hi
-	const width, height = 9 * vg.Inch, 7 * vg.Inch
+	plots := [][]*gplot.Plot{{metricsPlot}, {eventsPlot}}
+	cluster, err := r.clusterPlots()
+	if err != nil {
+		return err
+	}
+	for _, p := range cluster {
+		plots = append(plots, []*gplot.Plot{p})
+	}
+	// One time axis for all.
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, row := range plots {
+		lo, hi = min(lo, row[0].X.Min), max(hi, row[0].X.Max)
+	}
+	for _, row := range plots {
+		row[0].X.Min, row[0].X.Max = lo, hi
+	}
+	width, height := 9*vg.Inch, 7*vg.Inch+vg.Length(len(cluster))*2*vg.Inch
 	var cw vg.CanvasWriterTo
 	switch format {
 	case "svg":
@@ -207,12 +227,12 @@ func (r *Run) Draw(w io.Writer, format string) error {
 		return fmt.Errorf("plot: format %q: want svg or png", format)
 	}
 	dc := draw.New(cw)
-	tiles := draw.Tiles{Rows: 2, Cols: 1, PadY: vg.Millimeter * 4, PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2,
+	tiles := draw.Tiles{Rows: len(plots), Cols: 1, PadY: vg.Millimeter * 4, PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2,
 		PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 4}
-	plots := [][]*gplot.Plot{{metricsPlot}, {eventsPlot}}
 	canvases := gplot.Align(plots, tiles, dc)
-	metricsPlot.Draw(canvases[0][0])
-	eventsPlot.Draw(canvases[1][0])
+	for i, row := range plots {
+		row[0].Draw(canvases[i][0])
+	}
 	_, err = cw.WriteTo(w)
 	return err
 }

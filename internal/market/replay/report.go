@@ -67,8 +67,15 @@ func Sweep(ctx context.Context, cfg Config, policies []string, starts []time.Tim
 		if i > 0 {
 			c.Sample = 0
 		}
-		for _, name := range names {
+		for j, name := range names {
+			k := float64(i*len(names) + j)
+			if cfg.Advance != nil {
+				c.fraction = func(f float64) { cfg.Advance(k+f, len(starts)*len(names)) }
+			}
 			res, err := Run(ctx, c, name, start)
+			if cfg.Advance != nil {
+				cfg.Advance(k+1, len(starts)*len(names))
+			}
 			if err != nil {
 				return nil, err
 			}
