@@ -24,7 +24,8 @@ func chromium() string {
 }
 
 // TestDashboardInChromium runs a coordinator, three servers and three
-// workers as processes, opens the coordinator's dashboard in headless
+// workers as processes on three machines (one reliable, two transient,
+// stage 2, with prices), opens the coordinator's dashboard in headless
 // Chromium, checks that it shows every node, SIGKILLs a server and waits
 // for the page (which it never reloads) to show that server dead. It
 // logs how long that took; the design's bound is 2 s (1 s failure timeout,
@@ -103,10 +104,11 @@ func TestDashboardInChromium(t *testing.T) {
 	tiers := `document.querySelector('#nodes tr[data-node="server-1"]').dataset.class === "transient" &&
 		document.getElementById("machines").textContent === "1 reliable · 2 transient" &&
 		document.getElementById("stage").textContent === "2" && document.getElementById("reason").textContent !== "" &&
-		document.getElementById("dollars").textContent.startsWith("$")`
+		document.getElementById("dollars").textContent.startsWith("$") &&
+		document.querySelectorAll('#nodes td a[href$="/metrics"]').length === 6`
 	if err := chromedp.Do(bctx, chromedp.Poll[chromedp.Void](tiers, chromedp.WithPollingTimeout(10*time.Second))); err != nil {
 		shown, _ := chromedp.Run(bctx, chromedp.Evaluate[string](`document.body.innerText`))
-		t.Fatalf("the dashboard never showed the machines by class, the stage and the cost: %v; it shows:\n%s", err, shown)
+		t.Fatalf("the dashboard never showed the machines by class, the stage, the cost and every node's metrics: %v; it shows:\n%s", err, shown)
 	}
 
 	killed := time.Now()

@@ -45,7 +45,7 @@ func (m *Machine) Status() api.Status {
 	}
 	for _, s := range l.Backup {
 		st.Nodes = append(st.Nodes, api.NodeStatus{Role: api.RoleServer, ID: s.ID, Addr: s.Addr, State: "serving",
-			Holds: "the authoritative copy of every slot (BackupPS)"})
+			Holds: "backup copies, streamed from the ActivePS"})
 	}
 	for _, s := range l.Standby {
 		st.Nodes = append(st.Nodes, api.NodeStatus{Role: api.RoleServer, ID: s.ID, Addr: s.Addr, State: "standby"})

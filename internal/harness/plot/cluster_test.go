@@ -58,3 +58,21 @@ func TestDrawsMachinesStageAndDollars(t *testing.T) {
 		t.Error("a bad history parsed")
 	}
 }
+
+// TestParseJobPasses: the job's evaluations, made by whichever worker,
+// are the curve, nested (the coordinator's report) or flat (terrace
+// train's), rather than one worker's share of them.
+func TestParseJobPasses(t *testing.T) {
+	for name, passes := range map[string]string{
+		"nested": `[{"pass": 1, "rank": 2, "seconds": 0.5, "metrics": {"test_auc": 0.8}}, {"pass": 2, "rank": 0, "seconds": 0.5, "metrics": {"test_auc": 0.9}}]`,
+		"flat":   `[{"pass": 1, "rank": 2, "seconds": 0.5, "test_auc": 0.8}, {"pass": 2, "rank": 0, "seconds": 0.5, "test_auc": 0.9}]`,
+	} {
+		r, err := Parse([]byte(`{"passes": `+passes+`, "workers": {"0": {"passes": [{"pass": 2, "seconds": 1, "test_auc": 0.9}]}}}`), nil)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if len(r.Passes) != 2 || r.Passes[0].Metrics["test_auc"] != 0.8 || r.Passes[1].Metrics["pass"] != 2 || r.Passes[1].Seconds != 1 {
+			t.Errorf("%s: passes %+v", name, r.Passes)
+		}
+	}
+}

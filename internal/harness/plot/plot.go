@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"image/color"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -81,8 +82,34 @@ func Parse(report, events []byte) (*Run, error) {
 		}
 	}
 	r := &Run{}
-	// The passes of the worker that evaluated (rank 0 in every app).
+	// The job's evaluations, whichever worker made each (passes counted
+	// from 1): the coordinator's report nests each pass's metrics
+	// (api.PassResult), terrace train's has them flat.
+	if raw, ok := top["passes"]; ok {
+		var results []api.PassResult
+		var flat []map[string]any
+		if json.Unmarshal(raw, &results) == nil && json.Unmarshal(raw, &flat) == nil {
+			for i, p := range results {
+				m := maps.Clone(p.Metrics)
+				if m == nil {
+					m = map[string]float64{}
+					for k, v := range flat[i] {
+						if f, ok := v.(float64); ok {
+							m[k] = f
+						}
+					}
+				}
+				m["pass"] = float64(p.Pass)
+				r.Passes = append(r.Passes, Pass{Seconds: p.Seconds, Metrics: m})
+			}
+		}
+	}
+	// Or the passes of the worker that evaluated (rank 0 in every app
+	// that evaluates on one worker).
 	for _, rank := range sortedKeys(workers) {
+		if len(r.Passes) > 0 {
+			break
+		}
 		var w struct {
 			Passes []map[string]float64 `json:"passes"`
 		}
