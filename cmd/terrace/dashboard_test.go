@@ -124,6 +124,10 @@ func TestDashboardInChromium(t *testing.T) {
 	if err := chromedp.Do(bctx, chromedp.Poll[chromedp.Void](failed, chromedp.WithPollingTimeout(30*time.Second))); err != nil {
 		t.Fatalf("the event timeline never showed server-1's failure: %v", err)
 	}
+	tests := `document.querySelector("#testchart polyline") !== null && document.getElementById("testname").textContent.startsWith("test_")`
+	if err := chromedp.Do(bctx, chromedp.Poll[chromedp.Void](tests, chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+		t.Fatalf("the dashboard never drew the test metric by pass: %v", err)
+	}
 	if shot == "" {
 		return
 	}

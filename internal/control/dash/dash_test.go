@@ -77,7 +77,8 @@ func TestScriptReadsWhatTheAPISends(t *testing.T) {
 	dollars := 0.5
 	st := api.Status{Time: time.Now(), Stage: 2, StageReason: "planner", Switching: "2 -> 1", Dollars: &dollars, DollarsPerHour: &dollars,
 		Nodes: []api.NodeStatus{{Role: api.RoleServer, ID: "s", Rank: 1, Addr: "a", State: "serving", Machine: "m", Class: tier.Transient,
-			Tier: "activeps", Clock: 3, Holds: "h", Metrics: "x"}}}
+			Tier: "activeps", Clock: 3, Holds: "h", Metrics: "x"}},
+		Definition: &api.JobStatus{Results: []api.PassResult{{Pass: 1, Metrics: map[string]float64{"test_auc": 0.9}}}}}
 	sample := api.Sample{Time: time.Now(), Dollars: &dollars}
 	for v, obj := range map[string]any{"s": st, "n": st.Nodes[0], "h": sample} {
 		b, err := json.Marshal(obj)

@@ -95,6 +95,41 @@ function renderLines(id, series, unit) {
   svg.appendChild(text);
 }
 
+// The test metrics the chart looks for, most telling first (as terrace
+// plot does).
+const testMetrics = ["test_auc", "test_rmse", "test_perplexity", "test_accuracy", "test_logloss"];
+
+// renderTests draws each pass's test metric, from the job's results
+// (whichever worker evaluated the pass), scaled from its least to its
+// largest value so that small gains show.
+function renderTests(results) {
+  const svg = document.getElementById("testchart");
+  const W = 400, H = 150, ns = "http://www.w3.org/2000/svg";
+  svg.replaceChildren();
+  const last = results.length ? results[results.length - 1].metrics || {} : {};
+  const name = testMetrics.find(m => m in last);
+  if (!name) return;
+  text("testname", name + " by pass");
+  const pts = results.filter(r => r.metrics && name in r.metrics).map(r => [r.pass, r.metrics[name]]);
+  const x0 = Math.min(...pts.map(p => p[0])), x1 = Math.max(...pts.map(p => p[0]));
+  const lo = Math.min(...pts.map(p => p[1])), hi = Math.max(...pts.map(p => p[1]));
+  const line = document.createElementNS(ns, "polyline");
+  line.setAttribute("points", pts.map(([x, y]) => ((x - x0) / Math.max(1, x1 - x0) * W).toFixed(1) + "," +
+    (H - 10 - (y - lo) / Math.max(1e-9, hi - lo) * (H - 30)).toFixed(1)).join(" "));
+  line.setAttribute("fill", "none");
+  line.setAttribute("stroke", "#2e7d32");
+  line.setAttribute("stroke-width", "2");
+  line.setAttribute("vector-effect", "non-scaling-stroke");
+  svg.appendChild(line);
+  const label = document.createElementNS(ns, "text");
+  label.setAttribute("x", "4");
+  label.setAttribute("y", "12");
+  label.setAttribute("font-size", "10");
+  label.textContent = name + " " + pts[pts.length - 1][1].toFixed(4) + " after pass " + pts[pts.length - 1][0] +
+    "; from " + lo.toFixed(4) + " to " + hi.toFixed(4);
+  svg.appendChild(label);
+}
+
 function renderCharts() {
   renderLines("chart", [[x => x.rate, "#1565c0", ""]], "rows/s");
   renderLines("stalechart", [[x => x.staleness, "#6a1b9a", ""]], "clocks");
@@ -153,6 +188,7 @@ async function pollStatus() {
       text("eta", fmtDur(s.job.eta));
       renderNodes(s.nodes || []);
       renderCluster(s);
+      renderTests((s.definition && s.definition.results) || []);
       addSample({ t: Date.parse(s.time), rate: s.job.rate, staleness: s.job.staleness,
         reliable: s.machines.reliable, transient: s.machines.transient });
       renderCharts();
