@@ -1,10 +1,13 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
+	"github.com/terrace-ml/terrace/internal/placement/layout"
 	"github.com/terrace-ml/terrace/internal/placement/tier"
 )
 
@@ -15,6 +18,9 @@ const (
 	RouteStatus  = "GET /v1/status"  // Status
 	RouteMetrics = "GET /metrics"    // Prometheus text format
 	RouteHistory = "GET /v1/history" // -> []Sample
+	// RouteNotice is a worker's word that it got an eviction notice and
+	// drains (a server's rides its leave: DrainServer).
+	RouteNotice = "POST /v1/notice" // Notice
 )
 
 // Event kinds on the coordinator's timeline.
@@ -34,6 +40,7 @@ const (
 	EventReported   = "reported"   // a worker finished and reported
 	EventRefused    = "refused"    // a request without the token or role it needs
 	EventStage      = "stage"      // a stage switch began, ended, fell back or was abandoned
+	EventNotice     = "notice"     // a node got an eviction notice (a cloud's, a SIGTERM): it drains
 )
 
 // Event is one entry of the coordinator's timeline: what happened, to
@@ -162,4 +169,40 @@ func (c *Client) Status(ctx context.Context) (*Status, error) {
 func (c *Client) History(ctx context.Context) ([]Sample, error) {
 	var s []Sample
 	return s, c.do(ctx, RouteHistory, "", nil, &s)
+}
+
+// Notice is an eviction notice a node got: where from ("aws", "gcp",
+// "signal", "file", "http": internal/process/evict), what the source saw,
+// and when the machine goes.
+type Notice struct {
+	Role     string    `json:"role"`
+	ID       string    `json:"id"`
+	Source   string    `json:"source"`
+	Detail   string    `json:"detail,omitempty"`
+	Deadline time.Time `json:"deadline,omitzero"`
+}
+
+// Cause says n for the timeline.
+func (n Notice) Cause() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "eviction notice from %s", cmp.Or(n.Source, "an unknown source"))
+	if n.Detail != "" {
+		fmt.Fprintf(&b, " (%s)", n.Detail)
+	}
+	if !n.Deadline.IsZero() {
+		fmt.Fprintf(&b, ": leaving by %s", n.Deadline.UTC().Format("15:04:05.000"))
+	}
+	return b.String()
+}
+
+// Notice tells the coordinator that worker n.ID got an eviction notice.
+func (c *Client) Notice(ctx context.Context, n Notice) error {
+	return c.do(ctx, RouteNotice, "", n, nil)
+}
+
+// DrainServer starts server id's drained departure, as LeaveServer does,
+// because of notice n, which the timeline records.
+func (c *Client) DrainServer(ctx context.Context, id string, n Notice) (*layout.Layout, error) {
+	var l layout.Layout
+	return &l, c.do(ctx, RouteServerLeave, "", Join{Role: RoleServer, ID: id, Notice: &n}, &l)
 }

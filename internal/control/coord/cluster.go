@@ -188,3 +188,21 @@ func (c *Coordinator) History() []api.Sample {
 	defer c.mu.Unlock()
 	return append([]api.Sample{}, c.meter.history...)
 }
+
+// Notice records a worker's eviction notice on the timeline (request id);
+// its leases go back when it leaves, as for any drain.
+func (m *Machine) Notice(id uint64, n api.Notice) {
+	if n.Role != api.RoleWorker || n.ID == "" {
+		m.fail(id, fmt.Errorf("%w: a notice names a worker, not %s %q", api.ErrBadRequest, n.Role, n.ID))
+		return
+	}
+	m.noteNotice(&n)
+	m.reply(Reply{ID: id})
+}
+
+// noteNotice puts an eviction notice on the timeline, if there is one.
+func (m *Machine) noteNotice(n *api.Notice) {
+	if n != nil {
+		m.note(api.EventNotice, n.ID, n.Cause())
+	}
+}

@@ -1,7 +1,9 @@
 package coord
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -57,5 +59,45 @@ func TestCostSoFar(t *testing.T) {
 	h := cm.history
 	if len(h) > historyCap || !h[0].Time.Equal(at) || h[len(h)-1].Time.Before(at.Add(historyCap*time.Second)) {
 		t.Fatalf("%d samples from %v to %v", len(h), h[0].Time, h[len(h)-1].Time)
+	}
+}
+
+// TestNoticesOnTheTimeline: a worker's eviction notice and a server's
+// (riding its leave) are on the timeline with their source and deadline
+// before the drain they cause; a notice that names no worker is refused.
+func TestNoticesOnTheTimeline(t *testing.T) {
+	c := New(Options{Servers: 2, Workers: 1, Partitions: 2})
+	cl := serve(t, c)
+	ctx := t.Context()
+	for _, s := range []string{"s0", "s1"} {
+		if _, err := cl.JoinServer(ctx, s, "127.0.0.1:1", ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := cl.JoinWorker(ctx, "w0", ""); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Date(2026, 1, 1, 12, 0, 3, 0, time.UTC)
+	if err := cl.Notice(ctx, api.Notice{Role: api.RoleWorker, ID: "w0", Source: "aws", Detail: "spot/instance-action", Deadline: deadline}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Notice(ctx, api.Notice{Role: api.RoleServer, ID: "s0", Source: "aws"}); !errors.Is(err, api.ErrBadRequest) {
+		t.Fatalf("a server's notice on the workers' route: %v", err)
+	}
+	if _, err := cl.DrainServer(ctx, "s1", api.Notice{Source: "signal", Detail: "received terminated"}); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := cl.Events(ctx, 3, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"notice w0", "notice s1", "drain s1"}; !slices.Equal(kinds(evs), want) {
+		t.Fatalf("events %v, want %v", kinds(evs), want)
+	}
+	if got, want := evs[0].Cause, "eviction notice from aws (spot/instance-action): leaving by 12:00:03.000"; got != want {
+		t.Errorf("worker's notice: %q, want %q", got, want)
+	}
+	if got, want := evs[1].Cause, "eviction notice from signal (received terminated)"; got != want {
+		t.Errorf("server's notice: %q, want %q", got, want)
 	}
 }

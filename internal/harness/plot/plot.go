@@ -214,7 +214,7 @@ func (r *Run) start() time.Time {
 
 // eventRows are the event kinds the lower panel shows, one row each, top
 // down; grants and passes are left out (there are too many to read).
-var eventRows = []string{api.EventJoin, api.EventJoining, api.EventRing, api.EventDrain, api.EventLeft,
+var eventRows = []string{api.EventJoin, api.EventJoining, api.EventRing, api.EventNotice, api.EventDrain, api.EventLeft,
 	api.EventFailed, api.EventStage, api.EventSplit, api.EventCheckpoint, api.EventLeader}
 
 // Draw writes the plot to w as format "svg" or "png".
@@ -377,7 +377,7 @@ func (r *Run) eventsPlot() (*gplot.Plot, error) {
 		}
 		pts = append(pts, plotter.XY{X: e.Time.Sub(t0).Seconds(), Y: row(e.Kind)})
 		switch e.Kind {
-		case api.EventFailed, api.EventDrain, api.EventLeft, api.EventLeader:
+		case api.EventFailed, api.EventNotice, api.EventDrain, api.EventLeft, api.EventLeader:
 			labels = append(labels, " "+e.Node)
 		default:
 			labels = append(labels, "")
