@@ -73,9 +73,6 @@ func Sweep(ctx context.Context, cfg Config, policies []string, starts []time.Tim
 				c.fraction = func(f float64) { cfg.Advance(k+f, len(starts)*len(names)) }
 			}
 			res, err := Run(ctx, c, name, start)
-			if cfg.Advance != nil {
-				cfg.Advance(k+1, len(starts)*len(names))
-			}
 			if err != nil {
 				return nil, err
 			}
@@ -86,6 +83,9 @@ func Sweep(ctx context.Context, cfg Config, policies []string, starts []time.Tim
 			if cfg.Progress != nil {
 				fmt.Fprintf(cfg.Progress, "replay: start %d/%d %s: %s $%.2f in %.1f h, %d evictions\n",
 					i+1, len(starts), start.Format(time.RFC3339), name, res.Dollars, res.Hours, res.Evictions)
+			}
+			if cfg.Advance != nil {
+				cfg.Advance(k+1, len(starts)*len(names))
 			}
 		}
 		for name, res := range run.Policies {
