@@ -123,6 +123,8 @@ func (m *Machine) describeTiers(st *api.Status) {
 		st.StageReason = l.Switch.Reason
 	case len(h) > 0:
 		st.StageReason = h[len(h)-1].Reason
+	case m.cfg.StageReason != "":
+		st.StageReason = m.cfg.StageReason
 	default:
 		st.StageReason = fmt.Sprintf("formed in stage %d, as the coordinator was told", m.cfg.Stage)
 	}
@@ -177,16 +179,22 @@ func (cm *clusterMeter) record(st api.Status) {
 		cm.history = kept
 		cm.every *= 2
 	}
-	cm.history = append(cm.history, api.Sample{Time: st.Time, Stage: st.Stage, Machines: st.Machines, Dollars: st.Dollars,
-		Rate: st.Job.Rate, Staleness: st.Job.Staleness, Examples: st.Job.Examples})
+	cm.history = append(cm.history, sampleOf(st))
 }
 
 // History returns the samples of the cluster over time, oldest first:
-// about one a second, coarser in a long run.
+// about one a second, coarser in a long run, and one of now, so that a
+// report taken at the end covers the run to its end.
 func (c *Coordinator) History() []api.Sample {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return append([]api.Sample{}, c.meter.history...)
+	now := c.statusLocked(time.Now())
+	return append(slices.Clone(c.meter.history), sampleOf(now))
+}
+
+func sampleOf(st api.Status) api.Sample {
+	return api.Sample{Time: st.Time, Stage: st.Stage, Machines: st.Machines, Dollars: st.Dollars,
+		Rate: st.Job.Rate, Staleness: st.Job.Staleness, Examples: st.Job.Examples}
 }
 
 // Notice records a worker's eviction notice on the timeline (request id);

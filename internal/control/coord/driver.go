@@ -50,6 +50,8 @@ type Options struct {
 	// SyncInterval the ActivePS's sync interval (1 s if 0).
 	Stage        tier.Stage
 	SyncInterval time.Duration
+	// StageReason: see Config.
+	StageReason string
 	// Prices are dollars per machine-hour by class, for the cost so far
 	// in the status and the metrics; zero: not known, no cost shown.
 	Prices tier.ByClass
@@ -62,7 +64,7 @@ func (o Options) config() Config {
 	return Config{Servers: o.Servers, Workers: o.Workers, Partitions: o.Partitions, VNodes: o.VNodes,
 		Replication: o.Replication, CheckpointDir: o.CheckpointDir, CheckpointEvery: o.CheckpointEvery,
 		FailureTimeout: o.FailureTimeout, Membership: o.Membership, Logger: o.Logger,
-		Stage: o.Stage, SyncInterval: o.SyncInterval, ExitWhenDone: o.ExitWhenDone}
+		Stage: o.Stage, SyncInterval: o.SyncInterval, ExitWhenDone: o.ExitWhenDone, StageReason: o.StageReason}
 }
 
 // Coordinator drives a Machine: requests step it under a mutex held only

@@ -36,6 +36,9 @@ type Config struct {
 	// the ActivePS's sync interval (docs/design/tiers.md).
 	Stage        tier.Stage
 	SyncInterval time.Duration
+	// StageReason says why the cluster forms in Stage (the planner's
+	// reason under --stage auto), for the status until a switch.
+	StageReason string
 	// ExitWhenDone: the cluster ends with its job (Layout.Shutdown).
 	ExitWhenDone bool
 }

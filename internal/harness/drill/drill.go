@@ -349,7 +349,7 @@ func (d *drill) run(ctx context.Context) error {
 			}
 			d.auto = a
 			tc := *t
-			tc.Stage = stage.String()
+			tc.Stage, tc.StageReason = stage.String(), a.startReason
 			common = append(common, tc.coordArgs()...)
 		} else {
 			common = append(common, t.coordArgs()...)

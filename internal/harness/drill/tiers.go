@@ -33,6 +33,9 @@ type Tiers struct {
 	// Price is the coordinator's --price (dollars per machine-hour by
 	// class), for its cost so far; empty: none.
 	Price string
+	// StageReason is the coordinator's --stage-reason: why it forms in
+	// Stage (the planner's reason under --stage auto).
+	StageReason string
 }
 
 func (t *Tiers) perMachine() int { return max(1, t.WorkersPerMachine) }
@@ -266,6 +269,9 @@ func (t *Tiers) coordArgs() []string {
 	}
 	if t.Price != "" {
 		args = append(args, "--price", t.Price)
+	}
+	if t.StageReason != "" {
+		args = append(args, "--stage-reason", t.StageReason)
 	}
 	return args
 }
