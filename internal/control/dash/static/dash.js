@@ -87,12 +87,12 @@ function renderLines(id, series, unit) {
     svg.appendChild(line);
     label.push((name ? name + " " : "") + fmtNum(f(samples[samples.length - 1])));
   }
-  const text = document.createElementNS(ns, "text");
-  text.setAttribute("x", "4");
-  text.setAttribute("y", "12");
-  text.setAttribute("font-size", "10");
-  text.textContent = label.join(", ") + " " + unit + " now; max " + fmtNum(ymax / 1.1) + ", last " + fmtDur((t1 - t0) * 1e6);
-  svg.appendChild(text);
+  const caption = document.createElementNS(ns, "text");
+  caption.setAttribute("x", "4");
+  caption.setAttribute("y", "12");
+  caption.setAttribute("font-size", "10");
+  caption.textContent = label.join(", ") + " " + unit + " now; max " + fmtNum(ymax / 1.1) + ", last " + fmtDur((t1 - t0) * 1e6);
+  svg.appendChild(caption);
 }
 
 // The test metrics the chart looks for, most telling first (as terrace
