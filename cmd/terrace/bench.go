@@ -24,7 +24,10 @@ func benchCmd() *cobra.Command {
 			if wireTLS {
 				return benchTLS(cmd, wireReport, func() (*bench.TLSReport, error) { return bench.WireTLS(cmd.Context(), wo, cmd.ErrOrStderr()) })
 			}
-			rep, err := bench.Wire(cmd.Context(), wo, cmd.ErrOrStderr())
+			out, set, finish := stepBar(cmd.ErrOrStderr(), "rounds")
+			wo.Step = func(done, total int) { set(float64(done), total) }
+			rep, err := bench.Wire(cmd.Context(), wo, out)
+			finish()
 			if err != nil {
 				return err
 			}
@@ -49,7 +52,10 @@ func benchCmd() *cobra.Command {
 			if appTLS {
 				return benchTLS(cmd, appReport, func() (*bench.TLSReport, error) { return bench.AppTLS(cmd.Context(), ao, cmd.ErrOrStderr()) })
 			}
-			rep, err := bench.App(cmd.Context(), ao, cmd.ErrOrStderr())
+			out, set, finish := stepBar(cmd.ErrOrStderr(), "runs")
+			ao.Step = func(done, total int) { set(float64(done), total) }
+			rep, err := bench.App(cmd.Context(), ao, out)
+			finish()
 			if err != nil {
 				return err
 			}

@@ -53,7 +53,10 @@ over time under the first pattern, without and with reassignment.
 			if _, err := o.Job(table.Consistency{Model: table.BSP}); err != nil {
 				return err // bad flags fail before any cluster starts
 			}
-			rep, err := bench.Stragglers(cmd.Context(), o, cmd.ErrOrStderr())
+			out, set, finish := stepBar(cmd.ErrOrStderr(), "runs")
+			o.Step = func(done, total int) { set(float64(done), total) }
+			rep, err := bench.Stragglers(cmd.Context(), o, out)
+			finish()
 			if err != nil {
 				return err
 			}

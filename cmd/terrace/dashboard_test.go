@@ -24,7 +24,8 @@ func chromium() string {
 }
 
 // TestDashboardInChromium runs a coordinator, three servers and three
-// workers as processes, opens the coordinator's dashboard in headless
+// workers as processes on three machines (one reliable, two transient,
+// stage 2, with prices), opens the coordinator's dashboard in headless
 // Chromium, checks that it shows every node, SIGKILLs a server and waits
 // for the page (which it never reloads) to show that server dead. It
 // logs how long that took; the design's bound is 2 s (1 s failure timeout,
@@ -54,20 +55,27 @@ func TestDashboardInChromium(t *testing.T) {
 		epochs = "40"
 	}
 	dir := t.TempDir()
+	// Machine 0 is reliable, 1 and 2 transient, each a server and a
+	// worker: in stage 2 the transient servers are the ActivePS and the
+	// reliable one their BackupPS; at 2015's c3.xlarge prices.
 	_, out := start(t, ctx, "coordinator", "--listen", addr, "--servers", "3", "--workers", "3", "--replication", "2",
+		"--stage", "2", "--price", "reliable=0.21,transient=0.0364",
 		"--report", filepath.Join(dir, "report.json"), "--events", filepath.Join(dir, "events.json"))
+	class := func(i int) string { return map[bool]string{true: "reliable", false: "transient"}[i == 0] }
 	if _, err := out.ReadString('\n'); err != nil {
 		t.Fatal(err)
 	}
 	go io.Copy(io.Discard, out)
 	var servers []*exec.Cmd
 	for i := range 3 {
-		cmd, so := start(t, ctx, "server", "--coordinator", addr, "--id", fmt.Sprintf("server-%d", i), "--log-level", "warn")
+		cmd, so := start(t, ctx, "server", "--coordinator", addr, "--id", fmt.Sprintf("server-%d", i), "--log-level", "warn",
+			"--machine", fmt.Sprintf("machine-%d", i), "--class", class(i))
 		go io.Copy(io.Discard, so)
 		servers = append(servers, cmd)
 	}
 	for i := range 3 {
 		_, wo := start(t, ctx, "worker", "--coordinator", addr, "--id", fmt.Sprintf("worker-%d", i),
+			"--machine", fmt.Sprintf("machine-%d", i), "--class", class(i),
 			"--train", repoFile("datasets/a9a/a9a.gz"), "--test", repoFile("datasets/a9a/a9a.t.gz"), "--epochs", epochs)
 		go io.Copy(io.Discard, wo)
 	}
@@ -92,6 +100,16 @@ func TestDashboardInChromium(t *testing.T) {
 	if title, err := chromedp.Run(bctx, chromedp.Title()); err != nil || title != "Terrace" {
 		t.Fatalf("page title %q, %v", title, err)
 	}
+	// The machines by class, the stage and its reason, the cost.
+	tiers := `document.querySelector('#nodes tr[data-node="server-1"]').dataset.class === "transient" &&
+		document.getElementById("machines").textContent === "1 reliable · 2 transient" &&
+		document.getElementById("stage").textContent === "2" && document.getElementById("reason").textContent !== "" &&
+		document.getElementById("dollars").textContent.startsWith("$") &&
+		document.querySelectorAll('#nodes td a[href$="/metrics"]').length === 6`
+	if err := chromedp.Do(bctx, chromedp.Poll[chromedp.Void](tiers, chromedp.WithPollingTimeout(10*time.Second))); err != nil {
+		shown, _ := chromedp.Run(bctx, chromedp.Evaluate[string](`document.body.innerText`))
+		t.Fatalf("the dashboard never showed the machines by class, the stage, the cost and every node's metrics: %v; it shows:\n%s", err, shown)
+	}
 
 	killed := time.Now()
 	if err := servers[1].Process.Kill(); err != nil {
@@ -105,6 +123,10 @@ func TestDashboardInChromium(t *testing.T) {
 	failed := `Array.from(document.querySelectorAll('#events tr.failed td')).some(td => td.textContent === "server-1")`
 	if err := chromedp.Do(bctx, chromedp.Poll[chromedp.Void](failed, chromedp.WithPollingTimeout(30*time.Second))); err != nil {
 		t.Fatalf("the event timeline never showed server-1's failure: %v", err)
+	}
+	tests := `document.querySelector("#testchart polyline") !== null && document.getElementById("testname").textContent.startsWith("test_")`
+	if err := chromedp.Do(bctx, chromedp.Poll[chromedp.Void](tests, chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+		t.Fatalf("the dashboard never drew the test metric by pass: %v", err)
 	}
 	if shot == "" {
 		return

@@ -92,6 +92,7 @@ address, comma-separated.`,
 					shown.show(cmd.OutOrStdout(), st)
 					fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator: job %d done: %d pass(es) trained; every worker reported or is gone\n", job, st.PassesDone)
 					rep := newJobReport(st, flagValues(cmd.Flags(), func(string) bool { return true }), cur.Reports())
+					rep.History = cur.History()
 					if err := writeReport(reportPath, rep); err != nil {
 						return err
 					}

@@ -74,6 +74,18 @@ func printStatus(w io.Writer, coordinator string, st *api.Status) {
 		ready = "forming"
 	}
 	fmt.Fprintf(w, "COORDINATOR %s  epoch %d  stage %d  %s  events %d\n", coordinator, st.Epoch, st.Stage, ready, st.Events)
+	if st.StageReason != "" || st.Switching != "" {
+		sw := ""
+		if st.Switching != "" {
+			sw = "switching " + st.Switching + ": "
+		}
+		fmt.Fprintf(w, "STAGE %d  %s%s\n", st.Stage, sw, st.StageReason)
+	}
+	fmt.Fprintf(w, "MACHINES  reliable %d  transient %d", st.Machines.Reliable, st.Machines.Transient)
+	if st.Dollars != nil && st.DollarsPerHour != nil {
+		fmt.Fprintf(w, "  cost $%.4f so far, $%.4f/h now", *st.Dollars, *st.DollarsPerHour)
+	}
+	fmt.Fprintln(w)
 	if d := st.Definition; d != nil && d.Job != nil {
 		state := "running"
 		if d.Done {
@@ -85,16 +97,20 @@ func printStatus(w io.Writer, coordinator string, st *api.Status) {
 	if j.ETA > 0 {
 		eta = j.ETA.Round(time.Second).String()
 	}
-	fmt.Fprintf(w, "JOB  pass %d  partitions %d/%d  examples %d  rate %.0f rows/s  eta %s  workers reported %d/%d\n\n",
-		j.Pass, j.Done, j.Partitions, j.Examples, j.Rate, eta, j.Reported, j.Workers)
+	fmt.Fprintf(w, "JOB  pass %d  partitions %d/%d  examples %d  rate %.0f rows/s  eta %s  staleness %d clocks  workers reported %d/%d\n\n",
+		j.Pass, j.Done, j.Partitions, j.Examples, j.Rate, eta, j.Staleness, j.Reported, j.Workers)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ROLE\tID\tADDRESS\tSTATE\tMETRICS\tHOLDS")
+	fmt.Fprintln(tw, "ROLE\tID\tCLASS\tMACHINE\tADDRESS\tSTATE\tMETRICS\tHOLDS")
 	for _, n := range st.Nodes {
 		holds := n.Holds
 		if len(holds) > 60 {
 			holds = holds[:57] + "..."
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", n.Role, n.ID, or(n.Addr, "-"), n.State, or(n.Metrics, "-"), or(holds, "-"))
+		role := n.Role
+		if n.Tier != "" {
+			role += "/" + n.Tier
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", role, n.ID, n.Class, or(n.Machine, "-"), or(n.Addr, "-"), n.State, or(n.Metrics, "-"), or(holds, "-"))
 	}
 	tw.Flush()
 }

@@ -137,3 +137,46 @@ func humanRate(r float64) string {
 	}
 	return fmt.Sprintf("%.0f", r)
 }
+
+// stepBar shows how far work counted in steps (benchmark runs, replays)
+// has come: on a terminal, a bar with its rate and ETA below the lines
+// the work prints; elsewhere nothing more, the work's own lines being the
+// plain periodic progress. Print the work's lines to out; call set with
+// the steps done (fractions allowed) of total, and finish at the end.
+func stepBar(w io.Writer, what string) (out io.Writer, set func(done float64, total int), finish func()) {
+	if !isTerminal(w) {
+		return w, func(float64, int) {}, func() {}
+	}
+	pout := &progressOut{w: w}
+	// Steps in thousandths: the bar counts integers, and a replay reports
+	// fractions of a run.
+	const scale = 1000
+	var mu sync.Mutex
+	var bar *progressbar.ProgressBar
+	finished := false
+	set = func(done float64, total int) {
+		mu.Lock()
+		defer mu.Unlock()
+		if finished {
+			return
+		}
+		if bar == nil {
+			bar = progressbar.NewOptions64(int64(total)*scale, progressbar.OptionSetWriter(barSink{pout}), progressbar.OptionSetPredictTime(true),
+				progressbar.OptionSetElapsedTime(true), progressbar.OptionSetDescription(what), progressbar.OptionSetWidth(30),
+				progressbar.OptionThrottle(barEvery))
+		}
+		bar.ChangeMax64(int64(total) * scale)
+		bar.Describe(fmt.Sprintf("%s %.1f/%d", what, done, total))
+		bar.Set64(int64(done * scale))
+	}
+	finish = func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if bar != nil && !finished {
+			bar.Finish()
+			fmt.Fprintln(pout)
+		}
+		finished = true
+	}
+	return pout, set, finish
+}

@@ -70,7 +70,9 @@ func runReplay(cmd *cobra.Command, f replayFlags) error {
 	if err != nil {
 		return err
 	}
-	cfg.Progress = cmd.ErrOrStderr()
+	out, set, finish := stepBar(cmd.ErrOrStderr(), "runs")
+	defer finish()
+	cfg.Progress, cfg.Advance = out, set
 	starts, err := f.startTimes(cfg.Prices)
 	if err != nil {
 		return err
@@ -79,9 +81,10 @@ func runReplay(cmd *cobra.Command, f replayFlags) error {
 		return errRealReplay
 	}
 	total := cfg.Updates
-	fmt.Fprintf(cmd.ErrOrStderr(), "replay: %d policies x %d starts, %.3g updates (%s, %g passes), %s market, %d markets in %s\n",
+	fmt.Fprintf(out, "replay: %d policies x %d starts, %.3g updates (%s, %g passes), %s market, %d markets in %s\n",
 		len(names), len(starts), total, f.app, f.passes, f.marketName, len(cfg.Prices.Series), f.prices)
 	rep, err := replay.Sweep(cmd.Context(), cfg, names, starts)
+	finish()
 	if err != nil {
 		return err
 	}

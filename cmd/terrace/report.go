@@ -98,6 +98,9 @@ type jobReport struct {
 	Passes  []api.PassResult   `json:"passes"`
 	Final   map[string]float64 `json:"final,omitempty"`
 	Workers any                `json:"workers"`
+	// History is the coordinator's samples of the cluster over time
+	// (machines by class, stage, dollars), for terrace plot.
+	History []api.Sample `json:"history,omitempty"`
 }
 
 func newJobReport(st api.JobStatus, cfg map[string]any, workers any) *jobReport {

@@ -59,14 +59,16 @@ func (m *machineFlags) parse() (string, tier.Class, error) {
 
 // coordTierFlags are the coordinator's tier flags.
 type coordTierFlags struct {
-	class, stage string
-	syncInterval time.Duration
+	class, stage, price, stageReason string
+	syncInterval                     time.Duration
 }
 
 func (t *coordTierFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&t.class, "class", "reliable", "the class of this coordinator's machine; it runs only on reliable machines")
 	fs.StringVar(&t.stage, "stage", "", "run tiers of reliability, forming in this stage (1, 2 or 3); empty: no tiers")
 	fs.DurationVar(&t.syncInterval, "sync-interval", time.Second, "with --stage: how often an ActivePS streams its aggregated updates to its BackupPS")
+	fs.StringVar(&t.stageReason, "stage-reason", "", "with --stage: why the cluster forms in that stage, shown by the status and the dashboard until a switch (terrace train --stage auto passes the planner's)")
+	fs.StringVar(&t.price, "price", "", "dollars per machine-hour by class, e.g. reliable=0.21,transient=0.0364, for the cost so far in the status, the dashboard and /metrics; empty: no cost")
 }
 
 // apply checks the flags and sets what they say in o; errors name the flag.
@@ -85,9 +87,16 @@ func (t *coordTierFlags) apply(o *coord.Options) (tier.Class, error) {
 		}
 		o.Stage = s
 	}
+	if t.stageReason != "" && t.stage == "" {
+		return 0, fmt.Errorf("--stage-reason needs --stage")
+	}
+	o.StageReason = t.stageReason
 	if t.syncInterval <= 0 {
 		return 0, fmt.Errorf("--sync-interval %v: must be positive", t.syncInterval)
 	}
 	o.SyncInterval = t.syncInterval
+	if o.Prices, err = tier.ParseByClass("--price", t.price, tier.ByClass{}); err != nil {
+		return 0, err
+	}
 	return c, nil
 }

@@ -46,6 +46,8 @@ type trainReport struct {
 	Servers map[string]server.Stats `json:"servers"`
 	// Events is the coordinator's timeline (in-process runs).
 	Events []api.Event `json:"events,omitempty"`
+	// History is the coordinator's samples of the cluster over time.
+	History []api.Sample `json:"history,omitempty"`
 	// The drill's findings (--processes) and the audit's (--audit): faults,
 	// max_stall_seconds, acked_updates_lost, examples_skipped, ...
 	*drill.Report
@@ -179,7 +181,7 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 				audit, err = accountLocal(ctx, a, timeline, l.CoordAddr, workers, reps)
 			}
 			secs := time.Since(start).Seconds()
-			events := l.Coord.Events(ctx, 0, false)
+			events, history := l.Coord.Events(ctx, 0, false), l.Coord.History()
 			stats := map[string]server.Stats{}
 			for i, s := range l.Servers {
 				stats[fmt.Sprintf("server-%d", i)] = s.Stats()
@@ -195,7 +197,7 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 				return err
 			}
 			rep.Report = audit
-			rep.Events = events
+			rep.Events, rep.History = events, history
 			rep.straggleReport = sf.report(run)
 			printSummary(out, rep)
 			return writeReport(reportPath, rep)
@@ -394,7 +396,7 @@ func trainProcesses(ctx context.Context, cmd *cobra.Command, a appFlags, d drill
 		return errors.Join(err, berr)
 	}
 	rep.Report = drep
-	rep.Events = drep.Events // the train report's own field hides the drill's
+	rep.Events, rep.History = drep.Events, drep.History // the train report's own fields hide the drill's
 	if rep.TestAUC == nil && drep.FinalEvaluation != nil {
 		m := drep.FinalEvaluation
 		acc, ll, auc := m["test_accuracy"], m["test_logloss"], m["test_auc"]

@@ -17,7 +17,7 @@ type tierTrainFlags struct {
 	reliable, transient, perMachine int
 	stage                           string
 	syncInterval                    time.Duration
-	add, linkMbps                   string
+	add, linkMbps, price            string
 }
 
 func (t *tierTrainFlags) register(fs *pflag.FlagSet) {
@@ -27,6 +27,7 @@ func (t *tierTrainFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&t.stage, "stage", "", "with --reliable/--transient: the stage to run (1, 2 or 3; 2 if empty), or auto: the planner's pick, re-planned every 2 s from the running job's measurements")
 	fs.DurationVar(&t.syncInterval, "sync-interval", time.Second, "with --reliable/--transient: how often an ActivePS streams its aggregated updates to its BackupPS")
 	fs.StringVar(&t.linkMbps, "link-mbps", "", "with --reliable/--transient: emulate each machine's link, e.g. reliable=50,transient=500 (Mbit/s each way; each machine binds its own 127.0.0.N)")
+	fs.StringVar(&t.price, "price", "", "with --reliable/--transient: dollars per machine-hour by class, e.g. reliable=0.21,transient=0.0364, for the coordinator's cost so far (status, dashboard, metrics, report); empty: no cost")
 	fs.StringVar(&t.add, "add", "", "with --reliable/--transient: start new machines of a class while training runs, e.g. transient@2@5s")
 }
 
@@ -37,7 +38,7 @@ func (t *tierTrainFlags) on() bool { return t.reliable > 0 || t.transient > 0 }
 // returns the drill's tiers, nil without them, and the --add faults.
 func (t *tierTrainFlags) check(fs *pflag.FlagSet, processes bool) (*drill.Tiers, drill.Schedule, error) {
 	if !t.on() {
-		for _, name := range []string{"stage", "sync-interval", "add", "workers-per-machine", "link-mbps"} {
+		for _, name := range []string{"stage", "sync-interval", "add", "workers-per-machine", "link-mbps", "price"} {
 			if fs.Changed(name) {
 				return nil, nil, fmt.Errorf("--%s needs --reliable and --transient", name)
 			}
@@ -66,6 +67,9 @@ func (t *tierTrainFlags) check(fs *pflag.FlagSet, processes bool) (*drill.Tiers,
 		}
 		links = &l
 	}
+	if _, err := tier.ParseByClass("--price", t.price, tier.ByClass{}); err != nil {
+		return nil, nil, err
+	}
 	stage := tier.Stage2
 	if t.stage == drill.AutoStage {
 		add, err := drill.ParseSchedule("", "", t.add)
@@ -73,7 +77,7 @@ func (t *tierTrainFlags) check(fs *pflag.FlagSet, processes bool) (*drill.Tiers,
 			return nil, nil, err
 		}
 		return &drill.Tiers{Reliable: t.reliable, Transient: t.transient, WorkersPerMachine: t.perMachine,
-			Stage: drill.AutoStage, SyncInterval: t.syncInterval, LinkMbps: links}, add, nil
+			Stage: drill.AutoStage, SyncInterval: t.syncInterval, LinkMbps: links, Price: t.price}, add, nil
 	}
 	if t.stage != "" {
 		s, err := tier.ParseStage(t.stage)
@@ -90,7 +94,7 @@ func (t *tierTrainFlags) check(fs *pflag.FlagSet, processes bool) (*drill.Tiers,
 		return nil, nil, err
 	}
 	return &drill.Tiers{Reliable: t.reliable, Transient: t.transient, WorkersPerMachine: t.perMachine,
-		Stage: stage.String(), SyncInterval: t.syncInterval, LinkMbps: links}, add, nil
+		Stage: stage.String(), SyncInterval: t.syncInterval, LinkMbps: links, Price: t.price}, add, nil
 }
 
 // printTiers prints a drill's tier figures.

@@ -251,8 +251,13 @@ func (c *Client) JoinServer(ctx context.Context, id, addr, inc string) (*layout.
 }
 
 // JoinAs admits the node j describes (a server or a worker, with its
-// machine and class), and returns the coordinator's answer.
+// machine and class), and returns the coordinator's answer. Like
+// JoinServer and JoinWorker, it announces the client's Metrics address
+// when j names none.
 func (c *Client) JoinAs(ctx context.Context, j Join) (Joined, error) {
+	if j.Metrics == "" {
+		j.Metrics = c.Metrics
+	}
 	var r Joined
 	return r, c.do(ctx, RouteJoin, "", j, &r)
 }

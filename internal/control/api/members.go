@@ -27,6 +27,9 @@ type Join struct {
 	// that machine's class (issue 11).
 	Machine string     `json:"machine,omitempty"`
 	Class   tier.Class `json:"class,omitempty"`
+	// Notice, on a server's leave, is the eviction notice that made it
+	// leave, for the timeline (DrainServer).
+	Notice *Notice `json:"notice,omitempty"`
 }
 
 // Joined answers Join: a worker's rank, a server's layout.

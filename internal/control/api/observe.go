@@ -1,17 +1,26 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/terrace-ml/terrace/internal/placement/layout"
+	"github.com/terrace-ml/terrace/internal/placement/tier"
 )
 
 // Routes that show the cluster to people (docs/design/observe.md). They
 // only read.
 const (
-	RouteEvents  = "GET /v1/events" // ?after=SEQ[&follow=1] -> []Event
-	RouteStatus  = "GET /v1/status" // Status
-	RouteMetrics = "GET /metrics"   // Prometheus text format
+	RouteEvents  = "GET /v1/events"  // ?after=SEQ[&follow=1] -> []Event
+	RouteStatus  = "GET /v1/status"  // Status
+	RouteMetrics = "GET /metrics"    // Prometheus text format
+	RouteHistory = "GET /v1/history" // -> []Sample
+	// RouteNotice is a worker's word that it got an eviction notice and
+	// drains (a server's rides its leave: DrainServer).
+	RouteNotice = "POST /v1/notice" // Notice
 )
 
 // Event kinds on the coordinator's timeline.
@@ -31,6 +40,8 @@ const (
 	EventReported   = "reported"   // a worker finished and reported
 	EventJob        = "job"        // the next job started on a cluster that stayed up
 	EventRefused    = "refused"    // a request without the token or role it needs
+	EventStage      = "stage"      // a stage switch began, ended, fell back or was abandoned
+	EventNotice     = "notice"     // a node got an eviction notice (a cloud's, a SIGTERM): it drains
 )
 
 // Event is one entry of the coordinator's timeline: what happened, to
@@ -52,8 +63,21 @@ type Status struct {
 	Version uint64    `json:"version"`
 	Ready   bool      `json:"ready"`
 	// Stage is the tiers' stage (1, 2 or 3; docs/design/tiers.md).
-	Stage int      `json:"stage"`
-	Job   Progress `json:"job"`
+	Stage int `json:"stage"`
+	// StageReason says why the cluster runs its stage: the reason of the
+	// last switch (the planner's, an operator's, a fallback's), or the
+	// stage it formed in; empty without tiers.
+	StageReason string `json:"stage_reason,omitempty"`
+	// Switching, while a switch is in progress, is "FROM -> TO".
+	Switching string `json:"switching,omitempty"`
+	// Machines counts the machines with a live node, by class.
+	Machines MachineCount `json:"machines"`
+	// DollarsPerHour is what those machines cost at the coordinator's
+	// prices, and Dollars what the live machines have cost since this
+	// coordinator took over; both nil when it knows no prices (--price).
+	DollarsPerHour *float64 `json:"dollars_per_hour,omitempty"`
+	Dollars        *float64 `json:"dollars,omitempty"`
+	Job            Progress `json:"job"`
 	// Definition is the job's definition and results, when one was
 	// submitted (the same as GET /v1/job).
 	Definition *JobStatus   `json:"definition,omitempty"`
@@ -77,6 +101,28 @@ type Progress struct {
 	ETA      time.Duration `json:"eta"`
 	Reported int           `json:"reported"`
 	Workers  int           `json:"workers"`
+	// Staleness is the spread of the training workers' clocks (the
+	// fastest's last reported clock less the slowest's): how far behind
+	// the fastest worker the slowest one's updates are.
+	Staleness int64 `json:"staleness"`
+}
+
+// MachineCount is a number of machines by class.
+type MachineCount struct {
+	Reliable  int `json:"reliable"`
+	Transient int `json:"transient"`
+}
+
+// Sample is the cluster at one moment, for charts over time: the
+// coordinator keeps a bounded series of them (GET /v1/history).
+type Sample struct {
+	Time      time.Time    `json:"time"`
+	Stage     int          `json:"stage"`
+	Machines  MachineCount `json:"machines"`
+	Dollars   *float64     `json:"dollars,omitempty"`
+	Rate      float64      `json:"rate"`
+	Staleness int64        `json:"staleness"`
+	Examples  int64        `json:"examples"`
 }
 
 // NodeStatus is one node as the coordinator sees it. State is one of
@@ -87,6 +133,14 @@ type NodeStatus struct {
 	Rank  int    `json:"rank,omitempty"`
 	Addr  string `json:"addr,omitempty"`
 	State string `json:"state"`
+	// Machine is the machine the node runs on (its ID when it named
+	// none), Class that machine's class, and Tier a tiered server's part:
+	// activeps, backupps or standby (empty for a server of stage 1).
+	Machine string     `json:"machine,omitempty"`
+	Class   tier.Class `json:"class"`
+	Tier    string     `json:"tier,omitempty"`
+	// Clock is a worker's last reported clock.
+	Clock int64 `json:"clock,omitempty"`
 	// Holds says what the node holds: a server's slots as their share of
 	// the ring, a worker's leased pieces.
 	Holds string `json:"holds,omitempty"`
@@ -109,4 +163,47 @@ func (c *Client) Events(ctx context.Context, after uint64, follow bool) ([]Event
 func (c *Client) Status(ctx context.Context) (*Status, error) {
 	var s Status
 	return &s, c.do(ctx, RouteStatus, "", nil, &s)
+}
+
+// History returns the coordinator's samples of the cluster over time,
+// oldest first.
+func (c *Client) History(ctx context.Context) ([]Sample, error) {
+	var s []Sample
+	return s, c.do(ctx, RouteHistory, "", nil, &s)
+}
+
+// Notice is an eviction notice a node got: where from ("aws", "gcp",
+// "signal", "file", "http": internal/process/evict), what the source saw,
+// and when the machine goes.
+type Notice struct {
+	Role     string    `json:"role"`
+	ID       string    `json:"id"`
+	Source   string    `json:"source"`
+	Detail   string    `json:"detail,omitempty"`
+	Deadline time.Time `json:"deadline,omitzero"`
+}
+
+// Cause says n for the timeline.
+func (n Notice) Cause() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "eviction notice from %s", cmp.Or(n.Source, "an unknown source"))
+	if n.Detail != "" {
+		fmt.Fprintf(&b, " (%s)", n.Detail)
+	}
+	if !n.Deadline.IsZero() {
+		fmt.Fprintf(&b, ": leaving by %s", n.Deadline.UTC().Format("15:04:05.000"))
+	}
+	return b.String()
+}
+
+// Notice tells the coordinator that worker n.ID got an eviction notice.
+func (c *Client) Notice(ctx context.Context, n Notice) error {
+	return c.do(ctx, RouteNotice, "", n, nil)
+}
+
+// DrainServer starts server id's drained departure, as LeaveServer does,
+// because of notice n, which the timeline records.
+func (c *Client) DrainServer(ctx context.Context, id string, n Notice) (*layout.Layout, error) {
+	var l layout.Layout
+	return &l, c.do(ctx, RouteServerLeave, "", Join{Role: RoleServer, ID: id, Notice: &n}, &l)
 }

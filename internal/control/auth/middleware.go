@@ -42,6 +42,7 @@ var policy = map[string]Role{
 	api.RouteProgress:  RoleWorker,
 	api.RouteSplit:     RoleWorker,
 	api.RouteState:     RoleWorker,
+	api.RouteNotice:    RoleWorker,
 
 	api.RouteServerLeave:  RoleServer,
 	api.RouteSynced:       RoleServer,

@@ -50,6 +50,11 @@ type Options struct {
 	// SyncInterval the ActivePS's sync interval (1 s if 0).
 	Stage        tier.Stage
 	SyncInterval time.Duration
+	// StageReason: see Config.
+	StageReason string
+	// Prices are dollars per machine-hour by class, for the cost so far
+	// in the status and the metrics; zero: not known, no cost shown.
+	Prices tier.ByClass
 	// ExitWhenDone: the cluster ends with its job; servers exit when it
 	// does.
 	ExitWhenDone bool
@@ -59,7 +64,7 @@ func (o Options) config() Config {
 	return Config{Servers: o.Servers, Workers: o.Workers, Partitions: o.Partitions, VNodes: o.VNodes,
 		Replication: o.Replication, CheckpointDir: o.CheckpointDir, CheckpointEvery: o.CheckpointEvery,
 		FailureTimeout: o.FailureTimeout, Membership: o.Membership, Logger: o.Logger,
-		Stage: o.Stage, SyncInterval: o.SyncInterval, ExitWhenDone: o.ExitWhenDone}
+		Stage: o.Stage, SyncInterval: o.SyncInterval, ExitWhenDone: o.ExitWhenDone, StageReason: o.StageReason}
 }
 
 // Coordinator drives a Machine: requests step it under a mutex held only
@@ -96,6 +101,7 @@ type Coordinator struct {
 	restored   bool
 	metrics    *coordMetrics
 	samples    []sample
+	meter      clusterMeter // cost and samples over time (cluster.go)
 }
 
 // Persist saves the coordinator's state (blob). placement is set when the
@@ -131,7 +137,7 @@ func Open(o Options) (*Coordinator, error) {
 	}
 	c := &Coordinator{opts: o, log: o.Logger, m: NewMachine(o.config(), time.Now()), changed: make(chan struct{}),
 		calls: map[uint64]chan Reply{}, done: make(chan struct{}), states: &memStates{}, kick: make(chan struct{}, 1),
-		events: newEventLog(), metrics: newCoordMetrics()}
+		events: newEventLog(), metrics: newCoordMetrics(), meter: clusterMeter{prices: o.Prices}}
 	c.published = c.m.published
 	if o.Resume {
 		if err := c.resume(o.CheckpointDir); err != nil {

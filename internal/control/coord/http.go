@@ -79,7 +79,13 @@ func (c *Coordinator) workHandlers(mux *http.ServeMux) {
 
 func (c *Coordinator) serverHandlers(mux *http.ServeMux) {
 	handle(mux, api.RouteServerLeave, func(ctx context.Context, j api.Join) (any, error) {
-		r, err := c.call(ctx, func(m *Machine, id uint64) { m.LeaveServer(id, j.ID) })
+		r, err := c.call(ctx, func(m *Machine, id uint64) {
+			if j.Notice != nil {
+				j.Notice.Role, j.Notice.ID = api.RoleServer, j.ID
+			}
+			m.noteNotice(j.Notice)
+			m.LeaveServer(id, j.ID)
+		})
 		return r.Layout, err
 	})
 	handle(mux, api.RouteSynced, func(ctx context.Context, s api.Synced) (any, error) {

@@ -36,6 +36,9 @@ type Config struct {
 	// the ActivePS's sync interval (docs/design/tiers.md).
 	Stage        tier.Stage
 	SyncInterval time.Duration
+	// StageReason says why the cluster forms in Stage (the planner's
+	// reason under --stage auto), for the status until a switch.
+	StageReason string
 	// ExitWhenDone: the cluster ends with its job (Layout.Shutdown).
 	ExitWhenDone bool
 }
@@ -61,6 +64,10 @@ type Machine struct {
 	// started, and gone the servers taken out, for status (not saved).
 	trained int64
 	gone    map[string]string
+	// machineOf is each node's machine by "role/id", clocks each worker
+	// rank's last reported clock (cluster.go; not saved).
+	machineOf map[string]string
+	clocks    map[int]int64
 	// committing: the Commit of the checkpoint in progress was handed
 	// out, and its outcome (Committed) is awaited.
 	committing bool

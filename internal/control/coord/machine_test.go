@@ -179,6 +179,7 @@ var inspections = map[string]func(h *harness, td *datadriven.TestData){
 	"layout": func(h *harness, td *datadriven.TestData) { h.printLayout("layout", h.m.snapshot()) },
 	"audit":  func(h *harness, td *datadriven.TestData) { h.audit() },
 	"states": func(h *harness, td *datadriven.TestData) { h.printStates() },
+	"status": func(h *harness, td *datadriven.TestData) { h.printStatus() },
 }
 
 func (h *harness) newMachine(td *datadriven.TestData) {
@@ -188,7 +189,7 @@ func (h *harness) newMachine(td *datadriven.TestData) {
 	}
 	h.cfg = Config{Servers: h.int(td, "servers", 1), Workers: h.int(td, "workers", 1), Partitions: h.int(td, "partitions", 2),
 		Replication: h.int(td, "replication", 1), FailureTimeout: timeout, CheckpointDir: h.str(td, "ckpt-dir", ""),
-		CheckpointEvery: h.int(td, "ckpt-every", 0), Stage: tier.Stage(h.int(td, "stage", 0)), Logger: slog.New(slog.NewTextHandler(&h.out, &slog.HandlerOptions{ReplaceAttr: noTime}))}
+		CheckpointEvery: h.int(td, "ckpt-every", 0), Stage: tier.Stage(h.int(td, "stage", 0)), StageReason: h.str(td, "stage-reason", ""), Logger: slog.New(slog.NewTextHandler(&h.out, &slog.HandlerOptions{ReplaceAttr: noTime}))}
 	h.now, h.etcd, h.rows = t0, td.HasArg("etcd"), h.int(td, "rows", 100)
 	h.saved, h.epoch, h.rd, h.holding, h.probes = nil, 0, nil, false, nil
 	h.blobs, h.trained, h.rev = map[StateRef]string{}, map[[2]int][]span{}, 100

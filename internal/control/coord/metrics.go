@@ -57,7 +57,16 @@ var (
 	descPass = prometheus.NewDesc("terrace_coordinator_pass", "The first training pass not yet complete.", nil, nil)
 	descDone = prometheus.NewDesc("terrace_coordinator_pass_partitions_done",
 		"Partitions of the pass in progress trained to their end.", nil, nil)
-	descCkpt = prometheus.NewDesc("terrace_coordinator_checkpoints_total", "Cluster checkpoints committed.", nil, nil)
+	descCkpt  = prometheus.NewDesc("terrace_coordinator_checkpoints_total", "Cluster checkpoints committed.", nil, nil)
+	descStage = prometheus.NewDesc("terrace_coordinator_stage", "The tiers' stage the cluster runs (1 without tiers).", nil, nil)
+	descMachs = prometheus.NewDesc("terrace_coordinator_machines",
+		"Machines with a live node, by class (reliable, transient).", []string{"class"}, nil)
+	descSpread = prometheus.NewDesc("terrace_coordinator_worker_clock_spread",
+		"The training workers' clock spread: the fastest's last reported clock less the slowest's.", nil, nil)
+	descCost = prometheus.NewDesc("terrace_coordinator_cost_dollars_total",
+		"What the live machines have cost since this coordinator took over, at its --price (only when set).", nil, nil)
+	descCostRate = prometheus.NewDesc("terrace_coordinator_cost_dollars_per_hour",
+		"What the live machines cost an hour at the coordinator's --price (only when set).", nil, nil)
 )
 
 // Collector returns the coordinator's metrics for a Prometheus registry:
@@ -69,7 +78,8 @@ type coordCollector Coordinator
 func (cc *coordCollector) Describe(ch chan<- *prometheus.Desc) {
 	cc.metrics.events.Describe(ch)
 	cc.metrics.requests.Describe(ch)
-	for _, d := range []*prometheus.Desc{descNodes, descEpoch, descLeases, descTrained, descPass, descDone, descCkpt} {
+	for _, d := range []*prometheus.Desc{descNodes, descEpoch, descLeases, descTrained, descPass, descDone, descCkpt,
+		descStage, descMachs, descSpread, descCost, descCostRate} {
 		ch <- d
 	}
 }
@@ -100,4 +110,12 @@ func (cc *coordCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descPass, prometheus.GaugeValue, float64(st.Job.Pass))
 	ch <- prometheus.MustNewConstMetric(descDone, prometheus.GaugeValue, float64(st.Job.Done))
 	ch <- prometheus.MustNewConstMetric(descCkpt, prometheus.CounterValue, float64(ckpts))
+	ch <- prometheus.MustNewConstMetric(descStage, prometheus.GaugeValue, float64(st.Stage))
+	ch <- prometheus.MustNewConstMetric(descMachs, prometheus.GaugeValue, float64(st.Machines.Reliable), "reliable")
+	ch <- prometheus.MustNewConstMetric(descMachs, prometheus.GaugeValue, float64(st.Machines.Transient), "transient")
+	ch <- prometheus.MustNewConstMetric(descSpread, prometheus.GaugeValue, float64(st.Job.Staleness))
+	if st.Dollars != nil && st.DollarsPerHour != nil {
+		ch <- prometheus.MustNewConstMetric(descCost, prometheus.CounterValue, *st.Dollars)
+		ch <- prometheus.MustNewConstMetric(descCostRate, prometheus.GaugeValue, *st.DollarsPerHour)
+	}
 }

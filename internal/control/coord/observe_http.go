@@ -25,6 +25,11 @@ func (c *Coordinator) observeHandlers(mux *http.ServeMux) {
 		reply(w, c.Events(ctx, after, follow), nil)
 	})
 	mux.HandleFunc(api.RouteStatus, func(w http.ResponseWriter, r *http.Request) { reply(w, c.Status(), nil) })
+	mux.HandleFunc(api.RouteHistory, func(w http.ResponseWriter, r *http.Request) { reply(w, c.History(), nil) })
+	handle(mux, api.RouteNotice, func(ctx context.Context, n api.Notice) (any, error) {
+		_, err := c.call(ctx, func(m *Machine, id uint64) { m.Notice(id, n) })
+		return struct{}{}, err
+	})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c.Collector(), collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -43,6 +43,13 @@ func (m *Machine) Status() api.Status {
 	for _, s := range l.Joining {
 		st.Nodes = append(st.Nodes, api.NodeStatus{Role: api.RoleServer, ID: s.ID, Addr: s.Addr, State: "joining"})
 	}
+	for _, s := range l.Backup {
+		st.Nodes = append(st.Nodes, api.NodeStatus{Role: api.RoleServer, ID: s.ID, Addr: s.Addr, State: "serving",
+			Holds: "backup copies, streamed from the ActivePS"})
+	}
+	for _, s := range l.Standby {
+		st.Nodes = append(st.Nodes, api.NodeStatus{Role: api.RoleServer, ID: s.ID, Addr: s.Addr, State: "standby"})
+	}
 	for id, how := range m.gone {
 		if slices.ContainsFunc(st.Nodes, func(n api.NodeStatus) bool { return n.ID == id }) {
 			continue
@@ -69,6 +76,7 @@ func (m *Machine) Status() api.Status {
 	for i := range st.Nodes {
 		st.Nodes[i].Metrics = m.st.Metrics[st.Nodes[i].Role+"/"+st.Nodes[i].ID]
 	}
+	m.describeTiers(&st)
 	slices.SortFunc(st.Nodes, func(a, b api.NodeStatus) int {
 		return cmp.Or(cmp.Compare(a.Role, b.Role), cmp.Compare(a.ID, b.ID))
 	})
@@ -124,6 +132,7 @@ func (c *Coordinator) sampleLocked(now time.Time) {
 	for len(c.samples) > 2 && now.Sub(c.samples[0].at) > rateWindow {
 		c.samples = c.samples[1:]
 	}
+	c.meter.record(c.statusLocked(now))
 }
 
 // Status returns the cluster's status, with the training rate over the
@@ -131,7 +140,13 @@ func (c *Coordinator) sampleLocked(now time.Time) {
 func (c *Coordinator) Status() api.Status {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.m.SetNow(time.Now())
+	return c.statusLocked(time.Now())
+}
+
+// statusLocked is Status at now, with the machines' cost advanced to
+// now; c.mu is held.
+func (c *Coordinator) statusLocked(now time.Time) api.Status {
+	c.m.SetNow(now)
 	st := c.m.Status()
 	if n := len(c.samples); n >= 2 {
 		a, b := c.samples[0], c.samples[n-1]
@@ -146,5 +161,10 @@ func (c *Coordinator) Status() api.Status {
 		st.Job.ETA = time.Duration(float64(left) * perPart / st.Job.Rate * float64(time.Second))
 	}
 	st.Events = c.events.last()
+	c.meter.advance(now, st.Machines)
+	if c.meter.priced() {
+		dollars, perHour := c.meter.dollars, c.meter.perHour
+		st.Dollars, st.DollarsPerHour = &dollars, &perHour
+	}
 	return st
 }

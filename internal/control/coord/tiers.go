@@ -28,6 +28,7 @@ func (m *Machine) serversJoined() int {
 // that names no machine and no class (a cluster without tiers) is a
 // reliable machine of its own, and is not listed.
 func (m *Machine) noteMachine(j *api.Join) error {
+	m.noteNode(j)
 	if j.Machine == "" && j.Class == tier.Reliable {
 		return nil
 	}
@@ -220,6 +221,7 @@ func (m *Machine) fallback(dead, reason string) {
 	m.st.Removed++
 	m.st.ActiveLost = 0
 	m.st.StageHistory = append(m.st.StageHistory, StageChange{From: from, To: tier.Stage1, Reason: reason, Started: m.now, Done: m.now})
+	m.note(api.EventStage, dead, fmt.Sprintf("fell back %d -> 1: %s", from, reason))
 	m.log.Warn("falling back to stage 1", "from", from, "reason", reason)
 	m.newEpoch()
 	m.resetSync()
@@ -241,6 +243,7 @@ func (m *Machine) abandonSwitch(id string) {
 	}
 	m.st.StageHistory = append(m.st.StageHistory, StageChange{From: l.Switch.From, To: l.Switch.From,
 		Reason: "abandoned: ActivePS " + id + " lost during the switch to " + l.Switch.To.String(), Started: m.now, Done: m.now})
+	m.note(api.EventStage, id, m.st.StageHistory[len(m.st.StageHistory)-1].Reason)
 	l.Joining, l.Leaving, l.Switch = nil, nil, nil
 	m.st.Removed++
 	m.resetSync()
@@ -281,6 +284,7 @@ func (m *Machine) switchStage(to tier.Stage, reason string) error {
 	case from >= tier.Stage2 && to >= tier.Stage2:
 		l.Stage = to
 		m.st.StageHistory = append(m.st.StageHistory, StageChange{From: from, To: to, Reason: reason, Started: m.now, Done: m.now})
+		m.note(api.EventStage, "", fmt.Sprintf("switched %d -> %d: %s", from, to, reason))
 		m.publish()
 		return nil
 	case from == tier.Stage1:
@@ -315,6 +319,7 @@ func (m *Machine) switchStage(to tier.Stage, reason string) error {
 	}
 	l.Switch = sw
 	m.st.StageHistory = append(m.st.StageHistory, StageChange{From: from, To: to, Reason: reason, Started: m.now})
+	m.note(api.EventStage, "", fmt.Sprintf("switch %d -> %d begins: %s", from, to, reason))
 	m.resetSync()
 	m.publish()
 	return nil
@@ -397,6 +402,7 @@ func (m *Machine) promoteSwitch(done func(string) bool) bool {
 	if n := len(m.st.StageHistory); n > 0 && m.st.StageHistory[n-1].Done.IsZero() {
 		m.st.StageHistory[n-1].Done = m.now
 	}
+	m.note(api.EventStage, "", fmt.Sprintf("switched %d -> %d: the heads moved", l.Switch.From, l.Switch.To))
 	l.Joining, l.Leaving, l.Switch = nil, nil, nil
 	m.st.Noticed, m.st.ActiveLost = nil, 0
 	if l.Stage >= tier.Stage2 {

@@ -169,6 +169,7 @@ func (m *Machine) Progress(id uint64, u api.Update, head, tail uint64) {
 		return
 	}
 	m.st.MaxClock = max(m.st.MaxClock, u.Clock)
+	m.noteClock(u.Rank, u.Clock)
 	m.dirty = true
 	if u.Cut != nil {
 		m.cut(u.Pass, w, u.Partition, i, u.Cut, tail)

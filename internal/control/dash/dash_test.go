@@ -1,12 +1,17 @@
 package dash
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/terrace-ml/terrace/internal/control/api"
+	"github.com/terrace-ml/terrace/internal/placement/tier"
 )
 
 // TestServesEverythingItself: the page and its files are served from the
@@ -52,5 +57,59 @@ func TestServesEverythingItself(t *testing.T) {
 	}
 	if code, _ := get("/dash/nothing.js"); code != http.StatusNotFound {
 		t.Errorf("a missing file: %d", code)
+	}
+}
+
+// TestScriptReadsWhatTheAPISends: every field of the status (s.*), its
+// nodes (n.*) and the history's samples (h.*) that the script reads is
+// in the coordinator's JSON, and every element the script writes to is
+// on the page; a renamed field or id would otherwise leave a card blank
+// without an error.
+func TestScriptReadsWhatTheAPISends(t *testing.T) {
+	js, err := static.ReadFile("static/dash.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, err := static.ReadFile("static/index.html")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dollars := 0.5
+	st := api.Status{Time: time.Now(), Stage: 2, StageReason: "planner", Switching: "2 -> 1", Dollars: &dollars, DollarsPerHour: &dollars,
+		Nodes: []api.NodeStatus{{Role: api.RoleServer, ID: "s", Rank: 1, Addr: "a", State: "serving", Machine: "m", Class: tier.Transient,
+			Tier: "activeps", Clock: 3, Holds: "h", Metrics: "x"}},
+		Definition: &api.JobStatus{Results: []api.PassResult{{Pass: 1, Metrics: map[string]float64{"test_auc": 0.9}}}}}
+	sample := api.Sample{Time: time.Now(), Dollars: &dollars}
+	for v, obj := range map[string]any{"s": st, "n": st.Nodes[0], "h": sample} {
+		b, err := json.Marshal(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc map[string]any
+		if err := json.Unmarshal(b, &doc); err != nil {
+			t.Fatal(err)
+		}
+		refs := regexp.MustCompile(`\b`+v+`\.([a-z_]+)(?:\.([a-z_]+))?`).FindAllStringSubmatch(string(js), -1)
+		if len(refs) == 0 {
+			t.Errorf("the script reads nothing of %s", v)
+		}
+		for _, r := range refs {
+			f, ok := doc[r[1]]
+			if !ok {
+				t.Errorf("the script reads %s, which the JSON does not have", r[0])
+				continue
+			}
+			if r[2] == "" {
+				continue
+			}
+			if sub, ok := f.(map[string]any); !ok || sub[r[2]] == nil {
+				t.Errorf("the script reads %s, which the JSON does not have", r[0])
+			}
+		}
+	}
+	for _, m := range regexp.MustCompile(`(?:text|getElementById)\("([a-z]+)"`).FindAllStringSubmatch(string(js), -1) {
+		if !strings.Contains(string(page), `id="`+m[1]+`"`) {
+			t.Errorf("the script writes to #%s, which the page does not have", m[1])
+		}
 	}
 }

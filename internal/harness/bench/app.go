@@ -33,6 +33,9 @@ type AppOptions struct {
 	// ScrapeEvery, when positive, adds a third side: the parameter server
 	// with every node's /metrics fetched at this interval.
 	ScrapeEvery time.Duration
+	// Step, when set, hears after each run how many of the total are
+	// done (for a progress bar).
+	Step func(done, total int)
 }
 
 func (o AppOptions) withDefaults() (AppOptions, error) {
@@ -91,6 +94,13 @@ type AppRun struct {
 	ExamplesPerSecond float64 `json:"examples_s"`
 	TestAUC           float64 `json:"test_auc"`
 	TestLogLoss       float64 `json:"test_logloss"`
+	// CPUMicrosPerExample is the process's CPU time (every node of the
+	// cluster, and the scraper) over lr's run, test evaluations included,
+	// per example trained: the parameter server's sides only. Other
+	// processes' load slows a run's wall time far more than its CPU time,
+	// so this is the figure that resolves a scrape's cost on a shared
+	// machine.
+	CPUMicrosPerExample float64 `json:"cpu_us_per_example,omitempty"`
 }
 
 // AppReport is the result of App. Throughput counts training time only:
@@ -125,6 +135,12 @@ type AppReport struct {
 	ScrapeEvery             string  `json:"scrape_every,omitempty"`
 	PSScrapedExamplesPerSec float64 `json:"ps_scraped_examples_s,omitempty"`
 	ScrapeCost              float64 `json:"scrape_cost,omitempty"`
+	// PSCPUMicrosPerExample and PSScrapedCPUMicrosPerExample are the
+	// medians of the two sides' CPU per example, and ScrapeCPUCost the
+	// CPU the scrapes add per example (scraped/unscraped - 1).
+	PSCPUMicrosPerExample        float64 `json:"ps_cpu_us_per_example,omitempty"`
+	PSScrapedCPUMicrosPerExample float64 `json:"ps_scraped_cpu_us_per_example,omitempty"`
+	ScrapeCPUCost                float64 `json:"scrape_cpu_cost,omitempty"`
 
 	Runs []AppRun `json:"runs"`
 
@@ -144,6 +160,8 @@ func (r *AppReport) Summary() string {
 	fmt.Fprintf(&b, "  ratio                 %10.2f (target >= 0.8)\n", r.Ratio)
 	if r.ScrapeEvery != "" {
 		fmt.Fprintf(&b, "  scraped every %-7s %10.0f examples/s  cost %.1f%% of the unscraped throughput\n", r.ScrapeEvery, r.PSScrapedExamplesPerSec, 100*r.ScrapeCost)
+		fmt.Fprintf(&b, "  CPU per example          %.3f µs scraped, %.3f µs not: the scrapes add %.1f%%\n",
+			r.PSScrapedCPUMicrosPerExample, r.PSCPUMicrosPerExample, 100*r.ScrapeCPUCost)
 	}
 	return b.String()
 }
@@ -169,18 +187,31 @@ func App(ctx context.Context, o AppOptions, progress io.Writer) (*AppReport, err
 		return nil, err
 	}
 	log := logger(w)
-	var psRates, localRates, scrapedRates []float64
+	var psRates, localRates, scrapedRates, psCPU, scrapedCPU []float64
+	sides := 2
+	if o.ScrapeEvery > 0 {
+		sides = 3
+	}
+	done := 0
+	step := func() {
+		done++
+		if o.Step != nil {
+			o.Step(done, sides*o.Repeats)
+		}
+	}
 	for i := range o.Repeats {
 		loc, err := runLocal(train, test, cfg)
 		if err != nil {
 			return nil, err
 		}
 		fmt.Fprintf(w, "run %d/%d: local %.0f examples/s, test AUC %.4f\n", i+1, o.Repeats, loc.ExamplesPerSecond, loc.TestAUC)
+		step()
 		psr, refused, err := runPS(ctx, cfg, log)
 		if err != nil {
 			return nil, err
 		}
-		fmt.Fprintf(w, "run %d/%d: ps    %.0f examples/s, test AUC %.4f\n", i+1, o.Repeats, psr.ExamplesPerSecond, psr.TestAUC)
+		fmt.Fprintf(w, "run %d/%d: ps    %.0f examples/s, test AUC %.4f, %.3f µs CPU/example\n", i+1, o.Repeats, psr.ExamplesPerSecond, psr.TestAUC, psr.CPUMicrosPerExample)
+		step()
 		rep.Runs = append(rep.Runs, loc, psr)
 		localRates, psRates = append(localRates, loc.ExamplesPerSecond), append(psRates, psr.ExamplesPerSecond)
 		rep.LocalTestAUC, rep.LocalTestLogLoss = loc.TestAUC, loc.TestLogLoss
@@ -191,15 +222,21 @@ func App(ctx context.Context, o AppOptions, progress io.Writer) (*AppReport, err
 			if err != nil {
 				return nil, err
 			}
-			fmt.Fprintf(w, "run %d/%d: ps, scraped every %v: %.0f examples/s\n", i+1, o.Repeats, o.ScrapeEvery, scr.ExamplesPerSecond)
+			fmt.Fprintf(w, "run %d/%d: ps, scraped every %v: %.0f examples/s, %.3f µs CPU/example\n", i+1, o.Repeats, o.ScrapeEvery, scr.ExamplesPerSecond, scr.CPUMicrosPerExample)
+			step()
 			scr.Side = "ps-scraped"
 			rep.Runs = append(rep.Runs, scr)
 			scrapedRates = append(scrapedRates, scr.ExamplesPerSecond)
+			psCPU, scrapedCPU = append(psCPU, psr.CPUMicrosPerExample), append(scrapedCPU, scr.CPUMicrosPerExample)
 		}
 	}
 	if o.ScrapeEvery > 0 {
 		rep.ScrapeEvery, rep.PSScrapedExamplesPerSec = o.ScrapeEvery.String(), medianFloat(scrapedRates)
 		rep.ScrapeCost = 1 - rep.PSScrapedExamplesPerSec/medianFloat(psRates)
+		rep.PSCPUMicrosPerExample, rep.PSScrapedCPUMicrosPerExample = medianFloat(psCPU), medianFloat(scrapedCPU)
+		if rep.PSCPUMicrosPerExample > 0 {
+			rep.ScrapeCPUCost = rep.PSScrapedCPUMicrosPerExample/rep.PSCPUMicrosPerExample - 1
+		}
 	}
 	rep.PSExamplesPerSec, rep.LocalExamplesPerSec = medianFloat(psRates), medianFloat(localRates)
 	rep.Ratio = rep.PSExamplesPerSec / rep.LocalExamplesPerSec
@@ -237,6 +274,7 @@ func runPS(ctx context.Context, cfg lr.Config, log *slog.Logger) (AppRun, int64,
 // (none if 0).
 func runPSScraped(ctx context.Context, cfg lr.Config, log *slog.Logger, scrape time.Duration) (AppRun, int64, error) {
 	var rep *lr.Report
+	var cpu time.Duration
 	err := onWorker(ctx, 1, log, func(ctx context.Context, l *node.Local, c *ps.Client) error {
 		if scrape > 0 {
 			stop, err := scrapeCluster(ctx, l, c, scrape)
@@ -246,7 +284,9 @@ func runPSScraped(ctx context.Context, cfg lr.Config, log *slog.Logger, scrape t
 			defer stop()
 		}
 		var err error
+		c0 := processCPU()
 		rep, err = lr.Run(ctx, c, cfg)
+		cpu = processCPU() - c0
 		return err
 	})
 	if err != nil {
@@ -260,6 +300,9 @@ func runPSScraped(ctx context.Context, cfg lr.Config, log *slog.Logger, scrape t
 		run.Seconds += e.Seconds
 	}
 	run.ExamplesPerSecond = float64(run.Examples) / run.Seconds
+	if run.Examples > 0 {
+		run.CPUMicrosPerExample = float64(cpu.Microseconds()) / float64(run.Examples)
+	}
 	return run, rep.Refused, nil
 }
 

@@ -39,6 +39,9 @@ type StragglerOptions struct {
 	Repeats int
 	// Job makes the application's worker job under a consistency model.
 	Job func(cons table.Consistency) (node.Job, error)
+	// Step, when set, hears after each run how many of the total are
+	// done (for a progress bar).
+	Step func(done, total int)
 }
 
 // StragglerRun is one training run.
@@ -102,6 +105,13 @@ func Stragglers(ctx context.Context, o StragglerOptions, log io.Writer) (*Stragg
 		o.Work = 100 * time.Microsecond
 	}
 	rep := &StragglerReport{App: o.App, Workers: o.Workers, Work: o.Work.String(), Seed: o.Seed, Patterns: map[string]*PatternResult{}}
+	done, total := 0, len(o.Patterns)*max(o.Repeats, 1)*(len(o.Staleness)+3)
+	step := func() {
+		done++
+		if o.Step != nil {
+			o.Step(done, total)
+		}
+	}
 	for _, name := range o.Patterns {
 		p, err := straggle.Parse(name)
 		if err != nil {
@@ -116,6 +126,7 @@ func Stragglers(ctx context.Context, o StragglerOptions, log io.Writer) (*Stragg
 				if err != nil {
 					return nil, err
 				}
+				step()
 				if round == 0 {
 					ssp = append(ssp, nil)
 				}
@@ -141,6 +152,7 @@ func Stragglers(ctx context.Context, o StragglerOptions, log io.Writer) (*Stragg
 				if err != nil {
 					return nil, err
 				}
+				step()
 				*r.runs = append(*r.runs, run)
 			}
 		}

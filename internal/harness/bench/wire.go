@@ -33,6 +33,15 @@ type WireOptions struct {
 	SparseOps int
 	// Seed seeds the sparse key sets (1 if 0).
 	Seed uint64
+	// Step, when set, hears after each timed round how many of the total
+	// (dense and sparse) are done (for a progress bar).
+	Step func(done, total int)
+}
+
+func (o WireOptions) step(done int) {
+	if o.Step != nil {
+		o.Step(done, 2*o.Rounds)
+	}
 }
 
 func (o WireOptions) withDefaults() (WireOptions, error) {
@@ -281,6 +290,7 @@ func denseRounds(ctx context.Context, o WireOptions, raw *rawPair, ceil *ceiling
 			mbps(opPushPull.bytes(nb), tRaw[r]), mbps(2*int64(nb), ct.duplex), mbps(2*int64(nb), ct.duplex2), mbps(int64(nb), ct.stream),
 			mbps(int64(nb), ct.sum), mbps(int64(nb), ct.crc), mbps(opPushPull.bytes(nb), tPP[r]), mbps(opPush.bytes(nb), tPush[r]),
 			mbps(opPull.bytes(nb), tPull[r]), mbps(opPushPull.bytes(nb), tPP2[r]))
+		o.step(r + 1)
 	}
 	rep.RawTCPMBps = mbps(opPushPull.bytes(nb), median(tRaw))
 	rep.PushPullMBps = mbps(opPushPull.bytes(nb), median(tPP))
@@ -361,6 +371,7 @@ func sparseRounds(ctx context.Context, o WireOptions, raw *rawPair, c *ps.Client
 		keys := o.SparseOps * n
 		fmt.Fprintf(w, "sparse round %d/%d: push %.0f (raw %.0f), pull %.0f (raw %.0f), cached push %.0f, cached pull %.0f keys/s\n", r+1, o.Rounds,
 			perSec(keys, tPush[r]), perSec(keys, tRawPush[r]), perSec(keys, tPull[r]), perSec(keys, tRawPull[r]), perSec(keys, tCPush[r]), perSec(keys, tCPull[r]))
+		o.step(o.Rounds + r + 1)
 	}
 	keys := o.SparseOps * n
 	rep.SparsePushKeysPerSec = perSec(keys, median(tPush))

@@ -27,6 +27,8 @@ type autoPilot struct {
 	lastAt   time.Time
 	machines [2]int
 	Plans    []string
+	// startReason is why the planner picked the first stage.
+	startReason string
 }
 
 type serverCounters struct {
@@ -48,6 +50,7 @@ func newAutoPilot(t *Tiers) (*autoPilot, tier.Stage, error) {
 		return nil, 0, err
 	}
 	a.Plans = append(a.Plans, "start: "+plan.Reason)
+	a.startReason = "planner: " + plan.Reason
 	return a, plan.Stage, nil
 }
 

@@ -195,6 +195,9 @@ type Report struct {
 	Notes           []string           `json:"notes,omitempty"`
 	// Events is the coordinator's timeline at the end (events.go).
 	Events []api.Event `json:"events,omitempty"`
+	// History is the coordinator's samples of the cluster over time
+	// (machines by class, stage, dollars), for terrace plot.
+	History []api.Sample `json:"history,omitempty"`
 
 	// WorkerReports are the reports of the workers that finished, by
 	// rank; ServerStats each server's last statistics line (JSON of
@@ -346,7 +349,7 @@ func (d *drill) run(ctx context.Context) error {
 			}
 			d.auto = a
 			tc := *t
-			tc.Stage = stage.String()
+			tc.Stage, tc.StageReason = stage.String(), a.startReason
 			common = append(common, tc.coordArgs()...)
 		} else {
 			common = append(common, t.coordArgs()...)

@@ -7,7 +7,8 @@ import (
 	"github.com/terrace-ml/terrace/internal/control/api"
 )
 
-// timeline copies the coordinator's event timeline into the report, while
+// timeline copies the coordinator's event timeline and its samples of
+// the cluster into the report, while
 // a coordinator still answers; a drill whose coordinators are all gone
 // reports none.
 func (d *drill) timeline(ctx context.Context) {
@@ -24,4 +25,7 @@ func (d *drill) timeline(ctx context.Context) {
 		return
 	}
 	d.rep.Events = evs
+	if d.rep.History, err = cc.History(ctx); err != nil {
+		d.log.Warn("could not read the coordinator's samples of the cluster", "err", err)
+	}
 }

@@ -30,6 +30,12 @@ type Tiers struct {
 	// LinkMbps, when set, gives each machine an emulated link of its
 	// class's Mbit/s (each machine binds its own 127.0.0.N).
 	LinkMbps *tier.ByClass
+	// Price is the coordinator's --price (dollars per machine-hour by
+	// class), for its cost so far; empty: none.
+	Price string
+	// StageReason is the coordinator's --stage-reason: why it forms in
+	// Stage (the planner's reason under --stage auto).
+	StageReason string
 }
 
 func (t *Tiers) perMachine() int { return max(1, t.WorkersPerMachine) }
@@ -260,6 +266,12 @@ func (t *Tiers) coordArgs() []string {
 	}
 	if t.SyncInterval > 0 {
 		args = append(args, "--sync-interval", t.SyncInterval.String())
+	}
+	if t.Price != "" {
+		args = append(args, "--price", t.Price)
+	}
+	if t.StageReason != "" {
+		args = append(args, "--stage-reason", t.StageReason)
 	}
 	return args
 }

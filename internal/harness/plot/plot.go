@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"image/color"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -41,6 +42,9 @@ type Run struct {
 	// started; Stall the longest time without an acknowledged push.
 	Faults                []Fault
 	StallAt, StallSeconds float64
+	// History is the coordinator's samples of the cluster: machines by
+	// class, stage and dollars over time (reports from this version on).
+	History []api.Sample
 }
 
 // Fault is one injected fault.
@@ -78,8 +82,34 @@ func Parse(report, events []byte) (*Run, error) {
 		}
 	}
 	r := &Run{}
-	// The passes of the worker that evaluated (rank 0 in every app).
+	// The job's evaluations, whichever worker made each (passes counted
+	// from 1): the coordinator's report nests each pass's metrics
+	// (api.PassResult), terrace train's has them flat.
+	if raw, ok := top["passes"]; ok {
+		var results []api.PassResult
+		var flat []map[string]any
+		if json.Unmarshal(raw, &results) == nil && json.Unmarshal(raw, &flat) == nil {
+			for i, p := range results {
+				m := maps.Clone(p.Metrics)
+				if m == nil {
+					m = map[string]float64{}
+					for k, v := range flat[i] {
+						if f, ok := v.(float64); ok {
+							m[k] = f
+						}
+					}
+				}
+				m["pass"] = float64(p.Pass)
+				r.Passes = append(r.Passes, Pass{Seconds: p.Seconds, Metrics: m})
+			}
+		}
+	}
+	// Or the passes of the worker that evaluated (rank 0 in every app
+	// that evaluates on one worker).
 	for _, rank := range sortedKeys(workers) {
+		if len(r.Passes) > 0 {
+			break
+		}
 		var w struct {
 			Passes []map[string]float64 `json:"passes"`
 		}
@@ -94,6 +124,11 @@ func Parse(report, events []byte) (*Run, error) {
 	if raw, ok := top["events"]; ok {
 		if err := json.Unmarshal(raw, &r.Events); err != nil {
 			return nil, fmt.Errorf("plot: report's events: %w", err)
+		}
+	}
+	if raw, ok := top["history"]; ok {
+		if err := json.Unmarshal(raw, &r.History); err != nil {
+			return nil, fmt.Errorf("plot: report's history: %w", err)
 		}
 	}
 	if len(r.Events) == 0 && events != nil {
@@ -118,7 +153,7 @@ func Parse(report, events []byte) (*Run, error) {
 			r.StallSeconds, r.StallAt = *drill.StallS, *drill.StallAt
 		}
 	}
-	if len(r.Passes) == 0 && len(r.Events) == 0 {
+	if len(r.Passes) == 0 && len(r.Events) == 0 && len(r.History) == 0 {
 		return nil, ErrNoData
 	}
 	r.placePasses()
@@ -179,8 +214,8 @@ func (r *Run) start() time.Time {
 
 // eventRows are the event kinds the lower panel shows, one row each, top
 // down; grants and passes are left out (there are too many to read).
-var eventRows = []string{api.EventJoin, api.EventJoining, api.EventRing, api.EventDrain, api.EventLeft,
-	api.EventFailed, api.EventSplit, api.EventCheckpoint, api.EventLeader}
+var eventRows = []string{api.EventJoin, api.EventJoining, api.EventRing, api.EventNotice, api.EventDrain, api.EventLeft,
+	api.EventFailed, api.EventStage, api.EventSplit, api.EventCheckpoint, api.EventLeader}
 
 // Draw writes the plot to w as format "svg" or "png".
 func (r *Run) Draw(w io.Writer, format string) error {
@@ -192,11 +227,23 @@ func (r *Run) Draw(w io.Writer, format string) error {
 	if err != nil {
 		return err
 	}
-	// One time axis for both.
-	lo := min(metricsPlot.X.Min, eventsPlot.X.Min)
-	hi := max(metricsPlot.X.Max, eventsPlot.X.Max)
-	metricsPlot.X.Min, eventsPlot.X.Min, metricsPlot.X.Max, eventsPlot.X.Max = lo, lo, hi, hi
-	const width, height = 9 * vg.Inch, 7 * vg.Inch
+	plots := [][]*gplot.Plot{{metricsPlot}, {eventsPlot}}
+	cluster, err := r.clusterPlots()
+	if err != nil {
+		return err
+	}
+	for _, p := range cluster {
+		plots = append(plots, []*gplot.Plot{p})
+	}
+	// One time axis for all.
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, row := range plots {
+		lo, hi = min(lo, row[0].X.Min), max(hi, row[0].X.Max)
+	}
+	for _, row := range plots {
+		row[0].X.Min, row[0].X.Max = lo, hi
+	}
+	width, height := 9*vg.Inch, 7*vg.Inch+vg.Length(len(cluster))*2*vg.Inch
 	var cw vg.CanvasWriterTo
 	switch format {
 	case "svg":
@@ -207,12 +254,12 @@ func (r *Run) Draw(w io.Writer, format string) error {
 		return fmt.Errorf("plot: format %q: want svg or png", format)
 	}
 	dc := draw.New(cw)
-	tiles := draw.Tiles{Rows: 2, Cols: 1, PadY: vg.Millimeter * 4, PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2,
+	tiles := draw.Tiles{Rows: len(plots), Cols: 1, PadY: vg.Millimeter * 4, PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2,
 		PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 4}
-	plots := [][]*gplot.Plot{{metricsPlot}, {eventsPlot}}
 	canvases := gplot.Align(plots, tiles, dc)
-	metricsPlot.Draw(canvases[0][0])
-	eventsPlot.Draw(canvases[1][0])
+	for i, row := range plots {
+		row[0].Draw(canvases[i][0])
+	}
 	_, err = cw.WriteTo(w)
 	return err
 }
@@ -330,7 +377,7 @@ func (r *Run) eventsPlot() (*gplot.Plot, error) {
 		}
 		pts = append(pts, plotter.XY{X: e.Time.Sub(t0).Seconds(), Y: row(e.Kind)})
 		switch e.Kind {
-		case api.EventFailed, api.EventDrain, api.EventLeft, api.EventLeader:
+		case api.EventFailed, api.EventNotice, api.EventDrain, api.EventLeft, api.EventLeader:
 			labels = append(labels, " "+e.Node)
 		default:
 			labels = append(labels, "")

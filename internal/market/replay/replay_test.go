@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -132,9 +133,20 @@ func TestSweep(t *testing.T) {
 	cfg := testConfig(p)
 	cfg.Sample = 30 * time.Minute
 	starts := []time.Time{t0.Add(15 * 24 * time.Hour), t0.Add(20 * 24 * time.Hour), t0.Add(25 * 24 * time.Hour)}
+	var advanced []float64
+	cfg.Advance = func(done float64, total int) {
+		if total != len(starts)*len(policy.Names) {
+			t.Errorf("advance: %v of %d runs", done, total)
+		}
+		advanced = append(advanced, done)
+	}
 	rep, err := Sweep(context.Background(), cfg, policy.Names, starts)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The progress bar's steps only grow, and end with every run done.
+	if n := len(advanced); n < len(starts)*len(policy.Names) || !slices.IsSorted(advanced) || advanced[n-1] != float64(len(starts)*len(policy.Names)) {
+		t.Errorf("advanced %v", advanced)
 	}
 	if len(rep.Runs) != 3 || rep.BidBrainVsOnDemandMedian == nil || rep.BidBrainVsCheckpointWorst == nil {
 		t.Fatalf("report %+v", rep)

@@ -67,7 +67,11 @@ func Sweep(ctx context.Context, cfg Config, policies []string, starts []time.Tim
 		if i > 0 {
 			c.Sample = 0
 		}
-		for _, name := range names {
+		for j, name := range names {
+			k := float64(i*len(names) + j)
+			if cfg.Advance != nil {
+				c.fraction = func(f float64) { cfg.Advance(k+f, len(starts)*len(names)) }
+			}
 			res, err := Run(ctx, c, name, start)
 			if err != nil {
 				return nil, err
@@ -79,6 +83,9 @@ func Sweep(ctx context.Context, cfg Config, policies []string, starts []time.Tim
 			if cfg.Progress != nil {
 				fmt.Fprintf(cfg.Progress, "replay: start %d/%d %s: %s $%.2f in %.1f h, %d evictions\n",
 					i+1, len(starts), start.Format(time.RFC3339), name, res.Dollars, res.Hours, res.Evictions)
+			}
+			if cfg.Advance != nil {
+				cfg.Advance(k+1, len(starts)*len(names))
 			}
 		}
 		for name, res := range run.Policies {

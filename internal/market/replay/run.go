@@ -37,6 +37,12 @@ type Config struct {
 	// every Every of wall time within a long run.
 	Progress io.Writer
 	Every    time.Duration
+	// Advance, when set, hears how much of the sweep is done, in runs
+	// (fractions of the run in progress included) of total, at most
+	// every advanceEvery of wall time (for a progress bar).
+	Advance func(done float64, total int)
+	// fraction is Sweep's: how far the run in progress is.
+	fraction func(done float64)
 	// Sample is the trace time between timeline samples (for the plot);
 	// zero keeps no timeline.
 	Sample time.Duration
@@ -160,9 +166,12 @@ func (r *run) handle(ev market.Event) {
 	r.err = r.mgr.Handle(r.ctx, ev)
 }
 
+// advanceEvery is how often a run tells Config.Advance how far it is.
+const advanceEvery = 200 * time.Millisecond
+
 func (r *run) loop(ctx context.Context) error {
 	_, end := r.cfg.Prices.Span()
-	nextSample, lastLine := r.start, time.Now()
+	nextSample, lastLine, lastFrac := r.start, time.Now(), time.Now()
 	for r.job.Finished().IsZero() {
 		t := earliest(r.prov.Next(), r.job.Next(), r.mgr.Wake())
 		if r.cfg.Sample > 0 && (t.IsZero() || nextSample.Before(t)) {
@@ -185,6 +194,12 @@ func (r *run) loop(ctx context.Context) error {
 		if r.cfg.Sample > 0 && !t.Before(nextSample) {
 			r.sample(ctx, t)
 			nextSample = t.Add(r.cfg.Sample)
+		}
+		if r.cfg.fraction != nil && time.Since(lastFrac) > advanceEvery {
+			lastFrac = time.Now()
+			if st := r.job.Status(); st.Total > 0 {
+				r.cfg.fraction(st.Done / st.Total)
+			}
 		}
 		if r.cfg.Progress != nil && r.cfg.Every > 0 && time.Since(lastLine) > r.cfg.Every {
 			lastLine = time.Now()

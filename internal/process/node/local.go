@@ -11,6 +11,7 @@ import (
 
 	"github.com/terrace-ml/terrace/internal/control/coord"
 	"github.com/terrace-ml/terrace/internal/dataplane/transport"
+	"github.com/terrace-ml/terrace/internal/placement/tier"
 	"github.com/terrace-ml/terrace/internal/server"
 )
 
@@ -33,6 +34,8 @@ type LocalConfig struct {
 	Persist coord.Persist
 	// FailureTimeout: see coord.Options.
 	FailureTimeout time.Duration
+	// Prices: see coord.Options.
+	Prices tier.ByClass
 }
 
 // Local is a whole cluster in this process: a coordinator, servers and
@@ -69,7 +72,7 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 			Listen: "127.0.0.1:0", Network: l.network("coordinator"),
 			Options: coord.Options{Servers: cfg.Servers, Workers: cfg.Workers, Partitions: cfg.Partitions, Replication: cfg.Replication,
 				CheckpointDir: cfg.CheckpointDir, CheckpointEvery: cfg.CheckpointEvery, Resume: cfg.Resume,
-				FailureTimeout: cfg.FailureTimeout},
+				FailureTimeout: cfg.FailureTimeout, Prices: cfg.Prices},
 			Logger: cfg.Logger,
 			Ready: func(c *coord.Coordinator, addr string) {
 				if cfg.Persist != nil {

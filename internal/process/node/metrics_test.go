@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/terrace-ml/terrace/internal/placement/tier"
 	"github.com/terrace-ml/terrace/internal/process/node"
 	"github.com/terrace-ml/terrace/ps"
 	"github.com/terrace-ml/terrace/table"
@@ -52,7 +53,7 @@ func trainCounters(ctx context.Context, c *ps.Client) error {
 // workers' registries outlive their clients: their counters stay).
 func runCluster(t testing.TB, ctx context.Context) (coord string, servers, workers []string) {
 	t.Helper()
-	l, err := node.StartLocal(ctx, node.LocalConfig{Servers: 2, Workers: 2, Replication: 2})
+	l, err := node.StartLocal(ctx, node.LocalConfig{Servers: 2, Workers: 2, Replication: 2, Prices: tier.ByClass{Reliable: 0.21, Transient: 0.0364}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +112,9 @@ func TestMetricsOnEveryNode(t *testing.T) {
 		role, addr string
 		want       []string
 	}
-	nodes := []node{{"coordinator", coord, []string{"terrace_coordinator_events_total{kind=\"join\"} 4", "terrace_coordinator_examples_trained_total", "terrace_coordinator_request_duration_seconds_bucket"}}}
+	nodes := []node{{"coordinator", coord, []string{"terrace_coordinator_events_total{kind=\"join\"} 4", "terrace_coordinator_examples_trained_total", "terrace_coordinator_request_duration_seconds_bucket",
+		"terrace_coordinator_stage 1", "terrace_coordinator_machines{class=\"transient\"} 0", "terrace_coordinator_cost_dollars_total",
+		"terrace_coordinator_cost_dollars_per_hour", "terrace_coordinator_worker_clock_spread"}}}
 	for _, a := range servers {
 		nodes = append(nodes, node{"server", a, []string{"terrace_server_pushes_total", "terrace_server_request_duration_seconds_bucket{op=\"push\"", "terrace_server_received_bytes_total", "terrace_server_replication_lag_entries"}})
 	}

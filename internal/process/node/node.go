@@ -202,7 +202,7 @@ func drainServer(ctx context.Context, cc *api.Client, s *server.Server, cfg Serv
 	cfg.Logger.Warn("eviction notice: leaving the layout", "source", n.Source, "deadline", n.Deadline)
 	dctx, cancel := context.WithDeadline(ctx, n.Deadline)
 	defer cancel()
-	if _, err := cc.LeaveServer(dctx, cfg.ID); err != nil {
+	if _, err := cc.DrainServer(dctx, cfg.ID, api.Notice{Source: n.Source, Detail: n.Detail, Deadline: n.Deadline}); err != nil {
 		return fmt.Errorf("server %s: drain: %w", cfg.ID, err)
 	}
 	// The heads (this one too) ship the slots this server holds to the
@@ -276,6 +276,9 @@ type WorkerConfig struct {
 	Class   tier.Class
 }
 
+// noticeTimeout bounds telling the coordinator of a worker's notice.
+const noticeTimeout = 2 * time.Second
+
 // ErrDrained is returned by RunWorker and RunServer after a drained
 // departure; the command exits 0 on it.
 var ErrDrained = errors.New("node drained")
@@ -328,6 +331,12 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, job Job) (any, error) {
 				}
 				cfg.Logger.Warn("eviction notice: draining", "source", n.Source, "deadline", n.Deadline, "detail", n.Detail)
 				c.Drain()
+				// For the timeline; the drain goes on without it.
+				nctx, cancel := context.WithTimeout(jobCtx, noticeTimeout)
+				if err := cc.Notice(nctx, api.Notice{Role: api.RoleWorker, ID: cfg.ID, Source: n.Source, Detail: n.Detail, Deadline: n.Deadline}); err != nil {
+					cfg.Logger.Warn("could not tell the coordinator of the notice", "err", err)
+				}
+				cancel()
 				// The loop stops at its next minibatch; past the deadline
 				// the worker stops anyway.
 				t := time.NewTimer(time.Until(n.Deadline))

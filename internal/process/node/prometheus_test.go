@@ -66,6 +66,10 @@ func TestPrometheusScrapesCluster(t *testing.T) {
 		`count(terrace_server_pushes_total > 0)`:           float64(len(servers)),
 		`count(terrace_worker_examples_trained_total > 0)`: float64(len(workers)),
 		`count(terrace_coordinator_epoch > 0)`:             1,
+		// Two servers, each a reliable machine of its own (the workers
+		// finished), priced.
+		`sum(terrace_coordinator_machines{class="reliable"})`: 2,
+		`count(terrace_coordinator_cost_dollars_total > 0)`:   1,
 	}
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()

@@ -1,7 +1,10 @@
 // The dashboard polls /v1/status and follows /v1/events; it only reads.
 "use strict";
 
-const rates = []; // [time ms, rows/s], the last 10 minutes
+// samples: {t: ms, rate, staleness, reliable, transient}, seeded from
+// the coordinator's history (GET /v1/history), then one per poll.
+const samples = [];
+const maxSamples = 3600;
 let lastSeq = 0;
 
 function text(id, v) { document.getElementById(id).textContent = v; }
@@ -34,8 +37,17 @@ function renderNodes(nodes) {
     tr.dataset.node = n.id;
     tr.dataset.role = n.role;
     tr.dataset.state = n.state;
-    cell(tr, n.role);
+    tr.dataset.class = n.class;
+    const role = cell(tr, n.role);
+    if (n.tier) {
+      const t = document.createElement("span");
+      t.className = "tier";
+      t.textContent = " " + n.tier;
+      role.appendChild(t);
+    }
     cell(tr, n.id);
+    cell(tr, n.class, "c-" + n.class);
+    cell(tr, n.machine || "");
     cell(tr, n.addr || "");
     const st = cell(tr, "");
     const span = document.createElement("span");
@@ -54,18 +66,58 @@ function renderNodes(nodes) {
   }
 }
 
-function renderChart() {
-  const svg = document.getElementById("chart");
+// renderLines draws each series of samples as a line in svg id, on one
+// scale from 0, with a label of the latest values.
+function renderLines(id, series, unit) {
+  const svg = document.getElementById(id);
   const W = 400, H = 150, ns = "http://www.w3.org/2000/svg";
   svg.replaceChildren();
-  if (rates.length < 2) return;
-  const t0 = rates[0][0], t1 = rates[rates.length - 1][0];
-  const ymax = Math.max(1, ...rates.map(r => r[1])) * 1.1;
-  const pts = rates.map(([t, y]) => [(t - t0) / Math.max(1, t1 - t0) * W, H - y / ymax * H]);
+  if (samples.length < 2) return;
+  const t0 = samples[0].t, t1 = samples[samples.length - 1].t;
+  const ymax = Math.max(1, ...series.flatMap(([f]) => samples.map(f))) * 1.1;
+  const label = [];
+  for (const [f, color, name] of series) {
+    const pts = samples.map(x => [(x.t - t0) / Math.max(1, t1 - t0) * W, H - f(x) / ymax * H]);
+    const line = document.createElementNS(ns, "polyline");
+    line.setAttribute("points", pts.map(p => p[0].toFixed(1) + "," + p[1].toFixed(1)).join(" "));
+    line.setAttribute("fill", "none");
+    line.setAttribute("stroke", color);
+    line.setAttribute("stroke-width", "2");
+    line.setAttribute("vector-effect", "non-scaling-stroke");
+    svg.appendChild(line);
+    label.push((name ? name + " " : "") + fmtNum(f(samples[samples.length - 1])));
+  }
+  const caption = document.createElementNS(ns, "text");
+  caption.setAttribute("x", "4");
+  caption.setAttribute("y", "12");
+  caption.setAttribute("font-size", "10");
+  caption.textContent = label.join(", ") + " " + unit + " now; max " + fmtNum(ymax / 1.1) + ", last " + fmtDur((t1 - t0) * 1e6);
+  svg.appendChild(caption);
+}
+
+// The test metrics the chart looks for, most telling first (as terrace
+// plot does).
+const testMetrics = ["test_auc", "test_rmse", "test_perplexity", "test_accuracy", "test_logloss"];
+
+// renderTests draws each pass's test metric, from the job's results
+// (whichever worker evaluated the pass), scaled from its least to its
+// largest value so that small gains show.
+function renderTests(results) {
+  const svg = document.getElementById("testchart");
+  const W = 400, H = 150, ns = "http://www.w3.org/2000/svg";
+  svg.replaceChildren();
+  const last = results.length ? results[results.length - 1].metrics || {} : {};
+  const name = testMetrics.find(m => m in last);
+  if (!name) return;
+  text("testname", name + " by pass");
+  const pts = results.filter(r => r.metrics && name in r.metrics).map(r => [r.pass, r.metrics[name]]);
+  const x0 = Math.min(...pts.map(p => p[0])), x1 = Math.max(...pts.map(p => p[0]));
+  const lo = Math.min(...pts.map(p => p[1])), hi = Math.max(...pts.map(p => p[1]));
   const line = document.createElementNS(ns, "polyline");
-  line.setAttribute("points", pts.map(p => p[0].toFixed(1) + "," + p[1].toFixed(1)).join(" "));
+  line.setAttribute("points", pts.map(([x, y]) => ((x - x0) / Math.max(1, x1 - x0) * W).toFixed(1) + "," +
+    (H - 10 - (y - lo) / Math.max(1e-9, hi - lo) * (H - 30)).toFixed(1)).join(" "));
   line.setAttribute("fill", "none");
-  line.setAttribute("stroke", "#1565c0");
+  line.setAttribute("stroke", "#2e7d32");
   line.setAttribute("stroke-width", "2");
   line.setAttribute("vector-effect", "non-scaling-stroke");
   svg.appendChild(line);
@@ -73,8 +125,53 @@ function renderChart() {
   label.setAttribute("x", "4");
   label.setAttribute("y", "12");
   label.setAttribute("font-size", "10");
-  label.textContent = "max " + fmtNum(ymax / 1.1) + " rows/s, last " + Math.round((t1 - t0) / 1000) + " s";
+  label.textContent = name + " " + pts[pts.length - 1][1].toFixed(4) + " after pass " + pts[pts.length - 1][0] +
+    "; from " + lo.toFixed(4) + " to " + hi.toFixed(4);
   svg.appendChild(label);
+}
+
+function renderCharts() {
+  renderLines("chart", [[x => x.rate, "#1565c0", ""]], "rows/s");
+  renderLines("stalechart", [[x => x.staleness, "#6a1b9a", ""]], "clocks");
+  renderLines("machchart", [[x => x.reliable, "#1565c0", "reliable"], [x => x.transient, "#ef6c00", "transient"]], "machines");
+}
+
+function addSample(x) {
+  samples.push(x);
+  while (samples.length > maxSamples) samples.shift();
+}
+
+function fmtDollars(x) {
+  return "$" + (x >= 100 ? x.toFixed(0) : x >= 1 ? x.toFixed(2) : x.toFixed(4));
+}
+
+// renderCluster shows the stage and its reason, the machines by class,
+// the cost and the staleness.
+function renderCluster(s) {
+  text("stage", s.switching ? s.stage + " (switching " + s.switching + ")" : s.stage);
+  text("reason", s.stage_reason || "no tiers: every server on the ring");
+  text("machines", s.machines.reliable + " reliable · " + s.machines.transient + " transient");
+  text("staleness", s.job.staleness);
+  if (s.dollars != null) {
+    text("dollars", fmtDollars(s.dollars));
+    text("perhour", fmtDollars(s.dollars_per_hour) + " an hour now");
+  } else {
+    text("dollars", "–");
+    text("perhour", "prices not known (coordinator --price)");
+  }
+}
+
+async function loadHistory() {
+  try {
+    const r = await fetch("/v1/history", { cache: "no-store" });
+    if (!r.ok) return;
+    for (const h of await r.json()) {
+      addSample({ t: Date.parse(h.time), rate: h.rate, staleness: h.staleness,
+        reliable: h.machines.reliable, transient: h.machines.transient });
+    }
+  } catch (e) {
+    // The polls fill the charts from now on.
+  }
 }
 
 async function pollStatus() {
@@ -90,10 +187,11 @@ async function pollStatus() {
       text("rate", fmtNum(s.job.rate));
       text("eta", fmtDur(s.job.eta));
       renderNodes(s.nodes || []);
-      const now = Date.now();
-      rates.push([now, s.job.rate]);
-      while (rates.length > 2 && now - rates[0][0] > 600000) rates.shift();
-      renderChart();
+      renderCluster(s);
+      renderTests((s.definition && s.definition.results) || []);
+      addSample({ t: Date.parse(s.time), rate: s.job.rate, staleness: s.job.staleness,
+        reliable: s.machines.reliable, transient: s.machines.transient });
+      renderCharts();
       const c = document.getElementById("conn");
       c.textContent = "live · " + new Date(s.time).toLocaleTimeString() + (s.ready ? "" : " · forming");
       c.className = "conn";
@@ -133,5 +231,5 @@ async function followEvents() {
 document.getElementById("grants").addEventListener("change", e => {
   document.getElementById("events").classList.toggle("grants", e.target.checked);
 });
-pollStatus();
+loadHistory().then(pollStatus);
 followEvents();

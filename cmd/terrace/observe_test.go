@@ -1,0 +1,73 @@
+package main
+
+import (
+	"bytes"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/terrace-ml/terrace/internal/control/api"
+	"github.com/terrace-ml/terrace/internal/placement/tier"
+)
+
+// TestStatusTable: terrace status shows the stage and why, the machines
+// by class, the cost and the staleness, and each node's class, machine
+// and part in the tiers.
+func TestStatusTable(t *testing.T) {
+	dollars, perHour := 0.0123, 0.28
+	st := &api.Status{Epoch: 7, Ready: true, Stage: 2, StageReason: "planner: stage 2 does 40% more per dollar",
+		Machines: api.MachineCount{Reliable: 1, Transient: 2}, Dollars: &dollars, DollarsPerHour: &perHour,
+		Job: api.Progress{Pass: 1, Partitions: 8, Done: 3, Rate: 1000, ETA: 5 * time.Second, Staleness: 3},
+		Nodes: []api.NodeStatus{
+			{Role: api.RoleServer, ID: "r0", Machine: "reliable-0", Class: tier.Reliable, Tier: "backupps", State: "serving"},
+			{Role: api.RoleServer, ID: "t1", Machine: "transient-1", Class: tier.Transient, Tier: "activeps", State: "dead"},
+		}}
+	var b bytes.Buffer
+	printStatus(&b, "127.0.0.1:7070", st)
+	out := b.String()
+	for _, want := range []string{"STAGE 2  planner: stage 2 does 40% more per dollar", "MACHINES  reliable 1  transient 2  cost $0.0123 so far, $0.2800/h now",
+		"staleness 3 clocks", "CLASS", "server/backupps", "transient-1", "transient"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in:\n%s", want, out)
+		}
+	}
+	st.Dollars, st.DollarsPerHour, st.StageReason = nil, nil, ""
+	b.Reset()
+	printStatus(&b, "c", st)
+	if strings.Contains(b.String(), "cost") || strings.Contains(b.String(), "STAGE") {
+		t.Errorf("a cost or a stage reason the coordinator did not give:\n%s", b.String())
+	}
+}
+
+// TestStepBarOffTerminal: off a terminal the work's own lines are the
+// progress, untouched.
+func TestStepBarOffTerminal(t *testing.T) {
+	var b bytes.Buffer
+	out, set, finish := stepBar(&b, "runs")
+	set(1, 3)
+	out.Write([]byte("run 1/3\n"))
+	finish()
+	if b.String() != "run 1/3\n" {
+		t.Errorf("wrote %q", b.String())
+	}
+}
+
+// TestPriceFlag: a bad --price fails at once, naming the flag.
+func TestPriceFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"coordinator", "--price", "reliable=cheap"}, `--price item 1 "reliable=cheap": want a finite number >= 0`},
+		{[]string{"coordinator", "--price", "spot=0.1"}, `--price item 1: "spot": unknown class`},
+		{[]string{"coordinator", "--stage-reason", "planner"}, "--stage-reason needs --stage"},
+		{[]string{"train", "--processes", "--reliable", "1", "--transient", "1", "--price", "transient=-1"}, `--price item 1 "transient=-1"`},
+		{[]string{"train", "--price", "reliable=1"}, "--price needs --reliable and --transient"},
+	} {
+		out, err := exec.Command(terrace(t), tc.args...).CombinedOutput()
+		if err == nil || !bytes.Contains(out, []byte(tc.want)) {
+			t.Errorf("%q: %v, want an error containing %q:\n%s", tc.args, err, tc.want, out)
+		}
+	}
+}
