@@ -171,8 +171,11 @@ func (c *Client) install(ctx context.Context, l *layout.Layout) error {
 		cc, err := transport.Dial(ctx, s.Addr, transport.DialOptions{Hello: wire.Hello{Worker: worker, Client: c.id, Node: c.opts.NodeID}, DialTimeout: c.opts.DialTimeout, Network: c.opts.Network})
 		if err != nil {
 			// A server that is down makes only its own requests wait for a
-			// layout without it; the rest of the cluster is usable.
-			c.log.Warn("server unreachable", "server", s.ID, "addr", s.Addr, "err", err)
+			// layout without it; the rest of the cluster is usable. A dial
+			// cut short because the client is closing is not news.
+			if ctx.Err() == nil {
+				c.log.Warn("server unreachable", "server", s.ID, "addr", s.Addr, "err", err)
+			}
 			dialErrs = append(dialErrs, fmt.Errorf("ps: server %s: %w", s.ID, err))
 			continue
 		}
