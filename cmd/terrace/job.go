@@ -15,6 +15,7 @@ import (
 	"github.com/terrace-ml/terrace/apps/lr"
 	"github.com/terrace-ml/terrace/apps/mf"
 	"github.com/terrace-ml/terrace/internal/control/api"
+	"github.com/terrace-ml/terrace/internal/control/auth"
 )
 
 // jobFlags maps each app flag to its job field, for the conflict check:
@@ -197,6 +198,7 @@ func readJobFile(path string) (api.Job, error) {
 
 func submitCmd() *cobra.Command {
 	var coordinator string
+	var sec securityFlags
 	cmd := &cobra.Command{
 		Use:   "submit JOB.yaml",
 		Short: "Submit a job (app, data, hyper-parameters, passes, consistency) to a coordinator; its workers train it",
@@ -216,7 +218,10 @@ otherwise is refused, naming the flag.`,
 			if err != nil {
 				return err
 			}
-			cc := api.NewClient(coordinator, nil)
+			cc, _, err := sec.client(coordinator, auth.RoleAdmin)
+			if err != nil {
+				return err
+			}
 			cc.RetryFor = 0
 			got, err := cc.SubmitJob(cmd.Context(), j)
 			if err != nil {
@@ -227,5 +232,6 @@ otherwise is refused, naming the flag.`,
 		},
 	}
 	cmd.Flags().StringVar(&coordinator, "coordinator", "127.0.0.1:7070", "coordinator address(es), comma-separated")
+	sec.register(cmd.Flags(), false)
 	return cmd
 }

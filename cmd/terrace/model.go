@@ -17,6 +17,7 @@ import (
 	"github.com/terrace-ml/terrace/apps/mf"
 	"github.com/terrace-ml/terrace/data"
 	"github.com/terrace-ml/terrace/internal/control/api"
+	"github.com/terrace-ml/terrace/internal/control/auth"
 	"github.com/terrace-ml/terrace/metrics"
 	"github.com/terrace-ml/terrace/ps"
 )
@@ -59,6 +60,7 @@ func negLabel(path string) (string, error) {
 
 func exportCmd() *cobra.Command {
 	var coordinator, out, ckptDir, train string
+	var sec securityFlags
 	cmd := &cobra.Command{
 		Use:   "export",
 		Short: "Write the model of the cluster's job, or of a checkpoint, in formats other tools read (lr: liblinear; mf, lda: TSV)",
@@ -84,7 +86,10 @@ A job that ends its cluster writes its model itself: give the job
 			if cmd.Flags().Changed("train") {
 				return errors.New("--train is for --checkpoint-dir: a live cluster's job names its data")
 			}
-			cc := api.NewClient(coordinator, nil)
+			cc, nw, err := sec.client(coordinator, auth.RoleRead)
+			if err != nil {
+				return err
+			}
 			st, err := cc.JobStatus(ctx)
 			if err != nil {
 				return fmt.Errorf("export from %s: %w", coordinator, err)
@@ -92,7 +97,7 @@ A job that ends its cluster writes its model itself: give the job
 			if st.Job == nil {
 				return fmt.Errorf("export from %s: the cluster has no job", coordinator)
 			}
-			c, err := ps.Dial(ctx, coordinator, ps.Options{Rank: -1, NodeID: "export"})
+			c, err := ps.Connect(ctx, cc, ps.Options{Rank: -1, NodeID: "export", Network: nw})
 			if err != nil {
 				return fmt.Errorf("export: %w", err)
 			}
@@ -104,6 +109,7 @@ A job that ends its cluster writes its model itself: give the job
 	cmd.Flags().StringVar(&out, "out", "", "file to write the model to")
 	cmd.Flags().StringVar(&ckptDir, "checkpoint-dir", "", "read the model from the newest committed checkpoint in this directory instead of a live cluster")
 	cmd.Flags().StringVar(&train, "train", "", "with --checkpoint-dir: the training data (lr: for its feature scaling), if not where the checkpointed job says")
+	sec.register(cmd.Flags(), false)
 	addConfigFlag(cmd)
 	return cmd
 }

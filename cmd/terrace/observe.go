@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/terrace-ml/terrace/internal/control/api"
+	"github.com/terrace-ml/terrace/internal/control/auth"
 )
 
 func statusCmd() *cobra.Command {
@@ -19,13 +20,17 @@ func statusCmd() *cobra.Command {
 	var watch bool
 	var every time.Duration
 	var asJSON bool
+	var sec securityFlags
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show the cluster: the job's progress and ETA, and every node's role, address, state and holdings",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			cc := api.NewClient(coordinator, nil)
+			cc, _, err := sec.client(coordinator, auth.RoleRead)
+			if err != nil {
+				return err
+			}
 			cc.RetryFor = 2 * time.Second
 			out := cmd.OutOrStdout()
 			for {
@@ -62,6 +67,7 @@ func statusCmd() *cobra.Command {
 	fs.BoolVarP(&watch, "watch", "w", false, "refresh until interrupted")
 	fs.DurationVar(&every, "every", time.Second, "with --watch: refresh interval")
 	fs.BoolVar(&asJSON, "json", false, "print the status as JSON")
+	sec.register(fs, false)
 	return cmd
 }
 
@@ -119,13 +125,17 @@ func eventsCmd() *cobra.Command {
 	var coordinator string
 	var follow, asJSON bool
 	var after uint64
+	var sec securityFlags
 	cmd := &cobra.Command{
 		Use:   "events",
 		Short: "Print the coordinator's event timeline: joins, drains, failures, range moves, leases, splits, checkpoints",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			cc := api.NewClient(coordinator, nil)
+			cc, _, err := sec.client(coordinator, auth.RoleRead)
+			if err != nil {
+				return err
+			}
 			if !follow {
 				cc.RetryFor = 2 * time.Second // a follower rides out a failover
 			}
@@ -158,6 +168,7 @@ func eventsCmd() *cobra.Command {
 	fs.BoolVarP(&follow, "follow", "f", false, "wait for new events until interrupted")
 	fs.BoolVar(&asJSON, "json", false, "one JSON object a line")
 	fs.Uint64Var(&after, "after", 0, "only events numbered above this")
+	sec.register(fs, false)
 	return cmd
 }
 

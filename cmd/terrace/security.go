@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/control/auth"
 	"github.com/terrace-ml/terrace/internal/control/coord"
 	"github.com/terrace-ml/terrace/internal/control/coordha"
@@ -78,6 +79,20 @@ func (f *securityFlags) node(role auth.Role, inner transport.Network, log *slog.
 		return inner, tok, nil
 	}
 	return nw, tok, nil
+}
+
+// client returns a client of the coordinator at addrs for a command that
+// acts as role (status and events read, submit administers), and the
+// network it dials on: mutual TLS with the role's token when the flags
+// give them, so that the commands work on a cluster that requires both.
+func (f *securityFlags) client(addrs string, role auth.Role) (*api.Client, transport.Network, error) {
+	nw, tok, err := f.node(role, nil, newLogger("warn"))
+	if err != nil {
+		return nil, nil, err
+	}
+	cc := api.NewClient(addrs, nw)
+	cc.Token = tok
+	return cc, nw, nil
 }
 
 // coordinator sets up o and ha for TLS and tokens, and returns the

@@ -199,6 +199,30 @@ func TestTLSClusterRefusesStrangers(t *testing.T) {
 			}
 		})
 	}
+	t.Run("status, events and submit with a certificate and the role's token", func(t *testing.T) {
+		run := func(args ...string) (string, error) {
+			cmd := exec.CommandContext(ctx, terrace(t), append(args, "--coordinator", addr, "--tls-dir", c.node("probe"), "--token-file", c.tokens)...)
+			b, err := cmd.CombinedOutput()
+			return string(b), err
+		}
+		if out, err := run("status"); err != nil || !strings.Contains(out, "s0") {
+			t.Fatalf("status: %v\n%s", err, out)
+		}
+		if out, err := run("events"); err != nil || !strings.Contains(out, "s0") {
+			t.Fatalf("events: %v\n%s", err, out)
+		}
+		// The job the worker below brings: submitting it first with the
+		// admin token leaves that worker nothing to disagree with.
+		job := filepath.Join(t.TempDir(), "job.yaml")
+		os.WriteFile(job, []byte("app: lr\npasses: 2\ntrain: "+repoFile("datasets/a9a/a9a.gz")+"\ntest: "+repoFile("datasets/a9a/a9a.t.gz")+"\n"), 0o600)
+		if out, err := run("submit", job); err != nil || !strings.Contains(out, "job submitted") {
+			t.Fatalf("submit: %v\n%s", err, out)
+		}
+		plain := exec.CommandContext(ctx, terrace(t), "status", "--coordinator", addr)
+		if out, err := plain.CombinedOutput(); err == nil {
+			t.Fatalf("status without a certificate answered:\n%s", out)
+		}
+	})
 	t.Run("a node's /metrics is mutual TLS too", func(t *testing.T) {
 		_, rest, ok := strings.Cut(serverLog.String(), "metrics on ")
 		url, _, _ := strings.Cut(rest, "\n")
