@@ -2,7 +2,6 @@ package ps
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -37,10 +36,7 @@ func (c *Client) heartbeat(ctx context.Context) {
 		case <-t.C:
 		}
 		bctx, cancel := context.WithTimeout(ctx, every*4)
-		err := c.ctl.Heartbeat(bctx, c.opts.Rank)
-		// A draining worker that has left is no longer counted: a beat
-		// between its Leave and its Close is refused, as it should be.
-		if err != nil && ctx.Err() == nil && !(c.Draining() && errors.Is(err, api.ErrLeaseLost)) {
+		if err := c.ctl.Heartbeat(bctx, c.opts.Rank); err != nil && ctx.Err() == nil {
 			c.log.Warn("heartbeat failed", "err", err)
 		}
 		c.restateClock(bctx)
@@ -228,6 +224,11 @@ func (l *Lease) replied(r api.ProgressReply, complete bool) {
 func (c *Client) Leave(ctx context.Context) error {
 	if c.opts.Rank < 0 {
 		return nil
+	}
+	// A worker that left is no longer counted, and its heartbeats would
+	// be refused: they stop first.
+	if c.stopBeat != nil {
+		c.stopBeat()
 	}
 	return c.ctl.Leave(ctx, c.opts.Rank)
 }

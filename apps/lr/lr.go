@@ -241,7 +241,8 @@ type worker struct {
 	train *data.Sparse
 	tbl   *ps.Table
 	// prefetch is set under ASP, whose reads never wait on clocks: the
-	// next minibatch's weights are then fetched while this one computes.
+	// weights of the next lookahead minibatches are then fetched while
+	// this one computes.
 	prefetch bool
 	// clocked is false under ASP, for which a clock message per minibatch
 	// would be pure overhead.

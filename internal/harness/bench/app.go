@@ -167,7 +167,7 @@ func (r *AppReport) Summary() string {
 }
 
 // App measures logistic regression through the parameter server (lr.Run,
-// ASP, so lr prefetches the next minibatch) against the same minibatch
+// ASP, so lr prefetches the next minibatches' weights) against the same minibatch
 // loop in one process, alternating the two so that both see the same load.
 func App(ctx context.Context, o AppOptions, progress io.Writer) (*AppReport, error) {
 	o, err := o.withDefaults()
