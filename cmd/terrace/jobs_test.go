@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,7 +27,8 @@ func TestClusterRunsJobsOneAfterAnother(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	coordCmd, out := start(t, ctx, "coordinator", "--listen", "127.0.0.1:0", "--servers", "2", "--workers", "2", "--in-memory")
+	coordCmd, out := start(t, ctx, "coordinator", "--listen", "127.0.0.1:0", "--servers", "2", "--workers", "2", "--in-memory",
+		"--checkpoint-dir", dir+"/ck")
 	line, err := out.ReadString('\n')
 	if err != nil {
 		t.Fatal(err)
@@ -82,6 +85,7 @@ func TestClusterRunsJobsOneAfterAnother(t *testing.T) {
 		waitFor(fmt.Sprintf("job %d done", job))
 	}
 	runWorkers(1)
+	checkpointDoneJob(ctx, t, addr, dir+"/ck")
 	runWorkers(2, "--app", "lda", "--train", repoFile("datasets/kos/doc_word_count.tsv.gz"), "--passes", "1")
 	for _, s := range servers {
 		s.Process.Signal(syscall.SIGTERM)
@@ -92,5 +96,26 @@ func TestClusterRunsJobsOneAfterAnother(t *testing.T) {
 	coordCmd.Process.Signal(syscall.SIGTERM)
 	if err := coordCmd.Wait(); err != nil {
 		t.Errorf("coordinator after SIGTERM: %v", err)
+	}
+}
+
+// checkpointDoneJob takes a checkpoint of a finished job with terrace
+// checkpoint --wait, which must begin at once (no pass boundary is left)
+// and report the commit that it finds on disk.
+func checkpointDoneJob(ctx context.Context, t *testing.T, addr, dir string) {
+	t.Helper()
+	b, err := exec.CommandContext(ctx, terrace(t), "checkpoint", "--coordinator", addr, "--wait", "--json", "--timeout", "1m").Output()
+	if err != nil {
+		t.Fatalf("checkpoint --wait: %v\n%s", err, b)
+	}
+	var res checkpointResult
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatalf("checkpoint --wait --json printed %q: %v", b, err)
+	}
+	if res.Seq != 1 || res.Pass != 0 || res.Dir != dir {
+		t.Errorf("checkpoint --wait reported %+v, want checkpoint 1 after pass 0 in %s", res, dir)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "commit-0000000001")); err != nil {
+		t.Errorf("checkpoint --wait reported a commit that is not on disk: %v", err)
 	}
 }

@@ -25,7 +25,7 @@ func main() {
 		SilenceErrors: true,
 	}
 	root.AddCommand(trainCmd(), coordinatorCmd(), serverCmd(), workerCmd(), benchCmd(), planCmd(), replayCmd(),
-		submitCmd(), statusCmd(), eventsCmd(), plotCmd(), exportCmd(), predictCmd(), certsCmd(), tokensCmd())
+		submitCmd(), statusCmd(), eventsCmd(), plotCmd(), exportCmd(), predictCmd(), certsCmd(), tokensCmd(), checkpointCmd())
 	for _, c := range root.Commands() {
 		// Servers and workers turn SIGTERM into a drain (see notices.go);
 		// for the other commands it ends the run like an interrupt.

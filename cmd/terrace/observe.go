@@ -99,6 +99,19 @@ func printStatus(w io.Writer, coordinator string, st *api.Status) {
 		}
 		fmt.Fprintf(w, "DEFINITION  job %d: %s  passes done %d  %s\n", d.Number, describeJob(*d.Job), d.PassesDone, state)
 	}
+	if c := st.Checkpoint; c != nil {
+		fmt.Fprintf(w, "CHECKPOINTS  %s  last committed %s", c.Dir, or(committedString(c), "none"))
+		switch {
+		case c.InProgress:
+			fmt.Fprintf(w, "  checkpoint %d after pass %d: %d/%d servers written", c.Seq, c.Pass, c.Written, c.Servers)
+		case c.Requested:
+			fmt.Fprint(w, "  one requested at the next pass boundary")
+		}
+		if c.Abandoned != 0 {
+			fmt.Fprintf(w, "  last abandoned %d (%s)", c.Abandoned, c.Why)
+		}
+		fmt.Fprintln(w)
+	}
 	eta := "-"
 	if j.ETA > 0 {
 		eta = j.ETA.Round(time.Second).String()
@@ -119,6 +132,14 @@ func printStatus(w io.Writer, coordinator string, st *api.Status) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", role, n.ID, n.Class, or(n.Machine, "-"), or(n.Addr, "-"), n.State, or(n.Metrics, "-"), or(holds, "-"))
 	}
 	tw.Flush()
+}
+
+// committedString names the last committed checkpoint, or "".
+func committedString(c *api.CheckpointStatus) string {
+	if c.Committed == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d (after pass %d)", c.Committed, c.CommittedPass)
 }
 
 func eventsCmd() *cobra.Command {

@@ -281,7 +281,15 @@ func (c *Client) Reports(ctx context.Context) (map[int]json.RawMessage, error) {
 }
 
 // RequestCheckpoint asks for a cluster checkpoint at the next pass
-// boundary.
-func (c *Client) RequestCheckpoint(ctx context.Context) error {
-	return c.do(ctx, RouteCheckpoint, "", nil, nil)
+// boundary (at once when the job is done) and returns its sequence
+// number: Status's Checkpoint follows it to its commit.
+func (c *Client) RequestCheckpoint(ctx context.Context) (uint64, error) {
+	var t CheckpointTicket
+	return t.Seq, c.do(ctx, RouteCheckpoint, "", nil, &t)
+}
+
+// CheckpointTicket answers a checkpoint request: Seq is the checkpoint
+// that will serve it.
+type CheckpointTicket struct {
+	Seq uint64 `json:"seq"`
 }

@@ -84,6 +84,30 @@ type Status struct {
 	Nodes      []NodeStatus `json:"nodes"`
 	// Events is how many events the timeline holds, the last one's Seq.
 	Events uint64 `json:"events"`
+	// Checkpoint is the state of cluster checkpoints; nil when the
+	// coordinator has no checkpoint directory.
+	Checkpoint *CheckpointStatus `json:"checkpoint,omitempty"`
+}
+
+// CheckpointStatus is the state of cluster checkpoints: the one in
+// progress, if any, and the fate of the last ones.
+type CheckpointStatus struct {
+	Dir string `json:"dir"`
+	// Requested: a checkpoint is asked for at the next pass boundary.
+	Requested bool `json:"requested"`
+	// Seq is the last checkpoint begun; while InProgress, it is taken
+	// after pass Pass, and Written of its Servers have written their part.
+	Seq        uint64 `json:"seq"`
+	InProgress bool   `json:"in_progress"`
+	Pass       int    `json:"pass"`
+	Servers    int    `json:"servers"`
+	Written    int    `json:"written"`
+	// Committed is the last checkpoint committed, taken after pass
+	// CommittedPass; Abandoned the last one abandoned, and Why the reason.
+	Committed     uint64 `json:"committed"`
+	CommittedPass int    `json:"committed_pass"`
+	Abandoned     uint64 `json:"abandoned,omitempty"`
+	Why           string `json:"why,omitempty"`
 }
 
 // Progress is the training's progress: passes are numbered from 0, and

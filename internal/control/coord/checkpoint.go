@@ -59,16 +59,36 @@ func (m *Machine) startCheckpoint(e int) {
 	m.note(api.EventCheckpoint, "", fmt.Sprintf("checkpoint %d after pass %d begins", ck.Seq, e))
 }
 
-// RequestCheckpoint asks for a checkpoint at the next pass boundary.
+// RequestCheckpoint asks for a checkpoint at the next pass boundary, or
+// at once when the job is done (its servers are quiescent and still hold
+// the trained model). It replies the sequence number of the checkpoint
+// that will serve the request: the next one to begin, since one already
+// in progress began at a boundary before the request.
 func (m *Machine) RequestCheckpoint(id uint64) {
-	if m.cfg.CheckpointDir == "" {
-		m.fail(id, fmt.Errorf("%w: the coordinator has no checkpoint directory", api.ErrBadRequest))
+	switch {
+	case m.cfg.CheckpointDir == "":
+		m.fail(id, fmt.Errorf("%w: the coordinator has no checkpoint directory (--checkpoint-dir)", api.ErrBadRequest))
+		return
+	case m.st.Layout.Shutdown:
+		m.fail(id, fmt.Errorf("%w: the job is done and its servers are shutting down", api.ErrBadRequest))
 		return
 	}
 	if !m.st.Checkpoint.Requested {
 		m.st.Checkpoint.Requested, m.dirty = true, true
 	}
-	m.reply(Reply{ID: id})
+	m.reply(Reply{ID: id, Seq: m.st.Checkpoint.Seq + 1})
+	m.checkpointIfDone()
+}
+
+// checkpointIfDone begins a requested checkpoint of a finished job: no
+// pass boundary is left to begin it at.
+func (m *Machine) checkpointIfDone() {
+	if m.st.Layout.JobDone && !m.st.Layout.Shutdown && m.st.Checkpoint.Requested && m.st.DoneBefore > 0 {
+		seq := m.st.Checkpoint.Seq
+		if m.startCheckpoint(m.st.DoneBefore - 1); m.st.Checkpoint.Seq != seq {
+			m.publish()
+		}
+	}
 }
 
 // Checkpointed records that a server wrote its part of a checkpoint, or
@@ -83,8 +103,10 @@ func (m *Machine) Checkpointed(id uint64, c api.Checkpointed) {
 	if c.Error != "" {
 		m.log.Warn("checkpoint abandoned", "seq", c.Seq, "server", c.From, "err", c.Error)
 		m.note(api.EventCheckpoint, c.From, fmt.Sprintf("checkpoint %d abandoned: %s", c.Seq, c.Error))
+		m.st.Checkpoint.Abandoned, m.st.Checkpoint.Why = c.Seq, fmt.Sprintf("server %s: %s", c.From, c.Error)
 		m.st.Layout.Checkpoint = nil
 		m.publish()
+		m.checkpointIfDone()
 		return
 	}
 	if !m.st.Checkpoint.Reported[c.From] {
@@ -129,13 +151,36 @@ func (m *Machine) Committed(seq uint64, err error) {
 	m.committing = false
 	if err != nil {
 		m.log.Warn("checkpoint not committed", "seq", seq, "err", err)
+		m.st.Checkpoint.Abandoned, m.st.Checkpoint.Why = seq, "commit record: "+err.Error()
 	} else {
 		m.ckptDone = append(m.ckptDone, CheckpointStat{Seq: seq, Pass: ck.Pass, Seconds: m.now.Sub(m.st.Checkpoint.Started).Seconds()})
+		m.st.Checkpoint.Committed, m.st.Checkpoint.CommittedPass = seq, ck.Pass
 		m.note(api.EventCheckpoint, "", fmt.Sprintf("checkpoint %d committed", seq))
 	}
 	m.st.Layout.Checkpoint = nil
 	m.st.Checkpoint.Reported = nil
 	m.publish()
+	m.checkpointIfDone()
+}
+
+// checkpointStatus describes checkpoints for Status; nil without a
+// checkpoint directory.
+func (m *Machine) checkpointStatus() *api.CheckpointStatus {
+	if m.cfg.CheckpointDir == "" {
+		return nil
+	}
+	ck := &m.st.Checkpoint
+	cs := &api.CheckpointStatus{Dir: m.cfg.CheckpointDir, Requested: ck.Requested, Seq: ck.Seq,
+		Committed: ck.Committed, CommittedPass: ck.CommittedPass, Abandoned: ck.Abandoned, Why: ck.Why}
+	if l := m.st.Layout.Checkpoint; l != nil {
+		cs.InProgress, cs.Pass, cs.Servers = true, l.Pass, len(l.Servers)
+		for _, s := range l.Servers {
+			if ck.Reported[s] {
+				cs.Written++
+			}
+		}
+	}
+	return cs
 }
 
 // Checkpoints lists the checkpoints this machine committed.

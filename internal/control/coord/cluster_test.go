@@ -31,6 +31,17 @@ func (h *harness) printStatus() {
 		}
 		fmt.Fprintln(&h.out)
 	}
+	if c := st.Checkpoint; c != nil {
+		fmt.Fprintf(&h.out, "checkpoint: requested %v, last begun %d", c.Requested, c.Seq)
+		if c.InProgress {
+			fmt.Fprintf(&h.out, " (after pass %d, %d of %d servers written)", c.Pass, c.Written, c.Servers)
+		}
+		fmt.Fprintf(&h.out, ", committed %d", c.Committed)
+		if c.Abandoned != 0 {
+			fmt.Fprintf(&h.out, ", abandoned %d: %s", c.Abandoned, c.Why)
+		}
+		fmt.Fprintln(&h.out)
+	}
 }
 
 // TestCostSoFar: the cost integrates the machines alive over time at

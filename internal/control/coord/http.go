@@ -101,8 +101,8 @@ func (c *Coordinator) serverHandlers(mux *http.ServeMux) {
 		return struct{}{}, err
 	})
 	mux.HandleFunc(api.RouteCheckpoint, func(w http.ResponseWriter, r *http.Request) {
-		_, err := c.call(r.Context(), func(m *Machine, id uint64) { m.RequestCheckpoint(id) })
-		reply(w, struct{}{}, err)
+		rep, err := c.call(r.Context(), func(m *Machine, id uint64) { m.RequestCheckpoint(id) })
+		reply(w, api.CheckpointTicket{Seq: rep.Seq}, err)
 	})
 }
 

@@ -124,9 +124,12 @@ type Reply struct {
 	Removed bool
 	// Job, for SubmitJob: the job in force; Evals, for ClaimEval: the
 	// passes handed out.
-	Job        *api.Job
-	Evals      []int
-	Pending    []int
+	Job     *api.Job
+	Evals   []int
+	Pending []int
+	// Seq, for RequestCheckpoint: the checkpoint that will serve the
+	// request.
+	Seq        uint64
 	wantLayout bool
 }
 

@@ -440,6 +440,8 @@ func describe(cmd string, r Reply) string {
 		return "removed"
 	case cmd == "join-worker":
 		return fmt.Sprintf("rank %d", r.Rank)
+	case cmd == "checkpoint":
+		return fmt.Sprintf("checkpoint %d will serve it", r.Seq)
 	case cmd == "member-gone" || cmd == "server-failed":
 		return "kept"
 	case cmd == "acquire" || cmd == "split":

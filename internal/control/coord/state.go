@@ -115,6 +115,13 @@ type Checkpointing struct {
 	Reported map[string]bool `json:"reported,omitempty"`
 	Restored map[string]bool `json:"restored,omitempty"`
 	Started  time.Time       `json:"started,omitzero"`
+	// Committed is the last checkpoint committed, Abandoned the last one
+	// abandoned and Why the reason: what a waiting `terrace checkpoint
+	// --wait` learns its checkpoint's fate from, after a failover too.
+	Committed     uint64 `json:"committed,omitempty"`
+	CommittedPass int    `json:"committed_pass,omitempty"`
+	Abandoned     uint64 `json:"abandoned,omitempty"`
+	Why           string `json:"why,omitempty"`
 }
 
 // contains reports whether row lies in the piece.

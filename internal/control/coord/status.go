@@ -27,6 +27,7 @@ func (m *Machine) Status() api.Status {
 		st.Job.Done = l.Partitions - w.left()
 	}
 	st.Stage = int(l.CurrentStage())
+	st.Checkpoint = m.checkpointStatus()
 	if m.st.Job != nil {
 		js := m.JobStatus()
 		st.Definition = &js

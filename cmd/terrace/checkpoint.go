@@ -1,0 +1,191 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+
+	"github.com/terrace-ml/terrace/internal/control/api"
+	"github.com/terrace-ml/terrace/internal/control/auth"
+)
+
+// Errors of terrace checkpoint --wait, for callers and tests.
+var (
+	errCheckpointAbandoned = errors.New("checkpoint abandoned")
+	errCheckpointNever     = errors.New("checkpoint will not be taken")
+)
+
+func checkpointCmd() *cobra.Command {
+	var coordinator string
+	var wait, asJSON bool
+	var timeout time.Duration
+	var sec securityFlags
+	cmd := &cobra.Command{
+		Use:   "checkpoint",
+		Short: "Take a cluster checkpoint at the next pass boundary (at once if the job is done); --wait follows it to its commit",
+		Long: `Asks the coordinator for a cluster checkpoint into its --checkpoint-dir. Checkpoints are
+taken at pass boundaries, when the model is consistent; a finished job's model is
+checkpointed at once. With --wait, the command shows the pass it waits for and the
+servers writing (a progress bar on a terminal, a line per step otherwise) and exits
+0 once the checkpoint is committed, non-zero if it is abandoned or cannot be taken.
+Needs the admin role on a cluster with tokens.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, timeout)
+				defer cancel()
+			}
+			cc, _, err := sec.client(coordinator, auth.RoleAdmin)
+			if err != nil {
+				return err
+			}
+			cc.RetryFor = 30 * time.Second
+			seq, err := cc.RequestCheckpoint(ctx)
+			if err != nil {
+				return fmt.Errorf("checkpoint: %w", err)
+			}
+			out := cmd.OutOrStdout()
+			if !asJSON {
+				fmt.Fprintf(out, "terrace: checkpoint %d asked for\n", seq)
+			}
+			if !wait {
+				return nil
+			}
+			res, err := waitCheckpoint(ctx, cc, seq, out, asJSON)
+			if err != nil {
+				if ctx.Err() != nil && timeout > 0 {
+					return fmt.Errorf("checkpoint %d: not committed within --timeout %s: %w", seq, timeout, err)
+				}
+				return err
+			}
+			if asJSON {
+				b, _ := json.MarshalIndent(res, "", "  ")
+				fmt.Fprintf(out, "%s\n", b)
+				return nil
+			}
+			fmt.Fprintf(out, "terrace: checkpoint %d committed after pass %d in %s (%s)\n", res.Seq, res.Pass,
+				time.Duration(res.Seconds*float64(time.Second)).Round(time.Millisecond), res.Dir)
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&coordinator, "coordinator", "127.0.0.1:7070", "coordinator address (several, comma-separated, for replicas)")
+	fs.BoolVar(&wait, "wait", false, "wait until the checkpoint is committed, showing its progress")
+	fs.DurationVar(&timeout, "timeout", 0, "with --wait: give up after this long (0: wait as long as it takes)")
+	fs.BoolVar(&asJSON, "json", false, "with --wait: print the committed checkpoint as JSON (no progress)")
+	sec.register(fs, false)
+	return cmd
+}
+
+// checkpointResult is a committed checkpoint, as --wait reports it.
+type checkpointResult struct {
+	Seq     uint64  `json:"seq"`
+	Pass    int     `json:"pass"`
+	Dir     string  `json:"dir"`
+	Seconds float64 `json:"seconds"`
+}
+
+// checkpointStep is where a checkpoint stands: waiting for its pass
+// boundary, or written by some of its servers; done counts both
+// partitions of the pass trained and servers written, of total.
+type checkpointStep struct {
+	what        string
+	done, total int
+}
+
+// stepOf reads checkpoint seq's step from st: finished is true once it
+// is committed (err nil) or cannot be (err set). A later checkpoint
+// committed serves the request too: it holds every update before it.
+func stepOf(st *api.Status, seq uint64) (step checkpointStep, finished bool, err error) {
+	c := st.Checkpoint
+	switch {
+	case c == nil:
+		return step, true, fmt.Errorf("%w: the coordinator has no checkpoint directory", errCheckpointNever)
+	case c.Committed >= seq:
+		return step, true, nil
+	case c.Abandoned >= seq:
+		return step, true, fmt.Errorf("checkpoint %d: %w: %s", c.Abandoned, errCheckpointAbandoned, c.Why)
+	case c.Seq >= seq && !c.InProgress:
+		return step, true, fmt.Errorf("checkpoint %d: %w: it ended neither committed nor abandoned", seq, errCheckpointNever)
+	case c.Seq < seq && !c.Requested:
+		return step, true, fmt.Errorf("checkpoint %d: %w: the request was dropped (a next job began before it)", seq, errCheckpointNever)
+	}
+	servers := c.Servers
+	if servers == 0 {
+		for _, n := range st.Nodes {
+			if n.Role == api.RoleServer && n.State == "serving" {
+				servers++
+			}
+		}
+	}
+	parts := st.Job.Partitions
+	if c.InProgress && c.Seq == seq {
+		return checkpointStep{fmt.Sprintf("checkpoint %d after pass %d: servers writing %d/%d", seq, c.Pass, c.Written, c.Servers),
+			parts + c.Written, parts + c.Servers}, false, nil
+	}
+	return checkpointStep{fmt.Sprintf("checkpoint %d: waiting for pass %d to end (%d/%d partitions)", seq, st.Job.Pass, st.Job.Done, parts),
+		st.Job.Done, parts + servers}, false, nil
+}
+
+// waitCheckpoint follows checkpoint seq in the coordinator's status until
+// it is committed, showing its steps on out: a bar on a terminal, a line
+// per change of step otherwise (nothing with quiet).
+func waitCheckpoint(ctx context.Context, cc *api.Client, seq uint64, w io.Writer, quiet bool) (checkpointResult, error) {
+	tty := !quiet && isTerminal(w)
+	every := time.Second
+	if tty {
+		every = barEvery
+	}
+	pout := &progressOut{w: w}
+	var bar *progressbar.ProgressBar
+	defer func() {
+		if bar != nil {
+			bar.Finish()
+			fmt.Fprintln(pout)
+		}
+	}()
+	start, last := time.Now(), ""
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		st, err := cc.Status(ctx)
+		if err != nil {
+			return checkpointResult{}, fmt.Errorf("checkpoint %d: following it: %w", seq, err)
+		}
+		step, finished, err := stepOf(st, seq)
+		if finished {
+			if err != nil {
+				return checkpointResult{}, err
+			}
+			c := st.Checkpoint
+			return checkpointResult{Seq: c.Committed, Pass: c.CommittedPass, Dir: c.Dir, Seconds: time.Since(start).Seconds()}, nil
+		}
+		switch {
+		case quiet:
+		case tty:
+			if bar == nil {
+				bar = progressbar.NewOptions(step.total, progressbar.OptionSetWriter(barSink{pout}), progressbar.OptionSetElapsedTime(true),
+					progressbar.OptionSetPredictTime(false), progressbar.OptionSetWidth(30), progressbar.OptionThrottle(barEvery))
+			}
+			bar.ChangeMax(step.total)
+			bar.Describe(step.what)
+			bar.Set(step.done)
+		case step.what != last:
+			fmt.Fprintf(w, "terrace: %s\n", step.what)
+			last = step.what
+		}
+		select {
+		case <-ctx.Done():
+			return checkpointResult{}, fmt.Errorf("checkpoint %d: %w", seq, ctx.Err())
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/terrace-ml/terrace/internal/control/api"
+)
+
+// TestCheckpointSteps: terrace checkpoint --wait reads its checkpoint's
+// fate from the status, and never waits on one that cannot come.
+func TestCheckpointSteps(t *testing.T) {
+	running := &api.JobStatus{}
+	for _, tc := range []struct {
+		name     string
+		ck       *api.CheckpointStatus
+		job      *api.JobStatus
+		finished bool
+		err      error
+		what     string
+	}{
+		{"no checkpoint directory", nil, running, true, errCheckpointNever, ""},
+		{"pass boundary ahead", &api.CheckpointStatus{Seq: 2, Requested: true, Committed: 2}, running, false, nil, "waiting for pass 3 to end (1/4 partitions)"},
+		{"writing", &api.CheckpointStatus{Seq: 3, InProgress: true, Pass: 2, Servers: 2, Written: 1, Committed: 2}, running, false, nil, "servers writing 1/2"},
+		{"committed", &api.CheckpointStatus{Seq: 3, Committed: 3}, running, true, nil, ""},
+		{"a later one committed", &api.CheckpointStatus{Seq: 5, Committed: 5}, running, true, nil, ""},
+		{"abandoned", &api.CheckpointStatus{Seq: 3, Committed: 2, Abandoned: 3, Why: "disk full"}, running, true, errCheckpointAbandoned, ""},
+		{"dropped by a next job", &api.CheckpointStatus{Seq: 2, Committed: 2}, running, true, errCheckpointNever, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := &api.Status{Checkpoint: tc.ck, Definition: tc.job, Job: api.Progress{Pass: 3, Partitions: 4, Done: 1}}
+			step, finished, err := stepOf(st, 3)
+			if finished != tc.finished || !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
+				t.Fatalf("finished %v, err %v; want %v, %v", finished, err, tc.finished, tc.err)
+			}
+			if !strings.Contains(step.what, tc.what) {
+				t.Errorf("step %q, want it to say %q", step.what, tc.what)
+			}
+		})
+	}
+}
