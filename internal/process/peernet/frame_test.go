@@ -56,23 +56,38 @@ func TestDecodeRefuses(t *testing.T) {
 	}
 	edit := func(f func(b []byte) []byte) []byte { return f(bytes.Clone(body)) }
 	cases := map[string][]byte{
-		"empty":          nil,
-		"short":          body[:5],
-		"oversized":      make([]byte, MaxFrame+1),
-		"bad checksum":   edit(func(b []byte) []byte { b[12]++; return b }),
-		"torn":           body[:len(body)-1],
-		"version":        edit(func(b []byte) []byte { b[0] = 2; return resum(b) }),
-		"unknown kind":   edit(func(b []byte) []byte { b[1] |= 0x80; return resum(b) }),
-		"no kind":        resum(append([]byte{version, 0, 0, 0, 0, 0, 1, 0, 0, 0}, 0, 0, 0, 0)),
-		"idle alone":     edit(func(b []byte) []byte { b[1] = kindIdle | kindCut; return resum(b) }),
-		"size for kind":  edit(func(b []byte) []byte { b[1] = kindProgress; return resum(b) }),
-		"negative rank":  edit(func(b []byte) []byte { binary.LittleEndian.PutUint32(b[2:], math.MaxUint32); return resum(b) }),
-		"negative row":   edit(func(b []byte) []byte { binary.LittleEndian.PutUint64(b[headerLen+16:], math.MaxUint64); return resum(b) }),
-		"huge row":       edit(func(b []byte) []byte { binary.LittleEndian.PutUint64(b[headerLen+32:], 1<<40); return resum(b) }),
-		"NaN rate":       edit(func(b []byte) []byte { binary.LittleEndian.PutUint64(b[headerLen+40:], math.Float64bits(math.NaN())); return resum(b) }),
-		"negative rate":  edit(func(b []byte) []byte { binary.LittleEndian.PutUint64(b[headerLen+40:], math.Float64bits(-1)); return resum(b) }),
-		"infinite rate":  edit(func(b []byte) []byte { binary.LittleEndian.PutUint64(b[headerLen+40:], math.Float64bits(math.Inf(1))); return resum(b) }),
-		"cut before row": edit(func(b []byte) []byte { binary.LittleEndian.PutUint64(b[headerLen+progressLen+16:], math.MaxUint64); return resum(b) }),
+		"empty":         nil,
+		"short":         body[:5],
+		"oversized":     make([]byte, MaxFrame+1),
+		"bad checksum":  edit(func(b []byte) []byte { b[12]++; return b }),
+		"torn":          body[:len(body)-1],
+		"version":       edit(func(b []byte) []byte { b[0] = 2; return resum(b) }),
+		"unknown kind":  edit(func(b []byte) []byte { b[1] |= 0x80; return resum(b) }),
+		"no kind":       resum(append([]byte{version, 0, 0, 0, 0, 0, 1, 0, 0, 0}, 0, 0, 0, 0)),
+		"idle alone":    edit(func(b []byte) []byte { b[1] = kindIdle | kindCut; return resum(b) }),
+		"size for kind": edit(func(b []byte) []byte { b[1] = kindProgress; return resum(b) }),
+		"negative rank": edit(func(b []byte) []byte { binary.LittleEndian.PutUint32(b[2:], math.MaxUint32); return resum(b) }),
+		"negative row": edit(func(b []byte) []byte {
+			binary.LittleEndian.PutUint64(b[headerLen+16:], math.MaxUint64)
+			return resum(b)
+		}),
+		"huge row": edit(func(b []byte) []byte { binary.LittleEndian.PutUint64(b[headerLen+32:], 1<<40); return resum(b) }),
+		"NaN rate": edit(func(b []byte) []byte {
+			binary.LittleEndian.PutUint64(b[headerLen+40:], math.Float64bits(math.NaN()))
+			return resum(b)
+		}),
+		"negative rate": edit(func(b []byte) []byte {
+			binary.LittleEndian.PutUint64(b[headerLen+40:], math.Float64bits(-1))
+			return resum(b)
+		}),
+		"infinite rate": edit(func(b []byte) []byte {
+			binary.LittleEndian.PutUint64(b[headerLen+40:], math.Float64bits(math.Inf(1)))
+			return resum(b)
+		}),
+		"cut before row": edit(func(b []byte) []byte {
+			binary.LittleEndian.PutUint64(b[headerLen+progressLen+16:], math.MaxUint64)
+			return resum(b)
+		}),
 	}
 	for name, b := range cases {
 		if f, err := Decode(b); !errors.Is(err, ErrBadFrame) {
