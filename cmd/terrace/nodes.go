@@ -248,6 +248,9 @@ func (w *workerFlags) register(fs *pflag.FlagSet) {
 // network (an emulated link, TLS over it when asked), token, ID and logger.
 // It runs before the worker first talks to the coordinator.
 func (w *workerFlags) setup() error {
+	if err := w.peers.check(); err != nil {
+		return err
+	}
 	var err error
 	if w.cfg.Machine, w.cfg.Class, err = w.machine.parse(); err != nil {
 		return err

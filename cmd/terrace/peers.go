@@ -30,21 +30,31 @@ func (p *peerFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&p.addr, "peer-addr", "", "with --reassign: where to listen for peers' progress messages (port 0 on the address this worker reaches the coordinator from if empty)")
 }
 
-// start parses the flags and, with --reassign, opens the peer endpoint
-// and announces it in cfg; it returns job slowed and helped as the flags
-// say, and what to call once the worker is done.
-func (p *peerFlags) start(ctx context.Context, cfg *node.WorkerConfig, seed uint64, job node.Job) (node.Job, func(), error) {
+// check parses the flags, before the worker reaches for anything.
+func (p *peerFlags) check() error {
 	pat, err := straggle.Parse(p.pattern)
 	if err != nil {
-		return nil, nil, fmt.Errorf("--straggle: %w", err)
+		return err
 	}
 	p.parsed = pat
+	if p.addr != "" && !p.reassign {
+		return fmt.Errorf("--peer-addr needs --reassign")
+	}
+	if p.work < 0 {
+		return fmt.Errorf("--straggle-work %v: must be >= 0", p.work)
+	}
+	return nil
+}
+
+// start, with --reassign, opens the peer endpoint and announces it in
+// cfg; it returns job slowed and helped as the flags say (check must have
+// run), and what to call once the worker is done.
+func (p *peerFlags) start(ctx context.Context, cfg *node.WorkerConfig, seed uint64, job node.Job) (node.Job, func(), error) {
+	pat := p.parsed
 	if pat.Kind == straggle.None && !p.reassign && p.work == 0 {
-		if p.addr != "" {
-			return nil, nil, fmt.Errorf("--peer-addr needs --reassign")
-		}
 		return job, func() {}, nil
 	}
+	var err error
 	var ep *peernet.Endpoint
 	if p.reassign {
 		addr := p.addr
