@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -366,13 +367,16 @@ func (e *Endpoint) Announced(via string) (string, error) {
 }
 
 // FromLayout resolves a rank to its peer address in the current layout
-// (a ps.Client's Layout).
+// (a ps.Client's Layout): none for a rank that died or departed
+// (Finished), so that messages to it are dropped at once instead of
+// waiting for a dial that fails.
 func FromLayout(current func() *layout.Layout) func(rank int) string {
 	return func(rank int) string {
-		if l := current(); l != nil {
-			return l.PeerAddrs[rank]
+		l := current()
+		if l == nil || slices.Contains(l.Finished, rank) {
+			return ""
 		}
-		return ""
+		return l.PeerAddrs[rank]
 	}
 }
 

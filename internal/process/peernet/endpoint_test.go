@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/terrace-ml/terrace/internal/dataplane/transport"
+	"github.com/terrace-ml/terrace/internal/placement/layout"
 	"github.com/terrace-ml/terrace/ps"
 )
 
@@ -86,12 +87,27 @@ func TestExchange(t *testing.T) {
 	if m := receive(t, ctx, a); m.From != 1 || m.Cut == nil || *m.Cut != cut {
 		t.Fatalf("a got %+v %+v", m, m.Cut)
 	}
+	// A rank that moves (a worker restarted under its ID on a new port)
+	// is sent to at its new address.
+	b2 := listen(t, ctx, nil)
+	b2.Bind(1, addrs)
+	moved := static(map[int]string{0: a.Addr(), 1: b2.Addr()})
+	a.Bind(0, moved)
+	a.Send(1, ps.PeerMessage{Progress: &p})
+	if m := receive(t, ctx, b2); m.From != 0 {
+		t.Fatalf("after the move b2 got %+v", m)
+	}
 	// A rank with no address, and an endpoint not yet bound, drop.
 	a.Send(7, ps.PeerMessage{Progress: &p})
 	c := listen(t, ctx, nil)
 	c.Send(0, ps.PeerMessage{Progress: &p})
-	if a.Stats().Dropped != 1 || c.Stats().Dropped != 1 || b.Stats().Received != 1 {
+	if a.Stats().Dropped != 1 || c.Stats().Dropped != 1 || b.Stats().Received != 1 || b2.Stats().Received != 1 {
 		t.Fatalf("stats a %+v b %+v c %+v", a.Stats(), b.Stats(), c.Stats())
+	}
+	// A rank the layout lists as finished has no address.
+	lay := &layout.Layout{PeerAddrs: map[int]string{0: "x:1", 1: "y:2"}, Finished: []int{1}}
+	if r := FromLayout(func() *layout.Layout { return lay }); r(0) != "x:1" || r(1) != "" || r(2) != "" {
+		t.Fatalf("FromLayout: %q %q %q", r(0), r(1), r(2))
 	}
 }
 
