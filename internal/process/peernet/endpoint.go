@@ -97,9 +97,10 @@ type Endpoint struct {
 	me      atomic.Int64 // this worker's rank, -1 until Bind
 	resolve atomic.Pointer[func(rank int) string]
 
-	mu    sync.Mutex
-	peers map[int]*peer
-	conns map[net.Conn]bool
+	mu     sync.Mutex
+	closed bool // no sender starts after Close: its wg.Add would race the Wait
+	peers  map[int]*peer
+	conns  map[net.Conn]bool
 
 	sent, dropped, received, refused, discarded atomic.Int64
 }
@@ -157,8 +158,13 @@ func (e *Endpoint) Send(to int, m ps.PeerMessage) {
 		e.dropped.Add(1)
 		return
 	}
+	p := e.peer(to, addr)
+	if p == nil {
+		e.dropped.Add(1)
+		return
+	}
 	select {
-	case e.peer(to, addr).q <- frame:
+	case p.q <- frame:
 	default:
 		e.dropped.Add(1)
 	}
@@ -174,6 +180,9 @@ func (e *Endpoint) Stats() Stats {
 
 // Close stops the endpoint and waits for its goroutines.
 func (e *Endpoint) Close() error {
+	e.mu.Lock()
+	e.closed = true
+	e.mu.Unlock()
 	e.cancel()
 	e.wg.Wait()
 	return nil
@@ -187,10 +196,13 @@ type peer struct {
 }
 
 // peer returns the sender to rank at addr, replacing one to an address
-// the rank no longer has.
+// the rank no longer has; nil once the endpoint is closed.
 func (e *Endpoint) peer(rank int, addr string) *peer {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.closed {
+		return nil
+	}
 	p := e.peers[rank]
 	if p != nil && p.addr == addr {
 		return p

@@ -209,3 +209,25 @@ func TestGarbageRefused(t *testing.T) {
 		t.Fatalf("after the garbage: %+v", m)
 	}
 }
+
+// TestSendWhileClosing: sends racing Close neither panic nor start a
+// sender Close does not wait for (run it with -race).
+func TestSendWhileClosing(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	a, b := listen(t, ctx, nil), listen(t, ctx, nil)
+	a.Bind(0, static(map[int]string{1: b.Addr(), 2: b.Addr(), 3: b.Addr()}))
+	var wg sync.WaitGroup
+	for to := 1; to <= 3; to++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := ps.PeerProgress{Partition: to, End: 10, Rate: 1}
+			for range 2000 {
+				a.Send(to, ps.PeerMessage{Progress: &p})
+			}
+		}()
+	}
+	a.Close()
+	wg.Wait()
+}
