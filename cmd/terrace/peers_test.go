@@ -16,7 +16,7 @@ import (
 // Peer hints cross processes only through the workers' peer endpoints
 // (internal/process/peernet), and a worker takes a tail only on a peer's
 // progress it heard: reassignments > 0 proves hints crossed. The audit
-// must find no example repeated or skipped. About 10 s and seven
+// must find no example repeated or skipped. About 15 s and seven
 // processes: TERRACE_PEERS_DRILL=1 runs it (.ci/run does).
 func TestReassignAcrossProcesses(t *testing.T) {
 	if os.Getenv("TERRACE_PEERS_DRILL") == "" {
