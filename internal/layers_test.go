@@ -32,7 +32,7 @@ var layers = []layer{
 	{"nodes", []string{"internal/server", "internal/control/", "internal/process/evict"}, []string{"model", "network and storage", "control contract"}},
 	{"client", []string{"ps"}, []string{"model", "network and storage", "control contract"}},
 	{"apps", []string{"apps/"}, []string{"model", "client"}},
-	{"processes", []string{"internal/process/node"}, []string{"model", "network and storage", "control contract", "nodes", "client"}},
+	{"processes", []string{"internal/process/node", "internal/process/peernet"}, []string{"model", "network and storage", "control contract", "nodes", "client"}},
 	{"harness", []string{"internal/harness/"}, []string{"model", "network and storage", "control contract", "nodes", "client", "apps", "processes"}},
 	{"command", []string{"cmd/"}, []string{"model", "network and storage", "control contract", "nodes", "client", "apps", "processes", "harness"}},
 }

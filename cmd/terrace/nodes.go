@@ -227,6 +227,7 @@ type workerFlags struct {
 	logLevel, reportPath string
 	sec                  securityFlags
 	machine              machineFlags
+	peers                peerFlags
 }
 
 func (w *workerFlags) register(fs *pflag.FlagSet) {
@@ -240,12 +241,16 @@ func (w *workerFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&w.cfg.Metrics.Listen, "metrics-listen", "127.0.0.1:0", "address to serve Prometheus /metrics on (port 0: any; empty: none)")
 	w.notices.register(fs)
 	w.machine.register(fs)
+	w.peers.register(fs)
 }
 
 // setup fills in the worker's configuration from the flags: its machine,
 // network (an emulated link, TLS over it when asked), token, ID and logger.
 // It runs before the worker first talks to the coordinator.
 func (w *workerFlags) setup() error {
+	if err := w.peers.check(); err != nil {
+		return err
+	}
 	var err error
 	if w.cfg.Machine, w.cfg.Class, err = w.machine.parse(); err != nil {
 		return err
@@ -268,6 +273,11 @@ func (w *workerFlags) run(ctx context.Context, job node.Job) (any, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w.cfg.Notices = w.notices.watch(ctx)
+	job, done, err := w.peers.start(ctx, &w.cfg, w.a.seed, job)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	return node.RunWorker(ctx, w.cfg, job)
 }
 

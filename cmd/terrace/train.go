@@ -350,7 +350,7 @@ func trainProcesses(ctx context.Context, cmd *cobra.Command, a appFlags, d drill
 	}
 	cfg := drill.Config{
 		RunDir: d.runDir, Servers: servers, Workers: workers, Replication: replication, Partitions: partitions,
-		Coordinators: d.coordinators, Schedule: sched, Seed: a.seed, WorkerArgs: appArgs(cmd.Flags()),
+		Coordinators: d.coordinators, Schedule: sched, Seed: a.seed, WorkerArgs: append(appArgs(cmd.Flags()), straggleArgs(cmd.Flags())...),
 		LogLevel: logLevel, Out: out, FailureTimeout: d.failAfter, Tiers: tiers,
 	}
 	rows, passes, err := a.auditSize()
@@ -397,6 +397,7 @@ func trainProcesses(ctx context.Context, cmd *cobra.Command, a appFlags, d drill
 	}
 	rep.Report = drep
 	rep.Events, rep.History = drep.Events, drep.History // the train report's own fields hide the drill's
+	rep.straggleReport = workersStraggle(cmd.Flags(), drep.WorkerReports)
 	if rep.TestAUC == nil && drep.FinalEvaluation != nil {
 		m := drep.FinalEvaluation
 		acc, ll, auc := m["test_accuracy"], m["test_logloss"], m["test_auc"]

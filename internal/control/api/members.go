@@ -15,6 +15,8 @@ const (
 type Join struct {
 	Role string `json:"role"`
 	ID   string `json:"id"`
+	// Addr is where a server serves the data plane, and where a worker
+	// listens for its peers' progress messages (empty: it does not).
 	Addr string `json:"addr,omitempty"`
 	// Incarnation is new in every process; the node registers in etcd
 	// with it too, so that the end of an earlier process's registration

@@ -99,7 +99,7 @@ var events = map[string]func(h *harness, td *datadriven.TestData){
 			Machine: h.str(td, "machine", ""), Class: h.class(td)})
 	},
 	"join-worker": func(h *harness, td *datadriven.TestData) {
-		h.m.Join(h.id(), api.Join{Role: api.RoleWorker, ID: h.str(td, "id", ""), Incarnation: h.str(td, "inc", ""),
+		h.m.Join(h.id(), api.Join{Role: api.RoleWorker, ID: h.str(td, "id", ""), Addr: h.str(td, "addr", ""), Incarnation: h.str(td, "inc", ""),
 			Machine: h.str(td, "machine", ""), Class: h.class(td)})
 	},
 	"switch-stage": func(h *harness, td *datadriven.TestData) {
@@ -485,6 +485,9 @@ func (h *harness) printLayout(what string, l *layout.Layout) {
 		fmt.Fprintf(&h.out, " switch %d->%d", sw.From, sw.To)
 	}
 	fmt.Fprintf(&h.out, " workers %d", l.Workers)
+	if len(l.PeerAddrs) > 0 {
+		fmt.Fprintf(&h.out, " peers %v", l.PeerAddrs)
+	}
 	if len(l.Finished) > 0 {
 		fmt.Fprintf(&h.out, " finished %v", l.Finished)
 	}

@@ -2,6 +2,7 @@ package coord
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/terrace-ml/terrace/internal/control/api"
@@ -114,6 +115,9 @@ func (m *Machine) joinWorker(id uint64, j api.Join) {
 		}
 	}()
 	if r, ok := m.st.Workers[j.ID]; ok {
+		if m.notePeer(r, j.Addr) {
+			m.publish()
+		}
 		m.reply(Reply{ID: id, Rank: r})
 		return
 	}
@@ -128,8 +132,25 @@ func (m *Machine) joinWorker(id uint64, j api.Join) {
 	m.st.Workers[j.ID] = r
 	m.note(api.EventJoin, j.ID, fmt.Sprintf("worker, rank %d", r))
 	l.Workers = max(l.Workers, r+1)
+	m.notePeer(r, j.Addr)
 	m.publish()
 	m.reply(Reply{ID: id, Rank: r})
+}
+
+// notePeer records that rank's worker listens for its peers at addr (a
+// worker's join's Addr), and reports whether that changed the layout.
+func (m *Machine) notePeer(rank int, addr string) bool {
+	l := &m.st.Layout
+	if addr == "" || l.PeerAddrs[rank] == addr {
+		return false
+	}
+	peers := maps.Clone(l.PeerAddrs)
+	if peers == nil {
+		peers = map[int]string{}
+	}
+	peers[rank] = addr
+	l.PeerAddrs = peers
+	return true
 }
 
 // incarnate records that node role/id is now incarnation inc; the next

@@ -43,6 +43,10 @@ type Layout struct {
 	Tables      []Table `json:"tables"`
 	// Workers is the number of worker ranks; clocks are kept per rank.
 	Workers int `json:"workers"`
+	// PeerAddrs are where the workers in processes of their own listen for
+	// their peers' progress messages, by rank (the Addr of their join;
+	// docs/design/stragglers.md).
+	PeerAddrs map[int]string `json:"peer_addrs,omitempty"`
 	// Partitions is the number of data partitions; workers lease them from
 	// the coordinator pass by pass.
 	Partitions int `json:"partitions"`

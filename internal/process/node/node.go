@@ -274,6 +274,10 @@ type WorkerConfig struct {
 	// (issue 11).
 	Machine string
 	Class   tier.Class
+	// PeerAddr is where the worker listens for its peers' progress
+	// messages, announced in its join (none if empty;
+	// docs/design/stragglers.md).
+	PeerAddr string
 }
 
 // noticeTimeout bounds telling the coordinator of a worker's notice.
@@ -305,7 +309,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, job Job) (any, error) {
 		return nil, fmt.Errorf("worker %s: %w", cfg.ID, err)
 	}
 	inc := newIncarnation()
-	joined, err := cc.JoinAs(jctx, api.Join{Role: api.RoleWorker, ID: cfg.ID, Incarnation: inc, Machine: cfg.Machine, Class: cfg.Class})
+	joined, err := cc.JoinAs(jctx, api.Join{Role: api.RoleWorker, ID: cfg.ID, Addr: cfg.PeerAddr, Incarnation: inc, Machine: cfg.Machine, Class: cfg.Class})
 	rank := joined.Rank
 	if err != nil {
 		return nil, fmt.Errorf("worker %s: join: %w", cfg.ID, err)
