@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"runtime/pprof"
 
 	"github.com/spf13/cobra"
 
@@ -9,10 +11,18 @@ import (
 )
 
 func benchCmd() *cobra.Command {
+	var cpuProfile string
+	var stopProfile func() error
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Run a benchmark that measures its own baseline in the same run and reports the ratio",
+		PersistentPreRunE: func(*cobra.Command, []string) (err error) {
+			stopProfile, err = startCPUProfile(cpuProfile)
+			return err
+		},
+		PersistentPostRunE: func(*cobra.Command, []string) error { return stopProfile() },
 	}
+	cmd.PersistentFlags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (every in-process node, baseline included) to this file, for go tool pprof")
 	var wo bench.WireOptions
 	var wireReport string
 	var wireTLS, appTLS bool
@@ -87,4 +97,24 @@ func benchTLS(cmd *cobra.Command, reportPath string, run func() (*bench.TLSRepor
 	}
 	fmt.Fprintln(cmd.OutOrStdout(), rep.Summary())
 	return writeReport(reportPath, rep)
+}
+
+// startCPUProfile profiles the process into path until stop is called; a
+// no-op for an empty path.
+func startCPUProfile(path string) (stop func() error, err error) {
+	if path == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
 }
