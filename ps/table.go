@@ -282,7 +282,7 @@ func (t *Table) send(o *op, rm *ring.Map, conns map[string]*transport.Client, pl
 	}
 	var pre [wire.DataPrefixSize]byte
 	id := cc.NextID()
-	fr := wire.NewFrame(wire.Header{Type: o.typ, Epoch: rm.Epoch, ReqID: id}, d.Parts(&pre)...)
+	fr := wire.NewFrameOn(wire.Header{Type: o.typ, Epoch: rm.Epoch, ReqID: id}, cc.Authenticated(), d.Parts(&pre)...)
 	cc.Call(fr, id, &transport.Call{
 		OnReply: func(h wire.Header, r *wire.Reader) error { return t.onReply(o, p, srv.ID, rm.Epoch, seq, h, r) },
 		// The server may have applied a push before the connection broke;

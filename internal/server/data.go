@@ -470,6 +470,6 @@ func (s *Server) replyValues(c *conn, t *tableState, ks keyspace.Keys, reqID, ep
 	}
 	var pre [wire.ReplyPrefixSize]byte
 	wire.PutReply(&pre, uint32(refused))
-	f := wire.NewFrame(wire.Header{Type: wire.TReply, Epoch: epoch, ReqID: reqID}, pre[:], wire.F32Bytes(vals))
+	f := wire.NewFrameOn(wire.Header{Type: wire.TReply, Epoch: epoch, ReqID: reqID}, c.Authenticated(), pre[:], wire.F32Bytes(vals))
 	s.send(c, transport.Outgoing{Frame: f, Done: func(error) { putBuf(buf) }})
 }

@@ -61,7 +61,7 @@ func replyPinned(c *conn, st *store.Table, ks keyspace.Keys, reqID, epoch uint64
 	for _, v := range r.pin.Views {
 		r.parts = append(r.parts, wire.F32Bytes(v))
 	}
-	r.frame.Reset(wire.Header{Type: wire.TReply, Epoch: epoch, ReqID: reqID}, r.parts...)
+	r.frame.ResetOn(wire.Header{Type: wire.TReply, Epoch: epoch, ReqID: reqID}, c.Authenticated(), r.parts...)
 	c.Send(transport.Outgoing{Frame: &r.frame, Done: r.done})
 	return true
 }

@@ -318,7 +318,7 @@ func (st *stream) send(round uint64, msgs []wire.Replicate) sentRound {
 			}
 			st.r.s.stats.streamBytes.Add(n)
 		}
-		f := wire.NewFrame(wire.Header{Type: wire.TReplicate, Epoch: epoch, ReqID: id}, parts...)
+		f := wire.NewFrameOn(wire.Header{Type: wire.TReplicate, Epoch: epoch, ReqID: id}, st.conn.Authenticated(), parts...)
 		st.conn.Call(f, id, &transport.Call{
 			OnReply: func(h wire.Header, rd *wire.Reader) error {
 				p, err := rd.Payload(h)

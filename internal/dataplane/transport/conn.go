@@ -36,12 +36,21 @@ type BuffersWriter interface {
 	WriteBuffers(b *net.Buffers) (int64, error)
 }
 
+// Authenticator is implemented by connections that authenticate every
+// byte they carry (tlsnet's: TLS's AEAD): frames on them need no payload
+// CRC (wire.FlagUnsummed).
+type Authenticator interface {
+	Authenticated() bool
+}
+
 // Conn is one framed TCP connection. Any goroutine may Send; one
 // goroutine, owned by the Conn, writes.
 type Conn struct {
 	nc           net.Conn
 	Reader       *wire.Reader
 	WriteTimeout time.Duration
+	auth         bool
+	hdrs         [][wire.HeaderSize]byte // the writer's: summed headers of unsummed frames
 
 	mu      sync.Mutex
 	queue   []Outgoing
@@ -57,16 +66,24 @@ func NewConn(nc net.Conn, maxPayload int) *Conn {
 		tc.SetReadBuffer(4 << 20)
 		tc.SetWriteBuffer(4 << 20)
 	}
+	a, ok := nc.(Authenticator)
 	c := &Conn{
 		nc:           nc,
 		Reader:       wire.NewReader(nc, maxPayload),
 		WriteTimeout: DefaultWriteTimeout,
+		auth:         ok && a.Authenticated(),
 		wake:         make(chan struct{}, 1),
 		stopped:      make(chan struct{}),
 	}
+	c.Reader.Authenticated = c.auth
 	go c.writeLoop()
 	return c
 }
+
+// Authenticated reports whether the connection authenticates every byte
+// it carries: frames for it may then leave their payload out of the CRC
+// (wire.NewFrameOn).
+func (c *Conn) Authenticated() bool { return c.auth }
 
 // RemoteAddr is the peer's address.
 func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }
@@ -152,8 +169,15 @@ func (c *Conn) writeLoop() {
 				break
 			}
 			bufs = bufs[:0]
-			for _, o := range batch {
-				bufs = o.Frame.AppendTo(bufs)
+			if !c.auth && len(c.hdrs) < n {
+				c.hdrs = make([][wire.HeaderSize]byte, n)
+			}
+			for i, o := range batch {
+				if c.auth {
+					bufs = o.Frame.AppendTo(bufs)
+				} else {
+					bufs = o.Frame.AppendSummedTo(bufs, &c.hdrs[i])
+				}
 			}
 			if c.WriteTimeout > 0 {
 				c.nc.SetWriteDeadline(time.Now().Add(c.WriteTimeout))

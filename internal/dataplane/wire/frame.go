@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"math"
 	"net"
 )
 
@@ -78,6 +79,17 @@ var (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
+// FlagUnsummed marks a frame whose CRC covers its header only: its
+// connection authenticates every byte (TLS's AEAD, whose tag is checked
+// in the pass that decrypts), so a second check of the payload would cost
+// a pass over every byte for nothing. A reader refuses such a frame on a
+// connection that does not authenticate (Reader.Authenticated).
+const FlagUnsummed uint16 = 1 << 0
+
+// ErrUnsummed is an unsummed frame on a connection that does not
+// authenticate its bytes.
+var ErrUnsummed = fmt.Errorf("%w: payload not checksummed on a connection without authentication", ErrCorrupt)
+
 // Header is a frame header.
 type Header struct {
 	Type  Type
@@ -129,6 +141,9 @@ func ParseHeader(b []byte, maxPayload int) (Header, error) {
 	if binary.LittleEndian.Uint16(b[6:]) != 0 {
 		return Header{}, fmt.Errorf("%w: reserved header bits set", ErrCorrupt)
 	}
+	if h.Flags&^FlagUnsummed != 0 {
+		return Header{}, fmt.Errorf("%w: unknown flags %#x", ErrCorrupt, h.Flags)
+	}
 	if int64(h.Len) > int64(maxPayload) {
 		return Header{}, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, h.Len, maxPayload)
 	}
@@ -146,35 +161,70 @@ type Frame struct {
 	parts net.Buffers
 }
 
-// NewFrame builds a frame of the given parts. The parts must not change
-// until the frame is written.
+// NewFrame builds a frame of the given parts, its payload summed in its
+// CRC. The parts must not change until the frame is written.
 func NewFrame(h Header, parts ...[]byte) *Frame {
 	f := &Frame{}
 	f.Reset(h, parts...)
 	return f
 }
 
-// Reset rebuilds f in place, for reuse.
-func (f *Frame) Reset(h Header, parts ...[]byte) {
+// NewFrameOn builds a frame for a connection that authenticates its bytes
+// (authenticated) or not: on the first, its payload is left out of the
+// CRC (FlagUnsummed). Should it be written to a connection that does not
+// authenticate after all (a retry elsewhere), the writer sums it then
+// (AppendSummedTo).
+func NewFrameOn(h Header, authenticated bool, parts ...[]byte) *Frame {
+	f := &Frame{}
+	f.ResetOn(h, authenticated, parts...)
+	return f
+}
+
+// Reset rebuilds f in place, for reuse, its payload summed.
+func (f *Frame) Reset(h Header, parts ...[]byte) { f.ResetOn(h, false, parts...) }
+
+// ResetOn rebuilds f in place for a connection that authenticates its
+// bytes or not, as NewFrameOn builds one.
+func (f *Frame) ResetOn(h Header, authenticated bool, parts ...[]byte) {
+	h.Flags &^= FlagUnsummed
+	if authenticated {
+		h.Flags |= FlagUnsummed
+	}
+	f.build(h, !authenticated, &f.hdr, parts)
+	f.setParts(parts)
+}
+
+// build writes h into hdr with the payload's length and the CRC of the
+// header and, if summed, the payload.
+func (f *Frame) build(h Header, summed bool, hdr *[HeaderSize]byte, parts [][]byte) {
 	n := 0
 	for _, p := range parts {
 		n += len(p)
 	}
 	h.Len = uint32(n)
 	h.CRC = 0
-	h.put(f.hdr[:])
-	crc := headerCRC(f.hdr[:])
-	for _, p := range parts {
-		crc = crc32.Update(crc, castagnoli, p)
+	h.put(hdr[:])
+	crc := headerCRC(hdr[:])
+	if summed {
+		for _, p := range parts {
+			crc = crc32.Update(crc, castagnoli, p)
+		}
 	}
-	h.CRC = crc
-	h.put(f.hdr[:])
+	binary.LittleEndian.PutUint32(hdr[28:], crc)
+}
+
+func (f *Frame) setParts(parts [][]byte) {
 	f.parts = append(f.parts[:0], f.hdr[:])
 	for _, p := range parts {
 		if len(p) > 0 {
 			f.parts = append(f.parts, p)
 		}
 	}
+}
+
+// Unsummed reports whether f's payload is left out of its CRC.
+func (f *Frame) Unsummed() bool {
+	return binary.LittleEndian.Uint16(f.hdr[4:])&FlagUnsummed != 0
 }
 
 // Size is the frame's length on the wire.
@@ -190,18 +240,37 @@ func (f *Frame) Size() int {
 // into one vectored write.
 func (f *Frame) AppendTo(bufs net.Buffers) net.Buffers { return append(bufs, f.parts...) }
 
-// WriteTo writes the frame.
+// AppendSummedTo appends the frame's buffers to bufs with its payload
+// summed: an unsummed frame gets a summed header written into hdr (the
+// frame itself is left as it is, since another writer may hold it), a
+// summed one is appended as it is.
+func (f *Frame) AppendSummedTo(bufs net.Buffers, hdr *[HeaderSize]byte) net.Buffers {
+	if !f.Unsummed() {
+		return f.AppendTo(bufs)
+	}
+	h, _ := ParseHeader(f.hdr[:], math.MaxInt32)
+	h.Flags &^= FlagUnsummed
+	payload := f.parts[1:]
+	f.build(h, true, hdr, payload)
+	return append(append(bufs, hdr[:]), payload...)
+}
+
+// WriteTo writes the frame, its payload summed.
 func (f *Frame) WriteTo(w io.Writer) (int64, error) {
-	b := append(net.Buffers(nil), f.parts...)
+	var hdr [HeaderSize]byte
+	b := f.AppendSummedTo(nil, &hdr)
 	return b.WriteTo(w)
 }
 
 // Reader reads frames from a stream into reusable, 8-byte-aligned buffers.
+// Authenticated says that the stream authenticates its bytes (TLS): only
+// then does the Reader take unsummed frames (FlagUnsummed).
 type Reader struct {
-	r          io.Reader
-	hdr        [HeaderSize]byte
-	buf        []uint64
-	MaxPayload int
+	r             io.Reader
+	hdr           [HeaderSize]byte
+	buf           []uint64
+	MaxPayload    int
+	Authenticated bool
 }
 
 // NewReader returns a Reader on r; maxPayload <= 0 means DefaultMaxPayload.
@@ -244,24 +313,19 @@ func (r *Reader) ReadPayloadInto(h Header, dst []byte) error {
 	if len(dst) != int(h.Len) {
 		return fmt.Errorf("wire: payload buffer of %d bytes for a %d-byte payload", len(dst), h.Len)
 	}
-	crc, err := r.readSummed(headerCRC(r.hdr[:]), dst)
-	if err != nil {
-		return err
-	}
-	if crc != h.CRC {
-		return ErrChecksum
-	}
-	return nil
+	return r.ReadPayloadSplit(h, nil, dst)
 }
 
-// readSummed fills b from the stream and returns crc updated with it. Each
-// piece is summed as soon as a read returns it, while the kernel's copy
-// has left it in the cache: the CRC rides on the socket copy instead of
-// making a second pass over a 2 MiB payload from memory.
-func (r *Reader) readSummed(crc uint32, b []byte) (uint32, error) {
+// readSummed fills b from the stream and returns crc updated with it,
+// if sum. Each piece is summed as soon as a read returns it, while the
+// kernel's copy has left it in the cache: the CRC rides on the socket
+// copy instead of making a second pass over a 2 MiB payload from memory.
+func (r *Reader) readSummed(crc uint32, b []byte, sum bool) (uint32, error) {
 	for off := 0; off < len(b); {
 		n, err := r.r.Read(b[off:])
-		crc = crc32.Update(crc, castagnoli, b[off:off+n])
+		if sum {
+			crc = crc32.Update(crc, castagnoli, b[off:off+n])
+		}
 		off += n
 		if err != nil {
 			if off == len(b) && err == io.EOF {
@@ -283,10 +347,14 @@ func (r *Reader) ReadPayloadSplit(h Header, head, body []byte) error {
 	if len(head)+len(body) != int(h.Len) {
 		return fmt.Errorf("wire: payload buffers of %d+%d bytes for a %d-byte payload", len(head), len(body), h.Len)
 	}
+	sum := h.Flags&FlagUnsummed == 0
+	if !sum && !r.Authenticated {
+		return ErrUnsummed
+	}
 	crc := headerCRC(r.hdr[:])
 	for _, b := range [][]byte{head, body} {
 		var err error
-		if crc, err = r.readSummed(crc, b); err != nil {
+		if crc, err = r.readSummed(crc, b, sum); err != nil {
 			return err
 		}
 	}

@@ -148,6 +148,10 @@ func (c *serverConn) Write(p []byte) (int, error) {
 	return batchWrite(c.Conn, c.bc, p)
 }
 
+// Authenticated implements transport.Authenticator: every TLS record
+// carries an AEAD tag checked as it is decrypted.
+func (c *serverConn) Authenticated() bool { return true }
+
 // WriteBuffers implements transport.BuffersWriter.
 func (c *serverConn) WriteBuffers(b *net.Buffers) (int64, error) {
 	if err := c.handshake(); err != nil {
@@ -204,6 +208,9 @@ type clientConn struct {
 }
 
 func (c *clientConn) Write(p []byte) (int, error) { return batchWrite(c.Conn, c.bc, p) }
+
+// Authenticated implements transport.Authenticator.
+func (c *clientConn) Authenticated() bool { return true }
 
 // WriteBuffers implements transport.BuffersWriter.
 func (c *clientConn) WriteBuffers(b *net.Buffers) (int64, error) {
