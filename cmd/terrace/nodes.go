@@ -21,7 +21,7 @@ import (
 func coordinatorCmd() *cobra.Command {
 	var o coord.Options
 	var ha coordha.Config
-	var listen, reportPath, eventsPath, etcd, logLevel string
+	var listen, reportPath, eventsPath, etcd, logLevel, dashListen string
 	var exitWhenDone, inMemory bool
 	var sec securityFlags
 	var tiers coordTierFlags
@@ -52,6 +52,15 @@ address, comma-separated.`,
 			if err != nil {
 				return err
 			}
+			var view *dashView
+			if dashListen != "" {
+				view = &dashView{}
+				addr, err := serveDashView(ctx, dashListen, view, log)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator: dashboard (read-only, plain HTTP) on http://%s/\n", addr)
+			}
 			// A replica may lead more than once (it steps down when its
 			// etcd session lapses and may win again): follow the newest.
 			terms := make(chan *coord.Coordinator, 4)
@@ -80,6 +89,9 @@ address, comma-separated.`,
 			for {
 				select {
 				case cur = <-terms:
+					if view != nil {
+						view.lead(cur)
+					}
 					job = cur.JobStatus().Number
 					done = cur.JobEnded(job)
 				case <-tick.C:
@@ -143,6 +155,7 @@ address, comma-separated.`,
 	fs.IntVar(&o.CheckpointEvery, "checkpoint-every", 0, "take a checkpoint after every N training passes (0: never)")
 	fs.BoolVar(&o.Resume, "resume", false, "start from the newest committed checkpoint in --checkpoint-dir")
 	fs.StringVar(&logLevel, "log-level", "warn", "log level")
+	fs.StringVar(&dashListen, "dashboard-listen", "", "also serve the dashboard read-only on this address, plain HTTP (for a browser without a client certificate under --tls-dir; keep it on loopback and tunnel to it)")
 	sec.register(fs, true)
 	tiers.register(fs)
 	addConfigFlag(cmd)

@@ -121,11 +121,38 @@ func TestTLSClusterRefusesStrangers(t *testing.T) {
 	c := newTLSCluster(t)
 	var coordLog, serverLog tlsLogBuf
 	_, out := start(t, ctx, "coordinator", "--listen", "127.0.0.1:0", "--servers", "1", "--workers", "1", "--replication", "1",
-		"--tls-dir", c.node("coord"), "--tokens", c.tokens, "--log-level", "info", "--exit-when-done")
+		"--tls-dir", c.node("coord"), "--tokens", c.tokens, "--log-level", "info", "--exit-when-done", "--dashboard-listen", "127.0.0.1:0")
 	f := strings.Fields(tlsWaitFor(t, out, &coordLog, "listening on"))
+	// The dashboard view's line comes first, read on the way.
+	_, line, _ := strings.Cut(coordLog.String(), "dashboard (read-only, plain HTTP) on ")
+	view, _, _ := strings.Cut(line, "/\n")
 	addr := strings.TrimSuffix(f[slicesIndex(f, "on")+1], ",")
 	_, sout := start(t, ctx, "server", "--coordinator", addr, "--id", "s0", "--tls-dir", c.node("s0"), "--token-file", c.tokens, "--log-level", "warn")
 	tlsWaitFor(t, sout, &serverLog, "joined")
+
+	t.Run("dashboard view without a certificate, read-only", func(t *testing.T) {
+		for _, tc := range []struct {
+			method, path string
+			want         int
+		}{
+			{"GET", "/", http.StatusOK},
+			{"GET", "/v1/status", http.StatusOK},
+			{"GET", "/v1/history", http.StatusOK},
+			{"POST", "/v1/checkpoint", http.StatusMethodNotAllowed},
+			{"GET", "/v1/layout", http.StatusNotFound},
+			{"GET", "/v1/reports", http.StatusNotFound},
+		} {
+			req, _ := http.NewRequestWithContext(ctx, tc.method, view+tc.path, nil)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tc.want {
+				t.Errorf("%s %s on the dashboard view: %d, want %d", tc.method, tc.path, resp.StatusCode, tc.want)
+			}
+		}
+	})
 
 	probeFiles := pki.FilesIn(c.node("probe"))
 	t.Run("reads with a read token", func(t *testing.T) {
