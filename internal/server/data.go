@@ -124,6 +124,7 @@ func (s *Server) skipHeld(c *conn, rq request, vals []float32) (keyspace.Keys, [
 	}
 	s.pairMu.Lock()
 	held, wait := s.dedup.check(c.hello.Client, rq.d.Seq, rq.d.Acked, rq.d.Table, rq.d.Ancestors)
+	s.ledger.resent(c.hello.Client, rq.d.Seq, rq.d.Ancestors)
 	s.pairMu.Unlock()
 	for _, w := range wait {
 		select {
@@ -295,25 +296,43 @@ func (s *Server) replicate(t *tableState, ks keyspace.Keys, pair wire.Pair, done
 		return nil
 	}
 	var pairs []wire.Pair
+	waits := len(groups) + 1
 	if pair.Seq != 0 {
 		pairs = []wire.Pair{pair}
+		for _, g := range groups {
+			if ch.isBackup(g.peer.ID) {
+				waits++ // its ledger too
+			}
+		}
 	}
-	// One more than the groups: the last is the caller's, once it holds
-	// no lock, so that done never runs under applyMu.
-	finish := allDone(len(groups)+1, done)
+	// One more than the groups and ledgers: the last is the caller's, once
+	// it holds no lock, so that done never runs under applyMu.
+	finish := allDone(waits, done)
 	var now []waiter
 	var replaced []*replicator
 	for _, g := range groups {
+		ledger := pair.Seq != 0 && ch.isBackup(g.peer.ID)
 		r, old := s.replicatorFor(g.peer)
 		if old != nil {
 			replaced = append(replaced, old)
 		}
 		if r == nil {
 			now = append(now, func(error) { finish(errShuttingDown) })
+			if ledger {
+				now = append(now, func(error) { finish(errShuttingDown) })
+			}
 			continue
 		}
 		if w := r.add(entry{items: g.items, pairs: pairs}, finish); w != nil {
 			now = append(now, w)
+		}
+		// A BackupPS's ledger learns the push before it is acknowledged,
+		// in parallel with the chain (docs/design/tiers.md, "The
+		// stream", 5).
+		if ledger {
+			if w := r.addLedger(ledgerPair(pair, g.items), finish); w != nil {
+				now = append(now, w)
+			}
 		}
 	}
 	return func() {

@@ -42,6 +42,7 @@ const (
 	EventRefused    = "refused"    // a request without the token or role it needs
 	EventStage      = "stage"      // a stage switch began, ended, fell back or was abandoned
 	EventNotice     = "notice"     // a node got an eviction notice (a cloud's, a SIGTERM): it drains
+	EventLoss       = "loss"       // a BackupPS counted the acknowledged updates a fallback lost
 )
 
 // Event is one entry of the coordinator's timeline: what happened, to
