@@ -32,13 +32,15 @@ type ledger struct {
 
 // ledgerEntry is where the state of an allowed push is still missing.
 type ledgerEntry struct {
-	table uint32
-	slots keyspace.SlotSet
+	table  uint32
+	slots  keyspace.SlotSet
+	worker int // the pushing worker's rank, -1 if not a worker
 }
 
 // allow records that pair p's push may be acknowledged, less the slots
 // where this server already holds its effect (held, from dedup: a round
-// that carried the pair overtook the ledger's message).
+// that carried the pair overtook the ledger's message). p.Acked names the
+// pushing worker (ledgerPair).
 func (l *ledger) allow(p wire.Pair, held scope) {
 	if held.all {
 		return
@@ -52,7 +54,7 @@ func (l *ledger) allow(p wire.Pair, held scope) {
 	}
 	k := pairKey{p.Client, p.Seq}
 	e := l.open[k]
-	e.table, e.slots = p.Table, keyspace.Union(e.slots, sl)
+	e.table, e.slots, e.worker = p.Table, keyspace.Union(e.slots, sl), int(p.Acked)-1
 	l.open[k] = e
 }
 
@@ -136,10 +138,12 @@ type LossReport struct {
 	Allowed, Lost []LostPush
 }
 
-// LostPush is one push of a LossReport.
+// LostPush is one push of a LossReport, and the worker that pushed it
+// (-1 if the client was not a worker).
 type LostPush struct {
 	Client, Seq uint64
 	Table       uint32
+	Worker      int
 }
 
 // report returns the frozen ledger's count and forgets it.
@@ -152,7 +156,7 @@ func (l *ledger) report() LossReport {
 func lostPushes(m map[pairKey]ledgerEntry) []LostPush {
 	out := make([]LostPush, 0, len(m))
 	for k, e := range m {
-		out = append(out, LostPush{Client: k.client, Seq: k.seq, Table: e.table})
+		out = append(out, LostPush{Client: k.client, Seq: k.seq, Table: e.table, Worker: e.worker})
 	}
 	slices.SortFunc(out, func(a, b LostPush) int {
 		if a.Client != b.Client {

@@ -237,13 +237,19 @@ func (s *Server) handleLedger(c *conn, h wire.Header, p []byte) (wire.Code, erro
 }
 
 // ledgerPair is pair scoped to the slots of items: what the BackupPS that
-// receives items holds of its push.
-func ledgerPair(pair wire.Pair, items []item) wire.Pair {
+// receives items holds of its push. In a ledger message a pair's Acked
+// names the pushing worker instead (rank + 1; 0 for a client that is not
+// a worker), so that a loss can be told per worker; the ledger has no use
+// for the client's acknowledged watermark.
+func ledgerPair(pair wire.Pair, items []item, worker uint32) wire.Pair {
 	var sl keyspace.SlotSet
 	for _, it := range items {
 		sl = keyspace.Union(sl, it.keys.Slots())
 	}
-	pair.Slots = sl
+	pair.Slots, pair.Acked = sl, 0
+	if worker != wire.NoWorker {
+		pair.Acked = uint64(worker) + 1
+	}
 	return pair
 }
 

@@ -37,7 +37,9 @@ func TestLedgerCountsWhatIsNotDurable(t *testing.T) {
 	l.allow(pair(1, 2, 0, slots(2)), scope{})
 	l.allow(pair(1, 3, 0, slots(3)), scope{})
 	l.allow(pair(2, 1, 0, slots(1, 5)), scope{})
-	l.allow(pair(2, 2, 1, slots(7)), scope{})
+	w4 := pair(2, 2, 1, slots(7))
+	w4.Acked = 5 // worker 4's (ledgerPair)
+	l.allow(w4, scope{})
 	// A round that carried the pair overtook the ledger's message: its
 	// slots are durable already.
 	l.allow(pair(2, 3, 0, slots(8)), scope{slots: slots(8)})
@@ -84,8 +86,8 @@ func TestLedgerCountsWhatIsNotDurable(t *testing.T) {
 	if got := seqs(r.Allowed); !slices.Equal(got, []uint64{1, 1, 2}) {
 		t.Errorf("allowed seqs %v, want (1,1) (2,1) (2,2)", r.Allowed)
 	}
-	if len(r.Lost) != 2 || r.Lost[0] != (LostPush{1, 1, 0}) || r.Lost[1] != (LostPush{2, 2, 1}) {
-		t.Errorf("lost %v, want (1,1) of table 0 and (2,2) of table 1", r.Lost)
+	if len(r.Lost) != 2 || r.Lost[0] != (LostPush{1, 1, 0, -1}) || r.Lost[1] != (LostPush{2, 2, 1, 4}) {
+		t.Errorf("lost %v, want (1,1) of table 0 and (2,2) of table 1 by worker 4", r.Lost)
 	}
 	if l.frozen != nil {
 		t.Error("the report did not forget the frozen ledger")

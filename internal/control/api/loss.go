@@ -18,11 +18,13 @@ type LossReport struct {
 	Lost    []LostPush `json:"lost"`
 }
 
-// LostPush is one push: its client, sequence number and table.
+// LostPush is one push: its client, sequence number and table, and the
+// rank of the worker that pushed it (-1 if the client was not a worker).
 type LostPush struct {
 	Client uint64 `json:"client"`
 	Seq    uint64 `json:"seq"`
 	Table  uint32 `json:"table"`
+	Worker int    `json:"worker"`
 }
 
 // Loss is what the ledgers counted at every fallback so far.
@@ -35,6 +37,8 @@ type Loss struct {
 	// ByTable and BoundByTable split them by table name.
 	ByTable      map[string]int64 `json:"by_table,omitempty"`
 	BoundByTable map[string]int64 `json:"bound_by_table,omitempty"`
+	// ByWorker splits UpdatesLost by table name, then by worker rank.
+	ByWorker map[string]map[int]int64 `json:"by_worker,omitempty"`
 	// Reports counts the ledgers that reported.
 	Reports int `json:"reports"`
 }

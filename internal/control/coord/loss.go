@@ -43,7 +43,24 @@ func (m *Machine) ReportLoss(id uint64, r api.LossReport) {
 		*total += n
 		return n
 	}
+	before := maps.Clone(m.losses.lost)
 	lost := count(r.Lost, m.losses.lost, &loss.UpdatesLost, &loss.ByTable)
+	byWorker := map[string]map[int]int64{}
+	for t, ws := range loss.ByWorker {
+		byWorker[t] = maps.Clone(ws)
+	}
+	for _, p := range r.Lost {
+		if before[p] {
+			continue
+		}
+		before[p] = true
+		name := m.tableName(p.Table)
+		if byWorker[name] == nil {
+			byWorker[name] = map[int]int64{}
+		}
+		byWorker[name][p.Worker]++
+	}
+	loss.ByWorker = byWorker
 	allowed := count(r.Allowed, m.losses.allowed, &loss.UpdatesLostBound, &loss.BoundByTable)
 	loss.Reports++
 	m.dirty = true
@@ -57,6 +74,13 @@ func (m *Machine) ReportLoss(id uint64, r api.LossReport) {
 func (m *Machine) Loss() api.Loss {
 	l := m.st.Loss
 	l.ByTable, l.BoundByTable = maps.Clone(l.ByTable), maps.Clone(l.BoundByTable)
+	byWorker := map[string]map[int]int64{}
+	for t, ws := range l.ByWorker {
+		byWorker[t] = maps.Clone(ws)
+	}
+	if len(byWorker) > 0 {
+		l.ByWorker = byWorker
+	}
 	return l
 }
 

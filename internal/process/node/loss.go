@@ -10,7 +10,7 @@ func lossReport(from string, r server.LossReport) api.LossReport {
 	conv := func(ps []server.LostPush) []api.LostPush {
 		out := make([]api.LostPush, len(ps))
 		for i, p := range ps {
-			out[i] = api.LostPush{Client: p.Client, Seq: p.Seq, Table: p.Table}
+			out[i] = api.LostPush{Client: p.Client, Seq: p.Seq, Table: p.Table, Worker: p.Worker}
 		}
 		return out
 	}
