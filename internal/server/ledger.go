@@ -45,7 +45,10 @@ func (l *ledger) allow(p wire.Pair, held scope) {
 	if held.all {
 		return
 	}
-	sl := keyspace.Subtract(p.Slots, held.slots)
+	sl := p.Slots
+	if len(held.slots) > 0 {
+		sl = keyspace.Subtract(sl, held.slots)
+	}
 	if len(sl) == 0 {
 		return
 	}
@@ -53,8 +56,11 @@ func (l *ledger) allow(p wire.Pair, held scope) {
 		l.open = make(map[pairKey]ledgerEntry)
 	}
 	k := pairKey{p.Client, p.Seq}
-	e := l.open[k]
-	e.table, e.slots, e.worker = p.Table, keyspace.Union(e.slots, sl), int(p.Acked)-1
+	e, ok := l.open[k]
+	if ok {
+		sl = keyspace.Union(e.slots, sl)
+	}
+	e.table, e.slots, e.worker = p.Table, sl, int(p.Acked)-1
 	l.open[k] = e
 }
 

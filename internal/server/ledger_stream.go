@@ -243,7 +243,11 @@ func (s *Server) handleLedger(c *conn, h wire.Header, p []byte) (wire.Code, erro
 // for the client's acknowledged watermark.
 func ledgerPair(pair wire.Pair, items []item, worker uint32) wire.Pair {
 	var sl keyspace.SlotSet
-	for _, it := range items {
+	for i, it := range items {
+		if i == 0 {
+			sl = it.keys.Slots()
+			continue
+		}
 		sl = keyspace.Union(sl, it.keys.Slots())
 	}
 	pair.Slots, pair.Acked = sl, 0

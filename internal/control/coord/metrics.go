@@ -95,7 +95,6 @@ func (cc *coordCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.Status()
 	c.mu.Lock()
 	ckpts := len(c.m.ckptDone)
-	loss := c.m.st.Loss
 	c.mu.Unlock()
 	type rs struct{ role, state string }
 	nodes := map[rs]int{}
@@ -119,8 +118,8 @@ func (cc *coordCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descMachs, prometheus.GaugeValue, float64(st.Machines.Reliable), "reliable")
 	ch <- prometheus.MustNewConstMetric(descMachs, prometheus.GaugeValue, float64(st.Machines.Transient), "transient")
 	ch <- prometheus.MustNewConstMetric(descSpread, prometheus.GaugeValue, float64(st.Job.Staleness))
-	ch <- prometheus.MustNewConstMetric(descLost, prometheus.CounterValue, float64(loss.UpdatesLost))
-	ch <- prometheus.MustNewConstMetric(descAtRisk, prometheus.CounterValue, float64(loss.UpdatesLostBound))
+	ch <- prometheus.MustNewConstMetric(descLost, prometheus.CounterValue, float64(st.UpdatesLost))
+	ch <- prometheus.MustNewConstMetric(descAtRisk, prometheus.CounterValue, float64(st.UpdatesAtRisk))
 	if st.Dollars != nil && st.DollarsPerHour != nil {
 		ch <- prometheus.MustNewConstMetric(descCost, prometheus.CounterValue, *st.Dollars)
 		ch <- prometheus.MustNewConstMetric(descCostRate, prometheus.GaugeValue, *st.DollarsPerHour)

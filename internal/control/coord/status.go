@@ -27,6 +27,7 @@ func (m *Machine) Status() api.Status {
 		st.Job.Done = l.Partitions - w.left()
 	}
 	st.Stage = int(l.CurrentStage())
+	st.UpdatesLost, st.UpdatesAtRisk = m.st.Loss.UpdatesLost, m.st.Loss.UpdatesLostBound
 	if m.st.Job != nil {
 		js := m.JobStatus()
 		st.Definition = &js
