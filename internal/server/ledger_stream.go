@@ -218,13 +218,16 @@ func (s *Server) handleLedger(c *conn, h wire.Header, p []byte) (wire.Code, erro
 	if e := s.Epoch(); h.Epoch > e {
 		s.awaitLayout(h.Epoch, -1)
 	}
+	// Under mu, so that a fallback's layout (which freezes the ledger
+	// under mu) is installed either before these pairs are refused or
+	// after they are in the ledger it freezes.
 	s.mu.RLock()
-	rm, backup := s.ring, s.chains.isBackup(s.opts.ID)
-	s.mu.RUnlock()
+	defer s.mu.RUnlock()
+	rm := s.ring
 	switch {
 	case rm == nil || h.Epoch != rm.Epoch:
-		return wire.CodeStaleEpoch, fmt.Errorf("ledger at epoch %d, server is at %d", h.Epoch, s.Epoch())
-	case !backup || rm.Index(c.hello.Node) < 0:
+		return wire.CodeStaleEpoch, fmt.Errorf("ledger at epoch %d, server is at %d", h.Epoch, s.epochLocked())
+	case !s.chains.isBackup(s.opts.ID) || rm.Index(c.hello.Node) < 0:
 		return wire.CodeNotOwner, fmt.Errorf("ledger from %s, which is not an ActivePS of this BackupPS", c.hello.Node)
 	}
 	s.pairMu.Lock()
