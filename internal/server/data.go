@@ -317,14 +317,14 @@ func (s *Server) replicateAs(t *tableState, ks keyspace.Keys, pair wire.Pair, wo
 	var now []waiter
 	var replaced []*replicator
 	for _, g := range groups {
-		ledger := pair.Seq != 0 && ch.isBackup(g.peer.ID)
+		toLedger := pair.Seq != 0 && ch.isBackup(g.peer.ID)
 		r, old := s.replicatorFor(g.peer)
 		if old != nil {
 			replaced = append(replaced, old)
 		}
 		if r == nil {
 			now = append(now, func(error) { finish(errShuttingDown) })
-			if ledger {
+			if toLedger {
 				now = append(now, func(error) { finish(errShuttingDown) })
 			}
 			continue
@@ -335,7 +335,7 @@ func (s *Server) replicateAs(t *tableState, ks keyspace.Keys, pair wire.Pair, wo
 		// A BackupPS's ledger learns the push before it is acknowledged,
 		// in parallel with the chain (docs/design/tiers.md, "The
 		// stream", 5).
-		if ledger {
+		if toLedger {
 			if w := r.addLedger(ledgerPair(pair, g.items, worker), finish); w != nil {
 				now = append(now, w)
 			}

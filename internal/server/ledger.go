@@ -1,6 +1,8 @@
 package server
 
 import (
+	"cmp"
+	"maps"
 	"slices"
 
 	"github.com/terrace-ml/terrace/internal/dataplane/wire"
@@ -99,6 +101,9 @@ func (l *ledger) replaced(table uint32, slots keyspace.SlotSet) {
 // at risk; those elsewhere are other heads' to count (their state, not
 // this server's, is what survives there). It returns how many are at risk.
 func (l *ledger) freeze(epoch uint64, heads func(slot uint64) bool) int {
+	// A fallback within the grace of the last one: its count is not
+	// reported yet, and goes into this one's.
+	prev, prevRisk := l.frozen, l.atRisk
 	l.frozen, l.epoch = make(map[pairKey]ledgerEntry), epoch
 	for k, e := range l.open {
 		if headsAny(e.slots, heads) {
@@ -106,7 +111,13 @@ func (l *ledger) freeze(epoch uint64, heads func(slot uint64) bool) int {
 		}
 	}
 	l.open, l.atRisk = nil, lostPushes(l.frozen)
-	return len(l.atRisk)
+	n := len(l.atRisk)
+	maps.Copy(l.frozen, prev)
+	if len(prevRisk) > 0 {
+		l.atRisk = append(l.atRisk, prevRisk...)
+		slices.SortFunc(l.atRisk, byPair)
+	}
+	return n
 }
 
 func headsAny(s keyspace.SlotSet, heads func(uint64) bool) bool {
@@ -164,20 +175,13 @@ func lostPushes(m map[pairKey]ledgerEntry) []LostPush {
 	for k, e := range m {
 		out = append(out, LostPush{Client: k.client, Seq: k.seq, Table: e.table, Worker: e.worker})
 	}
-	slices.SortFunc(out, func(a, b LostPush) int {
-		if a.Client != b.Client {
-			if a.Client < b.Client {
-				return -1
-			}
-			return 1
-		}
-		if a.Seq < b.Seq {
-			return -1
-		}
-		if a.Seq > b.Seq {
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, byPair)
 	return out
+}
+
+func byPair(a, b LostPush) int {
+	if c := cmp.Compare(a.Client, b.Client); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Seq, b.Seq)
 }

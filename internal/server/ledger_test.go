@@ -96,3 +96,21 @@ func TestLedgerCountsWhatIsNotDurable(t *testing.T) {
 		t.Error("the report forgot the open ledger of a later stage")
 	}
 }
+
+// TestLedgerFallbackWithinGrace: a second fallback before the first's
+// count was reported (a return to stage 2 and a revocation again within
+// the grace) reports both.
+func TestLedgerFallbackWithinGrace(t *testing.T) {
+	var l ledger
+	all := func(uint64) bool { return true }
+	l.allow(wire.Pair{Client: 1, Seq: 1, Slots: slots(1)}, scope{})
+	l.freeze(5, all)
+	l.allow(wire.Pair{Client: 1, Seq: 9, Slots: slots(1)}, scope{})
+	if n := l.freeze(8, all); n != 1 {
+		t.Fatalf("second freeze: %d at risk, want 1", n)
+	}
+	r := l.report()
+	if r.Epoch != 8 || !slices.Equal(seqs(r.Lost), []uint64{1, 9}) || !slices.Equal(seqs(r.Allowed), []uint64{1, 9}) {
+		t.Errorf("report %+v, want epoch 8 with (1,1) and (1,9) lost and at risk", r)
+	}
+}
