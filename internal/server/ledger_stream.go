@@ -19,9 +19,9 @@ import (
 // ledgerOut is what an ActivePS must tell one BackupPS before it
 // acknowledges pushes: their pairs, for the BackupPS's loss ledger
 // (ledger.go). Its goroutine (runLedger) sends whatever gathered while the
-// previous message was in flight as one message (group commit), so a
-// pair costs about its 16 bytes and a message per round trip, not per
-// push.
+// previous message was in flight as one message (group commit), so the
+// messages are one per round trip, not one per push; a pair costs its
+// client, seq and table (a few varints) and its slot set.
 type ledgerOut struct {
 	mu      sync.Mutex // a leaf
 	pairs   []wire.Pair
