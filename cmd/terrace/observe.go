@@ -87,6 +87,9 @@ func printStatus(w io.Writer, coordinator string, st *api.Status) {
 		}
 		fmt.Fprintf(w, "STAGE %d  %s%s\n", st.Stage, sw, st.StageReason)
 	}
+	if st.UpdatesAtRisk > 0 {
+		fmt.Fprintf(w, "LOST  %d acknowledged updates at fallbacks (of %d at risk)\n", st.UpdatesLost, st.UpdatesAtRisk)
+	}
 	fmt.Fprintf(w, "MACHINES  reliable %d  transient %d", st.Machines.Reliable, st.Machines.Transient)
 	if st.Dollars != nil && st.DollarsPerHour != nil {
 		fmt.Fprintf(w, "  cost $%.4f so far, $%.4f/h now", *st.Dollars, *st.DollarsPerHour)

@@ -60,6 +60,16 @@ func TestTierRevocationDrill(t *testing.T) {
 		if rep.AckedUpdatesDuplicated == nil || *rep.AckedUpdatesDuplicated != 0 {
 			t.Errorf("%s: applied twice %v, want 0", action, ptr(rep.AckedUpdatesDuplicated))
 		}
+		if action == "kill" {
+			// The design's relation, in sum over workers: the ledgers
+			// count every audit push the audit finds lost, and more only
+			// by the pushes in flight when their workers died.
+			if rep.UpdatesLostAudit == nil || rep.UpdatesLostLedgerAudit == nil {
+				t.Errorf("kill: no audit or ledger count of audit pushes lost")
+			} else if a, l := *rep.UpdatesLostAudit, *rep.UpdatesLostLedgerAudit; a > l {
+				t.Errorf("kill: the audit finds %d audit pushes lost, the ledgers count only %d", a, l)
+			}
+		}
 		if action == "evict" && *rep.UpdatesLost != 0 {
 			t.Errorf("evict: updates_lost %d with notice, want 0", *rep.UpdatesLost)
 		}

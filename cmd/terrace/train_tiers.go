@@ -107,7 +107,10 @@ func printTiers(w io.Writer, t *drill.TierReport) {
 		fmt.Fprintf(w, "terrace: tiers: %.2fs: stage %d -> %d in %.3fs, pause %.3fs: %s\n", s.AtSeconds, s.From, s.To, s.DurationSeconds, s.PauseSeconds, s.Reason)
 	}
 	if t.UpdatesLost != nil && t.UpdatesLostBound != nil {
-		fmt.Fprintf(w, "terrace: tiers: updates lost %d (bound: one sync interval's worth, %d)\n", *t.UpdatesLost, *t.UpdatesLostBound)
+		fmt.Fprintf(w, "terrace: tiers: updates lost %d by the ledgers' count (at risk: %d, one sync interval's worth)\n", *t.UpdatesLost, *t.UpdatesLostBound)
+	}
+	if t.UpdatesLostAudit != nil && t.UpdatesLostLedgerAudit != nil {
+		fmt.Fprintf(w, "terrace: tiers: audit pushes lost %d by the audit's count, %d by the ledgers' (%d in flight)\n", *t.UpdatesLostAudit, *t.UpdatesLostLedgerAudit, *t.UpdatesLostInFlight)
 	}
 	if t.StreamBytesPerPushByte != nil {
 		fmt.Fprintf(w, "terrace: tiers: %.3f bytes streamed to BackupPS per byte pushed\n", *t.StreamBytesPerPushByte)

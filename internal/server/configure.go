@@ -47,6 +47,8 @@ type installed struct {
 	prevRebuild, rebuilt chan struct{}
 	checkpoint, resume   *layout.Checkpoint
 	finished             []int
+	// lossEpoch is the epoch of a fallback whose loss this server counts.
+	lossEpoch uint64
 }
 
 // install installs the layout under applyMu and mu: no push is applied
@@ -85,9 +87,17 @@ func (s *Server) install(l *layout.Layout, rm *ring.Map, ch chains) (installed, 
 	if old := s.chains; old.ring == nil || changed(old, ch) {
 		s.gen++
 	}
+	surely, maybe := fellBack(s.opts.ID, s.lay, l)
 	s.lay, s.ring, s.me, s.chains = l, rm, me, ch
 	s.pairMu.Lock()
 	a.took = s.held.takeOver(&s.dedup, s.tables, rm, me)
+	if maybe {
+		// Before any re-send can reach this server under l (resolve
+		// waits for l): the ledger counts from here.
+		if n := s.ledger.freeze(rm.Epoch, func(sl uint64) bool { return rm.SlotOwner(sl) == me }); surely || n > 0 {
+			a.lossEpoch = rm.Epoch
+		}
+	}
 	s.pairMu.Unlock()
 	s.countAndApply(l.Workers, a.took)
 	close(s.changed)
@@ -183,6 +193,9 @@ func (s *Server) follow(a installed) {
 	}
 	if r := a.resume; r != nil {
 		s.spawn(func(ctx context.Context) { s.restoreFrom(ctx, *r, a.cur) })
+	}
+	if a.lossEpoch != 0 {
+		s.spawn(func(ctx context.Context) { s.countLoss(ctx, a.lossEpoch) })
 	}
 	// Workers that died or left no longer hold the others back.
 	for _, w := range a.finished {

@@ -124,6 +124,7 @@ func (s *Server) skipHeld(c *conn, rq request, vals []float32) (keyspace.Keys, [
 	}
 	s.pairMu.Lock()
 	held, wait := s.dedup.check(c.hello.Client, rq.d.Seq, rq.d.Acked, rq.d.Table, rq.d.Ancestors)
+	s.ledger.resent(c.hello.Client, rq.d.Seq, rq.d.Ancestors)
 	s.pairMu.Unlock()
 	for _, w := range wait {
 		select {
@@ -202,7 +203,7 @@ func (s *Server) applyNow(c *conn, rq request, all, ks keyspace.Keys, vals []flo
 	refused := s.applyPush(rq.t, ks, vals, c.hello.Client, rq.d.Seq)
 	rq.ks = all
 	pair := wire.Pair{Client: c.hello.Client, Seq: rq.d.Seq, Acked: rq.d.Acked, Table: rq.t.id}
-	after := s.replicate(rq.t, all, pair, func(err error) {
+	after := s.replicateAs(rq.t, all, pair, rq.d.Worker, func(err error) {
 		if err != nil {
 			s.replyError(c, rq.h, wire.CodeStaleEpoch, err.Error())
 			return
@@ -286,6 +287,12 @@ func (s *Server) answer(c *conn, rq request, refused int) {
 // at once), or a function the caller must call once it has released
 // applyMu.
 func (s *Server) replicate(t *tableState, ks keyspace.Keys, pair wire.Pair, done waiter) (after func()) {
+	return s.replicateAs(t, ks, pair, wire.NoWorker, done)
+}
+
+// replicateAs is replicate for a push of worker (wire.NoWorker if none),
+// whom a BackupPS's ledger names.
+func (s *Server) replicateAs(t *tableState, ks keyspace.Keys, pair wire.Pair, worker uint32, done waiter) (after func()) {
 	ch := s.chainsNow()
 	if !ch.replicates() {
 		return nil
@@ -295,25 +302,43 @@ func (s *Server) replicate(t *tableState, ks keyspace.Keys, pair wire.Pair, done
 		return nil
 	}
 	var pairs []wire.Pair
+	waits := len(groups) + 1
 	if pair.Seq != 0 {
 		pairs = []wire.Pair{pair}
+		for _, g := range groups {
+			if ch.isBackup(g.peer.ID) {
+				waits++ // its ledger too
+			}
+		}
 	}
-	// One more than the groups: the last is the caller's, once it holds
-	// no lock, so that done never runs under applyMu.
-	finish := allDone(len(groups)+1, done)
+	// One more than the groups and ledgers: the last is the caller's, once
+	// it holds no lock, so that done never runs under applyMu.
+	finish := allDone(waits, done)
 	var now []waiter
 	var replaced []*replicator
 	for _, g := range groups {
+		toLedger := pair.Seq != 0 && ch.isBackup(g.peer.ID)
 		r, old := s.replicatorFor(g.peer)
 		if old != nil {
 			replaced = append(replaced, old)
 		}
 		if r == nil {
 			now = append(now, func(error) { finish(errShuttingDown) })
+			if toLedger {
+				now = append(now, func(error) { finish(errShuttingDown) })
+			}
 			continue
 		}
 		if w := r.add(entry{items: g.items, pairs: pairs}, finish); w != nil {
 			now = append(now, w)
+		}
+		// A BackupPS's ledger learns the push before it is acknowledged,
+		// in parallel with the chain (docs/design/tiers.md, "The
+		// stream", 5).
+		if toLedger {
+			if w := r.addLedger(ledgerPair(pair, g.items, worker), finish); w != nil {
+				now = append(now, w)
+			}
 		}
 	}
 	return func() {

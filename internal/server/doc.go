@@ -6,8 +6,10 @@
 // tested by the scenario files in testdata: consistency (clocks and BSP
 // deferral), dedup and heldPushes (which pushes the server holds, and
 // where), chains and peerSync (who must hold a slot, and which slots a peer
-// holds in step), and peerQueue (a replication stream's rounds and its
-// acknowledgement policy). Server drives them from its connection
+// holds in step), peerQueue (a replication stream's rounds and its
+// acknowledgement policy), and ledger (a BackupPS's record of the pushes
+// its ActivePS may acknowledge that it does not hold yet: what a fallback
+// loses). Server drives them from its connection
 // goroutines, its replicators' goroutines and its tasks; Server's comment
 // gives the lock order. docs/design/server.md explains the whole.
 package server

@@ -155,6 +155,7 @@ func (s *Server) importRound(round []wire.Replicate, replaces bool) {
 				}
 				s.pairMu.Lock()
 				s.dedup.drop(r.Table, r.Slots)
+				s.ledger.replaced(r.Table, r.Slots)
 				s.pairMu.Unlock()
 			}
 		}
@@ -175,6 +176,7 @@ func (s *Server) importRound(round []wire.Replicate, replaces bool) {
 		for _, pr := range m.Pairs {
 			s.dedup.add(pr.Client, pr.Seq, pr.Acked, pr.Table, pr.Slots)
 			s.held.drop(pr.Client, pr.Seq)
+			s.ledger.installed(pr)
 		}
 		s.pairMu.Unlock()
 	}

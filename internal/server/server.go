@@ -57,6 +57,13 @@ type Options struct {
 	// for its statistics (issue 11).
 	Machine string
 	Class   tier.Class
+	// OnLoss, when set, is told what this server's loss ledger counts
+	// after a fallback made it a head (docs/design/tiers.md, "Bulk
+	// revocation"), FallbackGrace (DefaultFallbackGrace if 0) after it
+	// installed the fallback's layout: the time surviving clients have to
+	// re-send the pushes they never heard acknowledged.
+	OnLoss        func(LossReport)
+	FallbackGrace time.Duration
 }
 
 // Server serves its share of every table. Its decisions live in pure
@@ -115,10 +122,12 @@ type Server struct {
 	clockMu sync.Mutex
 	cons    consistency[func(), *bspPush]
 
-	// pairMu guards dedup and held: which pushes this server holds.
+	// pairMu guards dedup and held: which pushes this server holds; and
+	// ledger, which it does not hold yet (as a BackupPS).
 	pairMu sync.Mutex
 	dedup  dedup
 	held   heldPushes
+	ledger ledger
 
 	// replMu guards repl and replStopped.
 	replMu      sync.Mutex
@@ -161,6 +170,11 @@ type counters struct {
 	// pushBytes counts push frames from workers; streamBytes and
 	// streamRounds what this server streamed to BackupPS (issue 11).
 	pushBytes, streamBytes, streamRounds atomic.Int64
+	// ledgerPairs and ledgerBytes count what this server sent to BackupPS
+	// ledgers (ledger_stream.go).
+	ledgerPairs, ledgerBytes atomic.Int64
+	// ledgerLost counts the pushes this server's ledger reported lost.
+	ledgerLost atomic.Int64
 }
 
 // New returns a server that serves nothing until Configure gives it a layout.
@@ -616,6 +630,14 @@ func (s *Server) handle(c *conn, h wire.Header, p []byte) {
 		if code, err := s.handleReplicate(c, h, p); err != nil {
 			s.replyError(c, h, code, err.Error())
 		}
+	case wire.TLedger:
+		if c.hello.Role != wire.RoleLedger {
+			s.replyError(c, h, wire.CodeBadRequest, "ledger pairs on a connection not opened for them")
+			return
+		}
+		if code, err := s.handleLedger(c, h, p); err != nil {
+			s.replyError(c, h, code, err.Error())
+		}
 	case wire.TClock:
 		if err := s.handleClock(c, h, p); err != nil {
 			s.replyError(c, h, wire.CodeBadRequest, err.Error())
@@ -733,6 +755,11 @@ type Stats struct {
 	PushBytes    int64      `json:"push_bytes"`
 	StreamBytes  int64      `json:"stream_bytes"`
 	StreamRounds int64      `json:"stream_rounds"`
+	// LedgerPairs and LedgerBytes are what it sent to BackupPS loss
+	// ledgers; LedgerLost what its own ledger counted lost at fallbacks.
+	LedgerPairs int64 `json:"ledger_pairs"`
+	LedgerBytes int64 `json:"ledger_bytes"`
+	LedgerLost  int64 `json:"ledger_lost"`
 }
 
 // Stats returns the server's counters and what its tables hold.
@@ -744,6 +771,7 @@ func (s *Server) Stats() Stats {
 		MinClock: s.minClock(),
 		Machine:  s.opts.Machine, Class: s.opts.Class, Role: s.Role(),
 		PushBytes: s.stats.pushBytes.Load(), StreamBytes: s.stats.streamBytes.Load(), StreamRounds: s.stats.streamRounds.Load(),
+		LedgerPairs: s.stats.ledgerPairs.Load(), LedgerBytes: s.stats.ledgerBytes.Load(), LedgerLost: s.stats.ledgerLost.Load(),
 	}
 	for _, t := range s.tableList() {
 		ts := t.store.Stats()

@@ -33,6 +33,9 @@ type replicator struct {
 	kick    chan struct{}
 	stop    chan struct{}
 	once    sync.Once
+	// ledger is the pairs to send to a BackupPS's loss ledger before their
+	// pushes are acknowledged (ledger_stream.go).
+	ledger ledgerOut
 }
 
 func newReplicator(s *Server, peer ring.Server, changes int, policy AckPolicy) *replicator {
@@ -111,6 +114,7 @@ func (r *replicator) leave() {
 	r.mu.Lock()
 	release := r.q.leave()
 	r.mu.Unlock()
+	release = append(release, r.leaveLedger()...)
 	r.once.Do(func() { close(r.stop) })
 	for _, w := range release {
 		w(nil)

@@ -42,6 +42,7 @@ const (
 	EventRefused    = "refused"    // a request without the token or role it needs
 	EventStage      = "stage"      // a stage switch began, ended, fell back or was abandoned
 	EventNotice     = "notice"     // a node got an eviction notice (a cloud's, a SIGTERM): it drains
+	EventLoss       = "loss"       // a BackupPS counted the acknowledged updates a fallback lost
 )
 
 // Event is one entry of the coordinator's timeline: what happened, to
@@ -70,6 +71,11 @@ type Status struct {
 	StageReason string `json:"stage_reason,omitempty"`
 	// Switching, while a switch is in progress, is "FROM -> TO".
 	Switching string `json:"switching,omitempty"`
+	// UpdatesLost is what the BackupPS's loss ledgers counted lost at
+	// fallbacks, and UpdatesAtRisk what they allowed in the rounds at
+	// risk (docs/design/tiers.md).
+	UpdatesLost   int64 `json:"updates_lost,omitempty"`
+	UpdatesAtRisk int64 `json:"updates_at_risk,omitempty"`
 	// Machines counts the machines with a live node, by class.
 	Machines MachineCount `json:"machines"`
 	// DollarsPerHour is what those machines cost at the coordinator's

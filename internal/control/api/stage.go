@@ -33,6 +33,8 @@ type StageChange struct {
 type StageStatus struct {
 	Stage   tier.Stage    `json:"stage"`
 	History []StageChange `json:"history"`
+	// Loss is what the BackupPS's ledgers counted at fallbacks.
+	Loss Loss `json:"loss"`
 }
 
 // SwitchStage asks the coordinator to switch the cluster to stage to; it

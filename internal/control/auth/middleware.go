@@ -48,6 +48,7 @@ var policy = map[string]Role{
 	api.RouteSynced:       RoleServer,
 	api.RouteCheckpointed: RoleServer,
 	api.RouteRestored:     RoleServer,
+	api.RouteLoss:         RoleServer,
 
 	api.RouteCheckpoint: RoleAdmin,
 

@@ -67,6 +67,10 @@ var (
 		"What the live machines have cost since this coordinator took over, at its --price (only when set).", nil, nil)
 	descCostRate = prometheus.NewDesc("terrace_coordinator_cost_dollars_per_hour",
 		"What the live machines cost an hour at the coordinator's --price (only when set).", nil, nil)
+	descLost = prometheus.NewDesc("terrace_coordinator_updates_lost_total",
+		"Acknowledged updates lost at fallbacks after revocations without notice, as the BackupPS's loss ledgers counted them.", nil, nil)
+	descAtRisk = prometheus.NewDesc("terrace_coordinator_updates_at_risk_total",
+		"Updates the ActivePS were allowed to acknowledge in the rounds at risk at fallbacks (the bound on updates lost).", nil, nil)
 )
 
 // Collector returns the coordinator's metrics for a Prometheus registry:
@@ -79,7 +83,7 @@ func (cc *coordCollector) Describe(ch chan<- *prometheus.Desc) {
 	cc.metrics.events.Describe(ch)
 	cc.metrics.requests.Describe(ch)
 	for _, d := range []*prometheus.Desc{descNodes, descEpoch, descLeases, descTrained, descPass, descDone, descCkpt,
-		descStage, descMachs, descSpread, descCost, descCostRate} {
+		descStage, descMachs, descSpread, descCost, descCostRate, descLost, descAtRisk} {
 		ch <- d
 	}
 }
@@ -114,6 +118,8 @@ func (cc *coordCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descMachs, prometheus.GaugeValue, float64(st.Machines.Reliable), "reliable")
 	ch <- prometheus.MustNewConstMetric(descMachs, prometheus.GaugeValue, float64(st.Machines.Transient), "transient")
 	ch <- prometheus.MustNewConstMetric(descSpread, prometheus.GaugeValue, float64(st.Job.Staleness))
+	ch <- prometheus.MustNewConstMetric(descLost, prometheus.CounterValue, float64(st.UpdatesLost))
+	ch <- prometheus.MustNewConstMetric(descAtRisk, prometheus.CounterValue, float64(st.UpdatesAtRisk))
 	if st.Dollars != nil && st.DollarsPerHour != nil {
 		ch <- prometheus.MustNewConstMetric(descCost, prometheus.CounterValue, *st.Dollars)
 		ch <- prometheus.MustNewConstMetric(descCostRate, prometheus.GaugeValue, *st.DollarsPerHour)

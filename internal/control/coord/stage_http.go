@@ -13,6 +13,10 @@ func (c *Coordinator) stageHandlers(mux *http.ServeMux) {
 		r, err := c.call(ctx, func(m *Machine, id uint64) { m.SwitchStage(id, s.To, s.Reason) })
 		return r.Layout, err
 	})
+	handle(mux, api.RouteLoss, func(ctx context.Context, r api.LossReport) (any, error) {
+		_, err := c.call(ctx, func(m *Machine, id uint64) { m.ReportLoss(id, r) })
+		return struct{}{}, err
+	})
 	mux.HandleFunc(api.RouteStageHistory, func(w http.ResponseWriter, r *http.Request) { reply(w, c.StageStatus(), nil) })
 }
 
@@ -20,9 +24,10 @@ func (c *Coordinator) stageHandlers(mux *http.ServeMux) {
 func (c *Coordinator) StageStatus() api.StageStatus {
 	c.mu.Lock()
 	stage, hist := c.m.Stage()
+	loss := c.m.Loss()
 	c.mu.Unlock()
 	if hist == nil {
 		hist = []api.StageChange{} // [] rather than null in the reply
 	}
-	return api.StageStatus{Stage: stage, History: hist}
+	return api.StageStatus{Stage: stage, History: hist, Loss: loss}
 }

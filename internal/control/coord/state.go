@@ -56,6 +56,8 @@ type State struct {
 	ActiveLost   int           `json:"active_lost,omitempty"`
 	// Noticed are the ActivePS that announced their departure.
 	Noticed map[string]bool `json:"noticed,omitempty"`
+	// Loss is what the BackupPS's ledgers counted at fallbacks (loss.go).
+	Loss api.Loss `json:"loss,omitzero"`
 	// RankClass is the class of each worker rank's machine.
 	RankClass map[int]tier.Class `json:"rank_class,omitempty"`
 

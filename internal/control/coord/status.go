@@ -28,6 +28,7 @@ func (m *Machine) Status() api.Status {
 	}
 	st.Stage = int(l.CurrentStage())
 	st.Checkpoint = m.checkpointStatus()
+	st.UpdatesLost, st.UpdatesAtRisk = m.st.Loss.UpdatesLost, m.st.Loss.UpdatesLostBound
 	if m.st.Job != nil {
 		js := m.JobStatus()
 		st.Definition = &js

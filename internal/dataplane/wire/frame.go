@@ -41,6 +41,10 @@ const (
 	TReplicate Type = 8
 	// TPing asks for an empty reply at once: the coordinator's liveness probe.
 	TPing Type = 9
+	// TLedger carries, from an ActivePS to a BackupPS, the pairs of pushes
+	// it is about to acknowledge, each scoped to the slots the BackupPS
+	// holds of it; body: Replicate with pairs only (docs/design/tiers.md).
+	TLedger Type = 10
 )
 
 func (t Type) String() string {
@@ -63,6 +67,8 @@ func (t Type) String() string {
 		return "replicate"
 	case TPing:
 		return "ping"
+	case TLedger:
+		return "ledger"
 	}
 	return fmt.Sprintf("type(%d)", uint8(t))
 }
@@ -135,7 +141,7 @@ func ParseHeader(b []byte, maxPayload int) (Header, error) {
 		Len:   binary.LittleEndian.Uint32(b[24:]),
 		CRC:   binary.LittleEndian.Uint32(b[28:]),
 	}
-	if h.Type < THello || h.Type > TPing {
+	if h.Type < THello || h.Type > TLedger {
 		return Header{}, fmt.Errorf("%w: unknown message type %d", ErrCorrupt, b[3])
 	}
 	if binary.LittleEndian.Uint16(b[6:]) != 0 {

@@ -474,6 +474,9 @@ type Role uint8
 const (
 	RoleClient  Role = 0 // a worker or a tool
 	RoleReplica Role = 1 // a server that replicates to this one
+	// RoleLedger is an ActivePS sending its loss-ledger pairs (TLedger) to
+	// a BackupPS, on a connection of their own beside its replication.
+	RoleLedger Role = 2
 )
 
 // Hello is the first message of a connection.
@@ -507,7 +510,7 @@ func ParseHello(p []byte) (Hello, error) {
 	if len(p) != 16+n {
 		return Hello{}, fmt.Errorf("%w: hello node ID of %d bytes in %d", ErrCorrupt, n, len(p)-16)
 	}
-	if r := Role(p[4]); r > RoleReplica || p[5] != 0 {
+	if r := Role(p[4]); r > RoleLedger || p[5] != 0 {
 		return Hello{}, fmt.Errorf("%w: hello role %d", ErrCorrupt, r)
 	}
 	return Hello{Worker: binary.LittleEndian.Uint32(p), Role: Role(p[4]), Client: binary.LittleEndian.Uint64(p[8:]), Node: string(p[16:])}, nil

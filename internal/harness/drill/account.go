@@ -25,6 +25,11 @@ type WorkerAudit struct {
 	LogComplete bool `json:"log_complete"`
 	// Lost is max(0, AckedLogged - ServerCount).
 	Lost int64 `json:"lost"`
+	// LedgerLost, on tiers after a revocation without notice, is the
+	// BackupPS's loss ledgers' count of the worker's audit pushes lost:
+	// equal to Lost for a worker that survived, and at least Lost, by the
+	// pushes in flight when it died, for one that did not.
+	LedgerLost *int64 `json:"ledger_lost,omitempty"`
 }
 
 // Accounting is what the audit tables say about a run.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/placement/tier"
+	"github.com/terrace-ml/terrace/internal/server"
 )
 
 // Tiers runs the drill on machines of two classes (issue 11,
@@ -46,13 +47,29 @@ type TierReport struct {
 	StageHistory []StageSwitchFact `json:"stage_history"`
 	// MaxSwitchPauseSeconds is the largest PauseSeconds of the history.
 	MaxSwitchPauseSeconds float64 `json:"max_switch_pause_seconds"`
-	// UpdatesLost counts the acknowledged audit pushes lost at
-	// revocations without notice (the audit's count, when the stage
-	// history has such a fallback; 0 otherwise), and UpdatesLostBound is
-	// one sync interval's worth: the most audit pushes acknowledged in
-	// any window of one sync interval.
-	UpdatesLost      *int64 `json:"updates_lost"`
-	UpdatesLostBound *int64 `json:"updates_lost_bound"`
+	// UpdatesLost counts the acknowledged pushes lost at revocations
+	// without notice, every table's, as the system counted them: the
+	// BackupPS's loss ledgers, summed by the coordinator (its
+	// terrace_coordinator_updates_lost_total); UpdatesLostBound is what
+	// the ledgers allowed in the rounds at risk (one sync interval's
+	// worth, by the gate). UpdatesLostByTable splits UpdatesLost.
+	UpdatesLost        *int64           `json:"updates_lost"`
+	UpdatesLostBound   *int64           `json:"updates_lost_bound"`
+	UpdatesLostByTable map[string]int64 `json:"updates_lost_by_table,omitempty"`
+	// UpdatesLostAudit is the audit's count of the acknowledged audit
+	// pushes lost at those revocations, UpdatesLostLedgerAudit the
+	// ledgers' count for the audit table, and UpdatesLostInFlight their
+	// difference: audit pushes the ActivePS allowed whose acknowledgement
+	// a worker that died with them never logged. The design's relation,
+	// ledger >= audit >= ledger - in-flight (docs/design/tiers.md, "Bulk
+	// revocation"), is checked per worker (WorkerAudit.LedgerLost): equal
+	// for a worker that survived; a breach is noted.
+	UpdatesLostAudit       *int64 `json:"updates_lost_audit"`
+	UpdatesLostLedgerAudit *int64 `json:"updates_lost_ledger_audit"`
+	UpdatesLostInFlight    *int64 `json:"updates_lost_in_flight"`
+	// AuditPushesPerInterval is the most audit pushes acknowledged in any
+	// window of one sync interval: the audit's own bound.
+	AuditPushesPerInterval *int64 `json:"audit_pushes_per_interval"`
 	// StreamBytesPerPushByte is the bytes ActivePS streamed to BackupPS per
 	// byte of pushes the servers received from workers (their last
 	// statistics).
@@ -154,12 +171,83 @@ func (d *drill) stageStatus(ctx context.Context) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	st, err := api.NewClient(d.coord, nil).Stage(cctx)
+	cl := api.NewClient(d.coord, nil)
+	st, err := cl.Stage(cctx)
 	if err != nil {
 		d.rep.note("stage history: %v", err)
 		return
 	}
+	// The BackupPS count a fallback's loss after a grace for re-sends:
+	// wait for it (a run may end seconds after its revocation).
+	if at := lastRevocation(st); !at.IsZero() {
+		t := time.NewTimer(time.Until(at.Add(server.DefaultFallbackGrace + 2*time.Second)))
+		select {
+		case <-t.C:
+			if later, err := cl.Stage(cctx); err == nil {
+				st = later
+			}
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
 	d.stage = &st
+}
+
+// lastRevocation is when the last fallback after a revocation without
+// notice began (zero if none).
+func lastRevocation(st api.StageStatus) time.Time {
+	var at time.Time
+	for _, h := range st.History {
+		if strings.HasPrefix(h.Reason, "revocation") {
+			at = h.Started
+		}
+	}
+	return at
+}
+
+// fillLoss reports the ledgers' count of updates lost beside the audit's,
+// and checks the relation between them (TierReport.UpdatesLostInFlight).
+func (d *drill) fillLoss(tr *TierReport, revoked bool) {
+	var loss api.Loss
+	if d.stage != nil {
+		loss = d.stage.Loss
+	}
+	tr.UpdatesLost, tr.UpdatesLostBound = &loss.UpdatesLost, &loss.UpdatesLostBound
+	tr.UpdatesLostByTable = loss.ByTable
+	lost := d.rep.AckedUpdatesLost
+	if lost == nil {
+		return
+	}
+	var audit int64
+	if revoked {
+		audit = *lost
+	}
+	ledger := loss.ByTable[AuditTable]
+	inFlight := ledger - audit
+	tr.UpdatesLostAudit, tr.UpdatesLostLedgerAudit, tr.UpdatesLostInFlight = &audit, &ledger, &inFlight
+	// Acknowledged audit pushes lost beyond the ledgers' count: none.
+	beyond := max(0, *lost-ledger)
+	d.rep.AckedUpdatesLost = &beyond
+	if !revoked {
+		return
+	}
+	// Per worker: equal for a worker that survived (its re-sends left the
+	// ledger), and ledger >= audit >= ledger - in flight for one that died.
+	for i := range d.rep.Audit {
+		w := &d.rep.Audit[i]
+		if w.Rank < 0 {
+			continue
+		}
+		n := loss.ByWorker[AuditTable][w.Rank]
+		w.LedgerLost = &n
+		switch {
+		case w.Finished && n != w.Lost:
+			d.rep.note("worker rank %d survived, but the ledgers count %d of its audit pushes lost and the audit %d", w.Rank, n, w.Lost)
+		case !w.Finished && (n < w.Lost || n-w.Lost > auditQueue):
+			d.rep.note("worker rank %d died: the ledgers count %d of its audit pushes lost and the audit %d, outside ledger >= audit >= ledger - in flight (at most %d)", w.Rank, n, w.Lost, auditQueue)
+		}
+	}
+	d.rep.note("updates_lost is the system's own count (the BackupPS's loss ledgers, summed by the coordinator) of acknowledged pushes lost at the fallback after a revocation without notice, every table's; updates_lost_audit is the audit's count of audit pushes lost, updates_lost_ledger_audit the ledgers' count of them, updates_lost_in_flight the difference (pushes allowed whose acknowledgement a dying worker never logged); acked_updates_lost is what the audit lost beyond the ledgers' count; examples_skipped counts the trained table's increments lost in the same round")
 }
 
 // fillTiers computes the tier figures of the report once the audit and
@@ -204,18 +292,9 @@ func (d *drill) fillTiers(timelines [][]int64) {
 	if interval <= 0 {
 		interval = time.Second
 	}
-	bound := mostInWindow(all, interval)
-	tr.UpdatesLostBound = &bound
-	if lost := d.rep.AckedUpdatesLost; lost != nil {
-		var counted int64
-		if revoked {
-			counted = *lost
-			rest := *lost - counted
-			d.rep.AckedUpdatesLost = &rest
-			d.rep.note("updates_lost is the audit's count of acknowledged audit pushes lost at the fallback after a revocation without notice (the ActivePS's unstreamed round); acked_updates_lost is what was lost beyond it; examples_skipped counts the trained table's increments lost in the same round")
-		}
-		tr.UpdatesLost = &counted
-	}
+	window := mostInWindow(all, interval)
+	tr.AuditPushesPerInterval = &window
+	d.fillLoss(tr, revoked)
 	var push, stream int64
 	for _, raw := range d.rep.ServerStats {
 		var s struct {

@@ -35,6 +35,10 @@ type Counters struct {
 	// with no piece left takes the tail of a slow peer's, and the
 	// partition state, which counts each row's training, splits with it.
 	Reassign bool
+	// HotOnly pushes only the rank's hot counter: one key, so one part
+	// and one (client, seq) pair per push, and the increments a run loses
+	// are the pushes it loses: the unit of the tiers' loss ledger.
+	HotOnly bool
 }
 
 func (w Counters) withDefaults() Counters {
@@ -137,7 +141,7 @@ func (w Counters) step(ctx context.Context, c *Cluster, n *Node, cl *ps.Client, 
 	// The same minibatch touches the same keys whoever trains it.
 	r := rand.New(rand.NewPCG(c.Seed(), uint64(pass)<<40|uint64(part)<<20|uint64(off)))
 	set := map[uint64]bool{w.HotKey(rank): true}
-	for len(set) < w.KeysPerStep+1 {
+	for len(set) < w.KeysPerStep+1 && !w.HotOnly {
 		set[r.Uint64N(uint64(w.Keys))] = true
 	}
 	keys := make([]uint64, 0, len(set))

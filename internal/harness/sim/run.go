@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/dataplane/simnet"
 	"github.com/terrace-ml/terrace/ps"
 )
@@ -87,6 +88,9 @@ type Report struct {
 	// Reassignments is how many tails of pieces workers took from slow
 	// peers (Counters.Reassign).
 	Reassignments int64
+	// Ledger, with tiers, is what the BackupPS's loss ledgers counted at
+	// fallbacks, as the coordinator summed it (docs/design/tiers.md).
+	Ledger api.Loss
 }
 
 // Losses is what a run lost where every copy of a slot was gone before a
@@ -165,6 +169,7 @@ func Run(ctx context.Context, sc Scenario) *Report {
 			}
 		}
 	}
+	rep.Ledger = c.ledgerCount(ctx)
 	// Losses are counted up to here: stopping the cluster kills the rest.
 	rep.Losses.Slots = c.copies.Lost()
 	rep.UnknownCopies = c.copies.Unknown()

@@ -1,6 +1,7 @@
 package sim_test
 
 import (
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -83,5 +84,45 @@ func TestTierRevocationWithoutNotice(t *testing.T) {
 		if rep.Losses.Increments > rep.LossBound {
 			t.Errorf("lost %d acknowledged increments at the revocation, more than one sync interval's worth (%d)", rep.Losses.Increments, rep.LossBound)
 		}
+		// The ledgers count pushes (each part a server applies), the
+		// simulation increments: each lost part loses from 1 to 11 of them.
+		t.Logf("the ledgers count %d parts lost of %d at risk", rep.Ledger.UpdatesLost, rep.Ledger.UpdatesLostBound)
+		if l, inc := rep.Ledger.UpdatesLost, rep.Losses.Increments; l > inc || inc > 11*l {
+			t.Errorf("the ledgers count %d parts lost, the simulation %d increments", l, inc)
+		}
 	})
+}
+
+// TestTierRevocationLedgerCounts kills every transient machine of a
+// stage-2 cluster whose workers (on reliable machines) survive, and whose
+// every push is one key: the increments the simulation finds lost are
+// then exactly the pushes lost, and the BackupPS's loss ledgers, summed
+// by the coordinator, must count exactly those (docs/design/tiers.md, I3),
+// no more than they allowed in the rounds at risk.
+func TestTierRevocationLedgerCounts(t *testing.T) {
+	for _, seed := range []uint64{24, 25, 26} {
+		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				sc := sim.Scenario{
+					Config: sim.Config{Seed: seed, Servers: 4, Workers: 2, ServerClass: transientServers, Stage: tier.Stage2,
+						SyncInterval: 200 * time.Millisecond},
+					Workload:   sim.Counters{Staleness: 2, HotOnly: true},
+					Faults:     sim.Schedule{{At: 1500 * time.Millisecond, Fault: sim.Revoke{Class: "transient", Replace: -1}}},
+					Invariants: []sim.Invariant{sim.ExactlyOnce{}, sim.Staleness{}},
+				}
+				rep := runScenario(t, sc, true)
+				t.Logf("simulation: %d pushes lost; ledger: %d lost of %d at risk (%d reports)",
+					rep.Losses.Increments, rep.Ledger.UpdatesLost, rep.Ledger.UpdatesLostBound, rep.Ledger.Reports)
+				if rep.Ledger.Reports == 0 {
+					t.Fatal("no BackupPS reported its ledger after the fallback")
+				}
+				if rep.Ledger.UpdatesLost != rep.Losses.Increments {
+					t.Errorf("the ledgers count %d acknowledged pushes lost, the simulation %d", rep.Ledger.UpdatesLost, rep.Losses.Increments)
+				}
+				if rep.Ledger.UpdatesLost > rep.Ledger.UpdatesLostBound {
+					t.Errorf("the ledgers count %d lost of %d at risk", rep.Ledger.UpdatesLost, rep.Ledger.UpdatesLostBound)
+				}
+			})
+		})
+	}
 }

@@ -152,6 +152,9 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 		OnRestored: func(seq uint64, err error) {
 			report("restore", func(ctx context.Context) error { return cc.Restored(ctx, cfg.ID, seq, err) })
 		},
+		OnLoss: func(r server.LossReport) {
+			report("loss", func(ctx context.Context) error { return cc.ReportLoss(ctx, lossReport(cfg.ID, r)) })
+		},
 	})
 	if err := s.Configure(l); err != nil {
 		return err

@@ -1,0 +1,116 @@
+package server
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/terrace-ml/terrace/internal/dataplane/wire"
+	"github.com/terrace-ml/terrace/keyspace"
+)
+
+func slots(s ...uint64) keyspace.SlotSet {
+	var out keyspace.SlotSet
+	for _, sl := range s {
+		out.Add(sl)
+	}
+	return out
+}
+
+func seqs(ps []LostPush) []uint64 {
+	var out []uint64
+	for _, p := range ps {
+		out = append(out, p.Seq)
+	}
+	return out
+}
+
+// TestLedgerCountsWhatIsNotDurable walks the ledger through a BackupPS's
+// life: pushes allowed, rounds and copies that make some durable here,
+// the fallback that freezes the rest, and the re-sends of clients that
+// never heard the acknowledgement (docs/design/tiers.md, I3).
+func TestLedgerCountsWhatIsNotDurable(t *testing.T) {
+	var l ledger
+	pair := func(client, seq uint64, table uint32, sl keyspace.SlotSet) wire.Pair {
+		return wire.Pair{Client: client, Seq: seq, Table: table, Slots: sl}
+	}
+	l.allow(pair(1, 1, 0, slots(1, 2)), scope{})
+	l.allow(pair(1, 2, 0, slots(2)), scope{})
+	l.allow(pair(1, 3, 0, slots(3)), scope{})
+	l.allow(pair(2, 1, 0, slots(1, 5)), scope{})
+	w4 := pair(2, 2, 1, slots(7))
+	w4.Acked = 5 // worker 4's (ledgerPair)
+	l.allow(w4, scope{})
+	// A round that carried the pair overtook the ledger's message: its
+	// slots are durable already.
+	l.allow(pair(2, 3, 0, slots(8)), scope{slots: slots(8)})
+	l.allow(pair(2, 4, 0, slots(8)), scope{all: true})
+	if len(l.open) != 5 {
+		t.Fatalf("open %v, want 5 entries", l.open)
+	}
+
+	// A round makes (1,1) durable in slot 1 only, and (1,2) whole.
+	l.installed(pair(1, 1, 0, slots(1)))
+	l.installed(pair(1, 2, 0, slots(2)))
+	// A pair of another table does not clear it.
+	l.installed(pair(2, 2, 0, slots(7)))
+	if _, ok := l.open[pairKey{1, 2}]; ok {
+		t.Error("(1,2) still open after its round was installed")
+	}
+	if e := l.open[pairKey{1, 1}]; !slices.Equal(e.slots, slots(2)) {
+		t.Errorf("(1,1) open in %v, want slot 2", e.slots)
+	}
+	// A full copy of slot 5 of table 0 carries (2,1) there.
+	l.replaced(0, slots(5))
+	if e := l.open[pairKey{2, 1}]; !slices.Equal(e.slots, slots(1)) {
+		t.Errorf("(2,1) open in %v, want slot 1", e.slots)
+	}
+
+	// The fallback: this server heads slots 1, 2 and 7; (1,3) in slot 3 is
+	// another head's to count.
+	heads := func(sl uint64) bool { return sl == 1 || sl == 2 || sl == 7 }
+	if n := l.freeze(9, heads); n != 3 {
+		t.Fatalf("freeze: %d at risk, want 3 ((1,1), (2,1), (2,2))", n)
+	}
+	// New ledger entries after the fallback (a later stage 2) are not
+	// the fallback's.
+	l.allow(pair(3, 1, 0, slots(1)), scope{})
+	// Client 2 re-sends (2,1) as a part whose ancestor it is: it never
+	// heard the acknowledgement. A re-send of a push not in the ledger
+	// changes nothing.
+	l.resent(2, 10, []uint64{1})
+	l.resent(1, 7, nil)
+	r := l.report()
+	if r.Epoch != 9 {
+		t.Errorf("epoch %d, want 9", r.Epoch)
+	}
+	if got := seqs(r.Allowed); !slices.Equal(got, []uint64{1, 1, 2}) {
+		t.Errorf("allowed seqs %v, want (1,1) (2,1) (2,2)", r.Allowed)
+	}
+	if len(r.Lost) != 2 || r.Lost[0] != (LostPush{1, 1, 0, -1}) || r.Lost[1] != (LostPush{2, 2, 1, 4}) {
+		t.Errorf("lost %v, want (1,1) of table 0 and (2,2) of table 1 by worker 4", r.Lost)
+	}
+	if l.frozen != nil {
+		t.Error("the report did not forget the frozen ledger")
+	}
+	if _, ok := l.open[pairKey{3, 1}]; !ok {
+		t.Error("the report forgot the open ledger of a later stage")
+	}
+}
+
+// TestLedgerFallbackWithinGrace: a second fallback before the first's
+// count was reported (a return to stage 2 and a revocation again within
+// the grace) reports both.
+func TestLedgerFallbackWithinGrace(t *testing.T) {
+	var l ledger
+	all := func(uint64) bool { return true }
+	l.allow(wire.Pair{Client: 1, Seq: 1, Slots: slots(1)}, scope{})
+	l.freeze(5, all)
+	l.allow(wire.Pair{Client: 1, Seq: 9, Slots: slots(1)}, scope{})
+	if n := l.freeze(8, all); n != 1 {
+		t.Fatalf("second freeze: %d at risk, want 1", n)
+	}
+	r := l.report()
+	if r.Epoch != 8 || !slices.Equal(seqs(r.Lost), []uint64{1, 9}) || !slices.Equal(seqs(r.Allowed), []uint64{1, 9}) {
+		t.Errorf("report %+v, want epoch 8 with (1,1) and (1,9) lost and at risk", r)
+	}
+}
