@@ -177,17 +177,7 @@ func (r *replicator) sendLedger(ctx context.Context, conn **transport.Client, pa
 	f := wire.NewFrame(wire.Header{Type: wire.TLedger, Epoch: r.s.Epoch(), ReqID: id}, parts...)
 	(*conn).Call(f, id, &transport.Call{
 		OnReply: func(h wire.Header, rd *wire.Reader) error {
-			p, err := rd.Payload(h)
-			if err != nil {
-				return err
-			}
-			if h.Type == wire.TError {
-				code, msg, _ := wire.ParseError(p)
-				reply <- fmt.Errorf("%w (code %d): %s", errLedgerRefused, code, msg)
-				return nil
-			}
-			reply <- nil
-			return nil
+			return peerReply(h, rd, errLedgerRefused, reply)
 		},
 		OnFail: func(err error) { reply <- err },
 	}, nil)

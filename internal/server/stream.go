@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -325,22 +326,33 @@ func (st *stream) send(round uint64, msgs []wire.Replicate) sentRound {
 		f := wire.NewFrameOn(wire.Header{Type: wire.TReplicate, Epoch: epoch, ReqID: id}, st.conn.Authenticated(), parts...)
 		st.conn.Call(f, id, &transport.Call{
 			OnReply: func(h wire.Header, rd *wire.Reader) error {
-				p, err := rd.Payload(h)
-				if err != nil {
-					return err
-				}
-				if h.Type == wire.TError {
-					code, msg, _ := wire.ParseError(p)
-					sr.replies <- fmt.Errorf("peer refused replication (code %d): %s", code, msg)
-					return nil
-				}
-				sr.replies <- nil
-				return nil
+				return peerReply(h, rd, errReplicationRefused, sr.replies)
 			},
 			OnFail: func(err error) { sr.replies <- err },
 		}, nil)
 	}
 	return sr
+}
+
+// errReplicationRefused: a peer refused a replicate frame.
+var errReplicationRefused = errors.New("peer refused replication")
+
+// peerReply reads a peer's reply to a replicate or ledger frame and
+// sends its answer on answers: nil for an acknowledgement, the peer's
+// refusal wrapping refused. It returns an error only when the reply
+// cannot be read, which breaks the connection.
+func peerReply(h wire.Header, rd *wire.Reader, refused error, answers chan<- error) error {
+	p, err := rd.Payload(h)
+	if err != nil {
+		return err
+	}
+	if h.Type == wire.TError {
+		code, msg, _ := wire.ParseError(p)
+		answers <- fmt.Errorf("%w (code %d): %s", refused, code, msg)
+		return nil
+	}
+	answers <- nil
+	return nil
 }
 
 // nextRound plans the next round and reads its state. Pushes go on while
