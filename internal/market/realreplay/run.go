@@ -295,9 +295,11 @@ func (m *clusterMachines) Start(_ context.Context, c market.Class) (string, erro
 	return m.r.cluster.StartMachine(class(c))
 }
 
-func (m *clusterMachines) Notice(_ context.Context, name string) error { return m.r.cluster.Notice(name) }
-func (m *clusterMachines) Kill(_ context.Context, name string) error   { return m.r.cluster.Kill(name) }
-func (m *clusterMachines) Drain(_ context.Context, name string) error  { return m.r.cluster.Drain(name) }
+func (m *clusterMachines) Notice(_ context.Context, name string) error {
+	return m.r.cluster.Notice(name)
+}
+func (m *clusterMachines) Kill(_ context.Context, name string) error  { return m.r.cluster.Kill(name) }
+func (m *clusterMachines) Drain(_ context.Context, name string) error { return m.r.cluster.Drain(name) }
 
 func earliest(ts ...time.Time) time.Time {
 	var out time.Time
