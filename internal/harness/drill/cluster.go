@@ -333,6 +333,33 @@ func (c *Cluster) StageHistory(ctx context.Context) (api.StageStatus, error) {
 	return api.NewClient(c.d.coord, nil).Stage(cctx)
 }
 
+// WaitMachine waits until every process of machine has exited and
+// returns how each ended, by node name ("exit status 0", "signal:
+// killed").
+func (c *Cluster) WaitMachine(ctx context.Context, machine string) (map[string]string, error) {
+	c.mu.Lock()
+	var procs []*proc
+	for _, p := range c.d.sup.procs {
+		if p.machine == machine {
+			procs = append(procs, p)
+		}
+	}
+	c.mu.Unlock()
+	if len(procs) == 0 {
+		return nil, fmt.Errorf("%w: %s", ErrUnknownMachine, machine)
+	}
+	out := map[string]string{}
+	for _, p := range procs {
+		select {
+		case <-p.exited:
+			out[p.name] = exitString(p.waitErr)
+		case <-ctx.Done():
+			return out, ctx.Err()
+		}
+	}
+	return out, nil
+}
+
 // RunDir is where the logs are.
 func (c *Cluster) RunDir() string { return c.d.cfg.RunDir }
 
