@@ -1,8 +1,11 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -41,8 +44,10 @@ func (f replayFlags) checkReal() error {
 		names = policy.Names
 	}
 	for _, n := range names {
-		if err := realreplay.Check(n); err != nil {
+		if err := realreplay.Check(n); errors.Is(err, realreplay.ErrNotReal) {
 			return fmt.Errorf("--policy %s without --simulate: %w", f.policy, err)
+		} else if err != nil {
+			return err
 		}
 	}
 	switch {
@@ -71,11 +76,18 @@ func runRealReplay(cmd *cobra.Command, f replayFlags, cfg replay.Config, names [
 	out := cmd.ErrOrStderr()
 	d, _ := parseSpan(f.span) // checked by checkReal
 	args := []string{"--app", f.app, "--passes", strconv.Itoa(int(f.passes))}
-	if f.real.trainData != "" {
-		args = append(args, "--train", f.real.trainData)
+	for _, d := range []struct{ flag, path, def string }{{"train", f.real.trainData, defaultTrain}, {"test", f.real.testData, defaultTest}} {
+		path, err := dataPath(d.flag, d.path, d.def, f.app)
+		if err != nil {
+			return err
+		}
+		if path != "" {
+			args = append(args, "--"+d.flag, path)
+		}
 	}
-	if f.real.testData != "" {
-		args = append(args, "--test", f.real.testData)
+	if n := cfg.Cal.Machines + cfg.Cal.ReliableMachines; n > realreplay.MaxMachines {
+		return fmt.Errorf("--calibration: machines %d and reliable_machines %d ask for up to %d machines without --simulate, each a server and workers on this host: %w (at most %d; e.g. internal/market/realreplay/testdata/local-lr-a9a.json)",
+			cfg.Cal.Machines, cfg.Cal.ReliableMachines, n, realreplay.ErrTooMany, realreplay.MaxMachines)
 	}
 	rep := realReport{Market: f.marketName, Prices: f.prices, App: f.app, Passes: f.passes, Speedup: f.speedup,
 		Start: start, Segment: f.span, Calibration: cfg.Cal, Policies: map[string]realreplay.Result{}}
@@ -100,6 +112,29 @@ func runRealReplay(cmd *cobra.Command, f replayFlags, cfg replay.Config, names [
 		}
 	}
 	return writeReport(f.report, rep)
+}
+
+// dataPath is the absolute path of the job's data given with --flag (or
+// lr's default), checked before any process starts: the workers run in
+// their own directory.
+func dataPath(flag, path, def, app string) (string, error) {
+	if path == "" && app == "lr" {
+		path = def
+		if _, err := os.Stat(path); err != nil {
+			return "", fmt.Errorf("--%s not given, and its default %s: %w (run from the repository root, or pass --%s)", flag, def, err, flag)
+		}
+	}
+	if path == "" {
+		return "", nil
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", fmt.Errorf("--%s %s: %w", flag, path, err)
+	}
+	if _, err := os.Stat(abs); err != nil {
+		return "", fmt.Errorf("--%s: %w", flag, err)
+	}
+	return abs, nil
 }
 
 func runDirOf(dir, name string) string {
