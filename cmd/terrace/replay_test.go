@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/terrace-ml/terrace/internal/market/realreplay"
+	"github.com/terrace-ml/terrace/internal/harness/realreplay"
 )
 
 // priceCSV writes 30 days of prices every 10 minutes for two zones of

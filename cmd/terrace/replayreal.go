@@ -14,7 +14,7 @@ import (
 
 	"github.com/terrace-ml/terrace/internal/harness/drill"
 	"github.com/terrace-ml/terrace/internal/market/policy"
-	"github.com/terrace-ml/terrace/internal/market/realreplay"
+	"github.com/terrace-ml/terrace/internal/harness/realreplay"
 	"github.com/terrace-ml/terrace/internal/market/replay"
 )
 
@@ -86,7 +86,7 @@ func runRealReplay(cmd *cobra.Command, f replayFlags, cfg replay.Config, names [
 		}
 	}
 	if n := cfg.Cal.Machines + cfg.Cal.ReliableMachines; n > realreplay.MaxMachines {
-		return fmt.Errorf("--calibration: machines %d and reliable_machines %d ask for up to %d machines without --simulate, each a server and workers on this host: %w (at most %d; e.g. internal/market/realreplay/testdata/local-lr-a9a.json)",
+		return fmt.Errorf("--calibration: machines %d and reliable_machines %d ask for up to %d machines without --simulate, each a server and workers on this host: %w (at most %d; e.g. internal/harness/realreplay/testdata/local-lr-a9a.json)",
 			cfg.Cal.Machines, cfg.Cal.ReliableMachines, n, realreplay.ErrTooMany, realreplay.MaxMachines)
 	}
 	rep := realReport{Market: f.marketName, Prices: f.prices, App: f.app, Passes: f.passes, Speedup: f.speedup,

@@ -70,7 +70,7 @@ func TestRealReplay(t *testing.T) {
 	prices := spikeCSV(t, 3*time.Hour+30*time.Minute)
 	report := filepath.Join(dir, "r.json")
 	args := []string{"replay", "--prices", prices, "--policy", "tiers", "--from", "2015-03-02", "--for", "36h", "--passes", "20",
-		"--calibration", repoFile("internal/market/realreplay/testdata/local-lr-a9a.json"),
+		"--calibration", repoFile("internal/harness/realreplay/testdata/local-lr-a9a.json"),
 		"--train", repoFile(defaultTrain), "--test", repoFile(defaultTest), "--run-dir", filepath.Join(dir, "run"), "--report", report}
 	out, err := exec.Command(bin, args...).CombinedOutput()
 	if err != nil {

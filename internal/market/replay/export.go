@@ -10,7 +10,7 @@ import (
 )
 
 // PolicyConfig is what the policies of a replay are built with, for a
-// replay on real processes (internal/market/realreplay) to build the
+// replay on real processes (internal/harness/realreplay) to build the
 // same policies.
 func (c Config) PolicyConfig() policy.Config { return c.policyConfig() }
 
