@@ -13,8 +13,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/terrace-ml/terrace/internal/harness/drill"
-	"github.com/terrace-ml/terrace/internal/market/policy"
 	"github.com/terrace-ml/terrace/internal/harness/realreplay"
+	"github.com/terrace-ml/terrace/internal/market/policy"
 	"github.com/terrace-ml/terrace/internal/market/replay"
 )
 
