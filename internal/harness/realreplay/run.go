@@ -142,26 +142,32 @@ func Run(ctx context.Context, cfg Config, name string, start time.Time) (Result,
 	return r.finish(ctx, res, start, fin, wall0)
 }
 
-// firstPlan sizes the cluster's formation from the machines the policy
-// asked for first.
+// firstPlan sizes the cluster's formation: the reliable machines of the
+// policy's first plan. Transient machines join as the market lets them
+// come up, as the drill's --add does: forming with them would hold the
+// job until they did, and a market that evicts them during their boot
+// (a preemption trace at zero) would hold it for hours, while the
+// simulated job trains on the reliable machines meanwhile. tiers forms
+// in stage 2 (stage 1 until a transient machine joins, which switches it
+// to 2), ondemand in stage 1.
 func (r *run) firstPlan(cc drill.ClusterConfig) (drill.ClusterConfig, error) {
 	held := r.mgr.Held()
-	transient := 0
+	reliable := 0
 	for _, h := range held {
-		if h.Class == market.Transient {
-			transient++
+		if h.Class == market.Reliable {
+			reliable++
 		}
 	}
 	switch {
-	case len(held) == 0:
-		return cc, fmt.Errorf("%s: the market let the policy have no machine at the start", r.name)
+	case reliable == 0:
+		return cc, fmt.Errorf("%s: no reliable machine in the first plan: the coordinator and the authoritative copy need one", r.name)
 	case len(held) > MaxMachines:
 		return cc, fmt.Errorf("%s asks for %d machines at the start: %w (at most %d; give --calibration a smaller machines and reliable_machines)", r.name, len(held), ErrTooMany, MaxMachines)
 	}
 	per := max(1, cc.WorkersPerMachine)
-	cc.Servers, cc.Workers, cc.Stage = len(held), len(held)*per, "1"
-	if transient > 0 && transient < len(held) {
-		cc.Stage = "2" // ActivePS on the transient machines, BackupPS on the reliable ones
+	cc.Servers, cc.Workers, cc.Stage = reliable, reliable*per, "1"
+	if r.name == "tiers" {
+		cc.Stage = "2"
 	}
 	return cc, nil
 }
