@@ -70,6 +70,24 @@ type Cluster struct {
 	stop       chan struct{}
 	closeOnce  sync.Once
 	looping    bool // loop runs (set before it starts)
+	// training is set at the first acknowledged push: the cluster has
+	// formed. Until then the coordinator takes no node beyond those it
+	// forms with, so machines started before are pending: named, and
+	// started at the first acknowledged push (as the drill's --add
+	// starts machines only once training runs).
+	training bool
+	pending  []pendingMachine
+	trained  chan struct{} // closed when training is set
+	// next numbers each class's machines: a name is never reused, even
+	// for a machine dropped before it started, whose later events must
+	// not reach another machine.
+	next map[Role]int
+}
+
+type pendingMachine struct {
+	name  string
+	class Role
+	i     int
 }
 
 // StartCluster starts the coordinator and returns once it listens.
@@ -117,7 +135,7 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 	}
 	// started dates the faults the cluster reports: from its start.
 	d := &drill{cfg: dc, machines: map[Role]int{}, log: slog.New(slog.NewTextHandler(logf, nil)), rep: &Report{RunDir: cfg.RunDir, Faults: []Fault{}}, started: time.Now()}
-	c := &Cluster{d: d, logf: logf, finished: make(chan struct{}), loopDone: make(chan struct{}), stop: make(chan struct{})}
+	c := &Cluster{d: d, logf: logf, finished: make(chan struct{}), loopDone: make(chan struct{}), stop: make(chan struct{}), trained: make(chan struct{}), next: map[Role]int{}}
 	fmt.Fprintf(cfg.Out, "terrace: cluster run directory %s (a log per node)\n", cfg.RunDir)
 	d.sup = newSupervisor(cfg.Binary, cfg.RunDir, d.interesting)
 	if err := c.startCoordinator(ctx, cfg); err != nil {
@@ -163,6 +181,11 @@ func (c *Cluster) loop() {
 		select {
 		case l := <-c.d.sup.lines:
 			c.mu.Lock()
+			if l.text == MarkerFirstAck && !c.training {
+				c.training = true
+				c.startPending()
+				close(c.trained)
+			}
 			if s, ok := strings.CutPrefix(l.text, progressMarker); ok {
 				if k, _, ok := strings.Cut(strings.TrimSpace(s), "/"); ok {
 					if n, err := strconv.Atoi(k); err == nil && n > c.passes {
@@ -214,6 +237,10 @@ func (c *Cluster) exited(p *proc) {
 // finished and every worker not stopped on purpose has exited.
 func (c *Cluster) Finished() <-chan struct{} { return c.finished }
 
+// Training is closed at the first acknowledged push: the cluster has
+// formed and takes new machines at once.
+func (c *Cluster) Training() <-chan struct{} { return c.trained }
+
 // Passes is the last pass rank 0 reported finished.
 func (c *Cluster) Passes() int {
 	c.mu.Lock()
@@ -231,19 +258,52 @@ func (c *Cluster) Err() error {
 
 // StartMachine starts a machine of class (Reliable or Transient): its
 // server and workers, each with --machine and --class. It returns the
-// machine's name.
+// machine's name. The first Servers machines form the cluster; a machine
+// started after them but before training runs waits for it (pending).
 func (c *Cluster) StartMachine(class Role) (string, error) {
 	if class != Reliable && class != Transient {
 		return "", fmt.Errorf("%w: class %q", ErrBadConfig, class)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	name := fmt.Sprintf("%s-%d", class, c.d.machines[class])
-	if err := c.d.startMachine(class, c.d.machines[class]); err != nil {
+	i := c.next[class]
+	c.next[class]++
+	name := fmt.Sprintf("%s-%d", class, i)
+	if !c.training && c.started() >= c.d.cfg.Servers {
+		c.pending = append(c.pending, pendingMachine{name, class, i})
+		fmt.Fprintf(c.d.cfg.Out, "terrace: machine %s waits for the cluster to form\n", name)
+		return name, nil
+	}
+	if err := c.d.startMachine(class, i); err != nil {
 		return "", err
 	}
 	fmt.Fprintf(c.d.cfg.Out, "terrace: machine %s started\n", name)
 	return name, nil
+}
+
+func (c *Cluster) started() int { return c.d.machines[Reliable] + c.d.machines[Transient] }
+
+// startPending starts the machines that waited for training (under c.mu).
+func (c *Cluster) startPending() {
+	for _, m := range c.pending {
+		if err := c.d.startMachine(m.class, m.i); err != nil {
+			c.failures = append(c.failures, fmt.Errorf("start machine %s: %w", m.name, err))
+			continue
+		}
+		fmt.Fprintf(c.d.cfg.Out, "terrace: machine %s started\n", m.name)
+	}
+	c.pending = nil
+}
+
+// dropPending forgets a machine that never started (under c.mu).
+func (c *Cluster) dropPending(machine string) bool {
+	for i, m := range c.pending {
+		if m.name == machine {
+			c.pending = append(c.pending[:i], c.pending[i+1:]...)
+			return true
+		}
+	}
+	return false
 }
 
 // Notice sends every node of machine the eviction notice of the drill's
@@ -260,6 +320,9 @@ func (c *Cluster) Drain(machine string) error { return c.hitMachine(machine, dra
 func (c *Cluster) hitMachine(machine string, a Action) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.dropPending(machine) {
+		return nil // it never started: nothing to stop
+	}
 	found := false
 	var errs []error
 	for _, p := range c.d.sup.procs {

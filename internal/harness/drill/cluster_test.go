@@ -13,12 +13,18 @@ import (
 )
 
 // fakeNode stands in for terrace: the coordinator announces an address,
+// a worker its first acknowledged push once the file $TERRACE_FAKE_GO
+// exists,
 // every node leaves with status 0 on SIGTERM or SIGINT (as a draining
 // node does) and announces no eviction endpoint, so that a notice
 // arrives as SIGTERM.
 const fakeNode = `#!/bin/sh
 trap 'exit 0' TERM INT
 if [ "$1" = coordinator ]; then echo "terrace coordinator listening on 127.0.0.1:1"; fi
+if [ "$1" = train ]; then
+	while [ ! -e "$TERRACE_FAKE_GO" ]; do sleep 0.02; done
+	echo "terrace drill: first acknowledged push"
+fi
 while :; do sleep 0.05; done
 `
 
@@ -41,18 +47,37 @@ func TestClusterMachines(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	goFile := filepath.Join(dir, "go")
+	t.Setenv("TERRACE_FAKE_GO", goFile)
 	names := map[string]string{}
-	for _, m := range []struct {
-		key   string
-		class Role
-	}{{"drained", Reliable}, {"noticed", Transient}, {"killed", Transient}} {
-		n, err := c.StartMachine(m.class)
+	start := func(key string, class Role) {
+		n, err := c.StartMachine(class)
 		if err != nil {
 			t.Fatal(err)
 		}
-		names[m.key] = n
+		names[key] = n
 	}
-	if names["noticed"] != "transient-0" || names["killed"] != "transient-1" {
+	start("drained", Reliable) // the cluster forms with it
+	// Before training, later machines wait; one gone before it started
+	// has nothing to stop.
+	start("gone before", Transient)
+	if err := c.Kill(names["gone before"]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitMachine(ctx, names["gone before"]); !errors.Is(err, ErrUnknownMachine) {
+		t.Errorf("a machine killed before it started has processes: %v", err)
+	}
+	start("noticed", Transient)
+	start("killed", Transient)
+	if err := os.WriteFile(goFile, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-c.Training():
+	case <-ctx.Done():
+		t.Fatal("training never started")
+	}
+	if names["gone before"] != "transient-0" || names["noticed"] != "transient-1" || names["killed"] != "transient-2" {
 		t.Fatalf("machines %v", names)
 	}
 	if err := c.Notice("transient-9"); !errors.Is(err, ErrUnknownMachine) {
