@@ -34,6 +34,11 @@ type ClusterConfig struct {
 	// job starts: the machines of the first plan.
 	Servers, Workers  int
 	WorkersPerMachine int
+	// Partitions is the job's data partitions (the coordinator's default,
+	// 4 per worker of the formation, if 0): machines that join later
+	// share these, so a cluster that grows needs them sized for its
+	// largest footprint.
+	Partitions int
 	// Stage is the coordinator's --stage (1, 2 or 3), SyncInterval its
 	// --sync-interval (its default if 0).
 	Stage        string
@@ -152,7 +157,7 @@ func (c *Cluster) startCoordinator(ctx context.Context, cfg ClusterConfig) error
 	replication := min(2, cfg.Servers)
 	args := append([]string{"coordinator", "--listen", "127.0.0.1:0", "--etcd-dir", filepath.Join(cfg.RunDir, "etcd"),
 		"--servers", strconv.Itoa(cfg.Servers), "--workers", strconv.Itoa(cfg.Workers),
-		"--partitions", "0", "--replication", strconv.Itoa(replication)}, d.cfg.Tiers.coordArgs()...)
+		"--partitions", strconv.Itoa(cfg.Partitions), "--replication", strconv.Itoa(replication)}, d.cfg.Tiers.coordArgs()...)
 	p, err := d.sup.start("coordinator", Coordinator, args...)
 	if err != nil {
 		return err

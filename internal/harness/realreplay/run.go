@@ -166,6 +166,10 @@ func (r *run) firstPlan(cc drill.ClusterConfig) (drill.ClusterConfig, error) {
 	}
 	per := max(1, cc.WorkersPerMachine)
 	cc.Servers, cc.Workers, cc.Stage = reliable, reliable*per, "1"
+	// Four partitions for each worker of the largest footprint, as the
+	// coordinator gives each worker of its formation.
+	cal := r.cfg.Replay.Cal
+	cc.Partitions = 4 * per * max(cal.Machines+cal.ReliableMachines, len(held))
 	if r.name == "tiers" {
 		cc.Stage = "2"
 	}
