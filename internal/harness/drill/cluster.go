@@ -125,6 +125,16 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 	if cfg.StartTimeout <= 0 {
 		cfg.StartTimeout = time.Minute
 	}
+	// A report of an earlier run in the same directory would be read as
+	// this run's: a worker that finished before it started.
+	for _, pat := range []string{"worker-*.json", "worker-*.audit"} {
+		old, _ := filepath.Glob(filepath.Join(cfg.RunDir, pat))
+		for _, f := range old {
+			if err := os.Remove(f); err != nil {
+				return nil, fmt.Errorf("drill: run directory: %w", err)
+			}
+		}
+	}
 	logf, err := os.Create(filepath.Join(cfg.RunDir, "drill.log"))
 	if err != nil {
 		return nil, fmt.Errorf("drill: %w", err)

@@ -42,7 +42,15 @@ func TestClusterMachines(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c, err := StartCluster(ctx, ClusterConfig{Binary: bin, RunDir: filepath.Join(dir, "run"), Servers: 1, Workers: 2, WorkersPerMachine: 2, Stage: "1"})
+	// A report left by an earlier run in the directory is not this run's.
+	run := filepath.Join(dir, "run")
+	if err := os.MkdirAll(run, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(run, "worker-0.json"), []byte(`{"rank":0}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := StartCluster(ctx, ClusterConfig{Binary: bin, RunDir: run, Servers: 1, Workers: 2, WorkersPerMachine: 2, Stage: "1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,6 +116,11 @@ func TestClusterMachines(t *testing.T) {
 	}
 	if err := c.Err(); err != nil {
 		t.Errorf("machines stopped on purpose counted as failures: %v", err)
+	}
+	select {
+	case <-c.Finished():
+		t.Errorf("finished, though no worker trained to the end (an earlier run's report?)")
+	default:
 	}
 	var pids []int
 	for _, p := range c.d.sup.procs {
