@@ -98,6 +98,9 @@ func runRealReplay(cmd *cobra.Command, f replayFlags, cfg replay.Config, names [
 		fmt.Fprintf(out, "replay: %s for real from %s, %s of trace at %gx (%v of wall time at most)\n", name, start.Format(time.RFC3339), f.span,
 			f.speedup, time.Duration(float64(d)/f.speedup).Round(time.Second))
 		res, err := realreplay.Run(cmd.Context(), rc, name, start)
+		if errors.Is(err, realreplay.ErrSegmentEnded) {
+			return fmt.Errorf("--for %s: real replay of %s: %w (lengthen --for)", f.span, name, err)
+		}
 		if err != nil {
 			return fmt.Errorf("real replay of %s: %w", name, err)
 		}
