@@ -17,16 +17,13 @@ import (
 	"github.com/terrace-ml/terrace/internal/market/trace"
 )
 
-// errRealReplay: the real replay runs every machine as processes of the
-// tiers (issue 11), which do not exist yet.
-var errRealReplay = errors.New("the real replay (every machine a set of processes, time compressed) needs the reliability tiers of issue 11, a later step; run with --simulate for the calibrated model")
-
 type replayFlags struct {
 	prices, preemptions, onDemand, marketName, provider, product string
 	policy, app, from, span, plot, report, calibration           string
 	passes, speedup, bid                                         float64
 	simulate                                                     bool
 	starts                                                       int
+	real                                                         realFlags
 }
 
 func replayCmd() *cobra.Command {
@@ -59,12 +56,18 @@ func replayCmd() *cobra.Command {
 	fs.StringVar(&f.calibration, "calibration", "", "calibration JSON of the simulated job (defaults: jobsim.DefaultCalibration)")
 	fs.StringVar(&f.plot, "plot", "", "write a plot of price, bid, machines by class, stage and dollars over time (.svg or .png)")
 	fs.StringVar(&f.report, "report", "", "write the JSON report to this file")
+	f.real.register(fs)
 	return cmd
 }
 
 func runReplay(cmd *cobra.Command, f replayFlags) error {
 	if err := f.check(); err != nil {
 		return err
+	}
+	if !f.simulate {
+		if err := f.checkReal(); err != nil {
+			return err
+		}
 	}
 	cfg, names, err := f.config()
 	if err != nil {
@@ -78,7 +81,8 @@ func runReplay(cmd *cobra.Command, f replayFlags) error {
 		return err
 	}
 	if !f.simulate {
-		return errRealReplay
+		finish()
+		return runRealReplay(cmd, f, cfg, names, starts[0])
 	}
 	total := cfg.Updates
 	fmt.Fprintf(out, "replay: %d policies x %d starts, %.3g updates (%s, %g passes), %s market, %d markets in %s\n",

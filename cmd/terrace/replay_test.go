@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/terrace-ml/terrace/internal/harness/realreplay"
 )
 
 // priceCSV writes 30 days of prices every 10 minutes for two zones of
@@ -82,8 +84,31 @@ func TestReplayBadInput(t *testing.T) {
 			}
 		})
 	}
-	if _, err := runReplayArgs("--prices", prices, "--policy", "all", "--report", report); !errors.Is(err, errRealReplay) {
-		t.Errorf("without --simulate: %v", err)
+	real := []string{"--prices", prices, "--report", report}
+	for _, c := range []struct {
+		name  string
+		args  []string
+		wants string
+	}{
+		{"real: checkpoint", append(real, "--policy", "checkpoint", "--for", "1h"), "checkpoint"},
+		{"real: all", append(real, "--policy", "all", "--for", "1h"), "checkpoint"},
+		{"real: bidbrain", append(real, "--policy", "bidbrain", "--for", "1h"), "bidbrain"},
+		{"real: no segment", append(real, "--policy", "ondemand"), "--for"},
+		{"real: segment too long", append(real, "--policy", "ondemand", "--for", "30d", "--speedup", "3600"), "--max-wall"},
+		{"real: several starts", append(real, "--policy", "tiers", "--for", "1h", "--starts", "2"), "--starts"},
+		{"real: part of a pass", append(real, "--policy", "tiers", "--for", "1h", "--passes", "1.5"), "--passes"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := runReplayArgs(c.args...)
+			if err == nil || !strings.Contains(err.Error(), c.wants) {
+				t.Fatalf("got %v, want an error naming %s", err, c.wants)
+			}
+			if c.wants == "checkpoint" || c.wants == "bidbrain" {
+				if !errors.Is(err, realreplay.ErrNotReal) {
+					t.Errorf("%v: want realreplay.ErrNotReal", err)
+				}
+			}
+		})
 	}
 }
 

@@ -1,0 +1,170 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/terrace-ml/terrace/internal/harness/drill"
+	"github.com/terrace-ml/terrace/internal/harness/realreplay"
+	"github.com/terrace-ml/terrace/internal/market/policy"
+	"github.com/terrace-ml/terrace/internal/market/replay"
+)
+
+// realFlags are replay's flags for the real replay (without --simulate).
+type realFlags struct {
+	maxWall    time.Duration
+	runDir     string
+	perMachine int
+	trainData  string
+	testData   string
+}
+
+func (r *realFlags) register(fs *pflag.FlagSet) {
+	fs.DurationVar(&r.maxWall, "max-wall", 10*time.Minute, "without --simulate: refuse a segment (--for) that takes longer than this in wall time at --speedup")
+	fs.StringVar(&r.runDir, "run-dir", "", "without --simulate: directory for each node's log (a temporary one if empty)")
+	fs.IntVar(&r.perMachine, "workers-per-machine", 1, "without --simulate: worker processes on each machine")
+	fs.StringVar(&r.trainData, "train", "", "without --simulate: the job's training data (the app's default if empty)")
+	fs.StringVar(&r.testData, "test", "", "without --simulate: the job's test data (the app's default if empty)")
+}
+
+// checkReal refuses, before any trace is read, a real replay that cannot
+// run: a policy not wired to processes, a segment too long for --max-wall,
+// several starts. Errors name the flag.
+func (f replayFlags) checkReal() error {
+	names := []string{f.policy}
+	if f.policy == "all" {
+		names = policy.Names
+	}
+	for _, n := range names {
+		if err := realreplay.Check(n); errors.Is(err, realreplay.ErrNotReal) {
+			return fmt.Errorf("--policy %s without --simulate: %w", f.policy, err)
+		} else if err != nil {
+			return err
+		}
+	}
+	switch {
+	case f.span == "":
+		return fmt.Errorf("--for is required without --simulate: a real replay runs a segment of the trace in compressed time, each trace hour %v of wall time at --speedup %g", time.Duration(float64(time.Hour)/f.speedup).Round(time.Millisecond), f.speedup)
+	case f.starts != 1:
+		return fmt.Errorf("--starts %d without --simulate: a real replay runs one start", f.starts)
+	case f.passes != math.Trunc(f.passes):
+		return fmt.Errorf("--passes %g without --simulate: the real job runs whole passes", f.passes)
+	case f.real.perMachine < 1:
+		return fmt.Errorf("--workers-per-machine %d: want at least 1", f.real.perMachine)
+	}
+	d, err := parseSpan(f.span)
+	if err != nil || d <= 0 {
+		return fmt.Errorf("--for %q: want a positive duration such as 24h or 2d", f.span)
+	}
+	if wall := time.Duration(float64(d) / f.speedup); wall > f.real.maxWall {
+		return fmt.Errorf("--for %s at --speedup %g is %v of wall time, more than --max-wall %v: shorten --for or raise --speedup", f.span, f.speedup, wall.Round(time.Second), f.real.maxWall)
+	}
+	return nil
+}
+
+// runRealReplay runs each policy on real processes, one after another,
+// and writes the report.
+func runRealReplay(cmd *cobra.Command, f replayFlags, cfg replay.Config, names []string, start time.Time) error {
+	out := cmd.ErrOrStderr()
+	d, _ := parseSpan(f.span) // checked by checkReal
+	args := []string{"--app", f.app, "--passes", strconv.Itoa(int(f.passes))}
+	for _, d := range []struct{ flag, path, def string }{{"train", f.real.trainData, defaultTrain}, {"test", f.real.testData, defaultTest}} {
+		path, err := dataPath(d.flag, d.path, d.def, f.app)
+		if err != nil {
+			return err
+		}
+		if path != "" {
+			args = append(args, "--"+d.flag, path)
+		}
+	}
+	if n := cfg.Cal.Machines + cfg.Cal.ReliableMachines; n > realreplay.MaxMachines {
+		return fmt.Errorf("--calibration: machines %d and reliable_machines %d ask for up to %d machines without --simulate, each a server and workers on this host: %w (at most %d; e.g. internal/harness/realreplay/testdata/local-lr-a9a.json)",
+			cfg.Cal.Machines, cfg.Cal.ReliableMachines, n, realreplay.ErrTooMany, realreplay.MaxMachines)
+	}
+	rep := realReport{Market: f.marketName, Prices: f.prices, App: f.app, Passes: f.passes, Speedup: f.speedup,
+		Start: start, Segment: f.span, Calibration: cfg.Cal, Policies: map[string]realreplay.Result{}}
+	for _, name := range names {
+		rc := realreplay.Config{Replay: cfg, Speedup: f.speedup, End: start.Add(d), Passes: int(f.passes), Progress: out,
+			Cluster: drill.ClusterConfig{WorkersPerMachine: f.real.perMachine, WorkerArgs: args, Out: out,
+				RunDir: runDirOf(f.real.runDir, name)}}
+		fmt.Fprintf(out, "replay: %s for real from %s, %s of trace at %gx (%v of wall time at most)\n", name, start.Format(time.RFC3339), f.span,
+			f.speedup, time.Duration(float64(d)/f.speedup).Round(time.Second))
+		res, err := realreplay.Run(cmd.Context(), rc, name, start)
+		if errors.Is(err, realreplay.ErrSegmentEnded) {
+			return fmt.Errorf("--for %s: real replay of %s: %w (lengthen --for)", f.span, name, err)
+		}
+		if err != nil {
+			return fmt.Errorf("real replay of %s: %w", name, err)
+		}
+		rep.Policies[name] = res
+		fmt.Fprintf(cmd.OutOrStdout(), "%-9s $%.2f  %.2f h  %d evictions  %d acquisitions  %d stage switches  test accuracy %s  AUC %s  (%.1f s wall; logs in %s)\n",
+			name, res.Dollars, res.Hours, res.Evictions, res.Acquisitions, res.StageSwitches, fmtOpt(res.TestAccuracy), fmtOpt(res.TestAUC), res.WallSeconds, res.RunDir)
+	}
+	if od, ok := rep.Policies["ondemand"]; ok {
+		for name, res := range rep.Policies {
+			res.OnDemandDollars = od.Dollars
+			rep.Policies[name] = res
+		}
+	}
+	return writeReport(f.report, rep)
+}
+
+// dataPath is the absolute path of the job's data given with --flag (or
+// lr's default), checked before any process starts: the workers run in
+// their own directory.
+func dataPath(flag, path, def, app string) (string, error) {
+	if path == "" && app == "lr" {
+		path = def
+		if _, err := os.Stat(path); err != nil {
+			return "", fmt.Errorf("--%s not given, and its default %s: %w (run from the repository root, or pass --%s)", flag, def, err, flag)
+		}
+	}
+	if path == "" {
+		return "", nil
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", fmt.Errorf("--%s %s: %w", flag, path, err)
+	}
+	if _, err := os.Stat(abs); err != nil {
+		return "", fmt.Errorf("--%s: %w", flag, err)
+	}
+	return abs, nil
+}
+
+func runDirOf(dir, name string) string {
+	if dir == "" {
+		return ""
+	}
+	return dir + "/" + name
+}
+
+func fmtOpt(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return strconv.FormatFloat(*v, 'f', 4, 64)
+}
+
+// realReport is the JSON report of a real replay: per policy what the
+// simulated replay reports, and the job's test metric.
+type realReport struct {
+	Market      string                       `json:"market"`
+	Prices      string                       `json:"prices"`
+	App         string                       `json:"app"`
+	Passes      float64                      `json:"passes"`
+	Speedup     float64                      `json:"speedup"`
+	Start       time.Time                    `json:"start"`
+	Segment     string                       `json:"segment"`
+	Simulated   bool                         `json:"simulated"`
+	Calibration any                          `json:"calibration"`
+	Policies    map[string]realreplay.Result `json:"policies"`
+}

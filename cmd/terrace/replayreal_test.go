@@ -1,0 +1,137 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// spikeCSV writes two days of c3.xlarge prices in two zones, 1a cheaper,
+// with 1a above the on-demand price from spike on: a tiers replay
+// starting at the trace's second day buys in 1a, is evicted there at the
+// spike and buys again in 1b.
+func spikeCSV(t *testing.T, spike time.Duration) string {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("timestamp,region,availability_zone,instance_type,product_description,spot_price_usd,ondemand_price_usd\n")
+	t0 := time.Date(2015, 3, 1, 0, 0, 0, 0, time.UTC)
+	for i := 0; i < 4*24*6; i++ {
+		at := t0.Add(time.Duration(i) * 10 * time.Minute)
+		a := 0.03
+		if d := at.Sub(t0.Add(24 * time.Hour)); d >= spike && d < spike+time.Hour {
+			a = 0.50
+		}
+		ts := at.Format("2006-01-02 15:04:05+00:00")
+		fmt.Fprintf(&b, "%s,us-east-1,us-east-1a,c3.xlarge,Linux,%.4f,0.21\n", ts, a)
+		fmt.Fprintf(&b, "%s,us-east-1,us-east-1b,c3.xlarge,Linux,0.0400,0.21\n", ts)
+	}
+	path := filepath.Join(t.TempDir(), "prices.csv")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// runningOf returns the processes whose executable is bin.
+func runningOf(t *testing.T, bin string) []string {
+	t.Helper()
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	var out []string
+	for _, d := range dirs {
+		if exe, err := os.Readlink(filepath.Join("/proc", d.Name(), "exe")); err == nil && exe == bin {
+			out = append(out, d.Name())
+		}
+	}
+	return out
+}
+
+// TestRealReplay runs the tiers policy for real over a trace whose price
+// spikes in the zone it buys from: the transient machines get their
+// notice and are killed, the policy buys again in the other zone, the
+// job trains to the end and reports its test accuracy; then a second
+// replay is stopped with SIGTERM midway, and neither leaves a process
+// (TERRACE_REAL_REPLAY=1; about 30 s).
+func TestRealReplay(t *testing.T) {
+	if os.Getenv("TERRACE_REAL_REPLAY") == "" {
+		t.Skip("set TERRACE_REAL_REPLAY=1")
+	}
+	bin := terrace(t)
+	dir := t.TempDir()
+	prices := spikeCSV(t, 3*time.Hour+30*time.Minute)
+	report := filepath.Join(dir, "r.json")
+	args := []string{"replay", "--prices", prices, "--policy", "tiers", "--from", "2015-03-02", "--for", "36h", "--passes", "20",
+		"--calibration", repoFile("internal/harness/realreplay/testdata/local-lr-a9a.json"),
+		"--train", repoFile(defaultTrain), "--test", repoFile(defaultTest), "--run-dir", filepath.Join(dir, "run"), "--report", report}
+	out, err := exec.Command(bin, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if left := runningOf(t, bin); len(left) > 0 {
+		t.Errorf("processes left after the replay: %v", left)
+	}
+	raw, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Policies map[string]struct {
+			Dollars      float64  `json:"dollars"`
+			Hours        float64  `json:"hours"`
+			Evictions    int      `json:"evictions"`
+			Acquisitions int      `json:"acquisitions"`
+			TestAccuracy *float64 `json:"test_accuracy"`
+		} `json:"policies"`
+	}
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		t.Fatal(err)
+	}
+	r, ok := rep.Policies["tiers"]
+	switch {
+	case !ok:
+		t.Fatalf("no tiers in %s", raw)
+	case r.Evictions < 1 || r.Acquisitions < 4:
+		t.Errorf("%d evictions and %d acquisitions: want the spike to evict and the policy to buy again\n%s", r.Evictions, r.Acquisitions, out)
+	case r.TestAccuracy == nil || *r.TestAccuracy < 0.8:
+		t.Errorf("test accuracy %v, want lr's on a9a", r.TestAccuracy)
+	case !(r.Dollars > 0) || !(r.Hours > 0):
+		t.Errorf("dollars %v, hours %v", r.Dollars, r.Hours)
+	}
+
+	// SIGTERM once the machines run.
+	cmd := exec.Command(bin, append(args, "--passes", "100")...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout = nil
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "pass ") {
+			break
+		}
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	go func() {
+		for sc.Scan() {
+		}
+	}()
+	if err := cmd.Wait(); err == nil {
+		t.Errorf("a replay stopped by SIGTERM exited 0")
+	}
+	if left := runningOf(t, bin); len(left) > 0 {
+		t.Errorf("processes left after SIGTERM: %v", left)
+	}
+}

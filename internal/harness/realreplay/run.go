@@ -1,0 +1,322 @@
+package realreplay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/terrace-ml/terrace/internal/harness/drill"
+	"github.com/terrace-ml/terrace/internal/market"
+	"github.com/terrace-ml/terrace/internal/market/localprov"
+	"github.com/terrace-ml/terrace/internal/market/policy"
+	"github.com/terrace-ml/terrace/internal/market/replay"
+	"github.com/terrace-ml/terrace/internal/market/rm"
+	"github.com/terrace-ml/terrace/internal/market/traceprov"
+)
+
+// Errors callers can test with errors.Is.
+var (
+	// ErrNotReal: a policy the real replay cannot run yet.
+	ErrNotReal = errors.New("cannot run for real yet")
+	// ErrTooMany: a footprint too large to run as processes on this host.
+	ErrTooMany = errors.New("too many machines for one host")
+	// ErrSegmentEnded: the segment ended before the job did.
+	ErrSegmentEnded = errors.New("the segment ends before the job finishes")
+)
+
+// MaxMachines bounds the machines a real replay holds at once: each is a
+// server and workers on this one host.
+const MaxMachines = 8
+
+// Check says whether policy name can run for real, and why not.
+func Check(name string) error {
+	switch name {
+	case "ondemand", "tiers":
+		return nil
+	case "checkpoint":
+		return fmt.Errorf("policy checkpoint %w: its restart from a checkpoint after an eviction is not wired to the processes (the job would have to stop, read its checkpoint back and resume); use --simulate", ErrNotReal)
+	case "bidbrain":
+		return fmt.Errorf("policy bidbrain %w: it holds up to the calibration's max_machines across 15 markets and rebuys hundreds of machines a run, more processes than one host runs; use --simulate", ErrNotReal)
+	}
+	if _, err := policy.New(name, policy.Config{}); err != nil {
+		return err
+	}
+	return fmt.Errorf("policy %s %w", name, ErrNotReal)
+}
+
+// Config is one real replay.
+type Config struct {
+	Replay replay.Config
+	// Speedup is trace seconds per wall second.
+	Speedup float64
+	// End is the trace time the job must have finished by.
+	End time.Time
+	// Passes is the job's passes over its data (its progress is counted
+	// in the passes rank 0 finishes).
+	Passes int
+	// Cluster says how to run the processes (Servers, Workers and Stage
+	// are set from the policy's first plan).
+	Cluster drill.ClusterConfig
+	// Clock is wall time (the system's if nil).
+	Clock traceprov.Clock
+	// Progress receives a line per pass and per machine event.
+	Progress io.Writer
+}
+
+// Result is what one policy's real run cost and reached. UpdatesLost is
+// null: the real replay runs no audit.
+type Result struct {
+	replay.Result
+	UpdatesLost  *float64 `json:"updates_lost"`
+	TestAccuracy *float64 `json:"test_accuracy,omitempty"`
+	TestAUC      *float64 `json:"test_auc,omitempty"`
+	WallSeconds  float64  `json:"wall_seconds"`
+	Speedup      float64  `json:"speedup"`
+	RunDir       string   `json:"run_dir"`
+}
+
+type wallClock struct{}
+
+func (wallClock) Now() time.Time                         { return time.Now() }
+func (wallClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// run is one real run's state; only Run's goroutine touches it (the
+// provider's events arrive on it, from AdvanceTo and Release).
+type run struct {
+	ctx     context.Context
+	cfg     Config
+	name    string
+	mgr     *rm.Manager
+	prov    *localprov.Provider
+	cluster *drill.Cluster
+	job     *job
+	err     error
+}
+
+// Run replays policy name from start on real processes until the job is
+// done, then releases every machine and stops every process (also on
+// error and when ctx ends).
+func Run(ctx context.Context, cfg Config, name string, start time.Time) (Result, error) {
+	res := Result{Result: replay.Result{Policy: name, Start: start}, Speedup: cfg.Speedup}
+	if err := Check(name); err != nil {
+		return res, err
+	}
+	if !(cfg.Speedup > 0) {
+		return res, fmt.Errorf("speedup %g: want a positive factor", cfg.Speedup)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = wallClock{}
+	}
+	pol, err := policy.New(name, cfg.Replay.PolicyConfig())
+	if err != nil {
+		return res, err
+	}
+	r := &run{ctx: ctx, cfg: cfg, name: name, job: &job{total: cfg.Replay.Updates, of: cfg.Passes}}
+	machines := &clusterMachines{r: r}
+	r.prov = localprov.New(ctx, localprov.Config{
+		Trace:    traceprov.Config{Source: cfg.Replay.Source(start), Model: cfg.Replay.Model, Boot: cfg.Replay.Cal.Boot(), Start: start},
+		Machines: machines, Handler: r.handle})
+	r.mgr = rm.NewManager(r.prov, pol, r.job)
+	if err := r.mgr.Start(ctx); err != nil {
+		return res, err
+	}
+	cc, err := r.firstPlan(cfg.Cluster)
+	if err != nil {
+		return res, err
+	}
+	r.cluster, err = drill.StartCluster(ctx, cc)
+	if err != nil {
+		return res, err
+	}
+	defer r.cluster.Close()
+	res.RunDir = r.cluster.RunDir()
+	r.job.passes = r.cluster.Passes
+	wall0 := cfg.Clock.Now()
+	fin, err := r.loop(ctx, start, wall0)
+	if err != nil {
+		return res, fmt.Errorf("%s from %s: %w", name, start.Format(time.RFC3339), err)
+	}
+	machines.done = true
+	return r.finish(ctx, res, start, fin, wall0)
+}
+
+// firstPlan sizes the cluster's formation: the reliable machines of the
+// policy's first plan. Transient machines join as the market lets them
+// come up, as the drill's --add does: forming with them would hold the
+// job until they did, and a market that evicts them during their boot
+// (a preemption trace at zero) would hold it for hours, while the
+// simulated job trains on the reliable machines meanwhile. tiers forms
+// in stage 2 (stage 1 until a transient machine joins, which switches it
+// to 2), ondemand in stage 1.
+func (r *run) firstPlan(cc drill.ClusterConfig) (drill.ClusterConfig, error) {
+	held := r.mgr.Held()
+	reliable := 0
+	for _, h := range held {
+		if h.Class == market.Reliable {
+			reliable++
+		}
+	}
+	switch {
+	case reliable == 0:
+		return cc, fmt.Errorf("%s: no reliable machine in the first plan: the coordinator and the authoritative copy need one", r.name)
+	case len(held) > MaxMachines:
+		return cc, fmt.Errorf("%s asks for %d machines at the start: %w (at most %d; give --calibration a smaller machines and reliable_machines)", r.name, len(held), ErrTooMany, MaxMachines)
+	}
+	per := max(1, cc.WorkersPerMachine)
+	cc.Servers, cc.Workers, cc.Stage = reliable, reliable*per, "1"
+	// Four partitions for each worker of the largest footprint, as the
+	// coordinator gives each worker of its formation.
+	cal := r.cfg.Replay.Cal
+	cc.Partitions = 4 * per * max(cal.Machines+cal.ReliableMachines, len(held))
+	if r.name == "tiers" {
+		cc.Stage = "2"
+	}
+	return cc, nil
+}
+
+// handle passes a provider event to the manager.
+func (r *run) handle(ev market.Event) {
+	if r.err != nil {
+		return
+	}
+	if r.cfg.Progress != nil && ev.Kind != market.PriceChange {
+		fmt.Fprintf(r.cfg.Progress, "replay: %s %s: %s machine %d (%s) %s\n", r.name, ev.At.Format(time.RFC3339), ev.Kind, ev.Machine.ID, ev.Machine.Class, r.prov.Machine(ev.Machine.ID))
+	}
+	r.err = r.mgr.Handle(r.ctx, ev)
+}
+
+// traceAt is the trace time at wall time w.
+func (r *run) traceAt(start, wall0, w time.Time) time.Time {
+	return start.Add(time.Duration(float64(w.Sub(wall0)) * r.cfg.Speedup))
+}
+
+// loop applies the trace's events as their times come, in compressed
+// time, until the job finishes; it returns the trace time of the end.
+func (r *run) loop(ctx context.Context, start, wall0 time.Time) (time.Time, error) {
+	clock := r.cfg.Clock
+	for {
+		next := earliest(r.prov.Trace().Next(), r.mgr.Wake())
+		if next.IsZero() || next.After(r.cfg.End) {
+			next = r.cfg.End
+		}
+		due := wall0.Add(time.Duration(float64(next.Sub(start)) / r.cfg.Speedup))
+		var after <-chan time.Time
+		if wait := due.Sub(clock.Now()); wait > 0 {
+			after = clock.After(wait)
+		} else {
+			c := make(chan time.Time, 1)
+			c <- due
+			after = c
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		case <-r.cluster.Finished():
+			return r.traceAt(start, wall0, clock.Now()), nil
+		case <-after:
+		}
+		if !next.Before(r.cfg.End) {
+			return time.Time{}, fmt.Errorf("%w (at %s, pass %d done)", ErrSegmentEnded, r.cfg.End.Format(time.RFC3339), r.cluster.Passes())
+		}
+		r.prov.Trace().AdvanceTo(next)
+		if err := r.mgr.Tick(ctx, next); err != nil {
+			return time.Time{}, err
+		}
+		if err := r.failed(); err != nil {
+			return time.Time{}, err
+		}
+	}
+}
+
+func (r *run) failed() error {
+	return errors.Join(r.err, r.prov.Err(), r.cluster.Err())
+}
+
+// finish gives back every machine at the job's end fin and fills the
+// result.
+func (r *run) finish(ctx context.Context, res Result, start, fin, wall0 time.Time) (Result, error) {
+	r.prov.Trace().AdvanceTo(fin)
+	c := r.mgr.Counts()
+	st, stErr := r.cluster.StageHistory(ctx)
+	for _, h := range r.mgr.Held() {
+		if err := r.mgr.Release(ctx, h.ID); err != nil {
+			return res, err
+		}
+	}
+	bill, err := r.prov.Bill(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.Dollars, res.Hours = bill.Dollars, fin.Sub(start).Hours()
+	res.Evictions, res.Acquisitions = c.Evictions, c.Acquisitions
+	res.FreeShare = replay.FreeShare(bill, r.cfg.Replay.Cal)
+	if stErr == nil {
+		res.StageSwitches = len(st.History)
+	}
+	res.WallSeconds = r.cfg.Clock.Now().Sub(wall0).Seconds()
+	if m := r.cluster.Metrics(); m != nil {
+		acc, auc := m["test_accuracy"], m["test_auc"]
+		res.TestAccuracy, res.TestAUC = &acc, &auc
+	}
+	return res, r.failed()
+}
+
+// job is the real job as the manager sees it: its progress in passes,
+// as rank 0 reports them.
+type job struct {
+	total  float64
+	passes func() int
+	of     int // passes asked for
+}
+
+func (j *job) Status() rm.JobStatus {
+	st := rm.JobStatus{Total: j.total, Working: true}
+	if j.passes != nil && j.of > 0 {
+		st.Done = j.total * float64(j.passes()) / float64(j.of)
+	}
+	return st
+}
+
+func (j *job) Checkpoint(context.Context) error {
+	return fmt.Errorf("checkpoint %w", ErrNotReal)
+}
+
+// clusterMachines carries the provider's machines out on the cluster;
+// once the job is done it starts nothing more (machines booted during
+// the wind-down are released at once).
+type clusterMachines struct {
+	r    *run
+	done bool
+}
+
+func class(c market.Class) drill.Role {
+	if c == market.Reliable {
+		return drill.Reliable
+	}
+	return drill.Transient
+}
+
+func (m *clusterMachines) Start(_ context.Context, c market.Class) (string, error) {
+	if m.done || m.r.cluster == nil {
+		return "", nil
+	}
+	return m.r.cluster.StartMachine(class(c))
+}
+
+func (m *clusterMachines) Notice(_ context.Context, name string) error {
+	return m.r.cluster.Notice(name)
+}
+func (m *clusterMachines) Kill(_ context.Context, name string) error  { return m.r.cluster.Kill(name) }
+func (m *clusterMachines) Drain(_ context.Context, name string) error { return m.r.cluster.Drain(name) }
+
+func earliest(ts ...time.Time) time.Time {
+	var out time.Time
+	for _, t := range ts {
+		if !t.IsZero() && (out.IsZero() || t.Before(out)) {
+			out = t
+		}
+	}
+	return out
+}
