@@ -83,7 +83,7 @@ func reassignOnCluster(t *testing.T, fault func(c *ps.Client, b ps.Batch, slow b
 	const batch, passes, workers, parts = 10, 2, 4, 4
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	l, err := node.StartLocal(ctx, node.LocalConfig{Servers: 2, Workers: workers, Replication: 2, Partitions: parts, FailureTimeout: 300 * time.Millisecond})
+	l, err := node.StartLocal(ctx, node.LocalConfig{Servers: 2, Workers: workers, Replication: 2, Partitions: parts, FailureTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
