@@ -79,6 +79,9 @@ var (
 	descWLeases   = prometheus.NewDesc("terrace_worker_leases_held", "Leases of partition pieces being trained.", nil, nil)
 	descWClock    = prometheus.NewDesc("terrace_worker_clock", "The worker's clock.", nil, nil)
 	descWRefused  = workerCounter("terrace_worker_non_finite_refused_total", "Pushed values the servers refused as not finite.")
+	descWReassign = workerCounter("terrace_worker_reassignments_total", "Tails of slow peers' pieces this worker took (rapid reassignment).")
+	descWReassEx  = workerCounter("terrace_worker_examples_reassigned_total", "Rows in the tails this worker took.")
+	descWSplitRef = workerCounter("terrace_worker_splits_refused_total", "Splits this worker asked for that the coordinator refused.")
 )
 
 // Collector returns the worker's metrics for a Prometheus registry.
@@ -112,6 +115,10 @@ func (cc *clientCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	c.mu.RUnlock()
 	cnt(descWRefused, refused)
+	rs := c.ReassignStats()
+	cnt(descWReassign, rs.Reassignments)
+	cnt(descWReassEx, rs.ExamplesReassigned)
+	cnt(descWSplitRef, rs.Refused)
 	ch <- prometheus.MustNewConstMetric(descWLeases, prometheus.GaugeValue, float64(m.leases.Load()))
 	ch <- prometheus.MustNewConstMetric(descWClock, prometheus.GaugeValue, float64(c.clock.Load()))
 }

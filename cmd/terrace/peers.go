@@ -75,6 +75,7 @@ func (p *peerFlags) start(ctx context.Context, cfg *node.WorkerConfig, seed uint
 			ep.Close()
 			return nil, nil, fmt.Errorf("--peer-addr: %w", err)
 		}
+		cfg.Metrics.Extra = append(cfg.Metrics.Extra, ep.Collector())
 	}
 	wrapped := func(ctx context.Context, c *ps.Client) (any, error) {
 		if pat.Kind != straggle.None || p.work > 0 {

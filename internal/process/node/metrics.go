@@ -61,6 +61,9 @@ type NodeMetrics struct {
 	Listen string
 	// Ready, when set, is told the address once it listens.
 	Ready func(addr string)
+	// Extra are registered beside the node's own collectors (a worker's
+	// peer endpoint).
+	Extra []prometheus.Collector
 }
 
 // MetricsURL is the URL of /metrics at addr: https when the node's
@@ -82,6 +85,11 @@ func (m NodeMetrics) serve(ctx context.Context, network transport.Network, cc *a
 	reg, err := NewRegistry()
 	if err != nil {
 		return nil, err
+	}
+	for _, c := range m.Extra {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
 	}
 	addr, err := ServeMetrics(ctx, network, m.Listen, reg)
 	if err != nil {

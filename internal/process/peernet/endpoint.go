@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/terrace-ml/terrace/internal/dataplane/transport"
 	"github.com/terrace-ml/terrace/internal/placement/layout"
 	"github.com/terrace-ml/terrace/ps"
@@ -176,6 +178,27 @@ func (e *Endpoint) Receive() <-chan ps.PeerMessage { return e.inbox }
 // Stats returns the endpoint's counts so far.
 func (e *Endpoint) Stats() Stats {
 	return Stats{Sent: e.sent.Load(), Dropped: e.dropped.Load(), Received: e.received.Load(), Refused: e.refused.Load(), Discarded: e.discarded.Load()}
+}
+
+var descPeerMessages = prometheus.NewDesc("terrace_worker_peer_messages_total",
+	"Progress messages among peers, by outcome: sent, dropped (no address, full queue, peer unreachable), received, refused (not a message; the connection was closed), discarded (another rank's, or a full mailbox).",
+	[]string{"outcome"}, nil)
+
+// Collector returns the endpoint's counts for a Prometheus registry.
+func (e *Endpoint) Collector() prometheus.Collector { return (*endpointCollector)(e) }
+
+type endpointCollector Endpoint
+
+func (c *endpointCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descPeerMessages }
+
+func (c *endpointCollector) Collect(ch chan<- prometheus.Metric) {
+	st := (*Endpoint)(c).Stats()
+	for _, o := range []struct {
+		outcome string
+		n       int64
+	}{{"sent", st.Sent}, {"dropped", st.Dropped}, {"received", st.Received}, {"refused", st.Refused}, {"discarded", st.Discarded}} {
+		ch <- prometheus.MustNewConstMetric(descPeerMessages, prometheus.CounterValue, float64(o.n), o.outcome)
+	}
 }
 
 // Close stops the endpoint and waits for its goroutines.

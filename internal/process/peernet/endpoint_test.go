@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/terrace-ml/terrace/internal/dataplane/transport"
 	"github.com/terrace-ml/terrace/internal/placement/layout"
 	"github.com/terrace-ml/terrace/ps"
@@ -230,4 +232,21 @@ func TestSendWhileClosing(t *testing.T) {
 	}
 	a.Close()
 	wg.Wait()
+}
+
+// TestEndpointMetrics: the endpoint's counts are a Prometheus counter by
+// outcome that promlint finds nothing wrong with.
+func TestEndpointMetrics(t *testing.T) {
+	ep, err := Listen(context.Background(), "127.0.0.1:0", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Close()
+	if n := testutil.CollectAndCount(ep.Collector(), "terrace_worker_peer_messages_total"); n != 5 {
+		t.Fatalf("%d series, want one per outcome (5)", n)
+	}
+	problems, err := testutil.CollectAndLint(ep.Collector())
+	if err != nil || len(problems) > 0 {
+		t.Fatalf("lint: %v %v", err, problems)
+	}
 }
