@@ -19,7 +19,12 @@ import (
 // 32,561 rows it leaves the last pass's accuracy 0.5 points noisy (0.841
 // to 0.850 over runs, with the order in which the workers' minibatches
 // meet), which is a property of the step, not of the consistency model
-// this test is about. With 0.5 the spread is 0.849 to 0.851.
+// this test is about. With 0.5 the spread is 0.849 to 0.851 on a quiet
+// machine. ASP bounds no staleness: each worker reads up to its
+// prefetch window (8 minibatches) ahead of what the other has pushed,
+// and on a loaded machine the interleaving drifts further (0.8449 once
+// in a loaded CI run), so ASP is held to 0.84: a model that trains
+// wrongly scores far below either bound (0.76 predicts the majority).
 func TestA9A(t *testing.T) {
 	for _, cons := range []table.Consistency{{Model: table.BSP}, {Model: table.SSP, Staleness: 2}, {Model: table.ASP}} {
 		t.Run(cons.String(), func(t *testing.T) {
@@ -46,8 +51,12 @@ func TestA9A(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if rep0.TestAccuracy < 0.845 || rep0.TestAUC < 0.90 {
-				t.Fatalf("test accuracy %.4f AUC %.4f, want >= 0.845 and >= 0.90", rep0.TestAccuracy, rep0.TestAUC)
+			want := 0.845
+			if cons.Model == table.ASP {
+				want = 0.84
+			}
+			if rep0.TestAccuracy < want || rep0.TestAUC < 0.90 {
+				t.Fatalf("test accuracy %.4f AUC %.4f, want >= %.3f and >= 0.90", rep0.TestAccuracy, rep0.TestAUC, want)
 			}
 			t.Logf("%s: accuracy %.4f logloss %.4f AUC %.4f", cons, rep0.TestAccuracy, rep0.TestLogLoss, rep0.TestAUC)
 		})
