@@ -168,15 +168,16 @@ func (c *Client) doOne(ctx context.Context, base, route, query string, in, out a
 	return nil
 }
 
-// replyError decodes a refusal; a reply without a code (a proxy's, or a
-// coordinator's that died mid-reply) is transient if its status says so.
+// replyError decodes a refusal. A reply without a code is not a
+// coordinator's: a proxy's, a coordinator's that died mid-reply, or
+// another server's that took a dead coordinator's port (a node's
+// /metrics listener on an ephemeral port, as a test saw). Another
+// coordinator, or a moment, may answer, so it is transient: the client
+// moves on and, past RetryFor, fails naming the status.
 func replyError(base, route string, resp *http.Response, body []byte) error {
 	var r ErrorReply
 	if err := json.Unmarshal(body, &r); err != nil || r.Code == "" {
-		r.Code, r.Error = CodeInternal, resp.Status
-		if resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusBadGateway {
-			return fmt.Errorf("%w: coordinator %s: %s: %s", errTransient, base, route, resp.Status)
-		}
+		return fmt.Errorf("%w: coordinator %s: %s: %s (not a coordinator's reply)", errTransient, base, route, resp.Status)
 	}
 	err := &Error{Coordinator: base, Route: route, Code: r.Code, Msg: r.Error}
 	if r.Code.Transient() {

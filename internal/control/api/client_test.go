@@ -69,6 +69,27 @@ func TestMovesToTheLeader(t *testing.T) {
 	}
 }
 
+// TestStrangerOnACoordinatorsPort: a dead coordinator's port taken by
+// another HTTP server (a node's /metrics, answering 404 in plain text) is
+// passed over for the next coordinator, not taken for a refusal.
+func TestStrangerOnACoordinatorsPort(t *testing.T) {
+	stranger := httptest.NewServer(http.NotFoundHandler())
+	defer stranger.Close()
+	leader := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		json.NewEncoder(w).Encode(Joined{Rank: 2})
+	}))
+	defer leader.Close()
+	cl := NewClient(strings.Join([]string{stranger.URL, leader.URL}, ","), nil)
+	if rank, err := cl.JoinWorker(context.Background(), "w", ""); err != nil || rank != 2 {
+		t.Fatalf("join: rank %d, %v", rank, err)
+	}
+	alone := NewClient(stranger.URL, nil)
+	alone.RetryFor = 50 * time.Millisecond
+	if _, err := alone.JoinWorker(context.Background(), "w", ""); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "404") {
+		t.Fatalf("only a stranger: %v, want %v naming the 404", err, ErrUnavailable)
+	}
+}
+
 func TestUnreachable(t *testing.T) {
 	cl := NewClient("127.0.0.1:1", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
