@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -42,12 +43,26 @@ type Client struct {
 	// Unreachable, when set, hears WaitReachable's failures at once and
 	// then every few seconds, so that a node says why it waits.
 	Unreachable func(addrs string, err error)
+	// job is the job a worker joined (SetJob), sent with every request
+	// (HeaderJob); -1 sends none.
+	job atomic.Int64
 }
+
+// HeaderJob carries the job a worker joined with every request it
+// makes: the coordinator refuses the requests of a worker of an earlier
+// job (lease_lost), which would otherwise act for the next job's holder
+// of its rank (docs/design/jobs.md).
+const HeaderJob = "Terrace-Job"
+
+// SetJob makes the client send job with every request; a worker calls
+// it once it has joined (Layout.Job).
+func (c *Client) SetJob(job uint64) { c.job.Store(int64(job)) }
 
 // NewClient returns a client for the coordinators at addrs, a
 // comma-separated list of host:port or URLs, dialled with d (TCP if nil).
 func NewClient(addrs string, d Dialer) *Client {
 	c := &Client{hc: &http.Client{Timeout: PollWait + 10*time.Second}, RetryFor: 30 * time.Second}
+	c.job.Store(-1)
 	scheme := "http://"
 	if d != nil {
 		dial := func(ctx context.Context, _, addr string) (net.Conn, error) { return d.Dial(ctx, addr) }
@@ -142,6 +157,9 @@ func (c *Client) doOne(ctx context.Context, base, route, query string, in, out a
 	req.Header.Set("Content-Type", "application/json")
 	if c.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	if j := c.job.Load(); j >= 0 {
+		req.Header.Set(HeaderJob, strconv.FormatInt(j, 10))
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {

@@ -39,6 +39,17 @@ func serve(t *testing.T, c *Coordinator) *api.Client {
 	return cl
 }
 
+// serveAgain returns another client of c's API, served apart from the
+// driver serve runs (which must already run).
+func serveAgain(t *testing.T, c *Coordinator) *api.Client {
+	t.Helper()
+	hs := httptest.NewServer(c.Handler())
+	t.Cleanup(hs.Close)
+	cl := api.NewClient(hs.URL, nil)
+	cl.RetryFor = 0
+	return cl
+}
+
 // TestHTTP: the API over HTTP, with its errors tested by errors.Is on the
 // client's side.
 func TestHTTP(t *testing.T) {
@@ -79,6 +90,17 @@ func TestHTTP(t *testing.T) {
 	}
 	if err := cl.Heartbeat(ctx, 9); !errors.Is(err, api.ErrBadRequest) {
 		t.Fatalf("heartbeat of rank 9: %v", err)
+	}
+	// A worker of another job (one declared dead that outlived its job)
+	// is refused whatever its rank; one of this job is heard.
+	stale := serveAgain(t, c)
+	stale.SetJob(3)
+	if err := stale.Heartbeat(ctx, 0); !errors.Is(err, api.ErrLeaseLost) {
+		t.Fatalf("heartbeat of a worker of job 4: %v, want %v", err, api.ErrLeaseLost)
+	}
+	stale.SetJob(0)
+	if err := stale.Heartbeat(ctx, 0); err != nil {
+		t.Fatalf("heartbeat of a worker of this job: %v", err)
 	}
 	if _, err := cl.Split(ctx, api.Split{Rank: 1, Partition: 1, From: 10}); err != nil {
 		t.Fatalf("split of a free piece: %v", err) // a plain grant

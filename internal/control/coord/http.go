@@ -54,8 +54,36 @@ func (c *Coordinator) Handler() http.Handler {
 			reply(w, nil, err)
 			return
 		}
+		if err := c.checkJob(r); err != nil {
+			reply(w, nil, err)
+			return
+		}
 		served.ServeHTTP(w, r)
 	})
+}
+
+// checkJob refuses a request that names a job other than the one the
+// cluster runs (api.HeaderJob): a worker of an earlier job, declared dead
+// but still running, whose rank the next job gave out again.
+func (c *Coordinator) checkJob(r *http.Request) error {
+	h := r.Header.Get(api.HeaderJob)
+	if h == "" {
+		return nil
+	}
+	job, err := strconv.ParseUint(h, 10, 64)
+	if err != nil {
+		return fmt.Errorf("%w: %s %q", api.ErrBadRequest, api.HeaderJob, h)
+	}
+	c.mu.Lock()
+	known, cur := c.published != nil, uint64(0)
+	if known {
+		cur = c.published.Job
+	}
+	c.mu.Unlock()
+	if known && job != cur {
+		return fmt.Errorf("%w: this worker joined job %d; the cluster runs job %d", api.ErrLeaseLost, job+1, cur+1)
+	}
+	return nil
 }
 
 func (c *Coordinator) workHandlers(mux *http.ServeMux) {

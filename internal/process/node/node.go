@@ -317,6 +317,12 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, job Job) (any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker %s: join: %w", cfg.ID, err)
 	}
+	// From now on every request names the job joined: should this worker
+	// outlive its job (declared dead, still running), the next job's
+	// holder of its rank is not mistaken for it.
+	if joined.Layout != nil {
+		cc.SetJob(joined.Layout.Job)
+	}
 	c, err := ps.Connect(jctx, cc, ps.Options{Rank: rank, NodeID: cfg.ID, Logger: cfg.Logger, Network: cfg.Network})
 	if err != nil {
 		return nil, fmt.Errorf("worker %s: %w", cfg.ID, err)
