@@ -158,7 +158,7 @@ type Cluster struct {
 	stopping   bool // no more workers start
 	timeline   []string
 	violations []Violation
-	lossKeys   map[uint64]bool
+	lossKeys   map[uint64]int64 // increments lost, by key
 	lossIncs   int64
 }
 
@@ -214,9 +214,9 @@ func (c *Cluster) ExpectLoss(key uint64, increments int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.lossKeys == nil {
-		c.lossKeys = map[uint64]bool{}
+		c.lossKeys = map[uint64]int64{}
 	}
-	c.lossKeys[key] = true
+	c.lossKeys[key] += increments
 	c.lossIncs += increments
 }
 
