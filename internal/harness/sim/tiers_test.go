@@ -132,6 +132,13 @@ func TestTierRevocationLedgerCounts(t *testing.T) {
 // `go test` runs; TERRACE_SIM_MIX=tiers runs more through TestSimulation.
 const defaultTierSchedules = 40
 
+// tierRegressionSeeds run with the default tier schedules: schedules of
+// sim.RandomTiers that once failed beyond them (docs/design/sim.md,
+// "Tiers"). 88: workers started while every ActivePS was dead gave up
+// (ps.Connect); 102: workers whose short notice ran out; 232: a switch's
+// end within a fallback's grace dropped the fallback's loss report.
+var tierRegressionSeeds = []uint64{88, 102, 232}
+
 // TestTierSimulation runs the first seeded random schedules of tiers of
 // reliability (sim.RandomTiers: stage switches, bulk revocations with and
 // without notice, bulk additions, and the faults of sim.Random): every
@@ -153,5 +160,5 @@ func TestTierSimulation(t *testing.T) {
 	for seed := uint64(1); seed <= uint64(n); seed++ {
 		seeds = append(seeds, seed)
 	}
-	runSchedules(t, "tiers", sim.RandomTiers, seeds, false)
+	runSchedules(t, "tiers", sim.RandomTiers, append(seeds, tierRegressionSeeds...), false)
 }
