@@ -115,10 +115,18 @@ func Connect(ctx context.Context, ctl Control, o Options) (*Client, error) {
 			return nil, fmt.Errorf("ps: waiting for the cluster layout: %w", err)
 		}
 		if l.Ready {
-			if err := c.install(ctx, l); err != nil {
+			err := c.install(ctx, l)
+			if err == nil {
+				break
+			}
+			if errors.Is(err, ErrClosed) || ctx.Err() != nil {
 				return nil, err
 			}
-			break
+			// No server of the layout is reachable: a class-wide
+			// revocation kills every ActivePS before the coordinator
+			// falls back to the BackupPS. Wait for a newer layout, as
+			// refreshLayout does for a running client.
+			c.log.Warn("no server of the layout reachable; waiting for a newer one", "version", l.Version, "err", err)
 		}
 		after = l.Version
 	}

@@ -103,7 +103,7 @@ func (l *ledger) replaced(table uint32, slots keyspace.SlotSet) {
 func (l *ledger) freeze(epoch uint64, heads func(slot uint64) bool) int {
 	// A fallback within the grace of the last one: its count is not
 	// reported yet, and goes into this one's.
-	prev, prevRisk := l.frozen, l.atRisk
+	prev, prevRisk, prevEpoch := l.frozen, l.atRisk, l.epoch
 	l.frozen, l.epoch = make(map[pairKey]ledgerEntry), epoch
 	for k, e := range l.open {
 		if headsAny(e.slots, heads) {
@@ -112,6 +112,13 @@ func (l *ledger) freeze(epoch uint64, heads func(slot uint64) bool) int {
 	}
 	l.open, l.atRisk = nil, lostPushes(l.frozen)
 	n := len(l.atRisk)
+	if n == 0 && prev != nil {
+		// Nothing new at risk (the end of a switch out of stage 2 or 3,
+		// which looks like a fallback, schedules no count): the pending
+		// count keeps its epoch, so that the count scheduled for it still
+		// reports it (simulation, TERRACE_SIM_MIX=tiers seed 232).
+		l.epoch = prevEpoch
+	}
 	maps.Copy(l.frozen, prev)
 	if len(prevRisk) > 0 {
 		l.atRisk = append(l.atRisk, prevRisk...)

@@ -114,3 +114,24 @@ func TestLedgerFallbackWithinGrace(t *testing.T) {
 		t.Errorf("report %+v, want epoch 8 with (1,1) and (1,9) lost and at risk", r)
 	}
 }
+
+// TestLedgerSwitchEndWithinGrace: the end of a switch to stage 1 that
+// looks like a fallback (a "maybe" freeze with nothing at risk) within the
+// grace of a fallback keeps the fallback's epoch, whose count is the one
+// scheduled: before, the count was skipped and the loss never reported
+// (simulation, TERRACE_SIM_MIX=tiers seed 232).
+func TestLedgerSwitchEndWithinGrace(t *testing.T) {
+	var l ledger
+	all := func(uint64) bool { return true }
+	l.allow(wire.Pair{Client: 1, Seq: 1, Slots: slots(1)}, scope{})
+	if n := l.freeze(45, all); n != 1 {
+		t.Fatalf("fallback: %d at risk, want 1", n)
+	}
+	if n := l.freeze(312, all); n != 0 {
+		t.Fatalf("switch end: %d at risk, want 0", n)
+	}
+	r := l.report()
+	if r.Epoch != 45 || !slices.Equal(seqs(r.Lost), []uint64{1}) || !slices.Equal(seqs(r.Allowed), []uint64{1}) {
+		t.Errorf("report %+v, want epoch 45 with (1,1) lost and at risk", r)
+	}
+}

@@ -222,6 +222,14 @@ func (b *Book) Uncertain() map[uint64]int64 {
 	return u
 }
 
+// InFlight counts the pushes that were neither acknowledged nor known to
+// have failed (Uncertain's, not by key).
+func (b *Book) InFlight() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return int64(len(b.inflight))
+}
+
 // Acked returns the acknowledged increments of key k whose push began
 // after event since (0: all of them).
 func (b *Book) Acked(k uint64, since int64) int64 {

@@ -158,7 +158,7 @@ type Cluster struct {
 	stopping   bool // no more workers start
 	timeline   []string
 	violations []Violation
-	lossKeys   map[uint64]bool
+	lossKeys   map[uint64]int64 // increments lost, by key
 	lossIncs   int64
 }
 
@@ -214,9 +214,9 @@ func (c *Cluster) ExpectLoss(key uint64, increments int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.lossKeys == nil {
-		c.lossKeys = map[uint64]bool{}
+		c.lossKeys = map[uint64]int64{}
 	}
-	c.lossKeys[key] = true
+	c.lossKeys[key] += increments
 	c.lossIncs += increments
 }
 
@@ -524,6 +524,9 @@ func (c *Cluster) awaitTraining() bool {
 }
 
 func (c *Cluster) workerReturned(w *Node) {
+	c.mu.Lock()
+	leaving := w.leaving
+	c.mu.Unlock()
 	switch {
 	case w.err == nil:
 		c.Note("%s finished", w.ID)
@@ -531,6 +534,10 @@ func (c *Cluster) workerReturned(w *Node) {
 		c.Note("%s stopped: %v", w.ID, w.err)
 	case errors.Is(w.err, node.ErrDrained):
 		c.Note("%s drained", w.ID)
+	case leaving && errors.Is(w.err, context.Canceled):
+		// Its notice ran out before it drained (node.RunWorker stops the
+		// job at the deadline): its machine is gone, as if killed.
+		c.Note("%s stopped at its notice's deadline: %v", w.ID, w.err)
 	case errors.Is(w.err, api.ErrLeaseLost):
 		// Declared dead while alive (cut off from the coordinator): it
 		// stops, as a real worker exits, and a new one takes its place.

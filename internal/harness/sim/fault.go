@@ -361,6 +361,7 @@ func (f Revoke) Apply(ctx context.Context, c *Cluster) {
 		if !sleep(ctx, f.Notice) {
 			return
 		}
+		c.checkNotice(f, hit)
 	}
 	// Every death is in Copies before any crash: they are one instant.
 	for _, n := range hit {

@@ -62,7 +62,7 @@ const (
 
 // Kinds lists the harness's kinds of violation in the order reports
 // list them.
-var Kinds = []string{KindExactlyOnce, KindStale, KindLostState, KindStall, KindFailed, KindBroken}
+var Kinds = []string{KindExactlyOnce, KindStale, KindLostState, KindLedger, KindNotice, KindStall, KindFailed, KindBroken}
 
 // maxPerKind bounds the violations of one kind a report lists.
 const maxPerKind = 3

@@ -31,24 +31,76 @@ var regressionSeeds = []uint64{71349, 71351}
 // log, not as a test failure, so that every other seed still guards the
 // rest. Each entry names what it breaks; a seed that passes again should be
 // removed from here.
-var openSeeds = map[uint64]openFinding{}
+var openSeeds = map[mixSeed]openFinding{
+	{"tiers", 29}:   {stall, "stage 3 with no transient worker alive: a transient server's return switches back to stage 3 and the reliable workers wait for work forever"},
+	{"tiers", 143}:  {stall, "stage 3 with no transient worker alive: drained transient workers' replacements are reliable, and they wait for work forever"},
+	{"tiers", 344}:  {lost, concurrentJoins},
+	{"tiers", 352}:  {lost, concurrentJoins},
+	{"tiers", 527}:  {lost, concurrentJoins},
+	{"tiers", 538}:  {lost, concurrentJoins},
+	{"tiers", 850}:  {lost, concurrentJoins},
+	{"tiers", 611}:  {stale, "a read misses an acknowledged increment after a bulk addition (not diagnosed; maybe " + concurrentJoins + ")"},
+	{"tiers", 810}:  {stale, "a read misses an acknowledged increment after bulk additions (not diagnosed; maybe " + concurrentJoins + ")"},
+	{"tiers", 1044}: {lost, concurrentJoins},
+	{"tiers", 1906}: {lost, concurrentJoins},
+	{"tiers", 2258}: {lost, concurrentJoins},
+	{"tiers", 2299}: {lost, concurrentJoins},
+	{"tiers", 2525}: {lost, concurrentJoins},
+	{"tiers", 2804}: {lost, concurrentJoins},
+	{"tiers", 2991}: {lost, concurrentJoins},
+	{"tiers", 1341}: {stall, idleStall},
+	{"tiers", 1670}: {stall, idleStall},
+	{"tiers", 1704}: {stall, idleStall},
+	{"tiers", 1721}: {stall, idleStall},
+	{"tiers", 1911}: {stall, idleStall},
+	{"tiers", 1608}: {stall, "workers wait in SSP reads forever after a revocation without notice and bulk additions (not diagnosed)"},
+	{"tiers", 2605}: {stall, "workers wait in SSP reads forever after three revocations without notice (not diagnosed)"},
+	{"tiers", 1377}: {[]string{sim.KindLedger}, "the ledgers count one push more than the simulation finds lost for a rank with nothing in flight (not diagnosed; perhaps the known over-count of a push failed back after its pair reached the ledger, docs/design/tiers.md)"},
+	{"tiers", 610}:  {broken, "a class-wide notice to three ActivePS in stage 2: the first two drain within the ActivePS ring, the third starts no switch to stage 1, and the coordinator publishes layouts whose final ring is empty (\"ring: no servers\")"},
+}
 
-// openFinding is the one kind of violation a known failing seed shows.
-type openFinding struct{ kind, what string }
+// Kinds of violation the open findings show.
+var (
+	stall  = []string{sim.KindStall}
+	lost   = []string{sim.KindExactlyOnce, sim.KindStale}
+	stale  = []string{sim.KindStale}
+	broken = []string{sim.KindBroken, sim.KindExactlyOnce, sim.KindStale, sim.KindLedger, sim.KindNotice, sim.KindStall, sim.KindFailed}
+)
+
+// idleStall is the open finding of workers waiting for work forever,
+// probably stage 3 with no transient worker (seeds 29 and 143; the
+// others not checked one by one).
+const idleStall = "workers wait for work forever: probably stage 3 with no transient worker alive"
+
+// concurrentJoins is the open finding of several ActivePS joining at once.
+const concurrentJoins = "several transient servers join a stage-2 or stage-3 cluster at once (sim.AddMachines): an increment acknowledged while the first joiner is promoted and the others still join is missing from the final model and from later reads, with no server dead; one joiner at a time, or the same schedule without tiers, passes"
+
+// mixSeed names a schedule: its mix (TERRACE_SIM_MIX, "" for the default)
+// and its seed.
+type mixSeed struct {
+	mix  string
+	seed uint64
+}
+
+// openFinding is the kinds of violation a known failing seed shows.
+type openFinding struct {
+	kinds []string
+	what  string
+}
 
 // openSeed returns what rep of seed breaks, if seed is an open finding of
-// the default mix and rep shows only the violation it is known for.
-func openSeed(seed uint64, rep *sim.Report) (string, bool) {
-	known, ok := openSeeds[seed]
-	if !ok || os.Getenv("TERRACE_SIM_MIX") != "" {
+// mix and rep shows only the violation it is known for.
+func openSeed(mix string, seed uint64, rep *sim.Report) (string, bool) {
+	known, ok := openSeeds[mixSeed{mix, seed}]
+	if !ok {
 		return "", false
 	}
 	for _, k := range rep.Kinds() {
-		if k != known.kind {
+		if !slices.Contains(known.kinds, k) {
 			return "", false
 		}
 	}
-	return known.kind + ": " + known.what, true
+	return strings.Join(rep.Kinds(), ", ") + ": " + known.what, true
 }
 
 // detailUpTo is the largest run whose failures print their timeline and
@@ -64,7 +116,9 @@ const detailUpTo = 10
 // schedules, from seed N if given, else from 1 (and then the
 // regressionSeeds too). TERRACE_SIM_MIX=drains draws the schedules with
 // drains and slow workers (sim.RandomDrains); TERRACE_SIM_MIX=stragglers
-// the same with rapid reassignment on (sim.RandomStragglers).
+// the same with rapid reassignment on (sim.RandomStragglers);
+// TERRACE_SIM_MIX=tiers draws tiers of reliability with stage switches,
+// bulk revocations and additions (sim.RandomTiers).
 func TestSimulation(t *testing.T) {
 	first, n := uint64(1), defaultSchedules
 	if testing.Short() {
@@ -88,37 +142,45 @@ func TestSimulation(t *testing.T) {
 	for seed := first; seed < first+uint64(n); seed++ {
 		seeds = append(seeds, seed)
 	}
-	if os.Getenv("TERRACE_SIM_SEED") == "" {
+	mix := os.Getenv("TERRACE_SIM_MIX")
+	if os.Getenv("TERRACE_SIM_SEED") == "" && mix != "tiers" {
 		seeds = append(seeds, regressionSeeds...)
 	}
-	draw := sim.Random
-	switch v := os.Getenv("TERRACE_SIM_MIX"); v {
-	case "":
-	case "drains":
-		draw = sim.RandomDrains
-	case "stragglers":
-		draw = sim.RandomStragglers
-	default:
-		t.Fatalf("TERRACE_SIM_MIX=%q: want drains, stragglers or nothing", v)
+	draw, ok := mixes[mix]
+	if !ok {
+		t.Fatalf("TERRACE_SIM_MIX=%q: want drains, stragglers, tiers or nothing", mix)
 	}
-	var sum summary
+	runSchedules(t, mix, draw, seeds, n <= detailUpTo)
+}
+
+// mixes are the generators of random schedules, by TERRACE_SIM_MIX.
+var mixes = map[string]func(seed uint64) sim.Scenario{
+	"":           sim.Random,
+	"drains":     sim.RandomDrains,
+	"stragglers": sim.RandomStragglers,
+	"tiers":      sim.RandomTiers,
+}
+
+// runSchedules runs the schedules draw gives for seeds, two at a time
+// (t.Parallel), and reports the failing ones by kind.
+func runSchedules(t *testing.T, mix string, draw func(uint64) sim.Scenario, seeds []uint64, detail bool) {
+	sum := summary{lossAllowed: mix == "tiers"}
 	t.Cleanup(func() { sum.report(t, len(seeds)) })
 	for _, seed := range seeds {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			t.Parallel()
 			synctest.Test(t, func(t *testing.T) {
 				sc := draw(seed)
-				sum.add(t, sc, runScenario(t, sc, n <= detailUpTo))
+				sum.add(t, mix, sc, runScenarioOf(t, mix, sc, detail))
 			})
 		})
 	}
 }
 
-// replay is the command that runs one seed alone.
-func replay(seed uint64) string {
-	mix := ""
-	if v := os.Getenv("TERRACE_SIM_MIX"); v != "" {
-		mix = "TERRACE_SIM_MIX=" + v + " "
+// replay is the command that runs one seed of mix alone.
+func replay(mix string, seed uint64) string {
+	if mix != "" {
+		mix = "TERRACE_SIM_MIX=" + mix + " "
 	}
 	return fmt.Sprintf("%sTERRACE_SIM_SEED=%d go test ./internal/harness/sim -run TestSimulation -v", mix, seed)
 }
@@ -126,28 +188,42 @@ func replay(seed uint64) string {
 // runScenario runs sc in the calling bubble and fails t on any violation,
 // with the timeline and logs if detail is set.
 func runScenario(t *testing.T, sc sim.Scenario, detail bool) *sim.Report {
+	return runScenarioOf(t, os.Getenv("TERRACE_SIM_MIX"), sc, detail)
+}
+
+// runScenarioOf is runScenario for a schedule of mix, which its replay
+// command names.
+func runScenarioOf(t *testing.T, mix string, sc sim.Scenario, detail bool) *sim.Report {
 	sc.Alert = func(msg string) {
-		fmt.Fprintf(os.Stderr, "sim: seed %d %s (replay: %s)\n", sc.Seed, msg, replay(sc.Seed))
+		fmt.Fprintf(os.Stderr, "sim: seed %d %s (replay: %s)\n", sc.Seed, msg, replay(mix, sc.Seed))
 	}
 	rep := sim.Run(t.Context(), sc)
 	if !rep.Failed() {
 		t.Logf("seed %d: %s; %d increments acknowledged, %d reads checked, training took %v of fake time%s",
-			sc.Seed, sc.Describe(), rep.Acked, rep.Reads, rep.TrainTime, lossNote(rep.Losses))
+			sc.Seed, sc.Describe(), rep.Acked, rep.Reads, rep.TrainTime, lossNote(rep.Losses)+ledgerNote(rep))
 		if detail && testing.Verbose() {
 			t.Log(rep.Detail())
 		}
 		return rep
 	}
-	msg := fmt.Sprintf("seed %d failed; replay with %s\nschedule: %s\n%s", sc.Seed, replay(sc.Seed), sc.Describe(), rep.Summary())
+	msg := fmt.Sprintf("seed %d failed; replay with %s\nschedule: %s\n%s", sc.Seed, replay(mix, sc.Seed), sc.Describe(), rep.Summary())
 	if detail {
 		msg += "\n" + rep.Detail()
 	}
-	if known, ok := openSeed(sc.Seed, rep); ok {
+	if known, ok := openSeed(mix, sc.Seed, rep); ok {
 		t.Logf("OPEN FINDING (not counted as a failure: %s): %s", known, msg)
 		return rep
 	}
 	t.Error(msg)
 	return rep
+}
+
+// ledgerNote is what the loss ledgers counted, with tiers.
+func ledgerNote(rep *sim.Report) string {
+	if rep.Ledger.Reports == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; the ledgers count %d pushes lost (%d at risk)", rep.Ledger.UpdatesLost, rep.Ledger.UpdatesLostBound)
 }
 
 func lossNote(l sim.Losses) string {
@@ -166,9 +242,12 @@ type summary struct {
 	open    []uint64 // open findings that failed as known
 	lossy   []string
 	unknown int // rebuild reports for layouts Copies never saw
+	// lossAllowed: tiers lose slots at revocations without notice, and
+	// sim.LedgerCounts checks those losses against the system's count.
+	lossAllowed bool
 }
 
-func (s *summary) add(t *testing.T, sc sim.Scenario, rep *sim.Report) {
+func (s *summary) add(t *testing.T, mix string, sc sim.Scenario, rep *sim.Report) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.unknown += rep.UnknownCopies
@@ -178,7 +257,7 @@ func (s *summary) add(t *testing.T, sc sim.Scenario, rep *sim.Report) {
 	if !rep.Failed() {
 		return
 	}
-	if _, ok := openSeed(sc.Seed, rep); ok {
+	if _, ok := openSeed(mix, sc.Seed, rep); ok {
 		s.open = append(s.open, sc.Seed)
 		return
 	}
@@ -198,7 +277,9 @@ func (s *summary) report(t *testing.T, n int) {
 	if len(s.open) > 0 {
 		t.Logf("open findings (docs/design/sim.md) that failed as known: seeds %v", s.open)
 	}
-	if len(s.lossy) > 0 {
+	if len(s.lossy) > 0 && s.lossAllowed {
+		t.Logf("%d of %d schedules lost every copy of a slot, as counted:\n%s", len(s.lossy), n, strings.Join(s.lossy, "\n"))
+	} else if len(s.lossy) > 0 {
 		// Random schedules kill only where a copy of every slot is left.
 		t.Errorf("%d of %d schedules lost every copy of a slot:\n%s", len(s.lossy), n, strings.Join(s.lossy, "\n"))
 	}

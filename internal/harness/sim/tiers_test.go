@@ -2,6 +2,7 @@ package sim_test
 
 import (
 	"fmt"
+	"os"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -125,4 +126,39 @@ func TestTierRevocationLedgerCounts(t *testing.T) {
 			})
 		})
 	}
+}
+
+// defaultTierSchedules is how many schedules of sim.RandomTiers a plain
+// `go test` runs; TERRACE_SIM_MIX=tiers runs more through TestSimulation.
+const defaultTierSchedules = 40
+
+// tierRegressionSeeds run with the default tier schedules: schedules of
+// sim.RandomTiers that once failed beyond them (docs/design/sim.md,
+// "Tiers"). 88: workers started while every ActivePS was dead gave up
+// (ps.Connect); 102: workers whose short notice ran out; 232: a switch's
+// end within a fallback's grace dropped the fallback's loss report.
+var tierRegressionSeeds = []uint64{88, 102, 232}
+
+// TestTierSimulation runs the first seeded random schedules of tiers of
+// reliability (sim.RandomTiers: stage switches, bulk revocations with and
+// without notice, bulk additions, and the faults of sim.Random): every
+// acknowledged increment is in the final model once, but for those the
+// loss ledgers counted at a revocation without notice, and the ledgers'
+// count is the simulation's. It leaves the environment's runs (a seed, a
+// count or a mix) to TestSimulation.
+func TestTierSimulation(t *testing.T) {
+	for _, v := range []string{"TERRACE_SIM_SEED", "TERRACE_SIM_SCHEDULES", "TERRACE_SIM_MIX"} {
+		if os.Getenv(v) != "" {
+			t.Skipf("%s is set: TestSimulation runs it", v)
+		}
+	}
+	n := defaultTierSchedules
+	if testing.Short() {
+		n /= 4
+	}
+	var seeds []uint64
+	for seed := uint64(1); seed <= uint64(n); seed++ {
+		seeds = append(seeds, seed)
+	}
+	runSchedules(t, "tiers", sim.RandomTiers, append(seeds, tierRegressionSeeds...), false)
 }
