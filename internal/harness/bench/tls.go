@@ -39,6 +39,13 @@ type TLSReport struct {
 	// where the medians of each side (and Ratio) swing.
 	RoundRatio float64   `json:"round_ratio"`
 	Ratios     []float64 `json:"round_ratios"`
+	// Wire: the process's CPU (user and system; both ends are in it) per
+	// push+pull on each side, medians, and CPURatio, plain's over TLS's:
+	// the share of plain throughput TLS keeps where the CPU bounds both,
+	// which load from other tenants moves far less than the times.
+	PlainCPUms float64 `json:"plain_push_pull_cpu_ms,omitempty"`
+	TLSCPUms   float64 `json:"tls_push_pull_cpu_ms,omitempty"`
+	CPURatio   float64 `json:"cpu_ratio,omitempty"`
 	// AESNI: whether this CPU advertises AES instructions, on which
 	// AES-GCM's speed, and so the ratio, depends.
 	AESNI      bool      `json:"aes_ni"`
@@ -67,6 +74,7 @@ func (r *TLSReport) Summary() string {
 		fmt.Fprintf(&b, "  plain TCP                      %9.0f %9.0f %9.0f\n", r.Plain.PushPullMBps, r.Plain.PushMBps, r.Plain.PullMBps)
 		fmt.Fprintf(&b, "  mutual TLS                     %9.0f %9.0f %9.0f\n", r.TLS.PushPullMBps, r.TLS.PushMBps, r.TLS.PullMBps)
 		fmt.Fprintf(&b, "  ratio TLS/plain push+pull      %9.2f of the medians, %.2f median of the rounds' (target >= 0.7)\n", r.Ratio, r.RoundRatio)
+		fmt.Fprintf(&b, "  cpu ms per push+pull: plain %.0f, TLS %.0f (plain/TLS %.2f)\n", r.PlainCPUms, r.TLSCPUms, r.CPURatio)
 		return b.String()
 	}
 	fmt.Fprintf(&b, "  plain TCP   %10.0f examples/s  test AUC %.4f\n", r.Plain.ExamplesPerSecond, r.Plain.TestAUC)
@@ -151,6 +159,7 @@ func WireTLS(ctx context.Context, o WireOptions, progress io.Writer) (*TLSReport
 	nb := o.DenseBytes
 	ops := []denseOp{opPushPull, opPush, opPull}
 	times := map[bool][][]time.Duration{false: make([][]time.Duration, 3), true: make([][]time.Duration, 3)}
+	cpu := map[bool][]time.Duration{}
 	err = onWorkerNet(ctx, nil, log, func(ctx context.Context, cp *ps.Client) error {
 		plain, err := newDense(ctx, cp, vals, dst)
 		if err != nil {
@@ -174,11 +183,15 @@ func WireTLS(ctx context.Context, o WireOptions, progress io.Writer) (*TLSReport
 						if side {
 							d = secure
 						}
+						c0 := processCPU()
 						t, err := timed(func() error { return d.do(ctx, op) })
 						if err != nil {
 							return err
 						}
 						times[side][i] = append(times[side][i], t)
+						if op == opPushPull {
+							cpu[side] = append(cpu[side], processCPU()-c0)
+						}
 					}
 				}
 				fmt.Fprintf(w, "round %d/%d: push+pull plain %.0f, TLS %.0f MB/s\n", r+1, o.Rounds,
@@ -196,6 +209,10 @@ func WireTLS(ctx context.Context, o WireOptions, progress io.Writer) (*TLSReport
 	}
 	rep.Plain, rep.TLS = fig(false), fig(true)
 	rep.Ratio = rep.TLS.PushPullMBps / rep.Plain.PushPullMBps
+	rep.PlainCPUms, rep.TLSCPUms = median(cpu[false]).Seconds()*1e3, median(cpu[true]).Seconds()*1e3
+	if rep.TLSCPUms > 0 {
+		rep.CPURatio = rep.PlainCPUms / rep.TLSCPUms
+	}
 	for r := range o.Rounds {
 		rep.Ratios = append(rep.Ratios, times[false][0][r].Seconds()/times[true][0][r].Seconds())
 	}
