@@ -264,9 +264,9 @@ func (m *Machine) Synced(id uint64, s api.Synced) {
 	m.reply(Reply{ID: id})
 }
 
-// promote moves every joiner that all ring servers have synced onto the
-// ring, and takes every leaving server that all have synced off it, in
-// one new epoch.
+// promote moves the joiners onto the ring once all ring servers have
+// synced every one of them, and takes every leaving server that all have
+// synced off it, in one new epoch.
 func (m *Machine) promote() bool {
 	l := &m.st.Layout
 	done := func(id string) bool {
@@ -278,8 +278,18 @@ func (m *Machine) promote() bool {
 	servers := slices.Clone(l.Servers)
 	var joining []ring.Server
 	var leaving []string
+	// Joiners go on the ring together or not at all. Each is in step only
+	// for the slots of its chains on the final ring (every joiner in);
+	// promoted alone, one would head every slot the ring with only it
+	// added gives it, among them slots whose final chains a later joiner
+	// took from it, which it stopped receiving pushes for: its stale copy
+	// would then overwrite the old head's newer state, acknowledged pushes
+	// and all (docs/design/sim.md, seed 352). Reports arrive one ring
+	// server at a time, so a joiner reported first would otherwise be
+	// promoted while the others wait for their last report.
+	allJoined := !slices.ContainsFunc(l.Joining, func(j ring.Server) bool { return !done(j.ID) })
 	for _, j := range l.Joining {
-		if !done(j.ID) {
+		if !allJoined {
 			joining = append(joining, j)
 			continue
 		}

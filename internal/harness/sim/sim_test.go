@@ -34,20 +34,7 @@ var regressionSeeds = []uint64{71349, 71351}
 var openSeeds = map[mixSeed]openFinding{
 	{"tiers", 29}:   {stall, "stage 3 with no transient worker alive: a transient server's return switches back to stage 3 and the reliable workers wait for work forever"},
 	{"tiers", 143}:  {stall, "stage 3 with no transient worker alive: drained transient workers' replacements are reliable, and they wait for work forever"},
-	{"tiers", 344}:  {lost, concurrentJoins},
-	{"tiers", 352}:  {lost, concurrentJoins},
-	{"tiers", 527}:  {lost, concurrentJoins},
-	{"tiers", 538}:  {lost, concurrentJoins},
-	{"tiers", 850}:  {lost, concurrentJoins},
-	{"tiers", 611}:  {stale, "a read misses an acknowledged increment after a bulk addition (not diagnosed; maybe " + concurrentJoins + ")"},
-	{"tiers", 810}:  {stale, "a read misses an acknowledged increment after bulk additions (not diagnosed; maybe " + concurrentJoins + ")"},
-	{"tiers", 1044}: {lost, concurrentJoins},
-	{"tiers", 1906}: {lost, concurrentJoins},
-	{"tiers", 2258}: {lost, concurrentJoins},
-	{"tiers", 2299}: {lost, concurrentJoins},
-	{"tiers", 2525}: {lost, concurrentJoins},
-	{"tiers", 2804}: {lost, concurrentJoins},
-	{"tiers", 2991}: {lost, concurrentJoins},
+	{"tiers", 611}:  {stale, "a read misses an acknowledged increment after a switch to stage 1 and back to stage 2 (not diagnosed; it still fails with the concurrent joins fixed, 2026-11-26)"},
 	{"tiers", 1341}: {stall, idleStall},
 	{"tiers", 1670}: {stall, idleStall},
 	{"tiers", 1704}: {stall, idleStall},
@@ -62,7 +49,6 @@ var openSeeds = map[mixSeed]openFinding{
 // Kinds of violation the open findings show.
 var (
 	stall  = []string{sim.KindStall}
-	lost   = []string{sim.KindExactlyOnce, sim.KindStale}
 	stale  = []string{sim.KindStale}
 	broken = []string{sim.KindBroken, sim.KindExactlyOnce, sim.KindStale, sim.KindLedger, sim.KindNotice, sim.KindStall, sim.KindFailed}
 )
@@ -71,9 +57,6 @@ var (
 // probably stage 3 with no transient worker (seeds 29 and 143; the
 // others not checked one by one).
 const idleStall = "workers wait for work forever: probably stage 3 with no transient worker alive"
-
-// concurrentJoins is the open finding of several ActivePS joining at once.
-const concurrentJoins = "several transient servers join a stage-2 or stage-3 cluster at once (sim.AddMachines): an increment acknowledged while the first joiner is promoted and the others still join is missing from the final model and from later reads, with no server dead; one joiner at a time, or the same schedule without tiers, passes"
 
 // mixSeed names a schedule: its mix (TERRACE_SIM_MIX, "" for the default)
 // and its seed.

@@ -136,8 +136,11 @@ const defaultTierSchedules = 40
 // sim.RandomTiers that once failed beyond them (docs/design/sim.md,
 // "Tiers"). 88: workers started while every ActivePS was dead gave up
 // (ps.Connect); 102: workers whose short notice ran out; 232: a switch's
-// end within a fallback's grace dropped the fallback's loss report.
-var tierRegressionSeeds = []uint64{88, 102, 232}
+// end within a fallback's grace dropped the fallback's loss report; 352
+// and 2258: three transient servers joining at once were promoted one at a
+// time, and the first, heading slots it had stopped receiving pushes for,
+// overwrote acknowledged increments with its stale copy.
+var tierRegressionSeeds = []uint64{88, 102, 232, 352, 2258}
 
 // TestTierSimulation runs the first seeded random schedules of tiers of
 // reliability (sim.RandomTiers: stage switches, bulk revocations with and
