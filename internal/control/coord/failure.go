@@ -78,7 +78,19 @@ func (m *Machine) checkRank(rank int) error {
 func (m *Machine) finished(rank int) bool { return slices.Contains(m.st.Layout.Finished, rank) }
 
 // expireWorkers declares dead every worker silent for the failure timeout.
+// A worker of a ready layout that has not been heard yet is timed from
+// the first time this sees it: workers start heartbeats once the layout
+// is ready, and one that died between its join and its first heartbeat
+// would otherwise never be declared dead, its rank holding every SSP
+// read at its clock forever (docs/design/sim.md).
 func (m *Machine) expireWorkers() {
+	if m.st.Layout.Ready {
+		for _, r := range m.st.Workers {
+			if _, heard := m.beats[r]; !heard && !m.finished(r) {
+				m.beats[r] = m.now
+			}
+		}
+	}
 	ranks := make([]int, 0, len(m.beats))
 	for r := range m.beats {
 		ranks = append(ranks, r)
