@@ -107,33 +107,15 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 		}
 		cfg.Binary = exe
 	}
-	if cfg.RunDir == "" {
-		dir, err := os.MkdirTemp("", "terrace-cluster-")
-		if err != nil {
-			return nil, fmt.Errorf("drill: run directory: %w", err)
-		}
-		cfg.RunDir = dir
-	} else if err := os.MkdirAll(cfg.RunDir, 0o755); err != nil {
-		return nil, fmt.Errorf("drill: run directory: %w", err)
-	}
-	if abs, err := filepath.Abs(cfg.RunDir); err == nil {
-		cfg.RunDir = abs
+	var err error
+	if cfg.RunDir, err = prepareRunDir(cfg.RunDir, "terrace-cluster-"); err != nil {
+		return nil, err
 	}
 	if cfg.Out == nil {
 		cfg.Out = io.Discard
 	}
 	if cfg.StartTimeout <= 0 {
 		cfg.StartTimeout = time.Minute
-	}
-	// A report of an earlier run in the same directory would be read as
-	// this run's: a worker that finished before it started.
-	for _, pat := range []string{"worker-*.json", "worker-*.audit"} {
-		old, _ := filepath.Glob(filepath.Join(cfg.RunDir, pat))
-		for _, f := range old {
-			if err := os.Remove(f); err != nil {
-				return nil, fmt.Errorf("drill: run directory: %w", err)
-			}
-		}
 	}
 	logf, err := os.Create(filepath.Join(cfg.RunDir, "drill.log"))
 	if err != nil {
@@ -174,17 +156,8 @@ func (c *Cluster) startCoordinator(ctx context.Context, cfg ClusterConfig) error
 	}
 	by := time.NewTimer(cfg.StartTimeout)
 	defer by.Stop()
-	for !d.coordUp {
-		select {
-		case l := <-d.sup.lines:
-			d.handle(l)
-		case <-p.exited:
-			return fmt.Errorf("%w: the coordinator exited at start (%v); see %s%s", ErrNodeFailed, p.waitErr, p.log, excerpt(p.log))
-		case <-by.C:
-			return fmt.Errorf("%w: the coordinator did not listen within %v; see %s", ErrNoTraining, cfg.StartTimeout, p.log)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	if err := d.awaitCoordinator(ctx, p, by.C, cfg.StartTimeout); err != nil {
+		return err
 	}
 	return nil
 }

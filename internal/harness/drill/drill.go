@@ -247,26 +247,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Out == nil {
 		cfg.Out = io.Discard
 	}
-	if cfg.RunDir == "" {
-		d, err := os.MkdirTemp("", "terrace-drill-")
-		if err != nil {
-			return nil, fmt.Errorf("drill: run directory: %w", err)
-		}
-		cfg.RunDir = d
-	} else if err := os.MkdirAll(cfg.RunDir, 0o755); err != nil {
-		return nil, fmt.Errorf("drill: run directory: %w", err)
-	}
-	if abs, err := filepath.Abs(cfg.RunDir); err == nil {
-		cfg.RunDir = abs
-	}
-	// Files of an earlier run in the same directory would be read as this
-	// run's.
-	for i := range cfg.Workers {
-		for _, f := range []string{workerFile(i, ".json"), workerFile(i, ".audit")} {
-			if err := os.Remove(filepath.Join(cfg.RunDir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return nil, fmt.Errorf("drill: run directory: %w", err)
-			}
-		}
+	var err error
+	if cfg.RunDir, err = prepareRunDir(cfg.RunDir, "terrace-drill-"); err != nil {
+		return nil, err
 	}
 	logf, err := os.Create(filepath.Join(cfg.RunDir, "drill.log"))
 	if err != nil {
@@ -286,6 +269,53 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 }
 
 func workerFile(i int, ext string) string { return fmt.Sprintf("worker-%d%s", i, ext) }
+
+// awaitCoordinator handles the nodes' lines until coordinator c says it
+// listens, and fails if it exits first or by fires (timeout after the
+// start).
+func (d *drill) awaitCoordinator(ctx context.Context, c *proc, by <-chan time.Time, timeout time.Duration) error {
+	for !d.coordUp {
+		select {
+		case l := <-d.sup.lines:
+			d.handle(l)
+		case <-c.exited:
+			return fmt.Errorf("%w: the coordinator exited at start (%v); see %s%s", ErrNodeFailed, c.waitErr, c.log, excerpt(c.log))
+		case <-by:
+			return fmt.Errorf("%w: the coordinator did not listen within %v; see %s", ErrNoTraining, timeout, c.log)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// prepareRunDir makes dir (a new temporary one named after prefix if
+// empty), returns it absolute, and removes the worker reports and audit
+// logs an earlier run left there, which would be read as this run's (a
+// worker that finished before it started).
+func prepareRunDir(dir, prefix string) (string, error) {
+	if dir == "" {
+		d, err := os.MkdirTemp("", prefix)
+		if err != nil {
+			return "", fmt.Errorf("drill: run directory: %w", err)
+		}
+		dir = d
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("drill: run directory: %w", err)
+	}
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+	}
+	for _, pat := range []string{"worker-*.json", "worker-*.audit"} { // workerFile's
+		old, _ := filepath.Glob(filepath.Join(dir, pat))
+		for _, f := range old {
+			if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return "", fmt.Errorf("drill: run directory: %w", err)
+			}
+		}
+	}
+	return dir, nil
+}
 
 // drill is one run's state; its loop is the only goroutine that touches it.
 type drill struct {
@@ -388,19 +418,11 @@ func (d *drill) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// One deadline for the whole start: the coordinator's, then training's.
 	startBy := time.NewTimer(cfg.StartTimeout)
 	defer startBy.Stop()
-	for !d.coordUp {
-		select {
-		case l := <-d.sup.lines:
-			d.handle(l)
-		case <-c.exited:
-			return fmt.Errorf("%w: the coordinator exited at start (%v); see %s", ErrNodeFailed, c.waitErr, c.log)
-		case <-startBy.C:
-			return fmt.Errorf("%w: the coordinator did not listen within %v; see %s", ErrNoTraining, cfg.StartTimeout, c.log)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	if err := d.awaitCoordinator(ctx, c, startBy.C, cfg.StartTimeout); err != nil {
+		return err
 	}
 	if t := cfg.Tiers; t != nil {
 		for _, class := range []Role{Reliable, Transient} {

@@ -197,7 +197,7 @@ func (r *run) traceAt(start, wall0, w time.Time) time.Time {
 func (r *run) loop(ctx context.Context, start, wall0 time.Time) (time.Time, error) {
 	clock := r.cfg.Clock
 	for {
-		next := earliest(r.prov.Trace().Next(), r.mgr.Wake())
+		next := replay.Earliest(r.prov.Trace().Next(), r.mgr.Wake())
 		if next.IsZero() || next.After(r.cfg.End) {
 			next = r.cfg.End
 		}
@@ -310,13 +310,3 @@ func (m *clusterMachines) Notice(_ context.Context, name string) error {
 }
 func (m *clusterMachines) Kill(_ context.Context, name string) error  { return m.r.cluster.Kill(name) }
 func (m *clusterMachines) Drain(_ context.Context, name string) error { return m.r.cluster.Drain(name) }
-
-func earliest(ts ...time.Time) time.Time {
-	var out time.Time
-	for _, t := range ts {
-		if !t.IsZero() && (out.IsZero() || t.Before(out)) {
-			out = t
-		}
-	}
-	return out
-}

@@ -173,7 +173,7 @@ func (r *run) loop(ctx context.Context) error {
 	_, end := r.cfg.Prices.Span()
 	nextSample, lastLine, lastFrac := r.start, time.Now(), time.Now()
 	for r.job.Finished().IsZero() {
-		t := earliest(r.prov.Next(), r.job.Next(), r.mgr.Wake())
+		t := Earliest(r.prov.Next(), r.job.Next(), r.mgr.Wake())
 		if r.cfg.Sample > 0 && (t.IsZero() || nextSample.Before(t)) {
 			t = nextSample
 		}
@@ -352,7 +352,9 @@ func (r *run) sample(ctx context.Context, t time.Time) {
 	r.res.Timeline = append(r.res.Timeline, s)
 }
 
-func earliest(ts ...time.Time) time.Time {
+// Earliest is the earliest of ts that is set (zero if none is): the next
+// wake-up of a replay's loop among its sources'.
+func Earliest(ts ...time.Time) time.Time {
 	var out time.Time
 	for _, t := range ts {
 		if !t.IsZero() && (out.IsZero() || t.Before(out)) {
