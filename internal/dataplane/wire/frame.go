@@ -196,13 +196,13 @@ func (f *Frame) ResetOn(h Header, authenticated bool, parts ...[]byte) {
 	if authenticated {
 		h.Flags |= FlagUnsummed
 	}
-	f.build(h, !authenticated, &f.hdr, parts)
+	buildHeader(h, !authenticated, &f.hdr, parts)
 	f.setParts(parts)
 }
 
-// build writes h into hdr with the payload's length and the CRC of the
-// header and, if summed, the payload.
-func (f *Frame) build(h Header, summed bool, hdr *[HeaderSize]byte, parts [][]byte) {
+// buildHeader writes h into hdr with the payload's length and the CRC of
+// the header and, if summed, the payload.
+func buildHeader(h Header, summed bool, hdr *[HeaderSize]byte, parts [][]byte) {
 	n := 0
 	for _, p := range parts {
 		n += len(p)
@@ -257,7 +257,7 @@ func (f *Frame) AppendSummedTo(bufs net.Buffers, hdr *[HeaderSize]byte) net.Buff
 	h, _ := ParseHeader(f.hdr[:], math.MaxInt32)
 	h.Flags &^= FlagUnsummed
 	payload := f.parts[1:]
-	f.build(h, true, hdr, payload)
+	buildHeader(h, true, hdr, payload)
 	return append(append(bufs, hdr[:]), payload...)
 }
 
