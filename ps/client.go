@@ -92,6 +92,7 @@ type Client struct {
 	observer Observer    // sees every minibatch of the partition loops (loop.go); under mu
 	pacer    Pacer       // may hold the loop after each step (pace.go); under mu
 	rr       *reassigner // peers' progress and reassignment (reassign.go); nil when off
+	examples *Table      // ExamplesTable while RunPasses keeps the account (account.go); under mu
 
 	stopBeat context.CancelFunc
 	draining atomic.Bool

@@ -28,6 +28,16 @@ type EvalFunc func(ctx context.Context) (map[string]float64, error)
 // the first to ask gets the pass. A Control without the capability makes
 // rank 0 the evaluator.
 func (c *Client) EvaluatePass(ctx context.Context, pass int, eval EvalFunc) ([]api.PassResult, error) {
+	return c.evaluatePass(ctx, pass, eval, nil)
+}
+
+// An accountFunc reads the examples account of pass (counted from 1);
+// nil, or a nil account, when none is kept.
+type accountFunc func(ctx context.Context, pass int) (*api.ExamplesAccount, error)
+
+// evaluatePass is EvaluatePass, adding to each result its pass's examples
+// account.
+func (c *Client) evaluatePass(ctx context.Context, pass int, eval EvalFunc, account accountFunc) ([]api.PassResult, error) {
 	ev, ok := c.ctl.(Evaluations)
 	if !ok {
 		if c.Rank() != 0 {
@@ -37,20 +47,26 @@ func (c *Client) EvaluatePass(ctx context.Context, pass int, eval EvalFunc) ([]a
 		if err != nil {
 			return nil, err
 		}
+		if err := addAccount(ctx, &r, account); err != nil {
+			return nil, err
+		}
 		return []api.PassResult{r}, nil
 	}
 	g, err := ev.ClaimEval(ctx, c.Rank(), pass)
 	if err != nil {
 		return nil, fmt.Errorf("ps: %w", err)
 	}
-	return c.runEvals(ctx, ev, pass, g.Passes, eval)
+	return c.runEvals(ctx, ev, pass, g.Passes, eval, account)
 }
 
-func (c *Client) runEvals(ctx context.Context, ev Evaluations, pass int, passes []int, eval EvalFunc) ([]api.PassResult, error) {
+func (c *Client) runEvals(ctx context.Context, ev Evaluations, pass int, passes []int, eval EvalFunc, account accountFunc) ([]api.PassResult, error) {
 	var out []api.PassResult
 	for _, p := range passes {
 		r, err := runEval(ctx, c.Rank(), p, eval)
 		if err != nil {
+			return out, err
+		}
+		if err := addAccount(ctx, &r, account); err != nil {
 			return out, err
 		}
 		r.Late = p != pass
@@ -71,6 +87,19 @@ func runEval(ctx context.Context, rank, pass int, eval EvalFunc) (api.PassResult
 	return api.PassResult{Pass: pass, Rank: rank, Seconds: time.Since(start).Seconds(), Metrics: m}, nil
 }
 
+// addAccount adds r's pass's examples account to r.
+func addAccount(ctx context.Context, r *api.PassResult, account accountFunc) error {
+	if account == nil {
+		return nil
+	}
+	a, err := account(ctx, r.Pass)
+	if err != nil {
+		return err
+	}
+	r.Examples = a
+	return nil
+}
+
 // evalPoll is how often a worker at the job's end asks again for
 // evaluations that another worker holds.
 const evalPoll = 200 * time.Millisecond
@@ -81,6 +110,10 @@ const evalPoll = 200 * time.Millisecond
 // figures do not die with a worker. Without the capability it returns
 // at once.
 func (c *Client) FinishEvaluations(ctx context.Context, last int, eval EvalFunc) ([]api.PassResult, error) {
+	return c.finishEvaluations(ctx, last, eval, nil)
+}
+
+func (c *Client) finishEvaluations(ctx context.Context, last int, eval EvalFunc, account accountFunc) ([]api.PassResult, error) {
 	ev, ok := c.ctl.(Evaluations)
 	if !ok {
 		return nil, nil
@@ -91,7 +124,7 @@ func (c *Client) FinishEvaluations(ctx context.Context, last int, eval EvalFunc)
 		if err != nil {
 			return out, fmt.Errorf("ps: %w", err)
 		}
-		res, err := c.runEvals(ctx, ev, last, g.Passes, eval)
+		res, err := c.runEvals(ctx, ev, last, g.Passes, eval, account)
 		out = append(out, res...)
 		if err != nil || len(g.Pending) == 0 {
 			return out, err

@@ -137,10 +137,11 @@ func (c *Client) EachPartition(ctx context.Context, pass int, loop Loop) error {
 
 // leaseRun is one lease being trained.
 type leaseRun struct {
-	l     *Lease
-	loop  *Loop
-	obs   Observer
-	order []int
+	l        *Lease
+	loop     *Loop
+	obs      Observer
+	examples *Table // ExamplesTable, or nil when no account is kept
+	order    []int
 	// off is the next row not started; end where the lease stops.
 	off, end int
 	steps    int // minibatches trained under this lease
@@ -160,7 +161,7 @@ type sentBatch struct {
 
 // train runs one lease to its end, a drain or an error.
 func (c *Client) train(ctx context.Context, l *Lease, loop *Loop) error {
-	r := &leaseRun{l: l, loop: loop, obs: c.currentObserver(), order: loop.Order(l.Pass, l.Partition), off: l.Offset}
+	r := &leaseRun{l: l, loop: loop, obs: c.currentObserver(), examples: c.examplesTable(), order: loop.Order(l.Pass, l.Partition), off: l.Offset}
 	r.end = len(r.order)
 	if l.end != api.ToEnd {
 		r.end = min(l.end, r.end)
@@ -230,6 +231,9 @@ func (r *leaseRun) step(ctx context.Context) error {
 		var seen *Future
 		seen, err = r.obs.Observe(ctx, b)
 		ack = both(ack, seen)
+	}
+	if err == nil {
+		ack = both(ack, countExamples(r.examples, b))
 	}
 	if p := r.l.c.currentPacer(); err == nil && p != nil {
 		err = p.Pace(ctx, b, time.Since(began))

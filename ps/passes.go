@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/terrace-ml/terrace/internal/control/api"
 )
 
 // Passes is a job's passes as one worker trains them: each pass's loop,
@@ -28,11 +30,31 @@ type Passes struct {
 }
 
 // RunPasses trains p.N passes and returns once each is trained and, with
-// p.Eval, evaluated.
+// p.Eval, evaluated; each pass's examples account (account.go) goes with
+// its evaluation.
 func (c *Client) RunPasses(ctx context.Context, p Passes) error {
+	// The examples account rides on the evaluations (one live worker
+	// takes each pass's, whatever dies): a job without an evaluation of
+	// its own still has each pass "evaluated", with no metrics, for its
+	// account. orders keeps each pass's Order for the account.
+	var account accountFunc
+	orders := make([]func(pass, partition int) []int, p.N)
+	if c.keepAccount(ctx) {
+		account = func(ctx context.Context, pass int) (*api.ExamplesAccount, error) {
+			order := orders[pass-1]
+			if order == nil {
+				return nil, nil // not a pass this worker ran
+			}
+			return c.accountPass(ctx, pass-1, func(part int) int { return len(order(pass-1, part)) })
+		}
+	}
+	eval := p.Eval
+	if eval == nil && account != nil {
+		eval = func(int) EvalFunc { return noMetrics }
+	}
 	var secs float64
 	record := func(res []PassResult, err error) error {
-		if p.Result != nil {
+		if p.Result != nil && p.Eval != nil {
 			for _, r := range res {
 				p.Result(r, secs)
 			}
@@ -41,7 +63,9 @@ func (c *Client) RunPasses(ctx context.Context, p Passes) error {
 	}
 	for pass := range p.N {
 		start := time.Now()
-		if err := c.EachPartition(ctx, pass, p.Loop(pass)); err != nil {
+		loop := p.Loop(pass)
+		orders[pass] = loop.Order
+		if err := c.EachPartition(ctx, pass, loop); err != nil {
 			return fmt.Errorf("pass %d: %w", pass+1, err)
 		}
 		if p.Trained != nil {
@@ -49,21 +73,25 @@ func (c *Client) RunPasses(ctx context.Context, p Passes) error {
 				return err
 			}
 		}
-		if p.Eval == nil {
+		if eval == nil {
 			continue
 		}
 		secs = time.Since(start).Seconds()
-		if err := record(c.EvaluatePass(ctx, pass+1, p.Eval(pass))); err != nil {
+		if err := record(c.evaluatePass(ctx, pass+1, eval(pass), account)); err != nil {
 			return err
 		}
 	}
-	if p.Eval == nil || p.N == 0 {
+	if eval == nil || p.N == 0 {
 		return nil
 	}
 	// The last pass's evaluation may have been handed to a worker that
 	// died: wait for it, or take it.
-	return record(c.FinishEvaluations(ctx, p.N, p.Eval(p.N-1)))
+	return record(c.finishEvaluations(ctx, p.N, eval(p.N-1), account))
 }
+
+// noMetrics is the evaluation of a job that has none: its results carry
+// only the examples account.
+func noMetrics(context.Context) (map[string]float64, error) { return nil, nil }
 
 // Collect returns a Passes.Result that appends each result, made into an
 // app's own figures by conv, to *out, and hands it to progress (if not

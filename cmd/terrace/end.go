@@ -57,6 +57,9 @@ func metricsLine(r api.PassResult) string {
 			s += fmt.Sprintf("  %s %.4f", k, v)
 		}
 	}
+	if a := r.Examples; a != nil && (a.Repeated > 0 || a.Skipped > 0) {
+		s += fmt.Sprintf("  examples repeated %d, skipped %d", a.Repeated, a.Skipped)
+	}
 	if r.Late {
 		s += "  (late: its first evaluator was lost)"
 	}

@@ -139,6 +139,7 @@ address, comma-separated.`,
 	fs.IntVar(&o.Workers, "workers", 2, "workers to wait for")
 	fs.IntVar(&o.Partitions, "partitions", 0, "data partitions (4 per worker if 0)")
 	fs.IntVar(&o.Replication, "replication", 2, "servers holding each key slot (k)")
+	fs.BoolVar(&o.Account, "account", false, "workers keep the examples account: one more push per minibatch, for the rows each pass trained more or fewer times than once (terrace status, /metrics)")
 	fs.DurationVar(&o.FailureTimeout, "failure-timeout", coord.DefaultFailureTimeout, "declare a node dead after this long without a heartbeat or an answer to pings; also the lease of its etcd registration")
 	fs.StringVar(&reportPath, "report", "", "write the workers' reports to this JSON file once all have reported (each job's replaces the last's)")
 	fs.StringVar(&eventsPath, "events", "", "write the event timeline to this JSON file once all workers have reported (for terrace plot)")

@@ -90,6 +90,9 @@ func printStatus(w io.Writer, coordinator string, st *api.Status) {
 	if st.UpdatesAtRisk > 0 {
 		fmt.Fprintf(w, "LOST  %d acknowledged updates at fallbacks (of %d at risk)\n", st.UpdatesLost, st.UpdatesAtRisk)
 	}
+	if j := st.Job; j.Accounted > 0 {
+		fmt.Fprintf(w, "EXAMPLES  %d passes accounted: %d repeated, %d skipped\n", j.Accounted, j.Repeated, j.Skipped)
+	}
 	fmt.Fprintf(w, "MACHINES  reliable %d  transient %d", st.Machines.Reliable, st.Machines.Transient)
 	if st.Dollars != nil && st.DollarsPerHour != nil {
 		fmt.Fprintf(w, "  cost $%.4f so far, $%.4f/h now", *st.Dollars, *st.DollarsPerHour)

@@ -48,6 +48,9 @@ type trainReport struct {
 	Events []api.Event `json:"events,omitempty"`
 	// History is the coordinator's samples of the cluster over time.
 	History []api.Sample `json:"history,omitempty"`
+	// Account is the coordinator's examples account: rows repeated and
+	// skipped, pass by pass, without the audit (docs/design/observe.md).
+	Account *drill.ExamplesAccount `json:"examples_account,omitempty"`
 	// The drill's findings (--processes) and the audit's (--audit): faults,
 	// max_stall_seconds, acked_updates_lost, examples_skipped, ...
 	*drill.Report
@@ -62,6 +65,7 @@ type drillFlags struct {
 	coordinators int
 	kill, evict  string
 	audit        bool
+	account      bool
 	auditEvery   int
 	timeout      time.Duration
 	failAfter    time.Duration
@@ -74,6 +78,7 @@ func (d *drillFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&d.kill, "kill", "", "with --processes: SIGKILL a random live node of a role at times after training starts, e.g. server@2s,worker@4s,coordinator@6s")
 	fs.StringVar(&d.evict, "evict", "", "with --processes: give a random live node of a role eviction notice (its endpoint, or SIGTERM), e.g. worker@3s")
 	fs.BoolVar(&d.audit, "audit", false, "count acknowledged updates and trained examples in audit tables and report acked_updates_lost, examples_repeated, examples_skipped, max_stall_seconds")
+	fs.BoolVar(&d.account, "account", false, "keep the examples account: one more push per minibatch, for the rows each pass trained more or fewer times than once (examples_account in the report, terrace status, /metrics)")
 	fs.IntVar(&d.auditEvery, "audit-every", drill.DefaultAuditEvery, "with --processes: acknowledged pushes a worker holds before appending them to its audit log")
 	fs.DurationVar(&d.timeout, "timeout", 10*time.Minute, "with --processes: stop every node and fail after this long (0: no limit)")
 	fs.DurationVar(&d.failAfter, "failure-timeout", coord.DefaultFailureTimeout, "declare a node dead after this long without a heartbeat or an answer to pings")
@@ -158,7 +163,7 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 			if checkpointEvery > 0 && checkpointDir == "" {
 				return fmt.Errorf("--checkpoint-every needs --checkpoint-dir")
 			}
-			l, err := node.StartLocal(ctx, node.LocalConfig{Servers: servers, Workers: workers, Partitions: partitions, Replication: replication,
+			l, err := node.StartLocal(ctx, node.LocalConfig{Servers: servers, Workers: workers, Partitions: partitions, Replication: replication, Account: d.account,
 				CheckpointDir: checkpointDir, CheckpointEvery: checkpointEvery, Resume: resumeDir != "", Logger: log,
 				FailureTimeout: d.failAfter})
 			if err != nil {
@@ -182,6 +187,7 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 			}
 			secs := time.Since(start).Seconds()
 			events, history := l.Coord.Events(ctx, 0, false), l.Coord.History()
+			account := drill.AccountOf(l.Coord.Status().Job)
 			stats := map[string]server.Stats{}
 			for i, s := range l.Servers {
 				stats[fmt.Sprintf("server-%d", i)] = s.Stats()
@@ -197,7 +203,7 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 				return err
 			}
 			rep.Report = audit
-			rep.Events, rep.History = events, history
+			rep.Events, rep.History, rep.Account = events, history, account
 			rep.straggleReport = sf.report(run)
 			printSummary(out, rep)
 			return writeReport(reportPath, rep)
@@ -303,6 +309,9 @@ func printSummary(w io.Writer, r *trainReport) {
 	for id, s := range r.Servers {
 		fmt.Fprintf(w, "terrace: %s: %d keys, %d pushes, %d pulls, %d refused non-finite\n", id, s.Keys, s.Pushes, s.Pulls, s.Refused)
 	}
+	if a := r.Account; a != nil {
+		fmt.Fprintf(w, "terrace: examples account: %d passes, %d examples repeated, %d skipped\n", a.Passes, a.Repeated, a.Skipped)
+	}
 	if d := r.Report; d != nil {
 		if d.RunDir != "" {
 			fmt.Fprintf(w, "terrace: drill: %d fault(s) injected; logs in %s\n", len(d.Faults), d.RunDir)
@@ -349,7 +358,7 @@ func trainProcesses(ctx context.Context, cmd *cobra.Command, a appFlags, d drill
 		return err
 	}
 	cfg := drill.Config{
-		RunDir: d.runDir, Servers: servers, Workers: workers, Replication: replication, Partitions: partitions,
+		RunDir: d.runDir, Servers: servers, Workers: workers, Replication: replication, Partitions: partitions, Account: d.account,
 		Coordinators: d.coordinators, Schedule: sched, Seed: a.seed, WorkerArgs: append(appArgs(cmd.Flags()), straggleArgs(cmd.Flags())...),
 		LogLevel: logLevel, Out: out, FailureTimeout: d.failAfter, Tiers: tiers,
 	}
@@ -396,7 +405,7 @@ func trainProcesses(ctx context.Context, cmd *cobra.Command, a appFlags, d drill
 		return errors.Join(err, berr)
 	}
 	rep.Report = drep
-	rep.Events, rep.History = drep.Events, drep.History // the train report's own fields hide the drill's
+	rep.Events, rep.History, rep.Account = drep.Events, drep.History, drep.Account // the train report's own fields hide the drill's
 	rep.straggleReport = workersStraggle(cmd.Flags(), drep.WorkerReports)
 	if rep.TestAUC == nil && drep.FinalEvaluation != nil {
 		m := drep.FinalEvaluation

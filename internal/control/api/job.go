@@ -49,6 +49,23 @@ type PassResult struct {
 	// Late: evaluated after a later pass had begun, because the worker
 	// handed this evaluation died, drained or lost its coordinator.
 	Late bool `json:"late,omitempty"`
+	// Examples is the pass's exactly-once account, read by the worker
+	// that evaluates it (nil where the worker keeps no account).
+	Examples *ExamplesAccount `json:"examples,omitempty"`
+}
+
+// ExamplesAccount is how often a pass trained its rows, from the servers'
+// count of the rows whose updates they acknowledged (ps's ExamplesTable;
+// docs/design/observe.md, "Examples repeated and skipped"). Per
+// partition, Repeated is what the count exceeds the partition's rows by
+// (a dead worker's rows after its last progress record, trained again by
+// its successor) and Skipped what it falls short by (rows whose
+// acknowledged training the servers lost, or that nobody trained).
+type ExamplesAccount struct {
+	Rows     int64 `json:"rows"`
+	Trained  int64 `json:"trained"`
+	Repeated int64 `json:"repeated"`
+	Skipped  int64 `json:"skipped"`
 }
 
 // EvalClaim asks for the evaluation of pass Pass (counted from 1), and of

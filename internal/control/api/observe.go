@@ -43,6 +43,7 @@ const (
 	EventStage      = "stage"      // a stage switch began, ended, fell back or was abandoned
 	EventNotice     = "notice"     // a node got an eviction notice (a cloud's, a SIGTERM): it drains
 	EventLoss       = "loss"       // a BackupPS counted the acknowledged updates a fallback lost
+	EventAccount    = "account"    // a pass's examples account found rows trained more or fewer times than once
 )
 
 // Event is one entry of the coordinator's timeline: what happened, to
@@ -135,6 +136,11 @@ type Progress struct {
 	// fastest's last reported clock less the slowest's): how far behind
 	// the fastest worker the slowest one's updates are.
 	Staleness int64 `json:"staleness"`
+	// Accounted counts the passes whose examples account is in (their
+	// evaluations'), and Repeated and Skipped sum those accounts.
+	Accounted int   `json:"accounted"`
+	Repeated  int64 `json:"repeated"`
+	Skipped   int64 `json:"skipped"`
 }
 
 // MachineCount is a number of machines by class.

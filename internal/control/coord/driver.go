@@ -26,6 +26,8 @@ type Options struct {
 	VNodes     int
 	// Replication is how many servers hold each slot (k).
 	Replication int
+	// Account: workers keep the examples account (Layout.Account).
+	Account bool
 	// CheckpointDir, with CheckpointEvery > 0, takes a cluster checkpoint
 	// there after every CheckpointEvery passes.
 	CheckpointDir   string
@@ -61,7 +63,7 @@ type Options struct {
 }
 
 func (o Options) config() Config {
-	return Config{Servers: o.Servers, Workers: o.Workers, Partitions: o.Partitions, VNodes: o.VNodes,
+	return Config{Servers: o.Servers, Workers: o.Workers, Partitions: o.Partitions, VNodes: o.VNodes, Account: o.Account,
 		Replication: o.Replication, CheckpointDir: o.CheckpointDir, CheckpointEvery: o.CheckpointEvery,
 		FailureTimeout: o.FailureTimeout, Membership: o.Membership, Logger: o.Logger,
 		Stage: o.Stage, SyncInterval: o.SyncInterval, ExitWhenDone: o.ExitWhenDone, StageReason: o.StageReason}

@@ -110,8 +110,23 @@ func (m *Machine) EvalResult(id uint64, r api.PassResult) {
 		r.Late = e.Late
 		e.Result = &r
 		m.dirty = true
+		if a := r.Examples; a != nil && (a.Repeated > 0 || a.Skipped > 0) {
+			m.note(api.EventAccount, m.workerName(r.Rank), fmt.Sprintf("pass %d: %d trainings of %d rows, %d repeated, %d skipped", r.Pass, a.Trained, a.Rows, a.Repeated, a.Skipped))
+		}
 	}
 	m.reply(Reply{ID: id})
+}
+
+// examplesAccounted sums the examples accounts of the passes evaluated.
+func (m *Machine) examplesAccounted() (passes int, repeated, skipped int64) {
+	for _, e := range m.st.Evals {
+		if e.Result != nil && e.Result.Examples != nil {
+			passes++
+			repeated += e.Result.Examples.Repeated
+			skipped += e.Result.Examples.Skipped
+		}
+	}
+	return passes, repeated, skipped
 }
 
 func (m *Machine) evalPasses() []int {

@@ -11,10 +11,11 @@ import (
 // jobRig drives a Machine as the driver does: each step's Ready is saved
 // (kept) and advanced, and the reply of the step's request returned.
 type jobRig struct {
-	t     *testing.T
-	m     *Machine
-	id    uint64
-	saved []byte
+	t      *testing.T
+	m      *Machine
+	id     uint64
+	saved  []byte
+	events []api.Event // every Ready's
 }
 
 func newJobRig(t *testing.T, cfg Config) *jobRig {
@@ -43,6 +44,7 @@ func (r *jobRig) step(f func(m *Machine, id uint64)) Reply {
 		if rd.Save != nil {
 			r.saved = rd.Save
 		}
+		r.events = append(r.events, rd.Events...)
 		for i := range rd.Replies {
 			if rd.Replies[i].ID == r.id {
 				got = &rd.Replies[i]
@@ -171,4 +173,48 @@ func TestJobEnd(t *testing.T) {
 	if n := len(r.m.published.Servers); n != 0 {
 		t.Fatalf("%d servers left on the ring", n)
 	}
+}
+
+// TestExamplesAccount: each pass's examples account arrives with its
+// evaluation; the status sums them, only the first result of a pass
+// counts, a pass with rows repeated or skipped is an event, and a new
+// leader still has the sums.
+func TestExamplesAccount(t *testing.T) {
+	r := newJobRig(t, Config{Servers: 2, Workers: 2, Partitions: 2, Replication: 2})
+	report := func(rank, pass int, a *api.ExamplesAccount) {
+		t.Helper()
+		r.claim(rank, pass)
+		if rep := r.step(func(m *Machine, id uint64) { m.EvalResult(id, api.PassResult{Pass: pass, Rank: rank, Examples: a}) }); rep.Err != nil {
+			t.Fatal(rep.Err)
+		}
+	}
+	report(0, 1, &api.ExamplesAccount{Rows: 100, Trained: 100})
+	report(1, 2, &api.ExamplesAccount{Rows: 100, Trained: 107, Repeated: 9, Skipped: 2})
+	// A late second result of pass 2 (its first holder was thought dead)
+	// does not count twice.
+	r.step(func(m *Machine, id uint64) {
+		m.EvalResult(id, api.PassResult{Pass: 2, Rank: 0, Examples: &api.ExamplesAccount{Rows: 100, Trained: 150, Repeated: 50}})
+	})
+	report(0, 3, nil) // a worker that keeps no account
+	want := func(m *Machine, when string) {
+		t.Helper()
+		if j := m.Status().Job; j.Accounted != 2 || j.Repeated != 9 || j.Skipped != 2 {
+			t.Errorf("%s: accounted %d, repeated %d, skipped %d; want 2, 9, 2", when, j.Accounted, j.Repeated, j.Skipped)
+		}
+	}
+	want(r.m, "after three passes")
+	var accounts []string
+	for _, e := range r.events {
+		if e.Kind == api.EventAccount {
+			accounts = append(accounts, e.Cause)
+		}
+	}
+	if len(accounts) != 1 || accounts[0] != "pass 2: 107 trainings of 100 rows, 9 repeated, 2 skipped" {
+		t.Errorf("account events %q, want one of pass 2", accounts)
+	}
+	m, err := RestoreMachine(r.m.cfg, r.saved, 0, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want(m, "a new leader")
 }

@@ -21,6 +21,8 @@ type Config struct {
 	Partitions  int
 	VNodes      int
 	Replication int
+	// Account: workers keep the examples account (Layout.Account).
+	Account bool
 	// CheckpointDir, with CheckpointEvery > 0, takes a cluster checkpoint
 	// there after every CheckpointEvery passes.
 	CheckpointDir   string

@@ -69,6 +69,12 @@ var (
 		"What the live machines cost an hour at the coordinator's --price (only when set).", nil, nil)
 	descLost = prometheus.NewDesc("terrace_coordinator_updates_lost_total",
 		"Acknowledged updates lost at fallbacks after revocations without notice, as the BackupPS's loss ledgers counted them.", nil, nil)
+	descRepeated = prometheus.NewDesc("terrace_coordinator_examples_repeated_total",
+		"Example trainings beyond one per row and pass, in the passes accounted so far (a dead worker's rows after its last progress record, trained again).", nil, nil)
+	descSkipped = prometheus.NewDesc("terrace_coordinator_examples_skipped_total",
+		"Rows short of one acknowledged training per pass, in the passes accounted so far (acknowledged updates lost, or rows nobody trained).", nil, nil)
+	descAccounted = prometheus.NewDesc("terrace_coordinator_passes_accounted",
+		"Passes whose examples account (repeated, skipped) is in.", nil, nil)
 	descAtRisk = prometheus.NewDesc("terrace_coordinator_updates_at_risk_total",
 		"Updates the ActivePS were allowed to acknowledge in the rounds at risk at fallbacks (the bound on updates lost).", nil, nil)
 )
@@ -83,7 +89,7 @@ func (cc *coordCollector) Describe(ch chan<- *prometheus.Desc) {
 	cc.metrics.events.Describe(ch)
 	cc.metrics.requests.Describe(ch)
 	for _, d := range []*prometheus.Desc{descNodes, descEpoch, descLeases, descTrained, descPass, descDone, descCkpt,
-		descStage, descMachs, descSpread, descCost, descCostRate, descLost, descAtRisk} {
+		descStage, descMachs, descSpread, descCost, descCostRate, descLost, descAtRisk, descRepeated, descSkipped, descAccounted} {
 		ch <- d
 	}
 }
@@ -120,6 +126,9 @@ func (cc *coordCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descSpread, prometheus.GaugeValue, float64(st.Job.Staleness))
 	ch <- prometheus.MustNewConstMetric(descLost, prometheus.CounterValue, float64(st.UpdatesLost))
 	ch <- prometheus.MustNewConstMetric(descAtRisk, prometheus.CounterValue, float64(st.UpdatesAtRisk))
+	ch <- prometheus.MustNewConstMetric(descRepeated, prometheus.CounterValue, float64(st.Job.Repeated))
+	ch <- prometheus.MustNewConstMetric(descSkipped, prometheus.CounterValue, float64(st.Job.Skipped))
+	ch <- prometheus.MustNewConstMetric(descAccounted, prometheus.GaugeValue, float64(st.Job.Accounted))
 	if st.Dollars != nil && st.DollarsPerHour != nil {
 		ch <- prometheus.MustNewConstMetric(descCost, prometheus.CounterValue, *st.Dollars)
 		ch <- prometheus.MustNewConstMetric(descCostRate, prometheus.GaugeValue, *st.DollarsPerHour)

@@ -142,7 +142,7 @@ func (p *Piece) String() string {
 // newState is the state of a coordinator that nothing has joined yet.
 func newState(cfg Config) State {
 	return State{
-		Layout: layout.Layout{Version: 1, VNodes: cfg.VNodes, Workers: cfg.Workers, Partitions: cfg.Partitions,
+		Layout: layout.Layout{Version: 1, VNodes: cfg.VNodes, Workers: cfg.Workers, Partitions: cfg.Partitions, Account: cfg.Account,
 			Replication: max(1, cfg.Replication)},
 		Workers: map[string]int{}, Incarnations: map[string]string{}, Reports: map[int]json.RawMessage{},
 		Synced: map[string]map[string]bool{}, Passes: map[int]*Pass{}, PartStates: map[int][]uint64{},

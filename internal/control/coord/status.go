@@ -26,6 +26,7 @@ func (m *Machine) Status() api.Status {
 	if w := m.st.Passes[m.st.DoneBefore]; w != nil {
 		st.Job.Done = l.Partitions - w.left()
 	}
+	st.Job.Accounted, st.Job.Repeated, st.Job.Skipped = m.examplesAccounted()
 	st.Stage = int(l.CurrentStage())
 	st.Checkpoint = m.checkpointStatus()
 	st.UpdatesLost, st.UpdatesAtRisk = m.st.Loss.UpdatesLost, m.st.Loss.UpdatesLostBound

@@ -74,6 +74,9 @@ type Config struct {
 	RunDir string
 
 	Servers, Workers, Replication, Partitions int
+	// Account: the workers keep the examples account (coordinator
+	// --account), which the report gives as examples_account.
+	Account bool
 	// Coordinators is the number of coordinator replicas (0 means 1); more
 	// than one form their own etcd cluster and fail over for each other.
 	Coordinators int
@@ -193,6 +196,10 @@ type Report struct {
 	// when rank 0 did not finish.
 	FinalEvaluation map[string]float64 `json:"final_evaluation,omitempty"`
 	Notes           []string           `json:"notes,omitempty"`
+	// Account is the coordinator's examples account at the end
+	// (events.go), beside the audit's examples_repeated and
+	// examples_skipped.
+	Account *ExamplesAccount `json:"examples_account,omitempty"`
 	// Events is the coordinator's timeline at the end (events.go).
 	Events []api.Event `json:"events,omitempty"`
 	// History is the coordinator's samples of the cluster over time
@@ -368,6 +375,9 @@ func (d *drill) run(ctx context.Context) error {
 	cfg := d.cfg
 	common := []string{"--servers", strconv.Itoa(cfg.Servers), "--workers", strconv.Itoa(cfg.Workers),
 		"--partitions", strconv.Itoa(cfg.Partitions), "--replication", strconv.Itoa(cfg.Replication)}
+	if cfg.Account {
+		common = append(common, "--account")
+	}
 	if cfg.FailureTimeout > 0 {
 		common = append(common, "--failure-timeout", cfg.FailureTimeout.String())
 	}

@@ -7,8 +7,8 @@ import (
 	"github.com/terrace-ml/terrace/internal/control/api"
 )
 
-// timeline copies the coordinator's event timeline and its samples of
-// the cluster into the report, while
+// timeline copies the coordinator's event timeline, its samples of the
+// cluster and its examples account into the report, while
 // a coordinator still answers; a drill whose coordinators are all gone
 // reports none.
 func (d *drill) timeline(ctx context.Context) {
@@ -28,4 +28,29 @@ func (d *drill) timeline(ctx context.Context) {
 	if d.rep.History, err = cc.History(ctx); err != nil {
 		d.log.Warn("could not read the coordinator's samples of the cluster", "err", err)
 	}
+	st, err := cc.Status(ctx)
+	if err != nil {
+		d.log.Warn("could not read the coordinator's status", "err", err)
+		return
+	}
+	d.rep.Account = AccountOf(st.Job)
+}
+
+// ExamplesAccount is the coordinator's examples account of a job (ps's
+// ExamplesTable, read after every pass by the worker that evaluates it):
+// how many passes it covers, and the rows trained more or fewer times
+// than once in them.
+type ExamplesAccount struct {
+	Passes   int   `json:"passes"`
+	Repeated int64 `json:"repeated"`
+	Skipped  int64 `json:"skipped"`
+}
+
+// AccountOf returns the account in a job's progress, nil if no pass is
+// accounted.
+func AccountOf(p api.Progress) *ExamplesAccount {
+	if p.Accounted == 0 {
+		return nil
+	}
+	return &ExamplesAccount{Passes: p.Accounted, Repeated: p.Repeated, Skipped: p.Skipped}
 }

@@ -50,6 +50,10 @@ type Layout struct {
 	// Partitions is the number of data partitions; workers lease them from
 	// the coordinator pass by pass.
 	Partitions int `json:"partitions"`
+	// Account: workers keep the examples account (ps/account.go), a push
+	// per minibatch that lets the coordinator count the rows each pass
+	// trained more or fewer times than once.
+	Account bool `json:"account,omitempty"`
 	// Ready is false until every expected server and worker has joined.
 	Ready bool `json:"ready"`
 	// Finished lists worker ranks that died or departed: their clocks no

@@ -19,7 +19,9 @@ import (
 type LocalConfig struct {
 	Servers, Workers int
 	Partitions       int
-	Replication      int
+	// Account: workers keep the examples account (Layout.Account).
+	Account     bool
+	Replication int
 	// CheckpointDir, CheckpointEvery and Resume: see coord.Options.
 	CheckpointDir   string
 	CheckpointEvery int
@@ -70,7 +72,7 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 	l.goRun(func() error {
 		err := RunCoordinator(ctx, CoordinatorConfig{
 			Listen: "127.0.0.1:0", Network: l.network("coordinator"),
-			Options: coord.Options{Servers: cfg.Servers, Workers: cfg.Workers, Partitions: cfg.Partitions, Replication: cfg.Replication,
+			Options: coord.Options{Servers: cfg.Servers, Workers: cfg.Workers, Partitions: cfg.Partitions, Replication: cfg.Replication, Account: cfg.Account,
 				CheckpointDir: cfg.CheckpointDir, CheckpointEvery: cfg.CheckpointEvery, Resume: cfg.Resume,
 				FailureTimeout: cfg.FailureTimeout, Prices: cfg.Prices},
 			Logger: cfg.Logger,

@@ -152,6 +152,12 @@ function renderCluster(s) {
   text("reason", s.stage_reason || "no tiers: every server on the ring");
   text("machines", s.machines.reliable + " reliable · " + s.machines.transient + " transient");
   text("staleness", s.job.staleness);
+  // The examples account: rows trained more or fewer times than once
+  // per pass, over the passes accounted (each pass's, with its evaluation).
+  if (s.job.accounted) {
+    text("account", fmtNum(s.job.repeated || 0) + " · " + fmtNum(s.job.skipped || 0));
+    text("accounted", "in " + s.job.accounted + " passes");
+  }
   if (s.dollars != null) {
     text("dollars", fmtDollars(s.dollars));
     text("perhour", fmtDollars(s.dollars_per_hour) + " an hour now");
