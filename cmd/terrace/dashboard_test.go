@@ -59,7 +59,7 @@ func TestDashboardInChromium(t *testing.T) {
 	// worker: in stage 2 the transient servers are the ActivePS and the
 	// reliable one their BackupPS; at 2015's c3.xlarge prices.
 	_, out := start(t, ctx, "coordinator", "--listen", addr, "--servers", "3", "--workers", "3", "--replication", "2",
-		"--stage", "2", "--price", "reliable=0.21,transient=0.0364",
+		"--stage", "2", "--price", "reliable=0.21,transient=0.0364", "--account",
 		"--report", filepath.Join(dir, "report.json"), "--events", filepath.Join(dir, "events.json"))
 	class := func(i int) string { return map[bool]string{true: "reliable", false: "transient"}[i == 0] }
 	if _, err := out.ReadString('\n'); err != nil {
@@ -127,6 +127,11 @@ func TestDashboardInChromium(t *testing.T) {
 	tests := `document.querySelector("#testchart polyline") !== null && document.getElementById("testname").textContent.startsWith("test_")`
 	if err := chromedp.Do(bctx, chromedp.Poll[chromedp.Void](tests, chromedp.WithPollingTimeout(30*time.Second))); err != nil {
 		t.Fatalf("the dashboard never drew the test metric by pass: %v", err)
+	}
+	// The examples account (coordinator --account), pass by pass.
+	account := `document.getElementById("account").textContent.includes(" · ") && document.getElementById("accounted").textContent.startsWith("in ")`
+	if err := chromedp.Do(bctx, chromedp.Poll[chromedp.Void](account, chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+		t.Fatalf("the dashboard never showed the examples account: %v", err)
 	}
 	if shot == "" {
 		return
