@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -166,16 +167,21 @@ func (rr *reassigner) report(ctx context.Context) {
 }
 
 // group is the ranks this worker reports to: the next Group ranks after
-// its own among the layout's workers. Computed at every report, so that
-// it re-forms as soon as the layout's membership changes.
+// its own among the layout's workers, passing over those the layout
+// lists as finished (dead, departed or done: none of them takes work).
+// Computed at every report, so that it re-forms as soon as the layout's
+// membership changes.
 func (rr *reassigner) group() []int {
 	w, me := 0, rr.c.opts.Rank
+	var gone []int
 	if l := rr.c.Layout(); l != nil {
-		w = l.Workers
+		w, gone = l.Workers, l.Finished
 	}
 	var g []int
 	for i := 1; i < w && len(g) < rr.o.Group; i++ {
-		g = append(g, (me+i)%w)
+		if r := (me + i) % w; !slices.Contains(gone, r) {
+			g = append(g, r)
+		}
 	}
 	return g
 }
