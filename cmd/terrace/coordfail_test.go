@@ -37,7 +37,7 @@ func TestCoordinatorFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs eight processes")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
 	http, peers := freePorts(t, 3), freePorts(t, 3)
