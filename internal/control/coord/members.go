@@ -223,9 +223,12 @@ func (m *Machine) LeaveServer(id uint64, server string) {
 		m.replyLayout(id)
 		return
 	}
-	onRing := slices.ContainsFunc(l.Servers, func(s ring.Server) bool { return s.ID == server })
-	if !onRing || len(l.Servers)-len(l.Leaving) <= 1 && !slices.Contains(l.Leaving, server) {
-		m.fail(id, fmt.Errorf("%w: server %s is not on the ring, or is the last one", api.ErrBadRequest, server))
+	if !slices.ContainsFunc(l.Servers, func(s ring.Server) bool { return s.ID == server }) {
+		m.fail(id, fmt.Errorf("%w: server %s is not on the ring", api.ErrBadRequest, server))
+		return
+	}
+	if len(l.Servers)-len(l.Leaving) <= 1 && !slices.Contains(l.Leaving, server) {
+		m.fail(id, fmt.Errorf("%w: server %s is the last on the ring: its slots have nowhere to go (a checkpoint keeps them: terrace checkpoint --wait)", api.ErrBadRequest, server))
 		return
 	}
 	if !slices.Contains(l.Leaving, server) {
