@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"net"
@@ -59,6 +60,14 @@ type Conn struct {
 	stopped chan struct{}
 }
 
+// readBuffer is the read-ahead under a connection's frame reader: one
+// read takes in every small frame that has arrived (a push's reply, a
+// clock, a ping), where reading each frame's header and payload from the
+// socket cost two system calls a frame. A payload at least this large is
+// read past it, straight into its destination, as before: only its first
+// and last few kilobytes pass through the buffer.
+const readBuffer = 64 << 10
+
 // NewConn wraps nc and starts its writer.
 func NewConn(nc net.Conn, maxPayload int) *Conn {
 	if tc, ok := nc.(*net.TCPConn); ok {
@@ -69,7 +78,7 @@ func NewConn(nc net.Conn, maxPayload int) *Conn {
 	a, ok := nc.(Authenticator)
 	c := &Conn{
 		nc:           nc,
-		Reader:       wire.NewReader(nc, maxPayload),
+		Reader:       wire.NewReader(bufio.NewReaderSize(nc, readBuffer), maxPayload),
 		WriteTimeout: DefaultWriteTimeout,
 		auth:         ok && a.Authenticated(),
 		wake:         make(chan struct{}, 1),
