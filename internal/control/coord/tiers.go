@@ -428,7 +428,28 @@ func (m *Machine) Stage() (tier.Stage, []StageChange) {
 
 // trains reports whether the stage lets rank take new pieces: in stage 3
 // workers on reliable machines take none (they finish the piece they hold
-// and then wait, idle on the servers' clocks, until a switch back).
+// and then wait, idle on the servers' clocks, until a switch back), as
+// long as a transient worker is alive to train. With none (revoked,
+// drained, or replaced by reliable ones), the job would wait for work
+// forever; the reliable workers train until a transient one joins.
 func (m *Machine) trains(rank int) bool {
-	return m.cfg.Stage == 0 || m.st.Layout.CurrentStage() != tier.Stage3 || m.st.RankClass[rank] == tier.Transient
+	if m.cfg.Stage == 0 || m.st.Layout.CurrentStage() != tier.Stage3 || m.st.RankClass[rank] == tier.Transient {
+		return true
+	}
+	return !m.transientTrainer()
+}
+
+// transientTrainer reports whether a worker on a transient machine is
+// alive and has work left: joined, not declared dead or departed, not
+// done with its job.
+func (m *Machine) transientTrainer() bool {
+	for _, r := range m.st.Workers {
+		if m.st.RankClass[r] != tier.Transient || m.finished(r) {
+			continue
+		}
+		if _, reported := m.st.Reports[r]; !reported {
+			return true
+		}
+	}
+	return false
 }

@@ -139,8 +139,11 @@ const defaultTierSchedules = 40
 // end within a fallback's grace dropped the fallback's loss report; 352
 // and 2258: three transient servers joining at once were promoted one at a
 // time, and the first, heading slots it had stopped receiving pushes for,
-// overwrote acknowledged increments with its stale copy.
-var tierRegressionSeeds = []uint64{88, 102, 232, 352, 2258}
+// overwrote acknowledged increments with its stale copy; 143, 1341, 1670,
+// 1704, 1721 and 1911 (and 29, among the first 40): stage 3 with no
+// transient worker alive, where the reliable workers waited for work
+// forever.
+var tierRegressionSeeds = []uint64{88, 102, 232, 352, 2258, 143, 1341, 1670, 1704, 1721, 1911}
 
 // TestTierSimulation runs the first seeded random schedules of tiers of
 // reliability (sim.RandomTiers: stage switches, bulk revocations with and
