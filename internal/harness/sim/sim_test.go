@@ -36,7 +36,6 @@ var openSeeds = map[mixSeed]openFinding{
 	{"tiers", 1608}: {stall, "workers wait in SSP reads forever after a revocation without notice and bulk additions (not diagnosed)"},
 	{"tiers", 2605}: {stall, "workers wait in SSP reads forever after three revocations without notice (not diagnosed)"},
 	{"tiers", 1377}: {[]string{sim.KindLedger}, "the ledgers count one push more than the simulation finds lost for a rank with nothing in flight (not diagnosed; perhaps the known over-count of a push failed back after its pair reached the ledger, docs/design/tiers.md)"},
-	{"tiers", 610}:  {broken, "a class-wide notice to three ActivePS in stage 2: the first two drain within the ActivePS ring, the third starts no switch to stage 1, and the coordinator publishes layouts whose final ring is empty (\"ring: no servers\")"},
 }
 
 // Kinds of violation the open findings show.
