@@ -143,8 +143,10 @@ const defaultTierSchedules = 40
 // 1704, 1721 and 1911 (and 29, among the first 40): stage 3 with no
 // transient worker alive, where the reliable workers waited for work
 // forever; 610: a class-wide notice reaching the ActivePS one at a time,
-// the job's end between them, emptied the final ring.
-var tierRegressionSeeds = []uint64{88, 102, 232, 352, 2258, 143, 1341, 1670, 1704, 1721, 1911, 610}
+// the job's end between them, emptied the final ring; 611: a server
+// back on the data ring after standing by counted a worker idle that had
+// trained meanwhile, and answered a read before that worker's pushes.
+var tierRegressionSeeds = []uint64{88, 102, 232, 352, 2258, 143, 1341, 1670, 1704, 1721, 1911, 610, 611}
 
 // TestTierSimulation runs the first seeded random schedules of tiers of
 // reliability (sim.RandomTiers: stage switches, bulk revocations with and
