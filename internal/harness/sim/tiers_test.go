@@ -145,8 +145,12 @@ const defaultTierSchedules = 40
 // forever; 610: a class-wide notice reaching the ActivePS one at a time,
 // the job's end between them, emptied the final ring; 611: a server
 // back on the data ring after standing by counted a worker idle that had
-// trained meanwhile, and answered a read before that worker's pushes.
-var tierRegressionSeeds = []uint64{88, 102, 232, 352, 2258, 143, 1341, 1670, 1704, 1721, 1911, 610, 611}
+// trained meanwhile, and answered a read before that worker's pushes;
+// 1608 and 2605: a worker that died between its join and its first
+// heartbeat held every SSP read forever (fixed by timing it from the
+// first tick of a ready layout); 1377: the ledgers counted one push more
+// than was lost, with joiners promoted one at a time (fixed with them).
+var tierRegressionSeeds = []uint64{88, 102, 232, 352, 2258, 143, 1341, 1670, 1704, 1721, 1911, 610, 611, 1608, 2605, 1377}
 
 // TestTierSimulation runs the first seeded random schedules of tiers of
 // reliability (sim.RandomTiers: stage switches, bulk revocations with and
