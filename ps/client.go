@@ -98,6 +98,10 @@ type Client struct {
 	draining atomic.Bool
 	idle     atomic.Bool // waiting for work: see wire.ClockIdle
 	obs      *clientObs  // metrics.go; nil in some tests
+
+	// drained is closed by Drain (made on first use: drainInit).
+	drained   chan struct{}
+	drainInit sync.Once
 }
 
 // Connect waits for a ready layout and connects to every server.

@@ -383,8 +383,32 @@ func isDone(f *Future) bool {
 var ErrDrained = errors.New("ps: worker drained")
 
 // Drain asks the partition loop to stop at its next minibatch boundary,
-// record its progress and return ErrDrained.
-func (c *Client) Drain() { c.draining.Store(true) }
+// record its progress and return ErrDrained; a worker waiting for work
+// stops waiting and returns ErrDrained at once.
+func (c *Client) Drain() {
+	if !c.draining.Swap(true) {
+		close(c.drainedCh())
+	}
+}
+
+// drainedCh is closed by Drain.
+func (c *Client) drainedCh() chan struct{} {
+	c.drainInit.Do(func() { c.drained = make(chan struct{}) })
+	return c.drained
+}
+
+// untilDrained returns a context of ctx that Drain cancels too.
+func (c *Client) untilDrained(ctx context.Context) (context.Context, context.CancelFunc) {
+	dctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-c.drainedCh():
+			cancel()
+		case <-dctx.Done():
+		}
+	}()
+	return dctx, cancel
+}
 
 // Draining reports whether Drain was called.
 func (c *Client) Draining() bool { return c.draining.Load() }

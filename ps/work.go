@@ -100,7 +100,12 @@ func (c *Client) work(ctx context.Context, pass int) (*Lease, error) {
 	if c.opts.Rank < 0 {
 		return nil, fmt.Errorf("%w: a client without a rank leases no work", ErrBadArgument)
 	}
-	got, cancel := c.acquireAsync(ctx, pass)
+	// A worker waiting for work stops waiting when it is told to drain
+	// (an eviction notice): it holds no piece, so it leaves at once
+	// instead of at its notice's deadline.
+	wctx, stop := c.untilDrained(ctx)
+	defer stop()
+	got, cancel := c.acquireAsync(wctx, pass)
 	defer cancel()
 	var r acquired
 	idle := false
@@ -115,11 +120,14 @@ func (c *Client) work(ctx context.Context, pass int) (*Lease, error) {
 			return nil, err
 		}
 		if c.rr != nil {
-			r = c.rr.waitOrHelp(ctx, pass, got, cancel) // may take a peer's tail (reassign.go)
+			r = c.rr.waitOrHelp(wctx, pass, got, cancel) // may take a peer's tail (reassign.go)
 		} else {
 			r = <-got
 		}
 		c.idle.Store(false)
+	}
+	if r.err != nil && r.stolen == nil && c.Draining() && ctx.Err() == nil {
+		return nil, ErrDrained
 	}
 	if r.err != nil {
 		return nil, fmt.Errorf("ps: work for pass %d: %w", pass, r.err)

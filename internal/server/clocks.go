@@ -58,6 +58,28 @@ func (c *consistency[W, P]) resize(workers int) {
 	c.min = min(c.min, c.floor)
 }
 
+// offRing forgets which workers wait for work: the server left the data
+// ring (a standby, a BackupPS, a joiner, a departed server), and workers
+// send their clocks to the servers of the data ring only. A worker it
+// counts idle may come back from waiting for work meanwhile, and train on
+// (the tiers' seed 611: a reliable worker idle in stage 3 trained again
+// in stage 1 while this server stood by); were it still counted idle when
+// the server heads slots again, reads would not wait for it, and the
+// clock carried by its pushes, below idle, would not raise it. It is
+// counted at 0 instead, entering: reads wait for its clock, which its next
+// clock message, data message or restatement (ClockIdle, if it is idle)
+// brings. A published minimum of idle workers only falls to the floor.
+func (c *consistency[W, P]) offRing() {
+	for w, x := range c.clock {
+		if x == wire.ClockIdle {
+			c.clock[w], c.entering[w] = 0, true
+		}
+	}
+	if c.min >= wire.ClockIdle {
+		c.min = c.floor
+	}
+}
+
 // entry is the lowest clock a worker that joins a running job, or comes
 // back from waiting for work, may push at: reads answered already did not
 // wait for it. That is at least the floor, and at least the clock of every

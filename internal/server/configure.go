@@ -99,7 +99,7 @@ func (s *Server) install(l *layout.Layout, rm *ring.Map, ch chains) (installed, 
 		}
 	}
 	s.pairMu.Unlock()
-	s.countAndApply(l.Workers, a.took)
+	s.countAndApply(l.Workers, a.took, me < 0)
 	close(s.changed)
 	s.changed = make(chan struct{})
 	a.dropped = s.dropReplicators(ch)
@@ -132,11 +132,15 @@ func (s *Server) install(l *layout.Layout, rm *ring.Map, ch chains) (installed, 
 // pushes taken over from a failed head. One whose clock has completed is
 // applied before the layout that makes this server its keys' head is in
 // force: a read answered under it must see it (the minimum already covers
-// its clock). takeOver kept only the keys this server heads. The caller
-// (install) holds applyMu and mu.
-func (s *Server) countAndApply(workers int, took []tookOver) {
+// its clock). takeOver kept only the keys this server heads. A server off
+// the data ring hears no clocks: it forgets which workers wait for work
+// (consistency.offRing). The caller (install) holds applyMu and mu.
+func (s *Server) countAndApply(workers int, took []tookOver, offRing bool) {
 	s.clockMu.Lock()
 	s.cons.resize(workers)
+	if offRing {
+		s.cons.offRing()
+	}
 	for i := range took {
 		t := &took[i]
 		t.due = !s.cons.deferPush(t.clock, t.worker, &t.push)

@@ -52,6 +52,8 @@ func TestConsistencyScenarios(t *testing.T) {
 				out = f
 				fmt.Fprintf(&b, "flush to %s: apply %v\n", clockName(f.upTo), f.due)
 			}
+		case "off-ring":
+			c.offRing()
 		case "flushed":
 			if out == nil {
 				return "no flush out\n"

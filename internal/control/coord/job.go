@@ -11,6 +11,7 @@ import (
 
 	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/placement/ring"
+	"github.com/terrace-ml/terrace/internal/placement/tier"
 )
 
 // Eval is the evaluation of the model after one pass, handed to one
@@ -176,14 +177,28 @@ func (m *Machine) JobStatus() api.JobStatus {
 // leaveAtEnd takes a server off the ring at once after the job: what it
 // holds is the job's result, already read, and no handoff is owed, not
 // even by the last server.
+//
+// Servers still draining leave with it: no handoff is owed to them either,
+// and a ring whose every server is leaving would have an empty final ring.
+// With tiers in stage 2 or 3 (or switching) the ActivePS hold the round
+// not yet streamed to the BackupPS, which stay: a notice that reaches the
+// coordinator after the job still drains, or switches to stage 1
+// (noticeTiered), so that the BackupPS end with the whole result.
 func (m *Machine) leaveAtEnd(id uint64, server string) bool {
 	l := &m.st.Layout
-	if !l.JobDone {
+	if !l.JobDone || m.cfg.Stage != 0 && (l.CurrentStage() != tier.Stage1 || l.Switch != nil) {
 		return false
 	}
 	if slices.ContainsFunc(l.Servers, func(s ring.Server) bool { return s.ID == server }) {
-		l.Servers = slices.DeleteFunc(slices.Clone(l.Servers), func(s ring.Server) bool { return s.ID == server })
-		m.st.Removed++
+		before := len(l.Servers)
+		l.Servers = slices.DeleteFunc(slices.Clone(l.Servers), func(s ring.Server) bool {
+			return s.ID == server || slices.Contains(l.Leaving, s.ID)
+		})
+		m.st.Removed += before - len(l.Servers)
+		for _, s := range l.Leaving {
+			delete(m.st.Synced, s)
+		}
+		l.Leaving = nil
 		m.newEpoch()
 		m.publish()
 	}

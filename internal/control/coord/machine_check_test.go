@@ -2,7 +2,22 @@ package coord
 
 import (
 	"github.com/terrace-ml/terrace/internal/control/api"
+	"github.com/terrace-ml/terrace/internal/placement/layout"
 )
+
+// checkLayout fails the test if a published layout has servers but an
+// empty final ring: every server refuses it ("ring: no servers") and its
+// process ends (docs/design/sim.md, tier seed 610). A ring emptied by the
+// last server leaving after the job's end is allowed.
+func (h *harness) checkLayout(l *layout.Layout) {
+	h.t.Helper()
+	if len(l.Servers) == 0 {
+		return
+	}
+	if _, err := l.Final(); err != nil {
+		h.t.Errorf("layout v%d published with servers %d, leaving %v: its final ring: %v", l.Version, len(l.Servers), l.Leaving, err)
+	}
+}
 
 // check fails the test if the machine's pieces break an invariant: in
 // every pass, a partition's pieces tile its rows from 0 to its end in

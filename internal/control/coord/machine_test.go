@@ -391,6 +391,7 @@ func (h *harness) printReady(rd *Ready) {
 	}
 	if rd.Layout != nil {
 		h.printLayout("publish", rd.Layout)
+		h.checkLayout(rd.Layout)
 	}
 	for _, r := range rd.Replies {
 		if r.ID != 0 {

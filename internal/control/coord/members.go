@@ -189,6 +189,7 @@ func (m *Machine) removeServer(id, addr string) bool {
 	if j := slices.IndexFunc(l.Joining, match); j >= 0 {
 		l.Joining = slices.Delete(slices.Clone(l.Joining), j, j+1)
 		delete(m.st.Synced, id)
+		m.keepFinalRing()
 		m.resetSync()
 		m.publish()
 		return true
@@ -202,6 +203,7 @@ func (m *Machine) removeServer(id, addr string) bool {
 	delete(m.st.Synced, id)
 	m.newEpoch()
 	m.st.Removed++
+	m.keepFinalRing()
 	// Joiners are not promoted here even if every remaining server synced
 	// them: the slots the departed server headed have new heads, which
 	// must ship them first (a pre-copy cut short by the failure lost them).
@@ -219,7 +221,7 @@ func (m *Machine) LeaveServer(id uint64, server string) {
 		return
 	}
 	l := &m.st.Layout
-	if m.noticeTiered(server) {
+	if m.noticeTiered(server) || m.leaveJoining(server) {
 		m.replyLayout(id)
 		return
 	}

@@ -326,9 +326,12 @@ func (m *Machine) switchStage(to tier.Stage, reason string) error {
 }
 
 // noticeTiered handles an eviction notice of ActivePS server (a drained
-// departure): when every ActivePS is leaving, the cluster switches to
-// stage 1, the ActivePS shipping every slot to the BackupPS first, so that
-// nothing is lost. It reports whether it handled the departure.
+// departure): when every ActivePS (and every server joining them) is
+// leaving, the cluster switches to stage 1, the ActivePS shipping every
+// slot to the BackupPS first, so that nothing is lost. Notices of a
+// class arrive one server at a time: the first ones drain within the
+// ActivePS ring, and the last turns their drains into the switch. It
+// reports whether it handled the departure.
 func (m *Machine) noticeTiered(server string) bool {
 	l := &m.st.Layout
 	if l.CurrentStage() == tier.Stage1 || l.Switch != nil {
@@ -344,13 +347,27 @@ func (m *Machine) noticeTiered(server string) bool {
 			staying++
 		}
 	}
-	if staying > 0 {
+	for _, s := range l.Joining {
+		if !m.st.Noticed[s.ID] {
+			staying++
+		}
+	}
+	if staying > 0 || len(l.Backup) == 0 {
+		// Without BackupPS (every one lost) there is nothing to switch
+		// to: the drains go on within the ActivePS ring as far as they
+		// can, and keepFinalRing keeps a server on it.
 		return false
 	}
-	l.Leaving = nil
-	for j := range m.st.Synced {
-		delete(m.st.Synced, j)
+	// The drains and joins under way give way to the switch: noticed
+	// joiners hold nothing that is not on the ring, and the switch ships
+	// every slot of the leaving ActivePS.
+	for _, s := range l.Joining {
+		delete(m.st.Synced, s.ID)
 	}
+	for _, id := range l.Leaving {
+		delete(m.st.Synced, id)
+	}
+	l.Joining, l.Leaving = nil, nil
 	if err := m.switchStage(tier.Stage1, "eviction notice: every ActivePS is leaving"); err != nil {
 		m.log.Error("cannot switch to stage 1 on notice", "err", err)
 		return false
@@ -428,7 +445,28 @@ func (m *Machine) Stage() (tier.Stage, []StageChange) {
 
 // trains reports whether the stage lets rank take new pieces: in stage 3
 // workers on reliable machines take none (they finish the piece they hold
-// and then wait, idle on the servers' clocks, until a switch back).
+// and then wait, idle on the servers' clocks, until a switch back), as
+// long as a transient worker is alive to train. With none (revoked,
+// drained, or replaced by reliable ones), the job would wait for work
+// forever; the reliable workers train until a transient one joins.
 func (m *Machine) trains(rank int) bool {
-	return m.cfg.Stage == 0 || m.st.Layout.CurrentStage() != tier.Stage3 || m.st.RankClass[rank] == tier.Transient
+	if m.cfg.Stage == 0 || m.st.Layout.CurrentStage() != tier.Stage3 || m.st.RankClass[rank] == tier.Transient {
+		return true
+	}
+	return !m.transientTrainer()
+}
+
+// transientTrainer reports whether a worker on a transient machine is
+// alive and has work left: joined, not declared dead or departed, not
+// done with its job.
+func (m *Machine) transientTrainer() bool {
+	for _, r := range m.st.Workers {
+		if m.st.RankClass[r] != tier.Transient || m.finished(r) {
+			continue
+		}
+		if _, reported := m.st.Reports[r]; !reported {
+			return true
+		}
+	}
+	return false
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/terrace-ml/terrace/internal/control/coord"
 	"github.com/terrace-ml/terrace/internal/dataplane/simnet"
 	"github.com/terrace-ml/terrace/internal/placement/layout"
+	"github.com/terrace-ml/terrace/internal/placement/ring"
 	"github.com/terrace-ml/terrace/internal/placement/tier"
 	"github.com/terrace-ml/terrace/internal/process/evict"
 	"github.com/terrace-ml/terrace/internal/process/node"
@@ -494,9 +495,27 @@ func (c *Cluster) watchLayouts() {
 		for _, s := range l.Joining {
 			join = append(join, s.ID)
 		}
-		c.Note("layout v%d epoch %d: servers [%s] joining [%s] leaving [%s] workers %d finished %v",
-			l.Version, l.Epoch, strings.Join(srv, " "), strings.Join(join, " "), strings.Join(l.Leaving, " "), l.Workers, l.Finished)
+		tiers := ""
+		if l.Stage != 0 {
+			// With tiers, the stage and the other roles: what a
+			// schedule's stalls and losses depend on.
+			tiers = fmt.Sprintf(" stage %d backup [%s] standby [%s]", l.Stage, serverIDs(l.Backup), serverIDs(l.Standby))
+			if l.Switch != nil {
+				tiers += fmt.Sprintf(" switch %d->%d", l.Switch.From, l.Switch.To)
+			}
+		}
+		c.Note("layout v%d epoch %d: servers [%s] joining [%s] leaving [%s]%s workers %d finished %v",
+			l.Version, l.Epoch, strings.Join(srv, " "), strings.Join(join, " "), strings.Join(l.Leaving, " "), tiers, l.Workers, l.Finished)
 	}
+}
+
+// serverIDs joins the IDs of ss with spaces, for the timeline.
+func serverIDs(ss []ring.Server) string {
+	var out []string
+	for _, s := range ss {
+		out = append(out, s.ID)
+	}
+	return strings.Join(out, " ")
 }
 
 // awaitTraining waits until every worker has returned and no replacement

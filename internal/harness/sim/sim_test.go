@@ -30,33 +30,14 @@ var regressionSeeds = []uint64{71349, 71351}
 // (docs/design/sim.md, "Open findings"): their failure is reported in the
 // log, not as a test failure, so that every other seed still guards the
 // rest. Each entry names what it breaks; a seed that passes again should be
-// removed from here.
-var openSeeds = map[mixSeed]openFinding{
-	{"tiers", 29}:   {stall, "stage 3 with no transient worker alive: a transient server's return switches back to stage 3 and the reliable workers wait for work forever"},
-	{"tiers", 143}:  {stall, "stage 3 with no transient worker alive: drained transient workers' replacements are reliable, and they wait for work forever"},
-	{"tiers", 611}:  {stale, "a read misses an acknowledged increment after a switch to stage 1 and back to stage 2 (not diagnosed; it still fails with the concurrent joins fixed, 2026-11-26)"},
-	{"tiers", 1341}: {stall, idleStall},
-	{"tiers", 1670}: {stall, idleStall},
-	{"tiers", 1704}: {stall, idleStall},
-	{"tiers", 1721}: {stall, idleStall},
-	{"tiers", 1911}: {stall, idleStall},
-	{"tiers", 1608}: {stall, "workers wait in SSP reads forever after a revocation without notice and bulk additions (not diagnosed)"},
-	{"tiers", 2605}: {stall, "workers wait in SSP reads forever after three revocations without notice (not diagnosed)"},
-	{"tiers", 1377}: {[]string{sim.KindLedger}, "the ledgers count one push more than the simulation finds lost for a rank with nothing in flight (not diagnosed; perhaps the known over-count of a push failed back after its pair reached the ledger, docs/design/tiers.md)"},
-	{"tiers", 610}:  {broken, "a class-wide notice to three ActivePS in stage 2: the first two drain within the ActivePS ring, the third starts no switch to stage 1, and the coordinator publishes layouts whose final ring is empty (\"ring: no servers\")"},
-}
-
-// Kinds of violation the open findings show.
-var (
-	stall  = []string{sim.KindStall}
-	stale  = []string{sim.KindStale}
-	broken = []string{sim.KindBroken, sim.KindExactlyOnce, sim.KindStale, sim.KindLedger, sim.KindNotice, sim.KindStall, sim.KindFailed}
-)
-
-// idleStall is the open finding of workers waiting for work forever,
-// probably stage 3 with no transient worker (seeds 29 and 143; the
-// others not checked one by one).
-const idleStall = "workers wait for work forever: probably stage 3 with no transient worker alive"
+// removed from here. An entry reads, for instance,
+//
+//	{"tiers", 29}: {[]string{sim.KindStall}, "stage 3 with no transient worker alive"},
+//
+// None is open at the moment: the last ones (tiers 29, 143, 610, 611,
+// 1341, 1377, 1608, 1670, 1704, 1721, 1911, 2605) are fixed and are
+// tierRegressionSeeds.
+var openSeeds = map[mixSeed]openFinding{}
 
 // mixSeed names a schedule: its mix (TERRACE_SIM_MIX, "" for the default)
 // and its seed.

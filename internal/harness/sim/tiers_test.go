@@ -139,8 +139,18 @@ const defaultTierSchedules = 40
 // end within a fallback's grace dropped the fallback's loss report; 352
 // and 2258: three transient servers joining at once were promoted one at a
 // time, and the first, heading slots it had stopped receiving pushes for,
-// overwrote acknowledged increments with its stale copy.
-var tierRegressionSeeds = []uint64{88, 102, 232, 352, 2258}
+// overwrote acknowledged increments with its stale copy; 143, 1341, 1670,
+// 1704, 1721 and 1911 (and 29, among the first 40): stage 3 with no
+// transient worker alive, where the reliable workers waited for work
+// forever; 610: a class-wide notice reaching the ActivePS one at a time,
+// the job's end between them, emptied the final ring; 611: a server
+// back on the data ring after standing by counted a worker idle that had
+// trained meanwhile, and answered a read before that worker's pushes;
+// 1608 and 2605: a worker that died between its join and its first
+// heartbeat held every SSP read forever (fixed by timing it from the
+// first tick of a ready layout); 1377: the ledgers counted one push more
+// than was lost, with joiners promoted one at a time (fixed with them).
+var tierRegressionSeeds = []uint64{88, 102, 232, 352, 2258, 143, 1341, 1670, 1704, 1721, 1911, 610, 611, 1608, 2605, 1377}
 
 // TestTierSimulation runs the first seeded random schedules of tiers of
 // reliability (sim.RandomTiers: stage switches, bulk revocations with and
