@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -139,5 +140,62 @@ func drain(r *bufio.Reader) {
 		if _, err := r.ReadString('\n'); err != nil {
 			return
 		}
+	}
+}
+
+// TestLastServerServesOnAfterSIGTERM: the last server on the ring cannot
+// drain (its slots would have nowhere to go), so on SIGTERM it serves on
+// until its notice's deadline, the worker still training against it, and
+// then exits 1 saying its slots left with it.
+func TestLastServerServesOnAfterSIGTERM(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs three processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, out := start(t, ctx, "coordinator", "--listen", "127.0.0.1:0", "--servers", "1", "--workers", "1", "--replication", "1")
+	line, err := out.ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(line)
+	addr := strings.TrimSuffix(f[slicesIndex(f, "on")+1], ",")
+	go drain(out)
+	srv := &lineWatcher{want: "cannot drain", seen: make(chan struct{})}
+	server := exec.CommandContext(ctx, terrace(t), "server", "--coordinator", addr, "--id", "s0", "--grace", "3s", "--log-level", "warn")
+	server.Stdout, server.Stderr = srv, srv
+	if err := server.Start(); err != nil {
+		t.Fatal(err)
+	}
+	wk := &lineWatcher{want: "pass  1/", seen: make(chan struct{})}
+	worker := exec.CommandContext(ctx, terrace(t), "worker", "--coordinator", addr, "--id", "w0",
+		"--train", repoFile("datasets/a9a/a9a.gz"), "--test", repoFile("datasets/a9a/a9a.t.gz"), "--epochs", "1000", "--log-level", "warn")
+	worker.Stdout, worker.Stderr = wk, wk
+	if err := worker.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { worker.Process.Kill(); worker.Wait() })
+	select {
+	case <-wk.seen:
+	case <-ctx.Done():
+		t.Fatalf("training never started:\n%s", wk)
+	}
+	if err := server.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-srv.seen:
+	case <-ctx.Done():
+		t.Fatalf("the server never said it cannot drain:\n%s", srv)
+	}
+	// The worker goes on training while the server serves on.
+	passes := strings.Count(wk.String(), "pass ")
+	err = server.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(srv.String(), "left at its notice's deadline") {
+		t.Fatalf("server exit %v, want 1 and a word that its slots left with it:\n%s", err, srv)
+	}
+	if after := strings.Count(wk.String(), "pass "); after <= passes {
+		t.Errorf("the worker trained no pass while the last server served on after SIGTERM (%d passes before, %d after):\n%s", passes, after, wk)
 	}
 }

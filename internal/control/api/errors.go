@@ -43,6 +43,9 @@ var (
 	ErrForbidden = errors.New("coordinator: token does not grant this role")
 	// ErrJobConflict: a different job was submitted to the cluster before.
 	ErrJobConflict = errors.New("coordinator: the cluster runs another job")
+	// ErrLastServer: the last server on the ring asked to leave; its
+	// slots would have nowhere to go.
+	ErrLastServer = errors.New("coordinator: the last server on the ring cannot leave")
 	// ErrUnavailable: no coordinator answered within the client's retry
 	// time.
 	ErrUnavailable = errors.New("coordinator unreachable")
@@ -66,6 +69,7 @@ const (
 	CodeNotPersisted  Code = "not_persisted"
 	CodeNotLeader     Code = "not_leader"
 	CodeJobConflict   Code = "job_conflict"
+	CodeLastServer    Code = "last_server"
 	CodeInternal      Code = "internal"
 )
 
@@ -95,6 +99,7 @@ var codes = []struct {
 	{CodeUnauthenticated, ErrUnauthenticated, http.StatusUnauthorized},
 	{CodeForbidden, ErrForbidden, http.StatusForbidden},
 	{CodeJobConflict, ErrJobConflict, http.StatusConflict},
+	{CodeLastServer, ErrLastServer, http.StatusConflict},
 }
 
 // CodeOf returns the code of err (CodeInternal if it wraps no sentinel).

@@ -230,7 +230,7 @@ func (m *Machine) LeaveServer(id uint64, server string) {
 		return
 	}
 	if len(l.Servers)-len(l.Leaving) <= 1 && !slices.Contains(l.Leaving, server) {
-		m.fail(id, fmt.Errorf("%w: server %s is the last on the ring: its slots have nowhere to go (a checkpoint keeps them: terrace checkpoint --wait)", api.ErrBadRequest, server))
+		m.fail(id, fmt.Errorf("%w: %s: its slots have nowhere to go (a checkpoint keeps them: terrace checkpoint --wait)", api.ErrLastServer, server))
 		return
 	}
 	if !slices.Contains(l.Leaving, server) {

@@ -206,6 +206,16 @@ func drainServer(ctx context.Context, cc *api.Client, s *server.Server, cfg Serv
 	dctx, cancel := context.WithDeadline(ctx, n.Deadline)
 	defer cancel()
 	if _, err := cc.DrainServer(dctx, cfg.ID, api.Notice{Source: n.Source, Detail: n.Detail, Deadline: n.Deadline}); err != nil {
+		if errors.Is(err, api.ErrLastServer) && dctx.Err() == nil {
+			// Leaving now would take every slot with it: serve on while
+			// the machine lasts, so that the job goes on until then.
+			cfg.Logger.Error("the last server on the ring cannot drain: serving until the notice's deadline", "deadline", n.Deadline)
+			<-dctx.Done()
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("server %s: the last server on the ring left at its notice's deadline with every slot it held", cfg.ID)
+		}
 		return fmt.Errorf("server %s: drain: %w", cfg.ID, err)
 	}
 	// The heads (this one too) ship the slots this server holds to the
