@@ -66,15 +66,17 @@ links of --link-mbps, a few seconds in each stage, and plans from what it measur
   terrace plan --reliable 2 --transient 6 --link-mbps reliable=50,transient=1000 --report plan.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := f.measureFlags.check(cmd.Flags(), f.measure, f.consistency); err != nil {
-				return err
-			}
 			var cal *calibrationReport
 			if f.measure {
-				// The flags that need no job are checked before it runs.
+				// Every flag is checked before the job runs.
 				if _, err := runPlan(f, nil); err != nil {
 					return err
 				}
+			}
+			if err := f.measureFlags.check(cmd.Flags(), f.measure, f.consistency); err != nil {
+				return err
+			}
+			if f.measure {
 				var err error
 				if cal, err = measureJob(cmd.Context(), f, cmd.Flags(), cmd.OutOrStdout()); err != nil {
 					return err
