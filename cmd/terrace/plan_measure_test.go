@@ -135,3 +135,26 @@ func TestStageSample(t *testing.T) {
 		t.Errorf("sample\n got %+v\nwant %+v", s, want)
 	}
 }
+
+// TestTrainPlanFlag: train's --plan (the calibration --stage auto plans
+// from) fails at once, naming the flag, when misused.
+func TestTrainPlanFlag(t *testing.T) {
+	empty := filepath.Join(t.TempDir(), "empty.json")
+	if err := os.WriteFile(empty, []byte(`{"stage": 1}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"train", "--plan", "x"}, "--plan needs --reliable and --transient"},
+		{[]string{"train", "--processes", "--reliable", "1", "--transient", "1", "--stage", "2", "--plan", "x"}, "--plan needs --stage auto"},
+		{[]string{"train", "--processes", "--reliable", "1", "--transient", "1", "--stage", "auto", "--plan", filepath.Join(t.TempDir(), "none.json")}, "--plan: open"},
+		{[]string{"train", "--processes", "--reliable", "1", "--transient", "1", "--stage", "auto", "--plan", empty}, "no measurements"},
+	} {
+		out, err := exec.Command(terrace(t), tc.args...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), tc.want) {
+			t.Errorf("%q: %v, want an error containing %q:\n%s", tc.args, err, tc.want, out)
+		}
+	}
+}
