@@ -48,6 +48,12 @@ func TestPlanMeasure(t *testing.T) {
 	if !rep.Measured || rep.Calibration == nil || rep.Calibration.Seconds <= 0 {
 		t.Fatalf("report: measured %v, calibration %+v", rep.Measured, rep.Calibration)
 	}
+	for _, dir := range rep.Calibration.RunDirs {
+		// The jobs' logs, kept by the command for the user.
+		if strings.HasPrefix(filepath.Base(dir), "terrace-cluster-") {
+			t.Cleanup(func() { os.RemoveAll(dir) })
+		}
+	}
 	if n := len(rep.Calibration.Samples); n != 3 {
 		t.Fatalf("%d stages measured, want 3", n)
 	}
