@@ -37,7 +37,7 @@ type measureFlags struct {
 }
 
 func (m *measureFlags) register(fs *pflag.FlagSet) {
-	fs.DurationVar(&m.warmup, "measure-warmup", 3*time.Second, "with --measure: how long each stage's job trains before it is measured")
+	fs.DurationVar(&m.warmup, "measure-warmup", 3*time.Second, "with --measure: how long each stage's job trains before it is measured (on links slow enough to hold the stream back, 20s: the stream takes that long to settle; docs/design/tiers.md)")
 	fs.DurationVar(&m.window, "measure-window", 8*time.Second, "with --measure: how long each stage's job is measured")
 	fs.DurationVar(&m.startTimeout, "measure-start-timeout", 2*time.Minute, "with --measure: give up if a stage's job has not acknowledged a push within this time")
 	// The job to calibrate: train's application flags, but for
