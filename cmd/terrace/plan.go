@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -28,6 +27,8 @@ type planReport struct {
 	// (--measure) or are the documented defaults.
 	Measured     bool                 `json:"measured"`
 	Measurements planner.Measurements `json:"measurements"`
+	// Calibration is what --measure's job measured in each stage.
+	Calibration *calibrationReport `json:"calibration,omitempty"`
 }
 
 // planFlags are plan's flags as given.
@@ -41,6 +42,7 @@ type planFlags struct {
 	workersPerMachine   int
 	consistency         string
 	report              string
+	measureFlags
 }
 
 func planCmd() *cobra.Command {
@@ -56,11 +58,31 @@ minimum cut). See docs/design/tiers.md.
 
 Without --measure it uses default measurements of sparse logistic regression on a9a
 taken on the development machine (listed in the report under "measurements").
+With --measure it first runs a short calibration job of --app (train's application
+flags) on the machines given, every node a process on this host with the emulated
+links of --link-mbps, a few seconds in each stage, and plans from what it measured
+(the report's "calibration").
 
   terrace plan --reliable 2 --transient 6 --link-mbps reliable=50,transient=1000 --report plan.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			rep, err := runPlan(f)
+			var cal *calibrationReport
+			if f.measure {
+				// Every flag is checked before the job runs.
+				if _, err := runPlan(f, nil); err != nil {
+					return err
+				}
+			}
+			if err := f.measureFlags.check(cmd.Flags(), f.measure, f.consistency); err != nil {
+				return err
+			}
+			if f.measure {
+				var err error
+				if cal, err = measureJob(cmd.Context(), f, cmd.Flags(), cmd.OutOrStdout()); err != nil {
+					return err
+				}
+			}
+			rep, err := runPlan(f, cal)
 			if err != nil {
 				return err
 			}
@@ -78,17 +100,15 @@ taken on the development machine (listed in the report under "measurements").
 	fs.IntVar(&f.replication, "replication", 2, "copies of every slot (k): chains of servers, of ActivePS, of BackupPS")
 	fs.DurationVar(&f.sync, "sync-interval", time.Second, "how often an ActivePS streams its aggregated state to the BackupPS")
 	fs.IntVar(&f.workersPerMachine, "workers-per-machine", 1, "workers on every machine that runs workers")
-	fs.StringVar(&f.consistency, "consistency", "ssp", "bsp or ssp (workers in lockstep) or asp (independent workers)")
+	fs.StringVar(&f.consistency, "consistency", "ssp", "bsp or ssp (workers in lockstep) or asp (independent workers); with --measure also the job's (ssp: ssp:2)")
 	fs.StringVar(&f.report, "report", "", "write the JSON report to this file")
+	f.measureFlags.register(fs)
 	return cmd
 }
 
-// errMeasureLater is --measure's answer until the calibration job exists.
-var errMeasureLater = errors.New("--measure: the calibration job comes with the tiers integration (issue 11) and is not built yet; " +
-	"run without --measure to plan with the default measurements (docs/design/tiers.md, \"Default measurements\")")
-
-// runPlan checks the flags, naming the first that is wrong, and plans.
-func runPlan(f planFlags) (*planReport, error) {
+// runPlan checks the flags, naming the first that is wrong, and plans:
+// from the calibration's measurements if cal is set.
+func runPlan(f planFlags, cal *calibrationReport) (*planReport, error) {
 	if f.reliable < 1 {
 		return nil, fmt.Errorf("--reliable %d: need at least one reliable machine (the coordinator and the BackupPS run there)", f.reliable)
 	}
@@ -116,14 +136,16 @@ func runPlan(f planFlags) (*planReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	if f.measure {
-		return nil, errMeasureLater
+	if cal != nil {
+		if m, err = planner.Calibrate(m, cal.Samples); err != nil {
+			return nil, fmt.Errorf("--measure: %w", err)
+		}
 	}
 	p, err := planner.New(planner.Options{}).Replan(time.Time{}, m)
 	if err != nil {
 		return nil, err
 	}
-	rep := &planReport{Stage: p.Stage, Best: p.Best, Candidates: p.Candidates, Measurements: m}
+	rep := &planReport{Stage: p.Stage, Best: p.Best, Candidates: p.Candidates, Measurements: m, Measured: cal != nil, Calibration: cal}
 	if stage != 0 {
 		rep.Stage = stage
 	}
@@ -166,9 +188,9 @@ func planMeasurements(f planFlags) (planner.Measurements, error) {
 
 func printPlan(w io.Writer, rep *planReport) {
 	m := rep.Measurements
-	fmt.Fprintf(w, "terrace plan: %d reliable and %d transient machines; links %s Mbit/s; $/machine-hour %s; default measurements (lr on a9a)\n",
+	fmt.Fprintf(w, "terrace plan: %d reliable and %d transient machines; links %s Mbit/s; $/machine-hour %s; %s\n",
 		m.Reliable, m.Transient,
-		tier.ByClass{Reliable: m.LinkBytes.Reliable * 8 / 1e6, Transient: m.LinkBytes.Transient * 8 / 1e6}, m.Price)
+		tier.ByClass{Reliable: m.LinkBytes.Reliable * 8 / 1e6, Transient: m.LinkBytes.Transient * 8 / 1e6}, m.Price, measuredWords(rep))
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "stage\tupdates/s\t$/hour\tupdates/$\t  bottleneck\t")
 	for _, c := range rep.Candidates {

@@ -76,7 +76,14 @@ func TestPlanBadInput(t *testing.T) {
 		{[]string{"--price", "transient=0", "--transient", "2"}, "--price transient=0"},
 		{[]string{"--consistency", "eventual"}, "--consistency"},
 		{[]string{"--sync-interval", "0s"}, "--sync-interval"},
-		{[]string{"--measure"}, "--measure: the calibration job"},
+		{[]string{"--measure-window", "5s"}, "--measure-window needs --measure"},
+		{[]string{"--app", "mf"}, "--app needs --measure"},
+		{[]string{"--measure", "--measure-window", "0s"}, "--measure-window 0s"},
+		{[]string{"--measure", "--measure-warmup", "-1s"}, "--measure-warmup -1s"},
+		{[]string{"--measure", "--link-mbps", "reliable=slow"}, "--link-mbps item 1"},
+		{[]string{"--measure", "--stage", "3", "--transient", "0"}, "--stage 3"},
+		{[]string{"--measure", "--app", "svm"}, "unknown --app \"svm\""},
+		{[]string{"--measure", "--app", "mf"}, "--app mf needs --train and --test"},
 	} {
 		if _, err := runPlanCmd(t, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: error %v, want one naming %q", tc.args, err, tc.want)

@@ -1,15 +1,18 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/spf13/pflag"
 
 	"github.com/terrace-ml/terrace/internal/harness/drill"
 	"github.com/terrace-ml/terrace/internal/placement/tier"
+	"github.com/terrace-ml/terrace/internal/planner"
 )
 
 // tierTrainFlags are train's flags for tiers of reliability (issue 11).
@@ -18,6 +21,7 @@ type tierTrainFlags struct {
 	stage                           string
 	syncInterval                    time.Duration
 	add, linkMbps, price            string
+	plan                            string
 }
 
 func (t *tierTrainFlags) register(fs *pflag.FlagSet) {
@@ -28,6 +32,7 @@ func (t *tierTrainFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&t.syncInterval, "sync-interval", time.Second, "with --reliable/--transient: how often an ActivePS streams its aggregated updates to its BackupPS")
 	fs.StringVar(&t.linkMbps, "link-mbps", "", "with --reliable/--transient: emulate each machine's link, e.g. reliable=50,transient=500 (Mbit/s each way; each machine binds its own 127.0.0.N)")
 	fs.StringVar(&t.price, "price", "", "with --reliable/--transient: dollars per machine-hour by class, e.g. reliable=0.21,transient=0.0364, for the coordinator's cost so far (status, dashboard, metrics, report); empty: no cost")
+	fs.StringVar(&t.plan, "plan", "", "with --stage auto: plan from the measurements in this report of `terrace plan --measure` (its calibration of this job) instead of the planner's defaults")
 	fs.StringVar(&t.add, "add", "", "with --reliable/--transient: start new machines of a class while training runs, e.g. transient@2@5s")
 }
 
@@ -38,7 +43,7 @@ func (t *tierTrainFlags) on() bool { return t.reliable > 0 || t.transient > 0 }
 // returns the drill's tiers, nil without them, and the --add faults.
 func (t *tierTrainFlags) check(fs *pflag.FlagSet, processes bool) (*drill.Tiers, drill.Schedule, error) {
 	if !t.on() {
-		for _, name := range []string{"stage", "sync-interval", "add", "workers-per-machine", "link-mbps", "price"} {
+		for _, name := range []string{"stage", "sync-interval", "add", "workers-per-machine", "link-mbps", "price", "plan"} {
 			if fs.Changed(name) {
 				return nil, nil, fmt.Errorf("--%s needs --reliable and --transient", name)
 			}
@@ -76,8 +81,15 @@ func (t *tierTrainFlags) check(fs *pflag.FlagSet, processes bool) (*drill.Tiers,
 		if err != nil {
 			return nil, nil, err
 		}
+		measured, err := readPlanMeasurements(t.plan)
+		if err != nil {
+			return nil, nil, err
+		}
 		return &drill.Tiers{Reliable: t.reliable, Transient: t.transient, WorkersPerMachine: t.perMachine,
-			Stage: drill.AutoStage, SyncInterval: t.syncInterval, LinkMbps: links, Price: t.price}, add, nil
+			Stage: drill.AutoStage, SyncInterval: t.syncInterval, LinkMbps: links, Price: t.price, Measured: measured}, add, nil
+	}
+	if t.plan != "" {
+		return nil, nil, fmt.Errorf("--plan needs --stage auto: it is what the planner plans from")
 	}
 	if t.stage != "" {
 		s, err := tier.ParseStage(t.stage)
@@ -115,4 +127,29 @@ func printTiers(w io.Writer, t *drill.TierReport) {
 	if t.StreamBytesPerPushByte != nil {
 		fmt.Fprintf(w, "terrace: tiers: %.3f bytes streamed to BackupPS per byte pushed\n", *t.StreamBytesPerPushByte)
 	}
+}
+
+// readPlanMeasurements reads the measurements of a `terrace plan` report
+// (nil for no file); errors name the flag.
+func readPlanMeasurements(path string) (*planner.Measurements, error) {
+	if path == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--plan: %w", err)
+	}
+	var rep struct {
+		Measurements *planner.Measurements `json:"measurements"`
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return nil, fmt.Errorf("--plan %s: not a report of terrace plan: %w", path, err)
+	}
+	if rep.Measurements == nil {
+		return nil, fmt.Errorf("--plan %s: no measurements: want the report of terrace plan --measure", path)
+	}
+	if err := rep.Measurements.Validate(); err != nil {
+		return nil, fmt.Errorf("--plan %s: %w", path, err)
+	}
+	return rep.Measurements, nil
 }

@@ -57,6 +57,15 @@ type Measurements struct {
 	HostUpdates float64 `json:"host_updates_per_second"`
 	// Price is dollars per machine-hour.
 	Price tier.ByClass `json:"dollars_per_machine_hour"`
+	// HostCores is how many of the emulating host's processors the job
+	// can have (its processors less what other programs used while it was
+	// measured); with a stage's CPUSecondsPerUpdate it caps that stage at
+	// HostCores / CPUSecondsPerUpdate updates per second, in place of
+	// HostUpdates. 0: not a limit.
+	HostCores float64 `json:"host_cores,omitempty"`
+	// Stages holds figures measured in one stage that differ between
+	// stages (calibrate.go); a zero field keeps the figure above.
+	Stages map[tier.Stage]StageFigures `json:"stages,omitempty"`
 	// Independent says workers do not wait for each other (asynchronous
 	// consistency). Otherwise (BSP, SSP) they move in lockstep: every
 	// worker makes the same number of updates, so the slowest class paces
@@ -100,10 +109,53 @@ func (m Measurements) Validate() error {
 	if m.Price.Reliable <= 0 || (m.Transient > 0 && m.Price.Transient <= 0) {
 		return bad("Price = %v: every class with machines needs a price > 0", m.Price)
 	}
+	if m.HostCores < 0 || math.IsNaN(m.HostCores) || math.IsInf(m.HostCores, 0) {
+		return bad("HostCores = %g: want a finite number >= 0", m.HostCores)
+	}
+	for s, f := range m.Stages {
+		for _, v := range []float64{f.StreamBytes, f.LedgerBytes, f.ChainBytes, f.CPUSecondsPerUpdate} {
+			if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+				return bad("Stages[%d] = %+v: want finite numbers >= 0", s, f)
+			}
+		}
+	}
 	if m.ModelStateBytes > 0 && m.SyncSeconds <= 0 {
 		return bad("ModelStateBytes without SyncSeconds")
 	}
 	return nil
+}
+
+// StageFigures are what a calibration measured in one stage: the stream
+// and ledger depend on the stage's rate (aggregation), the chain on the
+// ring's length, and the processor time an update costs on the stage's
+// work (ActivePS chains, the stream, the ledger).
+type StageFigures struct {
+	StreamBytes float64 `json:"stream_bytes_per_update,omitempty"`
+	LedgerBytes float64 `json:"ledger_bytes_per_update,omitempty"`
+	ChainBytes  float64 `json:"chain_bytes_per_update,omitempty"`
+	// CPUSecondsPerUpdate is the processor time of every node of the job
+	// (coordinator, servers, workers) per update.
+	CPUSecondsPerUpdate float64 `json:"cpu_seconds_per_update,omitempty"`
+}
+
+// forStage is m with stage s's own figures in place of the general ones.
+func (m Measurements) forStage(s tier.Stage) Measurements {
+	f, ok := m.Stages[s]
+	if !ok {
+		return m
+	}
+	set := func(dst *float64, v float64) {
+		if v > 0 {
+			*dst = v
+		}
+	}
+	set(&m.StreamBytes, f.StreamBytes)
+	set(&m.LedgerBytes, f.LedgerBytes)
+	set(&m.ChainBytes, f.ChainBytes)
+	if m.HostCores > 0 && f.CPUSecondsPerUpdate > 0 {
+		m.HostUpdates = m.HostCores / f.CPUSecondsPerUpdate
+	}
+	return m
 }
 
 func (m Measurements) k() int                 { return max(1, m.Replication) }

@@ -45,6 +45,8 @@ func Evaluate(m Measurements) ([]Candidate, error) {
 }
 
 func evaluate(s tier.Stage, m Measurements) Candidate {
+	dollars := m.DollarsPerHour()
+	m = m.forStage(s)
 	alpha := shares(s, m)
 	f, cut, res := solve(s, m, false)
 	// The stream sends each key at most once per sync interval: above the
@@ -57,7 +59,7 @@ func evaluate(s tier.Stage, m Measurements) Candidate {
 			f, cut, res = solve(s, m, true)
 		}
 	}
-	c := Candidate{Stage: s, UpdatesPerSecond: f, DollarsPerHour: m.DollarsPerHour()}
+	c := Candidate{Stage: s, UpdatesPerSecond: f, DollarsPerHour: dollars}
 	c.UpdatesPerDollar = f * 3600 / c.DollarsPerHour
 	for _, e := range cut {
 		if !e.demand && e.name != "" {

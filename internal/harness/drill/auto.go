@@ -45,7 +45,7 @@ const autoDwell = 5 * time.Second
 // measurements for the machines at the start.
 func newAutoPilot(t *Tiers) (*autoPilot, tier.Stage, error) {
 	a := &autoPilot{p: planner.New(planner.Options{Dwell: autoDwell}), machines: [2]int{t.Reliable, t.Transient}}
-	plan, err := a.p.Replan(time.Now(), withLinks(planner.Defaults(t.Reliable, t.Transient), t))
+	plan, err := a.p.Replan(time.Now(), baseMeasurements(t, t.Reliable, t.Transient))
 	if err != nil {
 		return nil, 0, err
 	}
@@ -95,7 +95,15 @@ func (d *drill) replan(ctx context.Context) {
 	if first || secs <= 0 || (pushes <= 0 && !changed) {
 		return
 	}
-	m := withLinks(planner.Defaults(alive[0], alive[1]), d.cfg.Tiers)
+	m := baseMeasurements(d.cfg.Tiers, alive[0], alive[1])
+	if d.cfg.Tiers.Measured != nil {
+		// A calibration measured every stage of this job: the servers'
+		// counters here count a push per table and server, not per
+		// update, and the rate a stage runs at is not what bounds the
+		// others. Re-plan with the machines alive.
+		a.replanWith(ctx, d, now, m)
+		return
+	}
 	m.WorkersPerMachine = d.cfg.Tiers.perMachine()
 	m.Replication = max(1, d.cfg.Replication)
 	if workers := (alive[0] + alive[1]) * m.WorkersPerMachine; workers > 0 && pushes > 0 {
@@ -109,6 +117,11 @@ func (d *drill) replan(ctx context.Context) {
 		}
 	}
 	m.SyncSeconds = max(d.cfg.Tiers.SyncInterval, time.Second).Seconds()
+	a.replanWith(ctx, d, now, m)
+}
+
+// replanWith plans with m and switches if the planner says so.
+func (a *autoPilot) replanWith(ctx context.Context, d *drill, now time.Time, m planner.Measurements) {
 	plan, err := a.p.Replan(now, m)
 	if err != nil {
 		a.Plans = append(a.Plans, fmt.Sprintf("%.1fs: %v", now.Sub(d.started).Seconds(), err))
@@ -123,6 +136,18 @@ func (d *drill) replan(ctx context.Context) {
 	if _, err := api.NewClient(d.coord, nil).SwitchStage(cctx, plan.Best, "planner: "+plan.Reason); err != nil {
 		a.Plans = append(a.Plans, fmt.Sprintf("%.1fs: switch to %d refused: %v", now.Sub(d.started).Seconds(), plan.Best, err))
 	}
+}
+
+// baseMeasurements are what --stage auto plans from for the machines
+// alive: the calibration's if given (Tiers.Measured), else the planner's
+// defaults, with the emulated links.
+func baseMeasurements(t *Tiers, reliable, transient int) planner.Measurements {
+	if t.Measured != nil {
+		m := *t.Measured
+		m.Reliable, m.Transient = reliable, transient
+		return withLinks(m, t)
+	}
+	return withLinks(planner.Defaults(reliable, transient), t)
 }
 
 // withLinks sets the emulated links' bandwidths in m.

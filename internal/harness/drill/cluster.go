@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/terrace-ml/terrace/internal/control/api"
+	"github.com/terrace-ml/terrace/internal/placement/tier"
 )
 
 // ErrUnknownMachine: a Cluster call named a machine it never started.
@@ -52,6 +53,14 @@ type ClusterConfig struct {
 	Out io.Writer
 	// StartTimeout bounds the wait for the coordinator (1 minute if 0).
 	StartTimeout time.Duration
+	// Replication is the coordinator's --replication (k; 2, or 1 with one
+	// server, if 0). LinkMbps, when set, emulates each machine's link as
+	// Tiers.LinkMbps does. Audit, when set, runs the workers with the
+	// drill's audit and its logs (as `train --processes` does), which
+	// AuditLogs reads.
+	Replication int
+	LinkMbps    *tier.ByClass
+	Audit       *Audit
 }
 
 // Cluster is an open-ended set of machines of two classes over one
@@ -122,8 +131,8 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 		return nil, fmt.Errorf("drill: %w", err)
 	}
 	dc := Config{Binary: cfg.Binary, RunDir: cfg.RunDir, Servers: cfg.Servers, Workers: cfg.Workers,
-		WorkerCommand: cfg.WorkerCommand, WorkerArgs: cfg.WorkerArgs, LogLevel: cfg.LogLevel, Out: cfg.Out,
-		Tiers: &Tiers{WorkersPerMachine: cfg.WorkersPerMachine, Stage: cfg.Stage, SyncInterval: cfg.SyncInterval}}
+		WorkerCommand: cfg.WorkerCommand, WorkerArgs: cfg.WorkerArgs, LogLevel: cfg.LogLevel, Out: cfg.Out, Audit: cfg.Audit,
+		Tiers: &Tiers{WorkersPerMachine: cfg.WorkersPerMachine, Stage: cfg.Stage, SyncInterval: cfg.SyncInterval, LinkMbps: cfg.LinkMbps}}
 	if dc.WorkerCommand == nil {
 		dc.WorkerCommand = DefaultWorkerCommand
 	}
@@ -147,6 +156,9 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 func (c *Cluster) startCoordinator(ctx context.Context, cfg ClusterConfig) error {
 	d := c.d
 	replication := min(2, cfg.Servers)
+	if cfg.Replication > 0 {
+		replication = cfg.Replication
+	}
 	args := append([]string{"coordinator", "--listen", "127.0.0.1:0", "--etcd-dir", filepath.Join(cfg.RunDir, "etcd"),
 		"--servers", strconv.Itoa(cfg.Servers), "--workers", strconv.Itoa(cfg.Workers),
 		"--partitions", strconv.Itoa(cfg.Partitions), "--replication", strconv.Itoa(replication)}, d.cfg.Tiers.coordArgs()...)

@@ -361,7 +361,7 @@ func (d *drill) interesting(p *proc, text string) bool {
 	case Server:
 		if s, ok := strings.CutPrefix(text, statsMarker); ok {
 			p.mu.Lock()
-			p.lastStats = s
+			p.lastStats, p.statsAt = s, time.Now()
 			p.mu.Unlock()
 		}
 		return false

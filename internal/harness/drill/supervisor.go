@@ -25,6 +25,7 @@ type proc struct {
 
 	mu        sync.Mutex
 	lastStats string // a server's last "stats" line
+	statsAt   time.Time
 	evictAddr string // the eviction endpoint it announced
 
 	// Owned by the drill's loop.

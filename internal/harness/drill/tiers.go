@@ -12,6 +12,7 @@ import (
 
 	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/placement/tier"
+	"github.com/terrace-ml/terrace/internal/planner"
 	"github.com/terrace-ml/terrace/internal/server"
 )
 
@@ -37,6 +38,10 @@ type Tiers struct {
 	// StageReason is the coordinator's --stage-reason: why it forms in
 	// Stage (the planner's reason under --stage auto).
 	StageReason string
+	// Measured, under --stage auto, are a calibration's measurements
+	// (`terrace plan --measure`) to plan from instead of the planner's
+	// defaults.
+	Measured *planner.Measurements
 }
 
 func (t *Tiers) perMachine() int { return max(1, t.WorkersPerMachine) }
