@@ -1,6 +1,9 @@
 package server
 
 import (
+	"cmp"
+	"slices"
+
 	"github.com/terrace-ml/terrace/internal/dataplane/wire"
 	"github.com/terrace-ml/terrace/keyspace"
 )
@@ -12,12 +15,104 @@ import (
 // never holds an effect without its pair.
 func (s *Server) build(todo []batch) []wire.Replicate {
 	b := builder{s: s}
+	var agg aggregate
 	for _, bt := range todo {
 		for _, e := range bt.entries {
-			b.entry(e)
+			if e.copy != nil || e.deferred != nil {
+				b.entry(e)
+				continue
+			}
+			agg.add(e)
 		}
 	}
+	agg.export(&b)
 	return append(b.msgs, b.cur)
+}
+
+// aggregate is the pushes of a round merged by key: a key pushed n times
+// since the last round ships its state once, not n times (the ActivePS's
+// aggregation, docs/design/tiers.md). The state is read when the round is
+// built, so it holds every push applied by then; each push's pairs are
+// claimed for the slots its own keys lie in. The peer installs a round's
+// messages all at once (importRound), so a pair may travel in another
+// message of the round than the state it covers.
+type aggregate struct {
+	tables []*tableState // in the order first seen
+	lists  map[*tableState][]uint64
+	runs   map[*tableState][]keyspace.Range
+	claims []claim
+}
+
+// claim is one push's pairs and the slots of the keys it pushed.
+type claim struct {
+	pairs []wire.Pair
+	slots keyspace.SlotSet
+}
+
+func (a *aggregate) add(e entry) {
+	if a.lists == nil {
+		a.lists, a.runs = map[*tableState][]uint64{}, map[*tableState][]keyspace.Range{}
+	}
+	var slots keyspace.SlotSet
+	for _, it := range e.items {
+		if _, ok := a.lists[it.t]; !ok {
+			if _, ok := a.runs[it.t]; !ok {
+				a.tables = append(a.tables, it.t)
+			}
+		}
+		if it.keys.IsRuns() {
+			a.runs[it.t] = append(a.runs[it.t], it.keys.Runs()...)
+		} else if len(it.keys.List()) > 0 {
+			a.lists[it.t] = append(a.lists[it.t], it.keys.List()...)
+		}
+		slots = keyspace.Union(slots, it.keys.Slots())
+	}
+	if len(e.pairs) > 0 && len(slots) > 0 {
+		a.claims = append(a.claims, claim{e.pairs, slots})
+	}
+}
+
+// export adds the merged states, then every push's pairs, to b.
+func (a *aggregate) export(b *builder) {
+	b.base, b.in = nil, nil
+	for _, t := range a.tables {
+		if list := a.lists[t]; len(list) > 0 {
+			slices.Sort(list)
+			b.keys(t, keyspace.KeyList(slices.Compact(list)))
+		}
+		if runs := a.runs[t]; len(runs) > 0 {
+			b.keys(t, mergeRuns(runs))
+		}
+	}
+	b.in = nil
+	for _, c := range a.claims {
+		for _, p := range c.pairs {
+			sl := c.slots
+			if p.Slots != nil {
+				sl = keyspace.Intersect(p.Slots, c.slots)
+			}
+			if len(sl) > 0 {
+				b.cur.Pairs = append(b.cur.Pairs, wire.Pair{Client: p.Client, Seq: p.Seq, Acked: p.Acked, Table: p.Table, Slots: sl})
+			}
+		}
+	}
+}
+
+// mergeRuns returns the union of runs as one set of sorted, disjoint runs.
+func mergeRuns(runs []keyspace.Range) keyspace.Keys {
+	slices.SortFunc(runs, func(x, y keyspace.Range) int { return cmp.Compare(x.Lo, y.Lo) })
+	var k keyspace.Keys
+	cur := runs[0]
+	for _, r := range runs[1:] {
+		if r.Lo <= cur.Hi {
+			cur.Hi = max(cur.Hi, r.Hi)
+			continue
+		}
+		k.AddRun(cur.Lo, cur.Hi)
+		cur = r
+	}
+	k.AddRun(cur.Lo, cur.Hi)
+	return k
 }
 
 type builder struct {
@@ -49,24 +144,30 @@ func (b *builder) entry(e entry) {
 		items = e.copy.items()
 	}
 	for _, it := range items {
-		st := it.t.store.Stride()
-		per := max(keyspace.SlotSize, maxReplicateFrame/(4*st+8))
-		if it.keys.IsRuns() {
-			per = max(keyspace.SlotSize, maxReplicateFrame/(4*st))
-		}
-		pieces(it.keys, per, func(k keyspace.Keys) {
-			f := make([]float32, k.Len()*st)
-			if k.IsRuns() {
-				r := k.Runs()[0]
-				it.t.store.ExportRun(r.Lo, f)
-				b.add(wire.State{Table: it.t.id, Stride: uint32(st), Lo: r.Lo, N: uint32(r.Len()), Floats: f})
-				return
-			}
-			it.t.store.Export(k.List(), f)
-			b.add(wire.State{Table: it.t.id, Stride: uint32(st), Keys: k.List(), Floats: f})
-		})
+		b.keys(it.t, it.keys)
 	}
 	b.claim()
+}
+
+// keys adds the current state of t's keys, in pieces of whole slots that
+// fit a message.
+func (b *builder) keys(t *tableState, keys keyspace.Keys) {
+	st := t.store.Stride()
+	per := max(keyspace.SlotSize, maxReplicateFrame/(4*st+8))
+	if keys.IsRuns() {
+		per = max(keyspace.SlotSize, maxReplicateFrame/(4*st))
+	}
+	pieces(keys, per, func(k keyspace.Keys) {
+		f := make([]float32, k.Len()*st)
+		if k.IsRuns() {
+			r := k.Runs()[0]
+			t.store.ExportRun(r.Lo, f)
+			b.add(wire.State{Table: t.id, Stride: uint32(st), Lo: r.Lo, N: uint32(r.Len()), Floats: f})
+			return
+		}
+		t.store.Export(k.List(), f)
+		b.add(wire.State{Table: t.id, Stride: uint32(st), Keys: k.List(), Floats: f})
+	})
 }
 
 // add adds a state to the current message, and starts the next once the
