@@ -86,15 +86,7 @@ func (a *aggregate) export(b *builder) {
 	}
 	b.in = nil
 	for _, c := range a.claims {
-		for _, p := range c.pairs {
-			sl := c.slots
-			if p.Slots != nil {
-				sl = keyspace.Intersect(p.Slots, c.slots)
-			}
-			if len(sl) > 0 {
-				b.cur.Pairs = append(b.cur.Pairs, wire.Pair{Client: p.Client, Seq: p.Seq, Acked: p.Acked, Table: p.Table, Slots: sl})
-			}
-		}
+		b.claimFor(c.pairs, c.slots)
 	}
 }
 
@@ -188,16 +180,22 @@ func (b *builder) add(st wire.State) {
 // claim adds the entry's pairs to the current message, scoped to the slots
 // of the entry's state in it.
 func (b *builder) claim() {
-	for _, p := range b.base {
-		sl := b.in
+	b.claimFor(b.base, b.in)
+	b.in = nil
+}
+
+// claimFor adds pairs to the current message, each scoped to slots (and
+// to its own slots, where it names them).
+func (b *builder) claimFor(pairs []wire.Pair, slots keyspace.SlotSet) {
+	for _, p := range pairs {
+		sl := slots
 		if p.Slots != nil {
-			sl = keyspace.Intersect(p.Slots, b.in)
+			sl = keyspace.Intersect(p.Slots, slots)
 		}
 		if len(sl) > 0 {
 			b.cur.Pairs = append(b.cur.Pairs, wire.Pair{Client: p.Client, Seq: p.Seq, Acked: p.Acked, Table: p.Table, Slots: sl})
 		}
 	}
-	b.in = nil
 }
 
 // pieces cuts k into pieces of whole slots, each a piece of its list or a
