@@ -44,6 +44,20 @@ func (w *lineWatcher) String() string {
 	return w.buf.String()
 }
 
+// startCoordinator starts a coordinator on any loopback port with args,
+// discards its output after the first line, and returns its address.
+func startCoordinator(t *testing.T, ctx context.Context, args ...string) string {
+	t.Helper()
+	_, out := start(t, ctx, append([]string{"coordinator", "--listen", "127.0.0.1:0"}, args...)...)
+	line, err := out.ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(line)
+	go drain(out)
+	return strings.TrimSuffix(f[slicesIndex(f, "on")+1], ",")
+}
+
 // TestWorkerDrainsOnSIGTERM sends SIGTERM to one of two workers once
 // training is under way: it must record its progress, return its leases and
 // exit 0, and the other worker must train everything left.
@@ -59,14 +73,7 @@ func TestWorkerDrainsOnSIGTERM(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	_, out := start(t, ctx, "coordinator", "--listen", "127.0.0.1:0", "--servers", "2", "--workers", "2", "--replication", "2")
-	line, err := out.ReadString('\n')
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := strings.Fields(line)
-	addr := strings.TrimSuffix(f[slicesIndex(f, "on")+1], ",")
-	go drain(out)
+	addr := startCoordinator(t, ctx, "--servers", "2", "--workers", "2", "--replication", "2")
 	for i := range 2 {
 		_, so := start(t, ctx, "server", "--coordinator", addr, "--id", fmt.Sprintf("s%d", i), "--log-level", "warn")
 		go drain(so)
@@ -153,14 +160,7 @@ func TestLastServerServesOnAfterSIGTERM(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	_, out := start(t, ctx, "coordinator", "--listen", "127.0.0.1:0", "--servers", "1", "--workers", "1", "--replication", "1")
-	line, err := out.ReadString('\n')
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := strings.Fields(line)
-	addr := strings.TrimSuffix(f[slicesIndex(f, "on")+1], ",")
-	go drain(out)
+	addr := startCoordinator(t, ctx, "--servers", "1", "--workers", "1", "--replication", "1")
 	srv := &lineWatcher{want: "cannot drain", seen: make(chan struct{})}
 	server := exec.CommandContext(ctx, terrace(t), "server", "--coordinator", addr, "--id", "s0", "--grace", "3s", "--log-level", "warn")
 	server.Stdout, server.Stderr = srv, srv
@@ -190,7 +190,7 @@ func TestLastServerServesOnAfterSIGTERM(t *testing.T) {
 	}
 	// The worker goes on training while the server serves on.
 	passes := strings.Count(wk.String(), "pass ")
-	err = server.Wait()
+	err := server.Wait()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(srv.String(), "left at its notice's deadline") {
 		t.Fatalf("server exit %v, want 1 and a word that its slots left with it:\n%s", err, srv)
