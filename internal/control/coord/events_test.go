@@ -1,6 +1,7 @@
 package coord
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"slices"
@@ -10,7 +11,8 @@ import (
 	"github.com/terrace-ml/terrace/internal/control/api"
 )
 
-// memEvents is an EventStore in memory.
+// memEvents is an EventStore in memory. Saves from concurrent calls may
+// arrive out of order, so it keeps them by number, as etcd's keys do.
 type memEvents struct {
 	mu  sync.Mutex
 	evs []api.Event
@@ -20,6 +22,7 @@ type memEvents struct {
 func (s *memEvents) PutEvents(_ context.Context, evs []api.Event) error {
 	s.mu.Lock()
 	s.evs = append(s.evs, evs...)
+	slices.SortFunc(s.evs, func(a, b api.Event) int { return cmp.Compare(a.Seq, b.Seq) })
 	s.mu.Unlock()
 	s.put <- struct{}{}
 	return nil
