@@ -6,13 +6,21 @@ import (
 )
 
 // SlotBits is log2 of the number of consecutive keys in a slot. A slot is the
-// unit of placement (the ring places slots, not keys) and of server storage,
-// so that a dense run of keys stays together on one server and in one block
-// while small keys such as 0..1000 still spread over many servers.
+// unit of server storage, of copies and of the chain's bookkeeping.
 const SlotBits = 6
 
 // SlotSize is the number of consecutive keys in a slot.
 const SlotSize = 1 << SlotBits
+
+// UnitBits is log2 of the number of consecutive slots in a placement unit:
+// the ring places units (1,024 keys), not single slots, so that a dense
+// range reaches each server as runs of at least 4 KiB of float32 and forms
+// the store's dense groups there, instead of 64-key pieces that cost per
+// piece on both ends (docs/design/dataplane.md, "Placement units").
+const UnitBits = 4
+
+// Unit returns the placement unit that holds slot s.
+func Unit(s uint64) uint64 { return s >> UnitBits }
 
 // ErrUnsorted is returned for a key list that is not strictly increasing.
 var ErrUnsorted = errors.New("keys not sorted and unique")
@@ -52,8 +60,8 @@ func CheckSorted(keys []uint64) error {
 	return nil
 }
 
-// Mix64 is a bijective 64-bit finaliser (splitmix64). Placement hashes slot
-// numbers with it so that neighbouring slots land on unrelated ring points.
+// Mix64 is a bijective 64-bit finaliser (splitmix64). Placement hashes unit
+// numbers with it so that neighbouring units land on unrelated ring points.
 func Mix64(x uint64) uint64 {
 	x += 0x9e3779b97f4a7c15
 	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9

@@ -12,7 +12,6 @@ import (
 	"github.com/terrace-ml/terrace/internal/placement/ring"
 	"github.com/terrace-ml/terrace/internal/placement/tier"
 	"github.com/terrace-ml/terrace/internal/server"
-	"github.com/terrace-ml/terrace/keyspace"
 )
 
 // SwitchStage asks the coordinator for a live switch to stage To (issue
@@ -129,7 +128,7 @@ func (LedgerCounts) Check(ctx context.Context, c *Cluster) []Violation {
 			ranks[r] = true
 		}
 		for k := range lost {
-			ranks[int((k-w.HotKey(0))/keyspace.SlotSize)] = true
+			ranks[w.hotRank(k)] = true
 		}
 		for _, r := range slices.Sorted(maps.Keys(ranks)) {
 			l, s, u := byRank[r], lost[w.HotKey(r)], unc[w.HotKey(r)]
