@@ -3,6 +3,8 @@ package ps
 import (
 	"math/bits"
 	"sync"
+
+	"github.com/terrace-ml/terrace/internal/dataplane/wire"
 )
 
 // gatherPools recycle the buffers that a part's values are gathered into
@@ -27,6 +29,24 @@ func gatherInto(vals []float32, runs [][2]int, count, w int) (out []float32, rel
 		out = append(out, vals[r[0]*w:r[1]*w]...)
 	}
 	return out, func(error) { gatherPools[c].Put(b) }
+}
+
+// minRunView is the least mean run, in floats, for which a part's values
+// go out as views of the caller's runs (one iovec each in the writer's
+// writev) instead of gathered into one buffer: a range spread over
+// servers by placement units arrives in runs of 1,024 keys or more, which
+// the kernel copies as cheaply from 512 places as from one, while a key
+// list's runs of a few keys each would cost an iovec per key.
+const minRunView = 256
+
+// viewRuns returns the runs of vals as byte views, in order, without
+// copying: the frame's payload is their concatenation.
+func viewRuns(vals []float32, runs [][2]int, w int) [][]byte {
+	out := make([][]byte, len(runs))
+	for i, r := range runs {
+		out[i] = wire.F32Bytes(vals[r[0]*w : r[1]*w])
+	}
+	return out
 }
 
 // interleave orders parts round-robin over their servers, so that the

@@ -267,22 +267,27 @@ func (t *Table) send(o *op, rm *ring.Map, conns map[string]*transport.Client, pl
 		d.Kind, d.Keys = wire.KeysExplicit, p.keys
 	}
 	var written func(error)
+	var runViews [][]byte
 	if o.vals != nil {
-		var v []float32
-		if len(p.runs) == 1 {
-			v = gather(o.vals, p.runs, p.count, w)
-		} else {
-			v, written = gatherInto(o.vals, p.runs, p.count, w)
-		}
 		d.Enc = t.enc
-		if d.Enc == wire.EncSparse && !wire.SparseWorthIt(v) {
-			d.Enc = wire.EncRaw
+		if d.Enc == wire.EncRaw && len(p.runs) > 1 && p.count*w >= minRunView*len(p.runs) {
+			runViews = viewRuns(o.vals, p.runs, w)
+		} else {
+			var v []float32
+			if len(p.runs) == 1 {
+				v = gather(o.vals, p.runs, p.count, w)
+			} else {
+				v, written = gatherInto(o.vals, p.runs, p.count, w)
+			}
+			if d.Enc == wire.EncSparse && !wire.SparseWorthIt(v) {
+				d.Enc = wire.EncRaw
+			}
+			d.Vals = wire.EncodeValues(d.Enc, v, nil)
 		}
-		d.Vals = wire.EncodeValues(d.Enc, v, nil)
 	}
 	var pre [wire.DataPrefixSize]byte
 	id := cc.NextID()
-	fr := wire.NewFrameOn(wire.Header{Type: o.typ, Epoch: rm.Epoch, ReqID: id}, cc.Authenticated(), d.Parts(&pre)...)
+	fr := wire.NewFrameOn(wire.Header{Type: o.typ, Epoch: rm.Epoch, ReqID: id}, cc.Authenticated(), append(d.Parts(&pre), runViews...)...)
 	cc.Call(fr, id, &transport.Call{
 		OnReply: func(h wire.Header, r *wire.Reader) error { return t.onReply(o, p, srv.ID, rm.Epoch, seq, h, r) },
 		// The server may have applied a push before the connection broke;
@@ -579,10 +584,15 @@ func (t *Table) cutParts(runs [][][2]int, limit int) []*part {
 	return parts
 }
 
-// planCache keeps the plans of recently used key lists and ranges.
+// planCache keeps the plans of recently used key lists and ranges. A key
+// list's plan is kept from the second time the list is seen: keeping one
+// costs a copy of the list (the caller may reuse its slice), which for a
+// list used once, as most sparse lists are, was most of the client's time
+// (fresh pages for each copy); the first sight records only its hash.
 type planCache struct {
 	mu    sync.Mutex
 	byKey map[uint64]*plan
+	seen  map[uint64]struct{} // hashes of key lists seen once
 }
 
 const maxPlans = 1024
@@ -599,10 +609,20 @@ func (c *planCache) get(t *Table, rm *ring.Map, o *op) *plan {
 	}
 	c.mu.Lock()
 	pl := c.byKey[h]
+	_, again := c.seen[h]
+	if !o.isRange && !again && pl == nil {
+		if c.seen == nil || len(c.seen) >= 4*maxPlans {
+			c.seen = make(map[uint64]struct{})
+		}
+		c.seen[h] = struct{}{}
+	}
 	c.mu.Unlock()
 	if pl != nil && pl.epoch == rm.Epoch && pl.matches(o) {
 		pl.reuse.Store(true)
 		return pl
+	}
+	if !o.isRange && !again && pl == nil {
+		return t.buildPlan(rm, o) // seen once: one-off, aliasing o.keys
 	}
 	pl = t.buildPlan(rm, o)
 	if !o.isRange {
@@ -611,12 +631,16 @@ func (c *planCache) get(t *Table, rm *ring.Map, o *op) *plan {
 		for _, p := range pl.parts {
 			p.keys = append([]uint64(nil), p.keys...)
 		}
+		// The second sight: the list is in use again, so the servers
+		// learn it now (as when the plan was kept from the first).
+		pl.reuse.Store(again)
 	}
 	c.mu.Lock()
 	if c.byKey == nil || len(c.byKey) >= maxPlans {
 		c.byKey = make(map[uint64]*plan)
 	}
 	c.byKey[h] = pl
+	delete(c.seen, h)
 	c.mu.Unlock()
 	return pl
 }
