@@ -18,7 +18,7 @@ var scratchPieces = sync.Pool{New: func() any { return new([]piece) }}
 // batches of groupSlots under one hold of its lock, their blocks looked
 // up together. Callers' fn only touch their piece's own keys and values,
 // so the order across stripes does not matter.
-func (t *Table) visitByStripe(src pieces, write bool, fn func(block, piece)) {
+func (t *Table) visitByStripe(src pieces, mode access, fn func(block, piece)) {
 	bp := scratchPieces.Get().(*[]piece)
 	all := (*bp)[:0]
 	var counts [stripes + 1]int
@@ -45,7 +45,7 @@ func (t *Table) visitByStripe(src pieces, write bool, fn func(block, piece)) {
 		ps := sorted[counts[si]:counts[si+1]]
 		for len(ps) > 0 {
 			m := min(len(ps), groupSlots)
-			t.visitBatch(&t.st[si], ps[:m], write, fn)
+			t.visitBatch(&t.st[si], ps[:m], mode, fn)
 			ps = ps[m:]
 		}
 	}

@@ -12,28 +12,29 @@ func (t *Table) Stride() int { return t.stride }
 
 // Export copies the full state of keys (strictly increasing) into dst,
 // Stride floats per key: the value, then each state plane. Missing keys are
-// created first, as Pull creates them. Replication ships this state, not
+// created first (the keys exported are those just pushed, so they are
+// present but for a race with a delete). Replication ships this state, not
 // the pushed gradient, so that applying it twice or late does no harm.
 func (t *Table) Export(keys []uint64, dst []float32) {
 	t.checkState(len(keys), len(dst))
-	t.visit(pieces{keys: keys}, false, func(b block, p piece) { t.copyState(b, p, keys, dst, false) })
+	t.visit(pieces{keys: keys}, read, func(b block, p piece) { t.copyState(b, p, keys, dst, false) })
 }
 
 // ExportRun is Export for the len(dst)/Stride consecutive keys from lo.
 func (t *Table) ExportRun(lo uint64, dst []float32) {
-	t.visit(pieces{lo: lo, n: len(dst) / t.stride}, false, func(b block, p piece) { t.copyState(b, p, nil, dst, false) })
+	t.visit(pieces{lo: lo, n: len(dst) / t.stride}, read, func(b block, p piece) { t.copyState(b, p, nil, dst, false) })
 }
 
 // Import stores the full state in src (as Export lays it out) for keys,
 // creating missing keys and overwriting present ones.
 func (t *Table) Import(keys []uint64, src []float32) {
 	t.checkState(len(keys), len(src))
-	t.visit(pieces{keys: keys}, true, func(b block, p piece) { t.copyState(b, p, keys, src, true) })
+	t.visit(pieces{keys: keys}, write, func(b block, p piece) { t.copyState(b, p, keys, src, true) })
 }
 
 // ImportRun is Import for the len(src)/Stride consecutive keys from lo.
 func (t *Table) ImportRun(lo uint64, src []float32) {
-	t.visit(pieces{lo: lo, n: len(src) / t.stride}, true, func(b block, p piece) { t.copyState(b, p, nil, src, true) })
+	t.visit(pieces{lo: lo, n: len(src) / t.stride}, write, func(b block, p piece) { t.copyState(b, p, nil, src, true) })
 }
 
 // copyState moves piece p's keys between block b and the flat state vector

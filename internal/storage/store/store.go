@@ -18,7 +18,7 @@ import (
 // slot a dense width-1 push ran about half as fast.
 const (
 	stripes    = 256
-	groupSlots = 16
+	groupSlots = 1 << keyspace.UnitBits
 )
 
 // Table is one table's keys, values and optimizer state on one server. Its
@@ -75,7 +75,7 @@ func (t *Table) stripe(slot uint64) *stripe { return &t.st[slot/groupSlots%strip
 func (t *Table) Push(keys []uint64, vals []float32) (refused int) {
 	t.checkLen(len(keys), len(vals))
 	st := make([][]float32, t.planes-1)
-	t.visit(pieces{keys: keys}, true, func(b block, p piece) {
+	t.visit(pieces{keys: keys}, write, func(b block, p piece) {
 		run := keys[p.i : p.i+p.n]
 		forRuns(run, func(i, n int) {
 			i += p.i
@@ -87,10 +87,15 @@ func (t *Table) Push(keys []uint64, vals []float32) (refused int) {
 }
 
 // Pull copies the values of keys, which must be strictly increasing, into
-// dst, first creating missing keys with the table's Init.
+// dst. A key not present reads as its initial value (the table's Init, a
+// function of the key) and is not stored: only writes create keys.
 func (t *Table) Pull(keys []uint64, dst []float32) {
 	t.checkLen(len(keys), len(dst))
-	t.visit(pieces{keys: keys}, false, func(b block, p piece) {
+	t.visit(pieces{keys: keys}, peek, func(b block, p piece) {
+		if b.bits&p.want != p.want {
+			t.pullSome(b, p, keys, dst)
+			return
+		}
 		vals := b.buf(t.stride)
 		forRuns(keys[p.i:p.i+p.n], func(i, n int) {
 			i += p.i
@@ -100,12 +105,28 @@ func (t *Table) Pull(keys []uint64, dst []float32) {
 	})
 }
 
+// pullSome is Pull for a piece whose block lacks some of its keys: those
+// get their initial values, computed, not stored.
+func (t *Table) pullSome(b block, p piece, keys []uint64, dst []float32) {
+	vals := b.buf(t.stride)
+	w := t.width
+	for i := p.i; i < p.i+p.n; i++ {
+		o := uint(keys[i] % keyspace.SlotSize)
+		if b.bits&(1<<o) == 0 {
+			t.initValue(dst[i*w:(i+1)*w], keys[i])
+			continue
+		}
+		r := b.rank(o)
+		copy(dst[i*w:(i+1)*w], vals[r*w:(r+1)*w])
+	}
+}
+
 // PushRun is Push for the len(vals)/width consecutive keys from lo, which
 // must not run past the last key. Where the run covers whole blocks each
 // block is updated in one call, which is what makes dense pushes fast.
 func (t *Table) PushRun(lo uint64, vals []float32) (refused int) {
 	st := make([][]float32, t.planes-1)
-	t.visit(t.run(lo, len(vals)), true, func(b block, p piece) {
+	t.visit(t.run(lo, len(vals)), write, func(b block, p piece) {
 		r := b.rank(uint(bits.TrailingZeros64(p.want)))
 		refused += t.apply(b, r, p.n, vals[p.i*t.width:(p.i+p.n)*t.width], st)
 	})
@@ -115,7 +136,7 @@ func (t *Table) PushRun(lo uint64, vals []float32) (refused int) {
 // PullRun is Pull for the len(dst)/width consecutive keys from lo, which
 // must not run past the last key.
 func (t *Table) PullRun(lo uint64, dst []float32) {
-	t.visit(t.run(lo, len(dst)), false, func(b block, p piece) {
+	t.visit(t.run(lo, len(dst)), read, func(b block, p piece) {
 		r := b.rank(uint(bits.TrailingZeros64(p.want)))
 		copy(dst[p.i*t.width:(p.i+p.n)*t.width], b.buf(t.stride)[r*t.width:])
 	})
@@ -127,7 +148,7 @@ func (t *Table) PullRun(lo uint64, dst []float32) {
 // visits with one lock per stripe group instead of one call per run.
 func (t *Table) PushRuns(runs []keyspace.Range, vals []float32) (refused int) {
 	st := make([][]float32, t.planes-1)
-	t.visit(pieces{runs: runs}, true, func(b block, p piece) {
+	t.visit(pieces{runs: runs}, write, func(b block, p piece) {
 		r := b.rank(uint(bits.TrailingZeros64(p.want)))
 		refused += t.apply(b, r, p.n, vals[p.i*t.width:(p.i+p.n)*t.width], st)
 	})
@@ -136,7 +157,7 @@ func (t *Table) PushRuns(runs []keyspace.Range, vals []float32) (refused int) {
 
 // PullRuns is PullRun for the keys of runs (see PushRuns).
 func (t *Table) PullRuns(runs []keyspace.Range, dst []float32) {
-	t.visit(pieces{runs: runs}, false, func(b block, p piece) {
+	t.visit(pieces{runs: runs}, read, func(b block, p piece) {
 		r := b.rank(uint(bits.TrailingZeros64(p.want)))
 		copy(dst[p.i*t.width:(p.i+p.n)*t.width], b.buf(t.stride)[r*t.width:])
 	})
@@ -209,13 +230,29 @@ func (t *Table) run(lo uint64, floats int) pieces {
 	return pieces{lo: lo, n: floats / t.width}
 }
 
-// visit calls fn for each piece, in order, with its slot's block once all
-// of the piece's keys are present, creating missing ones first. It holds
-// the stripe's lock during fn, for writing if write is set. Consecutive
-// pieces in one stripe share one hold of its lock.
-func (t *Table) visit(src pieces, write bool, fn func(block, piece)) {
+// access is how visit holds a stripe's lock and what it does about keys
+// a piece wants that are not present.
+type access uint8
+
+const (
+	// read: the lock for reading; missing keys are created first (taking
+	// the lock for writing), so fn finds every key.
+	read access = iota
+	// peek: the lock for reading; missing keys stay missing and fn sees the
+	// block as it is. A pull uses it: an absent key's value is its initial
+	// value, which is a function of the key, so reading one need not store
+	// it (a sparse pull of fresh keys spent most of its time inserting).
+	peek
+	// write: the lock for writing; missing keys are created first.
+	write
+)
+
+// visit calls fn for each piece, in order, with its slot's block, under
+// the stripe's lock as mode says. Consecutive pieces in one stripe share
+// one hold of its lock.
+func (t *Table) visit(src pieces, mode access, fn func(block, piece)) {
 	if len(src.keys) >= minScatter {
-		t.visitByStripe(src, write, fn)
+		t.visitByStripe(src, mode, fn)
 		return
 	}
 	var batch [groupSlots]piece
@@ -224,7 +261,7 @@ func (t *Table) visit(src pieces, write bool, fn func(block, piece)) {
 	for p, ok := src.next(); ok; p, ok = src.next() {
 		ps := t.stripe(p.slot)
 		if n > 0 && (ps != s || n == len(batch)) {
-			t.visitBatch(s, batch[:n], write, fn)
+			t.visitBatch(s, batch[:n], mode, fn)
 			n = 0
 		}
 		s = ps
@@ -232,15 +269,16 @@ func (t *Table) visit(src pieces, write bool, fn func(block, piece)) {
 		n++
 	}
 	if n > 0 {
-		t.visitBatch(s, batch[:n], write, fn)
+		t.visitBatch(s, batch[:n], mode, fn)
 	}
 }
 
 // visitBatch is visit for pieces in stripe s. It looks all their blocks up
 // before using any, so that the lookups' cache misses overlap.
-func (t *Table) visitBatch(s *stripe, batch []piece, write bool, fn func(block, piece)) {
+func (t *Table) visitBatch(s *stripe, batch []piece, mode access, fn func(block, piece)) {
 	var blocks [groupSlots]block
-	if write {
+	locked := mode == write
+	if locked {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 	} else {
@@ -263,20 +301,20 @@ func (t *Table) visitBatch(s *stripe, batch []piece, write bool, fn func(block, 
 		}
 		missing = missing || blocks[j].bits&p.want != p.want
 	}
-	if missing && !write {
+	if missing && mode == read {
 		s.mu.RUnlock()
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		write = true
+		locked = true
 		// Another request may have created keys, and moved blocks, meanwhile.
 		for j, p := range batch {
 			blocks[j] = s.blocks[p.slot]
 			dgs[j] = s.dense[p.slot/groupSlots]
 		}
-	} else if !write {
+	} else if !locked {
 		defer s.mu.RUnlock()
 	}
-	if write {
+	if locked {
 		t.writable(s, batch, &blocks, &dgs)
 	}
 	for j, p := range batch {

@@ -55,6 +55,36 @@ func dump(tb *Table, lo, hi uint64) []stored {
 	return out
 }
 
+// TestPullStoresNothing: a pull of keys that are not present reads their
+// initial values, the same as once they are created, and creates none;
+// a pull mixing present and absent keys reads each as it is.
+func TestPullStoresNothing(t *testing.T) {
+	spec := table.Spec{Width: 2, Init: table.Init{Kind: table.Uniform, Scale: 0.5, Seed: 3}}
+	tb := newTable(t, spec)
+	keys := []uint64{1, 5, 64, 900, 1 << 33}
+	got := make([]float32, 2*len(keys))
+	tb.Pull(keys, got)
+	if s := tb.Stats(); s.Keys != 0 {
+		t.Fatalf("a pull stored %d keys", s.Keys)
+	}
+	tb.Push([]uint64{5, 900}, []float32{1, 1, 1, 1})
+	mixed := make([]float32, len(got))
+	tb.Pull(keys, mixed)
+	for i, k := range keys {
+		want := slices.Clone(got[2*i : 2*i+2])
+		if k == 5 || k == 900 {
+			want[0]++
+			want[1]++
+		}
+		if !slices.Equal(mixed[2*i:2*i+2], want) {
+			t.Errorf("key %d: %v, want %v", k, mixed[2*i:2*i+2], want)
+		}
+	}
+	if s := tb.Stats(); s.Keys != 2 {
+		t.Fatalf("%d keys stored, want the 2 pushed", s.Keys)
+	}
+}
+
 func TestPushPullRoundTrip(t *testing.T) {
 	tb := newTable(t, table.Spec{Width: 3})
 	keys := []uint64{0, 1, 2, 63, 64, 1000, 1 << 40, math.MaxUint64}
@@ -128,12 +158,22 @@ func (m *model) touch(k uint64) stored {
 	}
 	s := stored{key: k, val: make([]float32, m.width)}
 	m.fresh.Pull([]uint64{k}, s.val)
-	m.fresh.Delete(k, k+1)
 	for range m.upd.StateSlots() {
 		s.state = append(s.state, make([]float32, m.width))
 	}
 	m.keys[k] = s
 	return s
+}
+
+// value is k's value as a pull reads it, which stores nothing: a key not
+// present reads as its initial value.
+func (m *model) value(k uint64) []float32 {
+	if s, ok := m.keys[k]; ok {
+		return s.val
+	}
+	v := make([]float32, m.width)
+	m.fresh.Pull([]uint64{k}, v)
+	return v
 }
 
 func (m *model) push(keys []uint64, vals []float32) (refused int) {
@@ -224,7 +264,7 @@ func TestAgainstModel(t *testing.T) {
 					got := make([]float32, len(keys)*width)
 					tb.Pull(keys, got)
 					for i, k := range keys {
-						if want := m.touch(k).val; !sameBits(got[i*width:(i+1)*width], want) {
+						if want := m.value(k); !sameBits(got[i*width:(i+1)*width], want) {
 							t.Fatalf("step %d: Pull key %d = %v, want %v", step, k, got[i*width:(i+1)*width], want)
 						}
 					}
