@@ -12,15 +12,32 @@ const SlotBits = 6
 // SlotSize is the number of consecutive keys in a slot.
 const SlotSize = 1 << SlotBits
 
-// UnitBits is log2 of the number of consecutive slots in a placement unit:
-// the ring places units (1,024 keys), not single slots, so that a dense
-// range reaches each server as runs of at least 4 KiB of float32 and forms
-// the store's dense groups there, instead of 64-key pieces that cost per
-// piece on both ends (docs/design/dataplane.md, "Placement units").
+// UnitBits is log2 of the number of consecutive slots in a placement unit
+// (1,024 keys). Beyond the first SpreadSlots slots the ring places units,
+// not single slots, so that a dense range reaches each server as runs of
+// at least 4 KiB of float32 and forms the store's dense groups there,
+// instead of 64-key pieces that cost per piece on both ends
+// (docs/design/dataplane.md, "Placement units").
 const UnitBits = 4
+
+// SpreadSlots is how many slots from key 0 the ring places one by one:
+// the first 65,536 keys, where small ids (feature, user and item ids) and
+// small tables live, spread over the servers slot by slot.
+const SpreadSlots = 1024
 
 // Unit returns the placement unit that holds slot s.
 func Unit(s uint64) uint64 { return s >> UnitBits }
+
+// PlacementKey is what the ring hashes to place slot s: the slot itself
+// among the first SpreadSlots, its unit beyond (marked by the top bit, so
+// that the two kinds never share a key). Every slot of a unit beyond
+// SpreadSlots therefore has the same servers.
+func PlacementKey(s uint64) uint64 {
+	if s < SpreadSlots {
+		return s
+	}
+	return 1<<63 | Unit(s)
+}
 
 // ErrUnsorted is returned for a key list that is not strictly increasing.
 var ErrUnsorted = errors.New("keys not sorted and unique")
@@ -60,8 +77,8 @@ func CheckSorted(keys []uint64) error {
 	return nil
 }
 
-// Mix64 is a bijective 64-bit finaliser (splitmix64). Placement hashes unit
-// numbers with it so that neighbouring units land on unrelated ring points.
+// Mix64 is a bijective 64-bit finaliser (splitmix64). Placement hashes
+// placement keys with it so that neighbours land on unrelated ring points.
 func Mix64(x uint64) uint64 {
 	x += 0x9e3779b97f4a7c15
 	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9

@@ -58,20 +58,7 @@ func (w Counters) withDefaults() Counters {
 // HotKey is rank r's own counter, which every minibatch of r increments
 // and every read includes: the sharpest test of the staleness bound.
 func (w Counters) HotKey(r int) uint64 {
-	return spread(uint64(w.withDefaults().Keys) + uint64(r)*keyspace.SlotSize)
-}
-
-// hotRank returns the rank whose HotKey is k.
-func (w Counters) hotRank(k uint64) int {
-	return int((k - w.HotKey(0)) / (keyspace.SlotSize << keyspace.UnitBits))
-}
-
-// spread maps counter i to its key: each 64 counters (a slot) on a
-// placement unit of their own, so that a few thousand counters spread over
-// as many chains as they fill slots (the ring places 16-slot units), and
-// counter slot s sits where slot s sat when the ring placed single slots.
-func spread(i uint64) uint64 {
-	return keyspace.SlotStart(keyspace.Slot(i)<<keyspace.UnitBits) + i%keyspace.SlotSize
+	return uint64(w.withDefaults().Keys) + uint64(r)*keyspace.SlotSize
 }
 
 // Run trains: leased partitions, pass by pass.
@@ -155,7 +142,7 @@ func (w Counters) step(ctx context.Context, c *Cluster, n *Node, cl *ps.Client, 
 	r := rand.New(rand.NewPCG(c.Seed(), uint64(pass)<<40|uint64(part)<<20|uint64(off)))
 	set := map[uint64]bool{w.HotKey(rank): true}
 	for len(set) < w.KeysPerStep+1 && !w.HotOnly {
-		set[spread(r.Uint64N(uint64(w.Keys)))] = true
+		set[r.Uint64N(uint64(w.Keys))] = true
 	}
 	keys := make([]uint64, 0, len(set))
 	for k := range set {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/terrace-ml/terrace/internal/harness/sim"
 	"github.com/terrace-ml/terrace/internal/placement/ring"
-	"github.com/terrace-ml/terrace/keyspace"
 )
 
 // TestLossBeyondK replays seeds 71349 and 71351 as they were first drawn,
@@ -17,9 +16,8 @@ import (
 // either was off the layout (56 ms and 3 ms apart, k = 2). No system with
 // two copies keeps those slots; the invariants must accept the loss there
 // and nowhere else. On the ring of server-0 … server-5, both copies of
-// slots 48 and 112 (counter slots 3 and 7, each on a placement unit of
-// its own) are on server-1 and server-3, and of slots 176 and 192 on
-// server-5 and server-3 (slot 448 too, but no push reached it before).
+// slots 3 and 7 are on server-1 and server-3, and of slots 11 and 12 on
+// server-5 and server-3 (slot 28 too, but no push reached it before).
 // Both seeds were drawn by older code, and training has got faster since
 // (71351's now ends at 4.42 s of fake time, before its two kills), so a
 // seed may lose less than it did, but never other slots, and at least one
@@ -32,8 +30,8 @@ func TestLossBeyondK(t *testing.T) {
 		kills map[time.Duration]string
 		slots []uint64
 	}{
-		{"seed=71349", 71349, map[time.Duration]string{5552 * time.Millisecond: "server-3", 5608 * time.Millisecond: "server-1"}, []uint64{48, 112}},
-		{"seed=71351", 71351, map[time.Duration]string{4424 * time.Millisecond: "server-5", 4427 * time.Millisecond: "server-3"}, []uint64{176, 192}},
+		{"seed=71349", 71349, map[time.Duration]string{5552 * time.Millisecond: "server-3", 5608 * time.Millisecond: "server-1"}, []uint64{3, 7}},
+		{"seed=71351", 71351, map[time.Duration]string{4424 * time.Millisecond: "server-5", 4427 * time.Millisecond: "server-3"}, []uint64{11, 12}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -95,10 +93,8 @@ func TestRevokeWithoutNotice(t *testing.T) {
 			t.Fatal(err)
 		}
 		var want []uint64
-		// The counters' slots, one a placement unit (ranks 0 and 1 only).
-		last := keyspace.Unit(keyspace.Slot(sim.Counters{}.HotKey(1)))
-		for u := range last + 1 {
-			sl := u << keyspace.UnitBits
+		last := sim.Counters{}.HotKey(1) >> 6 // ranks 0 and 1 only
+		for sl := range last + 1 {
 			if onSpot := rm.Chain(sl, 2, nil); spotServers(onSpot[0]) == "spot" && spotServers(onSpot[1]) == "spot" {
 				want = append(want, sl)
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/terrace-ml/terrace/internal/placement/ring"
 	"github.com/terrace-ml/terrace/internal/placement/tier"
 	"github.com/terrace-ml/terrace/internal/server"
+	"github.com/terrace-ml/terrace/keyspace"
 )
 
 // SwitchStage asks the coordinator for a live switch to stage To (issue
@@ -128,7 +129,7 @@ func (LedgerCounts) Check(ctx context.Context, c *Cluster) []Violation {
 			ranks[r] = true
 		}
 		for k := range lost {
-			ranks[w.hotRank(k)] = true
+			ranks[int((k-w.HotKey(0))/keyspace.SlotSize)] = true
 		}
 		for _, r := range slices.Sorted(maps.Keys(ranks)) {
 			l, s, u := byRank[r], lost[w.HotKey(r)], unc[w.HotKey(r)]

@@ -94,9 +94,9 @@ func idHash(id string) uint64 {
 }
 
 // first returns the index in m.points of the first virtual node clockwise
-// from the hash of slot s's placement unit.
+// from the hash of slot s's placement key.
 func (m *Map) first(s uint64) int {
-	h := keyspace.Mix64(keyspace.Unit(s))
+	h := keyspace.Mix64(keyspace.PlacementKey(s))
 	i, _ := slices.BinarySearchFunc(m.points, h, func(p point, h uint64) int {
 		return cmp.Compare(p.hash, h)
 	})
@@ -136,9 +136,12 @@ func (m *Map) OwnedRuns(r keyspace.Range, server int, fn func(lo, hi uint64)) {
 		return
 	}
 	runLo, inRun := uint64(0), false
-	// Unit by unit: every slot of a unit has the unit's owner.
-	for u := keyspace.Unit(keyspace.Slot(r.Lo)); u <= keyspace.Unit(keyspace.Slot(r.Hi-1)); u++ {
-		s := u << keyspace.UnitBits
+	for s, next := keyspace.Slot(r.Lo), uint64(0); s <= keyspace.Slot(r.Hi-1); s = next {
+		// Slot by slot, or unit by unit where units are placed whole.
+		next = s + 1
+		if s >= keyspace.SpreadSlots {
+			next = (keyspace.Unit(s) + 1) << keyspace.UnitBits
+		}
 		lo := max(keyspace.SlotStart(s), r.Lo)
 		if m.SlotOwner(s) == server {
 			if !inRun {

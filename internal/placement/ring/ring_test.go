@@ -3,6 +3,7 @@ package ring
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/terrace-ml/terrace/keyspace"
@@ -116,6 +117,37 @@ func TestOwnedRunsPartition(t *testing.T) {
 	for k := r.Lo; k < r.Hi; k++ {
 		if covered[k] != 1 {
 			t.Fatalf("key %d covered %d times", k, covered[k])
+		}
+	}
+}
+
+// TestUnitsPlacedWhole: beyond the first keyspace.SpreadSlots slots every
+// slot of a placement unit has the same chain, so a dense range keeps
+// 1,024-key runs on one server; below, the slots of a unit spread over
+// the servers as single slots do.
+func TestUnitsPlacedWhole(t *testing.T) {
+	m, _ := New(1, servers(4), 0)
+	owners := map[int]bool{}
+	for s := range uint64(16) { // unit 0, among the spread slots
+		owners[m.SlotOwner(s)] = true
+	}
+	if len(owners) < 2 {
+		t.Errorf("the first 16 slots all on server %v: small ids must spread", owners)
+	}
+	units := map[int]int{}
+	for u := uint64(keyspace.SpreadSlots >> keyspace.UnitBits); u < 4000; u++ {
+		first := u << keyspace.UnitBits
+		chain := m.Chain(first, 2, nil)
+		for s := first + 1; s < first+1<<keyspace.UnitBits; s++ {
+			if got := m.Chain(s, 2, nil); !slices.Equal(got, chain) {
+				t.Fatalf("slot %d of unit %d: chain %v, the unit's first slot %v", s, u, got, chain)
+			}
+		}
+		units[chain[0]]++
+	}
+	for srv, n := range units {
+		if n < 4000/4/2 || n > 4000/4*2 {
+			t.Errorf("server %d heads %d of the units, far from an even share: %v", srv, n, units)
 		}
 	}
 }

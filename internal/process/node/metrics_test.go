@@ -35,7 +35,13 @@ func trainCounters(ctx context.Context, c *ps.Client) error {
 		Order: func(pass, part int) []int { return rows },
 		Batch: 8,
 		Step: func(ctx context.Context, b ps.Batch) (*ps.Future, error) {
-			keys := []uint64{uint64(b.Lo), uint64(b.Lo) + 1000, uint64(b.Lo) + 100000}
+			// A slot a row: over the pass, 64 slots, so that every
+			// server heads some (and replicates), whatever the ring.
+			var keys []uint64
+			for r := b.Lo; r < b.Hi; r++ {
+				keys = append(keys, uint64(r)*64)
+			}
+			keys = append(keys, uint64(b.Lo)+100000)
 			vals := make([]float32, len(keys)*4)
 			for i := range vals {
 				vals[i] = 1
