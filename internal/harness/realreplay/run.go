@@ -7,6 +7,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/harness/drill"
 	"github.com/terrace-ml/terrace/internal/market"
 	"github.com/terrace-ml/terrace/internal/market/localprov"
@@ -75,6 +76,9 @@ type Result struct {
 	WallSeconds  float64  `json:"wall_seconds"`
 	Speedup      float64  `json:"speedup"`
 	RunDir       string   `json:"run_dir"`
+	// StageHistory is the coordinator's: each switch and fallback, in
+	// wall time (what calibrates the model's switch pauses).
+	StageHistory []api.StageChange `json:"stage_history,omitempty"`
 }
 
 type wallClock struct{}
@@ -254,6 +258,7 @@ func (r *run) finish(ctx context.Context, res Result, start, fin, wall0 time.Tim
 	res.FreeShare = replay.FreeShare(bill, r.cfg.Replay.Cal)
 	if stErr == nil {
 		res.StageSwitches = len(st.History)
+		res.StageHistory = st.History
 	}
 	res.WallSeconds = r.cfg.Clock.Now().Sub(wall0).Seconds()
 	if m := r.cluster.Metrics(); m != nil {
