@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"time"
 
 	"github.com/terrace-ml/terrace/internal/control/api"
@@ -175,7 +176,12 @@ func (r *run) firstPlan(cc drill.ClusterConfig) (drill.ClusterConfig, error) {
 	cal := r.cfg.Replay.Cal
 	cc.Partitions = 4 * per * max(cal.Machines+cal.ReliableMachines, len(held))
 	if r.name == "tiers" {
+		// The stage the calibration's job is asked for (2 if it leaves
+		// the planner to choose: --stage auto is not wired here).
 		cc.Stage = "2"
+		if cal.Stage >= 2 {
+			cc.Stage = strconv.Itoa(cal.Stage)
+		}
 	}
 	return cc, nil
 }

@@ -84,6 +84,12 @@ type Calibration struct {
 	StorageBytesPerSecond float64 `json:"storage_bytes_per_second"`
 	// Hysteresis is the relative gain a stage switch must bring.
 	Hysteresis float64 `json:"hysteresis"`
+	// Stage is the stage a tiered job is asked for, as the coordinator's
+	// --stage: 2 or 3 switches to it whenever it can be formed (a
+	// transient machine joins) and to stage 1 when it cannot; 0 (the
+	// default) takes the stage of most throughput, with the hysteresis,
+	// as the planner does for --stage auto.
+	Stage int `json:"stage,omitempty"`
 }
 
 // App is one app's work.
@@ -196,8 +202,8 @@ func (c Calibration) Validate() error {
 		return errors.New("calibration: server_updates_per_hour, backup_updates_per_hour and stream_ratio must be positive")
 	case c.BootSeconds < 0 || c.JoinSeconds < 0 || c.SwitchPauseSeconds < 0 || c.DrainSeconds < 0 ||
 		c.SyncIntervalSeconds < 0 || c.Hysteresis < 0 || c.StartSeconds < 0 || c.RevocationSeconds < 0 ||
-		c.Replication < 0 || c.HostUpdatesPerHour < 0 || !hostStagesOK(c.HostUpdatesPerHourByStage):
-		return errors.New("calibration: times, hysteresis, replication and host_updates_per_hour must not be negative; host_updates_per_hour_by_stage takes stages \"0\" to \"3\"")
+		c.Replication < 0 || c.HostUpdatesPerHour < 0 || !hostStagesOK(c.HostUpdatesPerHourByStage) || c.Stage < 0 || c.Stage > 3:
+		return errors.New("calibration: times, hysteresis, replication and host_updates_per_hour must not be negative; stage and host_updates_per_hour_by_stage take stages 0 to 3")
 	case !(c.ModelStateBytes > 0) || !(c.StorageBytesPerSecond > 0):
 		return errors.New("calibration: model_state_bytes and storage_bytes_per_second must be positive (a checkpoint takes time)")
 	}

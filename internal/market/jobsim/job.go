@@ -259,13 +259,31 @@ func (j *Job) replanJoined(joined bool) {
 	if j.fellBack {
 		return
 	}
+	if t := j.cal.Stage; t > 0 {
+		// A fixed target: the coordinator switches to it whenever it can
+		// be formed, and to stage 1 when it cannot.
+		to := 1
+		if j.flow.Stage(t, m) > 0 {
+			to = t
+		}
+		j.switchTo(to)
+		return
+	}
 	best, rate := j.flow.Best(m)
 	cur := j.flow.Stage(j.stage, m)
 	if best != j.stage && (cur == 0 || rate > cur*(1+j.cal.Hysteresis)) {
-		j.Switches = append(j.Switches, Switch{At: j.now, From: j.stage, To: best})
-		j.stage, j.revoked = best, 0
-		j.pausedUntil = later(j.pausedUntil, j.now.Add(seconds(j.cal.SwitchPauseSeconds)))
+		j.switchTo(best)
 	}
+}
+
+// switchTo switches the tiered job to stage to, pausing it.
+func (j *Job) switchTo(to int) {
+	if to == j.stage {
+		return
+	}
+	j.Switches = append(j.Switches, Switch{At: j.now, From: j.stage, To: to})
+	j.stage, j.revoked = to, 0
+	j.pausedUntil = later(j.pausedUntil, j.now.Add(seconds(j.cal.SwitchPauseSeconds)))
 }
 
 func later(a, b time.Time) time.Time {

@@ -131,3 +131,24 @@ func TestStartPaidOnce(t *testing.T) {
 		t.Errorf("a later machine works from %v, want its join after it came up (2h1m)", got)
 	}
 }
+
+// TestFixedStage: asked for stage 2 (the coordinator's --stage 2), the
+// job switches to it when a transient machine joins even where stage 1
+// would be faster (a host where one machine alone trains fastest), and
+// back to 1 when no transient machine is left.
+func TestFixedStage(t *testing.T) {
+	c := quiet()
+	c.Stage = 2
+	c.HostUpdatesPerHourByStage = map[string]float64{"1": 5000, "2": 3000}
+	j := New(c, Tiered, 0, 1e12, t0)
+	step(j, 0, event(market.Ready, 0, machine(1, market.Reliable)))
+	step(j, time.Hour, event(market.Ready, time.Hour, machine(2, market.Transient)))
+	if j.stage != 2 || j.Status().Rate != 3000 {
+		t.Fatalf("stage %d rate %v with a transient machine, want stage 2 at the host's 3000", j.stage, j.Status().Rate)
+	}
+	step(j, 2*time.Hour, event(market.Notice, 2*time.Hour, machine(2, market.Transient)))
+	j.AdvanceTo(t0.Add(3 * time.Hour))
+	if j.stage != 1 || j.Status().Rate != 5000 {
+		t.Errorf("stage %d rate %v on the reliable machine alone, want stage 1 at 5000", j.stage, j.Status().Rate)
+	}
+}
