@@ -90,6 +90,13 @@ type Calibration struct {
 	// default) takes the stage of most throughput, with the hysteresis,
 	// as the planner does for --stage auto.
 	Stage int `json:"stage,omitempty"`
+	// Speedup, when positive, says the job runs as processes in
+	// compressed time (the real replay) and its own figures above (rates,
+	// start, join, switch, drain, revocation, sync, storage) were measured
+	// at that --speedup: the processes' seconds are Speedup trace seconds
+	// each. AtSpeedup rescales them to another. 0 (the default): real
+	// machines, whose figures are trace time.
+	Speedup float64 `json:"speedup,omitempty"`
 }
 
 // App is one app's work.
@@ -150,6 +157,40 @@ func hostStagesOK(m map[string]float64) bool {
 	return true
 }
 
+// AtSpeedup returns c for the job's processes at speedup x: their own
+// times stretch by x/Speedup in trace time and their rates shrink by as
+// much. The provider's figures (boot, notice, prices) are trace time and
+// do not change. A calibration without a Speedup is returned as is.
+func (c Calibration) AtSpeedup(x float64) Calibration {
+	if !(c.Speedup > 0) || !(x > 0) || x == c.Speedup {
+		return c
+	}
+	f := x / c.Speedup
+	for _, t := range []*float64{&c.StartSeconds, &c.JoinSeconds, &c.SwitchPauseSeconds, &c.DrainSeconds,
+		&c.RevocationSeconds, &c.SyncIntervalSeconds} {
+		*t *= f
+	}
+	for _, r := range []*float64{&c.UpdatesPerECUHour, &c.ServerUpdatesPerHour, &c.BackupUpdatesPerHour,
+		&c.HostUpdatesPerHour, &c.StorageBytesPerSecond} {
+		*r /= f
+	}
+	c.UpdatesPerHour = scaled(c.UpdatesPerHour, 1/f)
+	c.HostUpdatesPerHourByStage = scaled(c.HostUpdatesPerHourByStage, 1/f)
+	c.Speedup = x
+	return c
+}
+
+func scaled(m map[string]float64, f float64) map[string]float64 {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]float64, len(m))
+	for k, v := range m {
+		out[k] = v * f
+	}
+	return out
+}
+
 // ErrNoRate: an instance type the calibration gives no work rate for.
 var ErrNoRate = errors.New("no work rate for instance type")
 
@@ -202,7 +243,7 @@ func (c Calibration) Validate() error {
 		return errors.New("calibration: server_updates_per_hour, backup_updates_per_hour and stream_ratio must be positive")
 	case c.BootSeconds < 0 || c.JoinSeconds < 0 || c.SwitchPauseSeconds < 0 || c.DrainSeconds < 0 ||
 		c.SyncIntervalSeconds < 0 || c.Hysteresis < 0 || c.StartSeconds < 0 || c.RevocationSeconds < 0 ||
-		c.Replication < 0 || c.HostUpdatesPerHour < 0 || !hostStagesOK(c.HostUpdatesPerHourByStage) || c.Stage < 0 || c.Stage > 3:
+		c.Replication < 0 || c.HostUpdatesPerHour < 0 || c.Speedup < 0 || !hostStagesOK(c.HostUpdatesPerHourByStage) || c.Stage < 0 || c.Stage > 3:
 		return errors.New("calibration: times, hysteresis, replication and host_updates_per_hour must not be negative; stage and host_updates_per_hour_by_stage take stages 0 to 3")
 	case !(c.ModelStateBytes > 0) || !(c.StorageBytesPerSecond > 0):
 		return errors.New("calibration: model_state_bytes and storage_bytes_per_second must be positive (a checkpoint takes time)")

@@ -152,3 +152,22 @@ func TestFixedStage(t *testing.T) {
 		t.Errorf("stage %d rate %v on the reliable machine alone, want stage 1 at 5000", j.stage, j.Status().Rate)
 	}
 }
+
+// TestAtSpeedup: processes measured at 900x run four times slower per
+// trace hour at 3600x, and their own times are four times longer; the
+// provider's boot does not change.
+func TestAtSpeedup(t *testing.T) {
+	c := quiet()
+	c.Speedup, c.StartSeconds, c.HostUpdatesPerHourByStage = 900, 100, map[string]float64{"2": 4000}
+	d := c.AtSpeedup(3600)
+	if d.StartSeconds != 400 || d.HostUpdatesPerHourByStage["2"] != 1000 || d.BootSeconds != c.BootSeconds || d.Speedup != 3600 {
+		t.Errorf("at 3600x: start %v host %v boot %v speedup %v; want 400, 1000, %v, 3600",
+			d.StartSeconds, d.HostUpdatesPerHourByStage["2"], d.BootSeconds, c.BootSeconds, d.Speedup)
+	}
+	if c.HostUpdatesPerHourByStage["2"] != 4000 {
+		t.Error("AtSpeedup changed the calibration it was called on")
+	}
+	if e := DefaultCalibration().AtSpeedup(3600); e.JoinSeconds != DefaultCalibration().JoinSeconds {
+		t.Error("a calibration of real machines was rescaled")
+	}
+}
