@@ -245,6 +245,9 @@ func (j *Job) rate() float64 {
 func (j *Job) replan() { j.replanJoined(false) }
 
 func (j *Job) replanJoined(joined bool) {
+	if !j.finished.IsZero() {
+		return // the machines given back after the end change no stage
+	}
 	m := j.working()
 	if j.mode == Flat {
 		if j.restart && m.Reliable+m.Transient >= float64(j.need) {
