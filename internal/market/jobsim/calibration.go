@@ -244,7 +244,7 @@ func (c Calibration) Validate() error {
 	case c.BootSeconds < 0 || c.JoinSeconds < 0 || c.SwitchPauseSeconds < 0 || c.DrainSeconds < 0 ||
 		c.SyncIntervalSeconds < 0 || c.Hysteresis < 0 || c.StartSeconds < 0 || c.RevocationSeconds < 0 ||
 		c.Replication < 0 || c.HostUpdatesPerHour < 0 || c.Speedup < 0 || !hostStagesOK(c.HostUpdatesPerHourByStage) || c.Stage < 0 || c.Stage > 3:
-		return errors.New("calibration: times, hysteresis, replication and host_updates_per_hour must not be negative; stage and host_updates_per_hour_by_stage take stages 0 to 3")
+		return errors.New("calibration: times, hysteresis, replication, speedup and host_updates_per_hour must not be negative; stage and host_updates_per_hour_by_stage take stages 0 to 3")
 	case !(c.ModelStateBytes > 0) || !(c.StorageBytesPerSecond > 0):
 		return errors.New("calibration: model_state_bytes and storage_bytes_per_second must be positive (a checkpoint takes time)")
 	}
