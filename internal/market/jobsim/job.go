@@ -251,8 +251,10 @@ func (j *Job) replanJoined(joined bool) {
 	m := j.working()
 	if j.mode == Flat {
 		if j.restart && m.Reliable+m.Transient >= float64(j.need) {
+			// A restart starts the job's processes again (its start)
+			// and reads the checkpoint back.
 			j.restart = false
-			j.pausedUntil = later(j.pausedUntil, j.now.Add(j.cal.Transfer(j.need)))
+			j.pausedUntil = later(j.pausedUntil, j.now.Add(seconds(j.cal.StartSeconds)+j.cal.Transfer(j.need)))
 		}
 		return
 	}

@@ -171,3 +171,24 @@ func TestAtSpeedup(t *testing.T) {
 		t.Error("a calibration of real machines was rescaled")
 	}
 }
+
+// TestRestartPaysTheStart: a flat job's restart starts its processes
+// again, then reads its checkpoint back.
+func TestRestartPaysTheStart(t *testing.T) {
+	c := quiet()
+	c.StartSeconds = 600
+	j := New(c, Flat, 1, 1e12, t0)
+	step(j, 0, event(market.Ready, 0, machine(1, market.Transient)))
+	gone := market.Event{Kind: market.Gone, At: t0.Add(time.Hour), Machine: machine(1, market.Transient), By: market.ByProvider}
+	step(j, time.Hour, gone)
+	step(j, 2*time.Hour, event(market.Ready, 2*time.Hour, machine(2, market.Transient)))
+	back := t0.Add(2*time.Hour + 10*time.Minute + c.Transfer(1))
+	j.AdvanceTo(back.Add(-time.Second))
+	if j.Status().Rate != 0 {
+		t.Error("working before the restart's start and read-back have ended")
+	}
+	j.AdvanceTo(back)
+	if j.Status().Rate == 0 {
+		t.Error("not working after the restart's start and read-back")
+	}
+}
