@@ -49,7 +49,7 @@ func replayCmd() *cobra.Command {
 	fs.Float64Var(&f.passes, "epochs", 10, "alias of --passes")
 	fs.StringVar(&f.from, "from", "", "start of the segment (RFC 3339 or 2006-01-02; default: 14 days into the trace)")
 	fs.StringVar(&f.span, "for", "", "length of the segment over which starts are spread (e.g. 720h or 30d; default: to the trace's end)")
-	fs.Float64Var(&f.speedup, "speedup", 3600, "trace seconds per wall second in the real replay")
+	fs.Float64Var(&f.speedup, "speedup", 3600, "trace seconds per wall second in the real replay (and in its simulation, with a calibration measured at a speedup)")
 	fs.BoolVar(&f.simulate, "simulate", false, "replay with the calibrated model of the job instead of the real system")
 	fs.IntVar(&f.starts, "starts", 1, "start times spread evenly over the segment")
 	fs.Float64Var(&f.bid, "bid", 0, "fixed bid of the checkpoint and tiers policies, dollars per hour (default: the on-demand price)")
@@ -162,6 +162,8 @@ func (f replayFlags) config() (replay.Config, []string, error) {
 	if err != nil {
 		return cfg, nil, err
 	}
+	// A calibration of processes in compressed time is for --speedup.
+	cal = cal.AtSpeedup(f.speedup)
 	app, ok := cal.Apps[f.app]
 	if !ok || app.UpdatesPerPass <= 0 {
 		return cfg, nil, fmt.Errorf("--app %q: the calibration file describes no such app", f.app)

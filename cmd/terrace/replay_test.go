@@ -90,8 +90,7 @@ func TestReplayBadInput(t *testing.T) {
 		args  []string
 		wants string
 	}{
-		{"real: checkpoint", append(real, "--policy", "checkpoint", "--for", "1h"), "checkpoint"},
-		{"real: all", append(real, "--policy", "all", "--for", "1h"), "checkpoint"},
+		{"real: all", append(real, "--policy", "all", "--for", "1h"), "bidbrain"},
 		{"real: bidbrain", append(real, "--policy", "bidbrain", "--for", "1h"), "bidbrain"},
 		{"real: no segment", append(real, "--policy", "ondemand"), "--for"},
 		{"real: segment too long", append(real, "--policy", "ondemand", "--for", "30d", "--speedup", "3600"), "--max-wall"},
@@ -103,7 +102,7 @@ func TestReplayBadInput(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), c.wants) {
 				t.Fatalf("got %v, want an error naming %s", err, c.wants)
 			}
-			if c.wants == "checkpoint" || c.wants == "bidbrain" {
+			if c.wants == "bidbrain" {
 				if !errors.Is(err, realreplay.ErrNotReal) {
 					t.Errorf("%v: want realreplay.ErrNotReal", err)
 				}

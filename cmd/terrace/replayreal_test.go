@@ -135,3 +135,51 @@ func TestRealReplay(t *testing.T) {
 		t.Errorf("processes left after SIGTERM: %v", left)
 	}
 }
+
+// TestRealReplayCheckpoint runs checkpoint-restart for real over the
+// spike: its machines in 1a are taken at the spike, every process of the
+// job is killed, the policy buys again in 1b, and a new cluster resumes
+// from the last checkpoint and trains to the end; nothing is left
+// running (TERRACE_REAL_REPLAY=1; about 20 s).
+func TestRealReplayCheckpoint(t *testing.T) {
+	if os.Getenv("TERRACE_REAL_REPLAY") == "" {
+		t.Skip("set TERRACE_REAL_REPLAY=1")
+	}
+	bin := terrace(t)
+	dir := t.TempDir()
+	report := filepath.Join(dir, "r.json")
+	out, err := exec.Command(bin, "replay", "--prices", spikeCSV(t, 3*time.Hour+30*time.Minute), "--policy", "checkpoint",
+		"--from", "2015-03-02", "--for", "36h", "--passes", "20",
+		"--calibration", repoFile("internal/harness/realreplay/testdata/local-lr-a9a.json"),
+		"--train", repoFile(defaultTrain), "--test", repoFile(defaultTest), "--run-dir", filepath.Join(dir, "run"), "--report", report).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if left := runningOf(t, bin); len(left) > 0 {
+		t.Errorf("processes left after the replay: %v", left)
+	}
+	raw, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Policies map[string]struct {
+			Evictions    int      `json:"evictions"`
+			Restarts     int      `json:"restarts"`
+			TestAccuracy *float64 `json:"test_accuracy"`
+		} `json:"policies"`
+	}
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		t.Fatal(err)
+	}
+	r := rep.Policies["checkpoint"]
+	switch {
+	case r.Evictions < 1 || r.Restarts < 1:
+		t.Errorf("%d evictions, %d restarts: want the spike to evict the job and a restart from its checkpoint\n%s", r.Evictions, r.Restarts, out)
+	case r.TestAccuracy == nil || *r.TestAccuracy < 0.8:
+		t.Errorf("test accuracy %v, want lr's on a9a after the restart", r.TestAccuracy)
+	}
+	if !strings.Contains(string(out), "restarted from the checkpoint") {
+		t.Errorf("no restart in the progress lines\n%s", out)
+	}
+}

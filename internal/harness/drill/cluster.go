@@ -61,6 +61,9 @@ type ClusterConfig struct {
 	Replication int
 	LinkMbps    *tier.ByClass
 	Audit       *Audit
+	// CoordArgs are further coordinator flags (a real replay's
+	// checkpoints: --checkpoint-dir, --checkpoint-every, --resume).
+	CoordArgs []string
 }
 
 // Cluster is an open-ended set of machines of two classes over one
@@ -162,6 +165,7 @@ func (c *Cluster) startCoordinator(ctx context.Context, cfg ClusterConfig) error
 	args := append([]string{"coordinator", "--listen", "127.0.0.1:0", "--etcd-dir", filepath.Join(cfg.RunDir, "etcd"),
 		"--servers", strconv.Itoa(cfg.Servers), "--workers", strconv.Itoa(cfg.Workers),
 		"--partitions", strconv.Itoa(cfg.Partitions), "--replication", strconv.Itoa(replication)}, d.cfg.Tiers.coordArgs()...)
+	args = append(args, cfg.CoordArgs...)
 	p, err := d.sup.start("coordinator", Coordinator, args...)
 	if err != nil {
 		return err

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"time"
 
+	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/harness/drill"
 	"github.com/terrace-ml/terrace/internal/market"
 	"github.com/terrace-ml/terrace/internal/market/localprov"
@@ -33,10 +35,8 @@ const MaxMachines = 8
 // Check says whether policy name can run for real, and why not.
 func Check(name string) error {
 	switch name {
-	case "ondemand", "tiers":
+	case "ondemand", "tiers", "checkpoint":
 		return nil
-	case "checkpoint":
-		return fmt.Errorf("policy checkpoint %w: its restart from a checkpoint after an eviction is not wired to the processes (the job would have to stop, read its checkpoint back and resume); use --simulate", ErrNotReal)
 	case "bidbrain":
 		return fmt.Errorf("policy bidbrain %w: it holds up to the calibration's max_machines across 15 markets and rebuys hundreds of machines a run, more processes than one host runs; use --simulate", ErrNotReal)
 	}
@@ -75,6 +75,12 @@ type Result struct {
 	WallSeconds  float64  `json:"wall_seconds"`
 	Speedup      float64  `json:"speedup"`
 	RunDir       string   `json:"run_dir"`
+	// StageHistory is the coordinator's: each switch and fallback, in
+	// wall time (what calibrates the model's switch pauses).
+	StageHistory []api.StageChange `json:"stage_history,omitempty"`
+	// Restarts counts a checkpoint-restart job's restarts from its
+	// checkpoint.
+	Restarts int `json:"restarts,omitempty"`
 }
 
 type wallClock struct{}
@@ -93,6 +99,7 @@ type run struct {
 	cluster *drill.Cluster
 	job     *job
 	err     error
+	flat    *flat // checkpoint-restart (flat.go); nil otherwise
 }
 
 // Run replays policy name from start on real processes until the job is
@@ -114,6 +121,10 @@ func Run(ctx context.Context, cfg Config, name string, start time.Time) (Result,
 		return res, err
 	}
 	r := &run{ctx: ctx, cfg: cfg, name: name, job: &job{total: cfg.Replay.Updates, of: cfg.Passes}}
+	if name == "checkpoint" {
+		r.flat = &flat{aliases: map[string]string{}}
+		r.job.flat = true
+	}
 	machines := &clusterMachines{r: r}
 	r.prov = localprov.New(ctx, localprov.Config{
 		Trace:    traceprov.Config{Source: cfg.Replay.Source(start), Model: cfg.Replay.Model, Boot: cfg.Replay.Cal.Boot(), Start: start},
@@ -126,13 +137,24 @@ func Run(ctx context.Context, cfg Config, name string, start time.Time) (Result,
 	if err != nil {
 		return res, err
 	}
+	if r.flat != nil {
+		// The policy's footprint, which it may not hold yet (a market
+		// with no capacity at the start): the cluster forms when it does.
+		cc, err = r.flat.configure(cc, cfg.Replay.Cal.Machines)
+		if err != nil {
+			return res, err
+		}
+	}
 	r.cluster, err = drill.StartCluster(ctx, cc)
 	if err != nil {
 		return res, err
 	}
-	defer r.cluster.Close()
+	defer func() { r.cluster.Close() }()
+	if r.flat != nil {
+		defer r.flat.close()
+	}
 	res.RunDir = r.cluster.RunDir()
-	r.job.passes = r.cluster.Passes
+	r.job.passes = r.passes
 	wall0 := cfg.Clock.Now()
 	fin, err := r.loop(ctx, start, wall0)
 	if err != nil {
@@ -159,7 +181,7 @@ func (r *run) firstPlan(cc drill.ClusterConfig) (drill.ClusterConfig, error) {
 		}
 	}
 	switch {
-	case reliable == 0:
+	case reliable == 0 && r.flat == nil:
 		return cc, fmt.Errorf("%s: no reliable machine in the first plan: the coordinator and the authoritative copy need one", r.name)
 	case len(held) > MaxMachines:
 		return cc, fmt.Errorf("%s asks for %d machines at the start: %w (at most %d; give --calibration a smaller machines and reliable_machines)", r.name, len(held), ErrTooMany, MaxMachines)
@@ -171,7 +193,12 @@ func (r *run) firstPlan(cc drill.ClusterConfig) (drill.ClusterConfig, error) {
 	cal := r.cfg.Replay.Cal
 	cc.Partitions = 4 * per * max(cal.Machines+cal.ReliableMachines, len(held))
 	if r.name == "tiers" {
+		// The stage the calibration's job is asked for (2 if it leaves
+		// the planner to choose: --stage auto is not wired here).
 		cc.Stage = "2"
+		if cal.Stage >= 2 {
+			cc.Stage = strconv.Itoa(cal.Stage)
+		}
 	}
 	return cc, nil
 }
@@ -213,18 +240,21 @@ func (r *run) loop(ctx context.Context, start, wall0 time.Time) (time.Time, erro
 		select {
 		case <-ctx.Done():
 			return time.Time{}, ctx.Err()
-		case <-r.cluster.Finished():
+		case <-r.finished():
 			return r.traceAt(start, wall0, clock.Now()), nil
 		case <-after:
 		}
 		if !next.Before(r.cfg.End) {
-			return time.Time{}, fmt.Errorf("%w (at %s, pass %d done)", ErrSegmentEnded, r.cfg.End.Format(time.RFC3339), r.cluster.Passes())
+			return time.Time{}, fmt.Errorf("%w (at %s, pass %d done)", ErrSegmentEnded, r.cfg.End.Format(time.RFC3339), r.passes())
 		}
 		r.prov.Trace().AdvanceTo(next)
 		if err := r.mgr.Tick(ctx, next); err != nil {
 			return time.Time{}, err
 		}
 		if err := r.failed(); err != nil {
+			return time.Time{}, err
+		}
+		if err := r.restart(ctx); err != nil {
 			return time.Time{}, err
 		}
 	}
@@ -254,8 +284,12 @@ func (r *run) finish(ctx context.Context, res Result, start, fin, wall0 time.Tim
 	res.FreeShare = replay.FreeShare(bill, r.cfg.Replay.Cal)
 	if stErr == nil {
 		res.StageSwitches = len(st.History)
+		res.StageHistory = st.History
 	}
 	res.WallSeconds = r.cfg.Clock.Now().Sub(wall0).Seconds()
+	if r.flat != nil {
+		res.Restarts = r.flat.Restarts
+	}
 	if m := r.cluster.Metrics(); m != nil {
 		acc, auc := m["test_accuracy"], m["test_auc"]
 		res.TestAccuracy, res.TestAUC = &acc, &auc
@@ -268,7 +302,8 @@ func (r *run) finish(ctx context.Context, res Result, start, fin, wall0 time.Tim
 type job struct {
 	total  float64
 	passes func() int
-	of     int // passes asked for
+	of     int  // passes asked for
+	flat   bool // checkpoint-restart: the coordinator checkpoints every pass
 }
 
 func (j *job) Status() rm.JobStatus {
@@ -280,6 +315,9 @@ func (j *job) Status() rm.JobStatus {
 }
 
 func (j *job) Checkpoint(context.Context) error {
+	if j.flat {
+		return nil // the coordinator checkpoints at every pass boundary (flat.go)
+	}
 	return fmt.Errorf("checkpoint %w", ErrNotReal)
 }
 
@@ -302,11 +340,29 @@ func (m *clusterMachines) Start(_ context.Context, c market.Class) (string, erro
 	if m.done || m.r.cluster == nil {
 		return "", nil
 	}
+	if m.r.flat != nil {
+		return m.r.flat.start(m.r.cluster)
+	}
 	return m.r.cluster.StartMachine(class(c))
 }
 
 func (m *clusterMachines) Notice(_ context.Context, name string) error {
+	if m.r.flat != nil {
+		return nil // checkpoint-restart does not use the notice
+	}
 	return m.r.cluster.Notice(name)
 }
-func (m *clusterMachines) Kill(_ context.Context, name string) error  { return m.r.cluster.Kill(name) }
-func (m *clusterMachines) Drain(_ context.Context, name string) error { return m.r.cluster.Drain(name) }
+
+func (m *clusterMachines) Kill(_ context.Context, name string) error {
+	if m.r.flat != nil {
+		return m.r.flat.kill(m.r.cluster, name)
+	}
+	return m.r.cluster.Kill(name)
+}
+
+func (m *clusterMachines) Drain(_ context.Context, name string) error {
+	if m.r.flat != nil {
+		return m.r.flat.drain(m.r.cluster, name)
+	}
+	return m.r.cluster.Drain(name)
+}

@@ -9,12 +9,12 @@ import (
 // TestCheck: the policies not wired to processes are refused by name,
 // an unknown one with the policy package's own error.
 func TestCheck(t *testing.T) {
-	for _, name := range []string{"ondemand", "tiers"} {
+	for _, name := range []string{"ondemand", "tiers", "checkpoint"} {
 		if err := Check(name); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	for _, name := range []string{"checkpoint", "bidbrain"} {
+	for _, name := range []string{"bidbrain"} {
 		if err := Check(name); !errors.Is(err, ErrNotReal) || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s: %v, want ErrNotReal naming it", name, err)
 		}

@@ -1,6 +1,10 @@
 package jobsim
 
-import "time"
+import (
+	"time"
+
+	"github.com/terrace-ml/terrace/internal/market"
+)
 
 // Next is the job's next change of rate (a machine starting or stopping
 // work, a pause ending, a checkpoint completing) or its completion; zero
@@ -51,7 +55,17 @@ func (j *Job) AdvanceTo(t time.Time) {
 			j.ckpt, j.ckptAt, j.ckptEnd = j.ckptValue, j.ckptEnd, time.Time{}
 		}
 		if j.working() != before {
-			j.replan()
+			j.replanJoined(j.joinedNow())
 		}
 	}
+}
+
+// joinedNow says a transient machine starts work at the job's clock.
+func (j *Job) joinedNow() bool {
+	for _, m := range j.members {
+		if m.class == market.Transient && m.workFrom.Equal(j.now) {
+			return true
+		}
+	}
+	return false
 }

@@ -45,6 +45,37 @@ type Calibration struct {
 	SwitchPauseSeconds  float64 `json:"switch_pause_seconds"`
 	DrainSeconds        float64 `json:"drain_seconds"`
 	SyncIntervalSeconds float64 `json:"sync_interval_seconds"`
+	// StartSeconds is the job's own start before any machine works: its
+	// processes, the formation of its first machines and the loading of
+	// their data. Paid once, from the job's start, alongside the first
+	// machines' boot; machines that join later pay JoinSeconds instead.
+	StartSeconds float64 `json:"start_seconds"`
+	// RevocationSeconds is what a revocation without enough notice (the
+	// notice shorter than DrainSeconds) stops the whole job for: the
+	// coordinator's failure timeout, after which it declares the lost
+	// nodes dead, falls back if it must and hands their data partitions
+	// to the survivors (a silent node is declared dead 1 to 1.25 timeouts
+	// after its last heartbeat).
+	RevocationSeconds float64 `json:"revocation_seconds"`
+	// Replication is k, the length of the coordinator's chains: a tiered
+	// job falls back to stage 1 once k transient machines (ActivePS) were
+	// revoked without notice since its last switch, and switches back only
+	// when a transient machine joins (docs/design/tiers.md, "Bulk
+	// revocation"). The coordinator's default is min(2, servers).
+	Replication int `json:"replication"`
+	// HostUpdatesPerHour caps the job's total rate: a property of where
+	// the job runs, not of the machines. 0 (the default): no cap, as on
+	// real machines, each with its own processors. Set it when every
+	// "machine" is a set of processes on one host, which share its
+	// processors: more of them then train no faster than the host does.
+	HostUpdatesPerHour float64 `json:"host_updates_per_hour,omitempty"`
+	// HostUpdatesPerHourByStage is the same cap measured per stage ("0":
+	// without tiers, "1" to "3"), overriding HostUpdatesPerHour for the
+	// stages it names: on one host an update costs the host's processors
+	// more or less by stage (a chain of k servers applies it k times, a
+	// BackupPS installs its stream), as the planner's per-stage CPU
+	// seconds per update say (planner.Measurements.HostCores).
+	HostUpdatesPerHourByStage map[string]float64 `json:"host_updates_per_hour_by_stage,omitempty"`
 	// ModelStateBytes is the job's parameter state (values and optimizer
 	// state): what a checkpoint writes and a restart reads back.
 	// StorageBytesPerSecond is what one machine moves to or from durable
@@ -53,6 +84,19 @@ type Calibration struct {
 	StorageBytesPerSecond float64 `json:"storage_bytes_per_second"`
 	// Hysteresis is the relative gain a stage switch must bring.
 	Hysteresis float64 `json:"hysteresis"`
+	// Stage is the stage a tiered job is asked for, as the coordinator's
+	// --stage: 2 or 3 switches to it whenever it can be formed (a
+	// transient machine joins) and to stage 1 when it cannot; 0 (the
+	// default) takes the stage of most throughput, with the hysteresis,
+	// as the planner does for --stage auto.
+	Stage int `json:"stage,omitempty"`
+	// Speedup, when positive, says the job runs as processes in
+	// compressed time (the real replay) and its own figures above (rates,
+	// start, join, switch, drain, revocation, sync, storage) were measured
+	// at that --speedup: the processes' seconds are Speedup trace seconds
+	// each. AtSpeedup rescales them to another. 0 (the default): real
+	// machines, whose figures are trace time.
+	Speedup float64 `json:"speedup,omitempty"`
 }
 
 // App is one app's work.
@@ -86,6 +130,11 @@ func DefaultCalibration() Calibration {
 		SwitchPauseSeconds:  1, // issue 11's bound
 		DrainSeconds:        10,
 		SyncIntervalSeconds: 1,
+		StartSeconds:        0, // not modelled: the first machines' join stands for it
+		// The coordinator's default failure timeout (1 s), a silent node
+		// declared dead 1 to 1.25 of it after its last heartbeat.
+		RevocationSeconds: 1.25,
+		Replication:       2,
 		// A placeholder model of 1 GiB (values and FTRL state); the
 		// checkpoint it gives is under a second (below), so the figures
 		// barely depend on it (docs/design/market.md).
@@ -97,6 +146,49 @@ func DefaultCalibration() Calibration {
 		StorageBytesPerSecond: 85e6,
 		Hysteresis:            0.1,
 	}
+}
+
+func hostStagesOK(m map[string]float64) bool {
+	for k, v := range m {
+		if (k != "0" && k != "1" && k != "2" && k != "3") || v < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// AtSpeedup returns c for the job's processes at speedup x: their own
+// times stretch by x/Speedup in trace time and their rates shrink by as
+// much. The provider's figures (boot, notice, prices) are trace time and
+// do not change. A calibration without a Speedup is returned as is.
+func (c Calibration) AtSpeedup(x float64) Calibration {
+	if !(c.Speedup > 0) || !(x > 0) || x == c.Speedup {
+		return c
+	}
+	f := x / c.Speedup
+	for _, t := range []*float64{&c.StartSeconds, &c.JoinSeconds, &c.SwitchPauseSeconds, &c.DrainSeconds,
+		&c.RevocationSeconds, &c.SyncIntervalSeconds} {
+		*t *= f
+	}
+	for _, r := range []*float64{&c.UpdatesPerECUHour, &c.ServerUpdatesPerHour, &c.BackupUpdatesPerHour,
+		&c.HostUpdatesPerHour, &c.StorageBytesPerSecond} {
+		*r /= f
+	}
+	c.UpdatesPerHour = scaled(c.UpdatesPerHour, 1/f)
+	c.HostUpdatesPerHourByStage = scaled(c.HostUpdatesPerHourByStage, 1/f)
+	c.Speedup = x
+	return c
+}
+
+func scaled(m map[string]float64, f float64) map[string]float64 {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]float64, len(m))
+	for k, v := range m {
+		out[k] = v * f
+	}
+	return out
 }
 
 // ErrNoRate: an instance type the calibration gives no work rate for.
@@ -125,6 +217,13 @@ func (c Calibration) Setup() time.Duration { return seconds(c.BootSeconds + c.Jo
 // Drain is the handoff away from a leaving machine.
 func (c Calibration) Drain() time.Duration { return seconds(c.DrainSeconds) }
 
+// Revocation is what a revocation without enough notice stops the job
+// for.
+func (c Calibration) Revocation() time.Duration { return seconds(c.RevocationSeconds) }
+
+// K is the chains' length (at least 1).
+func (c Calibration) K() int { return max(1, c.Replication) }
+
 // SwitchPause is what a stage switch stops the whole job for.
 func (c Calibration) SwitchPause() time.Duration { return seconds(c.SwitchPauseSeconds) }
 
@@ -143,8 +242,9 @@ func (c Calibration) Validate() error {
 	case c.ServerUpdatesPerHour <= 0 || c.BackupUpdatesPerHour <= 0 || c.StreamRatio <= 0:
 		return errors.New("calibration: server_updates_per_hour, backup_updates_per_hour and stream_ratio must be positive")
 	case c.BootSeconds < 0 || c.JoinSeconds < 0 || c.SwitchPauseSeconds < 0 || c.DrainSeconds < 0 ||
-		c.SyncIntervalSeconds < 0 || c.Hysteresis < 0:
-		return errors.New("calibration: times and hysteresis must not be negative")
+		c.SyncIntervalSeconds < 0 || c.Hysteresis < 0 || c.StartSeconds < 0 || c.RevocationSeconds < 0 ||
+		c.Replication < 0 || c.HostUpdatesPerHour < 0 || c.Speedup < 0 || !hostStagesOK(c.HostUpdatesPerHourByStage) || c.Stage < 0 || c.Stage > 3:
+		return errors.New("calibration: times, hysteresis, replication, speedup and host_updates_per_hour must not be negative; stage and host_updates_per_hour_by_stage take stages 0 to 3")
 	case !(c.ModelStateBytes > 0) || !(c.StorageBytesPerSecond > 0):
 		return errors.New("calibration: model_state_bytes and storage_bytes_per_second must be positive (a checkpoint takes time)")
 	}

@@ -1,17 +1,30 @@
 package jobsim
 
+import "strconv"
+
 // Flow is the stand-in for issue 11's planner: each stage is a series
 // flow (workers' compute, then the servers that ingest it, then the
 // BackupPS that the ActivePS streams to), and its throughput is the least
 // of its cuts. The planner replaces it with measured capacities; it has
 // the same inputs.
+//
+// Host[s], when positive, caps stage s: the machines are processes on one
+// host that share its processors (Calibration.HostUpdatesPerHour).
 type Flow struct {
 	Server, Backup, Stream float64
+	Host                   [4]float64
 }
 
 // FlowOf returns the calibration's flow.
 func FlowOf(c Calibration) Flow {
-	return Flow{Server: c.ServerUpdatesPerHour, Backup: c.BackupUpdatesPerHour, Stream: c.StreamRatio}
+	f := Flow{Server: c.ServerUpdatesPerHour, Backup: c.BackupUpdatesPerHour, Stream: c.StreamRatio}
+	for s := range f.Host {
+		f.Host[s] = c.HostUpdatesPerHour
+		if v, ok := c.HostUpdatesPerHourByStage[strconv.Itoa(s)]; ok && v > 0 {
+			f.Host[s] = v
+		}
+	}
+	return f
 }
 
 // Mix is the machines that work: counts and summed worker rates by class.
@@ -25,6 +38,14 @@ type Mix struct {
 // Stage returns the updates per hour of stage 1, 2 or 3 (0: no tiers,
 // every machine a server and a worker).
 func (f Flow) Stage(stage int, m Mix) float64 {
+	r := f.stage(stage, m)
+	if stage >= 0 && stage < len(f.Host) && f.Host[stage] > 0 {
+		r = min(r, f.Host[stage])
+	}
+	return r
+}
+
+func (f Flow) stage(stage int, m Mix) float64 {
 	r, t := m.Reliable, m.Transient
 	all := m.ReliableRate + m.TransientRate
 	switch stage {

@@ -47,10 +47,19 @@ type Job struct {
 	pausedUntil time.Time
 	restart     bool // flat: restart from the checkpoint once Need machines work
 	stage       int
-	members     map[market.MachineID]*member
-	finished    time.Time
+	started     time.Time // the job's own start (StartSeconds) ends then
+	// revoked counts transient machines revoked without enough notice
+	// since the last switch; fellBack says the job fell back to stage 1
+	// and waits for a transient machine to join before it switches up.
+	revoked  int
+	fellBack bool
+	members  map[market.MachineID]*member
+	finished time.Time
 
 	Switches []Switch
+	// Revocations counts machines lost without enough notice to drain,
+	// each of which stopped the job for RevocationSeconds.
+	Revocations int
 	// Lost counts updates lost: rolled back to a checkpoint (flat) or
 	// not streamed before a machine went without enough notice (tiered).
 	Lost float64
@@ -67,6 +76,8 @@ type member struct {
 // machine count a Flat job runs with.
 func New(cal Calibration, mode Mode, need int, total float64, start time.Time) *Job {
 	j := &Job{cal: cal, flow: FlowOf(cal), mode: mode, need: need, total: total, now: start, ckptAt: start, members: map[market.MachineID]*member{}}
+	j.started = start.Add(seconds(cal.StartSeconds))
+	j.pausedUntil = j.started
 	if mode == Tiered {
 		j.stage = 1
 	}
@@ -109,7 +120,17 @@ func (j *Job) Handle(ev market.Event) error {
 		if err != nil {
 			return fmt.Errorf("machine %d: %w", ev.Machine.ID, err)
 		}
-		j.members[ev.Machine.ID] = &member{class: ev.Machine.Class, rate: r, workFrom: ev.At.Add(seconds(j.cal.JoinSeconds))}
+		// A machine up before the job's own start has ended is one of
+		// its formation: the start covers its join.
+		from := ev.At.Add(seconds(j.cal.JoinSeconds))
+		if !ev.At.After(j.started) {
+			from = j.started
+		}
+		j.members[ev.Machine.ID] = &member{class: ev.Machine.Class, rate: r, workFrom: from}
+		if !from.After(j.now) {
+			j.replanJoined(ev.Machine.Class == market.Transient)
+			return nil
+		}
 	case market.Notice:
 		m := j.members[ev.Machine.ID]
 		if m == nil || j.mode == Flat {
@@ -117,8 +138,11 @@ func (j *Job) Handle(ev market.Event) error {
 		}
 		m.leaveAt = ev.Deadline.Add(-seconds(j.cal.DrainSeconds))
 		if m.leaveAt.Before(j.now) {
+			// The notice is shorter than the drain: the machine is lost
+			// as if revoked without one.
 			j.loseUnstreamed(m)
 			m.leaveAt = j.now
+			j.revoke(m)
 		}
 	case market.Gone:
 		m := j.members[ev.Machine.ID]
@@ -131,6 +155,7 @@ func (j *Job) Handle(ev market.Event) error {
 			j.crash()
 		case j.mode == Tiered && ev.By == market.ByProvider && (m.leaveAt.IsZero() || ev.At.Before(m.leaveAt)):
 			j.loseUnstreamed(m)
+			j.revoke(m)
 		}
 	}
 	j.replan()
@@ -142,6 +167,30 @@ func (j *Job) Handle(ev market.Event) error {
 func (j *Job) loseUnstreamed(m *member) {
 	if rate := j.rate(); rate > 0 {
 		j.Lost += rate * seconds(j.cal.SyncIntervalSeconds).Hours() * m.rate / j.workerRate()
+	}
+}
+
+// revoke applies a revocation without enough notice of a working
+// machine, as the coordinator does (docs/design/tiers.md, "Bulk
+// revocation"): the job stops until the failure timeout has declared the
+// machine dead and its data partitions went back to the pool; a tiered
+// job that has lost k ActivePS (transient machines in stage 2 or 3) since
+// its last switch falls back to stage 1 at once, and stays there until a
+// transient machine joins. Machines lost in the same instant share one
+// timeout.
+func (j *Job) revoke(m *member) {
+	if m.workFrom.After(j.now) {
+		return // still booting or joining: it held no work
+	}
+	j.Revocations++
+	j.pausedUntil = later(j.pausedUntil, j.now.Add(j.cal.Revocation()))
+	if m.class != market.Transient || j.stage < 2 {
+		return
+	}
+	j.revoked++
+	if j.revoked >= j.cal.K() || j.working().Transient == 0 {
+		j.Switches = append(j.Switches, Switch{At: j.now, From: j.stage, To: 1})
+		j.stage, j.revoked, j.fellBack = 1, 0, true
 	}
 }
 
@@ -191,23 +240,55 @@ func (j *Job) rate() float64 {
 }
 
 // replan takes the best stage (tiered) or restarts (flat) after the
-// working set changed.
-func (j *Job) replan() {
+// working set changed. After a fallback a tiered job stays in stage 1
+// until a transient machine joins (joined).
+func (j *Job) replan() { j.replanJoined(false) }
+
+func (j *Job) replanJoined(joined bool) {
+	if !j.finished.IsZero() {
+		return // the machines given back after the end change no stage
+	}
 	m := j.working()
 	if j.mode == Flat {
 		if j.restart && m.Reliable+m.Transient >= float64(j.need) {
+			// A restart starts the job's processes again (its start)
+			// and reads the checkpoint back.
 			j.restart = false
-			j.pausedUntil = later(j.pausedUntil, j.now.Add(j.cal.Transfer(j.need)))
+			j.pausedUntil = later(j.pausedUntil, j.now.Add(seconds(j.cal.StartSeconds)+j.cal.Transfer(j.need)))
 		}
+		return
+	}
+	if joined {
+		j.fellBack = false
+	}
+	if j.fellBack {
+		return
+	}
+	if t := j.cal.Stage; t > 0 {
+		// A fixed target: the coordinator switches to it whenever it can
+		// be formed, and to stage 1 when it cannot.
+		to := 1
+		if j.flow.Stage(t, m) > 0 {
+			to = t
+		}
+		j.switchTo(to)
 		return
 	}
 	best, rate := j.flow.Best(m)
 	cur := j.flow.Stage(j.stage, m)
 	if best != j.stage && (cur == 0 || rate > cur*(1+j.cal.Hysteresis)) {
-		j.Switches = append(j.Switches, Switch{At: j.now, From: j.stage, To: best})
-		j.stage = best
-		j.pausedUntil = later(j.pausedUntil, j.now.Add(seconds(j.cal.SwitchPauseSeconds)))
+		j.switchTo(best)
 	}
+}
+
+// switchTo switches the tiered job to stage to, pausing it.
+func (j *Job) switchTo(to int) {
+	if to == j.stage {
+		return
+	}
+	j.Switches = append(j.Switches, Switch{At: j.now, From: j.stage, To: to})
+	j.stage, j.revoked = to, 0
+	j.pausedUntil = later(j.pausedUntil, j.now.Add(seconds(j.cal.SwitchPauseSeconds)))
 }
 
 func later(a, b time.Time) time.Time {
