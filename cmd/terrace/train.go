@@ -142,6 +142,14 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 				return err
 			}
 			if d.processes {
+				// The drill's audit counts every pass from the first, so a
+				// resumed drill would be misread; checkpoints of a cluster
+				// of processes are the coordinator's flags.
+				for _, f := range []string{"checkpoint-dir", "checkpoint-every", "resume"} {
+					if cmd.Flags().Changed(f) {
+						return fmt.Errorf("--%s is not taken with --processes (the drill audits every pass from the first): give it to `terrace coordinator` in a cluster of processes, or train without --processes", f)
+					}
+				}
 				return trainProcesses(ctx, cmd, a, d, append(sched, add...).Sorted(), servers, workers, partitions, replication, logLevel, reportPath, tcfg)
 			}
 			pout := &progressOut{w: out}
