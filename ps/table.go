@@ -395,6 +395,16 @@ func (t *Table) readReply(o *op, p *part, h wire.Header, r *wire.Reader) (uint32
 		refused, _, _ := wire.ParseReply(pre[:])
 		return refused, nil
 	}
+	if o.pos == nil && p.count*w >= minRunView*len(p.runs) {
+		// Long runs (a range spread over servers): straight from the
+		// socket into each run of the caller's vector.
+		var pre [wire.ReplyPrefixSize]byte
+		if err := r.ReadPayloadVec(h, pre[:], viewRuns(o.dst, p.runs, w)); err != nil {
+			return 0, err
+		}
+		refused, _, _ := wire.ParseReply(pre[:])
+		return refused, nil
+	}
 	pay, err := r.Payload(h)
 	if err != nil {
 		return 0, err

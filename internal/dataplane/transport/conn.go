@@ -76,15 +76,19 @@ func NewConn(nc net.Conn, maxPayload int) *Conn {
 		tc.SetWriteBuffer(4 << 20)
 	}
 	a, ok := nc.(Authenticator)
+	br := bufio.NewReaderSize(nc, readBuffer)
 	c := &Conn{
 		nc:           nc,
-		Reader:       wire.NewReader(bufio.NewReaderSize(nc, readBuffer), maxPayload),
+		Reader:       wire.NewReader(br, maxPayload),
 		WriteTimeout: DefaultWriteTimeout,
 		auth:         ok && a.Authenticated(),
 		wake:         make(chan struct{}, 1),
 		stopped:      make(chan struct{}),
 	}
 	c.Reader.Authenticated = c.auth
+	if v := newVecReader(nc, br); v != nil {
+		c.Reader.Vec = v
+	}
 	go c.writeLoop()
 	return c
 }

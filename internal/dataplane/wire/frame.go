@@ -277,6 +277,15 @@ type Reader struct {
 	buf           []uint64
 	MaxPayload    int
 	Authenticated bool
+	// Vec, if set, reads from the same stream into several buffers at
+	// once (readv), for ReadPayloadVec.
+	Vec VecReader
+}
+
+// VecReader reads into bufs in order, as readv(2) does: it returns how
+// many bytes it read, at least one unless it fails.
+type VecReader interface {
+	ReadVec(bufs [][]byte) (int, error)
 }
 
 // NewReader returns a Reader on r; maxPayload <= 0 means DefaultMaxPayload.
@@ -368,6 +377,75 @@ func (r *Reader) ReadPayloadSplit(h Header, head, body []byte) error {
 		return ErrChecksum
 	}
 	return nil
+}
+
+// ReadPayloadVec reads a payload of len(head) plus the bodies' lengths
+// into head and then each body in turn, and checks the CRC: a reply's
+// prefix, then its values straight into the caller's runs. With a Vec
+// reader the bodies are filled by vectored reads, each summed as it
+// lands; without one, body by body.
+func (r *Reader) ReadPayloadVec(h Header, head []byte, bodies [][]byte) error {
+	n := len(head)
+	for _, b := range bodies {
+		n += len(b)
+	}
+	if n != int(h.Len) {
+		return fmt.Errorf("wire: payload buffers of %d bytes for a %d-byte payload", n, h.Len)
+	}
+	sum := h.Flags&FlagUnsummed == 0
+	if !sum && !r.Authenticated {
+		return ErrUnsummed
+	}
+	crc, err := r.readSummed(headerCRC(r.hdr[:]), head, sum)
+	if err != nil {
+		return err
+	}
+	if r.Vec == nil || len(bodies) < 2 {
+		for _, b := range bodies {
+			if crc, err = r.readSummed(crc, b, sum); err != nil {
+				return err
+			}
+		}
+	} else if crc, err = r.readVecSummed(crc, bodies, sum); err != nil {
+		return err
+	}
+	if crc != h.CRC {
+		return ErrChecksum
+	}
+	return nil
+}
+
+// readVecSummed fills bodies through r.Vec, summing each piece a read
+// returns while it is in the cache, as readSummed does.
+func (r *Reader) readVecSummed(crc uint32, bodies [][]byte, sum bool) (uint32, error) {
+	i, off := 0, 0 // the next byte to fill: bodies[i][off]
+	var rest [][]byte
+	for i < len(bodies) {
+		if off == len(bodies[i]) {
+			i, off = i+1, 0
+			continue
+		}
+		rest = append(rest[:0], bodies[i][off:])
+		rest = append(rest, bodies[i+1:]...)
+		n, err := r.Vec.ReadVec(rest)
+		for got := n; got > 0; {
+			take := min(got, len(bodies[i])-off)
+			if sum {
+				crc = crc32.Update(crc, castagnoli, bodies[i][off:off+take])
+			}
+			got -= take
+			if off += take; off == len(bodies[i]) && got > 0 {
+				i, off = i+1, 0
+			}
+		}
+		if err != nil {
+			if err == io.EOF || err == io.ErrUnexpectedEOF {
+				return 0, ErrTruncated
+			}
+			return 0, err
+		}
+	}
+	return crc, nil
 }
 
 // Discard skips the payload of a frame nobody wants (a reply to a request
