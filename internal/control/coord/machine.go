@@ -70,7 +70,6 @@ type Machine struct {
 	// rank's last reported clock (cluster.go; not saved).
 	machineOf map[string]string
 	clocks    map[int]int64
-	losses    lossSeen // loss.go
 	// committing: the Commit of the checkpoint in progress was handed
 	// out, and its outcome (Committed) is awaited.
 	committing bool

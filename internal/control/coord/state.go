@@ -58,6 +58,9 @@ type State struct {
 	Noticed map[string]bool `json:"noticed,omitempty"`
 	// Loss is what the BackupPS's ledgers counted at fallbacks (loss.go).
 	Loss api.Loss `json:"loss,omitzero"`
+	// LossSeen are the pushes the last fallbacks' reports counted, so
+	// that a new leader counts each once too (loss.go).
+	LossSeen []LossSeen `json:"loss_seen,omitempty"`
 	// RankClass is the class of each worker rank's machine.
 	RankClass map[int]tier.Class `json:"rank_class,omitempty"`
 
