@@ -62,7 +62,12 @@ func (l *ledger) allow(p wire.Pair, held scope) {
 	if ok {
 		sl = keyspace.Union(e.slots, sl)
 	}
-	e.table, e.slots, e.worker = p.Table, sl, int(p.Acked)-1
+	if !ok || p.Acked != 0 {
+		// A BSP push's pair comes again, naming no worker, when its
+		// head applies it: the first names the worker.
+		e.worker = int(p.Acked) - 1
+	}
+	e.table, e.slots = p.Table, sl
 	l.open[k] = e
 }
 

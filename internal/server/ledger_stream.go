@@ -59,6 +59,22 @@ func (r *replicator) addLedger(p wire.Pair, w waiter) (now waiter) {
 	return nil
 }
 
+// queueLedger queues pair for peer's ledger with its waiter; the caller
+// holds no lock.
+func (s *Server) queueLedger(peer ring.Server, pair wire.Pair, w waiter) {
+	r, old := s.replicatorFor(peer)
+	if old != nil {
+		old.leave()
+	}
+	if r == nil {
+		w(errShuttingDown)
+		return
+	}
+	if now := r.addLedger(pair, w); now != nil {
+		now(nil)
+	}
+}
+
 // leaveLedger releases every waiter: the peer left the layout.
 func (r *replicator) leaveLedger() []waiter {
 	o := &r.ledger

@@ -135,3 +135,17 @@ func TestLedgerSwitchEndWithinGrace(t *testing.T) {
 		t.Errorf("report %+v, want epoch 45 with (1,1) lost and at risk", r)
 	}
 }
+
+// TestLedgerKeepsTheWorker: a BSP push's pair reaches the ledger twice,
+// naming its worker before it is acknowledged and no worker when its head
+// applies it at the end of its clock; the loss is still the worker's.
+func TestLedgerKeepsTheWorker(t *testing.T) {
+	var l ledger
+	l.allow(wire.Pair{Client: 1, Seq: 1, Acked: 3, Slots: slots(1)}, scope{})
+	l.allow(wire.Pair{Client: 1, Seq: 1, Slots: slots(1, 2)}, scope{})
+	l.freeze(5, func(uint64) bool { return true })
+	r := l.report()
+	if len(r.Lost) != 1 || r.Lost[0].Worker != 2 {
+		t.Errorf("lost %v, want (1,1) of worker 2", r.Lost)
+	}
+}
