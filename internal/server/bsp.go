@@ -179,6 +179,13 @@ func (s *Server) replicateDeferred(p bspPush, clock int64, worker uint32, done w
 		done(nil)
 		return
 	}
+	if len(ledgers) > 0 {
+		peers := make([]ring.Server, len(ledgers))
+		for i, l := range ledgers {
+			peers[i] = l.peer
+		}
+		done = s.retractOnFailure(done, p.pair, peers)
+	}
 	finish := allDone(len(per)+len(ledgers)+1, done)
 	for id, d := range per {
 		s.queue(peers[id], entry{deferred: d}, finish)

@@ -302,14 +302,17 @@ func (s *Server) replicateAs(t *tableState, ks keyspace.Keys, pair wire.Pair, wo
 		return nil
 	}
 	var pairs []wire.Pair
+	var ledgers []ring.Server
 	waits := len(groups) + 1
 	if pair.Seq != 0 {
 		pairs = []wire.Pair{pair}
 		for _, g := range groups {
 			if ch.isBackup(g.peer.ID) {
 				waits++ // its ledger too
+				ledgers = append(ledgers, g.peer)
 			}
 		}
+		done = s.retractOnFailure(done, pair, ledgers)
 	}
 	// One more than the groups and ledgers: the last is the caller's, once
 	// it holds no lock, so that done never runs under applyMu.

@@ -71,6 +71,15 @@ func (l *ledger) allow(p wire.Pair, held scope) {
 	l.open[k] = e
 }
 
+// retract forgets pair (client, seq): its ActivePS failed the push back
+// (its client re-sends it as parts, under new sequence numbers, and the
+// ledger learns those), so it is never acknowledged. A retraction that
+// arrives after a fallback froze the entry removes it from the count too.
+func (l *ledger) retract(client, seq uint64) {
+	delete(l.open, pairKey{client, seq})
+	delete(l.frozen, pairKey{client, seq})
+}
+
 // installed records that an installed round brought pair p's state in
 // p.Slots.
 func (l *ledger) installed(p wire.Pair) {

@@ -230,19 +230,62 @@ func (s *Server) handleLedger(c *conn, h wire.Header, p []byte) (wire.Code, erro
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	rm := s.ring
+	var code wire.Code
 	switch {
 	case rm == nil || h.Epoch != rm.Epoch:
-		return wire.CodeStaleEpoch, fmt.Errorf("ledger at epoch %d, server is at %d", h.Epoch, s.epochLocked())
+		code, err = wire.CodeStaleEpoch, fmt.Errorf("ledger at epoch %d, server is at %d", h.Epoch, s.epochLocked())
 	case !s.chains.isBackup(s.opts.ID) || rm.Index(c.hello.Node) < 0:
-		return wire.CodeNotOwner, fmt.Errorf("ledger from %s, which is not an ActivePS of this BackupPS", c.hello.Node)
+		code, err = wire.CodeNotOwner, fmt.Errorf("ledger from %s, which is not an ActivePS of this BackupPS", c.hello.Node)
 	}
+	allows := false
 	s.pairMu.Lock()
 	for _, pr := range m.Pairs {
-		s.ledger.allow(pr, s.dedup.heldAt(pr.Client, pr.Seq))
+		switch {
+		case len(pr.Slots) == 0:
+			// A retraction (retractOnFailure) is taken from anyone, at
+			// any epoch: it only ever names a push that was failed back,
+			// which no one acknowledges.
+			s.ledger.retract(pr.Client, pr.Seq)
+		case code == 0:
+			s.ledger.allow(pr, s.dedup.heldAt(pr.Client, pr.Seq))
+		default:
+			allows = true
+		}
 	}
 	s.pairMu.Unlock()
-	s.replyOK(c, h.ReqID, rm.Epoch)
+	if allows {
+		return code, err
+	}
+	s.replyOK(c, h.ReqID, s.epochLocked())
 	return 0, nil
+}
+
+// retractOnFailure wraps done, the waiter of a push whose pair is queued
+// for the ledgers of peers, so that a failure (errMoved: the push's slots
+// moved before its chain held it) retracts the pair from those ledgers
+// before the client hears of it. The client re-sends the push as parts
+// under new sequence numbers, whose pairs the ledgers learn; the failed
+// push's own entry would otherwise stay until a copy of its slots reached
+// the BackupPS (the head that applies the parts does not stream the old
+// pair), and a fallback meanwhile would count it lost although its parts
+// were applied (docs/design/tiers.md, "updates lost").
+func (s *Server) retractOnFailure(done waiter, pair wire.Pair, peers []ring.Server) waiter {
+	if len(peers) == 0 {
+		return done
+	}
+	return func(err error) {
+		if err == nil {
+			done(nil)
+			return
+		}
+		retraction := pair
+		retraction.Slots, retraction.Acked = nil, 0
+		finish := allDone(len(peers)+1, func(error) { done(err) })
+		for _, p := range peers {
+			s.queueLedger(p, retraction, finish)
+		}
+		finish(nil)
+	}
 }
 
 // ledgerPair is pair scoped to the slots of items: what the BackupPS that
