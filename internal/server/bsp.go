@@ -206,9 +206,10 @@ type ledgerTo struct {
 // slots must hold in their ledgers before the push is acknowledged. The
 // push is acknowledged while it waits here for its clock, long before it
 // is applied and streamed; without the pair, losing every ActivePS in the
-// open clock would lose it uncounted (docs/design/tiers.md, "updates
-// lost"). The pair leaves the ledger when the state that carries it
-// arrives in a round, once the clock completed and the push was applied.
+// open clock would lose it uncounted (docs/design/tiers.md, "What the
+// ledger counts exactly"). The pair leaves the ledger when the state that
+// carries it arrives in a round, once the clock completed and the push was
+// applied.
 func deferredLedgers(ch chains, p bspPush, worker uint32) []ledgerTo {
 	if p.pair.Seq == 0 || ch.backup == nil {
 		return nil

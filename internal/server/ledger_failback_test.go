@@ -88,7 +88,7 @@ func (p *fakePeer) nextPair(t *testing.T) wire.Pair {
 // retracts the pair from the ledger; else the entry stayed until a copy
 // of its slot reached the BackupPS, and a fallback meanwhile counted the
 // push lost although its parts were applied (docs/design/tiers.md,
-// "updates lost").
+// "What the ledger counts exactly").
 func TestFailedBackPushLeavesTheLedger(t *testing.T) {
 	member := startFakePeer(t, wire.CodeStaleEpoch) // a chain member that refuses everything
 	backup := startFakePeer(t, 0)

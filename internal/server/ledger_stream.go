@@ -268,7 +268,7 @@ func (s *Server) handleLedger(c *conn, h wire.Header, p []byte) (wire.Code, erro
 // push's own entry would otherwise stay until a copy of its slots reached
 // the BackupPS (the head that applies the parts does not stream the old
 // pair), and a fallback meanwhile would count it lost although its parts
-// were applied (docs/design/tiers.md, "updates lost").
+// were applied (docs/design/tiers.md, "What the ledger counts exactly").
 func (s *Server) retractOnFailure(done waiter, pair wire.Pair, peers []ring.Server) waiter {
 	if len(peers) == 0 {
 		return done

@@ -36,7 +36,7 @@ func pushes(client uint64, seqs ...uint64) []api.LostPush {
 // TestLossCountedOnceAcrossFailover: a push whose keys fell in the slots
 // of two BackupPS is in both their reports of a fallback; when a new
 // leader takes over between the two, it must still count the push once
-// (docs/design/tiers.md, "updates lost").
+// (docs/design/tiers.md, "What the ledger counts exactly").
 func TestLossCountedOnceAcrossFailover(t *testing.T) {
 	cfg := Config{Servers: 2, Workers: 2, Partitions: 2}
 	now := time.Unix(1000, 0)

@@ -181,8 +181,8 @@ func TestTierSimulation(t *testing.T) {
 // BSP table: a BSP push is acknowledged while it waits on its ActivePS
 // head for its clock, before it is applied or streamed, so the ledgers
 // must learn its pair before that acknowledgement too, or a revocation in
-// the open clock loses it uncounted (docs/design/tiers.md, "updates
-// lost").
+// the open clock loses it uncounted (docs/design/tiers.md, "What the
+// ledger counts exactly").
 func TestTierRevocationLedgerCountsBSP(t *testing.T) {
 	for _, seed := range bspLedgerSeeds() {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
