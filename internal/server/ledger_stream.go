@@ -35,10 +35,11 @@ type ledgerOut struct {
 // one side): the pushes are failed back, and their clients re-send them.
 var errLedgerRefused = errors.New("the BackupPS refused the ledger")
 
-// addLedger queues p (scoped to the slots the peer holds of its push) for
-// the peer's ledger, and returns the waiter to call at once with nil (the
-// peer left the layout), which the caller does once it holds no lock.
-func (r *replicator) addLedger(p wire.Pair, w waiter) (now waiter) {
+// addLedger queues ps (a push's pair scoped to the slots the peer holds
+// of it, after the markers of the pushes it re-sends: ledgerPairs) for the
+// peer's ledger, and returns the waiter to call at once with nil (the peer
+// left the layout), which the caller does once it holds no lock.
+func (r *replicator) addLedger(w waiter, ps ...wire.Pair) (now waiter) {
 	o := &r.ledger
 	o.start.Do(func() {
 		o.kick = make(chan struct{}, 1)
@@ -49,7 +50,7 @@ func (r *replicator) addLedger(p wire.Pair, w waiter) (now waiter) {
 		o.mu.Unlock()
 		return w
 	}
-	o.pairs = append(o.pairs, p)
+	o.pairs = append(o.pairs, ps...)
 	o.waiters = append(o.waiters, w)
 	o.mu.Unlock()
 	select {
@@ -70,7 +71,7 @@ func (s *Server) queueLedger(peer ring.Server, pair wire.Pair, w waiter) {
 		w(errShuttingDown)
 		return
 	}
-	if now := r.addLedger(pair, w); now != nil {
+	if now := r.addLedger(w, pair); now != nil {
 		now(nil)
 	}
 }
@@ -238,8 +239,13 @@ func (s *Server) handleLedger(c *conn, h wire.Header, p []byte) (wire.Code, erro
 		code, err = wire.CodeNotOwner, fmt.Errorf("ledger from %s, which is not an ActivePS of this BackupPS", c.hello.Node)
 	}
 	allows := false
+	var anc []uint64
 	s.pairMu.Lock()
 	for _, pr := range m.Pairs {
+		if pr.Acked == ledgerAncestor {
+			anc = append(anc, pr.Seq)
+			continue
+		}
 		switch {
 		case len(pr.Slots) == 0:
 			// A retraction (retractOnFailure) is taken from anyone, at
@@ -247,10 +253,15 @@ func (s *Server) handleLedger(c *conn, h wire.Header, p []byte) (wire.Code, erro
 			// which no one acknowledges.
 			s.ledger.retract(pr.Client, pr.Seq)
 		case code == 0:
-			s.ledger.allow(pr, s.dedup.heldAt(pr.Client, pr.Seq))
+			held := s.dedup.heldAt(pr.Client, pr.Seq)
+			for _, a := range anc {
+				held = held.union(s.dedup.heldAt(pr.Client, a))
+			}
+			s.ledger.allow(pr, held, anc...)
 		default:
 			allows = true
 		}
+		anc = anc[:0]
 	}
 	s.pairMu.Unlock()
 	if allows {
@@ -288,6 +299,21 @@ func (s *Server) retractOnFailure(done waiter, pair wire.Pair, peers []ring.Serv
 	}
 }
 
+// ledgerAncestor, as a ledger pair's Acked, marks the pair as a push that
+// the next pair of the message re-sends (wire.Data.Ancestors): where the
+// BackupPS holds its effect, it holds the next one's.
+const ledgerAncestor = ^uint64(0)
+
+// ledgerPairs is ledgerPair after the markers of the pushes it re-sends.
+func ledgerPairs(pair wire.Pair, items []item, worker uint32, ancestors []uint64) []wire.Pair {
+	p := ledgerPair(pair, items, worker)
+	out := make([]wire.Pair, 0, len(ancestors)+1)
+	for _, a := range ancestors {
+		out = append(out, wire.Pair{Client: p.Client, Seq: a, Acked: ledgerAncestor, Table: p.Table, Slots: p.Slots})
+	}
+	return append(out, p)
+}
+
 // ledgerPair is pair scoped to the slots of items: what the BackupPS that
 // receives items holds of its push. In a ledger message a pair's Acked
 // names the pushing worker instead (rank + 1; 0 for a client that is not
@@ -323,6 +349,14 @@ func fellBack(id string, old, l *layout.Layout) (surely, maybe bool) {
 	}
 	sw := old.Switch
 	return false, sw != nil && sw.From >= tier.Stage2 && slices.ContainsFunc(old.Joining, func(s ring.Server) bool { return s.ID == id })
+}
+
+// union is where either s or o is held.
+func (s scope) union(o scope) scope {
+	if s.all || o.all {
+		return scope{all: true}
+	}
+	return scope{slots: keyspace.Union(s.slots, o.slots)}
 }
 
 // heldAt is where this server holds the effect of (client, seq).

@@ -149,3 +149,27 @@ func TestLedgerKeepsTheWorker(t *testing.T) {
 		t.Errorf("lost %v, want (1,1) of worker 2", r.Lost)
 	}
 }
+
+// TestLedgerAncestorsHold: a part its client re-sent after a failure
+// (seq 20, re-sending 19) is durable on this BackupPS wherever it holds
+// the effect of the push it re-sends, whether that state arrived before
+// the part's pair (held) or after it (installed): the head that applied
+// 19 streamed it before it failed 19 back, and the head of 20 skipped
+// what it held of 19. Before, 20 stayed in the ledger and a fallback
+// counted it lost though its effect was here (simulation,
+// TERRACE_SIM_MIX=tiers seed 1377 with the 2 -> 1 flush).
+func TestLedgerAncestorsHold(t *testing.T) {
+	var l ledger
+	l.allow(wire.Pair{Client: 1, Seq: 20, Slots: slots(29, 30, 31)}, scope{slots: slots(29)}, 19)
+	if e := l.open[pairKey{1, 20}]; !slices.Equal(e.slots, slots(30, 31)) {
+		t.Fatalf("(1,20) open in %v, want slots 30 and 31 (29 held by its ancestor)", e.slots)
+	}
+	l.installed(wire.Pair{Client: 1, Seq: 19, Slots: slots(30)})
+	if e := l.open[pairKey{1, 20}]; !slices.Equal(e.slots, slots(31)) {
+		t.Fatalf("(1,20) open in %v, want slot 31 (30 installed by its ancestor)", e.slots)
+	}
+	l.installed(wire.Pair{Client: 1, Seq: 19, Slots: slots(31)})
+	if len(l.open) != 0 || len(l.byAncestor) != 0 {
+		t.Fatalf("open %v, ancestors %v: want both empty", l.open, l.byAncestor)
+	}
+}
