@@ -243,6 +243,13 @@ func (m *Machine) newEpoch() {
 	}
 	l.Epoch = l.PrevEpoch + 1
 	m.epochPending = true
+	m.st.StageIntact = false // heads or BackupPS change (tiers.go)
+	if sw := l.Switch; sw != nil && sw.Flush {
+		// A head may change: its successor lacks the stream's history.
+		c := *sw
+		c.Flush = false
+		l.Switch = &c
+	}
 }
 
 func (m *Machine) reply(r Reply) { m.out.Replies = append(m.out.Replies, r) }
