@@ -174,13 +174,66 @@ func (s *Server) replicateDeferred(p bspPush, clock int64, worker uint32, done w
 			d.Vals = append(d.Vals, p.vals[sp.At*w:(sp.At+sp.Len())*w]...)
 		}
 	}
-	if len(per) == 0 {
+	ledgers := deferredLedgers(ch, p, worker)
+	if len(per)+len(ledgers) == 0 {
 		done(nil)
 		return
 	}
-	finish := allDone(len(per)+1, done)
+	if len(ledgers) > 0 {
+		peers := make([]ring.Server, len(ledgers))
+		for i, l := range ledgers {
+			peers[i] = l.peer
+		}
+		done = s.retractOnFailure(done, p.pair, peers)
+	}
+	finish := allDone(len(per)+len(ledgers)+1, done)
 	for id, d := range per {
 		s.queue(peers[id], entry{deferred: d}, finish)
 	}
+	for _, l := range ledgers {
+		s.queueLedger(l.peer, l.pair, finish)
+	}
 	finish(nil)
+}
+
+// ledgerTo is a pair for one BackupPS's loss ledger.
+type ledgerTo struct {
+	peer ring.Server
+	pair wire.Pair
+}
+
+// deferredLedgers returns the pairs that the BackupPS of a BSP push's
+// slots must hold in their ledgers before the push is acknowledged. The
+// push is acknowledged while it waits here for its clock, long before it
+// is applied and streamed; without the pair, losing every ActivePS in the
+// open clock would lose it uncounted (docs/design/tiers.md, "What the
+// ledger counts exactly"). The pair leaves the ledger when the state that
+// carries it arrives in a round, once the clock completed and the push was
+// applied.
+func deferredLedgers(ch chains, p bspPush, worker uint32) []ledgerTo {
+	if p.pair.Seq == 0 || ch.backup == nil {
+		return nil
+	}
+	var out []ledgerTo
+	var bk []ring.Server
+	var scratch []int
+	for sp := range p.all.Spans() {
+		bk, scratch = ch.backups(sp.Slot, bk[:0], scratch)
+		for _, peer := range bk {
+			i := slices.IndexFunc(out, func(l ledgerTo) bool { return l.peer.ID == peer.ID })
+			if i < 0 {
+				pair := p.pair
+				pair.Slots, pair.Acked = nil, 0
+				if worker != wire.NoWorker {
+					pair.Acked = uint64(worker) + 1 // as ledgerPair
+				}
+				out = append(out, ledgerTo{peer: peer, pair: pair})
+				i = len(out) - 1
+			}
+			sl := keyspace.SlotSet(out[i].pair.Slots)
+			sl.Add(sp.Slot)
+			out[i].pair.Slots = sl
+		}
+	}
+	return out
 }

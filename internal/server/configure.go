@@ -49,6 +49,9 @@ type installed struct {
 	finished             []int
 	// lossEpoch is the epoch of a fallback whose loss this server counts.
 	lossEpoch uint64
+	// flush are the streams to the BackupPS that a 2 -> 1 switch flushes
+	// instead of copying (flush.go), by peer.
+	flush map[string]flushMark
 }
 
 // install installs the layout under applyMu and mu: no push is applied
@@ -109,6 +112,7 @@ func (s *Server) install(l *layout.Layout, rm *ring.Map, ch chains) (installed, 
 	for _, r := range s.replicators() {
 		r.setPolicy(s.policyOf(r.peer.ID, ch.isBackup(r.peer.ID)))
 	}
+	a.flush = s.flushMarks(l, a.old)
 	// Rebuilds run one after another in layout order: a later one reports a
 	// joiner synced only after the earlier ones' copies are acknowledged.
 	a.prevRebuild, a.rebuilt = s.lastRebuild, make(chan struct{})
@@ -190,7 +194,7 @@ func (s *Server) follow(a installed) {
 				return
 			}
 		}
-		s.rebuild(ctx, a.old, a.cur)
+		s.rebuild(ctx, a.old, a.cur, a.flush)
 	})
 	if ck := a.checkpoint; ck != nil {
 		s.spawn(func(ctx context.Context) { s.checkpointTo(ctx, *ck) })

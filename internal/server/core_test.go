@@ -490,6 +490,9 @@ func (w *queueWorld) run(t *testing.T, d *datadriven.TestData) string {
 		for _, f := range p.failed {
 			f(errMoved)
 		}
+		for _, f := range p.acked {
+			f(nil) // gate-held pushes whose rounds were dropped
+		}
 		return b.String() + w.report()
 	case "confirm":
 		for _, f := range w.q.confirmed(round) {
@@ -499,6 +502,11 @@ func (w *queueWorld) run(t *testing.T, d *datadriven.TestData) string {
 		w.q.unconfirm(round)
 	case "cut":
 		w.q.cut()
+	case "policy":
+		// What replicator.setPolicy does at a layout's install.
+		var policy string
+		d.ScanArgs(t, "to", &policy)
+		w.q.policy = map[string]AckPolicy{"chain": AckChain, "bulk": AckBulk}[policy]
 	case "leave":
 		for _, f := range w.q.leave() {
 			f(nil)

@@ -203,7 +203,7 @@ func (s *Server) applyNow(c *conn, rq request, all, ks keyspace.Keys, vals []flo
 	refused := s.applyPush(rq.t, ks, vals, c.hello.Client, rq.d.Seq)
 	rq.ks = all
 	pair := wire.Pair{Client: c.hello.Client, Seq: rq.d.Seq, Acked: rq.d.Acked, Table: rq.t.id}
-	after := s.replicateAs(rq.t, all, pair, rq.d.Worker, func(err error) {
+	after := s.replicateAs(rq.t, all, pair, rq.d.Worker, rq.d.Ancestors, func(err error) {
 		if err != nil {
 			s.replyError(c, rq.h, wire.CodeStaleEpoch, err.Error())
 			return
@@ -287,12 +287,12 @@ func (s *Server) answer(c *conn, rq request, refused int) {
 // at once), or a function the caller must call once it has released
 // applyMu.
 func (s *Server) replicate(t *tableState, ks keyspace.Keys, pair wire.Pair, done waiter) (after func()) {
-	return s.replicateAs(t, ks, pair, wire.NoWorker, done)
+	return s.replicateAs(t, ks, pair, wire.NoWorker, nil, done)
 }
 
 // replicateAs is replicate for a push of worker (wire.NoWorker if none),
-// whom a BackupPS's ledger names.
-func (s *Server) replicateAs(t *tableState, ks keyspace.Keys, pair wire.Pair, worker uint32, done waiter) (after func()) {
+// whom a BackupPS's ledger names, re-sending the pushes ancestors.
+func (s *Server) replicateAs(t *tableState, ks keyspace.Keys, pair wire.Pair, worker uint32, ancestors []uint64, done waiter) (after func()) {
 	ch := s.chainsNow()
 	if !ch.replicates() {
 		return nil
@@ -302,14 +302,17 @@ func (s *Server) replicateAs(t *tableState, ks keyspace.Keys, pair wire.Pair, wo
 		return nil
 	}
 	var pairs []wire.Pair
+	var ledgers []ring.Server
 	waits := len(groups) + 1
 	if pair.Seq != 0 {
 		pairs = []wire.Pair{pair}
 		for _, g := range groups {
 			if ch.isBackup(g.peer.ID) {
 				waits++ // its ledger too
+				ledgers = append(ledgers, g.peer)
 			}
 		}
+		done = s.retractOnFailure(done, pair, ledgers)
 	}
 	// One more than the groups and ledgers: the last is the caller's, once
 	// it holds no lock, so that done never runs under applyMu.
@@ -336,7 +339,7 @@ func (s *Server) replicateAs(t *tableState, ks keyspace.Keys, pair wire.Pair, wo
 		// in parallel with the chain (docs/design/tiers.md, "The
 		// stream", 5).
 		if toLedger {
-			if w := r.addLedger(ledgerPair(pair, g.items, worker), finish); w != nil {
+			if w := r.addLedger(finish, ledgerPairs(pair, g.items, worker, ancestors)...); w != nil {
 				now = append(now, w)
 			}
 		}

@@ -23,6 +23,10 @@ import (
 // guards it, beside dedup, which it consults) and does no I/O.
 type ledger struct {
 	open map[pairKey]ledgerEntry
+	// byAncestor lists, by the pair of a push a client re-sent as parts,
+	// the open entries of those parts: the state of the push they re-send
+	// makes them durable too.
+	byAncestor map[pairKey][]pairKey
 	// frozen is the ledger of the last fallback (nil if none is pending):
 	// open's entries in the slots this server heads after it, less the
 	// pushes their clients then re-sent.
@@ -34,16 +38,18 @@ type ledger struct {
 
 // ledgerEntry is where the state of an allowed push is still missing.
 type ledgerEntry struct {
-	table  uint32
-	slots  keyspace.SlotSet
-	worker int // the pushing worker's rank, -1 if not a worker
+	table     uint32
+	slots     keyspace.SlotSet
+	worker    int      // the pushing worker's rank, -1 if not a worker
+	ancestors []uint64 // the pushes it re-sends (wire.Data.Ancestors)
 }
 
 // allow records that pair p's push may be acknowledged, less the slots
 // where this server already holds its effect (held, from dedup: a round
-// that carried the pair overtook the ledger's message). p.Acked names the
-// pushing worker (ledgerPair).
-func (l *ledger) allow(p wire.Pair, held scope) {
+// that carried the pair, or one of the pushes it re-sends, ancestors,
+// overtook the ledger's message). p.Acked names the pushing worker
+// (ledgerPair).
+func (l *ledger) allow(p wire.Pair, held scope, ancestors ...uint64) {
 	if held.all {
 		return
 	}
@@ -62,20 +68,70 @@ func (l *ledger) allow(p wire.Pair, held scope) {
 	if ok {
 		sl = keyspace.Union(e.slots, sl)
 	}
-	e.table, e.slots, e.worker = p.Table, sl, int(p.Acked)-1
+	if !ok || p.Acked != 0 {
+		// A BSP push's pair comes again, naming no worker, when its
+		// head applies it: the first names the worker.
+		e.worker = int(p.Acked) - 1
+	}
+	e.table, e.slots = p.Table, sl
+	if !ok && len(ancestors) > 0 {
+		e.ancestors = slices.Clone(ancestors)
+		if l.byAncestor == nil {
+			l.byAncestor = make(map[pairKey][]pairKey)
+		}
+		for _, a := range ancestors {
+			ak := pairKey{p.Client, a}
+			l.byAncestor[ak] = append(l.byAncestor[ak], k)
+		}
+	}
 	l.open[k] = e
 }
 
-// installed records that an installed round brought pair p's state in
-// p.Slots.
-func (l *ledger) installed(p wire.Pair) {
-	k := pairKey{p.Client, p.Seq}
+// drop forgets entry k.
+func (l *ledger) drop(k pairKey) {
 	e, ok := l.open[k]
-	if !ok || e.table != p.Table {
+	if !ok {
 		return
 	}
-	if e.slots = keyspace.Subtract(e.slots, p.Slots); len(e.slots) == 0 {
-		delete(l.open, k)
+	delete(l.open, k)
+	for _, a := range e.ancestors {
+		ak := pairKey{k.client, a}
+		rest := slices.DeleteFunc(l.byAncestor[ak], func(x pairKey) bool { return x == k })
+		if len(rest) == 0 {
+			delete(l.byAncestor, ak)
+		} else {
+			l.byAncestor[ak] = rest
+		}
+	}
+}
+
+// retract forgets pair (client, seq): its ActivePS failed the push back
+// (its client re-sends it as parts, under new sequence numbers, and the
+// ledger learns those), so it is never acknowledged. A retraction that
+// arrives after a fallback froze the entry removes it from the count too.
+func (l *ledger) retract(client, seq uint64) {
+	l.drop(pairKey{client, seq})
+	delete(l.frozen, pairKey{client, seq})
+}
+
+// installed records that an installed round brought pair p's state in
+// p.Slots: p's push, and the parts that re-send it, are durable there.
+func (l *ledger) installed(p wire.Pair) {
+	k := pairKey{p.Client, p.Seq}
+	l.shrink(k, p.Table, p.Slots)
+	for _, part := range slices.Clone(l.byAncestor[k]) {
+		l.shrink(part, p.Table, p.Slots)
+	}
+}
+
+// shrink records that entry k is durable in slots of table.
+func (l *ledger) shrink(k pairKey, table uint32, slots keyspace.SlotSet) {
+	e, ok := l.open[k]
+	if !ok || e.table != table {
+		return
+	}
+	if e.slots = keyspace.Subtract(e.slots, slots); len(e.slots) == 0 {
+		l.drop(k)
 		return
 	}
 	l.open[k] = e
@@ -89,7 +145,7 @@ func (l *ledger) replaced(table uint32, slots keyspace.SlotSet) {
 			continue
 		}
 		if e.slots = keyspace.Subtract(e.slots, slots); len(e.slots) == 0 {
-			delete(l.open, k)
+			l.drop(k)
 			continue
 		}
 		l.open[k] = e
@@ -110,7 +166,7 @@ func (l *ledger) freeze(epoch uint64, heads func(slot uint64) bool) int {
 			l.frozen[k] = e
 		}
 	}
-	l.open, l.atRisk = nil, lostPushes(l.frozen)
+	l.open, l.byAncestor, l.atRisk = nil, nil, lostPushes(l.frozen)
 	n := len(l.atRisk)
 	if n == 0 && prev != nil {
 		// Nothing new at risk (the end of a switch out of stage 2 or 3,

@@ -35,10 +35,11 @@ type ledgerOut struct {
 // one side): the pushes are failed back, and their clients re-send them.
 var errLedgerRefused = errors.New("the BackupPS refused the ledger")
 
-// addLedger queues p (scoped to the slots the peer holds of its push) for
-// the peer's ledger, and returns the waiter to call at once with nil (the
-// peer left the layout), which the caller does once it holds no lock.
-func (r *replicator) addLedger(p wire.Pair, w waiter) (now waiter) {
+// addLedger queues ps (a push's pair scoped to the slots the peer holds
+// of it, after the markers of the pushes it re-sends: ledgerPairs) for the
+// peer's ledger, and returns the waiter to call at once with nil (the peer
+// left the layout), which the caller does once it holds no lock.
+func (r *replicator) addLedger(w waiter, ps ...wire.Pair) (now waiter) {
 	o := &r.ledger
 	o.start.Do(func() {
 		o.kick = make(chan struct{}, 1)
@@ -49,7 +50,7 @@ func (r *replicator) addLedger(p wire.Pair, w waiter) (now waiter) {
 		o.mu.Unlock()
 		return w
 	}
-	o.pairs = append(o.pairs, p)
+	o.pairs = append(o.pairs, ps...)
 	o.waiters = append(o.waiters, w)
 	o.mu.Unlock()
 	select {
@@ -57,6 +58,22 @@ func (r *replicator) addLedger(p wire.Pair, w waiter) (now waiter) {
 	default:
 	}
 	return nil
+}
+
+// queueLedger queues pair for peer's ledger with its waiter; the caller
+// holds no lock.
+func (s *Server) queueLedger(peer ring.Server, pair wire.Pair, w waiter) {
+	r, old := s.replicatorFor(peer)
+	if old != nil {
+		old.leave()
+	}
+	if r == nil {
+		w(errShuttingDown)
+		return
+	}
+	if now := r.addLedger(w, pair); now != nil {
+		now(nil)
+	}
 }
 
 // leaveLedger releases every waiter: the peer left the layout.
@@ -214,19 +231,87 @@ func (s *Server) handleLedger(c *conn, h wire.Header, p []byte) (wire.Code, erro
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	rm := s.ring
+	var code wire.Code
 	switch {
 	case rm == nil || h.Epoch != rm.Epoch:
-		return wire.CodeStaleEpoch, fmt.Errorf("ledger at epoch %d, server is at %d", h.Epoch, s.epochLocked())
+		code, err = wire.CodeStaleEpoch, fmt.Errorf("ledger at epoch %d, server is at %d", h.Epoch, s.epochLocked())
 	case !s.chains.isBackup(s.opts.ID) || rm.Index(c.hello.Node) < 0:
-		return wire.CodeNotOwner, fmt.Errorf("ledger from %s, which is not an ActivePS of this BackupPS", c.hello.Node)
+		code, err = wire.CodeNotOwner, fmt.Errorf("ledger from %s, which is not an ActivePS of this BackupPS", c.hello.Node)
 	}
+	allows := false
+	var anc []uint64
 	s.pairMu.Lock()
 	for _, pr := range m.Pairs {
-		s.ledger.allow(pr, s.dedup.heldAt(pr.Client, pr.Seq))
+		if pr.Acked == ledgerAncestor {
+			anc = append(anc, pr.Seq)
+			continue
+		}
+		switch {
+		case len(pr.Slots) == 0:
+			// A retraction (retractOnFailure) is taken from anyone, at
+			// any epoch: it only ever names a push that was failed back,
+			// which no one acknowledges.
+			s.ledger.retract(pr.Client, pr.Seq)
+		case code == 0:
+			held := s.dedup.heldAt(pr.Client, pr.Seq)
+			for _, a := range anc {
+				held = held.union(s.dedup.heldAt(pr.Client, a))
+			}
+			s.ledger.allow(pr, held, anc...)
+		default:
+			allows = true
+		}
+		anc = anc[:0]
 	}
 	s.pairMu.Unlock()
-	s.replyOK(c, h.ReqID, rm.Epoch)
+	if allows {
+		return code, err
+	}
+	s.replyOK(c, h.ReqID, s.epochLocked())
 	return 0, nil
+}
+
+// retractOnFailure wraps done, the waiter of a push whose pair is queued
+// for the ledgers of peers, so that a failure (errMoved: the push's slots
+// moved before its chain held it) retracts the pair from those ledgers
+// before the client hears of it. The client re-sends the push as parts
+// under new sequence numbers, whose pairs the ledgers learn; the failed
+// push's own entry would otherwise stay until a copy of its slots reached
+// the BackupPS (the head that applies the parts does not stream the old
+// pair), and a fallback meanwhile would count it lost although its parts
+// were applied (docs/design/tiers.md, "What the ledger counts exactly").
+func (s *Server) retractOnFailure(done waiter, pair wire.Pair, peers []ring.Server) waiter {
+	if len(peers) == 0 {
+		return done
+	}
+	return func(err error) {
+		if err == nil {
+			done(nil)
+			return
+		}
+		retraction := pair
+		retraction.Slots, retraction.Acked = nil, 0
+		finish := allDone(len(peers)+1, func(error) { done(err) })
+		for _, p := range peers {
+			s.queueLedger(p, retraction, finish)
+		}
+		finish(nil)
+	}
+}
+
+// ledgerAncestor, as a ledger pair's Acked, marks the pair as a push that
+// the next pair of the message re-sends (wire.Data.Ancestors): where the
+// BackupPS holds its effect, it holds the next one's.
+const ledgerAncestor = ^uint64(0)
+
+// ledgerPairs is ledgerPair after the markers of the pushes it re-sends.
+func ledgerPairs(pair wire.Pair, items []item, worker uint32, ancestors []uint64) []wire.Pair {
+	p := ledgerPair(pair, items, worker)
+	out := make([]wire.Pair, 0, len(ancestors)+1)
+	for _, a := range ancestors {
+		out = append(out, wire.Pair{Client: p.Client, Seq: a, Acked: ledgerAncestor, Table: p.Table, Slots: p.Slots})
+	}
+	return append(out, p)
 }
 
 // ledgerPair is pair scoped to the slots of items: what the BackupPS that
@@ -264,6 +349,14 @@ func fellBack(id string, old, l *layout.Layout) (surely, maybe bool) {
 	}
 	sw := old.Switch
 	return false, sw != nil && sw.From >= tier.Stage2 && slices.ContainsFunc(old.Joining, func(s ring.Server) bool { return s.ID == id })
+}
+
+// union is where either s or o is held.
+func (s scope) union(o scope) scope {
+	if s.all || o.all {
+		return scope{all: true}
+	}
+	return scope{slots: keyspace.Union(s.slots, o.slots)}
 }
 
 // heldAt is where this server holds the effect of (client, seq).

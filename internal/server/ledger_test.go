@@ -135,3 +135,41 @@ func TestLedgerSwitchEndWithinGrace(t *testing.T) {
 		t.Errorf("report %+v, want epoch 45 with (1,1) lost and at risk", r)
 	}
 }
+
+// TestLedgerKeepsTheWorker: a BSP push's pair reaches the ledger twice,
+// naming its worker before it is acknowledged and no worker when its head
+// applies it at the end of its clock; the loss is still the worker's.
+func TestLedgerKeepsTheWorker(t *testing.T) {
+	var l ledger
+	l.allow(wire.Pair{Client: 1, Seq: 1, Acked: 3, Slots: slots(1)}, scope{})
+	l.allow(wire.Pair{Client: 1, Seq: 1, Slots: slots(1, 2)}, scope{})
+	l.freeze(5, func(uint64) bool { return true })
+	r := l.report()
+	if len(r.Lost) != 1 || r.Lost[0].Worker != 2 {
+		t.Errorf("lost %v, want (1,1) of worker 2", r.Lost)
+	}
+}
+
+// TestLedgerAncestorsHold: a part its client re-sent after a failure
+// (seq 20, re-sending 19) is durable on this BackupPS wherever it holds
+// the effect of the push it re-sends, whether that state arrived before
+// the part's pair (held) or after it (installed): the head that applied
+// 19 streamed it before it failed 19 back, and the head of 20 skipped
+// what it held of 19. Before, 20 stayed in the ledger and a fallback
+// counted it lost though its effect was here (simulation,
+// TERRACE_SIM_MIX=tiers seed 1377 with the 2 -> 1 flush).
+func TestLedgerAncestorsHold(t *testing.T) {
+	var l ledger
+	l.allow(wire.Pair{Client: 1, Seq: 20, Slots: slots(29, 30, 31)}, scope{slots: slots(29)}, 19)
+	if e := l.open[pairKey{1, 20}]; !slices.Equal(e.slots, slots(30, 31)) {
+		t.Fatalf("(1,20) open in %v, want slots 30 and 31 (29 held by its ancestor)", e.slots)
+	}
+	l.installed(wire.Pair{Client: 1, Seq: 19, Slots: slots(30)})
+	if e := l.open[pairKey{1, 20}]; !slices.Equal(e.slots, slots(31)) {
+		t.Fatalf("(1,20) open in %v, want slot 31 (30 installed by its ancestor)", e.slots)
+	}
+	l.installed(wire.Pair{Client: 1, Seq: 19, Slots: slots(31)})
+	if len(l.open) != 0 || len(l.byAncestor) != 0 {
+		t.Fatalf("open %v, ancestors %v: want both empty", l.open, l.byAncestor)
+	}
+}

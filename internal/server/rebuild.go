@@ -16,16 +16,20 @@ import (
 type HandoffStats struct {
 	Keys, Bytes int64
 	Seconds     float64
+	// Flushed counts the BackupPS that a 2 -> 1 switch flushed to instead
+	// of copying (flush.go).
+	Flushed int64
 }
 
 // handoffCounters are HandoffStats as the rebuilds add to them.
 type handoffCounters struct {
-	keys, bytes, nanos atomic.Int64
+	keys, bytes, nanos, flushed atomic.Int64
 }
 
 // Handoff returns what this server's rebuilds have shipped.
 func (s *Server) Handoff() HandoffStats {
-	return HandoffStats{Keys: s.handoff.keys.Load(), Bytes: s.handoff.bytes.Load(), Seconds: time.Duration(s.handoff.nanos.Load()).Seconds()}
+	return HandoffStats{Keys: s.handoff.keys.Load(), Bytes: s.handoff.bytes.Load(), Seconds: time.Duration(s.handoff.nanos.Load()).Seconds(),
+		Flushed: s.handoff.flushed.Load()}
 }
 
 // rebuild sends, for every slot this server heads, a full copy to each
@@ -37,7 +41,7 @@ func (s *Server) Handoff() HandoffStats {
 // too, in order on the same stream. When the copies a joiner needs are
 // acknowledged, OnSynced reports it. It runs as a task of the server
 // (Configure), after the rebuild of the layout before.
-func (s *Server) rebuild(ctx context.Context, old, cur chains) {
+func (s *Server) rebuild(ctx context.Context, old, cur chains, flush map[string]flushMark) {
 	if old.ring == nil {
 		s.reportSynced(cur)
 		return
@@ -48,6 +52,12 @@ func (s *Server) rebuild(ctx context.Context, old, cur chains) {
 		return
 	}
 	plans, keys := planCopies(s.tableList(), old, cur, s.opts.ID)
+	if len(flush) > 0 {
+		var ok bool
+		if plans, keys, ok = s.flush(ctx, old, plans, keys, flush); !ok {
+			return
+		}
+	}
 	if len(plans) == 0 {
 		s.reportSynced(cur)
 		return

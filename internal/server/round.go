@@ -126,6 +126,9 @@ type peerQueue struct {
 	// the acknowledged pushes the peer lacks all belong to round r + 1:
 	// one sync interval's worth.
 	gated []gatedWaiter
+	// drops counts the batches dropped (their slots moved, or they were of
+	// an earlier term): a 2 -> 1 flush must copy instead (flush.go).
+	drops uint64
 }
 
 // gatedWaiter is a push's waiter held until every batch taken with a
@@ -315,6 +318,7 @@ func (q *peerQueue) take(r uint64, withBulk bool, heads func(entry) bool, change
 			// state of later rounds may carry their effects: each of
 			// their slots must be copied to the peer before more of it.
 			q.sync.mustCopy(b.entries)
+			q.drops++
 			p.failed = append(p.failed, b.waiters...)
 			continue
 		}

@@ -151,6 +151,17 @@ func (p *peerSync) setAll(table uint32, slots keyspace.SlotSet, v int) {
 	}
 }
 
+// copyPending reports whether some slot must be copied to the peer before
+// more of it (mustCopy), which has not been yet.
+func (p *peerSync) copyPending() bool {
+	for _, v := range p.synced {
+		if v == copyNeeded {
+			return true
+		}
+	}
+	return false
+}
+
 // mustCopy records every slot of entries, which will not reach the peer,
 // as needing a full copy before any more of its state.
 func (p *peerSync) mustCopy(entries []entry) {

@@ -70,7 +70,6 @@ type Machine struct {
 	// rank's last reported clock (cluster.go; not saved).
 	machineOf map[string]string
 	clocks    map[int]int64
-	losses    lossSeen // loss.go
 	// committing: the Commit of the checkpoint in progress was handed
 	// out, and its outcome (Committed) is awaited.
 	committing bool
@@ -244,6 +243,13 @@ func (m *Machine) newEpoch() {
 	}
 	l.Epoch = l.PrevEpoch + 1
 	m.epochPending = true
+	m.st.StageIntact = false // heads or BackupPS change (tiers.go)
+	if sw := l.Switch; sw != nil && sw.Flush {
+		// A head may change: its successor lacks the stream's history.
+		c := *sw
+		c.Flush = false
+		l.Switch = &c
+	}
 }
 
 func (m *Machine) reply(r Reply) { m.out.Replies = append(m.out.Replies, r) }

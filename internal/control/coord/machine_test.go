@@ -484,6 +484,9 @@ func (h *harness) printLayout(what string, l *layout.Layout) {
 	}
 	if sw := l.Switch; sw != nil {
 		fmt.Fprintf(&h.out, " switch %d->%d", sw.From, sw.To)
+		if sw.Flush {
+			fmt.Fprintf(&h.out, " flush")
+		}
 	}
 	fmt.Fprintf(&h.out, " workers %d", l.Workers)
 	if len(l.PeerAddrs) > 0 {

@@ -54,10 +54,18 @@ type State struct {
 	// counts the ActivePS lost without notice since the last switch.
 	StageHistory []StageChange `json:"stage_history,omitempty"`
 	ActiveLost   int           `json:"active_lost,omitempty"`
+	// StageIntact: the stage is 2 or 3, and every BackupPS has held the
+	// slots it is streamed in full since the stage began (it began from
+	// stage 1 or formed so, and no epoch began since: no head and no
+	// BackupPS changed). A switch to stage 1 then flushes (tiers.go).
+	StageIntact bool `json:"stage_intact,omitempty"`
 	// Noticed are the ActivePS that announced their departure.
 	Noticed map[string]bool `json:"noticed,omitempty"`
 	// Loss is what the BackupPS's ledgers counted at fallbacks (loss.go).
 	Loss api.Loss `json:"loss,omitzero"`
+	// LossSeen are the pushes the last fallbacks' reports counted, so
+	// that a new leader counts each once too (loss.go).
+	LossSeen []LossSeen `json:"loss_seen,omitempty"`
 	// RankClass is the class of each worker rank's machine.
 	RankClass map[int]tier.Class `json:"rank_class,omitempty"`
 

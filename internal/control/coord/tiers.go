@@ -123,6 +123,7 @@ func (m *Machine) arrangeTiers() {
 		l.Servers, l.Backup, l.Standby = tra, rel, nil
 	}
 	m.newEpoch()
+	m.st.StageIntact = stage >= tier.Stage2
 }
 
 // removeTiered takes a failed server out when the tiers are involved, and
@@ -142,7 +143,9 @@ func (m *Machine) removeTiered(id, addr string) (handled, removed bool) {
 	if i := slices.IndexFunc(l.Backup, match); i >= 0 {
 		if len(l.Backup) == 1 {
 			// The last authoritative copy: keep it in the layout, so that
-			// a restarted process under its ID takes its place.
+			// a restarted process under its ID takes its place. That
+			// process holds nothing: a switch to stage 1 must copy.
+			m.st.StageIntact = false
 			return true, false
 		}
 		l.Backup = slices.Delete(slices.Clone(l.Backup), i, i+1)
@@ -310,6 +313,7 @@ func (m *Machine) switchStage(to tier.Stage, reason string) error {
 		for _, s := range l.Servers {
 			l.Leaving = append(l.Leaving, s.ID)
 		}
+		sw.Flush = m.st.StageIntact
 	}
 	for _, s := range l.Joining {
 		m.st.Synced[s.ID] = map[string]bool{}
@@ -435,6 +439,9 @@ func (m *Machine) promoteSwitch(done func(string) bool) bool {
 	}
 	m.newEpoch()
 	m.resetSync()
+	// The BackupPS, the old heads, hold every slot in full; a join that
+	// starts with the epoch changes heads, so it is not intact.
+	m.st.StageIntact = l.Stage >= tier.Stage2 && len(l.Joining) == 0
 	return true
 }
 

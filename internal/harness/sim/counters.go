@@ -39,6 +39,10 @@ type Counters struct {
 	// and one (client, seq) pair per push, and the increments a run loses
 	// are the pushes it loses: the unit of the tiers' loss ledger.
 	HotOnly bool
+	// BSP makes the table bulk-synchronous (Staleness is then ignored):
+	// its pushes wait on their heads until their clock completes, and are
+	// acknowledged before then (docs/design/resilience.md, "BSP").
+	BSP bool
 }
 
 func (w Counters) withDefaults() Counters {
@@ -55,6 +59,14 @@ func (w Counters) withDefaults() Counters {
 	return w
 }
 
+// staleness is the bound reads are checked against: BSP's is 0.
+func (w Counters) staleness() int {
+	if w.BSP {
+		return 0
+	}
+	return w.Staleness
+}
+
 // HotKey is rank r's own counter, which every minibatch of r increments
 // and every read includes: the sharpest test of the staleness bound.
 func (w Counters) HotKey(r int) uint64 {
@@ -65,7 +77,11 @@ func (w Counters) HotKey(r int) uint64 {
 func (w Counters) Run(ctx context.Context, c *Cluster, n *Node, cl *ps.Client) error {
 	w = w.withDefaults()
 	rank := cl.Rank()
-	tb, err := cl.CreateTable(ctx, table.Spec{Name: CountersTable, Width: 1, Consistency: table.Consistency{Model: table.SSP, Staleness: w.Staleness}})
+	cons := table.Consistency{Model: table.SSP, Staleness: w.Staleness}
+	if w.BSP {
+		cons = table.Consistency{Model: table.BSP}
+	}
+	tb, err := cl.CreateTable(ctx, table.Spec{Name: CountersTable, Width: 1, Consistency: cons})
 	if err != nil {
 		return err
 	}
@@ -162,7 +178,7 @@ func (w Counters) step(ctx context.Context, c *Cluster, n *Node, cl *ps.Client, 
 	if err := tb.Pull(read, vals).Wait(ctx); err != nil {
 		return fmt.Errorf("pull: %w", err)
 	}
-	c.book.Read(Read{Rank: rank, Clock: clock, Staleness: w.Staleness, Keys: read, Values: vals, Finished: c.Layout().Finished})
+	c.book.Read(Read{Rank: rank, Clock: clock, Staleness: w.staleness(), Keys: read, Values: vals, Finished: c.Layout().Finished})
 	n.Status("rank %d: pass %d partition %d minibatch %d: computing at clock %d", rank, pass, part, off, clock)
 	if !n.Compute(ctx, ms(r, 2, 25)) {
 		return ctx.Err()

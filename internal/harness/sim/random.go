@@ -70,7 +70,11 @@ func (sc Scenario) Describe() string {
 	cfg := sc.Config.withDefaults()
 	s := fmt.Sprintf("%d servers (k = %d), %d workers", cfg.Servers, cfg.Replication, cfg.Workers)
 	if w, ok := sc.Workload.(Counters); ok {
-		s += fmt.Sprintf(", SSP staleness %d, %d keys a step", w.Staleness, w.withDefaults().KeysPerStep)
+		cons := fmt.Sprintf("SSP staleness %d", w.Staleness)
+		if w.BSP {
+			cons = "BSP"
+		}
+		s += fmt.Sprintf(", %s, %d keys a step", cons, w.withDefaults().KeysPerStep)
 	}
 	return s + "; faults: " + sc.Faults.String()
 }

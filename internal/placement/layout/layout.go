@@ -116,6 +116,11 @@ type Switch struct {
 	Reason string     `json:"reason"`
 	// StartedUnixMilli is when the coordinator started it.
 	StartedUnixMilli int64 `json:"started_unix_ms"`
+	// Flush, on a switch from stage 2 or 3 to 1: every BackupPS has held
+	// the slots it streams in full since the stage began (no head and no
+	// BackupPS changed), so the ActivePS heads flush their streams to them
+	// instead of copying every slot (docs/design/tiers.md, "2 -> 1").
+	Flush bool `json:"flush,omitempty"`
 }
 
 // Machine is a host with one network link, and its class.
