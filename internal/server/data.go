@@ -357,17 +357,24 @@ func (s *Server) replicateAs(t *tableState, ks keyspace.Keys, pair wire.Pair, wo
 
 // queue queues e for peer with its waiter; the caller holds no lock.
 func (s *Server) queue(peer ring.Server, e entry, w waiter) {
+	if r := s.liveReplicator(peer, w); r != nil {
+		if now := r.add(e, w); now != nil {
+			now(nil)
+		}
+	}
+}
+
+// liveReplicator returns peer's replicator, retiring one it replaced; it
+// fails w and returns nil when the server is shutting down.
+func (s *Server) liveReplicator(peer ring.Server, w waiter) *replicator {
 	r, old := s.replicatorFor(peer)
 	if old != nil {
 		old.leave()
 	}
 	if r == nil {
 		w(errShuttingDown)
-		return
 	}
-	if now := r.add(e, w); now != nil {
-		now(nil)
-	}
+	return r
 }
 
 // allDone returns a function to call n times, with an error or nil: on

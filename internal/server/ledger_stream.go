@@ -63,16 +63,10 @@ func (r *replicator) addLedger(w waiter, ps ...wire.Pair) (now waiter) {
 // queueLedger queues pair for peer's ledger with its waiter; the caller
 // holds no lock.
 func (s *Server) queueLedger(peer ring.Server, pair wire.Pair, w waiter) {
-	r, old := s.replicatorFor(peer)
-	if old != nil {
-		old.leave()
-	}
-	if r == nil {
-		w(errShuttingDown)
-		return
-	}
-	if now := r.addLedger(w, pair); now != nil {
-		now(nil)
+	if r := s.liveReplicator(peer, w); r != nil {
+		if now := r.addLedger(w, pair); now != nil {
+			now(nil)
+		}
 	}
 }
 
