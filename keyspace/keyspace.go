@@ -13,12 +13,13 @@ const SlotBits = 6
 const SlotSize = 1 << SlotBits
 
 // UnitBits is log2 of the number of consecutive slots in a placement unit
-// (1,024 keys). Beyond the first SpreadSlots slots the ring places units,
+// (4,096 keys). Beyond the first SpreadSlots slots the ring places units,
 // not single slots, so that a dense range reaches each server as runs of
-// at least 4 KiB of float32 and forms the store's dense groups there,
+// at least 16 KiB of float32 and forms the store's dense groups there,
 // instead of 64-key pieces that cost per piece on both ends
-// (docs/design/dataplane.md, "Placement units").
-const UnitBits = 4
+// (docs/design/dataplane.md, "Placement units"). A unit is a whole number
+// of the store's dense groups.
+const UnitBits = 6
 
 // SpreadSlots is how many slots from key 0 the ring places one by one:
 // the first 65,536 keys, where small ids (feature, user and item ids) and

@@ -34,8 +34,8 @@ func gatherInto(vals []float32, runs [][2]int, count, w int) (out []float32, rel
 // minRunView is the least mean run, in floats, for which a part's values
 // go out as views of the caller's runs (one iovec each in the writer's
 // writev) instead of gathered into one buffer: a range spread over
-// servers by placement units arrives in runs of 1,024 keys or more, which
-// the kernel copies as cheaply from 512 places as from one, while a key
+// servers by placement units arrives in runs of 4,096 keys or more, which
+// the kernel copies as cheaply from a hundred places as from one, while a key
 // list's runs of a few keys each would cost an iovec per key.
 const minRunView = 256
 

@@ -18,8 +18,13 @@ import (
 // slot a dense width-1 push ran about half as fast.
 const (
 	stripes    = 256
-	groupSlots = 1 << keyspace.UnitBits
+	groupSlots = 16
 )
+
+// A placement unit (keyspace.UnitBits) is a whole number of dense groups,
+// so that the ring never splits a group between servers: this fails to
+// compile otherwise.
+var _ [0]struct{} = [(1 << keyspace.UnitBits) % groupSlots]struct{}{}
 
 // Table is one table's keys, values and optimizer state on one server. Its
 // methods are safe for concurrent use. Value slices are flat: width floats
