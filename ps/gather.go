@@ -39,6 +39,12 @@ func gatherInto(vals []float32, runs [][2]int, count, w int) (out []float32, rel
 // list's runs of a few keys each would cost an iovec per key.
 const minRunView = 256
 
+// viewable reports whether p's values, width w, go to and from the
+// caller's vector run by run: several runs, long enough on average.
+func (p *part) viewable(w int) bool {
+	return len(p.runs) > 1 && p.count*w >= minRunView*len(p.runs)
+}
+
 // viewRuns returns the runs of vals as byte views, in order, without
 // copying: the frame's payload is their concatenation.
 func viewRuns(vals []float32, runs [][2]int, w int) [][]byte {

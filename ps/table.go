@@ -270,7 +270,7 @@ func (t *Table) send(o *op, rm *ring.Map, conns map[string]*transport.Client, pl
 	var runViews [][]byte
 	if o.vals != nil {
 		d.Enc = t.enc
-		if d.Enc == wire.EncRaw && len(p.runs) > 1 && p.count*w >= minRunView*len(p.runs) {
+		if d.Enc == wire.EncRaw && p.viewable(w) {
 			runViews = viewRuns(o.vals, p.runs, w)
 		} else {
 			var v []float32
@@ -395,7 +395,7 @@ func (t *Table) readReply(o *op, p *part, h wire.Header, r *wire.Reader) (uint32
 		refused, _, _ := wire.ParseReply(pre[:])
 		return refused, nil
 	}
-	if o.pos == nil && p.count*w >= minRunView*len(p.runs) {
+	if o.pos == nil && p.viewable(w) {
 		// Long runs (a range spread over servers): straight from the
 		// socket into each run of the caller's vector.
 		var pre [wire.ReplyPrefixSize]byte
@@ -620,19 +620,20 @@ func (c *planCache) get(t *Table, rm *ring.Map, o *op) *plan {
 	c.mu.Lock()
 	pl := c.byKey[h]
 	_, again := c.seen[h]
-	if !o.isRange && !again && pl == nil {
+	first := !o.isRange && !again && pl == nil
+	if first {
 		if c.seen == nil || len(c.seen) >= 4*maxPlans {
 			c.seen = make(map[uint64]struct{})
 		}
 		c.seen[h] = struct{}{}
 	}
 	c.mu.Unlock()
+	if first {
+		return t.buildPlan(rm, o) // seen once: one-off, aliasing o.keys
+	}
 	if pl != nil && pl.epoch == rm.Epoch && pl.matches(o) {
 		pl.reuse.Store(true)
 		return pl
-	}
-	if !o.isRange && !again && pl == nil {
-		return t.buildPlan(rm, o) // seen once: one-off, aliasing o.keys
 	}
 	pl = t.buildPlan(rm, o)
 	if !o.isRange {

@@ -55,6 +55,57 @@ func runningOf(t *testing.T, bin string) []string {
 	return out
 }
 
+// realPolicy is what a real replay's report says of a policy.
+type realPolicy struct {
+	Dollars      float64  `json:"dollars"`
+	Hours        float64  `json:"hours"`
+	Evictions    int      `json:"evictions"`
+	Acquisitions int      `json:"acquisitions"`
+	Restarts     int      `json:"restarts"`
+	TestAccuracy *float64 `json:"test_accuracy"`
+}
+
+// realReplayArgs are the arguments of a real replay of policy over the
+// spike, lr on a9a for 20 passes.
+func realReplayArgs(t *testing.T, policy string) []string {
+	dir := t.TempDir()
+	return []string{"replay", "--prices", spikeCSV(t, 3*time.Hour+30*time.Minute), "--policy", policy,
+		"--from", "2015-03-02", "--for", "36h", "--passes", "20",
+		"--calibration", repoFile("internal/harness/realreplay/testdata/local-lr-a9a.json"),
+		"--train", repoFile(defaultTrain), "--test", repoFile(defaultTest), "--run-dir", filepath.Join(dir, "run"),
+		"--report", filepath.Join(dir, "r.json")}
+}
+
+// replayForReal runs a real replay of policy to its end, checks that it
+// left no process, and returns its report's figures for the policy and
+// its output.
+func replayForReal(t *testing.T, bin, policy string) (realPolicy, []byte) {
+	t.Helper()
+	args := realReplayArgs(t, policy)
+	out, err := exec.Command(bin, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if left := runningOf(t, bin); len(left) > 0 {
+		t.Errorf("processes left after the replay: %v", left)
+	}
+	raw, err := os.ReadFile(args[len(args)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Policies map[string]realPolicy `json:"policies"`
+	}
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		t.Fatal(err)
+	}
+	r, ok := rep.Policies[policy]
+	if !ok {
+		t.Fatalf("no %s in %s", policy, raw)
+	}
+	return r, out
+}
+
 // TestRealReplay runs the tiers policy for real over a trace whose price
 // spikes in the zone it buys from: the transient machines get their
 // notice and are killed, the policy buys again in the other zone, the
@@ -66,39 +117,8 @@ func TestRealReplay(t *testing.T) {
 		t.Skip("set TERRACE_REAL_REPLAY=1")
 	}
 	bin := terrace(t)
-	dir := t.TempDir()
-	prices := spikeCSV(t, 3*time.Hour+30*time.Minute)
-	report := filepath.Join(dir, "r.json")
-	args := []string{"replay", "--prices", prices, "--policy", "tiers", "--from", "2015-03-02", "--for", "36h", "--passes", "20",
-		"--calibration", repoFile("internal/harness/realreplay/testdata/local-lr-a9a.json"),
-		"--train", repoFile(defaultTrain), "--test", repoFile(defaultTest), "--run-dir", filepath.Join(dir, "run"), "--report", report}
-	out, err := exec.Command(bin, args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
-	if left := runningOf(t, bin); len(left) > 0 {
-		t.Errorf("processes left after the replay: %v", left)
-	}
-	raw, err := os.ReadFile(report)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep struct {
-		Policies map[string]struct {
-			Dollars      float64  `json:"dollars"`
-			Hours        float64  `json:"hours"`
-			Evictions    int      `json:"evictions"`
-			Acquisitions int      `json:"acquisitions"`
-			TestAccuracy *float64 `json:"test_accuracy"`
-		} `json:"policies"`
-	}
-	if err := json.Unmarshal(raw, &rep); err != nil {
-		t.Fatal(err)
-	}
-	r, ok := rep.Policies["tiers"]
+	r, out := replayForReal(t, bin, "tiers")
 	switch {
-	case !ok:
-		t.Fatalf("no tiers in %s", raw)
 	case r.Evictions < 1 || r.Acquisitions < 4:
 		t.Errorf("%d evictions and %d acquisitions: want the spike to evict and the policy to buy again\n%s", r.Evictions, r.Acquisitions, out)
 	case r.TestAccuracy == nil || *r.TestAccuracy < 0.8:
@@ -108,7 +128,7 @@ func TestRealReplay(t *testing.T) {
 	}
 
 	// SIGTERM once the machines run.
-	cmd := exec.Command(bin, append(args, "--passes", "100")...)
+	cmd := exec.Command(bin, append(realReplayArgs(t, "tiers"), "--passes", "100")...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -145,34 +165,7 @@ func TestRealReplayCheckpoint(t *testing.T) {
 	if os.Getenv("TERRACE_REAL_REPLAY") == "" {
 		t.Skip("set TERRACE_REAL_REPLAY=1")
 	}
-	bin := terrace(t)
-	dir := t.TempDir()
-	report := filepath.Join(dir, "r.json")
-	out, err := exec.Command(bin, "replay", "--prices", spikeCSV(t, 3*time.Hour+30*time.Minute), "--policy", "checkpoint",
-		"--from", "2015-03-02", "--for", "36h", "--passes", "20",
-		"--calibration", repoFile("internal/harness/realreplay/testdata/local-lr-a9a.json"),
-		"--train", repoFile(defaultTrain), "--test", repoFile(defaultTest), "--run-dir", filepath.Join(dir, "run"), "--report", report).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
-	if left := runningOf(t, bin); len(left) > 0 {
-		t.Errorf("processes left after the replay: %v", left)
-	}
-	raw, err := os.ReadFile(report)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep struct {
-		Policies map[string]struct {
-			Evictions    int      `json:"evictions"`
-			Restarts     int      `json:"restarts"`
-			TestAccuracy *float64 `json:"test_accuracy"`
-		} `json:"policies"`
-	}
-	if err := json.Unmarshal(raw, &rep); err != nil {
-		t.Fatal(err)
-	}
-	r := rep.Policies["checkpoint"]
+	r, out := replayForReal(t, terrace(t), "checkpoint")
 	switch {
 	case r.Evictions < 1 || r.Restarts < 1:
 		t.Errorf("%d evictions, %d restarts: want the spike to evict the job and a restart from its checkpoint\n%s", r.Evictions, r.Restarts, out)

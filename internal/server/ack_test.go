@@ -89,16 +89,24 @@ func headWith(t *testing.T, peer string, policy AckPolicy, durable chan uint64) 
 		Servers: []ring.Server{{ID: "a", Addr: ln.Addr().String()}, {ID: "b", Addr: peer}},
 		Tables:  []layout.Table{{ID: 1, Spec: mustSpec(t)}}}
 	serve(t, s, ln, l)
+	c, key := clientOf(t, s, ln.Addr().String())
+	return s, c, key
+}
+
+// clientOf dials s, server "a" at addr, as client 1, and returns the
+// connection and the first key of a slot s heads.
+func clientOf(t *testing.T, s *Server, addr string) (*transport.Client, uint64) {
+	t.Helper()
 	key := uint64(0)
 	for s.ring.Servers[s.ring.SlotOwner(key/64)].ID != "a" {
 		key += 64
 	}
-	c, err := transport.Dial(t.Context(), ln.Addr().String(), transport.DialOptions{Hello: wire.Hello{Worker: wire.NoWorker, Node: "test", Client: 1}})
+	c, err := transport.Dial(t.Context(), addr, transport.DialOptions{Hello: wire.Hello{Worker: wire.NoWorker, Node: "test", Client: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return s, c, key
+	return c, key
 }
 
 // sendPush sends a push of one key and returns a channel that is closed when

@@ -102,15 +102,7 @@ func TestFailedBackPushLeavesTheLedger(t *testing.T) {
 		Backup:  []ring.Server{{ID: "c", Addr: backup.addr}},
 		Tables:  []layout.Table{{ID: 1, Spec: mustSpec(t)}}}
 	serve(t, s, ln, l)
-	key := uint64(0)
-	for s.ring.Servers[s.ring.SlotOwner(key/64)].ID != "a" {
-		key += 64
-	}
-	c, err := transport.Dial(t.Context(), ln.Addr().String(), transport.DialOptions{Hello: wire.Hello{Worker: wire.NoWorker, Node: "test", Client: 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	c, key := clientOf(t, s, ln.Addr().String())
 
 	replied := make(chan wire.Header, 1)
 	d := wire.Data{Table: 1, Kind: wire.KeysExplicit, Count: 1, Width: 2, Worker: wire.NoWorker, Seq: 7, Keys: []uint64{key}, Vals: wire.F32Bytes([]float32{1, 1})}
