@@ -22,6 +22,8 @@ type batchConn struct {
 	net.Conn
 	r *bufio.Reader
 
+	left int // bytes of the current TLS record not yet read
+
 	mu    sync.Mutex
 	armed bool
 	buf   []byte
@@ -31,7 +33,24 @@ func newBatchConn(nc net.Conn) *batchConn {
 	return &batchConn{Conn: nc, r: bufio.NewReaderSize(nc, batchSize)}
 }
 
-func (b *batchConn) Read(p []byte) (int, error) { return b.r.Read(p) }
+// Read never returns bytes past the end of the current TLS record, so
+// that what follows the handshake's last record, once both ends switch
+// to records of their own (record.go), is still in the read-ahead.
+func (b *batchConn) Read(p []byte) (int, error) {
+	if b.left == 0 {
+		h, err := b.r.Peek(5)
+		if err != nil {
+			return b.r.Read(p)
+		}
+		b.left = 5 + (int(h[3])<<8 | int(h[4]))
+	}
+	if len(p) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.r.Read(p)
+	b.left -= n
+	return n, err
+}
 
 func (b *batchConn) Write(p []byte) (int, error) {
 	b.mu.Lock()

@@ -75,12 +75,22 @@ func (n *Network) Dial(ctx context.Context, addr string) (net.Conn, error) {
 	}
 	tune(nc)
 	bc := newBatchConn(nc)
-	tc := tls.Client(bc, n.src.ClientConfig(host))
+	cfg := n.src.ClientConfig(host)
+	cfg.NextProtos = []string{alpnRecords, "http/1.1"}
+	tc := tls.Client(bc, cfg)
 	hctx, cancel := context.WithTimeout(ctx, n.timeout())
 	defer cancel()
 	if err := tc.HandshakeContext(hctx); err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("%w %s: %v", ErrPeerRefused, addr, explain(err))
+	}
+	if tc.ConnectionState().NegotiatedProtocol == alpnRecords {
+		rc, err := newRecConn(nc, bc.r, tc, true, addr, rekeyBytes)
+		if err != nil {
+			nc.Close()
+			return nil, err
+		}
+		return rc, nil
 	}
 	return &clientConn{Conn: tc, addr: addr, bc: bc}, nil
 }
@@ -93,7 +103,26 @@ func (n *Network) Listen(addr string) (net.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &listener{Listener: ln, n: n, cfg: n.src.ServerConfig()}, nil
+	return &listener{Listener: ln, n: n, cfg: serverConfig(n.src)}, nil
+}
+
+// serverConfig offers Terrace's records to a Terrace dialler and
+// http/1.1 to any other client, and sends no session tickets: Terrace
+// never resumes, and a ticket after the handshake would land where the
+// records begin.
+func serverConfig(src *pki.Source) *tls.Config {
+	cfg := src.ServerConfig()
+	inner := cfg.GetConfigForClient
+	cfg.GetConfigForClient = func(hi *tls.ClientHelloInfo) (*tls.Config, error) {
+		c, err := inner(hi)
+		if err != nil {
+			return nil, err
+		}
+		c.NextProtos = []string{alpnRecords, "http/1.1"}
+		c.SessionTicketsDisabled = true
+		return c, nil
+	}
+	return cfg
 }
 
 type listener struct {
@@ -112,13 +141,15 @@ func (l *listener) Accept() (net.Conn, error) {
 	return &serverConn{Conn: tls.Server(bc, l.cfg), n: l.n, bc: bc}, nil
 }
 
-// serverConn runs the handshake once, bounded and logged.
+// serverConn runs the handshake once, bounded and logged, then carries
+// the stream in records of its own if the dialler is a Terrace node.
 type serverConn struct {
 	*tls.Conn
 	bc   *batchConn
 	n    *Network
 	once sync.Once
 	err  error
+	rec  *recConn
 }
 
 func (c *serverConn) handshake() error {
@@ -129,6 +160,10 @@ func (c *serverConn) handshake() error {
 			answerPlainHTTP(err)
 			c.err = fmt.Errorf("%w %s: %v", ErrRefused, c.RemoteAddr(), explain(err))
 			c.n.log.Warn("refused connection", "peer", c.RemoteAddr().String(), "err", c.err)
+			return
+		}
+		if c.Conn.ConnectionState().NegotiatedProtocol == alpnRecords {
+			c.rec, c.err = newRecConn(c.bc.Conn, c.bc.r, c.Conn, false, c.RemoteAddr().String(), rekeyBytes)
 		}
 	})
 	return c.err
@@ -138,6 +173,9 @@ func (c *serverConn) Read(p []byte) (int, error) {
 	if err := c.handshake(); err != nil {
 		return 0, err
 	}
+	if c.rec != nil {
+		return c.rec.Read(p)
+	}
 	return c.Conn.Read(p)
 }
 
@@ -145,7 +183,19 @@ func (c *serverConn) Write(p []byte) (int, error) {
 	if err := c.handshake(); err != nil {
 		return 0, err
 	}
+	if c.rec != nil {
+		return c.rec.Write(p)
+	}
 	return batchWrite(c.Conn, c.bc, p)
+}
+
+// Close closes the TCP connection without a TLS alert once on records,
+// where the peer would read the alert as a record.
+func (c *serverConn) Close() error {
+	if c.rec != nil {
+		return c.rec.Close()
+	}
+	return c.Conn.Close()
 }
 
 // Authenticated implements transport.Authenticator: every TLS record
@@ -156,6 +206,9 @@ func (c *serverConn) Authenticated() bool { return true }
 func (c *serverConn) WriteBuffers(b *net.Buffers) (int64, error) {
 	if err := c.handshake(); err != nil {
 		return 0, err
+	}
+	if c.rec != nil {
+		return c.rec.WriteBuffers(b)
 	}
 	return batchWriteBuffers(c.Conn, c.bc, b)
 }

@@ -230,7 +230,7 @@ func TestRotation(t *testing.T) {
 			t.Fatal(err)
 		}
 		<-results
-		return c.(*clientConn).ConnectionState().PeerCertificates[0].Subject.CommonName
+		return c.(interface{ ConnectionState() tls.ConnectionState }).ConnectionState().PeerCertificates[0].Subject.CommonName
 	}
 	if got := peer(); got != "srv" {
 		t.Fatalf("peer %q", got)
@@ -255,3 +255,4 @@ func TestRotation(t *testing.T) {
 
 var _ transport.BuffersWriter = (*clientConn)(nil)
 var _ transport.BuffersWriter = (*serverConn)(nil)
+var _ transport.BuffersWriter = (*recConn)(nil)
