@@ -186,7 +186,7 @@ func TestRecordsTruncated(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	stream := sealed(t, rekeyBytes, randomBytes(rng, 100), randomBytes(rng, 300<<10))
 	first := recordHeader + 100 + recordTag
-	for _, cut := range []int{2, first - 1, first + 2, first + 50 << 10, len(stream) - 1} {
+	for _, cut := range []int{2, first - 1, first + 2, first + 50<<10, len(stream) - 1} {
 		for _, size := range []int{64, 1 << 20} {
 			if _, err := readAll(reader(t, stream[:cut], rekeyBytes), size); !errors.Is(err, io.ErrUnexpectedEOF) {
 				t.Errorf("cut at %d, reads of %d: %v, want io.ErrUnexpectedEOF", cut, size, err)
