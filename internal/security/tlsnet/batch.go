@@ -6,12 +6,16 @@ import (
 	"sync"
 )
 
-// batchSize is how much TLS output is gathered into one write, and how
-// much input is read in one call. crypto/tls writes and reads one 16 KiB
-// record per system call, so a 2 MiB data frame cost 128 writes and as
-// many reads, each waking the peer's goroutine; gathered, it costs two of
-// each.
+// batchSize is how much crypto/tls output is gathered into one write.
+// crypto/tls writes and reads one 16 KiB record per system call, so a
+// 2 MiB data frame cost 128 writes and as many reads, each waking the
+// peer's goroutine; gathered, it costs two of each.
 const batchSize = 1 << 20
+
+// readAhead is the read buffer under a connection: it holds a whole
+// record of ours (record.go), and reads many TLS records at once. It is
+// allocated at every dial and accept, so it is no larger than that.
+const readAhead = 272 << 10
 
 // batchConn sits under a tls.Conn: it reads ahead in large reads, and
 // while armed (during one application Write) gathers the records
@@ -30,7 +34,7 @@ type batchConn struct {
 }
 
 func newBatchConn(nc net.Conn) *batchConn {
-	return &batchConn{Conn: nc, r: bufio.NewReaderSize(nc, batchSize)}
+	return &batchConn{Conn: nc, r: bufio.NewReaderSize(nc, readAhead)}
 }
 
 // Read never returns bytes past the end of the current TLS record, so

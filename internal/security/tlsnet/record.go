@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -42,6 +43,9 @@ const (
 	// next one.
 	rekeyBytes = 1 << 32
 )
+
+// The read-ahead holds a whole record (readRecord peeks at it).
+var _ [readAhead - (recordHeader + maxRecord + recordTag)]struct{}
 
 // recHalf is one direction's keys and sequence.
 type recHalf struct {
@@ -180,10 +184,16 @@ func (c *recConn) Read(p []byte) (int, error) {
 		if n > 0 && !c.wholeFits(len(p)-n) {
 			break
 		}
-		k, err := c.readRecord(p[n:])
+		k, torn, err := c.readRecord(p[n:])
 		n += k
 		if err != nil {
-			c.rerr = err
+			// A deadline that passed while no record had been begun
+			// (net/http's background read, a caller's poll) leaves the
+			// stream whole: the next Read goes on. Anything else ends it.
+			var ne net.Error
+			if torn || !errors.As(err, &ne) || !ne.Timeout() {
+				c.rerr = err
+			}
 			if n > 0 {
 				return n, nil
 			}
@@ -205,21 +215,22 @@ func (c *recConn) wholeFits(space int) bool {
 }
 
 // readRecord reads and opens one record into p, keeping what does not
-// fit for the next Read.
-func (c *recConn) readRecord(p []byte) (int, error) {
+// fit for the next Read; torn says it failed after taking part of a
+// record off the stream.
+func (c *recConn) readRecord(p []byte) (n int, torn bool, err error) {
 	h, err := c.r.Peek(recordHeader)
 	if err != nil {
-		return 0, truncated(err, len(h))
+		return 0, false, truncated(err, len(h))
 	}
 	if h[0] != 0 {
 		if h[0] >= 0x14 && h[0] <= 0x17 && len(h) > 1 && h[1] == 3 {
-			return 0, c.tlsRecord()
+			return 0, true, c.tlsRecord()
 		}
-		return 0, fmt.Errorf("%w from %s: header %x", ErrRecord, c.peer, h)
+		return 0, true, fmt.Errorf("%w from %s: header %x", ErrRecord, c.peer, h)
 	}
-	n := int(binary.BigEndian.Uint32(h))
+	n = int(binary.BigEndian.Uint32(h))
 	if n == 0 || n > maxRecord {
-		return 0, fmt.Errorf("%w from %s: length %d (1 to %d)", ErrRecord, c.peer, n, maxRecord)
+		return 0, true, fmt.Errorf("%w from %s: length %d (1 to %d)", ErrRecord, c.peer, n, maxRecord)
 	}
 	var hdr [recordHeader]byte
 	copy(hdr[:], h)
@@ -232,38 +243,38 @@ func (c *recConn) readRecord(p []byte) (int, error) {
 			k, _ = c.r.Read(p[:b])
 		}
 		if m, err := io.ReadFull(c.Conn, p[k:n+recordTag]); err != nil {
-			return 0, truncated(err, recordHeader+k+m)
+			return 0, true, truncated(err, recordHeader+k+m)
 		}
 		if _, err := c.rx.aead.Open(p[:0], c.rx.next(), p[:n+recordTag], hdr[:]); err != nil {
-			return 0, fmt.Errorf("%w from %s: %v", ErrRecord, c.peer, err)
+			return 0, true, fmt.Errorf("%w from %s: %v", ErrRecord, c.peer, err)
 		}
-		return n, c.rx.advance(n)
+		return n, false, c.rx.advance(n)
 	}
 	rec, err := c.r.Peek(total)
 	if err != nil {
-		return 0, truncated(err, len(rec))
+		return 0, false, truncated(err, len(rec))
 	}
 	dst := p
 	if len(p) < n {
-		if c.pbuf == nil {
-			c.pbuf = make([]byte, maxRecord)
+		if cap(c.pbuf) < n {
+			c.pbuf = make([]byte, n)
 		}
-		dst = c.pbuf
+		dst = c.pbuf[:n]
 	}
 	pt, err := c.rx.aead.Open(dst[:0], c.rx.next(), rec[recordHeader:], hdr[:])
 	if err != nil {
-		return 0, fmt.Errorf("%w from %s: %v", ErrRecord, c.peer, err)
+		return 0, true, fmt.Errorf("%w from %s: %v", ErrRecord, c.peer, err)
 	}
 	c.r.Discard(total)
 	if err := c.rx.advance(n); err != nil {
-		return 0, err
+		return 0, true, err
 	}
 	if len(p) < n {
 		k := copy(p, pt)
 		c.plain = pt[k:]
-		return k, nil
+		return k, false, nil
 	}
-	return n, nil
+	return n, false, nil
 }
 
 // tlsRecord lets crypto/tls read the TLS record met where a record of
@@ -308,9 +319,6 @@ func (c *recConn) WriteBuffers(b *net.Buffers) (int64, error) {
 	*b = nil
 	if c.werr != nil {
 		return 0, c.werr
-	}
-	if c.out == nil {
-		c.out = make([]byte, 0, flushAt+2*(recordHeader+maxRecord+recordTag))
 	}
 	var n int64
 	pend := -1 // where the open record of small buffers starts in out
@@ -357,6 +365,9 @@ func (c *recConn) WriteBuffers(b *net.Buffers) (int64, error) {
 func (c *recConn) seal(pt []byte) error {
 	var hdr [recordHeader]byte
 	binary.BigEndian.PutUint32(hdr[:], uint32(len(pt)))
+	// The batch grows to what the connection sends (an API call's few
+	// hundred bytes, a bulk stream's flushAt and a record), then stays.
+	c.out = slices.Grow(c.out, recordHeader+len(pt)+recordTag)
 	c.out = append(c.out, hdr[:]...)
 	c.out = c.tx.aead.Seal(c.out, c.tx.next(), pt, hdr[:])
 	if err := c.tx.advance(len(pt)); err != nil {
@@ -371,6 +382,7 @@ func (c *recConn) seal(pt []byte) error {
 // sealPending seals in place the record of small buffers gathered at
 // out[pend:].
 func (c *recConn) sealPending(pend int) error {
+	c.out = slices.Grow(c.out, recordTag)
 	pt := c.out[pend+recordHeader:]
 	var hdr [recordHeader]byte
 	binary.BigEndian.PutUint32(hdr[:], uint32(len(pt)))

@@ -9,9 +9,11 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/terrace-ml/terrace/internal/security/pki"
 )
@@ -56,7 +58,7 @@ func recEnd(t testing.TB, nc net.Conn, dialler bool, rekeyAt uint64) *recConn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &recConn{Conn: nc, r: bufio.NewReaderSize(nc, 1<<20), peer: "peer", tx: tx, rx: rx}
+	return &recConn{Conn: nc, r: bufio.NewReaderSize(nc, readAhead), peer: "peer", tx: tx, rx: rx}
 }
 
 func reader(t testing.TB, stream []byte, rekeyAt uint64) *recConn {
@@ -329,4 +331,31 @@ func FuzzRecordRead(f *testing.F) {
 			t.Fatalf("%d bytes came out that were never sealed", len(got))
 		}
 	})
+}
+
+// TestRecordsReadAfterDeadline: a read deadline that passes with no
+// record begun (net/http's server aborts its background read of an idle
+// connection this way before every response) leaves the connection
+// usable; before, it ended it, and every API call dialled anew.
+func TestRecordsReadAfterDeadline(t *testing.T) {
+	p := makePKI(t)
+	var log lockedBuf
+	addr, results, _ := listen(t, p, "srv", &log)
+	cli := New(nil, source(t, pki.FilesIn(filepath.Join(p.ca, "cli"))), nil)
+	c, err := cli.Dial(context.Background(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(-time.Second))
+	var b [1]byte
+	if _, err := c.Read(b[:]); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read past its deadline: %v", err)
+	}
+	c.SetReadDeadline(time.Time{})
+	if err := exchange(c); err != nil {
+		t.Fatalf("after a passed deadline: %v", err)
+	}
+	if err := <-results; err != nil {
+		t.Fatal(err)
+	}
 }
