@@ -285,7 +285,10 @@ func (c *recConn) tlsRecord() error {
 	}
 	var b [1]byte
 	_, err := c.tc.Read(b[:])
-	if err == nil || errors.Is(err, io.EOF) {
+	if errors.Is(err, io.EOF) {
+		return io.EOF // the peer's close_notify
+	}
+	if err == nil {
 		return fmt.Errorf("%w from %s: a TLS record where a record was due", ErrRecord, c.peer)
 	}
 	if strings.Contains(err.Error(), "remote error: tls:") {
@@ -301,6 +304,15 @@ func truncated(err error, got int) error {
 		return io.ErrUnexpectedEOF
 	}
 	return err
+}
+
+// CloseWrite half-closes the TCP connection: the peer reads the end of
+// the stream after the last record (crypto/tls would send an alert).
+func (c *recConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
 }
 
 func (c *recConn) Write(p []byte) (int, error) {

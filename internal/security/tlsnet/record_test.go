@@ -359,3 +359,36 @@ func TestRecordsReadAfterDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRecordsCloseWrite: a listener's half-close (net/http's before it
+// closes) reads as the end of the stream after the last record, not as
+// a bad record.
+func TestRecordsCloseWrite(t *testing.T) {
+	p := makePKI(t)
+	srv := New(nil, source(t, pki.FilesIn(filepath.Join(p.ca, "srv"))), nil)
+	ln, err := srv.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		c.Write([]byte("bye"))
+		c.(interface{ CloseWrite() error }).CloseWrite()
+		io.Copy(io.Discard, c)
+	}()
+	cli := New(nil, source(t, pki.FilesIn(filepath.Join(p.ca, "cli"))), nil)
+	c, err := cli.Dial(context.Background(), ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	got, err := io.ReadAll(c)
+	if err != nil || string(got) != "bye" {
+		t.Fatalf("read %q, %v; want \"bye\" and the end", got, err)
+	}
+}

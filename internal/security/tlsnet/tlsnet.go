@@ -189,6 +189,15 @@ func (c *serverConn) Write(p []byte) (int, error) {
 	return batchWrite(c.Conn, c.bc, p)
 }
 
+// CloseWrite (net/http's, before it closes a connection) half-closes
+// the TCP connection without a TLS alert once on records.
+func (c *serverConn) CloseWrite() error {
+	if c.rec != nil {
+		return c.rec.CloseWrite()
+	}
+	return c.Conn.CloseWrite()
+}
+
 // Close closes the TCP connection without a TLS alert once on records,
 // where the peer would read the alert as a record.
 func (c *serverConn) Close() error {
