@@ -206,29 +206,10 @@ func TestRecordsTruncated(t *testing.T) {
 // on crypto/tls's records.
 func TestRecordsNegotiated(t *testing.T) {
 	p := makePKI(t)
-	srv := New(nil, source(t, pki.FilesIn(filepath.Join(p.ca, "srv"))), nil)
-	ln, err := srv.Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
 	// The server echoes everything back.
-	accepted := make(chan net.Conn, 2)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted <- c
-			go func() {
-				defer c.Close()
-				io.Copy(c, c)
-			}()
-		}
-	}()
+	addr, accepted := serve(t, p, func(c net.Conn) { io.Copy(c, c) })
 	cli := New(nil, source(t, pki.FilesIn(filepath.Join(p.ca, "cli"))), nil)
-	c, err := cli.Dial(context.Background(), ln.Addr().String())
+	c, err := cli.Dial(context.Background(), addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +244,7 @@ func TestRecordsNegotiated(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := &tls.Config{RootCAs: cli.ClientTLS().RootCAs, ServerName: "127.0.0.1", Certificates: []tls.Certificate{kp}, NextProtos: []string{"h2", "http/1.1"}}
-	sc, err := tls.Dial("tcp", ln.Addr().String(), cfg)
+	sc, err := tls.Dial("tcp", addr, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,24 +346,13 @@ func TestRecordsReadAfterDeadline(t *testing.T) {
 // a bad record.
 func TestRecordsCloseWrite(t *testing.T) {
 	p := makePKI(t)
-	srv := New(nil, source(t, pki.FilesIn(filepath.Join(p.ca, "srv"))), nil)
-	ln, err := srv.Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
+	addr, _ := serve(t, p, func(c net.Conn) {
 		c.Write([]byte("bye"))
 		c.(interface{ CloseWrite() error }).CloseWrite()
 		io.Copy(io.Discard, c)
-	}()
+	})
 	cli := New(nil, source(t, pki.FilesIn(filepath.Join(p.ca, "cli"))), nil)
-	c, err := cli.Dial(context.Background(), ln.Addr().String())
+	c, err := cli.Dial(context.Background(), addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,4 +361,35 @@ func TestRecordsCloseWrite(t *testing.T) {
 	if err != nil || string(got) != "bye" {
 		t.Fatalf("read %q, %v; want \"bye\" and the end", got, err)
 	}
+}
+
+// serve listens as node "srv" and handles each connection it accepts
+// with handle, then closes it; each accepted connection is also sent on
+// the channel returned (which holds two).
+func serve(t *testing.T, p pkis, handle func(net.Conn)) (string, <-chan net.Conn) {
+	t.Helper()
+	srv := New(nil, source(t, pki.FilesIn(filepath.Join(p.ca, "srv"))), nil)
+	ln, err := srv.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	accepted := make(chan net.Conn, 2)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			select {
+			case accepted <- c:
+			default:
+			}
+			go func() {
+				defer c.Close()
+				handle(c)
+			}()
+		}
+	}()
+	return ln.Addr().String(), accepted
 }
