@@ -173,6 +173,10 @@ var inspections = map[string]func(h *harness, td *datadriven.TestData){
 		stage, hist := h.m.Stage()
 		fmt.Fprintf(&h.out, "stage %d\n", stage)
 		for _, c := range hist {
+			if c.Done.IsZero() { // a switch in progress, or abandoned
+				fmt.Fprintf(&h.out, "%d -> %d not done: %s\n", c.From, c.To, c.Reason)
+				continue
+			}
 			fmt.Fprintf(&h.out, "%d -> %d after %v: %s\n", c.From, c.To, c.Done.Sub(c.Started), c.Reason)
 		}
 	},

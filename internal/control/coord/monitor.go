@@ -26,7 +26,9 @@ func (c *Coordinator) failureTimeout() time.Duration {
 	return DefaultFailureTimeout
 }
 
-// Monitor watches the layout's servers and removes those that fail.
+// Monitor watches the layout's servers and removes those that fail: on
+// the ring, joining, and on standby (a dead one there would be taken as a
+// joiner by the next switch from stage 1).
 func (c *Coordinator) Monitor(ctx context.Context, log *slog.Logger) {
 	var mu sync.Mutex
 	watching := map[string]context.CancelFunc{}
@@ -39,7 +41,7 @@ func (c *Coordinator) Monitor(ctx context.Context, log *slog.Logger) {
 		version = l.Version
 		mu.Lock()
 		live := map[string]bool{}
-		for _, s := range append(append([]ring.Server(nil), l.Servers...), l.Joining...) {
+		for _, s := range append(append(append([]ring.Server(nil), l.Servers...), l.Joining...), l.Standby...) {
 			live[s.ID+"@"+s.Addr] = true
 			key := s.ID + "@" + s.Addr
 			if _, ok := watching[key]; ok {

@@ -232,9 +232,13 @@ func (m *Machine) fallback(dead, reason string) {
 }
 
 // abandonSwitch gives up a switch from stage 1 whose joiner id died: the
-// joiners go back on standby (without id), the reliable servers stay.
+// joiners go back on standby (without id), the reliable servers stay. The
+// switch starts again at once with the transient servers left, if any:
+// the only other trigger is another transient machine joining, and
+// without one the job would stay in stage 1 beside live ActivePS.
 func (m *Machine) abandonSwitch(id string) {
 	l := &m.st.Layout
+	to := l.Switch.To
 	for _, s := range l.Joining {
 		if s.ID != id {
 			l.Standby = append(l.Standby, s)
@@ -250,6 +254,9 @@ func (m *Machine) abandonSwitch(id string) {
 	l.Joining, l.Leaving, l.Switch = nil, nil, nil
 	m.st.Removed++
 	m.resetSync()
+	if m.switchStage(to, "retried without ActivePS "+id) == nil {
+		return // published
+	}
 	m.publish()
 }
 
