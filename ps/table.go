@@ -267,11 +267,13 @@ func (t *Table) send(o *op, rm *ring.Map, conns map[string]*transport.Client, pl
 		d.Kind, d.Keys = wire.KeysExplicit, p.keys
 	}
 	var written func(error)
-	var runViews [][]byte
+	var pre [wire.DataPrefixSize]byte
+	parts := getViews()
+	defer putViews(parts) // the frame keeps its own list of the parts
 	if o.vals != nil {
 		d.Enc = t.enc
 		if d.Enc == wire.EncRaw && p.viewable(w) {
-			runViews = viewRuns(o.vals, p.runs, w)
+			*parts = appendViews(append(*parts, d.Parts(&pre)...), o.vals, p.runs, w)
 		} else {
 			var v []float32
 			if len(p.runs) == 1 {
@@ -285,9 +287,11 @@ func (t *Table) send(o *op, rm *ring.Map, conns map[string]*transport.Client, pl
 			d.Vals = wire.EncodeValues(d.Enc, v, nil)
 		}
 	}
-	var pre [wire.DataPrefixSize]byte
+	if len(*parts) == 0 {
+		*parts = append(*parts, d.Parts(&pre)...)
+	}
 	id := cc.NextID()
-	fr := wire.NewFrameOn(wire.Header{Type: o.typ, Epoch: rm.Epoch, ReqID: id}, cc.Authenticated(), append(d.Parts(&pre), runViews...)...)
+	fr := wire.NewFrameOn(wire.Header{Type: o.typ, Epoch: rm.Epoch, ReqID: id}, cc.Authenticated(), *parts...)
 	cc.Call(fr, id, &transport.Call{
 		OnReply: func(h wire.Header, r *wire.Reader) error { return t.onReply(o, p, srv.ID, rm.Epoch, seq, h, r) },
 		// The server may have applied a push before the connection broke;
@@ -399,7 +403,11 @@ func (t *Table) readReply(o *op, p *part, h wire.Header, r *wire.Reader) (uint32
 		// Long runs (a range spread over servers): straight from the
 		// socket into each run of the caller's vector.
 		var pre [wire.ReplyPrefixSize]byte
-		if err := r.ReadPayloadVec(h, pre[:], viewRuns(o.dst, p.runs, w)); err != nil {
+		views := getViews()
+		*views = appendViews(*views, o.dst, p.runs, w)
+		err := r.ReadPayloadVec(h, pre[:], *views)
+		putViews(views)
+		if err != nil {
 			return 0, err
 		}
 		refused, _, _ := wire.ParseReply(pre[:])
@@ -554,7 +562,11 @@ func (t *Table) buildPlan(rm *ring.Map, o *op) *plan {
 			i = j
 		}
 	}
-	pl.parts = interleave(t.cutParts(runs, limit))
+	var align func(int) int
+	if o.isRange {
+		align = unitAlign(o.rng.Lo)
+	}
+	pl.parts = interleave(t.cutParts(runs, limit, align))
 	for _, p := range pl.parts {
 		if o.isRange {
 			p.lo = o.rng.Lo + uint64(p.runs[0][0])
@@ -573,18 +585,33 @@ func (t *Table) buildPlan(rm *ring.Map, o *op) *plan {
 	return pl
 }
 
-// cutParts cuts each server's runs into parts of at most limit keys.
-func (t *Table) cutParts(runs [][][2]int, limit int) []*part {
+// cutParts cuts each server's runs into parts of at most limit keys. With
+// align set, a cut inside a run goes back to the position align gives, or
+// else to the run's start; only a part that would hold nothing then is cut
+// where the limit falls.
+func (t *Table) cutParts(runs [][][2]int, limit int, align func(int) int) []*part {
 	var parts []*part
 	for s, rs := range runs {
 		var cur *part
+		full := true
 		for _, r := range rs {
 			for r[0] < r[1] {
-				if cur == nil || cur.count == limit {
+				if full {
 					cur = &part{server: s, cacheID: t.c.nextKey.Add(1)}
 					parts = append(parts, cur)
 				}
 				take := min(r[1]-r[0], limit-cur.count)
+				full = cur.count+take == limit
+				if take < r[1]-r[0] && align != nil {
+					end := align(r[0] + take)
+					switch {
+					case end > r[0]:
+						take, full = end-r[0], true
+					case cur.count > 0:
+						full = true // the next part starts with this run
+						continue
+					}
+				}
 				cur.runs = append(cur.runs, [2]int{r[0], r[0] + take})
 				cur.count += take
 				r[0] += take
@@ -592,6 +619,20 @@ func (t *Table) cutParts(runs [][][2]int, limit int) []*part {
 		}
 	}
 	return parts
+}
+
+// unitAlign returns, for a range from key lo, the last position at or
+// before a given one where a placement unit begins. A range spread over
+// servers is cut there rather than anywhere: the store's dense groups
+// (whole within a unit) then each lie in one frame, and a group that
+// one frame's pinned reply still holds is not written by the next frame's
+// push, which would first move it to a new buffer (store.PinRun).
+func unitAlign(lo uint64) func(int) int {
+	const unitKeys = keyspace.SlotSize << keyspace.UnitBits
+	return func(pos int) int {
+		k := lo + uint64(pos)
+		return pos - int(k%unitKeys)
+	}
 }
 
 // planCache keeps the plans of recently used key lists and ranges. A key
