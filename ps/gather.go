@@ -39,6 +39,10 @@ func gatherInto(vals []float32, runs [][2]int, count, w int) (out []float32, rel
 // list's runs of a few keys each would cost an iovec per key.
 const minRunView = 256
 
+// minWriterSum is the least part, in floats, whose frame the connection's
+// writer sums instead of the caller (Table.send).
+const minWriterSum = 16 << 10
+
 // viewable reports whether p's values, width w, go to and from the
 // caller's vector run by run: several runs, long enough on average.
 func (p *part) viewable(w int) bool {

@@ -268,12 +268,13 @@ func (t *Table) send(o *op, rm *ring.Map, conns map[string]*transport.Client, pl
 	}
 	var written func(error)
 	var pre [wire.DataPrefixSize]byte
-	parts := getViews()
-	defer putViews(parts) // the frame keeps its own list of the parts
+	var views *[][]byte // the frame's parts, when it points at the caller's runs
 	if o.vals != nil {
 		d.Enc = t.enc
 		if d.Enc == wire.EncRaw && p.viewable(w) {
-			*parts = appendViews(append(*parts, d.Parts(&pre)...), o.vals, p.runs, w)
+			views = getViews()
+			defer putViews(views) // the frame keeps its own list of its parts
+			*views = appendViews(append(*views, d.Parts(&pre)...), o.vals, p.runs, w)
 		} else {
 			var v []float32
 			if len(p.runs) == 1 {
@@ -287,11 +288,18 @@ func (t *Table) send(o *op, rm *ring.Map, conns map[string]*transport.Client, pl
 			d.Vals = wire.EncodeValues(d.Enc, v, nil)
 		}
 	}
-	if len(*parts) == 0 {
-		*parts = append(*parts, d.Parts(&pre)...)
+	var parts [][]byte
+	if views != nil {
+		parts = *views
+	} else {
+		parts = d.Parts(&pre)
 	}
 	id := cc.NextID()
-	fr := wire.NewFrameOn(wire.Header{Type: o.typ, Epoch: rm.Epoch, ReqID: id}, cc.Authenticated(), *parts...)
+	// A frame of values goes unsummed to the connection, whose writer sums
+	// it (on a plain connection) just before the kernel copies it: summed
+	// here, a round's frames were all read once from memory for the sum,
+	// and again, out of the cache by then, for the copy.
+	fr := wire.NewFrameOn(wire.Header{Type: o.typ, Epoch: rm.Epoch, ReqID: id}, cc.Authenticated() || o.vals != nil && p.count*w >= minWriterSum, parts...)
 	cc.Call(fr, id, &transport.Call{
 		OnReply: func(h wire.Header, r *wire.Reader) error { return t.onReply(o, p, srv.ID, rm.Epoch, seq, h, r) },
 		// The server may have applied a push before the connection broke;
