@@ -13,10 +13,13 @@ import (
 // ends), so that no dense group of a server's store lies in two of its
 // frames. A group split that way was pinned by one frame's reply while
 // the next frame's push wrote it, and was moved to a new buffer each round
-// (store.PinRun). Every key is in exactly one part, and no part is over
-// the frame's limit.
+// (store.PinRun). Nor does a part hold keys both of the slots placed one
+// by one (keyspace.SpreadSlots) and of units: the server copied such a
+// part's reply whole instead of answering from its dense groups. Every
+// key is in exactly one part, and no part is over the frame's limit.
 func TestRangePartsCutAtUnits(t *testing.T) {
 	const unitKeys = keyspace.SlotSize << keyspace.UnitBits
+	const spreadEnd = keyspace.SpreadSlots * keyspace.SlotSize
 	rm, err := ring.New(1, []ring.Server{{ID: "server-0"}, {ID: "server-1"}}, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +50,10 @@ func TestRangePartsCutAtUnits(t *testing.T) {
 					seen[i] = true
 				}
 			}
-			end := r.Lo + uint64(p.runs[len(p.runs)-1][1])
+			first, end := r.Lo+uint64(p.runs[0][0]), r.Lo+uint64(p.runs[len(p.runs)-1][1])
+			if first < spreadEnd && end > spreadEnd {
+				t.Errorf("%v: a part to server %d holds keys %d to %d, both sides of the slots placed one by one", r, p.server, first, end)
+			}
 			if end%unitKeys != 0 && !ends[p.server][end] {
 				t.Errorf("%v: a part to server %d ends at key %d, inside a unit and a run", r, p.server, end)
 			}

@@ -571,10 +571,14 @@ func (t *Table) buildPlan(rm *ring.Map, o *op) *plan {
 		}
 	}
 	var align func(int) int
+	brk := -1
 	if o.isRange {
 		align = unitAlign(o.rng.Lo)
+		if end := uint64(keyspace.SpreadSlots * keyspace.SlotSize); len(rm.Servers) > 1 && o.rng.Lo < end && end < o.rng.Hi {
+			brk = int(end - o.rng.Lo)
+		}
 	}
-	pl.parts = interleave(t.cutParts(runs, limit, align))
+	pl.parts = interleave(t.cutParts(runs, limit, align, brk))
 	for _, p := range pl.parts {
 		if o.isRange {
 			p.lo = o.rng.Lo + uint64(p.runs[0][0])
@@ -596,13 +600,21 @@ func (t *Table) buildPlan(rm *ring.Map, o *op) *plan {
 // cutParts cuts each server's runs into parts of at most limit keys. With
 // align set, a cut inside a run goes back to the position align gives, or
 // else to the run's start; only a part that would hold nothing then is cut
-// where the limit falls.
-func (t *Table) cutParts(runs [][][2]int, limit int, align func(int) int) []*part {
+// where the limit falls. A part never holds positions on both sides of
+// brk (none if negative): a range's slots placed one by one (the first
+// keyspace.SpreadSlots) go in parts of their own, which the servers copy
+// and look up slot by slot, so that every other part lies in whole dense
+// groups and is answered from the store's memory (server.replyPinned);
+// one part that mixed both was copied whole.
+func (t *Table) cutParts(runs [][][2]int, limit int, align func(int) int, brk int) []*part {
 	var parts []*part
 	for s, rs := range runs {
 		var cur *part
 		full := true
-		for _, r := range rs {
+		for _, r := range splitAt(rs, brk) {
+			if brk >= 0 && r[0] >= brk && !full && cur.runs[len(cur.runs)-1][1] <= brk {
+				full = true
+			}
 			for r[0] < r[1] {
 				if full {
 					cur = &part{server: s, cacheID: t.c.nextKey.Add(1)}
@@ -627,6 +639,19 @@ func (t *Table) cutParts(runs [][][2]int, limit int, align func(int) int) []*par
 		}
 	}
 	return parts
+}
+
+// splitAt returns runs with the one that holds brk, if any, cut in two there.
+func splitAt(runs [][2]int, brk int) [][2]int {
+	for i, r := range runs {
+		if r[0] < brk && brk < r[1] {
+			out := make([][2]int, 0, len(runs)+1)
+			out = append(out, runs[:i]...)
+			out = append(out, [2]int{r[0], brk}, [2]int{brk, r[1]})
+			return append(out, runs[i+1:]...)
+		}
+	}
+	return runs
 }
 
 // unitAlign returns, for a range from key lo, the last position at or
