@@ -39,20 +39,38 @@ func gatherInto(vals []float32, runs [][2]int, count, w int) (out []float32, rel
 // list's runs of a few keys each would cost an iovec per key.
 const minRunView = 256
 
+// minWriterSum is the least part, in floats, whose frame the connection's
+// writer sums instead of the caller (Table.send).
+const minWriterSum = 16 << 10
+
 // viewable reports whether p's values, width w, go to and from the
 // caller's vector run by run: several runs, long enough on average.
 func (p *part) viewable(w int) bool {
 	return len(p.runs) > 1 && p.count*w >= minRunView*len(p.runs)
 }
 
-// viewRuns returns the runs of vals as byte views, in order, without
-// copying: the frame's payload is their concatenation.
-func viewRuns(vals []float32, runs [][2]int, w int) [][]byte {
-	out := make([][]byte, len(runs))
-	for i, r := range runs {
-		out[i] = wire.F32Bytes(vals[r[0]*w : r[1]*w])
+// appendViews appends the runs of vals to out as byte views, in order,
+// without copying: a frame's payload is their concatenation.
+func appendViews(out [][]byte, vals []float32, runs [][2]int, w int) [][]byte {
+	for _, r := range runs {
+		out = append(out, wire.F32Bytes(vals[r[0]*w:r[1]*w]))
 	}
 	return out
+}
+
+// viewLists recycle the lists of views that a frame of a part's runs is
+// built from and that the reply to a pull over them is read into: a
+// list of a hundred views per frame, each way, was most of what the
+// two-server push+pull allocated.
+var viewLists = sync.Pool{New: func() any { return new([][]byte) }}
+
+func getViews() *[][]byte { return viewLists.Get().(*[][]byte) }
+
+// putViews returns a list, dropping its references to the caller's memory.
+func putViews(v *[][]byte) {
+	clear(*v)
+	*v = (*v)[:0]
+	viewLists.Put(v)
 }
 
 // interleave orders parts round-robin over their servers, so that the

@@ -267,11 +267,14 @@ func (t *Table) send(o *op, rm *ring.Map, conns map[string]*transport.Client, pl
 		d.Kind, d.Keys = wire.KeysExplicit, p.keys
 	}
 	var written func(error)
-	var runViews [][]byte
+	var pre [wire.DataPrefixSize]byte
+	var views *[][]byte // the frame's parts, when it points at the caller's runs
 	if o.vals != nil {
 		d.Enc = t.enc
 		if d.Enc == wire.EncRaw && p.viewable(w) {
-			runViews = viewRuns(o.vals, p.runs, w)
+			views = getViews()
+			defer putViews(views) // the frame keeps its own list of its parts
+			*views = appendViews(append(*views, d.Parts(&pre)...), o.vals, p.runs, w)
 		} else {
 			var v []float32
 			if len(p.runs) == 1 {
@@ -285,9 +288,18 @@ func (t *Table) send(o *op, rm *ring.Map, conns map[string]*transport.Client, pl
 			d.Vals = wire.EncodeValues(d.Enc, v, nil)
 		}
 	}
-	var pre [wire.DataPrefixSize]byte
+	var parts [][]byte
+	if views != nil {
+		parts = *views
+	} else {
+		parts = d.Parts(&pre)
+	}
 	id := cc.NextID()
-	fr := wire.NewFrameOn(wire.Header{Type: o.typ, Epoch: rm.Epoch, ReqID: id}, cc.Authenticated(), append(d.Parts(&pre), runViews...)...)
+	// A frame of values goes unsummed to the connection, whose writer sums
+	// it (on a plain connection) just before the kernel copies it: summed
+	// here, a round's frames were all read once from memory for the sum,
+	// and again, out of the cache by then, for the copy.
+	fr := wire.NewFrameOn(wire.Header{Type: o.typ, Epoch: rm.Epoch, ReqID: id}, cc.Authenticated() || o.vals != nil && p.count*w >= minWriterSum, parts...)
 	cc.Call(fr, id, &transport.Call{
 		OnReply: func(h wire.Header, r *wire.Reader) error { return t.onReply(o, p, srv.ID, rm.Epoch, seq, h, r) },
 		// The server may have applied a push before the connection broke;
@@ -399,7 +411,11 @@ func (t *Table) readReply(o *op, p *part, h wire.Header, r *wire.Reader) (uint32
 		// Long runs (a range spread over servers): straight from the
 		// socket into each run of the caller's vector.
 		var pre [wire.ReplyPrefixSize]byte
-		if err := r.ReadPayloadVec(h, pre[:], viewRuns(o.dst, p.runs, w)); err != nil {
+		views := getViews()
+		*views = appendViews(*views, o.dst, p.runs, w)
+		err := r.ReadPayloadVec(h, pre[:], *views)
+		putViews(views)
+		if err != nil {
 			return 0, err
 		}
 		refused, _, _ := wire.ParseReply(pre[:])
@@ -554,7 +570,15 @@ func (t *Table) buildPlan(rm *ring.Map, o *op) *plan {
 			i = j
 		}
 	}
-	pl.parts = interleave(t.cutParts(runs, limit))
+	var align func(int) int
+	brk := -1
+	if o.isRange {
+		align = unitAlign(o.rng.Lo)
+		if end := uint64(keyspace.SpreadSlots * keyspace.SlotSize); len(rm.Servers) > 1 && o.rng.Lo < end && end < o.rng.Hi {
+			brk = int(end - o.rng.Lo)
+		}
+	}
+	pl.parts = interleave(t.cutParts(runs, limit, align, brk))
 	for _, p := range pl.parts {
 		if o.isRange {
 			p.lo = o.rng.Lo + uint64(p.runs[0][0])
@@ -573,18 +597,41 @@ func (t *Table) buildPlan(rm *ring.Map, o *op) *plan {
 	return pl
 }
 
-// cutParts cuts each server's runs into parts of at most limit keys.
-func (t *Table) cutParts(runs [][][2]int, limit int) []*part {
+// cutParts cuts each server's runs into parts of at most limit keys. With
+// align set, a cut inside a run goes back to the position align gives, or
+// else to the run's start; only a part that would hold nothing then is cut
+// where the limit falls. A part never holds positions on both sides of
+// brk (none if negative): a range's slots placed one by one (the first
+// keyspace.SpreadSlots) go in parts of their own, which the servers copy
+// and look up slot by slot, so that every other part lies in whole dense
+// groups and is answered from the store's memory (server.replyPinned);
+// one part that mixed both was copied whole.
+func (t *Table) cutParts(runs [][][2]int, limit int, align func(int) int, brk int) []*part {
 	var parts []*part
 	for s, rs := range runs {
 		var cur *part
-		for _, r := range rs {
+		full := true
+		for _, r := range splitAt(rs, brk) {
+			if brk >= 0 && r[0] >= brk && !full && cur.runs[len(cur.runs)-1][1] <= brk {
+				full = true
+			}
 			for r[0] < r[1] {
-				if cur == nil || cur.count == limit {
+				if full {
 					cur = &part{server: s, cacheID: t.c.nextKey.Add(1)}
 					parts = append(parts, cur)
 				}
 				take := min(r[1]-r[0], limit-cur.count)
+				full = cur.count+take == limit
+				if take < r[1]-r[0] && align != nil {
+					end := align(r[0] + take)
+					switch {
+					case end > r[0]:
+						take, full = end-r[0], true
+					case cur.count > 0:
+						full = true // the next part starts with this run
+						continue
+					}
+				}
 				cur.runs = append(cur.runs, [2]int{r[0], r[0] + take})
 				cur.count += take
 				r[0] += take
@@ -592,6 +639,33 @@ func (t *Table) cutParts(runs [][][2]int, limit int) []*part {
 		}
 	}
 	return parts
+}
+
+// splitAt returns runs with the one that holds brk, if any, cut in two there.
+func splitAt(runs [][2]int, brk int) [][2]int {
+	for i, r := range runs {
+		if r[0] < brk && brk < r[1] {
+			out := make([][2]int, 0, len(runs)+1)
+			out = append(out, runs[:i]...)
+			out = append(out, [2]int{r[0], brk}, [2]int{brk, r[1]})
+			return append(out, runs[i+1:]...)
+		}
+	}
+	return runs
+}
+
+// unitAlign returns, for a range from key lo, the last position at or
+// before a given one where a placement unit begins. A range spread over
+// servers is cut there rather than anywhere: the store's dense groups
+// (whole within a unit) then each lie in one frame, and a group that
+// one frame's pinned reply still holds is not written by the next frame's
+// push, which would first move it to a new buffer (store.PinRun).
+func unitAlign(lo uint64) func(int) int {
+	const unitKeys = keyspace.SlotSize << keyspace.UnitBits
+	return func(pos int) int {
+		k := lo + uint64(pos)
+		return pos - int(k%unitKeys)
+	}
 }
 
 // planCache keeps the plans of recently used key lists and ranges. A key

@@ -21,6 +21,12 @@ const DefaultWriteTimeout = 10 * time.Second
 // maxBatch bounds how many bytes of queued frames one write gathers.
 const maxBatch = 8 << 20
 
+// sumBatch bounds the bytes of frames the writer sums itself (unsummed
+// frames on a connection that does not authenticate its bytes) that one
+// write gathers: the sum reads them into the cache, and the kernel's copy
+// that follows should find them there, not a batch later.
+const sumBatch = 1 << 20
+
 // Outgoing is a frame queued for writing. Done, when set, runs after the
 // frame was written or dropped, so that the sender can recycle the memory
 // the frame points into.
@@ -170,9 +176,13 @@ func (c *Conn) writeLoop() {
 			}
 			// Take as many queued frames as fit in one batch: many small
 			// requests then cost one system call.
-			n, size := 0, 0
-			for n < len(c.queue) && (n == 0 || size+c.queue[n].Frame.Size() <= maxBatch) {
-				size += c.queue[n].Frame.Size()
+			n, size, summing := 0, 0, 0
+			for n < len(c.queue) && (n == 0 || size+c.queue[n].Frame.Size() <= maxBatch) && summing < sumBatch {
+				f := c.queue[n].Frame
+				size += f.Size()
+				if !c.auth && f.Unsummed() {
+					summing += f.Size()
+				}
 				n++
 			}
 			batch = append(batch[:0], c.queue[:n]...)

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -18,8 +19,14 @@ const maxIovecs = 1024
 // lands in the caller's runs with the kernel's copy only, where reading it
 // into one buffer and scattering it from there copied it once more.
 type vecReader struct {
-	br *bufio.Reader
-	rc syscall.RawConn
+	br  *bufio.Reader
+	rc  syscall.RawConn
+	iov []unix.Iovec // reused: x/sys's Readv builds a new array every call
+	// readv, bound once, and its results: a closure per call escaped to
+	// the heap through RawConn.Read.
+	read func(fd uintptr) bool
+	n    int
+	err  error
 }
 
 // newVecReader returns a vecReader for a plain TCP connection, or nil
@@ -33,7 +40,9 @@ func newVecReader(nc net.Conn, br *bufio.Reader) *vecReader {
 	if err != nil {
 		return nil
 	}
-	return &vecReader{br: br, rc: rc}
+	v := &vecReader{br: br, rc: rc}
+	v.read = v.readv
+	return v
 }
 
 // ReadVec reads into bufs in order and returns how many bytes it read,
@@ -45,16 +54,22 @@ func (v *vecReader) ReadVec(bufs [][]byte) (int, error) {
 	if len(bufs) > maxIovecs {
 		bufs = bufs[:maxIovecs]
 	}
-	var n int
-	var err error
-	if rerr := v.rc.Read(func(fd uintptr) bool {
-		for {
-			n, err = unix.Readv(int(fd), bufs)
-			if err != unix.EINTR {
-				return err != unix.EAGAIN
-			}
+	v.iov = v.iov[:0]
+	for _, b := range bufs {
+		if len(b) == 0 {
+			continue
 		}
-	}); rerr != nil {
+		iov := unix.Iovec{Base: &b[0]}
+		iov.SetLen(len(b))
+		v.iov = append(v.iov, iov)
+	}
+	if len(v.iov) == 0 {
+		return 0, nil
+	}
+	rerr := v.rc.Read(v.read)
+	clear(v.iov) // drop the references to the caller's memory
+	n, err := v.n, v.err
+	if rerr != nil {
 		return 0, rerr
 	}
 	if err != nil {
@@ -64,4 +79,21 @@ func (v *vecReader) ReadVec(bufs [][]byte) (int, error) {
 		return 0, io.EOF
 	}
 	return n, nil
+}
+
+// readv is one readv(2) of v.iov into v.n and v.err, for RawConn.Read:
+// it reports false to wait for the socket to be readable again.
+func (v *vecReader) readv(fd uintptr) bool {
+	for {
+		r, _, e := unix.Syscall(unix.SYS_READV, fd, uintptr(unsafe.Pointer(&v.iov[0])), uintptr(len(v.iov)))
+		if e == unix.EINTR {
+			continue
+		}
+		if e != 0 {
+			v.n, v.err = 0, e
+			return e != unix.EAGAIN
+		}
+		v.n, v.err = int(r), nil
+		return true
+	}
 }

@@ -280,6 +280,7 @@ type Reader struct {
 	// Vec, if set, reads from the same stream into several buffers at
 	// once (readv), for ReadPayloadVec.
 	Vec VecReader
+	vec [][]byte // readVecSummed's buffers still to fill, kept for reuse
 }
 
 // VecReader reads into bufs in order, as readv(2) does: it returns how
@@ -416,26 +417,32 @@ func (r *Reader) ReadPayloadVec(h Header, head []byte, bodies [][]byte) error {
 }
 
 // readVecSummed fills bodies through r.Vec, summing each piece a read
-// returns while it is in the cache, as readSummed does.
+// returns while it is in the cache, as readSummed does. The buffers still
+// to fill are one slice of the Reader's, trimmed in place as reads land:
+// rebuilding it for every read (one per few dozen KiB of a reply of a
+// hundred runs) cost a copy of the whole list each time.
 func (r *Reader) readVecSummed(crc uint32, bodies [][]byte, sum bool) (uint32, error) {
-	i, off := 0, 0 // the next byte to fill: bodies[i][off]
-	var rest [][]byte
-	for i < len(bodies) {
-		if off == len(bodies[i]) {
-			i, off = i+1, 0
+	all := append(r.vec[:0], bodies...)
+	defer func() {
+		clear(all) // drop the references to the caller's memory
+		r.vec = all[:0]
+	}()
+	rest := all
+	for len(rest) > 0 {
+		if len(rest[0]) == 0 {
+			rest = rest[1:]
 			continue
 		}
-		rest = append(rest[:0], bodies[i][off:])
-		rest = append(rest, bodies[i+1:]...)
 		n, err := r.Vec.ReadVec(rest)
-		for got := n; got > 0; {
-			take := min(got, len(bodies[i])-off)
+		for n > 0 {
+			take := min(n, len(rest[0]))
 			if sum {
-				crc = crc32.Update(crc, castagnoli, bodies[i][off:off+take])
+				crc = crc32.Update(crc, castagnoli, rest[0][:take])
 			}
-			got -= take
-			if off += take; off == len(bodies[i]) && got > 0 {
-				i, off = i+1, 0
+			rest[0] = rest[0][take:]
+			n -= take
+			if len(rest[0]) == 0 {
+				rest = rest[1:]
 			}
 		}
 		if err != nil {
