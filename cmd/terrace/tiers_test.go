@@ -39,6 +39,28 @@ func TestTierFlags(t *testing.T) {
 	}
 }
 
+// TestBackupLossDrill kills one of two reliable machines in stage 2: a
+// BackupPS and its workers. The ActivePS acknowledge no push until a
+// BackupPS's ledger has it, so the job stalled for good while the dead
+// BackupPS stayed in the layout; now it is found and taken out, and the
+// job trains to its end in stage 2 without losing an acknowledged push.
+func TestBackupLossDrill(t *testing.T) {
+	if os.Getenv("TERRACE_TIERS_DRILL") == "" {
+		t.Skip("set TERRACE_TIERS_DRILL=1")
+	}
+	rep := runDrill(t, "--reliable", "2", "--transient", "2", "--stage", "2", "--audit-every", "1",
+		"--failure-timeout", "2s", "--passes", "20", "--kill", "reliable@1@3s")
+	if rep.AckedUpdatesLost == nil || *rep.AckedUpdatesLost != 0 {
+		t.Errorf("acked_updates_lost %v, want 0", ptr(rep.AckedUpdatesLost))
+	}
+	if rep.AckedUpdatesDuplicated == nil || *rep.AckedUpdatesDuplicated != 0 {
+		t.Errorf("applied twice %v, want 0", ptr(rep.AckedUpdatesDuplicated))
+	}
+	if n := finishedWorkers(rep); n != 3 {
+		t.Errorf("%d workers finished, want the 3 not killed", n)
+	}
+}
+
 // TestTierRevocationDrill revokes every transient machine of a stage-2
 // cluster at once, without notice and then with notice: training goes on
 // from the BackupPS; without notice the loss is at most one sync

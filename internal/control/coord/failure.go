@@ -183,10 +183,8 @@ func (m *Machine) MemberGone(id uint64, role, node, inc string) {
 			return
 		}
 	case api.RoleServer:
-		// Standby servers too: a dead one left there would be taken as a
-		// joiner by the next switch from stage 1, which it would abandon.
-		l := &m.st.Layout
-		all := append(append(slices.Clone(l.Servers), l.Joining...), l.Standby...)
+		// Standby servers and BackupPS too (Monitor says why).
+		all := m.st.Layout.AllServers()
 		if i := slices.IndexFunc(all, func(s ring.Server) bool { return s.ID == node }); i >= 0 {
 			m.out.Probes = append(m.out.Probes, Probe{ReqID: id, ID: node, Addr: all[i].Addr, Incarnation: inc})
 			return

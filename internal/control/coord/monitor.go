@@ -8,7 +8,6 @@ import (
 
 	"github.com/terrace-ml/terrace/internal/dataplane/transport"
 	"github.com/terrace-ml/terrace/internal/dataplane/wire"
-	"github.com/terrace-ml/terrace/internal/placement/ring"
 )
 
 // Failure detection: the coordinator holds a connection to every server
@@ -27,8 +26,10 @@ func (c *Coordinator) failureTimeout() time.Duration {
 }
 
 // Monitor watches the layout's servers and removes those that fail: on
-// the ring, joining, and on standby (a dead one there would be taken as a
-// joiner by the next switch from stage 1).
+// the ring, joining, on standby (a dead one there would be taken as a
+// joiner by the next switch from stage 1), and the BackupPS (the
+// ActivePS acknowledge no push until a BackupPS's ledger has it: a dead
+// one left in the layout stalls the job).
 func (c *Coordinator) Monitor(ctx context.Context, log *slog.Logger) {
 	var mu sync.Mutex
 	watching := map[string]context.CancelFunc{}
@@ -41,7 +42,7 @@ func (c *Coordinator) Monitor(ctx context.Context, log *slog.Logger) {
 		version = l.Version
 		mu.Lock()
 		live := map[string]bool{}
-		for _, s := range append(append(append([]ring.Server(nil), l.Servers...), l.Joining...), l.Standby...) {
+		for _, s := range l.AllServers() {
 			live[s.ID+"@"+s.Addr] = true
 			key := s.ID + "@" + s.Addr
 			if _, ok := watching[key]; ok {

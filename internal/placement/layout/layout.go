@@ -161,6 +161,12 @@ func (l *Layout) IsBackup(id string) bool {
 	return slices.ContainsFunc(l.Backup, func(s ring.Server) bool { return s.ID == id })
 }
 
+// AllServers returns every server the layout names: on the data ring,
+// joining, on standby and the BackupPS, in that order (a new slice).
+func (l *Layout) AllServers() []ring.Server {
+	return slices.Concat(l.Servers, l.Joining, l.Standby, l.Backup)
+}
+
 // MachineClass returns the class of machine id, and whether it is known.
 func (l *Layout) MachineClass(id string) (tier.Class, bool) {
 	for _, m := range l.Machines {
