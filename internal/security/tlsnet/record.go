@@ -245,10 +245,10 @@ func (c *recConn) readRecord(p []byte) (n int, torn bool, err error) {
 		if m, err := io.ReadFull(c.Conn, p[k:n+recordTag]); err != nil {
 			return 0, true, truncated(err, recordHeader+k+m)
 		}
-		if _, err := c.rx.aead.Open(p[:0], c.rx.next(), p[:n+recordTag], hdr[:]); err != nil {
-			return 0, true, fmt.Errorf("%w from %s: %v", ErrRecord, c.peer, err)
+		if _, err := c.open(p, p[:n+recordTag], hdr[:]); err != nil {
+			return 0, true, err
 		}
-		return n, false, c.rx.advance(n)
+		return n, false, nil
 	}
 	rec, err := c.r.Peek(total)
 	if err != nil {
@@ -261,14 +261,11 @@ func (c *recConn) readRecord(p []byte) (n int, torn bool, err error) {
 		}
 		dst = c.pbuf[:n]
 	}
-	pt, err := c.rx.aead.Open(dst[:0], c.rx.next(), rec[recordHeader:], hdr[:])
+	pt, err := c.open(dst, rec[recordHeader:], hdr[:])
 	if err != nil {
-		return 0, true, fmt.Errorf("%w from %s: %v", ErrRecord, c.peer, err)
-	}
-	c.r.Discard(total)
-	if err := c.rx.advance(n); err != nil {
 		return 0, true, err
 	}
+	c.r.Discard(total)
 	if len(p) < n {
 		k := copy(p, pt)
 		c.plain = pt[k:]
@@ -277,24 +274,32 @@ func (c *recConn) readRecord(p []byte) (n int, torn bool, err error) {
 	return n, false, nil
 }
 
+// open opens ct (a record's ciphertext and tag) into dst[:0] under the
+// next nonce, and counts the record.
+func (c *recConn) open(dst, ct, hdr []byte) ([]byte, error) {
+	pt, err := c.rx.aead.Open(dst[:0], c.rx.next(), ct, hdr)
+	if err != nil {
+		return nil, fmt.Errorf("%w from %s: %v", ErrRecord, c.peer, err)
+	}
+	return pt, c.rx.advance(len(pt))
+}
+
 // tlsRecord lets crypto/tls read the TLS record met where a record of
 // ours belongs: the peer's alert (a refused certificate, or its close).
 func (c *recConn) tlsRecord() error {
-	if c.tc == nil {
-		return fmt.Errorf("%w from %s: a TLS record where a record was due", ErrRecord, c.peer)
+	if c.tc != nil {
+		var b [1]byte
+		_, err := c.tc.Read(b[:])
+		switch {
+		case errors.Is(err, io.EOF):
+			return io.EOF // the peer's close_notify
+		case err != nil && strings.Contains(err.Error(), "remote error: tls:"):
+			return fmt.Errorf("%w: %s refused this node's certificate: %v", ErrPeerRefused, c.peer, err)
+		case err != nil:
+			return err
+		}
 	}
-	var b [1]byte
-	_, err := c.tc.Read(b[:])
-	if errors.Is(err, io.EOF) {
-		return io.EOF // the peer's close_notify
-	}
-	if err == nil {
-		return fmt.Errorf("%w from %s: a TLS record where a record was due", ErrRecord, c.peer)
-	}
-	if strings.Contains(err.Error(), "remote error: tls:") {
-		return fmt.Errorf("%w: %s refused this node's certificate: %v", ErrPeerRefused, c.peer, err)
-	}
-	return err
+	return fmt.Errorf("%w from %s: a TLS record where a record was due", ErrRecord, c.peer)
 }
 
 // truncated maps the end of the stream: at a record's boundary it is the
@@ -382,13 +387,7 @@ func (c *recConn) seal(pt []byte) error {
 	c.out = slices.Grow(c.out, recordHeader+len(pt)+recordTag)
 	c.out = append(c.out, hdr[:]...)
 	c.out = c.tx.aead.Seal(c.out, c.tx.next(), pt, hdr[:])
-	if err := c.tx.advance(len(pt)); err != nil {
-		return err
-	}
-	if len(c.out) >= flushAt {
-		return c.flush()
-	}
-	return nil
+	return c.afterSeal(len(pt))
 }
 
 // sealPending seals in place the record of small buffers gathered at
@@ -400,7 +399,13 @@ func (c *recConn) sealPending(pend int) error {
 	binary.BigEndian.PutUint32(hdr[:], uint32(len(pt)))
 	copy(c.out[pend:], hdr[:])
 	c.out = c.tx.aead.Seal(c.out[:pend+recordHeader], c.tx.next(), pt, hdr[:])
-	if err := c.tx.advance(len(pt)); err != nil {
+	return c.afterSeal(len(pt))
+}
+
+// afterSeal counts a record of n plaintext bytes just sealed into the batch,
+// and sends the batch once it is long enough.
+func (c *recConn) afterSeal(n int) error {
+	if err := c.tx.advance(n); err != nil {
 		return err
 	}
 	if len(c.out) >= flushAt {
