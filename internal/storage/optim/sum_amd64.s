@@ -1,0 +1,78 @@
+#include "textflag.h"
+
+DATA expmask<>+0(SB)/4, $0x7f800000
+GLOBL expmask<>(SB), RODATA|NOPTR, $4
+
+// func sumAVX2(v, g []float32) bool
+//
+// len(v) is a multiple of 32 and len(g) >= len(v). The first pass adds
+// without storing and ORs together a lane mask of every sum whose exponent
+// is all ones (Inf or NaN); only if none is, the second pass adds and stores.
+// Four independent registers a round keep the adds' latency hidden.
+TEXT ·sumAVX2(SB), NOSPLIT, $0-49
+	MOVQ v_base+0(FP), DI
+	MOVQ v_len+8(FP), BX
+	MOVQ g_base+24(FP), SI
+	SHLQ $2, BX
+	VPBROADCASTD expmask<>(SB), Y15
+	VPXOR Y14, Y14, Y14
+	XORQ AX, AX
+
+check:
+	CMPQ AX, BX
+	JAE  checked
+	VMOVUPS 0(DI)(AX*1), Y0
+	VMOVUPS 32(DI)(AX*1), Y1
+	VMOVUPS 64(DI)(AX*1), Y2
+	VMOVUPS 96(DI)(AX*1), Y3
+	VADDPS 0(SI)(AX*1), Y0, Y0
+	VADDPS 32(SI)(AX*1), Y1, Y1
+	VADDPS 64(SI)(AX*1), Y2, Y2
+	VADDPS 96(SI)(AX*1), Y3, Y3
+	VPAND Y15, Y0, Y0
+	VPAND Y15, Y1, Y1
+	VPAND Y15, Y2, Y2
+	VPAND Y15, Y3, Y3
+	VPCMPEQD Y15, Y0, Y0
+	VPCMPEQD Y15, Y1, Y1
+	VPCMPEQD Y15, Y2, Y2
+	VPCMPEQD Y15, Y3, Y3
+	VPOR Y0, Y1, Y1
+	VPOR Y2, Y3, Y3
+	VPOR Y1, Y14, Y14
+	VPOR Y3, Y14, Y14
+	ADDQ $128, AX
+	JMP  check
+
+checked:
+	VPTEST Y14, Y14
+	JNZ    refuse
+	XORQ   AX, AX
+
+commit:
+	CMPQ AX, BX
+	JAE  done
+	VMOVUPS 0(DI)(AX*1), Y0
+	VMOVUPS 32(DI)(AX*1), Y1
+	VMOVUPS 64(DI)(AX*1), Y2
+	VMOVUPS 96(DI)(AX*1), Y3
+	VADDPS 0(SI)(AX*1), Y0, Y0
+	VADDPS 32(SI)(AX*1), Y1, Y1
+	VADDPS 64(SI)(AX*1), Y2, Y2
+	VADDPS 96(SI)(AX*1), Y3, Y3
+	VMOVUPS Y0, 0(DI)(AX*1)
+	VMOVUPS Y1, 32(DI)(AX*1)
+	VMOVUPS Y2, 64(DI)(AX*1)
+	VMOVUPS Y3, 96(DI)(AX*1)
+	ADDQ $128, AX
+	JMP  commit
+
+done:
+	VZEROUPPER
+	MOVB $1, ret+48(FP)
+	RET
+
+refuse:
+	VZEROUPPER
+	MOVB $0, ret+48(FP)
+	RET
