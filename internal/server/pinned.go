@@ -11,8 +11,7 @@ import (
 
 // pinnedReply is a pull's reply whose values go to the socket straight
 // from the store's dense groups (store.PinRun): no copy into a reply
-// buffer, and the frame's CRC (summed by the connection's writer) is the
-// one pass over them. The store keeps
+// buffer, and the frame's CRC is the one pass over them. The store keeps
 // the pinned values unchanged until the writer has sent them and Release
 // runs; a push meanwhile moves the group instead of writing it.
 type pinnedReply struct {
@@ -62,11 +61,7 @@ func replyPinned(c *conn, st *store.Table, ks keyspace.Keys, reqID, epoch uint64
 	for _, v := range r.pin.Views {
 		r.parts = append(r.parts, wire.F32Bytes(v))
 	}
-	// Unsummed on every connection: a plain one's writer sums the values
-	// just before the kernel copies them (transport.sumBatch), so that the
-	// copy finds them in the cache the sum brought them into; summed here,
-	// a frame's megabytes would be read from memory twice.
-	r.frame.ResetOn(wire.Header{Type: wire.TReply, Epoch: epoch, ReqID: reqID}, true, r.parts...)
+	r.frame.ResetOn(wire.Header{Type: wire.TReply, Epoch: epoch, ReqID: reqID}, c.Authenticated(), r.parts...)
 	c.Send(transport.Outgoing{Frame: &r.frame, Done: r.done})
 	return true
 }

@@ -332,17 +332,13 @@ func (r *Reader) ReadPayloadInto(h Header, dst []byte) error {
 	return r.ReadPayloadSplit(h, nil, dst)
 }
 
-// sumChunk bounds one read of a summed payload, so that what the kernel
-// has just copied is still in the core's own cache when it is summed.
-const sumChunk = 256 << 10
-
 // readSummed fills b from the stream and returns crc updated with it,
 // if sum. Each piece is summed as soon as a read returns it, while the
 // kernel's copy has left it in the cache: the CRC rides on the socket
 // copy instead of making a second pass over a 2 MiB payload from memory.
 func (r *Reader) readSummed(crc uint32, b []byte, sum bool) (uint32, error) {
 	for off := 0; off < len(b); {
-		n, err := r.r.Read(b[off:min(len(b), off+sumChunk)])
+		n, err := r.r.Read(b[off:])
 		if sum {
 			crc = crc32.Update(crc, castagnoli, b[off:off+n])
 		}
