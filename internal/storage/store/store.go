@@ -42,7 +42,7 @@ type Table struct {
 
 type stripe struct {
 	mu     sync.RWMutex
-	blocks map[uint64]block // by slot number
+	blocks slotMap // by slot number
 	// dense holds the stripe's dense groups by group number (slot /
 	// groupSlots), nil until the first; see dense.go.
 	dense map[uint64]*denseGroup
@@ -66,9 +66,6 @@ func New(spec table.Spec) (*Table, error) {
 		seed:   keyspace.Mix64(spec.Init.Seed),
 	}
 	t.stride = t.width * t.planes
-	for i := range t.st {
-		t.st[i].blocks = make(map[uint64]block)
-	}
 	return t, nil
 }
 
@@ -302,7 +299,7 @@ func (t *Table) visitBatch(s *stripe, batch []piece, mode access, fn func(block,
 		if dgs[j] = dg; dg != nil {
 			blocks[j] = t.denseBlock(dg, i)
 		} else {
-			blocks[j] = s.blocks[p.slot]
+			blocks[j] = s.blocks.get(p.slot)
 		}
 		missing = missing || blocks[j].bits&p.want != p.want
 	}
@@ -313,7 +310,7 @@ func (t *Table) visitBatch(s *stripe, batch []piece, mode access, fn func(block,
 		locked = true
 		// Another request may have created keys, and moved blocks, meanwhile.
 		for j, p := range batch {
-			blocks[j] = s.blocks[p.slot]
+			blocks[j] = s.blocks.get(p.slot)
 			dgs[j] = s.dense[p.slot/groupSlots]
 		}
 	} else if !locked {
@@ -344,7 +341,7 @@ func (t *Table) writable(s *stripe, batch []piece, blocks *[groupSlots]block, dg
 	for j, p := range batch {
 		if compacted {
 			// A group made dense moved its blocks (it is not pinned).
-			blocks[j] = s.blocks[p.slot]
+			blocks[j] = s.blocks.get(p.slot)
 		}
 		if dgs[j] == nil {
 			continue
@@ -423,10 +420,10 @@ func (t *Table) insert(s *stripe, slot uint64, b block, add uint64) block {
 		}
 	}
 	s.keys += int64(bits.OnesCount64(add))
-	s.blocks[slot] = nb
+	s.blocks.set(slot, nb)
 	if nb.bits == ^uint64(0) {
 		t.maybeCompact(s, slot)
-		nb = s.blocks[slot]
+		nb = s.blocks.get(slot)
 	}
 	return nb
 }
@@ -440,13 +437,13 @@ func (t *Table) remove(s *stripe, slot uint64, b block, del uint64) {
 	}
 	s.keys -= int64(bits.OnesCount64(del))
 	if t.dissolve(s, slot) {
-		b = s.blocks[slot] // moved if it was pinned
+		b = s.blocks.get(slot) // moved if it was pinned
 	}
 	nb := block{bits: b.bits &^ del, p: b.p}
 	buf := b.buf(t.stride)
 	if nb.bits == 0 {
 		s.bytes -= allocBytes(len(buf))
-		delete(s.blocks, slot)
+		s.blocks.del(slot)
 		return
 	}
 	// A block of a dissolved dense group shares its buffer with the
@@ -457,7 +454,7 @@ func (t *Table) remove(s *stripe, slot uint64, b block, del uint64) {
 		nb.p = &nbuf[0]
 	}
 	move(nb.buf(t.stride), buf, t.width, t.planes, b.bits, nb.bits)
-	s.blocks[slot] = nb
+	s.blocks.set(slot, nb)
 }
 
 func (t *Table) checkLen(keys, floats int) {
