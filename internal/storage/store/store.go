@@ -303,6 +303,7 @@ func (t *Table) visitBatch(s *stripe, batch []piece, mode access, fn func(block,
 		}
 		missing = missing || blocks[j].bits&p.want != p.want
 	}
+	touch(blocks[:len(batch)], batch, t.width)
 	if missing && mode == read {
 		s.mu.RUnlock()
 		s.mu.Lock()
