@@ -57,42 +57,43 @@ var capKeys = func() (c [65]uint8) {
 // move copies the planes of the keys present in both from and to out of
 // src (laid out for from) into dst (laid out for to). In place (dst and src
 // the same buffer) it must only add keys or only remove them.
+//
+// Between two offsets whose presence changes, both bitmaps hold the same
+// keys, so each such segment moves as one span. Growing in place moves
+// keys up, so the segments go from the highest down; otherwise from the
+// lowest up. (A list of the segments cost more than the moves: zeroing
+// its array was a sixth of a sparse insert's move.)
 func move(dst, src []float32, width, planes int, from, to uint64) {
 	srcCap, dstCap := int(capKeys[bits.OnesCount64(from)]), int(capKeys[bits.OnesCount64(to)])
-	// Between two offsets whose presence changes, both bitmaps hold the
-	// same keys, so each such segment moves as one span.
-	type seg struct{ src, dst, n int }
-	var segs [65]seg
-	ns := 0
+	seg := func(lo, hi uint) {
+		n := bits.OnesCount64(from & span(lo, hi))
+		if n == 0 {
+			return
+		}
+		si, di := bits.OnesCount64(from&below(lo))*width, bits.OnesCount64(to&below(lo))*width
+		for p := range planes {
+			s, d := p*srcCap*width+si, p*dstCap*width+di
+			copy(dst[d:d+n*width], src[s:s+n*width])
+		}
+	}
 	changed := from ^ to
-	lo := uint(0)
-	for {
+	if bits.OnesCount64(to) > bits.OnesCount64(from) {
 		hi := uint(64)
-		if changed != 0 {
-			hi = uint(bits.TrailingZeros64(changed))
-			changed &= changed - 1
+		for changed != 0 {
+			c := uint(63 - bits.LeadingZeros64(changed))
+			changed &^= 1 << c
+			seg(c+1, hi)
+			hi = c
 		}
-		m := span(lo, hi)
-		if n := bits.OnesCount64(from & m); n > 0 {
-			segs[ns] = seg{bits.OnesCount64(from & below(lo)), bits.OnesCount64(to & below(lo)), n}
-			ns++
-		}
-		if hi == 64 {
-			break
-		}
-		lo = hi + 1
+		seg(0, hi)
+		return
 	}
-	// Growing in place moves keys up, so the highest segment goes first;
-	// shrinking moves them down, so the lowest goes first.
-	grow := bits.OnesCount64(to) > bits.OnesCount64(from)
-	for p := range planes {
-		sp, dp := src[p*srcCap*width:], dst[p*dstCap*width:]
-		for i := range ns {
-			s := segs[i]
-			if grow {
-				s = segs[ns-1-i]
-			}
-			copy(dp[s.dst*width:(s.dst+s.n)*width], sp[s.src*width:(s.src+s.n)*width])
-		}
+	lo := uint(0)
+	for changed != 0 {
+		c := uint(bits.TrailingZeros64(changed))
+		changed &= changed - 1
+		seg(lo, c)
+		lo = c + 1
 	}
+	seg(lo, 64)
 }

@@ -286,6 +286,9 @@ func (t *Table) visitBatch(s *stripe, batch []piece, mode access, fn func(block,
 	} else {
 		s.mu.RLock()
 	}
+	if len(s.dense) == 0 {
+		s.blocks.touch(batch)
+	}
 	missing := false
 	var dgs [groupSlots]*denseGroup // each piece's dense group, or nil
 	var dg *denseGroup

@@ -27,3 +27,18 @@ func touch(blocks []block, batch []piece, width int) (x uint32) {
 	}
 	return x
 }
+
+// touch loads the first entry each piece's probe will read, so that the
+// probes' cache misses are in flight together, where each probe's loop
+// would wait for its own before the next began.
+//
+//go:noinline
+func (m *slotMap) touch(batch []piece) (x uint64) {
+	if m.n == 0 {
+		return 0
+	}
+	for _, p := range batch {
+		x ^= m.ents[m.home(p.slot)].slot
+	}
+	return x
+}
