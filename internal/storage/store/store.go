@@ -258,12 +258,14 @@ func (t *Table) visit(src pieces, mode access, fn func(block, piece)) {
 		return
 	}
 	var batch [groupSlots]piece
+	var blocks [groupSlots]block
+	var dgs [groupSlots]*denseGroup
 	var s *stripe
 	n := 0
 	for p, ok := src.next(); ok; p, ok = src.next() {
 		ps := t.stripe(p.slot)
 		if n > 0 && (ps != s || n == len(batch)) {
-			t.visitBatch(s, batch[:n], mode, fn)
+			t.visitBatch(s, batch[:n], blocks[:], dgs[:], mode, fn)
 			n = 0
 		}
 		s = ps
@@ -271,14 +273,16 @@ func (t *Table) visit(src pieces, mode access, fn func(block, piece)) {
 		n++
 	}
 	if n > 0 {
-		t.visitBatch(s, batch[:n], mode, fn)
+		t.visitBatch(s, batch[:n], blocks[:], dgs[:], mode, fn)
 	}
 }
 
 // visitBatch is visit for pieces in stripe s. It looks all their blocks up
-// before using any, so that the lookups' cache misses overlap.
-func (t *Table) visitBatch(s *stripe, batch []piece, mode access, fn func(block, piece)) {
-	var blocks [groupSlots]block
+// before using any, so that the lookups' cache misses overlap. blocks and
+// dgs are room for the pieces' blocks and dense groups, at least as long
+// as batch: the caller's, as zeroing arrays on every call cost more than
+// a short visit.
+func (t *Table) visitBatch(s *stripe, batch []piece, blocks []block, dgs []*denseGroup, mode access, fn func(block, piece)) {
 	locked := mode == write
 	if locked {
 		s.mu.Lock()
@@ -290,7 +294,6 @@ func (t *Table) visitBatch(s *stripe, batch []piece, mode access, fn func(block,
 		s.blocks.touch(batch)
 	}
 	missing := false
-	var dgs [groupSlots]*denseGroup // each piece's dense group, or nil
 	var dg *denseGroup
 	lastG := ^uint64(0)
 	for j, p := range batch {
@@ -321,7 +324,7 @@ func (t *Table) visitBatch(s *stripe, batch []piece, mode access, fn func(block,
 		defer s.mu.RUnlock()
 	}
 	if locked {
-		t.writable(s, batch, &blocks, &dgs)
+		t.writable(s, batch, blocks, dgs)
 	}
 	for j, p := range batch {
 		fn(blocks[j], p)
@@ -331,7 +334,7 @@ func (t *Table) visitBatch(s *stripe, batch []piece, mode access, fn func(block,
 // writable makes the batch's blocks hold every key their pieces want and
 // points them at memory that no pinned reply is reading; s.mu is held for
 // writing.
-func (t *Table) writable(s *stripe, batch []piece, blocks *[groupSlots]block, dgs *[groupSlots]*denseGroup) {
+func (t *Table) writable(s *stripe, batch []piece, blocks []block, dgs []*denseGroup) {
 	compacted := false
 	for j, p := range batch {
 		nb := t.insert(s, p.slot, blocks[j], p.want)
