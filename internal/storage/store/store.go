@@ -337,9 +337,19 @@ func (t *Table) visitBatch(s *stripe, batch []piece, blocks []block, dgs []*dens
 func (t *Table) writable(s *stripe, batch []piece, blocks []block, dgs []*denseGroup) {
 	compacted := false
 	for j, p := range batch {
+		if j > 0 && p.slot == batch[j-1].slot {
+			// Two runs in one slot: the first's insert may have moved
+			// the block since the lookup.
+			blocks[j] = blocks[j-1]
+		}
 		nb := t.insert(s, p.slot, blocks[j], p.want)
 		compacted = compacted || (nb.bits != blocks[j].bits && nb.bits == ^uint64(0))
 		blocks[j] = nb
+	}
+	for j := len(batch) - 2; j >= 0; j-- {
+		if batch[j].slot == batch[j+1].slot {
+			blocks[j] = blocks[j+1] // where the slot's last insert left it
+		}
 	}
 	// A pinned group moves before it is written, decided once per
 	// group: a reader may unpin it between two of its pieces, and all
