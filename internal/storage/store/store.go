@@ -78,6 +78,11 @@ func (t *Table) Push(keys []uint64, vals []float32) (refused int) {
 	t.checkLen(len(keys), len(vals))
 	st := make([][]float32, t.planes-1)
 	t.visit(pieces{keys: keys}, write, func(b block, p piece) {
+		if p.n == 1 { // most pieces of a list of random keys
+			r := b.rank(uint(bits.TrailingZeros64(p.want)))
+			refused += t.apply(b, r, 1, vals[p.i*t.width:(p.i+1)*t.width], st)
+			return
+		}
 		run := keys[p.i : p.i+p.n]
 		forRuns(run, func(i, n int) {
 			i += p.i
@@ -99,6 +104,11 @@ func (t *Table) Pull(keys []uint64, dst []float32) {
 			return
 		}
 		vals := b.buf(t.stride)
+		if w := t.width; p.n == 1 {
+			r := b.rank(uint(bits.TrailingZeros64(p.want)))
+			copy(dst[p.i*w:(p.i+1)*w], vals[r*w:(r+1)*w])
+			return
+		}
 		forRuns(keys[p.i:p.i+p.n], func(i, n int) {
 			i += p.i
 			r := b.rank(uint(keys[i] % keyspace.SlotSize))

@@ -19,11 +19,13 @@ func touch(blocks []block, batch []piece, width int) (x uint32) {
 		if b.p == nil {
 			continue
 		}
-		r := b.rank(uint(bits.TrailingZeros64(batch[j].want)))
-		if r == b.count() {
-			r = 0
-		}
+		// The wanted value, and the ends of the value plane, which an
+		// insert moves.
+		n := b.count()
+		r := min(b.rank(uint(bits.TrailingZeros64(batch[j].want))), n-1)
 		x ^= *(*uint32)(unsafe.Add(unsafe.Pointer(b.p), 4*r*width))
+		x ^= *(*uint32)(unsafe.Add(unsafe.Pointer(b.p), 4*(n*width-1)))
+		x ^= *(*uint32)(unsafe.Pointer(b.p))
 	}
 	return x
 }
