@@ -37,7 +37,10 @@ type Table struct {
 	upd    *optim.Updater
 	init   table.Init
 	seed   uint64 // keyspace.Mix64(init.Seed), hoisted out of per-key init
-	st     [stripes]stripe
+	// perApply is max(1, applyFloats/width), hoisted out of apply: the
+	// division was a sixth of a sparse push of present keys.
+	perApply int
+	st       [stripes]stripe
 }
 
 type stripe struct {
@@ -66,6 +69,7 @@ func New(spec table.Spec) (*Table, error) {
 		seed:   keyspace.Mix64(spec.Init.Seed),
 	}
 	t.stride = t.width * t.planes
+	t.perApply = max(1, applyFloats/t.width)
 	return t, nil
 }
 
@@ -300,24 +304,31 @@ func (t *Table) visitBatch(s *stripe, batch []piece, blocks []block, dgs []*dens
 	} else {
 		s.mu.RLock()
 	}
-	if len(s.dense) == 0 {
-		s.blocks.touch(batch)
-	}
 	missing := false
-	var dg *denseGroup
-	lastG := ^uint64(0)
-	for j, p := range batch {
-		// A dense run's pieces share a group: one lookup for 16 slots.
-		g, i := denseIndex(p.slot)
-		if g != lastG {
-			dg, lastG = s.dense[g], g
+	// A stripe of a sparse table has no dense groups to look for.
+	sparse := len(s.dense) == 0
+	if sparse {
+		s.blocks.touch(batch)
+		for j, p := range batch {
+			dgs[j], blocks[j] = nil, s.blocks.get(p.slot)
+			missing = missing || blocks[j].bits&p.want != p.want
 		}
-		if dgs[j] = dg; dg != nil {
-			blocks[j] = t.denseBlock(dg, i)
-		} else {
-			blocks[j] = s.blocks.get(p.slot)
+	} else {
+		var dg *denseGroup
+		lastG := ^uint64(0)
+		for j, p := range batch {
+			// A dense run's pieces share a group: one lookup for 16 slots.
+			g, i := denseIndex(p.slot)
+			if g != lastG {
+				dg, lastG = s.dense[g], g
+			}
+			if dgs[j] = dg; dg != nil {
+				blocks[j] = t.denseBlock(dg, i)
+			} else {
+				blocks[j] = s.blocks.get(p.slot)
+			}
+			missing = missing || blocks[j].bits&p.want != p.want
 		}
-		missing = missing || blocks[j].bits&p.want != p.want
 	}
 	touch(blocks[:len(batch)], batch, t.width)
 	if missing && mode == read {
@@ -333,7 +344,7 @@ func (t *Table) visitBatch(s *stripe, batch []piece, blocks []block, dgs []*dens
 	} else if !locked {
 		defer s.mu.RUnlock()
 	}
-	if locked {
+	if locked && (missing || !sparse) {
 		t.writable(s, batch, blocks, dgs)
 	}
 	for j, p := range batch {
@@ -390,7 +401,7 @@ const applyFloats = 256
 // apply pushes g to the n keys of b from rank r, which are consecutive
 // keys, and returns how many of them refused it.
 func (t *Table) apply(b block, r, n int, g []float32, st [][]float32) (refused int) {
-	if per := max(1, applyFloats/t.width); n > per {
+	if per := t.perApply; n > per {
 		for k := 0; k < n; k += per {
 			m := min(per, n-k)
 			refused += t.apply(b, r+k, m, g[k*t.width:(k+m)*t.width], st)
