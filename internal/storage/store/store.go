@@ -304,32 +304,10 @@ func (t *Table) visitBatch(s *stripe, batch []piece, blocks []block, dgs []*dens
 	} else {
 		s.mu.RLock()
 	}
-	missing := false
-	// A stripe of a sparse table has no dense groups to look for.
-	sparse := len(s.dense) == 0
-	if sparse {
+	if len(s.dense) == 0 {
 		s.blocks.touch(batch)
-		for j, p := range batch {
-			dgs[j], blocks[j] = nil, s.blocks.get(p.slot)
-			missing = missing || blocks[j].bits&p.want != p.want
-		}
-	} else {
-		var dg *denseGroup
-		lastG := ^uint64(0)
-		for j, p := range batch {
-			// A dense run's pieces share a group: one lookup for 16 slots.
-			g, i := denseIndex(p.slot)
-			if g != lastG {
-				dg, lastG = s.dense[g], g
-			}
-			if dgs[j] = dg; dg != nil {
-				blocks[j] = t.denseBlock(dg, i)
-			} else {
-				blocks[j] = s.blocks.get(p.slot)
-			}
-			missing = missing || blocks[j].bits&p.want != p.want
-		}
 	}
+	missing, sparse := t.lookup(s, batch, blocks, dgs)
 	touch(blocks[:len(batch)], batch, t.width)
 	if missing && mode == read {
 		s.mu.RUnlock()
@@ -350,6 +328,36 @@ func (t *Table) visitBatch(s *stripe, batch []piece, blocks []block, dgs []*dens
 	for j, p := range batch {
 		fn(blocks[j], p)
 	}
+}
+
+// lookup finds the blocks (and dense groups) of batch's pieces, all in
+// stripe s, whose lock the caller holds. It reports whether some piece
+// wants a key that is not present, and whether s has no dense groups.
+func (t *Table) lookup(s *stripe, batch []piece, blocks []block, dgs []*denseGroup) (missing, sparse bool) {
+	// A stripe of a sparse table has no dense groups to look for.
+	if len(s.dense) == 0 {
+		for j, p := range batch {
+			dgs[j], blocks[j] = nil, s.blocks.get(p.slot)
+			missing = missing || blocks[j].bits&p.want != p.want
+		}
+		return missing, true
+	}
+	var dg *denseGroup
+	lastG := ^uint64(0)
+	for j, p := range batch {
+		// A dense run's pieces share a group: one lookup for 16 slots.
+		g, i := denseIndex(p.slot)
+		if g != lastG {
+			dg, lastG = s.dense[g], g
+		}
+		if dgs[j] = dg; dg != nil {
+			blocks[j] = t.denseBlock(dg, i)
+		} else {
+			blocks[j] = s.blocks.get(p.slot)
+		}
+		missing = missing || blocks[j].bits&p.want != p.want
+	}
+	return missing, false
 }
 
 // writable makes the batch's blocks hold every key their pieces want and
