@@ -308,7 +308,11 @@ func (t *Table) visitBatch(s *stripe, batch []piece, blocks []block, dgs []*dens
 		s.blocks.touch(batch)
 	}
 	missing, sparse := t.lookup(s, batch, blocks, dgs)
-	touch(blocks[:len(batch)], batch, t.width)
+	if sparse {
+		// A dense run's values are read in order, which the processor
+		// prefetches by itself.
+		touch(blocks[:len(batch)], batch, t.width)
+	}
 	if missing && mode == read {
 		s.mu.RUnlock()
 		s.mu.Lock()
