@@ -37,8 +37,8 @@ type Table struct {
 	upd    *optim.Updater
 	init   table.Init
 	seed   uint64 // keyspace.Mix64(init.Seed), hoisted out of per-key init
-	// perApply is max(1, applyFloats/width), hoisted out of apply: the
-	// division was a sixth of a sparse push of present keys.
+	// perApply is max(1, applyFloats/width), hoisted out of apply, which
+	// a sparse push calls for every key.
 	perApply int
 	st       [stripes]stripe
 }

@@ -5,13 +5,15 @@ import (
 	"unsafe"
 )
 
-// touch loads the first wanted value of each piece's block, so that a
-// batch's cache misses on its values are in flight together: the loads
-// are independent, and the processor issues them all before the first
-// returns, where the visit that follows would take them one after the
-// other, each behind the work on the piece before. For a key being
-// created the block's current buffer is what insert reads next. It is
-// not inlined, so that the loads, whose result nobody uses, stay.
+// touch loads each piece's first wanted value and both ends of its
+// block's value plane, so that a batch's cache misses on its values are in
+// flight together: the loads are independent, and the processor issues
+// them all before the first returns, where the visit that follows would
+// take them one after the other, each behind the work on the piece
+// before. For a key being created the block's current buffer is what
+// insert moves next. It is not inlined, so that the loads, whose result
+// nobody uses, stay. Every block with keys has room for at least
+// count()*width floats, so the loads stay in its buffer.
 //
 //go:noinline
 func touch(blocks []block, batch []piece, width int) (x uint32) {
