@@ -39,8 +39,8 @@ func (t *Table) maybeCompact(s *stripe, slot uint64) {
 	first := g * groupSlots
 	var bs [groupSlots]block
 	for i := range bs {
-		b, ok := s.blocks[first+uint64(i)]
-		if !ok || b.bits != ^uint64(0) {
+		b := s.blocks.get(first + uint64(i))
+		if b.bits != ^uint64(0) {
 			return
 		}
 		bs[i] = b
@@ -52,7 +52,7 @@ func (t *Table) maybeCompact(s *stripe, slot uint64) {
 		s.bytes -= allocBytes(per)
 		copy(dst, b.buf(t.stride))
 		b.p = &dst[0]
-		s.blocks[first+uint64(i)] = b
+		s.blocks.set(first+uint64(i), b)
 	}
 	s.bytes += allocBytes(len(dg.buf))
 	if s.dense == nil {
@@ -102,7 +102,7 @@ func (t *Table) ownGroup(s *stripe, slot uint64) *denseGroup {
 	copy(ng.buf, dg.buf)
 	first := g * groupSlots
 	for j := range groupSlots {
-		s.blocks[first+uint64(j)] = block{bits: ^uint64(0), p: &ng.buf[j*per]}
+		s.blocks.set(first+uint64(j), block{bits: ^uint64(0), p: &ng.buf[j*per]})
 	}
 	s.dense[g] = ng
 	return ng

@@ -240,3 +240,23 @@ func TestLongListsMatchShortOnes(t *testing.T) {
 		t.Fatalf("stats differ: %+v and %+v", long.Stats(), short.Stats())
 	}
 }
+
+// TestTwoRunsInOneSlot pushes two runs that share a slot into an empty
+// table: the second piece's block was looked up before the first piece
+// created its keys, and inserting from that stale block lost the first
+// run's keys and miscounted the table.
+func TestTwoRunsInOneSlot(t *testing.T) {
+	tb := newTable(t, table.Spec{Width: 1})
+	tb.PushRuns([]keyspace.Range{{Lo: 0, Hi: 3}, {Lo: 5, Hi: 8}}, []float32{1, 2, 3, 4, 5, 6})
+	if got := tb.Keys(0, 64); !slices.Equal(got, []uint64{0, 1, 2, 5, 6, 7}) {
+		t.Fatalf("keys %v, want 0-2 and 5-7", got)
+	}
+	dst := make([]float32, 8)
+	tb.PullRun(0, dst)
+	if want := []float32{1, 2, 3, 0, 0, 4, 5, 6}; !slices.Equal(dst, want) {
+		t.Fatalf("pulled %v, want %v", dst, want)
+	}
+	if st := tb.Stats(); st.Keys != 8 {
+		t.Fatalf("Stats counts %d keys, want 8 (the pull created 3 and 4)", st.Keys)
+	}
+}

@@ -9,13 +9,20 @@ import "sync"
 // of 10 million cost about 450 ns a key that way, most of it map lookups.
 const minScatter = 256
 
+// maxBatch bounds the pieces visitBatch takes at once. A list of random
+// keys gives a stripe about one piece in 256; looked up (and touched)
+// together, their cache misses overlap, so the more a batch holds, the
+// fewer times per key a visit waits for memory: a dependent miss costs
+// about 265 ns on this host, and 16 independent ones barely more than one.
+const maxBatch = 64
+
 // scratchPieces recycles visitByStripe's piece lists.
 var scratchPieces = sync.Pool{New: func() any { return new([]piece) }}
 
 // visitByStripe is visit for a long key list: it cuts the list into
 // pieces, sorts them by stripe (a counting sort, stable, so that each
 // stripe's pieces stay in key order), and visits each stripe's pieces in
-// batches of groupSlots under one hold of its lock, their blocks looked
+// batches of up to maxBatch under one hold of its lock, their blocks looked
 // up together. Callers' fn only touch their piece's own keys and values,
 // so the order across stripes does not matter.
 func (t *Table) visitByStripe(src pieces, mode access, fn func(block, piece)) {
@@ -41,11 +48,13 @@ func (t *Table) visitByStripe(src pieces, mode access, fn func(block, piece)) {
 		sorted[pos[si]] = p
 		pos[si]++
 	}
+	var blocks [maxBatch]block
+	var dgs [maxBatch]*denseGroup
 	for si := range stripes {
 		ps := sorted[counts[si]:counts[si+1]]
 		for len(ps) > 0 {
-			m := min(len(ps), groupSlots)
-			t.visitBatch(&t.st[si], ps[:m], mode, fn)
+			m := min(len(ps), maxBatch)
+			t.visitBatch(&t.st[si], ps[:m], blocks[:], dgs[:], mode, fn)
 			ps = ps[m:]
 		}
 	}

@@ -76,7 +76,7 @@ func (t *Table) Keys(lo, hi uint64) []uint64 {
 	for _, slot := range t.slots(lo, hi) {
 		s := t.stripe(slot)
 		s.mu.RLock()
-		have := s.blocks[slot].bits & t.slotSpan(slot, lo, hi)
+		have := s.blocks.get(slot).bits & t.slotSpan(slot, lo, hi)
 		s.mu.RUnlock()
 		for ; have != 0; have &= have - 1 {
 			keys = append(keys, keyspace.SlotStart(slot)+uint64(bits.TrailingZeros64(have)))
@@ -91,7 +91,7 @@ func (t *Table) Present(slot uint64) uint64 {
 	s := t.stripe(slot)
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.blocks[slot].bits
+	return s.blocks.get(slot).bits
 }
 
 // Slots calls fn, in slot order, with every slot that holds keys and the
@@ -100,7 +100,7 @@ func (t *Table) Slots(fn func(slot, present uint64)) {
 	for _, slot := range t.slots(0, ^uint64(0)) {
 		s := t.stripe(slot)
 		s.mu.RLock()
-		bits := s.blocks[slot].bits
+		bits := s.blocks.get(slot).bits
 		s.mu.RUnlock()
 		if bits != 0 {
 			fn(slot, bits)

@@ -30,7 +30,7 @@ func (t *Table) Stats() Stats {
 		s := &t.st[i]
 		s.mu.RLock()
 		st.Keys += s.keys
-		st.Bytes += s.bytes + mapBytes(len(s.blocks)) + int64(len(s.dense))*(int64(unsafe.Sizeof(denseGroup{}))+16)
+		st.Bytes += s.bytes + s.blocks.bytes() + int64(len(s.dense))*(int64(unsafe.Sizeof(denseGroup{}))+16)
 		s.mu.RUnlock()
 	}
 	st.Values = st.Keys * int64(t.width)
@@ -49,20 +49,7 @@ func allocBytes(n int) int64 {
 	return (b + step - 1) &^ (step - 1)
 }
 
-// mapBytes approximates the heap of a map[uint64]block of n entries. Go's
-// maps keep groups of 8 slots plus 8 control bytes, and double before they
-// are 7/8 full.
-func mapBytes(n int) int64 {
-	const (
-		header = 48
-		group  = 8 + 8*(8+int64(unsafe.Sizeof(block{})))
-	)
-	if n == 0 {
-		return header
-	}
-	slots := int64(8)
-	for slots*7/8 < int64(n) {
-		slots *= 2
-	}
-	return header + slots/8*group
+// bytes returns the heap of m: its entries and header.
+func (m *slotMap) bytes() int64 {
+	return int64(unsafe.Sizeof(*m)) + int64(len(m.ents))*int64(unsafe.Sizeof(slotEnt{}))
 }

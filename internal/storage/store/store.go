@@ -37,12 +37,15 @@ type Table struct {
 	upd    *optim.Updater
 	init   table.Init
 	seed   uint64 // keyspace.Mix64(init.Seed), hoisted out of per-key init
-	st     [stripes]stripe
+	// perApply is max(1, applyFloats/width), hoisted out of apply, which
+	// a sparse push calls for every key.
+	perApply int
+	st       [stripes]stripe
 }
 
 type stripe struct {
 	mu     sync.RWMutex
-	blocks map[uint64]block // by slot number
+	blocks slotMap // by slot number
 	// dense holds the stripe's dense groups by group number (slot /
 	// groupSlots), nil until the first; see dense.go.
 	dense map[uint64]*denseGroup
@@ -66,9 +69,7 @@ func New(spec table.Spec) (*Table, error) {
 		seed:   keyspace.Mix64(spec.Init.Seed),
 	}
 	t.stride = t.width * t.planes
-	for i := range t.st {
-		t.st[i].blocks = make(map[uint64]block)
-	}
+	t.perApply = max(1, applyFloats/t.width)
 	return t, nil
 }
 
@@ -81,6 +82,11 @@ func (t *Table) Push(keys []uint64, vals []float32) (refused int) {
 	t.checkLen(len(keys), len(vals))
 	st := make([][]float32, t.planes-1)
 	t.visit(pieces{keys: keys}, write, func(b block, p piece) {
+		if p.n == 1 { // most pieces of a list of random keys
+			r := b.rank(uint(bits.TrailingZeros64(p.want)))
+			refused += t.apply(b, r, 1, vals[p.i*t.width:(p.i+1)*t.width], st)
+			return
+		}
 		run := keys[p.i : p.i+p.n]
 		forRuns(run, func(i, n int) {
 			i += p.i
@@ -102,6 +108,11 @@ func (t *Table) Pull(keys []uint64, dst []float32) {
 			return
 		}
 		vals := b.buf(t.stride)
+		if w := t.width; p.n == 1 {
+			r := b.rank(uint(bits.TrailingZeros64(p.want)))
+			copy(dst[p.i*w:(p.i+1)*w], vals[r*w:(r+1)*w])
+			return
+		}
 		forRuns(keys[p.i:p.i+p.n], func(i, n int) {
 			i += p.i
 			r := b.rank(uint(keys[i] % keyspace.SlotSize))
@@ -261,12 +272,14 @@ func (t *Table) visit(src pieces, mode access, fn func(block, piece)) {
 		return
 	}
 	var batch [groupSlots]piece
+	var blocks [groupSlots]block
+	var dgs [groupSlots]*denseGroup
 	var s *stripe
 	n := 0
 	for p, ok := src.next(); ok; p, ok = src.next() {
 		ps := t.stripe(p.slot)
 		if n > 0 && (ps != s || n == len(batch)) {
-			t.visitBatch(s, batch[:n], mode, fn)
+			t.visitBatch(s, batch[:n], blocks[:], dgs[:], mode, fn)
 			n = 0
 		}
 		s = ps
@@ -274,14 +287,16 @@ func (t *Table) visit(src pieces, mode access, fn func(block, piece)) {
 		n++
 	}
 	if n > 0 {
-		t.visitBatch(s, batch[:n], mode, fn)
+		t.visitBatch(s, batch[:n], blocks[:], dgs[:], mode, fn)
 	}
 }
 
 // visitBatch is visit for pieces in stripe s. It looks all their blocks up
-// before using any, so that the lookups' cache misses overlap.
-func (t *Table) visitBatch(s *stripe, batch []piece, mode access, fn func(block, piece)) {
-	var blocks [groupSlots]block
+// before using any, so that the lookups' cache misses overlap. blocks and
+// dgs are room for the pieces' blocks and dense groups, at least as long
+// as batch: the caller's, as zeroing arrays on every call cost more than
+// a short visit.
+func (t *Table) visitBatch(s *stripe, batch []piece, blocks []block, dgs []*denseGroup, mode access, fn func(block, piece)) {
 	locked := mode == write
 	if locked {
 		s.mu.Lock()
@@ -289,8 +304,48 @@ func (t *Table) visitBatch(s *stripe, batch []piece, mode access, fn func(block,
 	} else {
 		s.mu.RLock()
 	}
-	missing := false
-	var dgs [groupSlots]*denseGroup // each piece's dense group, or nil
+	if len(s.dense) == 0 {
+		s.blocks.touch(batch)
+	}
+	missing, sparse := t.lookup(s, batch, blocks, dgs)
+	if sparse {
+		// A dense run's values are read in order, which the processor
+		// prefetches by itself.
+		touch(blocks[:len(batch)], batch, t.width)
+	}
+	if missing && mode == read {
+		s.mu.RUnlock()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		locked = true
+		// Another request may have created keys, and moved blocks, meanwhile.
+		for j, p := range batch {
+			blocks[j] = s.blocks.get(p.slot)
+			dgs[j] = s.dense[p.slot/groupSlots]
+		}
+	} else if !locked {
+		defer s.mu.RUnlock()
+	}
+	if locked && (missing || !sparse) {
+		t.writable(s, batch, blocks, dgs)
+	}
+	for j, p := range batch {
+		fn(blocks[j], p)
+	}
+}
+
+// lookup finds the blocks (and dense groups) of batch's pieces, all in
+// stripe s, whose lock the caller holds. It reports whether some piece
+// wants a key that is not present, and whether s has no dense groups.
+func (t *Table) lookup(s *stripe, batch []piece, blocks []block, dgs []*denseGroup) (missing, sparse bool) {
+	// A stripe of a sparse table has no dense groups to look for.
+	if len(s.dense) == 0 {
+		for j, p := range batch {
+			dgs[j], blocks[j] = nil, s.blocks.get(p.slot)
+			missing = missing || blocks[j].bits&p.want != p.want
+		}
+		return missing, true
+	}
 	var dg *denseGroup
 	lastG := ^uint64(0)
 	for j, p := range batch {
@@ -302,40 +357,32 @@ func (t *Table) visitBatch(s *stripe, batch []piece, mode access, fn func(block,
 		if dgs[j] = dg; dg != nil {
 			blocks[j] = t.denseBlock(dg, i)
 		} else {
-			blocks[j] = s.blocks[p.slot]
+			blocks[j] = s.blocks.get(p.slot)
 		}
 		missing = missing || blocks[j].bits&p.want != p.want
 	}
-	if missing && mode == read {
-		s.mu.RUnlock()
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		locked = true
-		// Another request may have created keys, and moved blocks, meanwhile.
-		for j, p := range batch {
-			blocks[j] = s.blocks[p.slot]
-			dgs[j] = s.dense[p.slot/groupSlots]
-		}
-	} else if !locked {
-		defer s.mu.RUnlock()
-	}
-	if locked {
-		t.writable(s, batch, &blocks, &dgs)
-	}
-	for j, p := range batch {
-		fn(blocks[j], p)
-	}
+	return missing, false
 }
 
 // writable makes the batch's blocks hold every key their pieces want and
 // points them at memory that no pinned reply is reading; s.mu is held for
 // writing.
-func (t *Table) writable(s *stripe, batch []piece, blocks *[groupSlots]block, dgs *[groupSlots]*denseGroup) {
+func (t *Table) writable(s *stripe, batch []piece, blocks []block, dgs []*denseGroup) {
 	compacted := false
 	for j, p := range batch {
+		if j > 0 && p.slot == batch[j-1].slot {
+			// Two runs in one slot: the first's insert may have moved
+			// the block since the lookup.
+			blocks[j] = blocks[j-1]
+		}
 		nb := t.insert(s, p.slot, blocks[j], p.want)
 		compacted = compacted || (nb.bits != blocks[j].bits && nb.bits == ^uint64(0))
 		blocks[j] = nb
+	}
+	for j := len(batch) - 2; j >= 0; j-- {
+		if batch[j].slot == batch[j+1].slot {
+			blocks[j] = blocks[j+1] // where the slot's last insert left it
+		}
 	}
 	// A pinned group moves before it is written, decided once per
 	// group: a reader may unpin it between two of its pieces, and all
@@ -344,7 +391,7 @@ func (t *Table) writable(s *stripe, batch []piece, blocks *[groupSlots]block, dg
 	for j, p := range batch {
 		if compacted {
 			// A group made dense moved its blocks (it is not pinned).
-			blocks[j] = s.blocks[p.slot]
+			blocks[j] = s.blocks.get(p.slot)
 		}
 		if dgs[j] == nil {
 			continue
@@ -366,7 +413,7 @@ const applyFloats = 256
 // apply pushes g to the n keys of b from rank r, which are consecutive
 // keys, and returns how many of them refused it.
 func (t *Table) apply(b block, r, n int, g []float32, st [][]float32) (refused int) {
-	if per := max(1, applyFloats/t.width); n > per {
+	if per := t.perApply; n > per {
 		for k := 0; k < n; k += per {
 			m := min(per, n-k)
 			refused += t.apply(b, r+k, m, g[k*t.width:(k+m)*t.width], st)
@@ -423,10 +470,10 @@ func (t *Table) insert(s *stripe, slot uint64, b block, add uint64) block {
 		}
 	}
 	s.keys += int64(bits.OnesCount64(add))
-	s.blocks[slot] = nb
+	s.blocks.set(slot, nb)
 	if nb.bits == ^uint64(0) {
 		t.maybeCompact(s, slot)
-		nb = s.blocks[slot]
+		nb = s.blocks.get(slot)
 	}
 	return nb
 }
@@ -440,13 +487,13 @@ func (t *Table) remove(s *stripe, slot uint64, b block, del uint64) {
 	}
 	s.keys -= int64(bits.OnesCount64(del))
 	if t.dissolve(s, slot) {
-		b = s.blocks[slot] // moved if it was pinned
+		b = s.blocks.get(slot) // moved if it was pinned
 	}
 	nb := block{bits: b.bits &^ del, p: b.p}
 	buf := b.buf(t.stride)
 	if nb.bits == 0 {
 		s.bytes -= allocBytes(len(buf))
-		delete(s.blocks, slot)
+		s.blocks.del(slot)
 		return
 	}
 	// A block of a dissolved dense group shares its buffer with the
@@ -457,7 +504,7 @@ func (t *Table) remove(s *stripe, slot uint64, b block, del uint64) {
 		nb.p = &nbuf[0]
 	}
 	move(nb.buf(t.stride), buf, t.width, t.planes, b.bits, nb.bits)
-	s.blocks[slot] = nb
+	s.blocks.set(slot, nb)
 }
 
 func (t *Table) checkLen(keys, floats int) {

@@ -20,7 +20,7 @@ func (t *Table) Range(lo, hi uint64, fn func(key uint64, val []float32, state []
 		want := t.slotSpan(slot, lo, hi)
 		s := t.stripe(slot)
 		s.mu.RLock()
-		b := s.blocks[slot]
+		b := s.blocks.get(slot)
 		have := b.bits & want
 		if have == 0 { // deleted since t.slots looked
 			s.mu.RUnlock()
@@ -59,7 +59,7 @@ func (t *Table) Load(key uint64, val []float32, state [][]float32) {
 	s := t.stripe(slot)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	b := t.own(s, slot, t.insert(s, slot, s.blocks[slot], 1<<o))
+	b := t.own(s, slot, t.insert(s, slot, s.blocks.get(slot), 1<<o))
 	buf, c := b.buf(t.stride), int(capKeys[b.count()])*t.width
 	at := b.rank(o) * t.width
 	copy(buf[at:at+t.width], val)
@@ -76,7 +76,7 @@ func (t *Table) Load(key uint64, val []float32, state [][]float32) {
 func (t *Table) DeleteSlot(slot, keep uint64) {
 	s := t.stripe(slot)
 	s.mu.Lock()
-	if b, ok := s.blocks[slot]; ok {
+	if b := s.blocks.get(slot); b.bits != 0 {
 		t.remove(s, slot, b, ^keep)
 	}
 	s.mu.Unlock()
@@ -87,7 +87,7 @@ func (t *Table) Delete(lo, hi uint64) {
 	for _, slot := range t.slots(lo, hi) {
 		s := t.stripe(slot)
 		s.mu.Lock()
-		t.remove(s, slot, s.blocks[slot], t.slotSpan(slot, lo, hi))
+		t.remove(s, slot, s.blocks.get(slot), t.slotSpan(slot, lo, hi))
 		s.mu.Unlock()
 	}
 }
@@ -105,7 +105,7 @@ func (t *Table) slots(lo, hi uint64) []uint64 {
 	for i := range t.st {
 		s := &t.st[i]
 		s.mu.RLock()
-		blocks += uint64(len(s.blocks))
+		blocks += uint64(s.blocks.len())
 		s.mu.RUnlock()
 	}
 	var out []uint64
@@ -113,7 +113,7 @@ func (t *Table) slots(lo, hi uint64) []uint64 {
 		for slot := first; ; slot++ {
 			s := t.stripe(slot)
 			s.mu.RLock()
-			_, ok := s.blocks[slot]
+			ok := s.blocks.get(slot).bits != 0
 			s.mu.RUnlock()
 			if ok {
 				out = append(out, slot)
@@ -126,7 +126,7 @@ func (t *Table) slots(lo, hi uint64) []uint64 {
 	for i := range t.st {
 		s := &t.st[i]
 		s.mu.RLock()
-		for slot := range s.blocks {
+		for slot := range s.blocks.all() {
 			if slot >= first && slot <= last {
 				out = append(out, slot)
 			}
