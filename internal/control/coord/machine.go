@@ -77,10 +77,14 @@ type Machine struct {
 	// committing: the Commit of the checkpoint in progress was handed
 	// out, and its outcome (Committed) is awaited.
 	committing bool
-	// Periodic progress not yet saved, and its replies (progress.go).
+	// Periodic progress not yet saved, and its replies; each rank's last
+	// record and the partitions' lengths seen, for the pace (progress.go;
+	// not saved).
 	lazy     bool
 	parked   []Reply
 	lastSave time.Time
+	paces    map[int]pace
+	rows     map[int]int
 
 	// What the next Ready carries.
 	dirty         bool // st changed since the last Ready

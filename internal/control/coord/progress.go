@@ -22,11 +22,48 @@ import (
 // etcd transaction and a WAL fdatasync; with lr's minibatches of well
 // under a millisecond a worker recorded about 100 times a second.
 
-// periodic reports whether a successful record may wait for the next
-// save: it carries no state, cut or completion (those change what a
-// successor restores beyond an offset, or are waited for).
-func (m *Machine) periodic(u api.Update, head, tail uint64) bool {
-	return m.cfg.ProgressGap > 0 && !u.Complete && u.Cut == nil && !u.HasState && head == 0 && tail == 0
+// pace is a rank's last record: where and when.
+type pace struct {
+	pass, part, off int
+	at              time.Time
+}
+
+// periodic reports whether a successful record on piece pc may wait for
+// the next save: it carries no state, cut or completion (those change
+// what a successor restores beyond an offset, or are waited for), and
+// its piece will not end within two gaps. A worker ends a piece only
+// once its last record is answered, so a parked record near the end
+// holds the worker up: with lr's 8,140-row partitions trained in about
+// 60 ms, every partition end waited for one, and a one-machine tiers
+// job's passes took 0.37 s instead of 0.25. The end is the piece's, or
+// the partition's length seen when a piece running to it completed (so
+// nothing waits in the first pass); the time to it is at the pace of
+// the rank's last two records.
+func (m *Machine) periodic(u api.Update, head, tail uint64, pc *Piece) bool {
+	if m.cfg.ProgressGap <= 0 {
+		return false
+	}
+	if m.paces == nil {
+		m.paces, m.rows = map[int]pace{}, map[int]int{}
+	}
+	last, seen := m.paces[u.Rank]
+	m.paces[u.Rank] = pace{pass: u.Pass, part: u.Partition, off: u.Offset, at: m.now}
+	if u.Complete && pc.End == api.ToEnd {
+		m.rows[u.Partition] = u.Offset
+	}
+	if u.Complete || u.Cut != nil || u.HasState || head != 0 || tail != 0 {
+		return false
+	}
+	end, ok := pc.End, true
+	if end == api.ToEnd {
+		end, ok = m.rows[u.Partition]
+	}
+	dt := m.now.Sub(last.at)
+	if !ok || !seen || last.pass != u.Pass || last.part != u.Partition || u.Offset <= last.off || dt <= 0 {
+		return false
+	}
+	left := time.Duration(float64(end-u.Offset) / float64(u.Offset-last.off) * float64(dt))
+	return left > 2*m.cfg.ProgressGap
 }
 
 // unpark makes the parked records' save due, with their replies, when a
