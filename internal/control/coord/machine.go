@@ -43,6 +43,10 @@ type Config struct {
 	StageReason string
 	// ExitWhenDone: the cluster ends with its job (Layout.Shutdown).
 	ExitWhenDone bool
+	// ProgressGap, if above 0, is the least time between a save and the
+	// next one whose only change is periodic progress (progress.go); 0
+	// saves every change at once.
+	ProgressGap time.Duration
 }
 
 // Machine is the coordinator's state machine: membership, epochs, the
@@ -73,6 +77,14 @@ type Machine struct {
 	// committing: the Commit of the checkpoint in progress was handed
 	// out, and its outcome (Committed) is awaited.
 	committing bool
+	// Periodic progress not yet saved, and its replies; each rank's last
+	// record and the partitions' lengths seen, for the pace (progress.go;
+	// not saved).
+	lazy     bool
+	parked   []Reply
+	lastSave time.Time
+	paces    map[int]pace
+	rows     map[int]int
 
 	// What the next Ready carries.
 	dirty         bool // st changed since the last Ready
@@ -270,6 +282,7 @@ func (m *Machine) hasReady() bool {
 // flight at a time, while events go on changing the state in memory.
 func (m *Machine) Ready() (Ready, bool) {
 	m.settle()
+	m.unpark()
 	if !m.hasReady() {
 		return Ready{}, false
 	}
@@ -281,6 +294,7 @@ func (m *Machine) Ready() (Ready, bool) {
 			panic(fmt.Sprintf("coord: marshalling the state: %v", err)) // plain data: cannot fail
 		}
 		rd.Save = blob
+		m.lastSave = m.now
 	}
 	if m.layoutChanged {
 		rd.Layout = m.snapshot()

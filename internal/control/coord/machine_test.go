@@ -191,7 +191,11 @@ func (h *harness) newMachine(td *datadriven.TestData) {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	h.cfg = Config{Servers: h.int(td, "servers", 1), Workers: h.int(td, "workers", 1), Partitions: h.int(td, "partitions", 2),
+	gap, err := time.ParseDuration(h.str(td, "gap", "0s"))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.cfg = Config{ProgressGap: gap, Servers: h.int(td, "servers", 1), Workers: h.int(td, "workers", 1), Partitions: h.int(td, "partitions", 2),
 		Replication: h.int(td, "replication", 1), FailureTimeout: timeout, CheckpointDir: h.str(td, "ckpt-dir", ""),
 		CheckpointEvery: h.int(td, "ckpt-every", 0), Stage: tier.Stage(h.int(td, "stage", 0)), StageReason: h.str(td, "stage-reason", ""), Logger: slog.New(slog.NewTextHandler(&h.out, &slog.HandlerOptions{ReplaceAttr: noTime}))}
 	h.now, h.etcd, h.rows = t0, td.HasArg("etcd"), h.int(td, "rows", 100)

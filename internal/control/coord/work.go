@@ -170,7 +170,9 @@ func (m *Machine) Progress(id uint64, u api.Update, head, tail uint64) {
 	}
 	m.st.MaxClock = max(m.st.MaxClock, u.Clock)
 	m.noteClock(u.Rank, u.Clock)
-	m.dirty = true
+	lazy := m.periodic(u, head, tail, &w.Parts[u.Partition][i])
+	m.dirty = m.dirty || !lazy
+	m.lazy = m.lazy || lazy
 	if u.Cut != nil {
 		m.cut(u.Pass, w, u.Partition, i, u.Cut, tail)
 	}
@@ -198,6 +200,11 @@ func (m *Machine) Progress(id uint64, u api.Update, head, tail uint64) {
 	if u.Complete {
 		m.completePiece(u.Pass, w, u.Partition, i)
 	}
+	if lazy && r.Cut == nil {
+		m.parked = append(m.parked, Reply{ID: id, Progress: r})
+		return
+	}
+	m.dirty = true // a cut request goes out at once
 	m.reply(Reply{ID: id, Progress: r})
 }
 
