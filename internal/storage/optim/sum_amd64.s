@@ -3,6 +3,18 @@
 DATA expmask<>+0(SB)/4, $0x7f800000
 GLOBL expmask<>(SB), RODATA|NOPTR, $4
 
+// SUMS loads the 32 floats of v at DI+AX and adds those of g at SI+AX,
+// into Y0-Y3.
+#define SUMS \
+	VMOVUPS 0(DI)(AX*1), Y0; \
+	VMOVUPS 32(DI)(AX*1), Y1; \
+	VMOVUPS 64(DI)(AX*1), Y2; \
+	VMOVUPS 96(DI)(AX*1), Y3; \
+	VADDPS 0(SI)(AX*1), Y0, Y0; \
+	VADDPS 32(SI)(AX*1), Y1, Y1; \
+	VADDPS 64(SI)(AX*1), Y2, Y2; \
+	VADDPS 96(SI)(AX*1), Y3, Y3
+
 // func sumAVX2(v, g []float32) bool
 //
 // len(v) is a multiple of 32 and len(g) >= len(v). The first pass adds
@@ -21,14 +33,7 @@ TEXT ·sumAVX2(SB), NOSPLIT, $0-49
 check:
 	CMPQ AX, BX
 	JAE  checked
-	VMOVUPS 0(DI)(AX*1), Y0
-	VMOVUPS 32(DI)(AX*1), Y1
-	VMOVUPS 64(DI)(AX*1), Y2
-	VMOVUPS 96(DI)(AX*1), Y3
-	VADDPS 0(SI)(AX*1), Y0, Y0
-	VADDPS 32(SI)(AX*1), Y1, Y1
-	VADDPS 64(SI)(AX*1), Y2, Y2
-	VADDPS 96(SI)(AX*1), Y3, Y3
+	SUMS
 	VPAND Y15, Y0, Y0
 	VPAND Y15, Y1, Y1
 	VPAND Y15, Y2, Y2
@@ -52,14 +57,7 @@ checked:
 commit:
 	CMPQ AX, BX
 	JAE  done
-	VMOVUPS 0(DI)(AX*1), Y0
-	VMOVUPS 32(DI)(AX*1), Y1
-	VMOVUPS 64(DI)(AX*1), Y2
-	VMOVUPS 96(DI)(AX*1), Y3
-	VADDPS 0(SI)(AX*1), Y0, Y0
-	VADDPS 32(SI)(AX*1), Y1, Y1
-	VADDPS 64(SI)(AX*1), Y2, Y2
-	VADDPS 96(SI)(AX*1), Y3, Y3
+	SUMS
 	VMOVUPS Y0, 0(DI)(AX*1)
 	VMOVUPS Y1, 32(DI)(AX*1)
 	VMOVUPS Y2, 64(DI)(AX*1)
