@@ -77,10 +77,9 @@ type Machine struct {
 	// committing: the Commit of the checkpoint in progress was handed
 	// out, and its outcome (Committed) is awaited.
 	committing bool
-	// Periodic progress not yet saved, and its replies; each rank's last
+	// The replies to periodic progress not yet saved; each rank's last
 	// record and the partitions' lengths seen, for the pace (progress.go;
 	// not saved).
-	lazy     bool
 	parked   []Reply
 	lastSave time.Time
 	paces    map[int]pace

@@ -69,13 +69,13 @@ func (m *Machine) periodic(u api.Update, head, tail uint64, pc *Piece) bool {
 // unpark makes the parked records' save due, with their replies, when a
 // save goes out anyway or the gap since the last has passed.
 func (m *Machine) unpark() {
-	if !m.lazy {
+	if len(m.parked) == 0 {
 		return
 	}
 	if !m.dirty && m.now.Before(m.lastSave.Add(m.cfg.ProgressGap)) {
 		return
 	}
-	m.dirty, m.lazy = true, false
+	m.dirty = true
 	m.out.Replies = append(m.out.Replies, m.parked...)
 	m.parked = nil
 }
@@ -83,7 +83,7 @@ func (m *Machine) unpark() {
 // SaveDue returns when periodic progress waiting for a save is due, and
 // false if none waits: the driver calls Ready then.
 func (m *Machine) SaveDue() (time.Time, bool) {
-	if !m.lazy {
+	if len(m.parked) == 0 {
 		return time.Time{}, false
 	}
 	return m.lastSave.Add(m.cfg.ProgressGap), true

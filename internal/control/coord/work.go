@@ -171,8 +171,6 @@ func (m *Machine) Progress(id uint64, u api.Update, head, tail uint64) {
 	m.st.MaxClock = max(m.st.MaxClock, u.Clock)
 	m.noteClock(u.Rank, u.Clock)
 	lazy := m.periodic(u, head, tail, &w.Parts[u.Partition][i])
-	m.dirty = m.dirty || !lazy
-	m.lazy = m.lazy || lazy
 	if u.Cut != nil {
 		m.cut(u.Pass, w, u.Partition, i, u.Cut, tail)
 	}

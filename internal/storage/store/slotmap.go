@@ -1,6 +1,10 @@
 package store
 
-import "iter"
+import (
+	"iter"
+	"math/bits"
+	"unsafe"
+)
 
 // slotMap holds a stripe's blocks by slot number: open addressing with
 // linear probing, the slot and its block side by side in one 24-byte
@@ -106,7 +110,7 @@ func (m *slotMap) del(slot uint64) {
 func (m *slotMap) resize(n int) {
 	old := m.ents
 	m.ents = make([]slotEnt, n)
-	m.shift = uint8(64 - log2(n))
+	m.shift = uint8(64 - bits.TrailingZeros(uint(n))) // n is a power of two
 	mask := n - 1
 	for _, e := range old {
 		if e.b.bits == 0 {
@@ -135,10 +139,7 @@ func (m *slotMap) all() iter.Seq2[uint64, block] {
 	}
 }
 
-func log2(n int) int {
-	l := 0
-	for 1<<l < n {
-		l++
-	}
-	return l
+// bytes returns the heap of m: its entries and header.
+func (m *slotMap) bytes() int64 {
+	return int64(unsafe.Sizeof(*m)) + int64(len(m.ents))*int64(unsafe.Sizeof(slotEnt{}))
 }

@@ -48,8 +48,3 @@ func allocBytes(n int) int64 {
 	step := int64(1) << max(3, bits.Len64(uint64(b-1))-4) // an eighth of the power of two below b, at least 8
 	return (b + step - 1) &^ (step - 1)
 }
-
-// bytes returns the heap of m: its entries and header.
-func (m *slotMap) bytes() int64 {
-	return int64(unsafe.Sizeof(*m)) + int64(len(m.ents))*int64(unsafe.Sizeof(slotEnt{}))
-}

@@ -304,9 +304,6 @@ func (t *Table) visitBatch(s *stripe, batch []piece, blocks []block, dgs []*dens
 	} else {
 		s.mu.RLock()
 	}
-	if len(s.dense) == 0 {
-		s.blocks.touch(batch)
-	}
 	missing, sparse := t.lookup(s, batch, blocks, dgs)
 	if sparse {
 		// A dense run's values are read in order, which the processor
@@ -338,8 +335,10 @@ func (t *Table) visitBatch(s *stripe, batch []piece, blocks []block, dgs []*dens
 // stripe s, whose lock the caller holds. It reports whether some piece
 // wants a key that is not present, and whether s has no dense groups.
 func (t *Table) lookup(s *stripe, batch []piece, blocks []block, dgs []*denseGroup) (missing, sparse bool) {
-	// A stripe of a sparse table has no dense groups to look for.
+	// A stripe of a sparse table has no dense groups to look for; its
+	// probes' first entries are touched together first.
 	if len(s.dense) == 0 {
+		s.blocks.touch(batch)
 		for j, p := range batch {
 			dgs[j], blocks[j] = nil, s.blocks.get(p.slot)
 			missing = missing || blocks[j].bits&p.want != p.want
