@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
+	"github.com/terrace-ml/terrace/internal/crc32c"
 	"math/bits"
 	"slices"
 
@@ -90,8 +90,6 @@ const (
 	piecesVersion = 2
 )
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
 // topicBits is how many bits a topic takes in the byte format.
 func topicBits(k int) int { return max(1, bits.Len(uint(k-1))) }
 
@@ -119,7 +117,7 @@ func (s *partState) MarshalBinary() ([]byte, error) {
 	}
 	out = binary.AppendUvarint(out, uint64(len(z)))
 	out = packTopics(out, z, b)
-	return binary.LittleEndian.AppendUint32(out, crc32.Checksum(out, castagnoli)), nil
+	return binary.LittleEndian.AppendUint32(out, crc32c.Checksum(out)), nil
 }
 
 // packTopics appends z's topics, b bits each, low bits first.
@@ -187,7 +185,7 @@ func (s *partState) UnmarshalBinary(blob []byte) error {
 		return bad("%d bytes without the %q header", len(blob), stateMagic)
 	}
 	body, sum := blob[:len(blob)-4], binary.LittleEndian.Uint32(blob[len(blob)-4:])
-	if got := crc32.Checksum(body, castagnoli); got != sum {
+	if got := crc32c.Checksum(body); got != sum {
 		return bad("checksum %08x, want %08x", got, sum)
 	}
 	v := body[len(stateMagic)]

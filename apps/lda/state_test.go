@@ -3,7 +3,7 @@ package lda
 import (
 	"encoding/binary"
 	"errors"
-	"hash/crc32"
+	"github.com/terrace-ml/terrace/internal/crc32c"
 	"slices"
 	"strings"
 	"testing"
@@ -57,7 +57,7 @@ func TestStateRoundTrip(t *testing.T) {
 // reaches the checks behind it.
 func reseal(blob []byte) []byte {
 	body := blob[:len(blob)-4]
-	return binary.LittleEndian.AppendUint32(slices.Clone(body), crc32.Checksum(body, castagnoli))
+	return binary.LittleEndian.AppendUint32(slices.Clone(body), crc32c.Checksum(body))
 }
 
 func TestStateRefusesCorruptBlobs(t *testing.T) {

@@ -5,7 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
+	"github.com/terrace-ml/terrace/internal/crc32c"
 	"strconv"
 	"strings"
 	"time"
@@ -34,8 +34,6 @@ const StateChunk = 512 << 10
 // ErrCorrupt marks a stored blob whose chunks do not match its header.
 var ErrCorrupt = errors.New("corrupt stored value")
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
 func (s *Store) pstateKey() string { return s.key("pstate") + "/" }
 
 func (s *Store) pstateVerKey(p int, ver uint64) string {
@@ -52,7 +50,7 @@ func (s *Store) PutPartState(ctx context.Context, lead *Leadership, p int, ver u
 	n := max(1, (len(blob)+StateChunk-1)/StateChunk)
 	h := binary.AppendUvarint(nil, uint64(len(blob)))
 	h = binary.AppendUvarint(h, uint64(n))
-	h = binary.LittleEndian.AppendUint32(h, crc32.Checksum(blob, castagnoli))
+	h = binary.LittleEndian.AppendUint32(h, crc32c.Checksum(blob))
 	for i := range n {
 		chunk := blob[i*StateChunk : min((i+1)*StateChunk, len(blob))]
 		ops := []clientv3.Op{clientv3.OpPut(pfx+"c"+strconv.Itoa(i), string(chunk))}
@@ -108,7 +106,7 @@ func (s *Store) PartState(ctx context.Context, p int, ver uint64) ([]byte, error
 		}
 		blob = append(blob, c...)
 	}
-	if uint64(len(blob)) != size || crc32.Checksum(blob, castagnoli) != binary.LittleEndian.Uint32(head[k+k2:]) {
+	if uint64(len(blob)) != size || crc32c.Checksum(blob) != binary.LittleEndian.Uint32(head[k+k2:]) {
 		return nil, fmt.Errorf("meta: partition %d state %d: %w: %d bytes, header says %d, or checksum mismatch", p, ver, ErrCorrupt, len(blob), size)
 	}
 	return blob, nil

@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
+	"github.com/terrace-ml/terrace/internal/crc32c"
 	"io"
 	"math"
 	"net"
@@ -83,8 +83,6 @@ var (
 	ErrTruncated = fmt.Errorf("%w: truncated", ErrCorrupt)
 )
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
 // FlagUnsummed marks a frame whose CRC covers its header only: its
 // connection authenticates every byte (TLS's AEAD, whose tag is checked
 // in the pass that decrypts), so a second check of the payload would cost
@@ -157,7 +155,7 @@ func ParseHeader(b []byte, maxPayload int) (Header, error) {
 }
 
 // headerCRC is the CRC32C of the header's first 28 bytes (everything but the CRC).
-func headerCRC(b []byte) uint32 { return crc32.Update(0, castagnoli, b[:HeaderSize-4]) }
+func headerCRC(b []byte) uint32 { return crc32c.Update(0, b[:HeaderSize-4]) }
 
 // Frame is an outgoing frame: a header and a payload in parts, which are
 // written with one vectored write and never copied, so that float32 vectors
@@ -213,7 +211,7 @@ func buildHeader(h Header, summed bool, hdr *[HeaderSize]byte, parts [][]byte) {
 	crc := headerCRC(hdr[:])
 	if summed {
 		for _, p := range parts {
-			crc = crc32.Update(crc, castagnoli, p)
+			crc = crc32c.Update(crc, p)
 		}
 	}
 	binary.LittleEndian.PutUint32(hdr[28:], crc)
@@ -340,7 +338,7 @@ func (r *Reader) readSummed(crc uint32, b []byte, sum bool) (uint32, error) {
 	for off := 0; off < len(b); {
 		n, err := r.r.Read(b[off:])
 		if sum {
-			crc = crc32.Update(crc, castagnoli, b[off:off+n])
+			crc = crc32c.Update(crc, b[off:off+n])
 		}
 		off += n
 		if err != nil {
@@ -437,7 +435,7 @@ func (r *Reader) readVecSummed(crc uint32, bodies [][]byte, sum bool) (uint32, e
 		for n > 0 {
 			take := min(n, len(rest[0]))
 			if sum {
-				crc = crc32.Update(crc, castagnoli, rest[0][:take])
+				crc = crc32c.Update(crc, rest[0][:take])
 			}
 			rest[0] = rest[0][take:]
 			n -= take

@@ -5,7 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
+	"github.com/terrace-ml/terrace/internal/crc32c"
 	"io"
 	"net"
 	"sync"
@@ -262,10 +262,8 @@ func sumVectors(dst, src []float32) {
 	}
 }
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
 // crcVector is the CRC32C pass every frame's payload gets at each end.
-func crcVector(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+func crcVector(b []byte) uint32 { return crc32c.Checksum(b) }
 
 // ceilings times every ceiling once a round.
 type ceilings struct {

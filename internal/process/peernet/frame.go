@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
+	"github.com/terrace-ml/terrace/internal/crc32c"
 	"math"
 
 	"github.com/terrace-ml/terrace/ps"
@@ -45,8 +45,6 @@ var (
 	// ErrTooLarge is a length prefix beyond MaxFrame.
 	ErrTooLarge = fmt.Errorf("%w: too large", ErrBadFrame)
 )
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Frame is one message on the wire: m from rank From (m.From) to rank To.
 type Frame struct {
@@ -93,7 +91,7 @@ func Append(b []byte, f Frame) ([]byte, error) {
 			b = binary.LittleEndian.AppendUint64(b, uint64(int64(v)))
 		}
 	}
-	return binary.LittleEndian.AppendUint32(b, crc32c(b[start:])), nil
+	return binary.LittleEndian.AppendUint32(b, crc32c.Checksum(b[start:])), nil
 }
 
 // Length reads a frame's length prefix, refusing one no valid frame has.
@@ -119,7 +117,7 @@ func Decode(body []byte) (Frame, error) {
 		return Frame{}, fmt.Errorf("%w: %d bytes, at least %d", ErrBadFrame, len(body), headerLen+crcLen)
 	}
 	payload, sum := body[:len(body)-crcLen], binary.LittleEndian.Uint32(body[len(body)-crcLen:])
-	if got := crc32c(payload); got != sum {
+	if got := crc32c.Checksum(payload); got != sum {
 		return Frame{}, fmt.Errorf("%w: checksum %08x, computed %08x", ErrBadFrame, sum, got)
 	}
 	if payload[0] != version {
@@ -184,5 +182,3 @@ func rank(r int) bool { return r >= 0 && r <= math.MaxInt32 }
 const maxRow = math.MaxInt32
 
 func row(v, least int64) bool { return v >= least && v <= maxRow }
-
-func crc32c(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/terrace-ml/terrace/internal/crc32c"
 	"github.com/terrace-ml/terrace/ps"
 )
 
@@ -51,7 +52,7 @@ func TestDecodeRefuses(t *testing.T) {
 	body := good[lengthLen:]
 	resum := func(b []byte) []byte {
 		n := len(b) - crcLen
-		binary.LittleEndian.PutUint32(b[n:], crc32c(b[:n]))
+		binary.LittleEndian.PutUint32(b[n:], crc32c.Checksum(b[:n]))
 		return b
 	}
 	edit := func(f func(b []byte) []byte) []byte { return f(bytes.Clone(body)) }
@@ -114,7 +115,7 @@ func FuzzDecode(f *testing.F) {
 		// reaches the checks behind it.
 		fixed := bytes.Clone(body)
 		if n := len(fixed) - crcLen; n >= 0 {
-			binary.LittleEndian.PutUint32(fixed[n:], crc32c(fixed[:n]))
+			binary.LittleEndian.PutUint32(fixed[n:], crc32c.Checksum(fixed[:n]))
 		}
 		for _, body := range [][]byte{body, fixed} {
 			fr, err := Decode(body)

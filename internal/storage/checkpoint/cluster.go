@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"hash/crc32"
+	"github.com/terrace-ml/terrace/internal/crc32c"
 	"os"
 	"path/filepath"
 	"sort"
@@ -32,7 +32,7 @@ func CommitCluster(dir string, seq uint64, meta []byte) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
-	b := binary.LittleEndian.AppendUint32(append([]byte(nil), meta...), crc32.Checksum(meta, castagnoli))
+	b := binary.LittleEndian.AppendUint32(append([]byte(nil), meta...), crc32c.Checksum(meta))
 	if err := writeDurably(dir, commitName(seq), b); err != nil {
 		return fmt.Errorf("checkpoint: commit %d: %w", seq, err)
 	}
@@ -59,7 +59,7 @@ func LatestCommit(dir string, accept func(seq uint64, meta []byte) error) (seq u
 	sort.Slice(seqs, func(i, j int) bool { return seqs[i] > seqs[j] })
 	for _, s := range seqs {
 		b, err := os.ReadFile(filepath.Join(dir, commitName(s)))
-		if err == nil && len(b) >= 4 && crc32.Checksum(b[:len(b)-4], castagnoli) == binary.LittleEndian.Uint32(b[len(b)-4:]) {
+		if err == nil && len(b) >= 4 && crc32c.Checksum(b[:len(b)-4]) == binary.LittleEndian.Uint32(b[len(b)-4:]) {
 			if accept == nil {
 				return s, b[:len(b)-4], skipped, nil
 			}

@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
+	"github.com/terrace-ml/terrace/internal/crc32c"
 )
 
 var (
@@ -56,8 +56,6 @@ const (
 	maxPayload = 16 << 20
 )
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
 // recordSize is the bytes of one record: the key and width floats for the
 // value and for each state slot.
 func recordSize(width, slots int) int { return 8 + 4*width*(1+slots) }
@@ -68,5 +66,5 @@ func recordSize(width, slots int) int { return 8 + 4*width*(1+slots) }
 func chainCRC(chain, crc uint32) uint32 {
 	var b [4]byte
 	binary.LittleEndian.PutUint32(b[:], crc)
-	return crc32.Update(chain, castagnoli, b[:])
+	return crc32c.Update(chain, b[:])
 }

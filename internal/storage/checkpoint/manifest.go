@@ -6,7 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/crc32"
+	"github.com/terrace-ml/terrace/internal/crc32c"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -47,7 +47,7 @@ func encodeManifest(c *Checkpoint) ([]byte, error) {
 		return nil, fmt.Errorf("encode manifest: %w", err)
 	}
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "{\n  \"crc32c\": %d,\n  \"manifest\": %s\n}\n", crc32.Checksum(body, castagnoli), body)
+	fmt.Fprintf(&b, "{\n  \"crc32c\": %d,\n  \"manifest\": %s\n}\n", crc32c.Checksum(body), body)
 	return b.Bytes(), nil
 }
 
@@ -60,7 +60,7 @@ func decodeManifest(b []byte, dir string, seq uint64) (*Checkpoint, error) {
 	if env.CRC == nil || len(env.Manifest) == 0 {
 		return nil, fmt.Errorf("%w: %s: no crc32c or manifest field", ErrCorrupt, path)
 	}
-	if got := crc32.Checksum(env.Manifest, castagnoli); got != *env.CRC {
+	if got := crc32c.Checksum(env.Manifest); got != *env.CRC {
 		return nil, fmt.Errorf("%w: %s: checksum %d, want %d", ErrCorrupt, path, got, *env.CRC)
 	}
 	var m manifest

@@ -2,7 +2,7 @@ package checkpoint
 
 import (
 	"fmt"
-	"hash/crc32"
+	"github.com/terrace-ml/terrace/internal/crc32c"
 	"strings"
 	"testing"
 )
@@ -21,7 +21,7 @@ func TestReadsVersion1Manifest(t *testing.T) {
     },
     "files": []
   }`
-	file := fmt.Sprintf("{\n  \"crc32c\": %d,\n  \"manifest\": %s\n}\n", crc32.Checksum([]byte(body), castagnoli), body)
+	file := fmt.Sprintf("{\n  \"crc32c\": %d,\n  \"manifest\": %s\n}\n", crc32c.Checksum([]byte(body)), body)
 	c, err := decodeManifest([]byte(file), "ckpt-0000000004", 4)
 	if err != nil {
 		t.Fatal(err)
@@ -33,7 +33,7 @@ func TestReadsVersion1Manifest(t *testing.T) {
 		t.Errorf("version 1 partition read as %+v, want 2 passes at offset 7", p)
 	}
 	future := strings.Replace(body, `"version": 1`, `"version": 3`, 1)
-	file = fmt.Sprintf("{\n  \"crc32c\": %d,\n  \"manifest\": %s\n}\n", crc32.Checksum([]byte(future), castagnoli), future)
+	file = fmt.Sprintf("{\n  \"crc32c\": %d,\n  \"manifest\": %s\n}\n", crc32c.Checksum([]byte(future)), future)
 	if _, err := decodeManifest([]byte(file), "ckpt-0000000004", 4); err == nil || !strings.Contains(err.Error(), "manifest version 3") {
 		t.Errorf("a version 3 manifest: %v, want a refusal naming its version", err)
 	}

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"hash/crc32"
+	"github.com/terrace-ml/terrace/internal/crc32c"
 	"maps"
 	"os"
 	"path/filepath"
@@ -42,8 +42,8 @@ func WritePartStates(dir string, seq uint64, states map[int][]byte) (StateFile, 
 		b = binary.AppendUvarint(b, uint64(len(states[p])))
 		b = append(b, states[p]...)
 	}
-	b = binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
-	f := StateFile{Name: stateName(seq), Size: int64(len(b)), CRC32: crc32.Checksum(b, castagnoli)}
+	b = binary.LittleEndian.AppendUint32(b, crc32c.Checksum(b))
+	f := StateFile{Name: stateName(seq), Size: int64(len(b)), CRC32: crc32c.Checksum(b)}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return StateFile{}, fmt.Errorf("checkpoint: %w", err)
 	}
@@ -64,14 +64,14 @@ func ReadPartStates(dir string, f StateFile) (map[int][]byte, error) {
 	bad := func(off int, why string, args ...any) error {
 		return &CorruptError{Path: path, Offset: int64(off), Reason: fmt.Sprintf(why, args...)}
 	}
-	if int64(len(b)) != f.Size || crc32.Checksum(b, castagnoli) != f.CRC32 {
-		return nil, bad(0, "%d bytes with CRC32C %#x; the commit record says %d bytes, %#x", len(b), crc32.Checksum(b, castagnoli), f.Size, f.CRC32)
+	if int64(len(b)) != f.Size || crc32c.Checksum(b) != f.CRC32 {
+		return nil, bad(0, "%d bytes with CRC32C %#x; the commit record says %d bytes, %#x", len(b), crc32c.Checksum(b), f.Size, f.CRC32)
 	}
 	if len(b) < len(stateMagic)+4 || !bytes.Equal(b[:len(stateMagic)], stateMagic) {
 		return nil, bad(0, "not a partition-state file of format 1")
 	}
 	body := b[:len(b)-4]
-	if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(b[len(body):]) {
+	if crc32c.Checksum(body) != binary.LittleEndian.Uint32(b[len(body):]) {
 		return nil, bad(len(body), "trailing checksum mismatch")
 	}
 	off := len(stateMagic)

@@ -2,7 +2,7 @@ package checkpoint
 
 import (
 	"errors"
-	"hash/crc32"
+	"github.com/terrace-ml/terrace/internal/crc32c"
 	"os"
 	"path/filepath"
 	"testing"
@@ -33,7 +33,7 @@ func TestPartStatesRoundTripAndDamage(t *testing.T) {
 		}
 		// A file whose record matches it but whose inside is wrong: the
 		// trailing checksum catches it.
-		g := StateFile{Name: f.Name, Size: int64(len(b)), CRC32: crc32.Checksum(b, castagnoli)}
+		g := StateFile{Name: f.Name, Size: int64(len(b)), CRC32: crc32c.Checksum(b)}
 		if _, err := ReadPartStates(dir, g); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("%s, with a record to match: %v, want ErrCorrupt", name, err)
 		}

@@ -7,7 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/crc32"
+	"github.com/terrace-ml/terrace/internal/crc32c"
 	"io"
 	"math"
 	"os"
@@ -133,7 +133,7 @@ func (tr *tableReader) header(fi FileInfo) (width, slots int, crc uint32, err er
 		return 0, 0, 0, err
 	}
 	crc = binary.LittleEndian.Uint32(h[hlen-4:])
-	if got := crc32.Checksum(h[:hlen-4], castagnoli); got != crc {
+	if got := crc32c.Checksum(h[:hlen-4]); got != crc {
 		return 0, 0, 0, tr.corrupt(0, "header checksum %08x, want %08x", got, crc)
 	}
 	if v := binary.LittleEndian.Uint16(h[4:]); v != version {
@@ -187,7 +187,7 @@ func (tr *tableReader) block(b *blockReader, off int64, fn func(uint64, []float3
 		return 0, 0, err
 	}
 	want := binary.LittleEndian.Uint32(hdr[12:])
-	if got := crc32.Update(crc32.Checksum(hdr[:12], castagnoli), castagnoli, payload); got != want {
+	if got := crc32c.Update(crc32c.Checksum(hdr[:12]), payload); got != want {
 		return 0, 0, tr.corrupt(off, "block checksum %08x, want %08x", got, want)
 	}
 	for p := payload; len(p) > 0; p = p[b.recSize:] {
@@ -204,7 +204,7 @@ func (tr *tableReader) block(b *blockReader, off int64, fn func(uint64, []float3
 }
 
 func (tr *tableReader) trailer(t []byte, off, blocks, records int64, chain uint32, fi FileInfo) error {
-	if got, want := crc32.Checksum(t[:28], castagnoli), binary.LittleEndian.Uint32(t[28:]); got != want {
+	if got, want := crc32c.Checksum(t[:28]), binary.LittleEndian.Uint32(t[28:]); got != want {
 		return tr.corrupt(off, "trailer checksum %08x, want %08x", got, want)
 	}
 	if b, r := int64(binary.LittleEndian.Uint64(t[8:])), int64(binary.LittleEndian.Uint64(t[16:])); b != blocks || r != records {
@@ -235,7 +235,7 @@ type crcReader struct {
 func (c *crcReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += int64(n)
-	c.crc = crc32.Update(c.crc, castagnoli, p[:n])
+	c.crc = crc32c.Update(c.crc, p[:n])
 	return n, err
 }
 
@@ -260,7 +260,7 @@ func checkFile(ctx context.Context, path string, fi FileInfo, buf []byte) error 
 			return err
 		}
 		n, err := f.Read(buf)
-		crc = crc32.Update(crc, castagnoli, buf[:n])
+		crc = crc32c.Update(crc, buf[:n])
 		if errors.Is(err, io.EOF) {
 			break
 		}

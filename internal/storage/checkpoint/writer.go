@@ -6,7 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/crc32"
+	"github.com/terrace-ml/terrace/internal/crc32c"
 	"io/fs"
 	"math"
 	"os"
@@ -294,7 +294,7 @@ func newTableWriter(f *os.File, spec table.Spec) (*tableWriter, error) {
 	binary.LittleEndian.PutUint32(h[12:], uint32(tw.width))
 	binary.LittleEndian.PutUint32(h[16:], uint32(tw.slots))
 	copy(h[headerFixed:], js)
-	crc := crc32.Checksum(h[:hlen-4], castagnoli)
+	crc := crc32c.Checksum(h[:hlen-4])
 	binary.LittleEndian.PutUint32(h[hlen-4:], crc)
 	tw.chain = chainCRC(0, crc)
 	tw.write(h)
@@ -309,7 +309,7 @@ func (tw *tableWriter) write(b []byte) {
 		tw.err = err
 		return
 	}
-	tw.fileCRC = crc32.Update(tw.fileCRC, castagnoli, b)
+	tw.fileCRC = crc32c.Update(tw.fileCRC, b)
 	tw.off += int64(len(b))
 }
 
@@ -359,7 +359,7 @@ func (tw *tableWriter) flush(ctx context.Context) {
 	copy(b, blockTag)
 	binary.LittleEndian.PutUint32(b[4:], uint32(tw.n))
 	binary.LittleEndian.PutUint32(b[8:], uint32(len(b)-blockHeader))
-	crc := crc32.Update(crc32.Checksum(b[:12], castagnoli), castagnoli, b[blockHeader:])
+	crc := crc32c.Update(crc32c.Checksum(b[:12]), b[blockHeader:])
 	binary.LittleEndian.PutUint32(b[12:], crc)
 	tw.write(b)
 	tw.chain = chainCRC(tw.chain, crc)
@@ -379,7 +379,7 @@ func (tw *tableWriter) finish() error {
 	binary.LittleEndian.PutUint64(t[8:], uint64(tw.blocks))
 	binary.LittleEndian.PutUint64(t[16:], uint64(tw.records))
 	binary.LittleEndian.PutUint32(t[24:], tw.chain)
-	binary.LittleEndian.PutUint32(t[28:], crc32.Checksum(t[:28], castagnoli))
+	binary.LittleEndian.PutUint32(t[28:], crc32c.Checksum(t[:28]))
 	tw.write(t[:])
 	return tw.err
 }
