@@ -153,12 +153,15 @@ func (s checkpointSource) read(ctx context.Context, name string, keys []uint64, 
 }
 
 // exportCheckpoint writes the model of the newest committed checkpoint
-// under dir to out, as the live export does: no cluster is needed, and
+// under dir that is intact to out, saying why it passed over newer ones, as the live export does: no cluster is needed, and
 // the model is the one of the pass the checkpoint was taken after.
 // train, if set, replaces the job's training data path (moved data, or a
 // checkpoint whose commit record names no job: an lr job is assumed).
 func exportCheckpoint(ctx context.Context, w io.Writer, dir, train, out string) error {
-	ck, err := coord.LatestCommitted(dir)
+	ck, err := coord.LatestCommitted(ctx, dir)
+	for _, e := range ck.Skipped {
+		fmt.Fprintf(w, "terrace: passed over a newer checkpoint: %v\n", e)
+	}
 	if err != nil {
 		return fmt.Errorf("export --checkpoint-dir %s: %w", dir, err)
 	}

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,10 +13,8 @@ import (
 )
 
 // A server's part of cluster checkpoint seq is the checkpoint seq under
-// Dir/servers/<its id>: one file per table ("t<table id>") holding the
-// keys of the slots it heads, so that each key is written once.
-
-func partDir(dir, id string) string { return filepath.Join(dir, "servers", id) }
+// checkpoint.ServerDir(Dir, its id): one file per table ("t<table id>")
+// holding the keys of the slots it heads, so that each key is written once.
 
 func tableFile(id uint32) string { return "t" + strconv.FormatUint(uint64(id), 10) }
 
@@ -37,7 +34,7 @@ func (s *Server) writeCheckpoint(ctx context.Context, ck layout.Checkpoint) erro
 	rm := s.ring
 	s.mu.RUnlock()
 	me := rm.Index(s.opts.ID)
-	w, err := checkpoint.Create(partDir(ck.Dir, s.opts.ID), ck.Seq)
+	w, err := checkpoint.Create(checkpoint.ServerDir(ck.Dir, s.opts.ID), ck.Seq)
 	if err != nil {
 		return err
 	}
@@ -92,7 +89,7 @@ func (s *Server) restore(ctx context.Context, ck layout.Checkpoint, ch chains) (
 	})
 	n := 0
 	for _, id := range ck.Servers {
-		c, err := checkpoint.Open(ctx, partDir(ck.Dir, id), ck.Seq)
+		c, err := checkpoint.Open(ctx, checkpoint.ServerDir(ck.Dir, id), ck.Seq)
 		if err != nil {
 			return n, fmt.Errorf("checkpoint %d of server %s: %w", ck.Seq, id, err)
 		}

@@ -12,7 +12,7 @@ import (
 // the keys of the slots it heads. fn must not keep val.
 func ReadCheckpoint(ctx context.Context, dir string, seq uint64, servers []string, id uint32, fn func(key uint64, val []float32) error) error {
 	for _, srv := range servers {
-		c, err := checkpoint.Open(ctx, partDir(dir, srv), seq)
+		c, err := checkpoint.Open(ctx, checkpoint.ServerDir(dir, srv), seq)
 		if err != nil {
 			return fmt.Errorf("checkpoint %d of server %s: %w", seq, srv, err)
 		}

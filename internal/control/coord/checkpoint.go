@@ -233,6 +233,10 @@ func (m *Machine) Restored(id uint64, c api.Checkpointed) {
 		return
 	}
 	if c.Error != "" {
+		// The resume checked every part (CheckServers); one that fails
+		// here went bad since, or this server cannot reach the directory.
+		// Said in the events, where status and the dashboard show it.
+		m.note(api.EventCheckpoint, c.From, fmt.Sprintf("restore of checkpoint %d failed: %s", c.Seq, c.Error))
 		m.fail(id, fmt.Errorf("coord: server %s could not restore checkpoint %d: %s", c.From, c.Seq, c.Error))
 		return
 	}

@@ -85,7 +85,7 @@ func (c *Coordinator) readStates(ctx context.Context, states map[int][]uint64) (
 }
 
 // resume loads the newest committed checkpoint under dir, passing over
-// damaged ones, into the machine, and its partition states into the
+// damaged ones (a damaged record, server part or partition state), into the machine, and its partition states into the
 // store.
 func (c *Coordinator) resume(dir string) error {
 	var m commitMeta
@@ -94,6 +94,12 @@ func (c *Coordinator) resume(dir string) error {
 		m, states = commitMeta{}, nil
 		if err := decodeCommit(raw, &m); err != nil {
 			return fmt.Errorf("commit record %d: %w", seq, err)
+		}
+		// Every server reads every part at its restore: one it cannot
+		// load would leave the layout unready for good, so a damaged part
+		// passes over the whole checkpoint, as a damaged record does.
+		if err := checkpoint.CheckServers(context.Background(), dir, seq, m.Servers); err != nil {
+			return err
 		}
 		if m.States == nil {
 			return nil

@@ -1,6 +1,7 @@
 package coord
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/terrace-ml/terrace/internal/control/api"
@@ -19,17 +20,24 @@ type Committed struct {
 	Tables  []layout.Table
 	// Job is nil in checkpoints written before commit records named it.
 	Job *api.Job
+	// Skipped says why each newer checkpoint was passed over.
+	Skipped []error
 }
 
-// LatestCommitted reads the newest intact commit record under dir.
-func LatestCommitted(dir string) (Committed, error) {
-	seq, raw, _, err := checkpoint.LatestCommit(dir, nil)
-	if err != nil {
-		return Committed{}, err
-	}
+// LatestCommitted reads the newest committed checkpoint under dir whose
+// record and every server's part are intact, reading every byte of the
+// parts (checkpoint.CheckServers).
+func LatestCommitted(ctx context.Context, dir string) (Committed, error) {
 	var m commitMeta
-	if err := decodeCommit(raw, &m); err != nil {
-		return Committed{}, fmt.Errorf("coord: commit record %d under %s: %w", seq, dir, err)
+	seq, _, skipped, err := checkpoint.LatestCommit(dir, func(seq uint64, raw []byte) error {
+		m = commitMeta{}
+		if err := decodeCommit(raw, &m); err != nil {
+			return fmt.Errorf("coord: commit record %d under %s: %w", seq, dir, err)
+		}
+		return checkpoint.CheckServers(ctx, dir, seq, m.Servers)
+	})
+	if err != nil {
+		return Committed{Skipped: skipped}, err
 	}
-	return Committed{Dir: dir, Seq: seq, Pass: m.Pass, Servers: m.Servers, Tables: m.Tables, Job: m.Job}, nil
+	return Committed{Dir: dir, Seq: seq, Pass: m.Pass, Servers: m.Servers, Tables: m.Tables, Job: m.Job, Skipped: skipped}, nil
 }

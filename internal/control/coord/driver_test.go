@@ -3,6 +3,7 @@ package coord
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -326,6 +327,7 @@ func TestCheckpointCarriesStates(t *testing.T) {
 			cl.Progress(ctx, api.Update{Pass: e, Partition: g.Partition, Lease: g.Lease, Offset: 20, State: []byte("tail-done"), HasState: true, Complete: true})
 		}
 		l := awaitLayout(t, cl, func(l *layout.Layout) bool { return l.Checkpoint != nil })
+		writePart(t, dir, "s0", l.Checkpoint.Seq)
 		if err := cl.Checkpointed(ctx, "s0", l.Checkpoint.Seq, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -369,6 +371,73 @@ func TestCheckpointCarriesStates(t *testing.T) {
 	}
 }
 
+// writePart writes server id's part of cluster checkpoint seq under dir,
+// with one table of one key, as a server would before it reports.
+func writePart(t *testing.T, dir, id string, seq uint64) {
+	t.Helper()
+	w, err := checkpoint.Create(checkpoint.ServerDir(dir, id), seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = w.WriteTable(t.Context(), "t1", table.Spec{Name: "w", Width: 1}, func(fn func(uint64, []float32, [][]float32) bool) {
+		fn(7, []float32{float32(seq)}, nil)
+	})
+	if err == nil {
+		_, err = w.Commit(checkpoint.Meta{Pass: int(seq)})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestResumePassesOverDamagedPart: a committed checkpoint one of whose
+// servers' parts is damaged or gone is passed over for the previous one,
+// which every server can load; without an intact one the resume fails at
+// once, naming the damage, instead of leaving the layout unready.
+func TestResumePassesOverDamagedPart(t *testing.T) {
+	dir := t.TempDir()
+	for seq := uint64(1); seq <= 2; seq++ {
+		writePart(t, dir, "s0", seq)
+		writePart(t, dir, "s1", seq)
+		meta := fmt.Sprintf(`{"seq":%d,"pass":%d,"servers":["s0","s1"],"tables":[],"partitions":2,"time":"2026-01-01T00:00:00Z"}`, seq, seq)
+		if err := checkpoint.CommitCluster(dir, seq, []byte(meta)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resumedSeq := func() (uint64, error) {
+		t.Helper()
+		c, err := Open(Options{Servers: 2, Workers: 1, Partitions: 2, CheckpointDir: dir, Resume: true})
+		if err != nil {
+			return 0, err
+		}
+		return c.m.st.Layout.Resume.Seq, nil
+	}
+	if seq, err := resumedSeq(); err != nil || seq != 2 {
+		t.Fatalf("intact: resumed %d, %v; want 2", seq, err)
+	}
+	f := filepath.Join(checkpoint.ServerDir(dir, "s1"), "ckpt-0000000002", "t1")
+	b, err := os.ReadFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0x10
+	if err := os.WriteFile(f, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if seq, err := resumedSeq(); err != nil || seq != 1 {
+		t.Fatalf("s1's newest part damaged: resumed %d, %v; want 1", seq, err)
+	}
+	if ck, err := LatestCommitted(t.Context(), dir); err != nil || ck.Seq != 1 || len(ck.Skipped) != 1 || !errors.Is(ck.Skipped[0], checkpoint.ErrCorrupt) {
+		t.Fatalf("LatestCommitted: %+v, %v; want checkpoint 1, checkpoint 2 skipped as corrupt", ck, err)
+	}
+	if err := os.RemoveAll(checkpoint.ServerDir(dir, "s0")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := resumedSeq(); !errors.Is(err, checkpoint.ErrNoCheckpoint) {
+		t.Fatalf("s0's parts gone: %v; want ErrNoCheckpoint", err)
+	}
+}
+
 func awaitLayout(t *testing.T, cl *api.Client, ok func(*layout.Layout) bool) *layout.Layout {
 	t.Helper()
 	var after uint64
@@ -400,6 +469,7 @@ func (s *deleteTracking) DeleteState(ctx context.Context, p int, ver uint64) err
 func TestResumeReadsEpochRecords(t *testing.T) {
 	dir := t.TempDir()
 	meta := `{"seq":3,"epoch":4,"servers":["s0"],"tables":[],"partitions":2,"max_clock":7,"time":"2026-01-01T00:00:00Z"}`
+	writePart(t, dir, "s0", 3)
 	if err := checkpoint.CommitCluster(dir, 3, []byte(meta)); err != nil {
 		t.Fatal(err)
 	}

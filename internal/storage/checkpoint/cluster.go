@@ -22,6 +22,24 @@ const commitPrefix = "commit-"
 
 func commitName(seq uint64) string { return fmt.Sprintf("%s%010d", commitPrefix, seq) }
 
+// ServerDir is where server id writes its part of the cluster checkpoints
+// under dir.
+func ServerDir(dir, id string) string { return filepath.Join(dir, "servers", id) }
+
+// CheckServers reads every byte of the parts servers wrote of cluster
+// checkpoint seq under dir, as Open does, and returns the first that is
+// missing, incomplete or damaged. A commit record says every part was
+// complete when it was written; this says they still are, so that a
+// resume passes over a cluster checkpoint a server could not load.
+func CheckServers(ctx context.Context, dir string, seq uint64, servers []string) error {
+	for _, id := range servers {
+		if _, err := open(ctx, ServerDir(dir, id), seq); err != nil {
+			return fmt.Errorf("checkpoint %d of server %s: %w", seq, id, err)
+		}
+	}
+	return nil
+}
+
 // Open returns checkpoint seq under dir if it is complete (see Latest).
 func Open(ctx context.Context, dir string, seq uint64) (*Checkpoint, error) {
 	return open(ctx, dir, seq)
