@@ -5,6 +5,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -54,5 +56,53 @@ func TestCheckpointResume(t *testing.T) {
 	}
 	if auc := again["test_auc"].(float64); auc < 0.89 {
 		t.Errorf("test AUC %v after resuming from checkpoint 1", auc)
+	}
+}
+
+// TestCheckpointKeep: a checkpoint every pass for five passes, two kept:
+// the commit records and every server's parts of the first three are gone
+// when train returns, and the kept newest still resumes; then a damaged
+// server part of the newest makes the resume fall back to the one before.
+func TestCheckpointKeep(t *testing.T) {
+	ck := filepath.Join(t.TempDir(), "ck")
+	data := []string{"--train", repoFile("datasets/a9a/a9a.gz"), "--test", repoFile("datasets/a9a/a9a.t.gz")}
+	train := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(terrace(t), append(append([]string{"train"}, data...), args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("train %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	train("--passes", "5", "--checkpoint-dir", ck, "--checkpoint-every", "1", "--checkpoint-keep", "2")
+	names := func(pattern string) []string {
+		t.Helper()
+		m, err := filepath.Glob(filepath.Join(ck, pattern))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range m {
+			m[i] = filepath.Base(m[i])
+		}
+		return m
+	}
+	if got := names("commit-*"); !slices.Equal(got, []string{"commit-0000000004", "commit-0000000005"}) {
+		t.Fatalf("commit records %v; want 4 and 5", got)
+	}
+	if got := names("servers/*/ckpt-*"); len(got) != 4 || got[0] != "ckpt-0000000004" || got[1] != "ckpt-0000000005" {
+		t.Fatalf("server parts %v; want 4 and 5 of each server", got)
+	}
+	part := filepath.Join(ck, "servers", "server-1", "ckpt-0000000005", "t1")
+	b, err := os.ReadFile(part)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 1
+	if err := os.WriteFile(part, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := train("--passes", "5", "--resume", ck)
+	if !strings.Contains(out, "lr trained 32561 examples") {
+		t.Fatalf("resume with checkpoint 5's part damaged: want pass 5 trained again from checkpoint 4\n%s", out)
 	}
 }

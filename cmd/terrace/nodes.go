@@ -44,6 +44,9 @@ address, comma-separated.`,
 			if err := checkCluster(o.Servers, o.Workers, o.Replication); err != nil {
 				return err
 			}
+			if err := checkCheckpointFlags(o.CheckpointDir, o.CheckpointEvery, o.CheckpointKeep, o.Resume); err != nil {
+				return err
+			}
 			o.ExitWhenDone = exitWhenDone
 			ctx, cancel := context.WithCancel(cmd.Context())
 			defer cancel()
@@ -154,6 +157,7 @@ address, comma-separated.`,
 	fs.BoolVar(&inMemory, "in-memory", false, "keep the state in memory only: no etcd, no failover")
 	fs.StringVar(&o.CheckpointDir, "checkpoint-dir", "", "directory for durable cluster checkpoints (shared by the servers)")
 	fs.IntVar(&o.CheckpointEvery, "checkpoint-every", 0, "take a checkpoint after every N training passes (0: never)")
+	fs.IntVar(&o.CheckpointKeep, "checkpoint-keep", defaultCheckpointKeep, "after each checkpoint, remove those older than the newest N (0: keep every one)")
 	fs.BoolVar(&o.Resume, "resume", false, "start from the newest committed checkpoint in --checkpoint-dir")
 	fs.StringVar(&logLevel, "log-level", "warn", "log level")
 	fs.StringVar(&dashListen, "dashboard-listen", "", "also serve the dashboard read-only on this address, plain HTTP (for a browser without a client certificate under --tls-dir; keep it on loopback and tunnel to it)")

@@ -107,7 +107,7 @@ func trainCmd() *cobra.Command {
 	var d drillFlags
 	var tiers tierTrainFlags
 	var sf straggleFlags
-	var servers, workers, partitions, replication, checkpointEvery int
+	var servers, workers, partitions, replication, checkpointEvery, checkpointKeep int
 	var checkpointDir, resumeDir string
 	var reportPath, logLevel string
 	cmd := &cobra.Command{
@@ -145,7 +145,7 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 				// The drill's audit counts every pass from the first, so a
 				// resumed drill would be misread; checkpoints of a cluster
 				// of processes are the coordinator's flags.
-				for _, f := range []string{"checkpoint-dir", "checkpoint-every", "resume"} {
+				for _, f := range []string{"checkpoint-dir", "checkpoint-every", "checkpoint-keep", "resume"} {
 					if cmd.Flags().Changed(f) {
 						return fmt.Errorf("--%s is not taken with --processes (the drill audits every pass from the first): give it to `terrace coordinator` in a cluster of processes, or train without --processes", f)
 					}
@@ -168,11 +168,11 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 			if resumeDir != "" && checkpointDir == "" {
 				checkpointDir = resumeDir
 			}
-			if checkpointEvery > 0 && checkpointDir == "" {
-				return fmt.Errorf("--checkpoint-every needs --checkpoint-dir")
+			if err := checkCheckpointFlags(checkpointDir, checkpointEvery, checkpointKeep, false); err != nil {
+				return err
 			}
 			l, err := node.StartLocal(ctx, node.LocalConfig{Servers: servers, Workers: workers, Partitions: partitions, Replication: replication, Account: d.account,
-				CheckpointDir: checkpointDir, CheckpointEvery: checkpointEvery, Resume: resumeDir != "", Logger: log,
+				CheckpointDir: checkpointDir, CheckpointEvery: checkpointEvery, CheckpointKeep: checkpointKeep, Resume: resumeDir != "", Logger: log,
 				FailureTimeout: d.failAfter})
 			if err != nil {
 				return err
@@ -229,6 +229,7 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 	fs.IntVar(&replication, "replication", 2, "servers holding each key slot (k); a push is acknowledged once all k have it")
 	fs.StringVar(&checkpointDir, "checkpoint-dir", "", "directory for durable cluster checkpoints")
 	fs.IntVar(&checkpointEvery, "checkpoint-every", 0, "take a checkpoint after every N passes (0: never)")
+	fs.IntVar(&checkpointKeep, "checkpoint-keep", defaultCheckpointKeep, "after each checkpoint, remove those older than the newest N (0: keep every one)")
 	fs.StringVar(&resumeDir, "resume", "", "continue from the newest committed checkpoint in this directory (passes already done are skipped)")
 	fs.StringVar(&reportPath, "report", "", "write the JSON report to this file")
 	fs.StringVar(&logLevel, "log-level", "warn", "log level: debug, info, warn or error")

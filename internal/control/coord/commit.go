@@ -55,6 +55,20 @@ func (c *Coordinator) commit(ctx context.Context, ck *Commit) error {
 	return checkpoint.CommitCluster(ck.Dir, ck.Seq, meta)
 }
 
+// prune removes the checkpoints under dir older than the newest
+// CheckpointKeep, after a commit: a job that checkpoints every pass would
+// otherwise fill its disk. What it could not remove is logged, and tried
+// again after the next commit.
+func (c *Coordinator) prune(dir string) {
+	removed, err := checkpoint.PruneCluster(dir, c.opts.CheckpointKeep)
+	if len(removed) > 0 {
+		c.log.Info("removed old checkpoints", "dir", dir, "seqs", removed, "keep", c.opts.CheckpointKeep)
+	}
+	if err != nil {
+		c.log.Warn("could not remove old checkpoints", "dir", dir, "err", err)
+	}
+}
+
 // readStates fetches the blobs of states, concatenating the pieces of a
 // partition whose state is in several.
 func (c *Coordinator) readStates(ctx context.Context, states map[int][]uint64) (map[int][]byte, map[int][]int, error) {

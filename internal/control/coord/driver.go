@@ -32,6 +32,9 @@ type Options struct {
 	// there after every CheckpointEvery passes.
 	CheckpointDir   string
 	CheckpointEvery int
+	// CheckpointKeep, if > 0, removes after each commit the cluster
+	// checkpoints older than the newest CheckpointKeep (0: keep every one).
+	CheckpointKeep int
 	// Resume starts from the newest committed checkpoint in CheckpointDir.
 	Resume bool
 	Logger *slog.Logger
@@ -433,6 +436,9 @@ func (c *Coordinator) effects(ctx context.Context, rd Ready) {
 		c.goEffect(func() {
 			err := c.commit(ctx, ck)
 			c.event(func(m *Machine) { m.Committed(ck.Seq, err) })
+			if err == nil && c.opts.CheckpointKeep > 0 {
+				c.prune(ck.Dir)
+			}
 		})
 	}
 	for _, p := range rd.Probes {

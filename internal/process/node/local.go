@@ -22,9 +22,11 @@ type LocalConfig struct {
 	// Account: workers keep the examples account (Layout.Account).
 	Account     bool
 	Replication int
-	// CheckpointDir, CheckpointEvery and Resume: see coord.Options.
+	// CheckpointDir, CheckpointEvery, CheckpointKeep and Resume: see
+	// coord.Options.
 	CheckpointDir   string
 	CheckpointEvery int
+	CheckpointKeep  int
 	Resume          bool
 	Logger          *slog.Logger
 	// Network, when set, gives each node, by ID ("coordinator",
@@ -73,7 +75,7 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 		err := RunCoordinator(ctx, CoordinatorConfig{
 			Listen: "127.0.0.1:0", Network: l.network("coordinator"),
 			Options: coord.Options{Servers: cfg.Servers, Workers: cfg.Workers, Partitions: cfg.Partitions, Replication: cfg.Replication, Account: cfg.Account,
-				CheckpointDir: cfg.CheckpointDir, CheckpointEvery: cfg.CheckpointEvery, Resume: cfg.Resume,
+				CheckpointDir: cfg.CheckpointDir, CheckpointEvery: cfg.CheckpointEvery, CheckpointKeep: cfg.CheckpointKeep, Resume: cfg.Resume,
 				FailureTimeout: cfg.FailureTimeout, Prices: cfg.Prices},
 			Logger: cfg.Logger,
 			Ready: func(c *coord.Coordinator, addr string) {

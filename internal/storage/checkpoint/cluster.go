@@ -3,13 +3,16 @@ package checkpoint
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
-	"github.com/terrace-ml/terrace/internal/crc32c"
+	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/terrace-ml/terrace/internal/crc32c"
 )
 
 // A cluster checkpoint is made of one checkpoint per server, each in its
@@ -59,35 +62,134 @@ func CommitCluster(dir string, seq uint64, meta []byte) error {
 
 // LatestCommit returns the newest intact commit record under dir that
 // accept (if not nil) accepts, with the reasons newer ones were passed
-// over, or ErrNoCheckpoint. accept checks what the record names besides the
-// servers' checkpoints (the partition states).
+// over, or ErrNoCheckpoint. accept checks what the record names: the
+// servers' parts (CheckServers) and the partition states.
 func LatestCommit(dir string, accept func(seq uint64, meta []byte) error) (seq uint64, meta []byte, skipped []error, err error) {
-	entries, err := os.ReadDir(dir)
+	seqs, err := numbered(dir, commitPrefix)
 	if err != nil {
 		return 0, nil, nil, fmt.Errorf("%w: %v", ErrNoCheckpoint, err)
 	}
-	var seqs []uint64
-	for _, e := range entries {
-		if s, ok := strings.CutPrefix(e.Name(), commitPrefix); ok {
-			if n, err := strconv.ParseUint(s, 10, 64); err == nil {
-				seqs = append(seqs, n)
-			}
-		}
-	}
-	sort.Slice(seqs, func(i, j int) bool { return seqs[i] > seqs[j] })
-	for _, s := range seqs {
-		b, err := os.ReadFile(filepath.Join(dir, commitName(s)))
-		if err == nil && len(b) >= 4 && crc32c.Checksum(b[:len(b)-4]) == binary.LittleEndian.Uint32(b[len(b)-4:]) {
+	for _, s := range slices.Backward(seqs) {
+		b, err := readCommit(dir, s)
+		if err == nil {
 			if accept == nil {
-				return s, b[:len(b)-4], skipped, nil
+				return s, b, skipped, nil
 			}
-			if err = accept(s, b[:len(b)-4]); err == nil {
-				return s, b[:len(b)-4], skipped, nil
+			if err = accept(s, b); err == nil {
+				return s, b, skipped, nil
 			}
-		} else if err == nil {
-			err = &CorruptError{Path: filepath.Join(dir, commitName(s)), Reason: "commit record checksum mismatch"}
 		}
 		skipped = append(skipped, err)
 	}
 	return 0, nil, skipped, fmt.Errorf("%w under %s", ErrNoCheckpoint, dir)
+}
+
+// readCommit returns commit record seq under dir with its CRC checked and
+// cut off.
+func readCommit(dir string, seq uint64) ([]byte, error) {
+	path := filepath.Join(dir, commitName(seq))
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) < 4 || crc32c.Checksum(b[:len(b)-4]) != binary.LittleEndian.Uint32(b[len(b)-4:]) {
+		return nil, &CorruptError{Path: path, Reason: "commit record checksum mismatch"}
+	}
+	return b[:len(b)-4], nil
+}
+
+// numbered returns, in increasing order, the numbers of dir's entries
+// named prefix followed by a zero-padded sequence number.
+func numbered(dir, prefix string) ([]uint64, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var seqs []uint64
+	for _, e := range entries {
+		if digits, ok := strings.CutPrefix(e.Name(), prefix); ok {
+			if n, err := strconv.ParseUint(digits, 10, 64); err == nil && fmt.Sprintf("%s%010d", prefix, n) == e.Name() {
+				seqs = append(seqs, n)
+			}
+		}
+	}
+	slices.Sort(seqs)
+	return seqs, nil
+}
+
+// PruneCluster keeps the cluster checkpoints under dir from the keep-th
+// newest intact commit record on (keep >= 1) and removes everything older:
+// commit records, partition states and every server's parts, those of
+// checkpoints that were abandoned before their commit too. Each goes
+// commit record first, so that a crash part way leaves a checkpoint that
+// no longer exists rather than one that names missing files. Nothing
+// newer than that record is touched: a checkpoint being written has no
+// record yet. It returns the sequence numbers whose commit record it
+// removed.
+//
+// Intact here means the record's CRC32C: reading every server's part of
+// keep checkpoints at each commit would cost keep reads of the model. A
+// resume that finds the newest parts damaged (CheckServers) falls back
+// among the keep kept.
+func PruneCluster(dir string, keep int) (removed []uint64, err error) {
+	if keep < 1 {
+		return nil, fmt.Errorf("checkpoint: prune %s: keep %d; want at least 1", dir, keep)
+	}
+	commits, err := numbered(dir, commitPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: prune %s: %w", dir, err)
+	}
+	var floor uint64
+	kept := 0
+	for _, s := range slices.Backward(commits) {
+		if _, err := readCommit(dir, s); err == nil {
+			if kept++; kept == keep {
+				floor = s
+				break
+			}
+		}
+	}
+	if kept < keep {
+		return nil, nil
+	}
+	var errs []error
+	rm := func(path string) {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("checkpoint: prune: %w", err))
+		}
+	}
+	for _, s := range commits {
+		if s < floor {
+			rm(filepath.Join(dir, commitName(s)))
+			removed = append(removed, s)
+		}
+	}
+	if err := syncDir(dir); err != nil {
+		return removed, fmt.Errorf("checkpoint: prune %s: %w", dir, err)
+	}
+	states, _ := numbered(dir, "partstate-")
+	for _, s := range states {
+		if s < floor {
+			rm(filepath.Join(dir, stateName(s)))
+		}
+	}
+	servers, _ := os.ReadDir(filepath.Join(dir, "servers"))
+	for _, e := range servers {
+		sd := ServerDir(dir, e.Name())
+		parts, _ := list(sd)
+		for _, s := range parts {
+			if s < floor {
+				if err := remove(filepath.Join(sd, dirName(s))); err != nil {
+					errs = append(errs, err)
+				}
+			}
+		}
+		if err := syncDir(sd); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := syncDir(dir); err != nil {
+		errs = append(errs, err)
+	}
+	return removed, errors.Join(errs...)
 }
