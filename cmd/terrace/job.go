@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -117,7 +118,8 @@ func (a *appFlags) useJob(own, j api.Job) error {
 }
 
 // resolveJob takes the cluster's job from the coordinator, or submits
-// this node's own if there is none yet; flags that say otherwise than
+// this node's own if there is none yet and it was given one (a node given
+// no job flags waits for the cluster's); flags that say otherwise than
 // the job in force are refused by name.
 func (a *appFlags) resolveJob(ctx context.Context, cc *api.Client, out io.Writer) (api.Job, error) {
 	// Compared as resolved; checked (its files) only if it is submitted:
@@ -127,8 +129,10 @@ func (a *appFlags) resolveJob(ctx context.Context, cc *api.Client, out io.Writer
 		return api.Job{}, err
 	}
 	own := a.resolved()
+	given := a.jobGiven()
 	var refused error
-	for range 3 {
+	waited := false
+	for tries := 0; tries < 3; {
 		st, err := cc.JobStatus(ctx)
 		if err != nil {
 			return api.Job{}, fmt.Errorf("job: %w", err)
@@ -139,6 +143,22 @@ func (a *appFlags) resolveJob(ctx context.Context, cc *api.Client, out io.Writer
 			}
 			return *st.Job, nil
 		}
+		if !given {
+			// A worker given no job trains the cluster's: it waits for
+			// one rather than submit the flags' defaults, which would race
+			// the worker started beside it with the job's flags.
+			if !waited && out != nil {
+				fmt.Fprintln(out, "terrace: no job on the cluster yet; waiting for one (terrace submit, or a worker started with the job's flags)")
+			}
+			waited = true
+			select {
+			case <-ctx.Done():
+				return api.Job{}, fmt.Errorf("job: none was submitted before the join timeout (--join-timeout), and this worker was given no job flags to submit: %w", ctx.Err())
+			case <-time.After(jobPoll):
+			}
+			continue
+		}
+		tries++
 		if refused != nil {
 			return api.Job{}, fmt.Errorf("job: %w", refused) // done, and no next job is taken
 		}
@@ -161,6 +181,20 @@ func (a *appFlags) resolveJob(ctx context.Context, cc *api.Client, out io.Writer
 		return got, a.useJob(own, got)
 	}
 	return api.Job{}, errors.New("job: the coordinator's job kept changing")
+}
+
+// jobPoll is how often a worker given no job asks for the cluster's.
+const jobPoll = 250 * time.Millisecond
+
+// jobGiven reports whether any of the job's flags was set (on the command
+// line or in --config).
+func (a *appFlags) jobGiven() bool {
+	for name := range jobFlags {
+		if a.fs.Changed(name) {
+			return true
+		}
+	}
+	return false
 }
 
 func describeJob(j api.Job) string {

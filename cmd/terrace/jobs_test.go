@@ -119,3 +119,68 @@ func checkpointDoneJob(ctx context.Context, t *testing.T, addr, dir string) {
 		t.Errorf("checkpoint --wait reported a commit that is not on disk: %v", err)
 	}
 }
+
+// TestWorkerWithoutJobWaits: a worker started with no job flags on a
+// cluster with no job waits for one instead of submitting the defaults
+// (which raced the worker started beside it with the job's flags), then
+// trains the job the next worker brings; alone, it gives up at its join
+// timeout and says why.
+func TestWorkerWithoutJobWaits(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs four processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	coordCmd, out := start(t, ctx, "coordinator", "--listen", "127.0.0.1:0", "--servers", "1", "--replication", "1",
+		"--workers", "2", "--in-memory", "--exit-when-done")
+	line, err := out.ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(line)
+	addr := strings.TrimSuffix(f[slicesIndex(f, "on")+1], ",")
+	go io.Copy(io.Discard, out)
+
+	lone, err := exec.CommandContext(ctx, terrace(t), "worker", "--coordinator", addr, "--join-timeout", "1s").CombinedOutput()
+	if err == nil || !strings.Contains(string(lone), "none was submitted") {
+		t.Fatalf("a worker with no job flags and no job: %v\n%s", err, lone)
+	}
+
+	s, so := start(t, ctx, "server", "--coordinator", addr, "--id", "s0", "--log-level", "warn")
+	go io.Copy(io.Discard, so)
+	waiter, wo := start(t, ctx, "worker", "--coordinator", addr, "--id", "w1")
+	if l, err := wo.ReadString('\n'); err != nil || !strings.Contains(l, "waiting for one") {
+		t.Fatalf("the worker with no job flags said %q, %v; want it to wait for a job", l, err)
+	}
+	// The pipe stays open until the test's cleanup: look for the line.
+	trains := make(chan string, 1)
+	go func() {
+		for {
+			l, err := wo.ReadString('\n')
+			if err != nil {
+				return
+			}
+			if strings.Contains(l, "terrace worker: rank") {
+				trains <- l
+				io.Copy(io.Discard, wo) // a pipe not read blocks its writer
+				return
+			}
+		}
+	}()
+	bringer, bo := start(t, ctx, "worker", "--coordinator", addr, "--id", "w0",
+		"--train", repoFile("datasets/a9a/a9a.gz"), "--test", repoFile("datasets/a9a/a9a.t.gz"), "--passes", "2")
+	go io.Copy(io.Discard, bo)
+	for _, c := range []*exec.Cmd{bringer, waiter, s, coordCmd} {
+		if err := c.Wait(); err != nil {
+			t.Fatalf("%v: %v", c.Args[1:3], err)
+		}
+	}
+	select {
+	case l := <-trains:
+		if !strings.Contains(l, "training lr on "+repoFile("datasets/a9a/a9a.gz")+", 2 passes") {
+			t.Errorf("the waiting worker trained something else: %s", l)
+		}
+	case <-ctx.Done():
+		t.Error("the waiting worker exited 0 without saying what it trained")
+	}
+}
