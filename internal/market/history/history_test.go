@@ -145,3 +145,73 @@ func TestAvailRisk(t *testing.T) {
 		t.Errorf("available %d", v.Markets[0].Available())
 	}
 }
+
+// TestPath: the price stands at 2 for the first half of every other hour
+// and at 1 otherwise. From 2 it is expected back at 1 by the half hour's
+// end: j steps on, the share of the starts at 2 still in the half hour
+// is (6−j)/6, so E[price/2] = 1 − j/12, then ½. From 1, an hour on, a
+// third of the starts at 1 are inside the next half hour at 2 (those
+// 60 to 85 minutes after the fall, of 18), E = 4/3.
+func TestPath(t *testing.T) {
+	var pts []trace.Point
+	for h := 0; h < 24*20; h++ {
+		at := t0.Add(time.Duration(h) * time.Hour)
+		if h%2 == 1 {
+			pts = append(pts, trace.Point{At: at, Price: 2}, trace.Point{At: at.Add(30 * time.Minute), Price: 1})
+		} else if h == 0 {
+			pts = append(pts, trace.Point{At: at, Price: 1})
+		}
+	}
+	src := source(pts)
+	e := NewEstimator(time.Hour)
+	high := src.Cut(t0.Add(10*24*time.Hour + 65*time.Minute))
+	path, ok := e.Path(high, &high.Markets[0])
+	if !ok {
+		t.Fatal("no path")
+	}
+	for j, got := range path {
+		want := 0.5
+		if j+1 < 6 {
+			want = 1 - float64(j+1)/12
+		}
+		if math.Abs(got-want) > 1e-6 {
+			t.Errorf("from 2, %d steps on: E[price/2] %v, want %v", j+1, got, want)
+		}
+	}
+	low := src.Cut(t0.Add(10 * 24 * time.Hour))
+	if path, _ := e.Path(low, &low.Markets[0]); math.Abs(path[Steps-1]-4.0/3) > 0.002 { // up to the window's ragged ends
+		t.Errorf("from 1, an hour on: E[price] %v, want 4/3", path[Steps-1])
+	}
+	if e.Step()*Steps != time.Hour {
+		t.Errorf("step %v, want an hour over %d", e.Step(), Steps)
+	}
+}
+
+// TestPathNoLookahead: the path read at T is the same whether or not the
+// price soars after T, and whether the estimator has seen a later View
+// or not (its samples move with the View both ways).
+func TestPathNoLookahead(t *testing.T) {
+	var pts, spiked []trace.Point
+	for h := 0; h < 24*20; h++ {
+		at := t0.Add(time.Duration(h) * time.Hour)
+		pts = append(pts, trace.Point{At: at, Price: 1}, trace.Point{At: at.Add(20 * time.Minute), Price: 1.5})
+	}
+	T := t0.Add(10*24*time.Hour + 20*time.Minute)
+	for _, p := range pts {
+		if p.At.After(T) && p.At.Before(T.Add(3*time.Hour)) {
+			p.Price *= 10
+		}
+		spiked = append(spiked, p)
+	}
+	e, f := NewEstimator(time.Hour), NewEstimator(time.Hour)
+	later := source(spiked).Cut(T.Add(5 * time.Hour))
+	if _, ok := f.Path(later, &later.Markets[0]); !ok {
+		t.Fatal("no path later")
+	}
+	v, w := source(pts).Cut(T), source(spiked).Cut(T)
+	a, _ := e.Path(v, &v.Markets[0])
+	b, _ := f.Path(w, &w.Markets[0])
+	if a != b {
+		t.Errorf("path at T %v, with a spike after T %v", a, b)
+	}
+}
