@@ -42,17 +42,10 @@ type Estimator struct {
 	bids map[market.Market]*bidStats
 }
 
-// Steps is how many sample starts the estimator takes per horizon: one
-// every five minutes over an hour, the resolution of its price paths.
-const Steps = 12
-
 // NewEstimator returns an estimator over horizon h (the billing period).
 func NewEstimator(h time.Duration) *Estimator {
-	return &Estimator{Horizon: h, step: h / Steps, bids: map[market.Market]*bidStats{}}
+	return &Estimator{Horizon: h, step: h / 12, bids: map[market.Market]*bidStats{}}
 }
-
-// Step is the time between two sample starts, the resolution of Path.
-func (e *Estimator) Step() time.Duration { return e.step }
 
 // bidStats holds, for sample starts origin + k·step, the start price's
 // level and the first passages at each ratio, and their histograms over
@@ -60,9 +53,8 @@ func (e *Estimator) Step() time.Duration { return e.step }
 type bidStats struct {
 	origin   time.Time
 	onDemand float64
-	level    []int16          // [k]
-	first    [][]int32        // [ratio][k]: seconds to the first passage, or -1 (none within the horizon)
-	ahead    [][Steps]float32 // [k][j]: the price (j+1) steps after the start, over the start price
+	level    []int16   // [k]
+	first    [][]int32 // [ratio][k]: seconds to the first passage, or -1 (none within the horizon)
 	lo, hi   int
 	levels   map[int16]*levelStats
 	read     map[readKey]*Risk // histograms read as Risks, until the window moves
@@ -71,8 +63,7 @@ type bidStats struct {
 // levelStats is the histograms of the samples that started at one level.
 type levelStats struct {
 	n    int
-	hist [][Bins]tally  // [ratio]
-	path [Steps]float64 // sums of ahead
+	hist [][Bins]tally // [ratio]
 }
 
 type readKey struct {
@@ -98,25 +89,6 @@ func (e *Estimator) BidRisk(v View, m *Market, ratio float64) Risk {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	st := e.window(v, m)
-	if st.hi == st.lo {
-		return Risk{Horizon: e.Horizon}
-	}
-	lv := st.levelOf(price)
-	j := sort.SearchFloat64s(Ratios, ratio)
-	switch {
-	case j >= len(Ratios):
-		return e.risk(st, lv, len(Ratios)-1)
-	case Ratios[j] == ratio || j == 0:
-		return e.risk(st, lv, j)
-	}
-	f := (ratio - Ratios[j-1]) / (Ratios[j] - Ratios[j-1])
-	return mix(e.risk(st, lv, j-1), e.risk(st, lv, j), f)
-}
-
-// window returns m's statistics over the samples of the last Window of
-// v's past whose horizons ended by v.Now. The caller holds e.mu.
-func (e *Estimator) window(v View, m *Market) *bidStats {
 	st := e.bids[m.Market]
 	if st == nil {
 		st = &bidStats{origin: m.Prices[0].At, onDemand: m.OnDemand, first: make([][]int32, len(Ratios)), levels: map[int16]*levelStats{}, read: map[readKey]*Risk{}}
@@ -131,55 +103,19 @@ func (e *Estimator) window(v View, m *Market) *bidStats {
 	lo := int(math.Ceil(float64(v.Now.Add(-Window).Sub(st.origin)) / float64(e.step)))
 	lo = max(0, min(lo, hi))
 	e.slide(st, lo, hi)
-	return st
-}
-
-// Path is the expected price path of market m from v.Now over the
-// horizon, as multiples of the price now: Path[j] is E[price (j+1)
-// steps ahead / price now] over the sample windows of the last Window of
-// m's past that started at the current price's level, borrowing the
-// nearest levels' until it has a day of samples, as BidRisk does. This
-// is mean reversion as the market showed it: from a level it seldom
-// holds, the price is expected to fall back, and by when. False when m
-// has no price or no past yet.
-func (e *Estimator) Path(v View, m *Market) ([Steps]float64, bool) {
-	var out [Steps]float64
-	price, ok := m.Price()
-	if !ok || !(price > 0) {
-		return out, false
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	st := e.window(v, m)
-	if st.hi == st.lo {
-		return out, false
+	if hi == lo {
+		return Risk{Horizon: e.Horizon}
 	}
 	lv := st.levelOf(price)
-	day := int(24 * time.Hour / e.step)
-	n := 0
-	add := func(l int) {
-		if l < math.MinInt16 || l > math.MaxInt16 {
-			return
-		}
-		if ls := st.levels[int16(l)]; ls != nil {
-			n += ls.n
-			for j, x := range ls.path {
-				out[j] += x
-			}
-		}
+	j := sort.SearchFloat64s(Ratios, ratio)
+	switch {
+	case j >= len(Ratios):
+		return e.risk(st, lv, len(Ratios)-1)
+	case Ratios[j] == ratio || j == 0:
+		return e.risk(st, lv, j)
 	}
-	add(int(lv))
-	for d := 1; n < day && n < st.hi-st.lo; d++ {
-		add(int(lv) - d)
-		add(int(lv) + d)
-	}
-	if n == 0 {
-		return out, false
-	}
-	for j := range out {
-		out[j] /= float64(n)
-	}
-	return out, true
+	f := (ratio - Ratios[j-1]) / (Ratios[j] - Ratios[j-1])
+	return mix(e.risk(st, lv, j-1), e.risk(st, lv, j), f)
 }
 
 func (st *bidStats) levelOf(price float64) int16 {
@@ -263,9 +199,6 @@ func (e *Estimator) count(st *bidStats, k int, sign int64) {
 		st.levels[st.level[k]] = ls
 	}
 	ls.n += int(sign)
-	for j, x := range st.ahead[k] {
-		ls.path[j] += float64(sign) * float64(x)
-	}
 	w := e.Horizon.Seconds() / Bins
 	for j := range st.first {
 		t := st.first[j][k]
@@ -288,17 +221,6 @@ func (e *Estimator) extend(st *bidStats, m *Market, hi int) {
 		i := sort.Search(len(pts), func(i int) bool { return pts[i].At.After(s) })
 		p0 := pts[max(i-1, 0)].Price
 		st.level = append(st.level, st.levelOf(p0))
-		var ahead [Steps]float32
-		for j := range ahead {
-			at := s.Add(time.Duration(j+1) * e.step)
-			q := sort.Search(len(pts), func(i int) bool { return pts[i].At.After(at) })
-			if p0 > 0 {
-				ahead[j] = float32(pts[max(q-1, 0)].Price / p0)
-			} else {
-				ahead[j] = 1
-			}
-		}
-		st.ahead = append(st.ahead, ahead)
 		for j := range Ratios {
 			st.first[j] = append(st.first[j], -1)
 		}

@@ -111,96 +111,10 @@ func (p *BidBrain) Decide(s rm.State) rm.Plan {
 	}
 	cands := p.candidates(s)
 	n := live(s.Held, market.Transient)
-	waiting := false
-	if p.c.BidEvicts && p.c.Terms.Hourly {
-		cands, waiting = p.wait(s.View, fp, cands, n)
-	}
 	plan.Release = p.release(s, units, &fp, cands, n)
 	plan.Acquire = append(plan.Acquire, p.acquire(n-len(plan.Release), &fp, cands)...)
 	plan.Wake = p.nextDue(s)
-	if next := s.View.Now.Add(p.c.Estimator.Step()); waiting && (plan.Wake.IsZero() || next.Before(plan.Wake)) {
-		// Ask again when the expected path has moved a step, even if
-		// no price changes meanwhile: the wait is bounded by the clock.
-		plan.Wake = next
-	}
 	return plan
-}
-
-// wait drops the candidates that pay to wait for (docs/design/market.md,
-// "Waiting"). In an hourly market a machine's hour is charged at the
-// price when it starts, so one bought at a price that is expected to
-// fall back pays the whole hour at it. Waiting j steps of the
-// estimator's path costs the work the machine would have done meanwhile,
-// at the cost per update lambda the job can reach (which counts the
-// reliable tier that runs on while the job is slower), and saves the
-// expected fall of the price over the hour it then buys: it waits if
-// some j gives cost·E[price_j/price] + lambda·rate·work·j·step < cost.
-// No wait reaches past one period after the price rose to where it is
-// (the horizon the path is estimated over), so a price that does not
-// fall back is bought at within a period and a step of its rise. It
-// says whether it dropped any.
-func (p *BidBrain) wait(v history.View, fp footprint, cands []candidate, held int) ([]candidate, bool) {
-	if len(cands) == 0 || held >= p.c.Max {
-		return cands, false
-	}
-	lambda, _ := p.choose(fp, cands, held)
-	if !(lambda > 0) || math.IsInf(lambda, 0) {
-		return cands, false
-	}
-	step := p.c.Estimator.Step()
-	type road struct {
-		path [history.Steps]float64
-		left time.Duration
-		ok   bool
-	}
-	roads := map[*history.Market]road{}
-	out := make([]candidate, 0, len(cands))
-	dropped := false
-	for _, c := range cands {
-		r, seen := roads[c.m]
-		if !seen {
-			r.path, r.ok = p.c.Estimator.Path(v, c.m)
-			r.left = p.c.Period - risen(c.m, v.Now, p.c.Period)
-			roads[c.m] = r
-		}
-		if r.ok && waits(c, r.path, lambda, step, r.left) {
-			dropped = true
-			continue
-		}
-		out = append(out, c)
-	}
-	return out, dropped
-}
-
-// waits says whether some wait of j steps, within left, is expected to
-// cost less than buying c now.
-func waits(c candidate, path [history.Steps]float64, lambda float64, step, left time.Duration) bool {
-	for j := 1; j <= len(path) && time.Duration(j)*step <= left; j++ {
-		if c.cost*path[j-1]+lambda*c.rate*c.work*(time.Duration(j)*step).Hours() < c.cost*(1-1e-9) {
-			return true
-		}
-	}
-	return false
-}
-
-// risen is how long the price of m has been at least what it is now:
-// the time since it was last lower, or limit if that is limit or more
-// ago (or never, in m's past).
-func risen(m *history.Market, now time.Time, limit time.Duration) time.Duration {
-	price, ok := m.Price()
-	if !ok {
-		return limit
-	}
-	for i := len(m.Prices) - 1; i > 0; i-- {
-		since := now.Sub(m.Prices[i].At)
-		if since >= limit {
-			return limit
-		}
-		if m.Prices[i-1].Price < price {
-			return since
-		}
-	}
-	return limit
 }
 
 // work is the expected updates over the period: the planner's throughput
