@@ -30,7 +30,8 @@ const Level = 1.1
 // keeps, per sample start (every Horizon/12 of the past) and bid ratio,
 // the time to the first price above the bid, and, over the window of the
 // last View it was asked about, the histograms of those times by the
-// price level the sample started at, moved sample by sample as the View
+// price level the sample started at and whether the price had just
+// moved then, moved sample by sample as the View
 // moves, so that many decisions (and many replays of one trace) do not
 // recompute the past. It only ever reads the Views it is given, and a
 // sample enters its statistics only once its whole horizon is in the past
@@ -96,8 +97,12 @@ type tally struct{ n, sum int64 }
 // sample windows of the last Window of m's past that started at the
 // current price's level. Spot prices return to their usual level, so a
 // bid just above a high price is safer, and one just above a low price
-// riskier, than the market's average says. A level with less than a day
-// of samples borrows its nearest levels' until it has a day.
+// riskier, than the market's average says. Of those, it reads the
+// windows that started just after a move if the price has just moved
+// (within a step), the others if not: prices move in bursts. A level
+// with less than a day of samples borrows its nearest levels' until it
+// has a day; a kind (just moved or not) with less than a day of samples
+// in all is read together with the other.
 func (e *Estimator) BidRisk(v View, m *Market, ratio float64) Risk {
 	price, ok := m.Price()
 	if !ok {
@@ -122,7 +127,7 @@ func (e *Estimator) BidRisk(v View, m *Market, ratio float64) Risk {
 	if hi == lo {
 		return Risk{Horizon: e.Horizon}
 	}
-	c := cell{st.levelOf(price), Fresh(m, v.Now, e.step)}
+	c := cell{st.levelOf(price), justMoved(m, v.Now, e.step)}
 	j := sort.SearchFloat64s(Ratios, ratio)
 	switch {
 	case j >= len(Ratios):
@@ -145,8 +150,9 @@ func (st *bidStats) levelOf(price float64) int16 {
 	return int16(max(math.MinInt16, min(math.MaxInt16, math.Floor(math.Log(price/ref)/math.Log(Level)))))
 }
 
-// risk reads ratio j's histograms at level lv, with its nearest levels
-// until they hold a day of samples, as a Risk.
+// risk reads ratio j's histograms in cell c (its level, and whether the
+// price has just moved), with its nearest levels until they hold a day
+// of samples, as a Risk.
 func (e *Estimator) risk(st *bidStats, c cell, j int) Risk {
 	key := readKey{c, j}
 	if r := st.read[key]; r != nil {
@@ -263,11 +269,11 @@ func (e *Estimator) extend(st *bidStats, m *Market, hi int) {
 	}
 }
 
-// Fresh says whether m's price changed within step before now: a
+// justMoved says whether m's price changed within step before now: a
 // price that has just moved is more likely to move again within the
 // hour than one that has stood (spot prices move in bursts), which the
 // level alone does not say.
-func Fresh(m *Market, now time.Time, step time.Duration) bool {
+func justMoved(m *Market, now time.Time, step time.Duration) bool {
 	return moved(m.Prices, now.Add(-step))
 }
 
