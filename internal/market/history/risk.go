@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/terrace-ml/terrace/internal/market"
+	"github.com/terrace-ml/terrace/internal/market/trace"
 )
 
 // Ratios are the bids, as multiples of the price when the bid is placed,
@@ -29,7 +30,8 @@ const Level = 1.1
 // keeps, per sample start (every Horizon/12 of the past) and bid ratio,
 // the time to the first price above the bid, and, over the window of the
 // last View it was asked about, the histograms of those times by the
-// price level the sample started at, moved sample by sample as the View
+// price level the sample started at and whether the price had just
+// moved then, moved sample by sample as the View
 // moves, so that many decisions (and many replays of one trace) do not
 // recompute the past. It only ever reads the Views it is given, and a
 // sample enters its statistics only once its whole horizon is in the past
@@ -54,10 +56,25 @@ type bidStats struct {
 	origin   time.Time
 	onDemand float64
 	level    []int16   // [k]
+	fresh    []bool    // [k]: the price changed within a step before the start
 	first    [][]int32 // [ratio][k]: seconds to the first passage, or -1 (none within the horizon)
 	lo, hi   int
-	levels   map[int16]*levelStats
+	levels   map[cell]*levelStats
+	total    [2]int            // samples in [lo, hi) by freshness (stale, fresh)
 	read     map[readKey]*Risk // histograms read as Risks, until the window moves
+}
+
+// cell is a price level and whether the price had just changed.
+type cell struct {
+	level int16
+	fresh bool
+}
+
+func fi(fresh bool) int {
+	if fresh {
+		return 1
+	}
+	return 0
 }
 
 // levelStats is the histograms of the samples that started at one level.
@@ -67,7 +84,7 @@ type levelStats struct {
 }
 
 type readKey struct {
-	level int16
+	cell
 	ratio int
 }
 
@@ -80,8 +97,12 @@ type tally struct{ n, sum int64 }
 // sample windows of the last Window of m's past that started at the
 // current price's level. Spot prices return to their usual level, so a
 // bid just above a high price is safer, and one just above a low price
-// riskier, than the market's average says. A level with less than a day
-// of samples borrows its nearest levels' until it has a day.
+// riskier, than the market's average says. Of those, it reads the
+// windows that started just after a move if the price has just moved
+// (within a step), the others if not: prices move in bursts. A level
+// with less than a day of samples borrows its nearest levels' until it
+// has a day; a kind (just moved or not) with less than a day of samples
+// in all is read together with the other.
 func (e *Estimator) BidRisk(v View, m *Market, ratio float64) Risk {
 	price, ok := m.Price()
 	if !ok {
@@ -91,7 +112,7 @@ func (e *Estimator) BidRisk(v View, m *Market, ratio float64) Risk {
 	defer e.mu.Unlock()
 	st := e.bids[m.Market]
 	if st == nil {
-		st = &bidStats{origin: m.Prices[0].At, onDemand: m.OnDemand, first: make([][]int32, len(Ratios)), levels: map[int16]*levelStats{}, read: map[readKey]*Risk{}}
+		st = &bidStats{origin: m.Prices[0].At, onDemand: m.OnDemand, first: make([][]int32, len(Ratios)), levels: map[cell]*levelStats{}, read: map[readKey]*Risk{}}
 		e.bids[m.Market] = st
 	}
 	hi := 0 // samples whose horizon ended by Now
@@ -106,16 +127,16 @@ func (e *Estimator) BidRisk(v View, m *Market, ratio float64) Risk {
 	if hi == lo {
 		return Risk{Horizon: e.Horizon}
 	}
-	lv := st.levelOf(price)
+	c := cell{st.levelOf(price), justMoved(m, v.Now, e.step)}
 	j := sort.SearchFloat64s(Ratios, ratio)
 	switch {
 	case j >= len(Ratios):
-		return e.risk(st, lv, len(Ratios)-1)
+		return e.risk(st, c, len(Ratios)-1)
 	case Ratios[j] == ratio || j == 0:
-		return e.risk(st, lv, j)
+		return e.risk(st, c, j)
 	}
 	f := (ratio - Ratios[j-1]) / (Ratios[j] - Ratios[j-1])
-	return mix(e.risk(st, lv, j-1), e.risk(st, lv, j), f)
+	return mix(e.risk(st, c, j-1), e.risk(st, c, j), f)
 }
 
 func (st *bidStats) levelOf(price float64) int16 {
@@ -129,30 +150,40 @@ func (st *bidStats) levelOf(price float64) int16 {
 	return int16(max(math.MinInt16, min(math.MaxInt16, math.Floor(math.Log(price/ref)/math.Log(Level)))))
 }
 
-// risk reads ratio j's histograms at level lv, with its nearest levels
-// until they hold a day of samples, as a Risk.
-func (e *Estimator) risk(st *bidStats, lv int16, j int) Risk {
-	key := readKey{lv, j}
+// risk reads ratio j's histograms in cell c (its level, and whether the
+// price has just moved), with its nearest levels until they hold a day
+// of samples, as a Risk.
+func (e *Estimator) risk(st *bidStats, c cell, j int) Risk {
+	key := readKey{c, j}
 	if r := st.read[key]; r != nil {
 		return *r
 	}
 	day := int(24 * time.Hour / e.step)
+	// Samples of the same freshness only, unless there is less than a
+	// day of them: a class less than a day deep is not trusted alone.
+	classes, most := []bool{c.fresh}, st.total[fi(c.fresh)]
+	if most < day {
+		classes, most = []bool{false, true}, st.hi-st.lo
+	}
 	var sum [Bins]tally
 	n := 0
 	add := func(l int) {
 		if l < math.MinInt16 || l > math.MaxInt16 {
 			return
 		}
-		if ls := st.levels[int16(l)]; ls != nil {
-			n += ls.n
-			for i, t := range ls.hist[j] {
-				sum[i].n += t.n
-				sum[i].sum += t.sum
+		for _, f := range classes {
+			if ls := st.levels[cell{int16(l), f}]; ls != nil {
+				n += ls.n
+				for i, t := range ls.hist[j] {
+					sum[i].n += t.n
+					sum[i].sum += t.sum
+				}
 			}
 		}
 	}
+	lv := c.level
 	add(int(lv))
-	for d := 1; n < day && n < st.hi-st.lo; d++ {
+	for d := 1; n < day && n < most; d++ {
 		add(int(lv) - d)
 		add(int(lv) + d)
 	}
@@ -176,6 +207,7 @@ func (e *Estimator) slide(st *bidStats, lo, hi int) {
 	clear(st.read)
 	if lo >= st.hi || hi <= st.lo {
 		clear(st.levels)
+		st.total = [2]int{}
 		st.lo, st.hi = lo, lo
 	}
 	for ; st.lo < lo; st.lo++ {
@@ -193,12 +225,14 @@ func (e *Estimator) slide(st *bidStats, lo, hi int) {
 }
 
 func (e *Estimator) count(st *bidStats, k int, sign int64) {
-	ls := st.levels[st.level[k]]
+	key := cell{st.level[k], st.fresh[k]}
+	ls := st.levels[key]
 	if ls == nil {
 		ls = &levelStats{hist: make([][Bins]tally, len(Ratios))}
-		st.levels[st.level[k]] = ls
+		st.levels[key] = ls
 	}
 	ls.n += int(sign)
+	st.total[fi(key.fresh)] += int(sign)
 	w := e.Horizon.Seconds() / Bins
 	for j := range st.first {
 		t := st.first[j][k]
@@ -221,6 +255,7 @@ func (e *Estimator) extend(st *bidStats, m *Market, hi int) {
 		i := sort.Search(len(pts), func(i int) bool { return pts[i].At.After(s) })
 		p0 := pts[max(i-1, 0)].Price
 		st.level = append(st.level, st.levelOf(p0))
+		st.fresh = append(st.fresh, moved(pts[:i], s.Add(-e.step)))
 		for j := range Ratios {
 			st.first[j] = append(st.first[j], -1)
 		}
@@ -232,6 +267,25 @@ func (e *Estimator) extend(st *bidStats, m *Market, hi int) {
 			}
 		}
 	}
+}
+
+// justMoved says whether m's price changed within step before now: a
+// price that has just moved is more likely to move again within the
+// hour than one that has stood (spot prices move in bursts), which the
+// level alone does not say.
+func justMoved(m *Market, now time.Time, step time.Duration) bool {
+	return moved(m.Prices, now.Add(-step))
+}
+
+// moved says whether the price of pts changed after from (a point that
+// repeats the price before it is no change, and the first is none).
+func moved(pts []trace.Point, from time.Time) bool {
+	for j := len(pts) - 1; j > 0 && pts[j].At.After(from); j-- {
+		if pts[j].Price != pts[j-1].Price {
+			return true
+		}
+	}
+	return false
 }
 
 // AvailRisk is the risk, over the horizon from v.Now, of a machine in a
