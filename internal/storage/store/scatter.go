@@ -25,7 +25,7 @@ var scratchPieces = sync.Pool{New: func() any { return new([]piece) }}
 // batches of up to maxBatch under one hold of its lock, their blocks looked
 // up together. Callers' fn only touch their piece's own keys and values,
 // so the order across stripes does not matter.
-func (t *Table) visitByStripe(src pieces, mode access, fn func(block, piece)) {
+func (t *Table) visitByStripe(src pieces, mode access, fn func(block, piece), flush func()) {
 	bp := scratchPieces.Get().(*[]piece)
 	all := (*bp)[:0]
 	var counts [stripes + 1]int
@@ -54,7 +54,7 @@ func (t *Table) visitByStripe(src pieces, mode access, fn func(block, piece)) {
 		ps := sorted[counts[si]:counts[si+1]]
 		for len(ps) > 0 {
 			m := min(len(ps), maxBatch)
-			t.visitBatch(&t.st[si], ps[:m], blocks[:], dgs[:], mode, fn)
+			t.visitBatch(&t.st[si], ps[:m], blocks[:], dgs[:], mode, fn, flush)
 			ps = ps[m:]
 		}
 	}
