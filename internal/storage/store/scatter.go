@@ -1,6 +1,10 @@
 package store
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/terrace-ml/terrace/keyspace"
+)
 
 // minScatter is the shortest key list that visitByStripe takes: a list of
 // random keys rarely has two neighbours in one stripe group, so visit
@@ -29,9 +33,19 @@ func (t *Table) visitByStripe(src pieces, mode access, fn func(block, piece), fl
 	bp := scratchPieces.Get().(*[]piece)
 	all := (*bp)[:0]
 	var counts [stripes + 1]int
-	for p, ok := src.next(); ok; p, ok = src.next() {
-		all = append(all, p)
-		counts[p.slot/groupSlots%stripes+1]++
+	// src is a key list (visit): cut it here, as pieces.next does, but
+	// without next's tests of which kind of source it is, per key.
+	keys := src.keys
+	for i := 0; i < len(keys); {
+		slot := keyspace.Slot(keys[i])
+		want := uint64(1) << (keys[i] % keyspace.SlotSize)
+		j := i + 1
+		for ; j < len(keys) && keyspace.Slot(keys[j]) == slot; j++ {
+			want |= 1 << (keys[j] % keyspace.SlotSize)
+		}
+		all = append(all, piece{slot, want, i, j - i})
+		counts[slot/groupSlots%stripes+1]++
+		i = j
 	}
 	for i := 1; i <= stripes; i++ {
 		counts[i] += counts[i-1]
@@ -58,7 +72,7 @@ func (t *Table) visitByStripe(src pieces, mode access, fn func(block, piece), fl
 			ps = ps[m:]
 		}
 	}
-	clear(all)
+	// A piece holds no pointers: the list goes back as it is.
 	*bp = all[:0]
 	scratchPieces.Put(bp)
 }
