@@ -26,8 +26,8 @@ const gatherWidth, gatherPlanes = 4, 4
 type gathered struct {
 	n   int
 	b   [maxBatch]block // each pending key's block
-	r   [maxBatch]int32 // its rank in the block
-	i   [maxBatch]int32 // its index in the push
+	r   [maxBatch]int   // its rank in the block
+	i   [maxBatch]int   // its index in the push
 	pl  [gatherPlanes][maxBatch * gatherWidth]float32
 	g   [maxBatch * gatherWidth]float32
 	cur [maxBatch]int // each pending key's value's offset in its buffer
@@ -41,8 +41,8 @@ func (t *Table) pushGathered(keys []uint64, vals []float32, st [][]float32) (ref
 	fn := func(b block, p piece) {
 		if p.n == 1 && g.n < maxBatch {
 			g.b[g.n] = b
-			g.r[g.n] = int32(b.rank(uint(bits.TrailingZeros64(p.want))))
-			g.i[g.n] = int32(p.i)
+			g.r[g.n] = b.rank(uint(bits.TrailingZeros64(p.want)))
+			g.i[g.n] = p.i
 			g.n++
 			return
 		}
@@ -71,9 +71,9 @@ func (t *Table) applyGathered(g *gathered, vals []float32, st [][]float32) (refu
 		b := g.b[k]
 		buf := b.buf(t.stride)
 		c := int(capKeys[b.count()]) * w
-		at := int(g.r[k]) * w
+		at := g.r[k] * w
 		g.cur[k], g.cap[k] = at, c
-		gi := int(g.i[k]) * w
+		gi := g.i[k] * w
 		for x := range w {
 			g.g[k*w+x] = vals[gi+x]
 		}
@@ -100,20 +100,21 @@ func (t *Table) applyGathered(g *gathered, vals []float32, st [][]float32) (refu
 		return 0
 	}
 	for k := range n {
-		gi := int(g.i[k]) * w
-		refused += t.apply(g.b[k], int(g.r[k]), 1, vals[gi:gi+w], st)
+		gi := g.i[k] * w
+		refused += t.apply(g.b[k], g.r[k], 1, vals[gi:gi+w], st)
 	}
 	return refused
 }
 
-// applyGathered1 is applyGathered for one float a key and no state (a
-// width-1 sum table, the commonest sparse table), without the loops over
-// width and planes: a key's value is the rank-th float of its buffer.
+// applyGathered1 is applyGathered for one float a key and no optimizer
+// state (a width-1 sum or SGD table, the commonest sparse tables), without
+// the loops over width and planes: a key's value is the rank-th float of
+// its buffer.
 func (t *Table) applyGathered1(g *gathered, vals []float32, st [][]float32) (refused int) {
 	n := g.n
 	var at [maxBatch]*float32
 	for k := range n {
-		at[k] = (*float32)(unsafe.Add(unsafe.Pointer(g.b[k].p), 4*int(g.r[k])))
+		at[k] = (*float32)(unsafe.Add(unsafe.Pointer(g.b[k].p), 4*g.r[k]))
 		g.g[k] = vals[g.i[k]]
 		g.pl[0][k] = *at[k]
 	}
@@ -124,8 +125,8 @@ func (t *Table) applyGathered1(g *gathered, vals []float32, st [][]float32) (ref
 		return 0
 	}
 	for k := range n {
-		i := int(g.i[k])
-		refused += t.apply(g.b[k], int(g.r[k]), 1, vals[i:i+1], st)
+		i := g.i[k]
+		refused += t.apply(g.b[k], g.r[k], 1, vals[i:i+1], st)
 	}
 	return refused
 }
