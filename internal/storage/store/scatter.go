@@ -1,6 +1,10 @@
 package store
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/terrace-ml/terrace/keyspace"
+)
 
 // minScatter is the shortest key list that visitByStripe takes: a list of
 // random keys rarely has two neighbours in one stripe group, so visit
@@ -25,13 +29,23 @@ var scratchPieces = sync.Pool{New: func() any { return new([]piece) }}
 // batches of up to maxBatch under one hold of its lock, their blocks looked
 // up together. Callers' fn only touch their piece's own keys and values,
 // so the order across stripes does not matter.
-func (t *Table) visitByStripe(src pieces, mode access, fn func(block, piece)) {
+func (t *Table) visitByStripe(src pieces, mode access, fn func(block, piece), flush func()) {
 	bp := scratchPieces.Get().(*[]piece)
 	all := (*bp)[:0]
 	var counts [stripes + 1]int
-	for p, ok := src.next(); ok; p, ok = src.next() {
-		all = append(all, p)
-		counts[p.slot/groupSlots%stripes+1]++
+	// src is a key list (visit): cut it here, as pieces.next does, but
+	// without next's tests of which kind of source it is, per key.
+	keys := src.keys
+	for i := 0; i < len(keys); {
+		slot := keyspace.Slot(keys[i])
+		want := uint64(1) << (keys[i] % keyspace.SlotSize)
+		j := i + 1
+		for ; j < len(keys) && keyspace.Slot(keys[j]) == slot; j++ {
+			want |= 1 << (keys[j] % keyspace.SlotSize)
+		}
+		all = append(all, piece{slot, want, i, j - i})
+		counts[slot/groupSlots%stripes+1]++
+		i = j
 	}
 	for i := 1; i <= stripes; i++ {
 		counts[i] += counts[i-1]
@@ -54,11 +68,11 @@ func (t *Table) visitByStripe(src pieces, mode access, fn func(block, piece)) {
 		ps := sorted[counts[si]:counts[si+1]]
 		for len(ps) > 0 {
 			m := min(len(ps), maxBatch)
-			t.visitBatch(&t.st[si], ps[:m], blocks[:], dgs[:], mode, fn)
+			t.visitBatch(&t.st[si], ps[:m], blocks[:], dgs[:], mode, fn, flush)
 			ps = ps[m:]
 		}
 	}
-	clear(all)
+	// A piece holds no pointers: the list goes back as it is.
 	*bp = all[:0]
 	scratchPieces.Put(bp)
 }

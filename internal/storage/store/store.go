@@ -81,18 +81,26 @@ func (t *Table) stripe(slot uint64) *stripe { return &t.st[slot/groupSlots%strip
 func (t *Table) Push(keys []uint64, vals []float32) (refused int) {
 	t.checkLen(len(keys), len(vals))
 	st := make([][]float32, t.planes-1)
+	if len(keys) >= minScatter && t.width <= gatherWidth && t.planes <= gatherPlanes {
+		return t.pushGathered(keys, vals, st)
+	}
 	t.visit(pieces{keys: keys}, write, func(b block, p piece) {
-		if p.n == 1 { // most pieces of a list of random keys
-			r := b.rank(uint(bits.TrailingZeros64(p.want)))
-			refused += t.apply(b, r, 1, vals[p.i*t.width:(p.i+1)*t.width], st)
-			return
-		}
-		run := keys[p.i : p.i+p.n]
-		forRuns(run, func(i, n int) {
-			i += p.i
-			r := b.rank(uint(keys[i] % keyspace.SlotSize))
-			refused += t.apply(b, r, n, vals[i*t.width:(i+n)*t.width], st)
-		})
+		refused += t.pushPiece(b, p, keys, vals, st)
+	})
+	return refused
+}
+
+// pushPiece is Push for piece p, in block b; st is Push's scratch.
+func (t *Table) pushPiece(b block, p piece, keys []uint64, vals []float32, st [][]float32) (refused int) {
+	if p.n == 1 { // most pieces of a list of random keys
+		r := b.rank(uint(bits.TrailingZeros64(p.want)))
+		return t.apply(b, r, 1, vals[p.i*t.width:(p.i+1)*t.width], st)
+	}
+	run := keys[p.i : p.i+p.n]
+	forRuns(run, func(i, n int) {
+		i += p.i
+		r := b.rank(uint(keys[i] % keyspace.SlotSize))
+		refused += t.apply(b, r, n, vals[i*t.width:(i+n)*t.width], st)
 	})
 	return refused
 }
@@ -267,8 +275,16 @@ const (
 // the stripe's lock as mode says. Consecutive pieces in one stripe share
 // one hold of its lock.
 func (t *Table) visit(src pieces, mode access, fn func(block, piece)) {
+	t.visitFlush(src, mode, fn, nil)
+}
+
+// visitFlush is visit with flush, if not nil, called at the end of each
+// hold of a stripe's lock, after fn has seen the pieces of that hold: a
+// caller that defers some of fn's work (pushGathered) does it there, while
+// the blocks fn saw are still locked and where fn saw them.
+func (t *Table) visitFlush(src pieces, mode access, fn func(block, piece), flush func()) {
 	if len(src.keys) >= minScatter {
-		t.visitByStripe(src, mode, fn)
+		t.visitByStripe(src, mode, fn, flush)
 		return
 	}
 	var batch [groupSlots]piece
@@ -279,7 +295,7 @@ func (t *Table) visit(src pieces, mode access, fn func(block, piece)) {
 	for p, ok := src.next(); ok; p, ok = src.next() {
 		ps := t.stripe(p.slot)
 		if n > 0 && (ps != s || n == len(batch)) {
-			t.visitBatch(s, batch[:n], blocks[:], dgs[:], mode, fn)
+			t.visitBatch(s, batch[:n], blocks[:], dgs[:], mode, fn, flush)
 			n = 0
 		}
 		s = ps
@@ -287,7 +303,7 @@ func (t *Table) visit(src pieces, mode access, fn func(block, piece)) {
 		n++
 	}
 	if n > 0 {
-		t.visitBatch(s, batch[:n], blocks[:], dgs[:], mode, fn)
+		t.visitBatch(s, batch[:n], blocks[:], dgs[:], mode, fn, flush)
 	}
 }
 
@@ -295,8 +311,8 @@ func (t *Table) visit(src pieces, mode access, fn func(block, piece)) {
 // before using any, so that the lookups' cache misses overlap. blocks and
 // dgs are room for the pieces' blocks and dense groups, at least as long
 // as batch: the caller's, as zeroing arrays on every call cost more than
-// a short visit.
-func (t *Table) visitBatch(s *stripe, batch []piece, blocks []block, dgs []*denseGroup, mode access, fn func(block, piece)) {
+// a short visit. flush, if not nil, runs last, under the lock (visitFlush).
+func (t *Table) visitBatch(s *stripe, batch []piece, blocks []block, dgs []*denseGroup, mode access, fn func(block, piece), flush func()) {
 	locked := mode == write
 	if locked {
 		s.mu.Lock()
@@ -328,6 +344,9 @@ func (t *Table) visitBatch(s *stripe, batch []piece, blocks []block, dgs []*dens
 	}
 	for j, p := range batch {
 		fn(blocks[j], p)
+	}
+	if flush != nil {
+		flush()
 	}
 }
 
