@@ -96,10 +96,11 @@ GLOBL inc4<>(SB), (NOPTR+RODATA), $16
 // lane) into Z8 (low), Z9 (middle) and Z11 (high), unreduced.
 #define MULACC(d, h) \
 	VPCLMULQDQ $0x00, h, d, Z10 \
-	VPCLMULQDQ $0x01, h, d, Z12 \
-	VPCLMULQDQ $0x10, h, d, Z13 \
 	VPXORD Z10, Z8, Z8 \
-	VPTERNLOGD $0x96, Z12, Z13, Z9 \
+	VPCLMULQDQ $0x01, h, d, Z10 \
+	VPXORD Z10, Z9, Z9 \
+	VPCLMULQDQ $0x10, h, d, Z10 \
+	VPXORD Z10, Z9, Z9 \
 	VPCLMULQDQ $0x11, h, d, Z10 \
 	VPXORD Z10, Z11, Z11
 
@@ -122,23 +123,42 @@ GLOBL inc4<>(SB), (NOPTR+RODATA), $16
 	VPXOR X9, X11, X11 \
 	VPXOR X10, X11, X14
 
-// GHASH16 folds the 16 byte-reversed blocks in Z0-Z3 into X14: the state
-// joins the first block, each block is multiplied by its own power of H,
-// and the sum is reduced once.
-#define GHASH16 \
-	VPXORD Z14, Z0, Z0 \
-	VPCLMULQDQ $0x00, Z4, Z0, Z8 \
-	VPCLMULQDQ $0x01, Z4, Z0, Z9 \
-	VPCLMULQDQ $0x10, Z4, Z0, Z10 \
-	VPCLMULQDQ $0x11, Z4, Z0, Z11 \
+// GHASH16 folds the 16 byte-reversed blocks in a, b, c, d into X14: the
+// state joins the first block, each block is multiplied by its own power
+// of H, and the sum is reduced once.
+#define GHASH16(a, b, c, d) \
+	VPXORD Z14, a, a \
+	VPCLMULQDQ $0x00, Z4, a, Z8 \
+	VPCLMULQDQ $0x01, Z4, a, Z9 \
+	VPCLMULQDQ $0x10, Z4, a, Z10 \
+	VPCLMULQDQ $0x11, Z4, a, Z11 \
 	VPXORD Z10, Z9, Z9 \
-	MULACC(Z1, Z5) \
-	MULACC(Z2, Z6) \
-	MULACC(Z3, Z7) \
+	MULACC(b, Z5) \
+	MULACC(c, Z6) \
+	MULACC(d, Z7) \
 	FOLDLANES(Z8, Y8, X8) \
 	FOLDLANES(Z9, Y9, X9) \
 	FOLDLANES(Z11, Y11, X11) \
 	REDUCE
+
+// STORECT xors the keystream in Z0-Z3 with a chunk of plaintext, stores
+// the ciphertext, and keeps it byte-reversed in Z12, Z13, Z29, Z30 for
+// GHASH.
+#define STORECT \
+	VPXORD 0(SI), Z0, Z0 \
+	VPXORD 64(SI), Z1, Z1 \
+	VPXORD 128(SI), Z2, Z2 \
+	VPXORD 192(SI), Z3, Z3 \
+	VMOVDQU64 Z0, 0(DI) \
+	VMOVDQU64 Z1, 64(DI) \
+	VMOVDQU64 Z2, 128(DI) \
+	VMOVDQU64 Z3, 192(DI) \
+	VPSHUFB Z31, Z0, Z12 \
+	VPSHUFB Z31, Z1, Z13 \
+	VPSHUFB Z31, Z2, Z29 \
+	VPSHUFB Z31, Z3, Z30 \
+	ADDQ $256, SI \
+	ADDQ $256, DI
 
 // func sealChunks(rk *[176]byte, ctr *[16]byte, dst, src *byte, n int, s *[16]byte, htab *[16][16]byte)
 TEXT ·sealChunks(SB), NOSPLIT, $0-56
@@ -151,26 +171,24 @@ TEXT ·sealChunks(SB), NOSPLIT, $0-56
 	MOVQ htab+48(FP), R8
 	SETUP
 
+	// The loop hashes the previous chunk's ciphertext (Z12, Z13, Z29,
+	// Z30) while it encrypts this one, so that GHASH never waits on the
+	// AES rounds it follows; the first chunk is only encrypted, the last
+	// only hashed.
+	KEYSTREAM
+	STORECT
+	DECQ CX
+	JZ sealLast
+
 sealLoop:
 	KEYSTREAM
-	VPXORD 0(SI), Z0, Z0
-	VPXORD 64(SI), Z1, Z1
-	VPXORD 128(SI), Z2, Z2
-	VPXORD 192(SI), Z3, Z3
-	VMOVDQU64 Z0, 0(DI)
-	VMOVDQU64 Z1, 64(DI)
-	VMOVDQU64 Z2, 128(DI)
-	VMOVDQU64 Z3, 192(DI)
-	VPSHUFB Z31, Z0, Z0
-	VPSHUFB Z31, Z1, Z1
-	VPSHUFB Z31, Z2, Z2
-	VPSHUFB Z31, Z3, Z3
-	GHASH16
-	ADDQ $256, SI
-	ADDQ $256, DI
+	GHASH16(Z12, Z13, Z29, Z30)
+	STORECT
 	DECQ CX
 	JNZ sealLoop
 
+sealLast:
+	GHASH16(Z12, Z13, Z29, Z30)
 	VMOVDQU X14, (DX)
 	VZEROUPPER
 	RET
@@ -197,7 +215,7 @@ openLoop:
 	VPSHUFB Z31, Z1, Z1
 	VPSHUFB Z31, Z2, Z2
 	VPSHUFB Z31, Z3, Z3
-	GHASH16
+	GHASH16(Z0, Z1, Z2, Z3)
 	KEYSTREAM
 	VPXORD 0(SI), Z0, Z0
 	VPXORD 64(SI), Z1, Z1

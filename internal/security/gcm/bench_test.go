@@ -1,0 +1,60 @@
+package gcm
+
+import (
+	"crypto/aes"
+	"crypto/cipher"
+	"testing"
+)
+
+// The bulk record size of tlsnet.
+const benchLen = 256 << 10
+
+func benchAEADs(b *testing.B) map[string]cipher.AEAD {
+	key := make([]byte, 16)
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		b.Fatal(err)
+	}
+	std, err := cipher.NewGCM(block)
+	if err != nil {
+		b.Fatal(err)
+	}
+	wide, err := New(key)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return map[string]cipher.AEAD{"std": std, "wide": wide}
+}
+
+func BenchmarkSeal256K(b *testing.B) {
+	for _, name := range []string{"std", "wide"} {
+		aead := benchAEADs(b)[name]
+		b.Run(name, func(b *testing.B) {
+			pt := make([]byte, benchLen)
+			out := make([]byte, 0, benchLen+Overhead)
+			nonce, ad := make([]byte, NonceSize), make([]byte, 4)
+			b.SetBytes(benchLen)
+			for b.Loop() {
+				out = aead.Seal(out[:0], nonce, pt, ad)
+			}
+		})
+	}
+}
+
+func BenchmarkOpen256K(b *testing.B) {
+	for _, name := range []string{"std", "wide"} {
+		aead := benchAEADs(b)[name]
+		b.Run(name, func(b *testing.B) {
+			nonce, ad := make([]byte, NonceSize), make([]byte, 4)
+			ct := aead.Seal(nil, nonce, make([]byte, benchLen), ad)
+			out := make([]byte, 0, benchLen)
+			b.SetBytes(benchLen)
+			for b.Loop() {
+				var err error
+				if out, err = aead.Open(out[:0], nonce, ct, ad); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
