@@ -89,11 +89,11 @@ func mul(x, y elem) elem {
 // x^2 + x, which is 1 modulo GCM's polynomial).
 var xInverse = elem{hi: 1<<63 | 1<<62 | 1<<57, lo: 1}
 
-// powersOfH fills t[i] with H^(16-i) * x^-1, byte-reversed.
-func powersOfH(h *[16]byte, t *[16][16]byte) {
+// powersOfH fills t[i] with H^(32-i) * x^-1, byte-reversed.
+func powersOfH(h *[16]byte, t *[32][16]byte) {
 	hh := load(h)
 	p := hh
-	for i := 15; i >= 0; i-- {
+	for i := 31; i >= 0; i-- {
 		q := mul(p, xInverse)
 		var b [16]byte
 		binary.BigEndian.PutUint64(b[:8], q.hi)

@@ -1,13 +1,17 @@
 #include "textflag.h"
 
-// Register plan of sealChunks and openChunks:
-//   Z0-Z3   four blocks each: counters/keystream, then data
-//   Z4-Z7   H^16..H^13, H^12..H^9, H^8..H^5, H^4..H^1 (times x^-1, byte-reversed)
-//   Z8-Z13  GHASH scratch; X14 the GHASH state; X15 the reduction constant
+// Register plan of sealChunks and openChunks, which take 512-byte chunks
+// (32 blocks) a pass:
+//   Z0-Z3   four blocks each: counters, then keystream
+//   Z4-Z7, Z12, Z13, Z29, Z30: 32 byte-reversed blocks of ciphertext for GHASH
+//   Z8, Z9, Z11 GHASH's unreduced low, middle and high sums; Z10 scratch
+//   X14     the GHASH state; X15 the reduction constant
 //   Z16-Z26 the 11 round keys, each broadcast to all four lanes
 //   Z27     the next four counters, byte-reversed (the counter in dword 0,
 //           so VPADDD steps it modulo 2^32 as GCM's inc32 does)
 //   Z28     4 in each lane's dword 0; Z31 the byte-reversal mask
+// The 32 powers of H (times x^-1, byte-reversed; H^32 first) stay in
+// memory at R8 and are read as operands of VPCLMULQDQ.
 
 DATA bswapMask<>+0(SB)/8, $0x08090a0b0c0d0e0f
 DATA bswapMask<>+8(SB)/8, $0x0001020304050607
@@ -52,10 +56,6 @@ GLOBL inc4<>(SB), (NOPTR+RODATA), $16
 	VPSHUFB Z31, Z27, Z27 \
 	VPADDD ctrInit<>(SB), Z27, Z27 \
 	VBROADCASTI32X4 inc4<>(SB), Z28 \
-	VMOVDQU64 0(R8), Z4 \
-	VMOVDQU64 64(R8), Z5 \
-	VMOVDQU64 128(R8), Z6 \
-	VMOVDQU64 192(R8), Z7 \
 	VMOVDQU (DX), X14
 
 #define ROUND(k) \
@@ -123,28 +123,31 @@ GLOBL inc4<>(SB), (NOPTR+RODATA), $16
 	VPXOR X9, X11, X11 \
 	VPXOR X10, X11, X14
 
-// GHASH16 folds the 16 byte-reversed blocks in a, b, c, d into X14: the
-// state joins the first block, each block is multiplied by its own power
-// of H, and the sum is reduced once.
-#define GHASH16(a, b, c, d) \
-	VPXORD Z14, a, a \
-	VPCLMULQDQ $0x00, Z4, a, Z8 \
-	VPCLMULQDQ $0x01, Z4, a, Z9 \
-	VPCLMULQDQ $0x10, Z4, a, Z10 \
-	VPCLMULQDQ $0x11, Z4, a, Z11 \
+// GHASH32 folds the 32 byte-reversed blocks in Z4-Z7, Z12, Z13, Z29,
+// Z30 into X14: the state joins the first block, each block is multiplied
+// by its own power of H, and the sum is reduced once.
+#define GHASH32 \
+	VPXORD Z14, Z4, Z4 \
+	VPCLMULQDQ $0x00, 0(R8), Z4, Z8 \
+	VPCLMULQDQ $0x01, 0(R8), Z4, Z9 \
+	VPCLMULQDQ $0x10, 0(R8), Z4, Z10 \
+	VPCLMULQDQ $0x11, 0(R8), Z4, Z11 \
 	VPXORD Z10, Z9, Z9 \
-	MULACC(b, Z5) \
-	MULACC(c, Z6) \
-	MULACC(d, Z7) \
+	MULACC(Z5, 64(R8)) \
+	MULACC(Z6, 128(R8)) \
+	MULACC(Z7, 192(R8)) \
+	MULACC(Z12, 256(R8)) \
+	MULACC(Z13, 320(R8)) \
+	MULACC(Z29, 384(R8)) \
+	MULACC(Z30, 448(R8)) \
 	FOLDLANES(Z8, Y8, X8) \
 	FOLDLANES(Z9, Y9, X9) \
 	FOLDLANES(Z11, Y11, X11) \
 	REDUCE
 
-// STORECT xors the keystream in Z0-Z3 with a chunk of plaintext, stores
-// the ciphertext, and keeps it byte-reversed in Z12, Z13, Z29, Z30 for
-// GHASH.
-#define STORECT \
+// STORECT xors the keystream in Z0-Z3 with 256 bytes at SI, stores the
+// result at DI, and keeps it byte-reversed in a, b, c, d for GHASH.
+#define STORECT(a, b, c, d) \
 	VPXORD 0(SI), Z0, Z0 \
 	VPXORD 64(SI), Z1, Z1 \
 	VPXORD 128(SI), Z2, Z2 \
@@ -153,10 +156,35 @@ GLOBL inc4<>(SB), (NOPTR+RODATA), $16
 	VMOVDQU64 Z1, 64(DI) \
 	VMOVDQU64 Z2, 128(DI) \
 	VMOVDQU64 Z3, 192(DI) \
-	VPSHUFB Z31, Z0, Z12 \
-	VPSHUFB Z31, Z1, Z13 \
-	VPSHUFB Z31, Z2, Z29 \
-	VPSHUFB Z31, Z3, Z30 \
+	VPSHUFB Z31, Z0, a \
+	VPSHUFB Z31, Z1, b \
+	VPSHUFB Z31, Z2, c \
+	VPSHUFB Z31, Z3, d \
+	ADDQ $256, SI \
+	ADDQ $256, DI
+
+// LOADCT loads 256 bytes of ciphertext at SI byte-reversed into a, b, c, d.
+#define LOADCT(a, b, c, d, off) \
+	VMOVDQU64 off+0(SI), a \
+	VMOVDQU64 off+64(SI), b \
+	VMOVDQU64 off+128(SI), c \
+	VMOVDQU64 off+192(SI), d \
+	VPSHUFB Z31, a, a \
+	VPSHUFB Z31, b, b \
+	VPSHUFB Z31, c, c \
+	VPSHUFB Z31, d, d
+
+// XORSTORE xors the keystream in Z0-Z3 with 256 bytes at SI and stores
+// the result at DI.
+#define XORSTORE \
+	VPXORD 0(SI), Z0, Z0 \
+	VPXORD 64(SI), Z1, Z1 \
+	VPXORD 128(SI), Z2, Z2 \
+	VPXORD 192(SI), Z3, Z3 \
+	VMOVDQU64 Z0, 0(DI) \
+	VMOVDQU64 Z1, 64(DI) \
+	VMOVDQU64 Z2, 128(DI) \
+	VMOVDQU64 Z3, 192(DI) \
 	ADDQ $256, SI \
 	ADDQ $256, DI
 
@@ -171,24 +199,27 @@ TEXT ·sealChunks(SB), NOSPLIT, $0-56
 	MOVQ htab+48(FP), R8
 	SETUP
 
-	// The loop hashes the previous chunk's ciphertext (Z12, Z13, Z29,
-	// Z30) while it encrypts this one, so that GHASH never waits on the
-	// AES rounds it follows; the first chunk is only encrypted, the last
-	// only hashed.
+	// The loop hashes the previous chunk's ciphertext while it encrypts
+	// this one, so that GHASH never waits on the AES rounds it follows;
+	// the first chunk is only encrypted, the last only hashed.
 	KEYSTREAM
-	STORECT
+	STORECT(Z4, Z5, Z6, Z7)
+	KEYSTREAM
+	STORECT(Z12, Z13, Z29, Z30)
 	DECQ CX
 	JZ sealLast
 
 sealLoop:
 	KEYSTREAM
-	GHASH16(Z12, Z13, Z29, Z30)
-	STORECT
+	GHASH32
+	STORECT(Z4, Z5, Z6, Z7)
+	KEYSTREAM
+	STORECT(Z12, Z13, Z29, Z30)
 	DECQ CX
 	JNZ sealLoop
 
 sealLast:
-	GHASH16(Z12, Z13, Z29, Z30)
+	GHASH32
 	VMOVDQU X14, (DX)
 	VZEROUPPER
 	RET
@@ -207,26 +238,13 @@ TEXT ·openChunks(SB), NOSPLIT, $0-56
 openLoop:
 	// Hash the ciphertext first: dst may be src, and the plaintext
 	// overwrites it below.
-	VMOVDQU64 0(SI), Z0
-	VMOVDQU64 64(SI), Z1
-	VMOVDQU64 128(SI), Z2
-	VMOVDQU64 192(SI), Z3
-	VPSHUFB Z31, Z0, Z0
-	VPSHUFB Z31, Z1, Z1
-	VPSHUFB Z31, Z2, Z2
-	VPSHUFB Z31, Z3, Z3
-	GHASH16(Z0, Z1, Z2, Z3)
+	LOADCT(Z4, Z5, Z6, Z7, 0)
+	LOADCT(Z12, Z13, Z29, Z30, 256)
+	GHASH32
 	KEYSTREAM
-	VPXORD 0(SI), Z0, Z0
-	VPXORD 64(SI), Z1, Z1
-	VPXORD 128(SI), Z2, Z2
-	VPXORD 192(SI), Z3, Z3
-	VMOVDQU64 Z0, 0(DI)
-	VMOVDQU64 Z1, 64(DI)
-	VMOVDQU64 Z2, 128(DI)
-	VMOVDQU64 Z3, 192(DI)
-	ADDQ $256, SI
-	ADDQ $256, DI
+	XORSTORE
+	KEYSTREAM
+	XORSTORE
 	DECQ CX
 	JNZ openLoop
 

@@ -4,11 +4,11 @@ package gcm
 
 const hasWide = false
 
-func sealChunks(rk *[11 * 16]byte, ctr *[16]byte, dst, src *byte, n int, s *[16]byte, htab *[16][16]byte) {
+func sealChunks(rk *[11 * 16]byte, ctr *[16]byte, dst, src *byte, n int, s *[16]byte, htab *[32][16]byte) {
 	panic("gcm: no wide path on this architecture")
 }
 
-func openChunks(rk *[11 * 16]byte, ctr *[16]byte, dst, src *byte, n int, s *[16]byte, htab *[16][16]byte) {
+func openChunks(rk *[11 * 16]byte, ctr *[16]byte, dst, src *byte, n int, s *[16]byte, htab *[32][16]byte) {
 	panic("gcm: no wide path on this architecture")
 }
 
