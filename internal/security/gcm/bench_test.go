@@ -3,6 +3,7 @@ package gcm
 import (
 	"crypto/aes"
 	"crypto/cipher"
+	"fmt"
 	"testing"
 )
 
@@ -56,5 +57,32 @@ func BenchmarkOpen256K(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkSealShort is what DefaultMinBulk is chosen from: the shortest
+// length at which the wide path (forced on) beats crypto/cipher's.
+func BenchmarkSealShort(b *testing.B) {
+	if !hasWide {
+		b.Skip("no wide path here")
+	}
+	key := make([]byte, 16)
+	std := benchAEADs(b)["std"]
+	wide, err := newAEAD(key, 0, true)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range []int{256, 512, 1024, 2048} {
+		for name, aead := range map[string]cipher.AEAD{"std": std, "wide": wide} {
+			b.Run(fmt.Sprintf("%d/%s", n, name), func(b *testing.B) {
+				pt := make([]byte, n)
+				out := make([]byte, 0, n+Overhead)
+				nonce, ad := make([]byte, NonceSize), make([]byte, 4)
+				b.SetBytes(int64(n))
+				for b.Loop() {
+					out = aead.Seal(out[:0], nonce, pt, ad)
+				}
+			})
+		}
 	}
 }

@@ -18,6 +18,9 @@ func pair(t testing.TB, rng *rand.ChaCha8, wide bool) (got, want cipher.AEAD) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, ok := got.(*aead); ok != wide {
+		t.Fatalf("newAEAD(wide=%v) returned %T", wide, got)
+	}
 	block, err := aes.NewCipher(key)
 	if err != nil {
 		t.Fatal(err)
@@ -46,27 +49,159 @@ func TestKeySchedule(t *testing.T) {
 	}
 }
 
-func TestSealOpenMatchesStd(t *testing.T) {
-	if !hasWide {
-		t.Skip("no VAES/VPCLMULQDQ/AVX-512 here; New returns crypto/cipher's GCM")
+// check seals pt under both AEADs, compares the output, and opens the
+// reference's ciphertext with got.
+func check(t *testing.T, got, want cipher.AEAD, nonce, pt, ad []byte) {
+	t.Helper()
+	ct := got.Seal(nil, nonce, pt, ad)
+	wct := want.Seal(nil, nonce, pt, ad)
+	if !bytes.Equal(ct, wct) {
+		t.Fatalf("len %d, ad %d: sealed differs from crypto/cipher's\n got tag %x\nwant tag %x",
+			len(pt), len(ad), ct[len(ct)-Overhead:], wct[len(wct)-Overhead:])
 	}
+	back, err := got.Open(nil, nonce, wct, ad)
+	if err != nil || !bytes.Equal(back, pt) {
+		t.Fatalf("len %d, ad %d: open: %v", len(pt), len(ad), err)
+	}
+}
+
+func requireWide(t *testing.T) {
+	if !hasWide {
+		t.Skip("no AVX-512 VAES/VPCLMULQDQ here; New returns crypto/cipher's GCM, tested by TestFallback")
+	}
+}
+
+func TestEveryLengthMatchesStd(t *testing.T) {
+	requireWide(t)
 	rng := rand.NewChaCha8([32]byte{1})
-	got, want := pair(t, rng, true)
+	var got, want cipher.AEAD
 	for n := 0; n <= 4096; n++ {
 		if n%97 == 0 {
 			got, want = pair(t, rng, true)
 		}
-		nonce := randBytes(rng, 12)
-		ad := randBytes(rng, int(rng.Uint64()%40))
-		pt := randBytes(rng, n)
-		ct := got.Seal(nil, nonce, pt, ad)
+		ad := randBytes(rng, int(rng.Uint64()%70))
+		check(t, got, want, randBytes(rng, NonceSize), randBytes(rng, n), ad)
+	}
+}
+
+func TestLargeMatchesStd(t *testing.T) {
+	requireWide(t)
+	rng := rand.NewChaCha8([32]byte{2})
+	for _, n := range []int{256 << 10, 256<<10 - 1, 256<<10 + 17, 1<<20 + 511, 3<<20 + 1} {
+		got, want := pair(t, rng, true)
+		check(t, got, want, randBytes(rng, NonceSize), randBytes(rng, n), randBytes(rng, 4))
+	}
+}
+
+// TestUnaligned puts plaintext, additional data and output at every
+// offset within a cache line.
+func TestUnaligned(t *testing.T) {
+	requireWide(t)
+	rng := rand.NewChaCha8([32]byte{3})
+	got, want := pair(t, rng, true)
+	nonce := randBytes(rng, NonceSize)
+	for off := range 64 {
+		n := 2000 + off*37
+		ptBuf := randBytes(rng, n+64)
+		adBuf := randBytes(rng, 64+64)
+		pt, ad := ptBuf[off:off+n], adBuf[off:off+1+off]
 		wct := want.Seal(nil, nonce, pt, ad)
+		out := make([]byte, n+Overhead+64)
+		ct := got.Seal(out[(off*7)%64:][:0], nonce, pt, ad)
 		if !bytes.Equal(ct, wct) {
-			t.Fatalf("len %d: sealed %x\nwant %x", n, ct, wct)
+			t.Fatalf("offset %d: sealed differs", off)
 		}
-		back, err := got.Open(nil, nonce, wct, ad)
+		ctBuf := make([]byte, len(wct)+64)
+		copy(ctBuf[off:], wct)
+		back, err := got.Open(out[(off*11)%64:][:0], nonce, ctBuf[off:off+len(wct)], ad)
 		if err != nil || !bytes.Equal(back, pt) {
-			t.Fatalf("len %d: open: %v", n, err)
+			t.Fatalf("offset %d: open: %v", off, err)
 		}
+	}
+}
+
+// TestInPlace seals and opens with dst aliasing the input exactly, as
+// crypto/cipher allows (and tlsnet does not, today, but may).
+func TestInPlace(t *testing.T) {
+	requireWide(t)
+	rng := rand.NewChaCha8([32]byte{4})
+	got, want := pair(t, rng, true)
+	for _, n := range []int{0, 1, 15, 16, 511, 512, 513, 4095, 256 << 10} {
+		nonce, ad := randBytes(rng, NonceSize), randBytes(rng, 4)
+		pt := randBytes(rng, n)
+		wct := want.Seal(nil, nonce, pt, ad)
+		buf := make([]byte, n, n+Overhead)
+		copy(buf, pt)
+		if ct := got.Seal(buf[:0], nonce, buf, ad); !bytes.Equal(ct, wct) {
+			t.Fatalf("len %d: in-place seal differs", n)
+		}
+		buf = buf[:n+Overhead]
+		back, err := got.Open(buf[:0], nonce, buf, ad)
+		if err != nil || !bytes.Equal(back, pt) {
+			t.Fatalf("len %d: in-place open: %v", n, err)
+		}
+	}
+}
+
+func TestInexactOverlapPanics(t *testing.T) {
+	requireWide(t)
+	got, _ := pair(t, rand.NewChaCha8([32]byte{5}), true)
+	buf := make([]byte, 4096)
+	defer func() {
+		if recover() == nil {
+			t.Fatal("Seal into a shifted alias of its input did not panic")
+		}
+	}()
+	got.Seal(buf[1:1], make([]byte, NonceSize), buf[:2048], nil)
+}
+
+// TestOpenRejectsEveryFlippedBit flips each bit of the ciphertext, tag and
+// additional data in turn; each must fail and leave no plaintext behind.
+func TestOpenRejectsEveryFlippedBit(t *testing.T) {
+	requireWide(t)
+	rng := rand.NewChaCha8([32]byte{6})
+	got, _ := pair(t, rng, true)
+	for _, n := range []int{0, 33, 1500} {
+		nonce, ad, pt := randBytes(rng, NonceSize), randBytes(rng, 13), randBytes(rng, n)
+		ct := got.Seal(nil, nonce, pt, ad)
+		for _, b := range [][]byte{ct, ad} {
+			for i := range len(b) * 8 {
+				b[i/8] ^= 1 << (i % 8)
+				out := make([]byte, 0, len(ct))
+				res, err := got.Open(out, nonce, ct, ad)
+				if err != ErrOpen || res != nil {
+					t.Fatalf("len %d: bit %d flipped: Open = %v, %v", n, i, len(res), err)
+				}
+				if !bytes.Equal(out[:cap(out)], make([]byte, cap(out))) {
+					t.Fatalf("len %d: bit %d flipped: plaintext left in dst", n, i)
+				}
+				b[i/8] ^= 1 << (i % 8)
+			}
+		}
+		if _, err := got.Open(nil, nonce, ct, ad); err != nil {
+			t.Fatalf("len %d: unflipped: %v", n, err)
+		}
+	}
+}
+
+// TestFallback checks the path every other CPU takes (and short inputs
+// take here): New with the wide path off is crypto/cipher's GCM, and the
+// default threshold hands short inputs to it.
+func TestFallback(t *testing.T) {
+	rng := rand.NewChaCha8([32]byte{7})
+	for _, wide := range []bool{false, hasWide} {
+		got, want := pair(t, rng, wide)
+		if g, ok := got.(*aead); ok {
+			g.minBulk = DefaultMinBulk
+		}
+		for _, n := range []int{0, 1, 100, DefaultMinBulk - 1, DefaultMinBulk, 70000} {
+			check(t, got, want, randBytes(rng, NonceSize), randBytes(rng, n), randBytes(rng, 4))
+		}
+	}
+	if g, err := New(make([]byte, 32)); err != nil || g.NonceSize() != NonceSize || g.Overhead() != Overhead {
+		t.Fatalf("AES-256 key: %v", err)
+	}
+	if _, err := New(make([]byte, 5)); err == nil {
+		t.Fatal("5-byte key accepted")
 	}
 }
