@@ -3,6 +3,7 @@ package gcm
 import (
 	"crypto/aes"
 	"crypto/cipher"
+	"crypto/fips140"
 	"crypto/subtle"
 	"encoding/binary"
 	"errors"
@@ -34,10 +35,11 @@ var ErrOpen = errors.New("cipher: message authentication failed")
 // New returns an AES-GCM AEAD for key. A 16-byte key on a CPU with
 // AVX512F, AVX512BW, AVX512VL, VAES and VPCLMULQDQ (and an OS that saves
 // the 512-bit state) gets the wide path for inputs of at least
-// DefaultMinBulk bytes; any other key or CPU gets crypto/cipher's GCM
-// itself.
+// DefaultMinBulk bytes; any other key or CPU, or a process in FIPS 140-3
+// mode (GODEBUG=fips140=on), gets crypto/cipher's GCM itself.
 func New(key []byte) (cipher.AEAD, error) {
-	return newAEAD(key, DefaultMinBulk, hasWide)
+	// In FIPS 140-3 mode only the validated module may encrypt.
+	return newAEAD(key, DefaultMinBulk, hasWide && !fips140.Enabled())
 }
 
 func newAEAD(key []byte, minBulk int, wide bool) (cipher.AEAD, error) {
