@@ -78,6 +78,15 @@ type aead struct {
 func (g *aead) NonceSize() int { return NonceSize }
 func (g *aead) Overhead() int  { return Overhead }
 
+// begin returns the GHASH state after the additional data and the counter
+// block of the first block of text (counter 2; 1 masks the tag).
+func (g *aead) begin(nonce, ad []byte) (s, ctr [16]byte) {
+	g.ghashPadded(&s, ad)
+	copy(ctr[:], nonce)
+	binary.BigEndian.PutUint32(ctr[12:], 2)
+	return s, ctr
+}
+
 func (g *aead) Seal(dst, nonce, plaintext, ad []byte) []byte {
 	if len(nonce) != NonceSize {
 		panic("crypto/cipher: incorrect nonce length given to GCM")
@@ -89,11 +98,7 @@ func (g *aead) Seal(dst, nonce, plaintext, ad []byte) []byte {
 	if inexactOverlap(out, plaintext) {
 		panic("crypto/cipher: invalid buffer overlap")
 	}
-	var s [16]byte
-	g.ghashPadded(&s, ad)
-	var ctr [16]byte
-	copy(ctr[:], nonce)
-	binary.BigEndian.PutUint32(ctr[12:], 2)
+	s, ctr := g.begin(nonce, ad)
 	n := len(plaintext) / chunk
 	if n > 0 {
 		sealChunks(&g.rk, &ctr, &out[0], &plaintext[0], n, &s, &g.htab)
@@ -122,11 +127,7 @@ func (g *aead) Open(dst, nonce, ciphertext, ad []byte) ([]byte, error) {
 	if inexactOverlap(out, ciphertext) {
 		panic("crypto/cipher: invalid buffer overlap")
 	}
-	var s [16]byte
-	g.ghashPadded(&s, ad)
-	var ctr [16]byte
-	copy(ctr[:], nonce)
-	binary.BigEndian.PutUint32(ctr[12:], 2)
+	s, ctr := g.begin(nonce, ad)
 	n := len(ciphertext) / chunk
 	if n > 0 {
 		openChunks(&g.rk, &ctr, &out[0], &ciphertext[0], n, &s, &g.htab)

@@ -145,35 +145,6 @@ GLOBL inc4<>(SB), (NOPTR+RODATA), $16
 	FOLDLANES(Z11, Y11, X11) \
 	REDUCE
 
-// STORECT xors the keystream in Z0-Z3 with 256 bytes at SI, stores the
-// result at DI, and keeps it byte-reversed in a, b, c, d for GHASH.
-#define STORECT(a, b, c, d) \
-	VPXORD 0(SI), Z0, Z0 \
-	VPXORD 64(SI), Z1, Z1 \
-	VPXORD 128(SI), Z2, Z2 \
-	VPXORD 192(SI), Z3, Z3 \
-	VMOVDQU64 Z0, 0(DI) \
-	VMOVDQU64 Z1, 64(DI) \
-	VMOVDQU64 Z2, 128(DI) \
-	VMOVDQU64 Z3, 192(DI) \
-	VPSHUFB Z31, Z0, a \
-	VPSHUFB Z31, Z1, b \
-	VPSHUFB Z31, Z2, c \
-	VPSHUFB Z31, Z3, d \
-	ADDQ $256, SI \
-	ADDQ $256, DI
-
-// LOADCT loads 256 bytes of ciphertext at SI byte-reversed into a, b, c, d.
-#define LOADCT(a, b, c, d, off) \
-	VMOVDQU64 off+0(SI), a \
-	VMOVDQU64 off+64(SI), b \
-	VMOVDQU64 off+128(SI), c \
-	VMOVDQU64 off+192(SI), d \
-	VPSHUFB Z31, a, a \
-	VPSHUFB Z31, b, b \
-	VPSHUFB Z31, c, c \
-	VPSHUFB Z31, d, d
-
 // XORSTORE xors the keystream in Z0-Z3 with 256 bytes at SI and stores
 // the result at DI.
 #define XORSTORE \
@@ -188,16 +159,42 @@ GLOBL inc4<>(SB), (NOPTR+RODATA), $16
 	ADDQ $256, SI \
 	ADDQ $256, DI
 
+// STORECT is XORSTORE that also keeps the result (the ciphertext)
+// byte-reversed in a, b, c, d for GHASH.
+#define STORECT(a, b, c, d) \
+	XORSTORE \
+	VPSHUFB Z31, Z0, a \
+	VPSHUFB Z31, Z1, b \
+	VPSHUFB Z31, Z2, c \
+	VPSHUFB Z31, Z3, d
+
+// LOADCT loads 256 bytes of ciphertext at SI byte-reversed into a, b, c, d.
+#define LOADCT(a, b, c, d, off) \
+	VMOVDQU64 off+0(SI), a \
+	VMOVDQU64 off+64(SI), b \
+	VMOVDQU64 off+128(SI), c \
+	VMOVDQU64 off+192(SI), d \
+	VPSHUFB Z31, a, a \
+	VPSHUFB Z31, b, b \
+	VPSHUFB Z31, c, c \
+	VPSHUFB Z31, d, d
+
+
+// CHUNKARGS loads sealChunks' and openChunks' arguments (the same for
+// both) and runs SETUP.
+#define CHUNKARGS \
+	MOVQ rk+0(FP), AX \
+	MOVQ ctr+8(FP), BX \
+	MOVQ dst+16(FP), DI \
+	MOVQ src+24(FP), SI \
+	MOVQ n+32(FP), CX \
+	MOVQ s+40(FP), DX \
+	MOVQ htab+48(FP), R8 \
+	SETUP
+
 // func sealChunks(rk *[176]byte, ctr *[16]byte, dst, src *byte, n int, s *[16]byte, htab *[16][16]byte)
 TEXT ·sealChunks(SB), NOSPLIT, $0-56
-	MOVQ rk+0(FP), AX
-	MOVQ ctr+8(FP), BX
-	MOVQ dst+16(FP), DI
-	MOVQ src+24(FP), SI
-	MOVQ n+32(FP), CX
-	MOVQ s+40(FP), DX
-	MOVQ htab+48(FP), R8
-	SETUP
+	CHUNKARGS
 
 	// The loop hashes the previous chunk's ciphertext while it encrypts
 	// this one, so that GHASH never waits on the AES rounds it follows;
@@ -226,14 +223,7 @@ sealLast:
 
 // func openChunks(rk *[176]byte, ctr *[16]byte, dst, src *byte, n int, s *[16]byte, htab *[16][16]byte)
 TEXT ·openChunks(SB), NOSPLIT, $0-56
-	MOVQ rk+0(FP), AX
-	MOVQ ctr+8(FP), BX
-	MOVQ dst+16(FP), DI
-	MOVQ src+24(FP), SI
-	MOVQ n+32(FP), CX
-	MOVQ s+40(FP), DX
-	MOVQ htab+48(FP), R8
-	SETUP
+	CHUNKARGS
 
 openLoop:
 	// Hash the ciphertext first: dst may be src, and the plaintext

@@ -1,10 +1,6 @@
 package store
 
-import (
-	"sync"
-
-	"github.com/terrace-ml/terrace/keyspace"
-)
+import "sync"
 
 // minScatter is the shortest key list that visitByStripe takes: a list of
 // random keys rarely has two neighbours in one stripe group, so visit
@@ -33,19 +29,13 @@ func (t *Table) visitByStripe(src pieces, mode access, fn func(block, piece), fl
 	bp := scratchPieces.Get().(*[]piece)
 	all := (*bp)[:0]
 	var counts [stripes + 1]int
-	// src is a key list (visit): cut it here, as pieces.next does, but
-	// without next's tests of which kind of source it is, per key.
-	keys := src.keys
-	for i := 0; i < len(keys); {
-		slot := keyspace.Slot(keys[i])
-		want := uint64(1) << (keys[i] % keyspace.SlotSize)
-		j := i + 1
-		for ; j < len(keys) && keyspace.Slot(keys[j]) == slot; j++ {
-			want |= 1 << (keys[j] % keyspace.SlotSize)
-		}
-		all = append(all, piece{slot, want, i, j - i})
-		counts[slot/groupSlots%stripes+1]++
-		i = j
+	// src is a key list (visit): cut it here, without pieces.next's
+	// tests of which kind of source it is, per piece.
+	for i := 0; i < len(src.keys); {
+		p := keyPiece(src.keys, i)
+		all = append(all, p)
+		counts[p.slot/groupSlots%stripes+1]++
+		i += p.n
 	}
 	for i := 1; i <= stripes; i++ {
 		counts[i] += counts[i-1]

@@ -237,13 +237,21 @@ func (ps *pieces) next() (piece, bool) {
 	if i >= len(ps.keys) {
 		return piece{}, false
 	}
-	slot := keyspace.Slot(ps.keys[i])
+	p := keyPiece(ps.keys, i)
+	ps.i += p.n
+	return p, true
+}
+
+// keyPiece is the piece of strictly increasing keys that starts at
+// keys[i]: the keys from i on that share its slot.
+func keyPiece(keys []uint64, i int) piece {
+	slot := keyspace.Slot(keys[i])
+	want := uint64(1) << (keys[i] % keyspace.SlotSize)
 	j := i + 1
-	for j < len(ps.keys) && keyspace.Slot(ps.keys[j]) == slot {
-		j++
+	for ; j < len(keys) && keyspace.Slot(keys[j]) == slot; j++ {
+		want |= 1 << (keys[j] % keyspace.SlotSize)
 	}
-	ps.i = j
-	return piece{slot, offsets(ps.keys[i:j]), i, j - i}, true
+	return piece{slot, want, i, j - i}
 }
 
 // run returns the pieces of the run of floats/width keys from lo.
@@ -529,15 +537,6 @@ func (t *Table) checkLen(keys, floats int) {
 	if keys*t.width != floats {
 		panic(fmt.Sprintf("store: %d keys of width %d need %d floats, got %d", keys, t.width, keys*t.width, floats))
 	}
-}
-
-// offsets returns the bitmap of keys' offsets in their (common) slot.
-func offsets(keys []uint64) uint64 {
-	var m uint64
-	for _, k := range keys {
-		m |= 1 << (k % keyspace.SlotSize)
-	}
-	return m
 }
 
 // forRuns calls fn(i, n) for each maximal run keys[i:i+n] of consecutive
