@@ -9,8 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/terrace-ml/terrace/internal/crc32c"
 )
@@ -98,25 +96,6 @@ func readCommit(dir string, seq uint64) ([]byte, error) {
 	return b[:len(b)-4], nil
 }
 
-// numbered returns, in increasing order, the numbers of dir's entries
-// named prefix followed by a zero-padded sequence number.
-func numbered(dir, prefix string) ([]uint64, error) {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	var seqs []uint64
-	for _, e := range entries {
-		if digits, ok := strings.CutPrefix(e.Name(), prefix); ok {
-			if n, err := strconv.ParseUint(digits, 10, 64); err == nil && fmt.Sprintf("%s%010d", prefix, n) == e.Name() {
-				seqs = append(seqs, n)
-			}
-		}
-	}
-	slices.Sort(seqs)
-	return seqs, nil
-}
-
 // PruneCluster keeps the cluster checkpoints under dir from the keep-th
 // newest intact commit record on (keep >= 1) and removes everything older:
 // commit records, partition states and every server's parts, those of
@@ -167,7 +146,7 @@ func PruneCluster(dir string, keep int) (removed []uint64, err error) {
 	if err := syncDir(dir); err != nil {
 		return removed, fmt.Errorf("checkpoint: prune %s: %w", dir, err)
 	}
-	states, _ := numbered(dir, "partstate-")
+	states, _ := numbered(dir, statePrefix)
 	for _, s := range states {
 		if s < floor {
 			rm(filepath.Join(dir, stateName(s)))

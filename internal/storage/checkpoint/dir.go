@@ -21,21 +21,27 @@ func dirName(seq uint64) string { return fmt.Sprintf("%s%010d", dirPrefix, seq) 
 // list returns the sequence numbers of dir's checkpoint directories,
 // complete or not, in increasing order. Other entries are ignored.
 func list(dir string) ([]uint64, error) {
-	ents, err := os.ReadDir(dir)
+	seqs, err := numbered(dir, dirPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: list %s: %w", dir, err)
 	}
+	return seqs, nil
+}
+
+// numbered returns, in increasing order, the numbers of dir's entries
+// named prefix followed by a zero-padded sequence number.
+func numbered(dir, prefix string) ([]uint64, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
 	var seqs []uint64
-	for _, e := range ents {
-		digits, ok := strings.CutPrefix(e.Name(), dirPrefix)
-		if !ok {
-			continue
+	for _, e := range entries {
+		if digits, ok := strings.CutPrefix(e.Name(), prefix); ok {
+			if n, err := strconv.ParseUint(digits, 10, 64); err == nil && fmt.Sprintf("%s%010d", prefix, n) == e.Name() {
+				seqs = append(seqs, n)
+			}
 		}
-		seq, err := strconv.ParseUint(digits, 10, 64)
-		if err != nil || dirName(seq) != e.Name() {
-			continue
-		}
-		seqs = append(seqs, seq)
 	}
 	slices.Sort(seqs)
 	return seqs, nil

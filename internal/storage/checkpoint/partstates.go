@@ -30,7 +30,10 @@ type StateFile struct {
 
 var stateMagic = []byte("TPST\x01")
 
-func stateName(seq uint64) string { return fmt.Sprintf("partstate-%010d", seq) }
+// statePrefix begins a partition-state file's name.
+const statePrefix = "partstate-"
+
+func stateName(seq uint64) string { return fmt.Sprintf("%s%010d", statePrefix, seq) }
 
 // WritePartStates durably writes the partition states of cluster
 // checkpoint seq into dir and returns what its commit record must name.
