@@ -22,7 +22,8 @@ func TestOrphanHelper(t *testing.T) {
 	if os.Getenv(orphanHelperEnv) != "1" {
 		t.Skip("helper process")
 	}
-	s := newSupervisor("/bin/sh", t.TempDir(), func(*proc, string) bool { return false })
+	// The parent's directory: this process is killed, and would leave its own.
+	s := newSupervisor("/bin/sh", os.Getenv(orphanHelperEnv+"_DIR"), func(*proc, string) bool { return false })
 	var pids []string
 	for i := range 2 {
 		p, err := s.start(fmt.Sprintf("c%d", i), Server, "-c", "exec sleep 300")
@@ -52,7 +53,7 @@ func TestKilledDrillLeavesNoChildren(t *testing.T) {
 	defer syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 0, 0)
 
 	helper := exec.Command(os.Args[0], "-test.run=^TestOrphanHelper$")
-	helper.Env = append(os.Environ(), orphanHelperEnv+"=1")
+	helper.Env = append(os.Environ(), orphanHelperEnv+"=1", orphanHelperEnv+"_DIR="+t.TempDir())
 	stdin, err := helper.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
