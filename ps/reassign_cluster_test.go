@@ -83,7 +83,9 @@ func reassignOnCluster(t *testing.T, fault func(c *ps.Client, b ps.Batch, slow b
 	const batch, passes, workers, parts = 10, 2, 4, 4
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	l, err := node.StartLocal(ctx, node.LocalConfig{Servers: 2, Workers: workers, Replication: 2, Partitions: parts, FailureTimeout: time.Second})
+	// 3 s, not 1: with every package testing at once on two cores, a
+	// live worker's heartbeats were once 1.13 s apart and it was fenced.
+	l, err := node.StartLocal(ctx, node.LocalConfig{Servers: 2, Workers: workers, Replication: 2, Partitions: parts, FailureTimeout: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
