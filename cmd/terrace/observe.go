@@ -118,12 +118,8 @@ func printStatus(w io.Writer, coordinator string, st *api.Status) {
 		}
 		fmt.Fprintln(w)
 	}
-	eta := "-"
-	if j.ETA > 0 {
-		eta = j.ETA.Round(time.Second).String()
-	}
-	fmt.Fprintf(w, "JOB  pass %d  partitions %d/%d  examples %d  rate %.0f rows/s  eta %s  staleness %d clocks  workers reported %d/%d\n\n",
-		j.Pass, j.Done, j.Partitions, j.Examples, j.Rate, eta, j.Staleness, j.Reported, j.Workers)
+	fmt.Fprintf(w, "JOB  pass %d  partitions %d/%d  examples %d  rate %.0f rows/s  pass eta %s  job eta %s  staleness %d clocks  workers reported %d/%d\n\n",
+		j.Pass, j.Done, j.Partitions, j.Examples, j.Rate, etaString(j.ETA), etaString(j.JobETA), j.Staleness, j.Reported, j.Workers)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ROLE\tID\tCLASS\tMACHINE\tADDRESS\tSTATE\tMETRICS\tHOLDS")
 	for _, n := range st.Nodes {
@@ -209,4 +205,16 @@ func formatEvent(e api.Event) string {
 		fmt.Fprintf(&b, " %s%s", e.Node, e.Cause)
 	}
 	return b.String()
+}
+
+// etaString is an ETA for a person: "-" when unknown, tenths of a second
+// below 10 s (a pass often takes less than one), whole seconds above.
+func etaString(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "-"
+	case d < 10*time.Second:
+		return d.Round(100 * time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
 }

@@ -18,7 +18,7 @@ func TestStatusTable(t *testing.T) {
 	dollars, perHour := 0.0123, 0.28
 	st := &api.Status{Epoch: 7, Ready: true, Stage: 2, StageReason: "planner: stage 2 does 40% more per dollar",
 		Machines: api.MachineCount{Reliable: 1, Transient: 2}, Dollars: &dollars, DollarsPerHour: &perHour,
-		Job: api.Progress{Pass: 1, Partitions: 8, Done: 3, Rate: 1000, ETA: 5 * time.Second, Staleness: 3},
+		Job: api.Progress{Pass: 1, Partitions: 8, Done: 3, Rate: 1000, ETA: 1500 * time.Millisecond, JobETA: 95 * time.Second, Staleness: 3},
 		Nodes: []api.NodeStatus{
 			{Role: api.RoleServer, ID: "r0", Machine: "reliable-0", Class: tier.Reliable, Tier: "backupps", State: "serving"},
 			{Role: api.RoleServer, ID: "t1", Machine: "transient-1", Class: tier.Transient, Tier: "activeps", State: "dead"},
@@ -27,7 +27,7 @@ func TestStatusTable(t *testing.T) {
 	printStatus(&b, "127.0.0.1:7070", st)
 	out := b.String()
 	for _, want := range []string{"STAGE 2  planner: stage 2 does 40% more per dollar", "MACHINES  reliable 1  transient 2  cost $0.0123 so far, $0.2800/h now",
-		"staleness 3 clocks", "CLASS", "server/backupps", "transient-1", "transient"} {
+		"pass eta 1.5s  job eta 1m35s", "staleness 3 clocks", "CLASS", "server/backupps", "transient-1", "transient"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in:\n%s", want, out)
 		}

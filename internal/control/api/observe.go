@@ -124,12 +124,14 @@ type Progress struct {
 	Partitions int `json:"partitions"`
 	Done       int `json:"done"`
 	// Examples counts the rows recorded as trained since this coordinator
-	// took over; Rate is rows per second over the last minute, and ETA the
-	// time the pass in progress would take to finish at that rate (0 when
+	// took over; Rate is rows per second over the last minute, ETA the
+	// time the pass in progress would take to finish at that rate, and
+	// JobETA the time the job's remaining passes would (each 0 when
 	// unknown).
 	Examples int64         `json:"examples"`
 	Rate     float64       `json:"rate"`
 	ETA      time.Duration `json:"eta"`
+	JobETA   time.Duration `json:"job_eta"`
 	Reported int           `json:"reported"`
 	Workers  int           `json:"workers"`
 	// Staleness is the spread of the training workers' clocks (the

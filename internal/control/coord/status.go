@@ -157,12 +157,11 @@ func (c *Coordinator) statusLocked(now time.Time) api.Status {
 			st.Job.Rate = float64(b.trained-a.trained) / dt
 		}
 	}
-	if left := st.Job.Partitions - st.Job.Done; st.Job.Rate > 0 && left > 0 && st.Job.Done > 0 && st.Job.Examples > 0 {
-		// Rows per partition, estimated from what was trained so far in
-		// this pass and before.
-		perPart := float64(st.Job.Examples) / float64(st.Job.Pass*st.Job.Partitions+st.Job.Done)
-		st.Job.ETA = time.Duration(float64(left) * perPart / st.Job.Rate * float64(time.Second))
+	passes := 0
+	if d := st.Definition; d != nil && d.Job != nil && !d.Done {
+		passes = d.Job.Passes
 	}
+	st.Job.ETA, st.Job.JobETA = etas(st.Job, passes)
 	st.Events = c.events.last()
 	c.meter.advance(now, st.Machines)
 	if c.meter.priced() {
@@ -170,4 +169,23 @@ func (c *Coordinator) statusLocked(now time.Time) api.Status {
 		st.Dollars, st.DollarsPerHour = &dollars, &perHour
 	}
 	return st
+}
+
+// etas is the time the pass in progress and the job's passes (passes in
+// all, 0 if unknown) would take to finish at p's rate, each 0 when
+// unknown. The rows a partition holds are estimated from what was
+// trained so far, in this pass and before.
+func etas(p api.Progress, passes int) (pass, job time.Duration) {
+	left := p.Partitions - p.Done
+	if p.Rate <= 0 || left <= 0 || p.Done <= 0 || p.Examples <= 0 {
+		return 0, 0
+	}
+	perPart := float64(p.Examples) / float64(p.Pass*p.Partitions+p.Done)
+	at := func(parts int) time.Duration {
+		return time.Duration(float64(parts) * perPart / p.Rate * float64(time.Second))
+	}
+	if passes > p.Pass {
+		job = at(left + (passes-p.Pass-1)*p.Partitions)
+	}
+	return at(left), job
 }

@@ -17,6 +17,7 @@ function fmtNum(x) {
 
 function fmtDur(ns) {
   if (!ns) return "–";
+  if (ns < 10e9) return (ns / 1e9).toFixed(1) + "s";
   const s = Math.round(ns / 1e9);
   return s >= 60 ? Math.floor(s / 60) + "m" + String(s % 60).padStart(2, "0") + "s" : s + "s";
 }
@@ -192,6 +193,7 @@ async function pollStatus() {
       text("examples", fmtNum(s.job.examples));
       text("rate", fmtNum(s.job.rate));
       text("eta", fmtDur(s.job.eta));
+      text("jobeta", fmtDur(s.job.job_eta));
       renderNodes(s.nodes || []);
       renderCluster(s);
       renderTests((s.definition && s.definition.results) || []);
