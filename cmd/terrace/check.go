@@ -4,11 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 )
 
 // check refuses, early and by flag name, what would train nothing or
-// train silently wrong: negative counts, missing or empty data files.
+// train silently wrong: negative counts, negative or non-finite rates
+// (a negative --lr was taken as the default), missing or empty data files.
 func (a *appFlags) check() error {
 	if err := a.checkFlags(); err != nil {
 		return err
@@ -29,6 +31,14 @@ func (a *appFlags) checkFlags() error {
 	}{{"passes", a.passes}, {"batch", a.batch}} {
 		if f.v < 0 {
 			return fmt.Errorf("--%s %d: must be positive (0 takes the app's default)", f.name, f.v)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"lr", a.lr}, {"l1", a.l1}, {"l2", a.l2}, {"significance", a.significance}} {
+		if !(f.v >= 0) || math.IsInf(f.v, 0) {
+			return fmt.Errorf("--%s %v: want a finite number >= 0", f.name, f.v)
 		}
 	}
 	if a.app != "lr" && a.scale != "" {

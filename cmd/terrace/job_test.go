@@ -34,6 +34,9 @@ func TestEarlyErrors(t *testing.T) {
 		{[]string{"--train", train, "--test", test, "--replication", "0"}, []string{"--replication 0"}},
 		{[]string{"--train", train, "--test", test, "--epochs", "-1"}, []string{"--passes -1"}},
 		{[]string{"--train", train, "--test", test, "--app", "svm"}, []string{"--app", "svm"}},
+		{[]string{"--train", train, "--test", test, "--lr", "-1"}, []string{"--lr -1", ">= 0"}},
+		{[]string{"--train", train, "--test", test, "--l2", "NaN"}, []string{"--l2 NaN"}},
+		{[]string{"--train", train, "--test", test, "--significance", "-0.5"}, []string{"--significance -0.5"}},
 	} {
 		cmd := trainCmd()
 		cmd.SetArgs(c.args)

@@ -266,6 +266,11 @@ func (w *workerFlags) register(fs *pflag.FlagSet) {
 // network (an emulated link, TLS over it when asked), token, ID and logger.
 // It runs before the worker first talks to the coordinator.
 func (w *workerFlags) setup() error {
+	// The values given, before any wait for the coordinator; the job
+	// they make is compared with the cluster's later (resolveJob).
+	if err := w.a.checkFlags(); err != nil {
+		return err
+	}
 	if err := w.peers.check(); err != nil {
 		return err
 	}

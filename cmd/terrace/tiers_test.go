@@ -31,6 +31,8 @@ func TestTierFlags(t *testing.T) {
 		{[]string{"coordinator", "--stage", "0"}, `--stage: "0": unknown stage`},
 		{[]string{"server", "--class", "cheap"}, `--class: "cheap": unknown class`},
 		{[]string{"worker", "--class", "cheap"}, `--class: "cheap": unknown class`},
+		// Refused before the worker waits for a coordinator (none listens here).
+		{[]string{"worker", "--coordinator", "127.0.0.1:1", "--lr", "-0.1"}, "--lr -0.1: want a finite number >= 0"},
 	} {
 		out, err := exec.Command(terrace(t), tc.args...).CombinedOutput()
 		if err == nil || !bytes.Contains(out, []byte(tc.want)) {
