@@ -120,6 +120,8 @@ func (f replayFlags) check() error {
 		return fmt.Errorf("--passes %g: want a positive count", f.passes)
 	case f.marketName == "persecond" && f.preemptions == "":
 		return errors.New("--market persecond needs --preemptions: its evictions come from a preemption trace")
+	case f.marketName != "persecond" && f.preemptions != "":
+		return fmt.Errorf("--preemptions is for --market persecond: in the %s market evictions come from the prices and the bid", f.marketName)
 	}
 	return nil
 }
@@ -193,7 +195,7 @@ func (f replayFlags) startTimes(p *trace.Prices) ([]time.Time, error) {
 	if f.from != "" {
 		t, err := trace.ParseTime(f.from)
 		if err != nil {
-			return nil, fmt.Errorf("--from: %w", err)
+			return nil, fmt.Errorf("--from %q: want a time such as 2015-04-01 or 2015-04-01T12:00:00Z", f.from)
 		}
 		from = t
 	}

@@ -75,6 +75,9 @@ func TestReplayBadInput(t *testing.T) {
 		{"empty trace", []string{"--prices", empty, "--policy", "all", "--simulate", "--report", report}, empty},
 		{"no on-demand price", []string{"--prices", priceCSV(t, true), "--policy", "all", "--simulate", "--report", report}, "r3.large"},
 		{"no such app", append(base, "--app", "bert"), "--app"},
+		{"preemptions in the bid market", append(base, "--preemptions", "/nonexistent"), "--preemptions is for --market persecond"},
+		{"on-demand price of no market", append(base, "--ondemand-prices", "c3.xlarge=0.21,c3.xlage=0.2"), "c3.xlage"},
+		{"from not a time", append(base, "--from", "yesterday"), `--from "yesterday": want a time`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -24,6 +25,9 @@ var (
 	ErrBadRow = errors.New("bad row")
 	// ErrNoOnDemand: a market whose instance type has no on-demand price.
 	ErrNoOnDemand = errors.New("no on-demand price")
+	// ErrUnknownType: an on-demand price for an instance type the trace
+	// has no market of (a typo would otherwise be ignored).
+	ErrUnknownType = errors.New("no market of that instance type")
 )
 
 // Point is a price in force from At on.
@@ -80,8 +84,14 @@ func (p *Prices) Lookup(m market.Market) (*Series, bool) {
 }
 
 // SetOnDemand sets on-demand prices by instance type (overriding the
-// trace's own) and fails if any market is left without one.
+// trace's own) and fails if any market is left without one, or if a type
+// given has no market in the trace.
 func (p *Prices) SetOnDemand(byType map[string]float64) error {
+	for typ := range byType {
+		if !slices.ContainsFunc(p.Series, func(s *Series) bool { return s.Market.Type == typ }) {
+			return fmt.Errorf("--ondemand-prices: %s: %w in %s", typ, ErrUnknownType, p.Source)
+		}
+	}
 	for _, s := range p.Series {
 		if v, ok := byType[s.Market.Type]; ok {
 			s.OnDemand = v

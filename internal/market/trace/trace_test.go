@@ -35,6 +35,9 @@ func TestReadPricesCSV(t *testing.T) {
 	if err := p.SetOnDemand(nil); !errors.Is(err, ErrNoOnDemand) || !strings.Contains(err.Error(), "m3.medium") {
 		t.Errorf("m3.medium has no on-demand price, got %v", err)
 	}
+	if err := p.SetOnDemand(map[string]float64{"m3.medium": 0.067, "m3.mediun": 0.07}); !errors.Is(err, ErrUnknownType) || !strings.Contains(err.Error(), "m3.mediun") {
+		t.Errorf("a type with no market: %v", err)
+	}
 	if err := p.SetOnDemand(map[string]float64{"m3.medium": 0.067}); err != nil {
 		t.Error(err)
 	}
