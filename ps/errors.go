@@ -9,7 +9,7 @@ import (
 
 // Errors callers can test with errors.Is.
 var (
-	// ErrTimeout wraps the context's error when Wait gives up.
+	// ErrTimeout wraps the context's error when Wait reaches its deadline.
 	ErrTimeout = errors.New("ps: wait timed out")
 	// ErrStaleEpoch: the servers kept refusing this client's range map.
 	ErrStaleEpoch = errors.New("ps: stale range map epoch")

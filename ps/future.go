@@ -2,6 +2,7 @@ package ps
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -91,15 +92,20 @@ func (f *Future) Err() error {
 // Refused is how many keys' updates the servers refused as non-finite.
 func (f *Future) Refused() int64 { return f.refused.Load() }
 
-// Wait blocks until the operation completes or ctx ends; in the latter case
-// it returns an error wrapping both ErrTimeout and the context's error. The
-// operation itself goes on, and its slices stay in use until Done.
+// Wait blocks until the operation completes or ctx ends. At ctx's deadline
+// it returns an error wrapping both ErrTimeout and the context's error;
+// when ctx is canceled, one wrapping the context's error (a canceled wait
+// did not time out). The operation itself goes on, and its slices stay in
+// use until Done.
 func (f *Future) Wait(ctx context.Context) error {
 	select {
 	case <-f.done:
 		return f.Err()
 	case <-ctx.Done():
-		return fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
+		}
+		return fmt.Errorf("ps: wait given up: %w", ctx.Err())
 	}
 }
 

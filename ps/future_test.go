@@ -2,6 +2,7 @@ package ps
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 )
@@ -19,5 +20,21 @@ func TestAllOfFinishingFutures(t *testing.T) {
 		if err := All(f).Wait(ctx); err != nil {
 			t.Fatalf("All of a completed future, try %d: %v", i, err)
 		}
+	}
+}
+
+// TestWaitGivesUp: a wait that reaches its deadline is ErrTimeout; one
+// whose context is canceled is the cancellation, not a timeout.
+func TestWaitGivesUp(t *testing.T) {
+	f := newFuture(1) // never completes
+	short, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel()
+	if err := f.Wait(short); !errors.Is(err, ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("deadline: %v, want ErrTimeout and DeadlineExceeded", err)
+	}
+	canceled, cancel2 := context.WithCancel(context.Background())
+	cancel2()
+	if err := f.Wait(canceled); errors.Is(err, ErrTimeout) || !errors.Is(err, context.Canceled) {
+		t.Errorf("canceled: %v, want Canceled and not ErrTimeout", err)
 	}
 }

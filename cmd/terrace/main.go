@@ -26,11 +26,12 @@ func main() {
 	}
 	root.AddCommand(trainCmd(), coordinatorCmd(), serverCmd(), workerCmd(), benchCmd(), planCmd(), replayCmd(),
 		submitCmd(), statusCmd(), eventsCmd(), plotCmd(), exportCmd(), predictCmd(), certsCmd(), tokensCmd(), checkpointCmd())
+	runCtx := ctx // the command's, once it runs: its cause names a signal
 	for _, c := range root.Commands() {
 		// Servers and workers turn SIGTERM into a drain (see notices.go);
 		// for the other commands it ends the run like an interrupt.
 		if c.Name() != "server" && c.Name() != "worker" {
-			cancelOnTerm(c)
+			cancelOnTerm(c, &runCtx)
 		}
 	}
 	err := root.ExecuteContext(ctx)
@@ -38,17 +39,25 @@ func main() {
 		fmt.Fprintln(os.Stderr, "terrace: drained; exiting")
 		return
 	}
+	if cause := context.Cause(runCtx); err != nil && cause != nil && cause != context.Canceled { // a signal's cause Is Canceled too
+		// A signal ended the run: what failed then failed because of it
+		// ("context canceled" deep in a worker's error did not say so).
+		err = fmt.Errorf("stopped before the end (%v): %w", cause, err)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "terrace:", err)
 		os.Exit(1)
 	}
 }
 
-func cancelOnTerm(c *cobra.Command) {
+// cancelOnTerm makes SIGTERM end c's run as an interrupt does; *runCtx
+// becomes the run's context.
+func cancelOnTerm(c *cobra.Command, runCtx *context.Context) {
 	prev := c.PersistentPreRunE
 	c.PersistentPreRunE = func(cmd *cobra.Command, args []string) error {
 		ctx, _ := signal.NotifyContext(cmd.Context(), syscall.SIGTERM)
 		cmd.SetContext(ctx)
+		*runCtx = ctx
 		if prev != nil {
 			return prev(cmd, args)
 		}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -205,6 +206,38 @@ func TestTrainReport(t *testing.T) {
 	cfg, _ := rep["config"].(map[string]any)
 	if cfg["servers"] != 2.0 || cfg["log_level"] != "warn" || cfg["kill"] != nil || cfg["topics"] != nil {
 		t.Errorf("config %v", cfg)
+	}
+}
+
+// TestTrainStoppedBySIGTERM: a train stopped mid-run exits 1 saying a
+// signal stopped it before the end (it said only "context canceled", or
+// that a wait had timed out).
+func TestTrainStoppedBySIGTERM(t *testing.T) {
+	cmd := exec.Command(terrace(t), "train", "--train", repoFile("datasets/a9a/a9a.gz"), "--test", repoFile("datasets/a9a/a9a.t.gz"),
+		"--epochs", "1000")
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	r := bufio.NewReader(io.TeeReader(pr, &out))
+	if _, err := r.ReadString('\n'); err != nil { // the first pass's line: training
+		t.Fatal(err)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	go io.Copy(io.Discard, r)
+	err := cmd.Wait()
+	pw.Close()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("exit %v, want 1:\n%s", err, out.String())
+	}
+	if want := "stopped before the end (terminated signal received)"; !strings.Contains(out.String(), want) {
+		t.Errorf("no %q in:\n%s", want, out.String())
+	}
+	if strings.Contains(out.String(), "timed out") {
+		t.Errorf("a stop reported as a timeout:\n%s", out.String())
 	}
 }
 
