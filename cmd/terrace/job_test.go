@@ -118,3 +118,29 @@ func TestJobFile(t *testing.T) {
 		t.Fatalf("a job file with a cluster setting: %v", err)
 	}
 }
+
+// TestDrillWorkersCarryAJob: train --processes with no app flag at all
+// hands its workers a job (--app), since a worker given none waits for
+// the cluster's instead of submitting its defaults; the drill's workers
+// then waited out their join timeout and none trained.
+func TestDrillWorkersCarryAJob(t *testing.T) {
+	for _, given := range [][]string{nil, {"--epochs", "3"}, {"--app", "lda"}} {
+		cmd := trainCmd()
+		if err := cmd.Flags().Parse(given); err != nil {
+			t.Fatal(err)
+		}
+		args := appArgs(cmd.Flags())
+		var w appFlags
+		fs := pflag.NewFlagSet("worker", pflag.ContinueOnError)
+		w.register(fs)
+		if err := fs.Parse(args); err != nil {
+			t.Fatalf("%v: the workers' %v: %v", given, args, err)
+		}
+		if !w.jobGiven() {
+			t.Errorf("train %v: the drill's workers get %v, no job", given, args)
+		}
+		if want := cmd.Flags().Lookup("app").Value.String(); w.app != want {
+			t.Errorf("train %v: the workers' app %q, want %q", given, w.app, want)
+		}
+	}
+}

@@ -429,7 +429,9 @@ func trainProcesses(ctx context.Context, cmd *cobra.Command, a appFlags, d drill
 }
 
 // appArgs are the application flags given to train (on the command line
-// or in --config), to pass on to the drill's workers.
+// or in --config), to pass on to the drill's workers, and always --app: a
+// worker given no job flags waits for the cluster's job instead of
+// submitting its defaults, so the drill's workers must carry one.
 func appArgs(fs *pflag.FlagSet) []string {
 	names := pflag.NewFlagSet("app", pflag.ContinueOnError)
 	(&appFlags{}).register(names)
@@ -439,6 +441,9 @@ func appArgs(fs *pflag.FlagSet) []string {
 			args = append(args, "--"+f.Name+"="+f.Value.String())
 		}
 	})
+	if f := fs.Lookup("app"); f != nil && !f.Changed {
+		args = append(args, "--app="+f.Value.String())
+	}
 	return args
 }
 
