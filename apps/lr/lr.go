@@ -60,7 +60,10 @@ func DefaultConfig() Config {
 type PassStats struct {
 	Pass         int     `json:"pass"`
 	Seconds      float64 `json:"seconds"`
-	TrainLogLoss float64 `json:"train_logloss"`
+	// TrainLogLoss is the evaluating worker's mean training log loss over
+	// the pass; nil when it trained none of the pass (another worker did,
+	// or the pass was restored from a checkpoint).
+	TrainLogLoss *float64 `json:"train_logloss,omitempty"`
 	TestAccuracy float64 `json:"test_accuracy"`
 	TestLogLoss  float64 `json:"test_logloss"`
 	TestAUC      float64 `json:"test_auc"`
@@ -151,12 +154,22 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 			} else {
 				acc, ll, auc, err = Evaluate(ctx, tbl, test, nkeys)
 			}
-			return map[string]float64{"test_accuracy": acc, "test_logloss": ll, "test_auc": auc, "train_logloss": trainLoss}, err
+			m := map[string]float64{"test_accuracy": acc, "test_logloss": ll, "test_auc": auc}
+			if !math.IsNaN(trainLoss) {
+				m["train_logloss"] = trainLoss
+			}
+			return m, err
 		}
 	}
 	var eval func(pass int) ps.EvalFunc
 	if test != nil {
-		eval = func(pass int) ps.EvalFunc { return evalAt(pass, w.loss/float64(max(w.n, 1))) }
+		eval = func(pass int) ps.EvalFunc {
+			loss := math.NaN() // this worker trained none of the pass
+			if w.n > 0 {
+				loss = w.loss / float64(w.n)
+			}
+			return evalAt(pass, loss)
+		}
 	}
 	start := time.Now()
 	// Partitions are leased: a dead or drained worker's partition is
@@ -181,7 +194,11 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 		},
 		Eval: eval,
 		Result: ps.Collect(&rep.Passes, func(r ps.PassResult, secs float64) PassStats {
-			return PassStats{Pass: r.Pass, Seconds: secs, TrainLogLoss: r.Metrics["train_logloss"], TestAccuracy: r.Metrics["test_accuracy"],
+			var train *float64
+			if v, ok := r.Metrics["train_logloss"]; ok {
+				train = &v
+			}
+			return PassStats{Pass: r.Pass, Seconds: secs, TrainLogLoss: train, TestAccuracy: r.Metrics["test_accuracy"],
 				TestLogLoss: r.Metrics["test_logloss"], TestAUC: r.Metrics["test_auc"]}
 		}, cfg.Progress),
 	})

@@ -173,8 +173,12 @@ func (a *appFlags) lrConfig(progress io.Writer) (lr.Config, error) {
 	}
 	if progress != nil {
 		cfg.Progress = func(s lr.PassStats) {
-			fmt.Fprintf(progress, "pass %2d/%d  %6.2fs  train logloss %.4f  test accuracy %.4f  logloss %.4f  AUC %.4f\n",
-				s.Pass, cfg.Passes, s.Seconds, s.TrainLogLoss, s.TestAccuracy, s.TestLogLoss, s.TestAUC)
+			train := "     -" // the evaluating worker trained none of the pass
+			if s.TrainLogLoss != nil {
+				train = fmt.Sprintf("%.4f", *s.TrainLogLoss)
+			}
+			fmt.Fprintf(progress, "pass %2d/%d  %6.2fs  train logloss %s  test accuracy %.4f  logloss %.4f  AUC %.4f\n",
+				s.Pass, cfg.Passes, s.Seconds, train, s.TestAccuracy, s.TestLogLoss, s.TestAUC)
 		}
 	}
 	return cfg, nil

@@ -52,6 +52,11 @@ type PassResult struct {
 	// Examples is the pass's exactly-once account, read by the worker
 	// that evaluates it (nil where the worker keeps no account).
 	Examples *ExamplesAccount `json:"examples,omitempty"`
+	// Restored: trained before the checkpoint this job resumed from, and
+	// not evaluated again (no metrics, Rank -1): its evaluation is in the
+	// run that trained it. The checkpoint's last pass is evaluated: its
+	// model is the one restored.
+	Restored bool `json:"restored,omitempty"`
 }
 
 // ExamplesAccount is how often a pass trained its rows, from the servers'

@@ -209,6 +209,12 @@ func (m *Machine) Resume(r Resumed) map[int][]uint64 {
 		m.st.Layout.Partitions = r.Partitions
 	}
 	m.st.Passes, m.st.DoneBefore, m.st.MaxClock = map[int]*Pass{}, r.Pass+1, r.MaxClock
+	// Passes (numbered from 1) before the checkpoint's last are not
+	// evaluated again: every worker would report the restored model under
+	// each of their numbers.
+	for p := 1; p <= r.Pass; p++ {
+		m.st.Evals[p] = &Eval{Rank: -1, Result: &api.PassResult{Pass: p, Rank: -1, Restored: true}}
+	}
 	vers := map[int][]uint64{}
 	for _, p := range slices.Sorted(maps.Keys(r.States)) {
 		for range r.States[p] {

@@ -218,3 +218,38 @@ func TestExamplesAccount(t *testing.T) {
 	}
 	want(m, "a new leader")
 }
+
+// TestResumedPassesNotEvaluatedAgain: a job resumed from a checkpoint
+// after pass 3 evaluates pass 3 (the restored model) and what follows,
+// not passes 1 and 2: every worker reported the restored model under
+// each of their numbers, as if each had been trained again.
+func TestResumedPassesNotEvaluatedAgain(t *testing.T) {
+	m := NewMachine(Config{Servers: 2, Workers: 2, Partitions: 2, Replication: 2}, t0)
+	m.Resume(Resumed{Dir: "ckpt", Seq: 1, Pass: 2}) // passes numbered from 0: three done
+	r := &jobRig{t: t, m: m}
+	for i, id := range []string{"s0", "s1"} {
+		r.step(func(m *Machine, rid uint64) {
+			m.Join(rid, api.Join{Role: api.RoleServer, ID: id, Addr: "127.0.0.1:" + string(rune('1'+i))})
+		})
+	}
+	for _, id := range []string{"w0", "w1"} {
+		r.step(func(m *Machine, rid uint64) { m.Join(rid, api.Join{Role: api.RoleWorker, ID: id}) })
+	}
+	for pass := 1; pass <= 2; pass++ {
+		if got := r.claim(0, pass); len(got) != 0 {
+			t.Errorf("restored pass %d handed out for evaluation: %v", pass, got)
+		}
+	}
+	if got := r.claim(0, 3); !slices.Equal(got, []int{3}) {
+		t.Errorf("the checkpoint's last pass: claim got %v, want [3]", got)
+	}
+	var restored []int
+	for _, res := range r.m.JobStatus().Results {
+		if res.Restored {
+			restored = append(restored, res.Pass)
+		}
+	}
+	if !slices.Equal(restored, []int{1, 2}) {
+		t.Errorf("passes marked restored %v, want [1 2]", restored)
+	}
+}
