@@ -58,15 +58,15 @@ func DefaultConfig() Config {
 
 // PassStats is rank 0's view after one pass.
 type PassStats struct {
-	Pass         int     `json:"pass"`
-	Seconds      float64 `json:"seconds"`
+	Pass    int     `json:"pass"`
+	Seconds float64 `json:"seconds"`
 	// TrainLogLoss is the evaluating worker's mean training log loss over
 	// the pass; nil when it trained none of the pass (another worker did,
 	// or the pass was restored from a checkpoint).
 	TrainLogLoss *float64 `json:"train_logloss,omitempty"`
-	TestAccuracy float64 `json:"test_accuracy"`
-	TestLogLoss  float64 `json:"test_logloss"`
-	TestAUC      float64 `json:"test_auc"`
+	TestAccuracy float64  `json:"test_accuracy"`
+	TestLogLoss  float64  `json:"test_logloss"`
+	TestAUC      float64  `json:"test_auc"`
 }
 
 // Report is one worker's result; test metrics are rank 0's.
