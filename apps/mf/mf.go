@@ -40,10 +40,12 @@ func DefaultConfig() Config {
 
 // PassStats is rank 0's view after one pass.
 type PassStats struct {
-	Pass      int     `json:"pass"`
-	Seconds   float64 `json:"seconds"`
-	TrainRMSE float64 `json:"train_rmse"`
-	TestRMSE  float64 `json:"test_rmse"`
+	Pass    int     `json:"pass"`
+	Seconds float64 `json:"seconds"`
+	// TrainRMSE is the evaluating worker's own over the pass; nil when it
+	// trained none of the pass (another worker did, or it was restored).
+	TrainRMSE *float64 `json:"train_rmse,omitempty"`
+	TestRMSE  float64  `json:"test_rmse"`
 }
 
 // Report is one worker's result; the test metric is rank 0's.
@@ -106,12 +108,22 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 			if err == nil && pass+1 == cfg.Passes && cfg.Model != "" {
 				err = m.export(ctx, cfg.Model)
 			}
-			return map[string]float64{"test_rmse": rmse, "train_rmse": trainRMSE}, err
+			out := map[string]float64{"test_rmse": rmse}
+			if !math.IsNaN(trainRMSE) {
+				out["train_rmse"] = trainRMSE
+			}
+			return out, err
 		}
 	}
 	var eval func(pass int) ps.EvalFunc
 	if test != nil {
-		eval = func(pass int) ps.EvalFunc { return evalAt(pass, math.Sqrt(m.sq/float64(max(m.n, 1)))) }
+		eval = func(pass int) ps.EvalFunc {
+			train := math.NaN() // this worker trained none of the pass
+			if m.n > 0 {
+				train = math.Sqrt(m.sq / float64(m.n))
+			}
+			return evalAt(pass, train)
+		}
 	}
 	start := time.Now()
 	// Partitions are leased: a dead worker's partition is finished by
@@ -132,7 +144,11 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 		},
 		Eval: eval,
 		Result: ps.Collect(&rep.Passes, func(r ps.PassResult, secs float64) PassStats {
-			return PassStats{Pass: r.Pass, Seconds: secs, TrainRMSE: r.Metrics["train_rmse"], TestRMSE: r.Metrics["test_rmse"]}
+			var train *float64
+			if v, ok := r.Metrics["train_rmse"]; ok {
+				train = &v
+			}
+			return PassStats{Pass: r.Pass, Seconds: secs, TrainRMSE: train, TestRMSE: r.Metrics["test_rmse"]}
 		}, cfg.Progress),
 	})
 	if err != nil {

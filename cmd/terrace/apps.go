@@ -105,7 +105,7 @@ func (a *appFlags) job(progress io.Writer) (node.Job, error) {
 		}
 		if progress != nil {
 			cfg.Progress = func(s mf.PassStats) {
-				fmt.Fprintf(progress, "pass %2d/%d  %6.2fs  train RMSE %.4f  test RMSE %.4f\n", s.Pass, cfg.Passes, s.Seconds, s.TrainRMSE, s.TestRMSE)
+				fmt.Fprintf(progress, "pass %2d/%d  %6.2fs  train RMSE %s  test RMSE %.4f\n", s.Pass, cfg.Passes, s.Seconds, orDash(s.TrainRMSE), s.TestRMSE)
 			}
 		}
 		return func(ctx context.Context, c *ps.Client) (any, error) { return mf.Run(ctx, c, cfg) }, nil
@@ -173,12 +173,8 @@ func (a *appFlags) lrConfig(progress io.Writer) (lr.Config, error) {
 	}
 	if progress != nil {
 		cfg.Progress = func(s lr.PassStats) {
-			train := "     -" // the evaluating worker trained none of the pass
-			if s.TrainLogLoss != nil {
-				train = fmt.Sprintf("%.4f", *s.TrainLogLoss)
-			}
 			fmt.Fprintf(progress, "pass %2d/%d  %6.2fs  train logloss %s  test accuracy %.4f  logloss %.4f  AUC %.4f\n",
-				s.Pass, cfg.Passes, s.Seconds, train, s.TestAccuracy, s.TestLogLoss, s.TestAUC)
+				s.Pass, cfg.Passes, s.Seconds, orDash(s.TrainLogLoss), s.TestAccuracy, s.TestLogLoss, s.TestAUC)
 		}
 	}
 	return cfg, nil
@@ -276,4 +272,13 @@ func (a *appFlags) totalPasses() int {
 		return lda.DefaultConfig().Passes
 	}
 	return 0
+}
+
+// orDash is a pass's training figure for its progress line: "-" where
+// the evaluating worker trained none of the pass.
+func orDash(v *float64) string {
+	if v == nil {
+		return "     -"
+	}
+	return fmt.Sprintf("%.4f", *v)
 }
