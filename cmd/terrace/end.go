@@ -45,6 +45,10 @@ func (p *jobProgress) show(w io.Writer, st api.JobStatus) {
 			continue
 		}
 		p.printed = append(p.printed, r.Pass)
+		if r.Restored {
+			fmt.Fprintf(w, "terrace coordinator: pass %d restored from the checkpoint (evaluated in the run that trained it)\n", r.Pass)
+			continue
+		}
 		fmt.Fprintf(w, "terrace coordinator: pass %d evaluated by rank %d:%s\n", r.Pass, r.Rank, metricsLine(r))
 	}
 }
