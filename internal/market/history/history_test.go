@@ -171,7 +171,7 @@ func TestBidRiskFresh(t *testing.T) {
 	e := NewEstimator(time.Hour)
 	fresh := src.Cut(t0.Add(10*24*time.Hour + 5*time.Minute))
 	stale := src.Cut(t0.Add(10*24*time.Hour + 40*time.Minute))
-	if !justMoved(&fresh.Markets[0], fresh.Now, e.step) || justMoved(&stale.Markets[0], stale.Now, e.step) {
+	if e.ageOf(fresh.Markets[0].Prices, fresh.Now) != 0 || e.ageOf(stale.Markets[0].Prices, stale.Now) == 0 {
 		t.Fatal("freshness misread")
 	}
 	f, s := e.BidRisk(fresh, &fresh.Markets[0], 1), e.BidRisk(stale, &stale.Markets[0], 1)
@@ -209,7 +209,7 @@ func TestBidRiskNoLookahead(t *testing.T) {
 	later := source(spiked).Cut(T.Add(5 * time.Hour))
 	f.BidRisk(later, &later.Markets[0], 1)
 	v, w := source(pts).Cut(T), source(spiked).Cut(T)
-	if !justMoved(&w.Markets[0], T, f.step) {
+	if f.ageOf(w.Markets[0].Prices, T) != 0 {
 		t.Fatal("want a fresh price at T")
 	}
 	for _, ratio := range []float64{1, 1.25, 2} {
