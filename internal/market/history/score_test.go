@@ -52,21 +52,7 @@ func TestScoreTrace(t *testing.T) {
 		name     string
 		from, to time.Time
 	}{{"A", a0, b0}, {"B", b0, end.Add(-h)}}
-	variants := []struct {
-		name string
-		make func() *Estimator
-	}{
-		{"one step", func() *Estimator { return NewEstimator(h) }},
-		{"log age", func() *Estimator { e := NewEstimator(h); e.ages = ageEdges(h); return e }},
-		{"log age, levels first", func() *Estimator { e := NewEstimator(h); e.ages, e.levelsFirst = ageEdges(h), true; return e }},
-		{"one step, levels first", func() *Estimator { e := NewEstimator(h); e.levelsFirst = true; return e }},
-		{"log age, shrunk", func() *Estimator {
-			e := NewEstimator(h)
-			e.ages, e.levelsFirst, e.shrink = ageEdges(h), true, true
-			return e
-		}},
-		{"one step, shrunk", func() *Estimator { e := NewEstimator(h); e.levelsFirst, e.shrink = true, true; return e }},
-	}
+	variants := estimators(h)
 	ratios := []float64{1, 1.1, 1.5}
 	for _, half := range halves {
 		for _, kind := range []string{"grid", "moves"} {
@@ -157,4 +143,27 @@ func maxTime(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// estimators are the shipped estimator (first) and the candidates scored
+// against it (docs/design/market.md, "Time since the move").
+func estimators(h time.Duration) []struct {
+	name string
+	make func() *Estimator
+} {
+	return []struct {
+		name string
+		make func() *Estimator
+	}{
+		{"one step", func() *Estimator { return NewEstimator(h) }},
+		{"log age", func() *Estimator { e := NewEstimator(h); e.ages = ageEdges(h); return e }},
+		{"log age, levels first", func() *Estimator { e := NewEstimator(h); e.ages, e.levelsFirst = ageEdges(h), true; return e }},
+		{"one step, levels first", func() *Estimator { e := NewEstimator(h); e.levelsFirst = true; return e }},
+		{"log age, shrunk", func() *Estimator {
+			e := NewEstimator(h)
+			e.ages, e.levelsFirst, e.shrink = ageEdges(h), true, true
+			return e
+		}},
+		{"one step, shrunk", func() *Estimator { e := NewEstimator(h); e.levelsFirst, e.shrink = true, true; return e }},
+	}
 }
