@@ -30,9 +30,8 @@ const Level = 1.1
 // keeps, per sample start (every Horizon/12 of the past) and bid ratio,
 // the time to the first price above the bid, and, over the window of the
 // last View it was asked about, the histograms of those times by the
-// price level the sample started at and whether the price had just
-// moved then, moved sample by sample as the View
-// moves, so that many decisions (and many replays of one trace) do not
+// price level the sample started at and the time since the price had
+// last moved then, moved sample by sample as the View moves, so that many decisions (and many replays of one trace) do not
 // recompute the past. It only ever reads the Views it is given, and a
 // sample enters its statistics only once its whole horizon is in the past
 // of the View that computed it.
@@ -40,12 +39,19 @@ type Estimator struct {
 	Horizon time.Duration
 	step    time.Duration
 	// ages are the edges of the bins of the time since the price last
-	// moved that samples and decisions are told apart by (ascending).
+	// moved that samples and decisions are told apart by (ascending):
+	// one step as shipped ("just moved"). The finer log scale of
+	// ageEdges, levelsFirst and shrink are candidates that TestScoreTrace
+	// scores against it; each lowered the log loss or held it and raised
+	// BidBrain's dollars on the held-out half (docs/design/market.md,
+	// "Time since the move"), so none is set here.
 	ages []time.Duration
-	// levelsFirst: pool levels to a day over every age, then ages within
-	// those levels (experiment).
+	// levelsFirst pools the levels to a day of samples of every age,
+	// then the age bins within them (else the age bins to a day over
+	// every level, then the levels within them).
 	levelsFirst bool
-	// shrink: blend the cell with its parent at a day's weight (experiment).
+	// shrink blends a levels-first cell with the same levels of every
+	// age, at weights of its samples to a day's.
 	shrink bool
 
 	mu   sync.Mutex
@@ -57,8 +63,8 @@ func NewEstimator(h time.Duration) *Estimator {
 	return &Estimator{Horizon: h, step: h / 12, ages: []time.Duration{h / 12}, bids: map[market.Market]*bidStats{}}
 }
 
-// ageEdges are the edges of the bins of the time since the last move: a
-// log scale from the histograms' resolution (h/Bins, a minute) doubling
+// ageEdges are the candidate edges of the bins of the time since the
+// last move: a log scale from the histograms' resolution (h/Bins, a minute) doubling
 // while below the horizon (1, 2, 4, 8, 16 and 32 minutes for an hour).
 // Spot prices move in bursts whose gaps span minutes to hours, and
 // BidBrain decides at the instant of a move, where one bin of a step
