@@ -171,7 +171,7 @@ func TestBidRiskFresh(t *testing.T) {
 	e := NewEstimator(time.Hour)
 	fresh := src.Cut(t0.Add(10*24*time.Hour + 5*time.Minute))
 	stale := src.Cut(t0.Add(10*24*time.Hour + 40*time.Minute))
-	if e.ageOf(fresh.Markets[0].Prices, fresh.Now) != 0 || e.ageOf(stale.Markets[0].Prices, stale.Now) == 0 {
+	if !justMoved(&fresh.Markets[0], fresh.Now, e.step) || justMoved(&stale.Markets[0], stale.Now, e.step) {
 		t.Fatal("freshness misread")
 	}
 	f, s := e.BidRisk(fresh, &fresh.Markets[0], 1), e.BidRisk(stale, &stale.Markets[0], 1)
@@ -191,9 +191,8 @@ func TestBidRiskFresh(t *testing.T) {
 
 // TestBidRiskNoLookahead: a risk read at T, just after a move, is the
 // same whether or not the price flickers after T, and whether or not the
-// estimator has seen a later View: neither a sample's time since its last
-// move nor the current one is read past T; for the shipped estimator and
-// every candidate scored against it.
+// estimator has seen a later View: neither a sample's freshness nor the
+// current one is read past T.
 func TestBidRiskNoLookahead(t *testing.T) {
 	var pts, spiked []trace.Point
 	for h := 0; h < 24*20; h++ {
@@ -206,51 +205,16 @@ func TestBidRiskNoLookahead(t *testing.T) {
 		spiked = append(spiked, trace.Point{At: T.Add(time.Duration(i) * time.Minute), Price: float64(1 + i%2)})
 	}
 	sort.Slice(spiked, func(i, j int) bool { return spiked[i].At.Before(spiked[j].At) })
-	for _, est := range estimators(time.Hour) {
-		e, f := est.make(), est.make()
-		later := source(spiked).Cut(T.Add(5 * time.Hour))
-		f.BidRisk(later, &later.Markets[0], 1)
-		v, w := source(pts).Cut(T), source(spiked).Cut(T)
-		if f.ageOf(w.Markets[0].Prices, T) == int8(len(f.ages)) {
-			t.Fatalf("%s: want a price that moved within the last bin at T", est.name)
-		}
-		for _, ratio := range []float64{1, 1.25, 2} {
-			if a, b := e.BidRisk(v, &v.Markets[0], ratio), f.BidRisk(w, &w.Markets[0], ratio); a != b {
-				t.Errorf("%s at %vx: risk at T %+v, with flickers after T %+v", est.name, ratio, a, b)
-			}
-		}
+	e, f := NewEstimator(time.Hour), NewEstimator(time.Hour)
+	later := source(spiked).Cut(T.Add(5 * time.Hour))
+	f.BidRisk(later, &later.Markets[0], 1)
+	v, w := source(pts).Cut(T), source(spiked).Cut(T)
+	if !justMoved(&w.Markets[0], T, f.step) {
+		t.Fatal("want a fresh price at T")
 	}
-}
-
-// TestAgeOf: the time since the last move falls in bins doubling from a
-// minute to 32 minutes on the log scale, and in one bin of a step (five
-// minutes) as shipped; a point that repeats the price is no move, and a
-// price that never moved is in the last bin.
-func TestAgeOf(t *testing.T) {
-	pts := []trace.Point{{At: t0, Price: 1}, {At: t0.Add(time.Hour), Price: 2}, {At: t0.Add(time.Hour + 10*time.Minute), Price: 2}}
-	logAge := NewEstimator(time.Hour)
-	logAge.ages = ageEdges(time.Hour)
-	if got := len(logAge.ages); got != 6 || logAge.ages[0] != time.Minute || logAge.ages[5] != 32*time.Minute {
-		t.Fatalf("edges %v, want 1, 2, 4, ..., 32 minutes", logAge.ages)
-	}
-	shipped := NewEstimator(time.Hour)
-	for _, c := range []struct {
-		since        time.Duration // after the move at t0+1h
-		log, oneStep int8
-	}{
-		{0, 0, 0}, {59 * time.Second, 0, 0}, {time.Minute, 1, 0}, {3 * time.Minute, 2, 0},
-		{5 * time.Minute, 3, 1}, {12 * time.Minute, 4, 1}, {31 * time.Minute, 5, 1}, {33 * time.Minute, 6, 1}, {5 * time.Hour, 6, 1},
-	} {
-		now := t0.Add(time.Hour + c.since)
-		n := sort.Search(len(pts), func(i int) bool { return pts[i].At.After(now) })
-		if got := logAge.ageOf(pts[:n], now); got != c.log {
-			t.Errorf("%v after the move: log bin %d, want %d", c.since, got, c.log)
+	for _, ratio := range []float64{1, 1.25, 2} {
+		if a, b := e.BidRisk(v, &v.Markets[0], ratio), f.BidRisk(w, &w.Markets[0], ratio); a != b {
+			t.Errorf("at %vx: risk at T %+v, with flickers after T %+v", ratio, a, b)
 		}
-		if got := shipped.ageOf(pts[:n], now); got != c.oneStep {
-			t.Errorf("%v after the move: shipped bin %d, want %d", c.since, got, c.oneStep)
-		}
-	}
-	if got := logAge.ageOf(pts[:1], t0.Add(time.Second)); got != 6 {
-		t.Errorf("never moved: bin %d, want the last (6)", got)
 	}
 }

@@ -30,29 +30,15 @@ const Level = 1.1
 // keeps, per sample start (every Horizon/12 of the past) and bid ratio,
 // the time to the first price above the bid, and, over the window of the
 // last View it was asked about, the histograms of those times by the
-// price level the sample started at and the time since the price had
-// last moved then, moved sample by sample as the View moves, so that many decisions (and many replays of one trace) do not
+// price level the sample started at and whether the price had just
+// moved then, moved sample by sample as the View
+// moves, so that many decisions (and many replays of one trace) do not
 // recompute the past. It only ever reads the Views it is given, and a
 // sample enters its statistics only once its whole horizon is in the past
 // of the View that computed it.
 type Estimator struct {
 	Horizon time.Duration
 	step    time.Duration
-	// ages are the edges of the bins of the time since the price last
-	// moved that samples and decisions are told apart by (ascending):
-	// one step as shipped ("just moved"). The finer log scale of
-	// ageEdges, levelsFirst and shrink are candidates that TestScoreTrace
-	// scores against it; none lowered BidBrain's dollars on the held-out
-	// half, the best by log loss raised them by 6% (docs/design/market.md,
-	// "Time since the move"), so none is set here.
-	ages []time.Duration
-	// levelsFirst pools the levels to a day of samples of every age,
-	// then the age bins within them (else the age bins to a day over
-	// every level, then the levels within them).
-	levelsFirst bool
-	// shrink blends a levels-first cell with the same levels of every
-	// age, at weights of its samples to a day's.
-	shrink bool
 
 	mu   sync.Mutex
 	bids map[market.Market]*bidStats
@@ -60,22 +46,7 @@ type Estimator struct {
 
 // NewEstimator returns an estimator over horizon h (the billing period).
 func NewEstimator(h time.Duration) *Estimator {
-	return &Estimator{Horizon: h, step: h / 12, ages: []time.Duration{h / 12}, bids: map[market.Market]*bidStats{}}
-}
-
-// ageEdges are the candidate edges of the bins of the time since the
-// last move: a log scale from the histograms' resolution (h/Bins, a minute) doubling
-// while below the horizon (1, 2, 4, 8, 16 and 32 minutes for an hour).
-// Spot prices move in bursts whose gaps span minutes to hours, and
-// BidBrain decides at the instant of a move, where one bin of a step
-// (five minutes) mixes the samples that start at a move with those that
-// start minutes after it.
-func ageEdges(h time.Duration) []time.Duration {
-	var out []time.Duration
-	for a := h / Bins; a > 0 && a < h; a *= 2 {
-		out = append(out, a)
-	}
-	return out
+	return &Estimator{Horizon: h, step: h / 12, bids: map[market.Market]*bidStats{}}
 }
 
 // bidStats holds, for sample starts origin + k·step, the start price's
@@ -85,19 +56,25 @@ type bidStats struct {
 	origin   time.Time
 	onDemand float64
 	level    []int16   // [k]
-	age      []int8    // [k]: the bin of the time since the price last moved before the start
+	fresh    []bool    // [k]: the price changed within a step before the start
 	first    [][]int32 // [ratio][k]: seconds to the first passage, or -1 (none within the horizon)
 	lo, hi   int
 	levels   map[cell]*levelStats
-	total    []int             // samples in [lo, hi) by age bin
+	total    [2]int            // samples in [lo, hi) by freshness (stale, fresh)
 	read     map[readKey]*Risk // histograms read as Risks, until the window moves
 }
 
-// cell is a price level and the bin of the time since the price last
-// moved.
+// cell is a price level and whether the price had just changed.
 type cell struct {
 	level int16
-	age   int8
+	fresh bool
+}
+
+func fi(fresh bool) int {
+	if fresh {
+		return 1
+	}
+	return 0
 }
 
 // levelStats is the histograms of the samples that started at one level.
@@ -135,7 +112,7 @@ func (e *Estimator) BidRisk(v View, m *Market, ratio float64) Risk {
 	defer e.mu.Unlock()
 	st := e.bids[m.Market]
 	if st == nil {
-		st = &bidStats{origin: m.Prices[0].At, onDemand: m.OnDemand, first: make([][]int32, len(Ratios)), levels: map[cell]*levelStats{}, total: make([]int, len(e.ages)+1), read: map[readKey]*Risk{}}
+		st = &bidStats{origin: m.Prices[0].At, onDemand: m.OnDemand, first: make([][]int32, len(Ratios)), levels: map[cell]*levelStats{}, read: map[readKey]*Risk{}}
 		e.bids[m.Market] = st
 	}
 	hi := 0 // samples whose horizon ended by Now
@@ -150,7 +127,7 @@ func (e *Estimator) BidRisk(v View, m *Market, ratio float64) Risk {
 	if hi == lo {
 		return Risk{Horizon: e.Horizon}
 	}
-	c := cell{st.levelOf(price), e.ageOf(m.Prices, v.Now)}
+	c := cell{st.levelOf(price), justMoved(m, v.Now, e.step)}
 	j := sort.SearchFloat64s(Ratios, ratio)
 	switch {
 	case j >= len(Ratios):
@@ -173,52 +150,29 @@ func (st *bidStats) levelOf(price float64) int16 {
 	return int16(max(math.MinInt16, min(math.MaxInt16, math.Floor(math.Log(price/ref)/math.Log(Level)))))
 }
 
-// risk reads ratio j's histograms in cell c (its level, and the time
-// since the price last moved), with its nearest levels until they hold a
-// day of samples, as a Risk.
+// risk reads ratio j's histograms in cell c (its level, and whether the
+// price has just moved), with its nearest levels until they hold a day
+// of samples, as a Risk.
 func (e *Estimator) risk(st *bidStats, c cell, j int) Risk {
 	key := readKey{c, j}
 	if r := st.read[key]; r != nil {
 		return *r
 	}
-	var r Risk
-	if e.levelsFirst {
-		r = e.riskLevelsFirst(st, c, j)
-	} else {
-		r = e.riskAgesFirst(st, c, j)
+	day := int(24 * time.Hour / e.step)
+	// Samples of the same freshness only, unless there is less than a
+	// day of them: a class less than a day deep is not trusted alone.
+	classes, most := []bool{c.fresh}, st.total[fi(c.fresh)]
+	if most < day {
+		classes, most = []bool{false, true}, st.hi-st.lo
 	}
-	st.read[key] = &r
-	return r
-}
-
-// count is the samples in levels [lv−dl, lv+dl] and the age bins ages.
-func (st *bidStats) count(lv, dl int, ages []int8) int {
-	n := 0
-	for l := lv - dl; l <= lv+dl; l++ {
-		for _, a := range ages {
-			if ls := st.at(l, a); ls != nil {
-				n += ls.n
-			}
-		}
-	}
-	return n
-}
-
-func (st *bidStats) at(l int, a int8) *levelStats {
-	if l < math.MinInt16 || l > math.MaxInt16 {
-		return nil
-	}
-	return st.levels[cell{int16(l), a}]
-}
-
-// read sums ratio j's histograms over levels [lv−dl, lv+dl] and the age
-// bins ages into a Risk.
-func (e *Estimator) read(st *bidStats, lv, dl int, ages []int8, j int) Risk {
 	var sum [Bins]tally
 	n := 0
-	for l := lv - dl; l <= lv+dl; l++ {
-		for _, a := range ages {
-			if ls := st.at(l, a); ls != nil {
+	add := func(l int) {
+		if l < math.MinInt16 || l > math.MaxInt16 {
+			return
+		}
+		for _, f := range classes {
+			if ls := st.levels[cell{int16(l), f}]; ls != nil {
 				n += ls.n
 				for i, t := range ls.hist[j] {
 					sum[i].n += t.n
@@ -227,76 +181,20 @@ func (e *Estimator) read(st *bidStats, lv, dl int, ages []int8, j int) Risk {
 			}
 		}
 	}
-	r := Risk{Horizon: e.Horizon, Samples: n}
+	lv := c.level
+	add(int(lv))
+	for d := 1; n < day && n < most; d++ {
+		add(int(lv) - d)
+		add(int(lv) + d)
+	}
+	r := &Risk{Horizon: e.Horizon, Samples: n}
 	for i, t := range sum {
 		if t.n > 0 {
 			r.bin[i] = bin{p: float64(t.n) / float64(n), mean: float64(t.sum) / float64(t.n)}
 		}
 	}
-	return r
-}
-
-// near widens a set of age bins around a by one bin each side.
-func near(a int8, d int8, n int8) []int8 {
-	var out []int8
-	for _, b := range []int8{a - d, a + d} {
-		if b >= 0 && b < n {
-			out = append(out, b)
-		}
-	}
-	return out
-}
-
-// riskAgesFirst: the age bins around c's, until they hold a day of
-// samples over every level; then, within them, the levels around c's
-// until a day.
-func (e *Estimator) riskAgesFirst(st *bidStats, c cell, j int) Risk {
-	day := int(24 * time.Hour / e.step)
-	nAges := int8(len(st.total))
-	ages := []int8{c.age}
-	most := st.total[c.age]
-	for d := int8(1); most < day && d < nAges; d++ {
-		for _, a := range near(c.age, d, nAges) {
-			ages = append(ages, a)
-			most += st.total[a]
-		}
-	}
-	lv, dl := int(c.level), 0
-	for n := st.count(lv, 0, ages); n < day && n < most; dl++ {
-		n += st.count(lv-dl-1, 0, ages) + st.count(lv+dl+1, 0, ages)
-	}
-	return e.read(st, lv, dl, ages, j)
-}
-
-// riskLevelsFirst: the levels around c's until they hold a day of
-// samples of every age (the level-only estimator's neighbourhood); then,
-// within them, the age bins around c's until a day. With shrink, that is
-// blended with the whole neighbourhood's, at the weight of a day of
-// samples.
-func (e *Estimator) riskLevelsFirst(st *bidStats, c cell, j int) Risk {
-	day := int(24 * time.Hour / e.step)
-	nAges := int8(len(st.total))
-	every := make([]int8, nAges)
-	for a := range every {
-		every[a] = int8(a)
-	}
-	all := st.hi - st.lo
-	lv, dl := int(c.level), 0
-	for n := st.count(lv, 0, every); n < day && n < all; dl++ {
-		n += st.count(lv-dl-1, 0, every) + st.count(lv+dl+1, 0, every)
-	}
-	ages := []int8{c.age}
-	for d, n := int8(1), st.count(lv, dl, ages); n < day && d < nAges; d++ {
-		more := near(c.age, d, nAges)
-		ages = append(ages, more...)
-		n += st.count(lv, dl, more)
-	}
-	r := e.read(st, lv, dl, ages, j)
-	if !e.shrink || len(ages) == len(every) {
-		return r
-	}
-	parent := e.read(st, lv, dl, every, j)
-	return mix(r, parent, float64(day)/float64(r.Samples+day))
+	st.read[key] = r
+	return *r
 }
 
 // slide moves the histograms' window to [lo, hi), adding and removing
@@ -309,7 +207,7 @@ func (e *Estimator) slide(st *bidStats, lo, hi int) {
 	clear(st.read)
 	if lo >= st.hi || hi <= st.lo {
 		clear(st.levels)
-		clear(st.total)
+		st.total = [2]int{}
 		st.lo, st.hi = lo, lo
 	}
 	for ; st.lo < lo; st.lo++ {
@@ -327,14 +225,14 @@ func (e *Estimator) slide(st *bidStats, lo, hi int) {
 }
 
 func (e *Estimator) count(st *bidStats, k int, sign int64) {
-	key := cell{st.level[k], st.age[k]}
+	key := cell{st.level[k], st.fresh[k]}
 	ls := st.levels[key]
 	if ls == nil {
 		ls = &levelStats{hist: make([][Bins]tally, len(Ratios))}
 		st.levels[key] = ls
 	}
 	ls.n += int(sign)
-	st.total[key.age] += int(sign)
+	st.total[fi(key.fresh)] += int(sign)
 	w := e.Horizon.Seconds() / Bins
 	for j := range st.first {
 		t := st.first[j][k]
@@ -357,7 +255,7 @@ func (e *Estimator) extend(st *bidStats, m *Market, hi int) {
 		i := sort.Search(len(pts), func(i int) bool { return pts[i].At.After(s) })
 		p0 := pts[max(i-1, 0)].Price
 		st.level = append(st.level, st.levelOf(p0))
-		st.age = append(st.age, e.ageOf(pts[:i], s))
+		st.fresh = append(st.fresh, moved(pts[:i], s.Add(-e.step)))
 		for j := range Ratios {
 			st.first[j] = append(st.first[j], -1)
 		}
@@ -371,27 +269,23 @@ func (e *Estimator) extend(st *bidStats, m *Market, hi int) {
 	}
 }
 
-// ageOf is the bin of the time since the price of pts (its points up to
-// now) last moved: a price that has just moved is more likely to move
-// again within the hour than one that has stood (spot prices move in
-// bursts), which the level alone does not say. A point that repeats the
-// price before it is no move; a price that never moved, or not since the
-// last edge, is in the last bin.
-func (e *Estimator) ageOf(pts []trace.Point, now time.Time) int8 {
-	last := len(e.ages)
-	if last == 0 {
-		return 0
-	}
-	for j := len(pts) - 1; j > 0; j-- {
-		age := now.Sub(pts[j].At)
-		if age >= e.ages[last-1] {
-			break
-		}
+// justMoved says whether m's price changed within step before now: a
+// price that has just moved is more likely to move again within the
+// hour than one that has stood (spot prices move in bursts), which the
+// level alone does not say.
+func justMoved(m *Market, now time.Time, step time.Duration) bool {
+	return moved(m.Prices, now.Add(-step))
+}
+
+// moved says whether the price of pts changed after from (a point that
+// repeats the price before it is no change, and the first is none).
+func moved(pts []trace.Point, from time.Time) bool {
+	for j := len(pts) - 1; j > 0 && pts[j].At.After(from); j-- {
 		if pts[j].Price != pts[j-1].Price {
-			return int8(sort.Search(last, func(i int) bool { return age < e.ages[i] }))
+			return true
 		}
 	}
-	return int8(last)
+	return false
 }
 
 // AvailRisk is the risk, over the horizon from v.Now, of a machine in a
