@@ -59,7 +59,10 @@ func kosSubset(t testing.TB, n int) string {
 // localCluster starts a coordinator and servers for workers workers.
 func localCluster(t testing.TB, ctx context.Context, servers, workers, partitions int) *node.Local {
 	t.Helper()
-	l, err := node.StartLocal(ctx, node.LocalConfig{Servers: servers, Workers: workers, Partitions: partitions, Replication: min(servers, 2)})
+	// A failure timeout of 3 s, not 1: with every package testing at once
+	// on two cores, a live worker was once silent for 1.2 s and fenced.
+	l, err := node.StartLocal(ctx, node.LocalConfig{Servers: servers, Workers: workers, Partitions: partitions, Replication: min(servers, 2),
+		FailureTimeout: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
