@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/terrace-ml/terrace/internal/control/api"
@@ -12,6 +13,9 @@ import (
 	"github.com/terrace-ml/terrace/internal/storage/checkpoint"
 	"github.com/terrace-ml/terrace/ps"
 )
+
+// ErrNoAuditTable: a checkpoint of a job that ran no audit.
+var ErrNoAuditTable = errors.New("drill: the job ran no audit")
 
 // Saved is what the audit table held in a committed cluster checkpoint:
 // the acknowledged audit increments of each worker rank up to the pass
@@ -63,7 +67,7 @@ func CheckpointAudit(ctx context.Context, dir string) (Saved, error) {
 		}
 		return s, nil
 	}
-	return s, fmt.Errorf("drill: checkpoint %d under %s holds no %s table (the job ran no audit)", ck.Seq, dir, AuditTable)
+	return s, fmt.Errorf("%w: checkpoint %d under %s holds no %s table", ErrNoAuditTable, ck.Seq, dir, AuditTable)
 }
 
 // UpdatesLost counts the acknowledged audit increments a cluster's
@@ -141,4 +145,20 @@ func (c *Cluster) RequestCheckpoint(ctx context.Context) (uint64, error) {
 		return 0, fmt.Errorf("drill: checkpoint request: %w", err)
 	}
 	return seq, nil
+}
+
+// addBase counts a resumed job's checkpointed increments as acknowledged
+// by the first worker of each rank (a rank no worker of this run held is
+// added as a worker that did not finish: it lost nothing if the servers
+// restored its count).
+func addBase(audits []WorkerAudit, base map[int]int64) []WorkerAudit {
+	for r, n := range base {
+		i := slices.IndexFunc(audits, func(w WorkerAudit) bool { return w.Rank == r })
+		if i < 0 {
+			audits = append(audits, WorkerAudit{Rank: r, AckedLogged: n})
+			continue
+		}
+		audits[i].AckedLogged += n
+	}
+	return audits
 }
