@@ -108,8 +108,10 @@ type run struct {
 	job     *job
 	err     error
 	flat    *flat // checkpoint-restart (flat.go); nil otherwise
-	// checkpoints are the trace times of the policy's checkpoint requests.
+	// checkpoints are the trace times of the policy's checkpoint
+	// requests; askedSeq the checkpoint the last one was told it serves.
 	checkpoints []time.Time
+	askedSeq    uint64
 }
 
 // Run replays policy name from start on real processes until the job is
@@ -286,7 +288,10 @@ func (r *run) checkpoint(ctx context.Context) error {
 	}
 	at := r.prov.Trace().Now()
 	r.checkpoints = append(r.checkpoints, at)
-	if r.cfg.Progress != nil {
+	// Requests before the next pass boundary share one checkpoint (an
+	// interval shorter than a pass): the first is told.
+	if r.cfg.Progress != nil && seq != r.askedSeq {
+		r.askedSeq = seq
 		fmt.Fprintf(r.cfg.Progress, "replay: %s %s: checkpoint %d asked for (at the next pass boundary)\n", r.name, at.Format(time.RFC3339), seq)
 	}
 	return nil
