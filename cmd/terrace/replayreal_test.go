@@ -170,7 +170,7 @@ func TestRealReplay(t *testing.T) {
 // the job is killed, the work acknowledged since the last committed
 // checkpoint is counted in updates_lost, the policy buys again in 1b,
 // and a new cluster resumes from that checkpoint and trains to the end;
-// nothing is left running (TERRACE_REAL_REPLAY=1; about 30 s).
+// nothing is left running (TERRACE_REAL_REPLAY=1; 30-60 s).
 func TestRealReplayCheckpoint(t *testing.T) {
 	if os.Getenv("TERRACE_REAL_REPLAY") == "" {
 		t.Skip("set TERRACE_REAL_REPLAY=1")

@@ -170,7 +170,7 @@ func Run(ctx context.Context, cfg Config, name string, start time.Time) (Result,
 		defer r.flat.close()
 	}
 	res.RunDir = r.cluster.RunDir()
-	r.job.passes, r.job.now, r.job.down = r.passes, r.prov.Trace().Now, r.down
+	r.job.passes, r.job.now, r.job.working = r.passes, r.prov.Trace().Now, r.working
 	wall0 := cfg.Clock.Now()
 	fin, err := r.loop(ctx, start, wall0)
 	if err != nil {
@@ -297,8 +297,21 @@ func (r *run) checkpoint(ctx context.Context) error {
 	return nil
 }
 
-// down says a checkpoint-restart job is stopped, waiting for machines.
-func (r *run) down() bool { return r.flat != nil && r.flat.down }
+// working says the job makes progress: its cluster has formed and
+// trained (its first push acknowledged), and, for checkpoint-restart, it
+// is not stopped waiting for machines or starting again. The simulated
+// job is not working during its start (start_seconds) either.
+func (r *run) working() bool {
+	if r.flat != nil && r.flat.down {
+		return false
+	}
+	select {
+	case <-r.cluster.Training():
+		return true
+	default:
+		return false
+	}
+}
 
 func (r *run) failed() error {
 	return errors.Join(r.err, r.prov.Err(), r.cluster.Err())
@@ -364,10 +377,11 @@ type job struct {
 	passes func() int
 	of     int // passes asked for
 	// ask asks the coordinator for a checkpoint (checkpoint-restart
-	// only); now is the trace time, down says the job is stopped.
-	ask  func(context.Context) error
-	now  func() time.Time
-	down func() bool
+	// only); now is the trace time; working says the job makes progress
+	// (run.working; always before the cluster starts).
+	ask     func(context.Context) error
+	now     func() time.Time
+	working func() bool
 	// ckptAt is when the last checkpoint was asked for (the job's start
 	// before the first), ckptDone the work done then: the policy's
 	// interval runs from it.
@@ -376,7 +390,7 @@ type job struct {
 }
 
 func (j *job) Status() rm.JobStatus {
-	st := rm.JobStatus{Total: j.total, Working: j.down == nil || !j.down(), Checkpointed: j.ckptDone, CheckpointAt: j.ckptAt}
+	st := rm.JobStatus{Total: j.total, Working: j.working == nil || j.working(), Checkpointed: j.ckptDone, CheckpointAt: j.ckptAt}
 	if j.passes != nil && j.of > 0 {
 		st.Done = j.total * float64(j.passes()) / float64(j.of)
 	}
@@ -390,8 +404,8 @@ func (j *job) Checkpoint(ctx context.Context) error {
 	if j.ask == nil {
 		return fmt.Errorf("checkpoint %w", ErrNotReal)
 	}
-	if j.down != nil && j.down() {
-		return nil
+	if j.working != nil && !j.working() {
+		return nil // nothing to save now
 	}
 	done := j.Status().Done
 	if err := j.ask(ctx); err != nil {

@@ -40,13 +40,13 @@ func TestJobProgress(t *testing.T) {
 
 // TestJobCheckpoint: checkpoint-restart's job asks the coordinator when
 // the policy says so and dates its last checkpoint by the request, so
-// that the policy's interval runs from it; while the job is down it is
-// not working and asks nothing.
+// that the policy's interval runs from it; while the job is down (or not
+// yet training) it is not working and asks nothing.
 func TestJobCheckpoint(t *testing.T) {
 	start := time.Date(2015, 3, 2, 0, 0, 0, 0, time.UTC)
 	now, down, asked := start, false, 0
 	j := &job{total: 4000, of: 10, ckptAt: start, passes: func() int { return 3 },
-		ask: func(context.Context) error { asked++; return nil }, now: func() time.Time { return now }, down: func() bool { return down }}
+		ask: func(context.Context) error { asked++; return nil }, now: func() time.Time { return now }, working: func() bool { return !down }}
 	if st := j.Status(); !st.CheckpointAt.Equal(start) || !st.Working {
 		t.Fatalf("at the start: %+v", st)
 	}
