@@ -131,7 +131,10 @@ func TestRealReplay(t *testing.T) {
 		t.Errorf("test accuracy %v, want lr's on a9a", r.TestAccuracy)
 	case !(r.Dollars > 0) || !(r.Hours > 0):
 		t.Errorf("dollars %v, hours %v", r.Dollars, r.Hours)
+	case r.UpdatesLost == nil:
+		t.Errorf("updates_lost null: want the audit's count\n%s", out)
 	}
+	t.Logf("tiers: %d evictions, updates_lost %s", r.Evictions, fmtOpt(r.UpdatesLost))
 
 	// SIGTERM once the machines run.
 	cmd := exec.Command(bin, append(realReplayArgs(t, "tiers"), "--passes", "100")...)
