@@ -107,15 +107,3 @@ func TestDrillLDAStateSurvives(t *testing.T) {
 	}
 	t.Logf("faults %+v; training %.2fs; examples repeated %v", rep.Faults, rep.TrainingSeconds, ptr(rep.ExamplesRepeated))
 }
-
-// TestTrainProcessesRefusesCheckpointFlags: checkpoint flags, which the
-// drill of processes would ignore, are an error before anything starts.
-func TestTrainProcessesRefusesCheckpointFlags(t *testing.T) {
-	for _, f := range [][]string{{"--checkpoint-dir", t.TempDir()}, {"--checkpoint-every", "2"}, {"--resume", t.TempDir()}} {
-		args := append([]string{"train", "--processes"}, f...)
-		out, err := exec.Command(terrace(t), args...).CombinedOutput()
-		if err == nil || !strings.Contains(string(out), f[0]+" is not taken with --processes") {
-			t.Errorf("%v: err %v, output:\n%s", f, err, out)
-		}
-	}
-}

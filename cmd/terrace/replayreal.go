@@ -105,8 +105,12 @@ func runRealReplay(cmd *cobra.Command, f replayFlags, cfg replay.Config, names [
 			return fmt.Errorf("real replay of %s: %w", name, err)
 		}
 		rep.Policies[name] = res
-		fmt.Fprintf(cmd.OutOrStdout(), "%-9s $%.2f  %.2f h  %d evictions  %d acquisitions  %d stage switches  test accuracy %s  AUC %s  (%.1f s wall; logs in %s)\n",
-			name, res.Dollars, res.Hours, res.Evictions, res.Acquisitions, res.StageSwitches, fmtOpt(res.TestAccuracy), fmtOpt(res.TestAUC), res.WallSeconds, res.RunDir)
+		fmt.Fprintf(cmd.OutOrStdout(), "%-9s $%.2f  %.2f h  %d evictions  %d acquisitions  %d stage switches  %s updates lost  test accuracy %s  AUC %s  (%.1f s wall; logs in %s)\n",
+			name, res.Dollars, res.Hours, res.Evictions, res.Acquisitions, res.StageSwitches, fmtCount(res.UpdatesLost), fmtOpt(res.TestAccuracy), fmtOpt(res.TestAUC), res.WallSeconds, res.RunDir)
+		if name == "checkpoint" {
+			fmt.Fprintf(cmd.OutOrStdout(), "%-9s %d restarts, %d checkpoint requests at the policy's interval, newest committed checkpoint %d\n",
+				"", res.Restarts, len(res.CheckpointRequests), res.CheckpointsCommitted)
+		}
 	}
 	if od, ok := rep.Policies["ondemand"]; ok {
 		for name, res := range rep.Policies {
@@ -145,6 +149,13 @@ func runDirOf(dir, name string) string {
 		return ""
 	}
 	return dir + "/" + name
+}
+
+func fmtCount(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return strconv.FormatFloat(*v, 'f', 0, 64)
 }
 
 func fmtOpt(v *float64) string {

@@ -63,6 +63,10 @@ type realPolicy struct {
 	Acquisitions int      `json:"acquisitions"`
 	Restarts     int      `json:"restarts"`
 	TestAccuracy *float64 `json:"test_accuracy"`
+	UpdatesLost  *float64 `json:"updates_lost"`
+	// checkpoint-restart's
+	CheckpointRequests   []time.Time `json:"checkpoint_requests"`
+	CheckpointsCommitted int         `json:"checkpoints_committed"`
 }
 
 // realReplayArgs are the arguments of a real replay of policy over the
@@ -79,9 +83,11 @@ func realReplayArgs(t *testing.T, policy string) []string {
 // replayForReal runs a real replay of policy to its end, checks that it
 // left no process, and returns its report's figures for the policy and
 // its output.
-func replayForReal(t *testing.T, bin, policy string) (realPolicy, []byte) {
+func replayForReal(t *testing.T, bin, policy string, extra ...string) (realPolicy, []byte) {
 	t.Helper()
 	args := realReplayArgs(t, policy)
+	report := args[len(args)-1]
+	args = append(args, extra...)
 	out, err := exec.Command(bin, args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
@@ -89,7 +95,7 @@ func replayForReal(t *testing.T, bin, policy string) (realPolicy, []byte) {
 	if left := runningOf(t, bin); len(left) > 0 {
 		t.Errorf("processes left after the replay: %v", left)
 	}
-	raw, err := os.ReadFile(args[len(args)-1])
+	raw, err := os.ReadFile(report)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +131,10 @@ func TestRealReplay(t *testing.T) {
 		t.Errorf("test accuracy %v, want lr's on a9a", r.TestAccuracy)
 	case !(r.Dollars > 0) || !(r.Hours > 0):
 		t.Errorf("dollars %v, hours %v", r.Dollars, r.Hours)
+	case r.UpdatesLost == nil:
+		t.Errorf("updates_lost null: want the audit's count\n%s", out)
 	}
+	t.Logf("tiers: %d evictions, updates_lost %s", r.Evictions, fmtOpt(r.UpdatesLost))
 
 	// SIGTERM once the machines run.
 	cmd := exec.Command(bin, append(realReplayArgs(t, "tiers"), "--passes", "100")...)
@@ -157,22 +166,40 @@ func TestRealReplay(t *testing.T) {
 }
 
 // TestRealReplayCheckpoint runs checkpoint-restart for real over the
-// spike: its machines in 1a are taken at the spike, every process of the
-// job is killed, the policy buys again in 1b, and a new cluster resumes
-// from the last checkpoint and trains to the end; nothing is left
-// running (TERRACE_REAL_REPLAY=1; about 20 s).
+// spike, 30 passes at 900x (a pass is about half the policy's
+// interval):
+// the policy asks the coordinator for checkpoints at its interval, not
+// every pass; its machines in 1a are taken at the spike, every process of
+// the job is killed, the work acknowledged since the last committed
+// checkpoint is counted in updates_lost, the policy buys again in 1b,
+// and a new cluster resumes from that checkpoint and trains to the end;
+// nothing is left running (TERRACE_REAL_REPLAY=1; 30-60 s).
 func TestRealReplayCheckpoint(t *testing.T) {
 	if os.Getenv("TERRACE_REAL_REPLAY") == "" {
 		t.Skip("set TERRACE_REAL_REPLAY=1")
 	}
-	r, out := replayForReal(t, terrace(t), "checkpoint")
+	r, out := replayForReal(t, terrace(t), "checkpoint", "--speedup", "900", "--passes", "30")
+	t.Logf("%d evictions, %d restarts, updates_lost %v, %d checkpoint requests, newest committed %d",
+		r.Evictions, r.Restarts, fmtOpt(r.UpdatesLost), len(r.CheckpointRequests), r.CheckpointsCommitted)
 	switch {
 	case r.Evictions < 1 || r.Restarts < 1:
 		t.Errorf("%d evictions, %d restarts: want the spike to evict the job and a restart from its checkpoint\n%s", r.Evictions, r.Restarts, out)
 	case r.TestAccuracy == nil || *r.TestAccuracy < 0.8:
 		t.Errorf("test accuracy %v, want lr's on a9a after the restart", r.TestAccuracy)
+	case r.UpdatesLost == nil || *r.UpdatesLost <= 0:
+		t.Errorf("updates_lost %v: want the restart's rolled-back work counted\n%s", r.UpdatesLost, out)
+	case len(r.CheckpointRequests) < 1 || len(r.CheckpointRequests) >= 30 || r.CheckpointsCommitted < 1:
+		t.Errorf("%d checkpoint requests, %d committed over 30 passes: want the policy's interval (about two passes here), not every pass\n%s", len(r.CheckpointRequests), r.CheckpointsCommitted, out)
+	}
+	// The policy's interval on this trace is about 25 minutes of trace
+	// time (Daly's, from the day of history before the start), a pass
+	// about 12 at 900x.
+	for i := 1; i < len(r.CheckpointRequests); i++ {
+		if gap := r.CheckpointRequests[i].Sub(r.CheckpointRequests[i-1]); gap < 20*time.Minute {
+			t.Errorf("checkpoint requests %v apart (%v, %v): want the policy's interval", gap, r.CheckpointRequests[i-1], r.CheckpointRequests[i])
+		}
 	}
 	if !strings.Contains(string(out), "restarted from the checkpoint") {
-		t.Errorf("no restart in the progress lines\n%s", out)
+		t.Errorf("no restart from a checkpoint in the progress lines\n%s", out)
 	}
 }

@@ -142,15 +142,13 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 				return err
 			}
 			if d.processes {
-				// The drill's audit counts every pass from the first, so a
-				// resumed drill would be misread; checkpoints of a cluster
-				// of processes are the coordinator's flags.
-				for _, f := range []string{"checkpoint-dir", "checkpoint-every", "checkpoint-keep", "resume"} {
-					if cmd.Flags().Changed(f) {
-						return fmt.Errorf("--%s is not taken with --processes (the drill audits every pass from the first): give it to `terrace coordinator` in a cluster of processes, or train without --processes", f)
-					}
+				// Checkpoints of a cluster of processes are its
+				// coordinators' (train_checkpoint.go).
+				ck, err := newProcessCheckpoints(checkpointDir, checkpointEvery, checkpointKeep, resumeDir)
+				if err != nil {
+					return err
 				}
-				return trainProcesses(ctx, cmd, a, d, append(sched, add...).Sorted(), servers, workers, partitions, replication, logLevel, reportPath, tcfg)
+				return trainProcesses(ctx, cmd, a, d, append(sched, add...).Sorted(), servers, workers, partitions, replication, logLevel, reportPath, tcfg, ck)
 			}
 			pout := &progressOut{w: out}
 			job, err := a.job(pout)
@@ -361,7 +359,7 @@ func writeReport(path string, v any) error {
 // schedule, and the report with the drill's findings. The report is
 // written even when the drill fails, as far as it got.
 func trainProcesses(ctx context.Context, cmd *cobra.Command, a appFlags, d drillFlags, sched drill.Schedule,
-	servers, workers, partitions, replication int, logLevel, reportPath string, tiers *drill.Tiers) error {
+	servers, workers, partitions, replication int, logLevel, reportPath string, tiers *drill.Tiers, ck processCheckpoints) error {
 	out := cmd.OutOrStdout()
 	if _, err := a.job(nil); err != nil { // the same checks as the workers', before anything starts
 		return err
@@ -376,6 +374,9 @@ func trainProcesses(ctx context.Context, cmd *cobra.Command, a appFlags, d drill
 		return err
 	}
 	cfg.Audit = &drill.Audit{Rows: rows, Passes: passes, Every: d.auditEvery}
+	if err := ck.apply(ctx, out, &cfg); err != nil {
+		return err
+	}
 	if a.app == "lr" {
 		train, err := data.ReadLIBSVM(or(a.train, defaultTrain))
 		if err != nil {

@@ -114,6 +114,14 @@ type Config struct {
 	// Tiers, when set, runs machines of two classes in place of Servers
 	// and Workers (tiers.go).
 	Tiers *Tiers
+	// CoordArgs are further flags for every coordinator (train
+	// --processes's --checkpoint-dir, --checkpoint-every,
+	// --checkpoint-keep, --resume).
+	CoordArgs []string
+	// AuditBase, for a job resumed from a checkpoint, is what the
+	// checkpoint's audit table held by worker rank (CheckpointAudit): the
+	// servers start with it, and it counts as acknowledged.
+	AuditBase map[int]int64
 }
 
 // Node is one process of the drill.
@@ -381,6 +389,7 @@ func (d *drill) run(ctx context.Context) error {
 	if cfg.FailureTimeout > 0 {
 		common = append(common, "--failure-timeout", cfg.FailureTimeout.String())
 	}
+	common = append(common, cfg.CoordArgs...)
 	if t := cfg.Tiers; t != nil {
 		if t.Stage == AutoStage {
 			a, stage, err := newAutoPilot(t)
@@ -800,6 +809,7 @@ func (d *drill) accountAudit(perWorker, perRow []float32) {
 		audits = append(audits, a) // rank -1: it never said; it lost nothing
 
 	}
+	audits = addBase(audits, d.cfg.AuditBase)
 	d.rep.fill(audits, timelines, perWorker, perRow, d.cfg.Audit.Passes, d.started)
 	d.timelines = timelines
 }

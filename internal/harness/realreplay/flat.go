@@ -14,12 +14,13 @@ import (
 // "The local provider and the real replay"). Every machine is a server
 // and workers with no tiers (the drill's reliable class: without tiers
 // the class means nothing to the system, whatever the market calls the
-// machine); the coordinator checkpoints at every pass boundary (the
-// coordinator checkpoints on passes, not on the policy's clock). The
-// first machine the provider takes stops the whole job: every process
-// is killed, as a flat job without tiers loses its state with any
-// server. Once the policy holds its footprint again, a new cluster
-// resumes from the newest checkpoint on those machines.
+// machine); the coordinator checkpoints when the policy asks, at its
+// interval (job.Checkpoint: POST /v1/checkpoint, taken at the next pass
+// boundary). The first machine the provider takes stops the whole job:
+// every process is killed, as a flat job without tiers loses its state
+// with any server, and the work acknowledged since the newest committed
+// checkpoint is counted as lost. Once the policy holds its footprint
+// again, a new cluster resumes from that checkpoint on those machines.
 type flat struct {
 	dir  string              // the checkpoints, shared by every cluster
 	base drill.ClusterConfig // the first cluster's
@@ -33,11 +34,18 @@ type flat struct {
 	passes  int // rank 0's passes before the last stop
 	// Restarts counts the job's restarts from a checkpoint.
 	Restarts int
-	tmp      bool // dir is ours to remove
+	// Lost counts the acknowledged updates the restarts rolled back.
+	Lost int64
+	// resumed is what the running cluster's audit table started with:
+	// the checkpoint it resumed from (nil for the first cluster, or a
+	// restart with no checkpoint to resume from).
+	resumed map[int]int64
+	tmp     bool // dir is ours to remove
 }
 
 // configure turns the first cluster's configuration into a flat job's
-// of need machines that checkpoints every pass.
+// of need machines that checkpoints when the policy asks (no
+// --checkpoint-every: the coordinator takes none of its own).
 func (f *flat) configure(cc drill.ClusterConfig, need int) (drill.ClusterConfig, error) {
 	if need <= 0 {
 		return cc, fmt.Errorf("checkpoint: no machine in the first plan")
@@ -57,7 +65,7 @@ func (f *flat) configure(cc drill.ClusterConfig, need int) (drill.ClusterConfig,
 	per := max(1, cc.WorkersPerMachine)
 	f.need = need
 	cc.Servers, cc.Workers, cc.Stage = need, need*per, ""
-	cc.CoordArgs = append(slices.Clone(cc.CoordArgs), "--checkpoint-dir", f.dir, "--checkpoint-every", "1")
+	cc.CoordArgs = append(slices.Clone(cc.CoordArgs), "--checkpoint-dir", f.dir)
 	f.base = cc
 	return cc, nil
 }
@@ -86,8 +94,9 @@ func (f *flat) start(c *drill.Cluster) (string, error) {
 	return alias, nil
 }
 
-// kill takes a machine away: the job stops, every process killed.
-func (f *flat) kill(c *drill.Cluster, alias string) error {
+// kill takes a machine away: the job stops, every process killed, and
+// the work acknowledged since the newest committed checkpoint is lost.
+func (f *flat) kill(ctx context.Context, c *drill.Cluster, alias string) error {
 	name := f.aliases[alias]
 	delete(f.aliases, alias)
 	if f.down || name == "" {
@@ -108,6 +117,29 @@ func (f *flat) kill(c *drill.Cluster, alias string) error {
 	}
 	c.Close()
 	f.down = true
+	return f.rollBack(ctx, c)
+}
+
+// rollBack counts what a restart from the newest committed checkpoint
+// loses, once every process of the stopped cluster has exited: the
+// updates its workers' audit logs say were acknowledged (plus what the
+// cluster resumed with) beyond those the checkpoint's audit table holds.
+func (f *flat) rollBack(ctx context.Context, c *drill.Cluster) error {
+	acked := map[int]int64{}
+	for _, l := range c.AuditLogs() {
+		acked[l.Rank] += l.Acked
+	}
+	saved, err := drill.CheckpointAudit(ctx, f.dir)
+	if err != nil {
+		return err
+	}
+	f.Lost += drill.RolledBack(f.resumed, acked, saved)
+	// The job's progress goes back to the checkpoint, as the simulated
+	// job's does at a crash.
+	f.passes, f.resumed = saved.Pass+1, nil
+	if saved.Pass >= 0 {
+		f.resumed = saved.ByRank
+	}
 	return nil
 }
 
@@ -133,7 +165,11 @@ func (r *run) restart(ctx context.Context) error {
 	if cc.RunDir != "" {
 		cc.RunDir = filepath.Join(cc.RunDir, fmt.Sprintf("restart-%d", f.Restarts))
 	}
-	cc.CoordArgs = append(slices.Clone(cc.CoordArgs), "--resume")
+	if f.resumed != nil {
+		// With no committed checkpoint the job starts again from
+		// scratch: everything it did was rolled back.
+		cc.CoordArgs = append(slices.Clone(cc.CoordArgs), "--resume")
+	}
 	c, err := drill.StartCluster(ctx, cc)
 	if err != nil {
 		return fmt.Errorf("restart %d from the checkpoint: %w", f.Restarts, err)
@@ -154,7 +190,11 @@ func (r *run) restart(ctx context.Context) error {
 	}
 	f.down = false
 	if r.cfg.Progress != nil {
-		fmt.Fprintf(r.cfg.Progress, "replay: %s restarted from the checkpoint on %d machines (restart %d)\n", r.name, len(aliases), f.Restarts)
+		from := fmt.Sprintf("from the checkpoint after pass %d", f.passes)
+		if f.resumed == nil {
+			from = "from scratch (no checkpoint committed)"
+		}
+		fmt.Fprintf(r.cfg.Progress, "replay: %s restarted %s on %d machines (restart %d; %d acknowledged updates rolled back so far)\n", r.name, from, len(aliases), f.Restarts, f.Lost)
 	}
 	return nil
 }

@@ -65,8 +65,10 @@ type Config struct {
 	Progress io.Writer
 }
 
-// Result is what one policy's real run cost and reached. UpdatesLost is
-// null: the real replay runs no audit.
+// Result is what one policy's real run cost and reached. UpdatesLost
+// comes from the drill's audit tables: the acknowledged updates the
+// servers do not hold at the end, and for checkpoint-restart those its
+// restarts rolled back (null if the audit could not be read).
 type Result struct {
 	replay.Result
 	UpdatesLost  *float64 `json:"updates_lost"`
@@ -81,6 +83,12 @@ type Result struct {
 	// Restarts counts a checkpoint-restart job's restarts from its
 	// checkpoint.
 	Restarts int `json:"restarts,omitempty"`
+	// CheckpointRequests are the trace times at which checkpoint-restart's
+	// policy asked the coordinator for a checkpoint (at its interval τ);
+	// CheckpointsCommitted is the newest committed checkpoint's number at
+	// the end (numbers go on across restarts).
+	CheckpointRequests   []time.Time `json:"checkpoint_requests,omitempty"`
+	CheckpointsCommitted uint64      `json:"checkpoints_committed,omitempty"`
 }
 
 type wallClock struct{}
@@ -100,6 +108,10 @@ type run struct {
 	job     *job
 	err     error
 	flat    *flat // checkpoint-restart (flat.go); nil otherwise
+	// checkpoints are the trace times of the policy's checkpoint
+	// requests; askedSeq the checkpoint the last one was told it serves.
+	checkpoints []time.Time
+	askedSeq    uint64
 }
 
 // Run replays policy name from start on real processes until the job is
@@ -120,10 +132,14 @@ func Run(ctx context.Context, cfg Config, name string, start time.Time) (Result,
 	if err != nil {
 		return res, err
 	}
-	r := &run{ctx: ctx, cfg: cfg, name: name, job: &job{total: cfg.Replay.Updates, of: cfg.Passes}}
+	// Every worker audits its pushes (as train --processes does), which
+	// gives updates_lost. One record a write: a killed worker's log then
+	// lacks only the acknowledgements it had not yet written.
+	cfg.Cluster.Audit = &drill.Audit{Passes: cfg.Passes, Every: 1}
+	r := &run{ctx: ctx, cfg: cfg, name: name, job: &job{total: cfg.Replay.Updates, of: cfg.Passes, ckptAt: start}}
 	if name == "checkpoint" {
 		r.flat = &flat{aliases: map[string]string{}}
-		r.job.flat = true
+		r.job.ask = r.checkpoint
 	}
 	machines := &clusterMachines{r: r}
 	r.prov = localprov.New(ctx, localprov.Config{
@@ -154,7 +170,7 @@ func Run(ctx context.Context, cfg Config, name string, start time.Time) (Result,
 		defer r.flat.close()
 	}
 	res.RunDir = r.cluster.RunDir()
-	r.job.passes = r.passes
+	r.job.passes, r.job.now, r.job.working = r.passes, r.prov.Trace().Now, r.working
 	wall0 := cfg.Clock.Now()
 	fin, err := r.loop(ctx, start, wall0)
 	if err != nil {
@@ -260,6 +276,43 @@ func (r *run) loop(ctx context.Context, start, wall0 time.Time) (time.Time, erro
 	}
 }
 
+// checkpoint asks the running coordinator for a checkpoint at the next
+// pass boundary: the checkpoint policy's decision at its interval.
+func (r *run) checkpoint(ctx context.Context) error {
+	if r.flat == nil || r.flat.down || r.cluster == nil {
+		return nil // nothing runs to checkpoint
+	}
+	seq, err := r.cluster.RequestCheckpoint(ctx)
+	if err != nil {
+		return err
+	}
+	at := r.prov.Trace().Now()
+	r.checkpoints = append(r.checkpoints, at)
+	// Requests before the next pass boundary share one checkpoint (an
+	// interval shorter than a pass): the first is told.
+	if r.cfg.Progress != nil && seq != r.askedSeq {
+		r.askedSeq = seq
+		fmt.Fprintf(r.cfg.Progress, "replay: %s %s: checkpoint %d asked for (at the next pass boundary)\n", r.name, at.Format(time.RFC3339), seq)
+	}
+	return nil
+}
+
+// working says the job makes progress: its cluster has formed and
+// trained (its first push acknowledged), and, for checkpoint-restart, it
+// is not stopped waiting for machines or starting again. The simulated
+// job is not working during its start (start_seconds) either.
+func (r *run) working() bool {
+	if r.flat != nil && r.flat.down {
+		return false
+	}
+	select {
+	case <-r.cluster.Training():
+		return true
+	default:
+		return false
+	}
+}
+
 func (r *run) failed() error {
 	return errors.Join(r.err, r.prov.Err(), r.cluster.Err())
 }
@@ -270,6 +323,21 @@ func (r *run) finish(ctx context.Context, res Result, start, fin, wall0 time.Tim
 	r.prov.Trace().AdvanceTo(fin)
 	c := r.mgr.Counts()
 	st, stErr := r.cluster.StageHistory(ctx)
+	// Counted before any machine is released: the servers hold the
+	// audit table.
+	var base map[int]int64
+	if r.flat != nil {
+		base = r.flat.resumed
+	}
+	if lost, err := r.cluster.UpdatesLost(ctx, base); err == nil {
+		if r.flat != nil {
+			lost += r.flat.Lost
+		}
+		n := float64(lost)
+		res.UpdatesLost = &n
+	} else if r.cfg.Progress != nil {
+		fmt.Fprintf(r.cfg.Progress, "replay: %s: updates_lost not counted: %v\n", r.name, err)
+	}
 	for _, h := range r.mgr.Held() {
 		if err := r.mgr.Release(ctx, h.ID); err != nil {
 			return res, err
@@ -289,6 +357,10 @@ func (r *run) finish(ctx context.Context, res Result, start, fin, wall0 time.Tim
 	res.WallSeconds = r.cfg.Clock.Now().Sub(wall0).Seconds()
 	if r.flat != nil {
 		res.Restarts = r.flat.Restarts
+		res.CheckpointRequests = r.checkpoints
+		if saved, err := drill.CheckpointAudit(ctx, r.flat.dir); err == nil && saved.Pass >= 0 {
+			res.CheckpointsCommitted = saved.Seq
+		}
 	}
 	if m := r.cluster.Metrics(); m != nil {
 		acc, auc := m["test_accuracy"], m["test_auc"]
@@ -298,27 +370,52 @@ func (r *run) finish(ctx context.Context, res Result, start, fin, wall0 time.Tim
 }
 
 // job is the real job as the manager sees it: its progress in passes,
-// as rank 0 reports them.
+// as rank 0 reports them, and for checkpoint-restart when it last asked
+// for a checkpoint.
 type job struct {
 	total  float64
 	passes func() int
-	of     int  // passes asked for
-	flat   bool // checkpoint-restart: the coordinator checkpoints every pass
+	of     int // passes asked for
+	// ask asks the coordinator for a checkpoint (checkpoint-restart
+	// only); now is the trace time; working says the job makes progress
+	// (run.working; always before the cluster starts).
+	ask     func(context.Context) error
+	now     func() time.Time
+	working func() bool
+	// ckptAt is when the last checkpoint was asked for (the job's start
+	// before the first), ckptDone the work done then: the policy's
+	// interval runs from it.
+	ckptAt   time.Time
+	ckptDone float64
 }
 
 func (j *job) Status() rm.JobStatus {
-	st := rm.JobStatus{Total: j.total, Working: true}
+	st := rm.JobStatus{Total: j.total, Working: j.working == nil || j.working(), Checkpointed: j.ckptDone, CheckpointAt: j.ckptAt}
 	if j.passes != nil && j.of > 0 {
 		st.Done = j.total * float64(j.passes()) / float64(j.of)
 	}
 	return st
 }
 
-func (j *job) Checkpoint(context.Context) error {
-	if j.flat {
-		return nil // the coordinator checkpoints at every pass boundary (flat.go)
+// Checkpoint asks the running coordinator for a checkpoint at the next
+// pass boundary. The interval is counted from the request: the
+// checkpoint follows within a pass, and its time is the job's own.
+func (j *job) Checkpoint(ctx context.Context) error {
+	if j.ask == nil {
+		return fmt.Errorf("checkpoint %w", ErrNotReal)
 	}
-	return fmt.Errorf("checkpoint %w", ErrNotReal)
+	if j.working != nil && !j.working() {
+		return nil // nothing to save now
+	}
+	done := j.Status().Done
+	if err := j.ask(ctx); err != nil {
+		return err
+	}
+	if j.now != nil {
+		j.ckptAt = j.now()
+	}
+	j.ckptDone = done
+	return nil
 }
 
 // clusterMachines carries the provider's machines out on the cluster;
@@ -353,9 +450,9 @@ func (m *clusterMachines) Notice(_ context.Context, name string) error {
 	return m.r.cluster.Notice(name)
 }
 
-func (m *clusterMachines) Kill(_ context.Context, name string) error {
+func (m *clusterMachines) Kill(ctx context.Context, name string) error {
 	if m.r.flat != nil {
-		return m.r.flat.kill(m.r.cluster, name)
+		return m.r.flat.kill(ctx, m.r.cluster, name)
 	}
 	return m.r.cluster.Kill(name)
 }
