@@ -446,6 +446,7 @@ func (c *Cluster) Close() {
 		}
 		c.mu.Unlock()
 		c.d.sup.stopAll(3 * time.Second)
+		dropEtcdData(c.d.cfg.RunDir, c.d.log)
 		c.d.sup.close()
 		c.logf.Close()
 	})

@@ -308,6 +308,20 @@ func (d *drill) awaitCoordinator(ctx context.Context, c *proc, by <-chan time.Ti
 // empty), returns it absolute, and removes the worker reports and audit
 // logs an earlier run left there, which would be read as this run's (a
 // worker that finished before it started).
+// dropEtcdData removes the coordinators' etcd data from a run directory
+// once every process has stopped: about 65 MB each (etcd preallocates its
+// log), of no use after the run, where the logs and reports are what a
+// run directory is kept for. Drills and replays left them in /tmp by the
+// gigabyte.
+func dropEtcdData(dir string, log *slog.Logger) {
+	dirs, _ := filepath.Glob(filepath.Join(dir, "etcd*"))
+	for _, d := range dirs {
+		if err := os.RemoveAll(d); err != nil {
+			log.Warn("drill: removing the coordinator's etcd data", "dir", d, "err", err)
+		}
+	}
+}
+
 func prepareRunDir(dir, prefix string) (string, error) {
 	if dir == "" {
 		d, err := os.MkdirTemp("", prefix)
@@ -538,6 +552,7 @@ func (d *drill) run(ctx context.Context) error {
 	d.timeline(ctx)
 	// The workers are gone: stop the rest, politely first.
 	d.sup.stopAll(3 * time.Second)
+	dropEtcdData(d.cfg.RunDir, d.log)
 	finished := 0
 	for _, w := range d.workers {
 		if d.workerReport(w) != nil {
