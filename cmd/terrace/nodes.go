@@ -35,7 +35,17 @@ them form their own etcd cluster with --etcd-cluster. One leads and serves;
 the others wait, and the first to win the election after the leader fails
 restores its state and takes over. Clients take every coordinator's
 address, comma-separated.`,
-		Args: cobra.NoArgs,
+		Args: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case len(args) == 0:
+				return nil
+			case cmd.Flags().Changed("resume"):
+				// train --resume takes the directory; the coordinator's
+				// --resume is a switch (cobra said: unknown command "DIR").
+				return fmt.Errorf("unexpected argument %q: the coordinator's --resume takes no directory, it resumes from --checkpoint-dir (--checkpoint-dir %s --resume)", args[0], args[0])
+			}
+			return fmt.Errorf("unexpected argument %q: the coordinator takes flags only", args[0])
+		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			class, err := tiers.apply(&o)
 			if err != nil {

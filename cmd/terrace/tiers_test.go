@@ -29,6 +29,8 @@ func TestTierFlags(t *testing.T) {
 		{[]string{"coordinator", "--class", "transient"}, "--class transient: the coordinator runs only on reliable machines"},
 		{[]string{"coordinator", "--class", "spot"}, `--class: "spot": unknown class`},
 		{[]string{"coordinator", "--stage", "0"}, `--stage: "0": unknown stage`},
+		{[]string{"coordinator", "--resume", "ck"}, `the coordinator's --resume takes no directory, it resumes from --checkpoint-dir (--checkpoint-dir ck --resume)`},
+		{[]string{"coordinator", "extra"}, `unexpected argument "extra"`},
 		{[]string{"server", "--class", "cheap"}, `--class: "cheap": unknown class`},
 		{[]string{"worker", "--class", "cheap"}, `--class: "cheap": unknown class`},
 		// Refused before the worker waits for a coordinator (none listens here).
