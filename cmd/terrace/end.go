@@ -40,17 +40,29 @@ func (p *jobProgress) show(w io.Writer, st api.JobStatus) {
 	if st.Number != p.job { // the next job on a cluster that stayed up
 		p.job, p.printed = st.Number, nil
 	}
+	var restored []int // consecutive restored passes, printed as one line
+	flush := func() {
+		switch n := len(restored); {
+		case n == 1:
+			fmt.Fprintf(w, "terrace coordinator: pass %d restored from the checkpoint (evaluated in the run that trained it)\n", restored[0])
+		case n > 1:
+			fmt.Fprintf(w, "terrace coordinator: passes %d-%d restored from the checkpoint (evaluated in the run that trained them)\n", restored[0], restored[n-1])
+		}
+		restored = restored[:0]
+	}
 	for _, r := range st.Results {
 		if slices.Contains(p.printed, r.Pass) {
 			continue
 		}
 		p.printed = append(p.printed, r.Pass)
 		if r.Restored {
-			fmt.Fprintf(w, "terrace coordinator: pass %d restored from the checkpoint (evaluated in the run that trained it)\n", r.Pass)
+			restored = append(restored, r.Pass)
 			continue
 		}
+		flush()
 		fmt.Fprintf(w, "terrace coordinator: pass %d evaluated by rank %d:%s\n", r.Pass, r.Rank, metricsLine(r))
 	}
+	flush()
 }
 
 func metricsLine(r api.PassResult) string {

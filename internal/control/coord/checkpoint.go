@@ -197,6 +197,8 @@ type Resumed struct {
 	Partitions int
 	MaxClock   int64
 	States     map[int]int
+	// Job is the job the checkpoint was written by (nil if unknown).
+	Job *api.Job
 }
 
 // Resume starts a machine that nothing has joined from checkpoint r: its
@@ -209,6 +211,10 @@ func (m *Machine) Resume(r Resumed) map[int][]uint64 {
 		m.st.Layout.Partitions = r.Partitions
 	}
 	m.st.Passes, m.st.DoneBefore, m.st.MaxClock = map[int]*Pass{}, r.Pass+1, r.MaxClock
+	if r.Job != nil {
+		j := *r.Job
+		m.st.Job, m.st.ResumedJob = &j, true
+	}
 	// Passes (numbered from 1) before the checkpoint's last are not
 	// evaluated again: every worker would report the restored model under
 	// each of their numbers.

@@ -135,7 +135,7 @@ func (c *Coordinator) resume(dir string) error {
 		counts[p] = max(1, len(m.StatePieces[p]))
 	}
 	vers := c.m.Resume(Resumed{Dir: dir, Seq: m.Seq, Pass: m.Pass, Servers: m.Servers, Tables: m.Tables,
-		Partitions: m.Partitions, MaxClock: m.MaxClock, States: counts})
+		Partitions: m.Partitions, MaxClock: m.MaxClock, States: counts, Job: m.Job})
 	for p, blob := range states {
 		for i, v := range vers[p] {
 			piece := blob

@@ -41,8 +41,8 @@ func (m *Machine) SubmitJob(id uint64, j api.Job) {
 		return
 	case l.JobDone:
 		m.nextJob(j)
-	case m.st.Job == nil:
-		m.st.Job = &j
+	case m.st.Job == nil, m.st.ResumedJob && len(m.st.Workers) == 0:
+		m.st.Job, m.st.ResumedJob = &j, false
 		m.dirty = true
 	}
 	if !reflect.DeepEqual(*m.st.Job, j) {

@@ -253,3 +253,37 @@ func TestResumedPassesNotEvaluatedAgain(t *testing.T) {
 		t.Errorf("passes marked restored %v, want [1 2]", restored)
 	}
 }
+
+// TestResumedJob: a coordinator resumed from a checkpoint holds the job
+// that wrote it, so that workers started with no job flags train it (they
+// waited for a job nobody would submit); a job submitted before any
+// worker joins replaces it (train --resume with more passes), one
+// submitted after is refused as any other.
+func TestResumedJob(t *testing.T) {
+	ckpt := api.Job{App: "lr", Train: "a9a.gz", Passes: 10}
+	more := ckpt
+	more.Passes = 20
+	m := NewMachine(Config{Servers: 2, Workers: 2, Partitions: 2, Replication: 2}, t0)
+	m.Resume(Resumed{Dir: "ckpt", Seq: 1, Pass: 4, Job: &ckpt})
+	r := &jobRig{t: t, m: m}
+	if j := r.m.JobStatus().Job; j == nil || *j != ckpt {
+		t.Fatalf("resumed job %+v, want the checkpoint's %+v", j, ckpt)
+	}
+	if rep := r.step(func(m *Machine, id uint64) { m.SubmitJob(id, more) }); rep.Err != nil || *rep.Job != more {
+		t.Fatalf("a job submitted before any worker joined: %v, job %+v; want it to replace the checkpoint's", rep.Err, rep.Job)
+	}
+	r.step(func(m *Machine, id uint64) { m.Join(id, api.Join{Role: api.RoleWorker, ID: "w0"}) })
+	if rep := r.step(func(m *Machine, id uint64) { m.SubmitJob(id, ckpt) }); !errors.Is(rep.Err, api.ErrJobConflict) {
+		t.Errorf("another job once a worker joined: %v, want ErrJobConflict", rep.Err)
+	}
+
+	// Resumed and joined before anyone submitted: the checkpoint's job is
+	// in force.
+	m = NewMachine(Config{Servers: 2, Workers: 2, Partitions: 2, Replication: 2}, t0)
+	m.Resume(Resumed{Dir: "ckpt", Seq: 1, Pass: 4, Job: &ckpt})
+	r = &jobRig{t: t, m: m}
+	r.step(func(m *Machine, id uint64) { m.Join(id, api.Join{Role: api.RoleWorker, ID: "w0"}) })
+	if rep := r.step(func(m *Machine, id uint64) { m.SubmitJob(id, more) }); !errors.Is(rep.Err, api.ErrJobConflict) {
+		t.Errorf("another job after a worker took the checkpoint's: %v, want ErrJobConflict", rep.Err)
+	}
+}

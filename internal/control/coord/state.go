@@ -73,6 +73,10 @@ type State struct {
 	// by pass counted from 1.
 	Job   *api.Job      `json:"job,omitempty"`
 	Evals map[int]*Eval `json:"evals,omitempty"`
+	// ResumedJob: Job is the checkpoint's the cluster resumed from, which
+	// a job submitted before any worker has joined replaces (train
+	// --resume with more passes); workers given no job take it.
+	ResumedJob bool `json:"resumed_job,omitempty"`
 	// TableBase is the highest table ID of the jobs before this one: a
 	// job's tables are numbered after it, so that no server mistakes an
 	// old job's table for a new one's (nextjob.go).
