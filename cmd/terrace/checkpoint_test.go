@@ -21,15 +21,7 @@ func TestCheckpointResume(t *testing.T) {
 	data := []string{"--train", repoFile("datasets/a9a/a9a.gz"), "--test", repoFile("datasets/a9a/a9a.t.gz")}
 	run := func(report string, args ...string) map[string]any {
 		t.Helper()
-		out, err := exec.Command(terrace(t), append(append([]string{"train", "--report", report}, data...), args...)...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("train %v: %v\n%s", args, err, out)
-		}
-		var rep map[string]any
-		b, _ := os.ReadFile(report)
-		if err := json.Unmarshal(b, &rep); err != nil {
-			t.Fatal(err)
-		}
+		rep, _ := runTrain(t, report, append(data, args...)...)
 		return rep
 	}
 	first := run(filepath.Join(dir, "a.json"), "--epochs", "4", "--checkpoint-dir", ck, "--checkpoint-every", "2")
@@ -105,4 +97,20 @@ func TestCheckpointKeep(t *testing.T) {
 	if !strings.Contains(out, "lr trained 32561 examples") {
 		t.Fatalf("resume with checkpoint 5's part damaged: want pass 5 trained again from checkpoint 4\n%s", out)
 	}
+}
+
+// runTrain runs terrace train with args and --report report, failing
+// the test if it fails, and returns the report and the output.
+func runTrain(t *testing.T, report string, args ...string) (map[string]any, string) {
+	t.Helper()
+	out, err := exec.Command(terrace(t), append([]string{"train", "--report", report}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("train %v: %v\n%s", args, err, out)
+	}
+	var rep map[string]any
+	b, _ := os.ReadFile(report)
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	return rep, string(out)
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,17 +22,7 @@ func TestProcessesCheckpointResume(t *testing.T) {
 	data := []string{"--train", repoFile("datasets/a9a/a9a.gz"), "--test", repoFile("datasets/a9a/a9a.t.gz"), "--passes", "2", "--processes"}
 	train := func(name string, args ...string) (map[string]any, string) {
 		t.Helper()
-		report := filepath.Join(dir, name+".json")
-		out, err := exec.Command(bin, append(append([]string{"train", "--report", report, "--run-dir", filepath.Join(dir, name)}, data...), args...)...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("train %v: %v\n%s", args, err, out)
-		}
-		var rep map[string]any
-		b, _ := os.ReadFile(report)
-		if err := json.Unmarshal(b, &rep); err != nil {
-			t.Fatal(err)
-		}
-		return rep, string(out)
+		return runTrain(t, filepath.Join(dir, name+".json"), append(append([]string{"--run-dir", filepath.Join(dir, name)}, data...), args...)...)
 	}
 	train("first", "--checkpoint-dir", ck, "--checkpoint-every", "1")
 	for _, f := range []string{"commit-0000000001", "commit-0000000002"} {
