@@ -90,6 +90,9 @@ func Parse(report, events []byte) (*Run, error) {
 		var flat []map[string]any
 		if json.Unmarshal(raw, &results) == nil && json.Unmarshal(raw, &flat) == nil {
 			for i, p := range results {
+				if p.Restored {
+					continue // trained and evaluated before the checkpoint resumed from
+				}
 				m := maps.Clone(p.Metrics)
 				if m == nil {
 					m = map[string]float64{}
@@ -294,7 +297,10 @@ func (r *Run) metricsPlot() (*gplot.Plot, error) {
 		}
 		pts := make(plotter.XYs, 0, len(r.Passes))
 		for _, ps := range r.Passes {
-			v := ps.Metrics[name]
+			v, ok := ps.Metrics[name]
+			if !ok {
+				continue // not measured at that pass (lr's train_logloss where its evaluator trained none)
+			}
 			pts = append(pts, plotter.XY{X: ps.Seconds, Y: v})
 			lo, hi = min(lo, v), max(hi, v)
 		}

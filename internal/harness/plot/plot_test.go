@@ -83,3 +83,33 @@ func TestParseBadReports(t *testing.T) {
 		}
 	}
 }
+
+// TestResumedReport: a coordinator's report of a resumed job lists the
+// passes before its checkpoint as restored, with no metrics; they are not
+// plotted (they drew as zeros), nor is a pass's missing training loss.
+func TestResumedReport(t *testing.T) {
+	res := []api.PassResult{
+		{Pass: 1, Rank: -1, Restored: true},
+		{Pass: 2, Rank: -1, Restored: true},
+		{Pass: 3, Rank: 0, Seconds: 0.5, Metrics: map[string]float64{"test_auc": 0.9}},
+		{Pass: 4, Rank: 1, Seconds: 0.5, Metrics: map[string]float64{"test_auc": 0.91, "train_logloss": 0.3}},
+	}
+	b, err := json.Marshal(map[string]any{"passes": res})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Parse(b, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Passes) != 2 || r.Passes[0].Metrics["pass"] != 3 {
+		t.Fatalf("parsed passes %+v, want 3 and 4", r.Passes)
+	}
+	p, err := r.metricsPlot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lo := p.Y.Min; lo < 0.29 {
+		t.Errorf("the metrics' axis starts at %v: a missing value drew as 0", lo)
+	}
+}
