@@ -483,7 +483,8 @@ func (t *Table) apply(b block, r, n int, g []float32, st [][]float32) (refused i
 
 // insert adds the keys of add missing from b, slot's block in stripe s,
 // with their initial values and zero state, and returns the updated block.
-// The caller holds s.mu for writing.
+// at is the slot-map entry where b was found, or -1 (slotMap.setAt). The
+// caller holds s.mu for writing.
 func (t *Table) insert(s *stripe, slot uint64, b block, add uint64, at int32) block {
 	add &^= b.bits
 	if add == 0 {

@@ -11,13 +11,14 @@ import (
 // plane, so that a batch waits for memory about once instead of once per
 // piece. They are prefetches, not loads: a load holds its place in the
 // processor's reorder buffer until its line arrives, so with plain loads
-// only the misses of the first 15 or so pieces were in flight at once
-// (docs/design/dataplane.md, "Sparse").
+// the buffer filled while only part of a batch's misses were in flight,
+// and pushes took a fifth to a quarter more processor time
+// (docs/design/dataplane.md, "Prefetches, not loads").
 
 // touch prefetches each block's wanted value and, if the piece creates
-// keys, both ends of its value plane, which insert moves next. Every block with keys has room for at least
-// count()*width floats, so the addresses stay in its buffer. addrs is
-// room for three addresses a block.
+// keys, both ends of its value plane, which insert moves next. Every block
+// with keys has room for at least count()*width floats, so the addresses
+// stay in its buffer. addrs is room for three addresses a block.
 func touch(blocks []block, batch []piece, width int, addrs []unsafe.Pointer) {
 	n := 0
 	for j, b := range blocks {
