@@ -345,7 +345,7 @@ func (t *Table) visitBatch(s *stripe, batch []piece, f *found, mode access, fn f
 	if sparse {
 		// A dense run's values are read in order, which the processor
 		// prefetches by itself.
-		touch(blocks[:len(batch)], batch, t.width, f.addrs)
+		touch(blocks[:len(batch)], batch, t.width, mode != peek, f.addrs)
 	}
 	if missing && mode == read {
 		s.mu.RUnlock()

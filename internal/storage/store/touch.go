@@ -16,10 +16,11 @@ import (
 // (docs/design/dataplane.md, "Prefetches, not loads").
 
 // touch prefetches each block's wanted value and, if the piece creates
-// keys, both ends of its value plane, which insert moves next. Every block
-// with keys has room for at least count()*width floats, so the addresses
-// stay in its buffer. addrs is room for three addresses a block.
-func touch(blocks []block, batch []piece, width int, addrs []unsafe.Pointer) {
+// keys (only if create: a pull creates none), both ends of its value plane,
+// which insert moves next. Every block with keys has room for at least
+// count()*width floats, so the addresses stay in its buffer. addrs is room
+// for three addresses a block.
+func touch(blocks []block, batch []piece, width int, create bool, addrs []unsafe.Pointer) {
 	n := 0
 	for j, b := range blocks {
 		if b.p == nil {
@@ -31,7 +32,7 @@ func touch(blocks []block, batch []piece, width int, addrs []unsafe.Pointer) {
 		first := unsafe.Pointer(b.p)
 		addrs[n] = unsafe.Add(first, 4*r*width)
 		n++
-		if b.bits&want != want {
+		if create && b.bits&want != want {
 			// An insert moves the whole value plane.
 			addrs[n] = first
 			addrs[n+1] = unsafe.Add(first, 4*(c*width-1))
