@@ -61,10 +61,11 @@ func (m *slotMap) find(slot uint64) (block, int32) {
 	}
 	mask := len(m.ents) - 1
 	for i := m.home(slot); ; i = (i + 1) & mask {
-		if e := &m.ents[i]; e.slot == slot && e.b.bits != 0 {
+		if e := &m.ents[i]; e.slot == slot || e.b.bits == 0 {
+			if e.b.bits == 0 {
+				return block{}, -1
+			}
 			return e.b, int32(i)
-		} else if e.b.bits == 0 {
-			return block{}, -1
 		}
 	}
 }
