@@ -476,6 +476,11 @@ func (c *conn) remember(id uint32, epoch uint64, keys []uint64, limit int) {
 
 // checkOwned returns an error unless server me heads every slot of ks.
 func checkOwned(rm *ring.Map, me int, ks keyspace.Keys) error {
+	if len(rm.Servers) == 1 && me == 0 {
+		// The only server heads every slot: walking a list of 10,000
+		// random keys slot by slot cost a tenth of a sparse push.
+		return nil
+	}
 	for sp := range ks.Spans() {
 		if o := rm.SlotOwner(sp.Slot); o != me {
 			return fmt.Errorf("key %d belongs to server %s at epoch %d", sp.Key(0), rm.Servers[o].ID, rm.Epoch)

@@ -1,6 +1,9 @@
 package store
 
-import "sync"
+import (
+	"sync"
+	"unsafe"
+)
 
 // minScatter is the shortest key list that visitByStripe takes: a list of
 // random keys rarely has two neighbours in one stripe group, so visit
@@ -54,11 +57,14 @@ func (t *Table) visitByStripe(src pieces, mode access, fn func(block, piece), fl
 	}
 	var blocks [maxBatch]block
 	var dgs [maxBatch]*denseGroup
+	var ents [maxBatch]int32
+	var addrs [3 * maxBatch]unsafe.Pointer
+	f := found{blocks[:], dgs[:], ents[:], addrs[:]}
 	for si := range stripes {
 		ps := sorted[counts[si]:counts[si+1]]
 		for len(ps) > 0 {
 			m := min(len(ps), maxBatch)
-			t.visitBatch(&t.st[si], ps[:m], blocks[:], dgs[:], mode, fn, flush)
+			t.visitBatch(&t.st[si], ps[:m], &f, mode, fn, flush)
 			ps = ps[m:]
 		}
 	}

@@ -53,6 +53,37 @@ func (m *slotMap) get(slot uint64) block {
 	}
 }
 
+// find is get that also returns the index of slot's entry, or -1 if it
+// has none, for setAt.
+func (m *slotMap) find(slot uint64) (block, int32) {
+	if m.n == 0 {
+		return block{}, -1
+	}
+	mask := len(m.ents) - 1
+	for i := m.home(slot); ; i = (i + 1) & mask {
+		if e := &m.ents[i]; e.slot == slot || e.b.bits == 0 {
+			if e.b.bits == 0 {
+				return block{}, -1
+			}
+			return e.b, int32(i)
+		}
+	}
+}
+
+// setAt is set for a slot that find said was at entry i, where it still is
+// unless the map has grown since: then (or for i < 0) it probes again. A
+// batch of inserts writes each block back where its lookup found it,
+// instead of probing for it a second time.
+func (m *slotMap) setAt(i int32, slot uint64, b block) {
+	if i >= 0 && int(i) < len(m.ents) {
+		if e := &m.ents[i]; e.slot == slot && e.b.bits != 0 {
+			e.b = b
+			return
+		}
+	}
+	m.set(slot, b)
+}
+
 // set stores b, which holds at least one key, as slot's block.
 func (m *slotMap) set(slot uint64, b block) {
 	if m.n == 0 && m.ents == nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/bits"
 	"sync"
+	"unsafe"
 
 	"github.com/terrace-ml/terrace/internal/storage/optim"
 	"github.com/terrace-ml/terrace/keyspace"
@@ -298,12 +299,15 @@ func (t *Table) visitFlush(src pieces, mode access, fn func(block, piece), flush
 	var batch [groupSlots]piece
 	var blocks [groupSlots]block
 	var dgs [groupSlots]*denseGroup
+	var ents [groupSlots]int32
+	var addrs [3 * groupSlots]unsafe.Pointer
+	f := found{blocks[:], dgs[:], ents[:], addrs[:]}
 	var s *stripe
 	n := 0
 	for p, ok := src.next(); ok; p, ok = src.next() {
 		ps := t.stripe(p.slot)
 		if n > 0 && (ps != s || n == len(batch)) {
-			t.visitBatch(s, batch[:n], blocks[:], dgs[:], mode, fn, flush)
+			t.visitBatch(s, batch[:n], &f, mode, fn, flush)
 			n = 0
 		}
 		s = ps
@@ -311,16 +315,25 @@ func (t *Table) visitFlush(src pieces, mode access, fn func(block, piece), flush
 		n++
 	}
 	if n > 0 {
-		t.visitBatch(s, batch[:n], blocks[:], dgs[:], mode, fn, flush)
+		t.visitBatch(s, batch[:n], &f, mode, fn, flush)
 	}
 }
 
+// found is visitBatch's room for what it finds of each piece of a batch,
+// at least as long as the batch (addrs three times): the caller's, as
+// zeroing arrays on every call cost more than a short visit.
+type found struct {
+	blocks []block
+	dgs    []*denseGroup    // the pieces' dense groups, or nil
+	ents   []int32          // the slot map's entries of the pieces' blocks (slotMap.find)
+	addrs  []unsafe.Pointer // touch's
+}
+
 // visitBatch is visit for pieces in stripe s. It looks all their blocks up
-// before using any, so that the lookups' cache misses overlap. blocks and
-// dgs are room for the pieces' blocks and dense groups, at least as long
-// as batch: the caller's, as zeroing arrays on every call cost more than
-// a short visit. flush, if not nil, runs last, under the lock (visitFlush).
-func (t *Table) visitBatch(s *stripe, batch []piece, blocks []block, dgs []*denseGroup, mode access, fn func(block, piece), flush func()) {
+// before using any, so that the lookups' cache misses overlap. flush, if
+// not nil, runs last, under the lock (visitFlush).
+func (t *Table) visitBatch(s *stripe, batch []piece, f *found, mode access, fn func(block, piece), flush func()) {
+	blocks, dgs, ents := f.blocks, f.dgs, f.ents
 	locked := mode == write
 	if locked {
 		s.mu.Lock()
@@ -328,11 +341,11 @@ func (t *Table) visitBatch(s *stripe, batch []piece, blocks []block, dgs []*dens
 	} else {
 		s.mu.RLock()
 	}
-	missing, sparse := t.lookup(s, batch, blocks, dgs)
+	missing, sparse := t.lookup(s, batch, f)
 	if sparse {
 		// A dense run's values are read in order, which the processor
 		// prefetches by itself.
-		touch(blocks[:len(batch)], batch, t.width)
+		touch(blocks[:len(batch)], batch, t.width, mode != peek, f.addrs)
 	}
 	if missing && mode == read {
 		s.mu.RUnlock()
@@ -341,14 +354,14 @@ func (t *Table) visitBatch(s *stripe, batch []piece, blocks []block, dgs []*dens
 		locked = true
 		// Another request may have created keys, and moved blocks, meanwhile.
 		for j, p := range batch {
-			blocks[j] = s.blocks.get(p.slot)
+			blocks[j], ents[j] = s.blocks.find(p.slot)
 			dgs[j] = s.dense[p.slot/groupSlots]
 		}
 	} else if !locked {
 		defer s.mu.RUnlock()
 	}
 	if locked && (missing || !sparse) {
-		t.writable(s, batch, blocks, dgs)
+		t.writable(s, batch, blocks, dgs, ents)
 	}
 	for j, p := range batch {
 		fn(blocks[j], p)
@@ -361,13 +374,15 @@ func (t *Table) visitBatch(s *stripe, batch []piece, blocks []block, dgs []*dens
 // lookup finds the blocks (and dense groups) of batch's pieces, all in
 // stripe s, whose lock the caller holds. It reports whether some piece
 // wants a key that is not present, and whether s has no dense groups.
-func (t *Table) lookup(s *stripe, batch []piece, blocks []block, dgs []*denseGroup) (missing, sparse bool) {
+func (t *Table) lookup(s *stripe, batch []piece, f *found) (missing, sparse bool) {
+	blocks, dgs, ents := f.blocks, f.dgs, f.ents
 	// A stripe of a sparse table has no dense groups to look for; its
 	// probes' first entries are touched together first.
 	if len(s.dense) == 0 {
-		s.blocks.touch(batch)
+		s.blocks.touch(batch, f.addrs)
 		for j, p := range batch {
-			dgs[j], blocks[j] = nil, s.blocks.get(p.slot)
+			dgs[j] = nil
+			blocks[j], ents[j] = s.blocks.find(p.slot)
 			missing = missing || blocks[j].bits&p.want != p.want
 		}
 		return missing, true
@@ -381,9 +396,9 @@ func (t *Table) lookup(s *stripe, batch []piece, blocks []block, dgs []*denseGro
 			dg, lastG = s.dense[g], g
 		}
 		if dgs[j] = dg; dg != nil {
-			blocks[j] = t.denseBlock(dg, i)
+			blocks[j], ents[j] = t.denseBlock(dg, i), -1
 		} else {
-			blocks[j] = s.blocks.get(p.slot)
+			blocks[j], ents[j] = s.blocks.find(p.slot)
 		}
 		missing = missing || blocks[j].bits&p.want != p.want
 	}
@@ -393,7 +408,7 @@ func (t *Table) lookup(s *stripe, batch []piece, blocks []block, dgs []*denseGro
 // writable makes the batch's blocks hold every key their pieces want and
 // points them at memory that no pinned reply is reading; s.mu is held for
 // writing.
-func (t *Table) writable(s *stripe, batch []piece, blocks []block, dgs []*denseGroup) {
+func (t *Table) writable(s *stripe, batch []piece, blocks []block, dgs []*denseGroup, ents []int32) {
 	compacted := false
 	for j, p := range batch {
 		if j > 0 && p.slot == batch[j-1].slot {
@@ -401,7 +416,7 @@ func (t *Table) writable(s *stripe, batch []piece, blocks []block, dgs []*denseG
 			// the block since the lookup.
 			blocks[j] = blocks[j-1]
 		}
-		nb := t.insert(s, p.slot, blocks[j], p.want)
+		nb := t.insert(s, p.slot, blocks[j], p.want, ents[j])
 		compacted = compacted || (nb.bits != blocks[j].bits && nb.bits == ^uint64(0))
 		blocks[j] = nb
 	}
@@ -468,11 +483,15 @@ func (t *Table) apply(b block, r, n int, g []float32, st [][]float32) (refused i
 
 // insert adds the keys of add missing from b, slot's block in stripe s,
 // with their initial values and zero state, and returns the updated block.
-// The caller holds s.mu for writing.
-func (t *Table) insert(s *stripe, slot uint64, b block, add uint64) block {
+// at is the slot-map entry where b was found, or -1 (slotMap.setAt). The
+// caller holds s.mu for writing.
+func (t *Table) insert(s *stripe, slot uint64, b block, add uint64, at int32) block {
 	add &^= b.bits
 	if add == 0 {
 		return b
+	}
+	if add&(add-1) == 0 {
+		return t.insertOne(s, slot, b, add, at)
 	}
 	nb := block{bits: b.bits | add, p: b.p}
 	buf := b.buf(t.stride)
@@ -496,7 +515,49 @@ func (t *Table) insert(s *stripe, slot uint64, b block, add uint64) block {
 		}
 	}
 	s.keys += int64(bits.OnesCount64(add))
-	s.blocks.set(slot, nb)
+	s.blocks.setAt(at, slot, nb)
+	if nb.bits == ^uint64(0) {
+		t.maybeCompact(s, slot)
+		nb = s.blocks.get(slot)
+	}
+	return nb
+}
+
+// insertOne is insert for one key, add's only bit: most keys of a sparse
+// push arrive alone in their block. The keys above it move up one place in
+// each plane, within the buffer if its capacity still suffices, else into
+// a new one, which make has zeroed.
+func (t *Table) insertOne(s *stripe, slot uint64, b block, add uint64, at int32) block {
+	o := uint(bits.TrailingZeros64(add))
+	n, r, w := b.count(), b.rank(o), t.width
+	nb := block{bits: b.bits | add, p: b.p}
+	oc, nc := int(capKeys[n])*w, int(capKeys[n+1])*w
+	lo, hi := r*w, n*w
+	fresh := oc != nc
+	if fresh {
+		s.bytes += allocBytes(nc*t.planes) - allocBytes(oc*t.planes)
+		nbuf := make([]float32, nc*t.planes)
+		for p := range t.planes {
+			src, dst := b.buf(t.stride)[p*oc:], nbuf[p*nc:]
+			copy(dst[:lo], src[:lo])
+			copy(dst[lo+w:hi+w], src[lo:hi])
+		}
+		nb.p = &nbuf[0]
+	} else {
+		buf := b.buf(t.stride)
+		for p := range t.planes {
+			pl := buf[p*nc:]
+			copy(pl[lo+w:hi+w], pl[lo:hi])
+			if p > 0 {
+				clear(pl[lo : lo+w])
+			}
+		}
+	}
+	if v := nb.buf(t.stride)[lo : lo+w]; !fresh || t.init.Kind == table.Uniform || t.init.Kind == table.Normal {
+		t.initValue(v, keyspace.SlotStart(slot)+uint64(o))
+	}
+	s.keys++
+	s.blocks.setAt(at, slot, nb)
 	if nb.bits == ^uint64(0) {
 		t.maybeCompact(s, slot)
 		nb = s.blocks.get(slot)

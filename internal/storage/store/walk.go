@@ -59,7 +59,7 @@ func (t *Table) Load(key uint64, val []float32, state [][]float32) {
 	s := t.stripe(slot)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	b := t.own(s, slot, t.insert(s, slot, s.blocks.get(slot), 1<<o))
+	b := t.own(s, slot, t.insert(s, slot, s.blocks.get(slot), 1<<o, -1))
 	buf, c := b.buf(t.stride), int(capKeys[b.count()])*t.width
 	at := b.rank(o) * t.width
 	copy(buf[at:at+t.width], val)
