@@ -45,6 +45,7 @@ func (t *Table) maybeCompact(s *stripe, slot uint64) {
 		}
 		bs[i] = b
 	}
+	s.dropSpares()
 	per := keyspace.SlotSize * t.stride
 	dg := &denseGroup{buf: make([]float32, groupSlots*per)}
 	for i, b := range bs {

@@ -50,8 +50,9 @@ type stripe struct {
 	// dense holds the stripe's dense groups by group number (slot /
 	// groupSlots), nil until the first; see dense.go.
 	dense map[uint64]*denseGroup
-	keys  int64 // present keys
-	bytes int64 // heap bytes of the blocks' buffers
+	keys  int64  // present keys
+	bytes int64  // heap bytes of the blocks' buffers, spare ones included
+	spare spares // buffers blocks grew out of, for reuse; see freelist.go
 	// Keeps the hot fields of neighbouring stripes on separate cache lines.
 	_ [64]byte
 }
@@ -495,14 +496,16 @@ func (t *Table) insert(s *stripe, slot uint64, b block, add uint64, at int32) bl
 	}
 	nb := block{bits: b.bits | add, p: b.p}
 	buf := b.buf(t.stride)
-	if capKeys[nb.count()] != capKeys[b.count()] {
-		s.bytes += allocBytes(int(capKeys[nb.count()])*t.stride) - allocBytes(len(buf))
-		nbuf := make([]float32, int(capKeys[nb.count()])*t.stride)
-		nb.p = &nbuf[0]
+	grown := capKeys[nb.count()] != capKeys[b.count()]
+	if grown {
+		nb.p, _ = s.newBuf(int(capKeys[nb.count()]), t.stride)
 	}
 	nbuf := nb.buf(t.stride)
 	if b.bits != 0 {
 		move(nbuf, buf, t.width, t.planes, b.bits, nb.bits)
+	}
+	if grown {
+		s.recycle(b.p, int(capKeys[b.count()]), t.stride)
 	}
 	c := int(capKeys[nb.count()]) * t.width
 	base := keyspace.SlotStart(slot)
@@ -533,16 +536,21 @@ func (t *Table) insertOne(s *stripe, slot uint64, b block, add uint64, at int32)
 	nb := block{bits: b.bits | add, p: b.p}
 	oc, nc := int(capKeys[n])*w, int(capKeys[n+1])*w
 	lo, hi := r*w, n*w
-	fresh := oc != nc
+	fresh, zeroed := oc != nc, false
 	if fresh {
-		s.bytes += allocBytes(nc*t.planes) - allocBytes(oc*t.planes)
-		nbuf := make([]float32, nc*t.planes)
+		var p0 *float32
+		p0, zeroed = s.newBuf(int(capKeys[n+1]), t.stride)
+		nbuf := bufOf(p0, int(capKeys[n+1]), t.stride)
 		for p := range t.planes {
 			src, dst := b.buf(t.stride)[p*oc:], nbuf[p*nc:]
 			copy(dst[:lo], src[:lo])
 			copy(dst[lo+w:hi+w], src[lo:hi])
+			if !zeroed && p > 0 {
+				clear(dst[lo : lo+w])
+			}
 		}
-		nb.p = &nbuf[0]
+		nb.p = p0
+		s.recycle(b.p, int(capKeys[n]), t.stride)
 	} else {
 		buf := b.buf(t.stride)
 		for p := range t.planes {
@@ -553,7 +561,7 @@ func (t *Table) insertOne(s *stripe, slot uint64, b block, add uint64, at int32)
 			}
 		}
 	}
-	if v := nb.buf(t.stride)[lo : lo+w]; !fresh || t.init.Kind == table.Uniform || t.init.Kind == table.Normal {
+	if v := nb.buf(t.stride)[lo : lo+w]; !zeroed || t.init.Kind == table.Uniform || t.init.Kind == table.Normal {
 		t.initValue(v, keyspace.SlotStart(slot)+uint64(o))
 	}
 	s.keys++
