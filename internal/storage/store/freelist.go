@@ -2,8 +2,8 @@ package store
 
 import "unsafe"
 
-// A stripe keeps one buffer per capacity step that a block grew out of,
-// and hands it to the next block that grows into that step, so that a
+// A stripe keeps a few buffers per capacity step that blocks grew out of,
+// and hands them to the next blocks that grow into that step, so that a
 // fresh key's growth can reuse memory instead of asking the allocator (and
 // its zeroing) for a small buffer each time. Only buffers of ordinary
 // blocks that an insert has just replaced go in: nothing else refers to
@@ -38,10 +38,16 @@ var capStep = func() (s [65]int8) {
 	return s
 }()
 
-// spares holds at most one buffer per capacity step, each of that step's
-// capacity times the table's stride.
+// sparesPerStep is how many buffers of one step a stripe keeps.
+const sparesPerStep = 4
+
+// spares holds at most sparesPerStep buffers per capacity step, each of
+// that step's capacity times the table's stride. A stripe allocates it
+// with its first spare, so that tables that never grow a block (dense
+// ones) do not pay for it.
 type spares struct {
-	p     [capSteps]*float32
+	p     [capSteps][sparesPerStep]*float32
+	n     [capSteps]uint8
 	bytes int64
 }
 
@@ -49,10 +55,11 @@ type spares struct {
 // stride, and whether make has zeroed it (a spare holds stale floats). The
 // caller holds s.mu for writing.
 func (s *stripe) newBuf(c, stride int) (*float32, bool) {
-	if k := capStep[c]; k >= 0 && s.spare.p[k] != nil {
-		p := s.spare.p[k]
-		s.spare.p[k] = nil
-		s.spare.bytes -= allocBytes(c * stride)
+	if sp, k := s.spare, capStep[c]; sp != nil && k >= 0 && sp.n[k] > 0 {
+		sp.n[k]--
+		p := sp.p[k][sp.n[k]]
+		sp.p[k][sp.n[k]] = nil
+		sp.bytes -= allocBytes(c * stride)
 		return p, false
 	}
 	s.bytes += allocBytes(c * stride)
@@ -68,9 +75,14 @@ func (s *stripe) recycle(p *float32, c, stride int) {
 		return
 	}
 	n := allocBytes(c * stride)
-	if k := capStep[c]; k >= 0 && s.spare.p[k] == nil && (s.spare.bytes+n)*spareShare <= s.bytes {
-		s.spare.p[k] = p
-		s.spare.bytes += n
+	if s.spare == nil {
+		s.spare = new(spares)
+	}
+	sp := s.spare
+	if k := capStep[c]; k >= 0 && sp.n[k] < sparesPerStep && (sp.bytes+n)*spareShare <= s.bytes {
+		sp.p[k][sp.n[k]] = p
+		sp.n[k]++
+		sp.bytes += n
 		return
 	}
 	s.bytes -= n
@@ -78,8 +90,10 @@ func (s *stripe) recycle(p *float32, c, stride int) {
 
 // dropSpares lets the allocator have the stripe's spares back.
 func (s *stripe) dropSpares() {
-	s.bytes -= s.spare.bytes
-	s.spare = spares{}
+	if s.spare != nil {
+		s.bytes -= s.spare.bytes
+		s.spare = nil
+	}
 }
 
 // bufOf returns the floats of buffer p of capacity c for stride.

@@ -50,9 +50,9 @@ type stripe struct {
 	// dense holds the stripe's dense groups by group number (slot /
 	// groupSlots), nil until the first; see dense.go.
 	dense map[uint64]*denseGroup
-	keys  int64  // present keys
-	bytes int64  // heap bytes of the blocks' buffers, spare ones included
-	spare spares // buffers blocks grew out of, for reuse; see freelist.go
+	keys  int64   // present keys
+	bytes int64   // heap bytes of the blocks' buffers, spare ones included
+	spare *spares // buffers blocks grew out of, for reuse; see freelist.go
 	// Keeps the hot fields of neighbouring stripes on separate cache lines.
 	_ [64]byte
 }
