@@ -529,7 +529,8 @@ func (t *Table) insert(s *stripe, slot uint64, b block, add uint64, at int32) bl
 // insertOne is insert for one key, add's only bit: most keys of a sparse
 // push arrive alone in their block. The keys above it move up one place in
 // each plane, within the buffer if its capacity still suffices, else into
-// a new one, which make has zeroed.
+// another: a spare of the stripe's (stale floats) or a new one, which make
+// has zeroed; the old buffer becomes a spare (freelist.go).
 func (t *Table) insertOne(s *stripe, slot uint64, b block, add uint64, at int32) block {
 	o := uint(bits.TrailingZeros64(add))
 	n, r, w := b.count(), b.rank(o), t.width
