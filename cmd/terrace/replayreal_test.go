@@ -166,7 +166,7 @@ func TestRealReplay(t *testing.T) {
 }
 
 // TestRealReplayCheckpoint runs checkpoint-restart for real over the
-// spike, 30 passes at 900x (a pass is about half the policy's
+// spike, 60 passes at 900x (a pass is a fifth to a half of the policy's
 // interval):
 // the policy asks the coordinator for checkpoints at its interval, not
 // every pass; its machines in 1a are taken at the spike, every process of
@@ -178,7 +178,11 @@ func TestRealReplayCheckpoint(t *testing.T) {
 	if os.Getenv("TERRACE_REAL_REPLAY") == "" {
 		t.Skip("set TERRACE_REAL_REPLAY=1")
 	}
-	r, out := replayForReal(t, terrace(t), "checkpoint", "--speedup", "900", "--passes", "30")
+	// 60 passes: the job must still run at the spike (3.5 trace hours in)
+	// however fast this host trains; on a quiet one a pass is about 4.5
+	// trace minutes at 900x, and 30 passes ended before the spike.
+	const passes = 60
+	r, out := replayForReal(t, terrace(t), "checkpoint", "--speedup", "900", "--passes", fmt.Sprint(passes))
 	t.Logf("%d evictions, %d restarts, updates_lost %v, %d checkpoint requests, newest committed %d",
 		r.Evictions, r.Restarts, fmtOpt(r.UpdatesLost), len(r.CheckpointRequests), r.CheckpointsCommitted)
 	switch {
@@ -188,12 +192,12 @@ func TestRealReplayCheckpoint(t *testing.T) {
 		t.Errorf("test accuracy %v, want lr's on a9a after the restart", r.TestAccuracy)
 	case r.UpdatesLost == nil || *r.UpdatesLost <= 0:
 		t.Errorf("updates_lost %v: want the restart's rolled-back work counted\n%s", r.UpdatesLost, out)
-	case len(r.CheckpointRequests) < 1 || len(r.CheckpointRequests) >= 30 || r.CheckpointsCommitted < 1:
-		t.Errorf("%d checkpoint requests, %d committed over 30 passes: want the policy's interval (about two passes here), not every pass\n%s", len(r.CheckpointRequests), r.CheckpointsCommitted, out)
+	case len(r.CheckpointRequests) < 1 || len(r.CheckpointRequests) >= passes || r.CheckpointsCommitted < 1:
+		t.Errorf("%d checkpoint requests, %d committed over %d passes: want the policy's interval (two to five passes here), not every pass\n%s", len(r.CheckpointRequests), r.CheckpointsCommitted, passes, out)
 	}
 	// The policy's interval on this trace is about 25 minutes of trace
 	// time (Daly's, from the day of history before the start), a pass
-	// about 12 at 900x.
+	// 4.5 to 12 at 900x, with the host's load.
 	for i := 1; i < len(r.CheckpointRequests); i++ {
 		if gap := r.CheckpointRequests[i].Sub(r.CheckpointRequests[i-1]); gap < 20*time.Minute {
 			t.Errorf("checkpoint requests %v apart (%v, %v): want the policy's interval", gap, r.CheckpointRequests[i-1], r.CheckpointRequests[i])
