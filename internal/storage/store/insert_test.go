@@ -6,7 +6,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/terrace-ml/terrace/internal/storage/optim"
 	"github.com/terrace-ml/terrace/keyspace"
 	"github.com/terrace-ml/terrace/table"
 )
@@ -27,15 +26,7 @@ func TestKeysArriveOneABlock(t *testing.T) {
 	}
 	for _, spec := range specs {
 		t.Run(spec.Name, func(t *testing.T) {
-			if err := spec.Validate(); err != nil {
-				t.Fatal(err)
-			}
-			tb := newTable(t, spec)
-			upd, err := optim.New(spec.Rule)
-			if err != nil {
-				t.Fatal(err)
-			}
-			m := &model{upd: upd, fresh: newTable(t, spec), width: spec.Width, keys: map[uint64]stored{}}
+			tb, m := newModelRig(t, spec)
 			rng := rand.New(rand.NewPCG(5, 6))
 			// 300 slots spread over every stripe; each push takes at most
 			// one new key per slot, so each key is its block's only new one.

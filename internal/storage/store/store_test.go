@@ -152,6 +152,20 @@ type model struct {
 	keys  map[uint64]stored
 }
 
+// newModelRig validates spec (filling its defaults) and returns a table of
+// it and a model of the same spec to check it against.
+func newModelRig(t *testing.T, spec table.Spec) (*Table, *model) {
+	t.Helper()
+	if err := spec.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	upd, err := optim.New(spec.Rule)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newTable(t, spec), &model{upd: upd, fresh: newTable(t, spec), width: spec.Width, keys: map[uint64]stored{}}
+}
+
 func (m *model) touch(k uint64) stored {
 	if s, ok := m.keys[k]; ok {
 		return s
@@ -206,16 +220,7 @@ func TestAgainstModel(t *testing.T) {
 	for _, rule := range []table.Rule{{Kind: table.Sum}, {Kind: table.Adam}, {Kind: table.FTRL, L1: 0.01}} {
 		t.Run(string(rule.Kind), func(t *testing.T) {
 			const width, keySpace = 2, 5 * 64
-			spec := table.Spec{Name: "m", Width: width, Rule: rule, Init: table.Init{Kind: table.Uniform, Scale: 0.5, Seed: 7}}
-			if err := spec.Validate(); err != nil {
-				t.Fatal(err)
-			}
-			tb := newTable(t, spec)
-			upd, err := optim.New(spec.Rule)
-			if err != nil {
-				t.Fatal(err)
-			}
-			m := &model{upd: upd, fresh: newTable(t, spec), width: width, keys: map[uint64]stored{}}
+			tb, m := newModelRig(t, table.Spec{Name: "m", Width: width, Rule: rule, Init: table.Init{Kind: table.Uniform, Scale: 0.5, Seed: 7}})
 			rng := rand.New(rand.NewPCG(1, 2))
 			randVals := func(n int) []float32 {
 				v := make([]float32, n*width)
@@ -291,7 +296,7 @@ func TestAgainstModel(t *testing.T) {
 					op = "Load"
 					k := uint64(rng.IntN(keySpace))
 					s := stored{key: k, val: randVals(1)}
-					for range upd.StateSlots() {
+					for range m.upd.StateSlots() {
 						s.state = append(s.state, randVals(1))
 					}
 					tb.Load(k, s.val, s.state)
