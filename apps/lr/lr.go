@@ -194,11 +194,7 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 		},
 		Eval: eval,
 		Result: ps.Collect(&rep.Passes, func(r ps.PassResult, secs float64) PassStats {
-			var train *float64
-			if v, ok := r.Metrics["train_logloss"]; ok {
-				train = &v
-			}
-			return PassStats{Pass: r.Pass, Seconds: secs, TrainLogLoss: train, TestAccuracy: r.Metrics["test_accuracy"],
+			return PassStats{Pass: r.Pass, Seconds: secs, TrainLogLoss: r.Metric("train_logloss"), TestAccuracy: r.Metrics["test_accuracy"],
 				TestLogLoss: r.Metrics["test_logloss"], TestAUC: r.Metrics["test_auc"]}
 		}, cfg.Progress),
 	})

@@ -144,11 +144,7 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 		},
 		Eval: eval,
 		Result: ps.Collect(&rep.Passes, func(r ps.PassResult, secs float64) PassStats {
-			var train *float64
-			if v, ok := r.Metrics["train_rmse"]; ok {
-				train = &v
-			}
-			return PassStats{Pass: r.Pass, Seconds: secs, TrainRMSE: train, TestRMSE: r.Metrics["test_rmse"]}
+			return PassStats{Pass: r.Pass, Seconds: secs, TrainRMSE: r.Metric("train_rmse"), TestRMSE: r.Metrics["test_rmse"]}
 		}, cfg.Progress),
 	})
 	if err != nil {

@@ -59,6 +59,15 @@ type PassResult struct {
 	Restored bool `json:"restored,omitempty"`
 }
 
+// Metric is the metric called name, or nil where the pass has none (a
+// worker's own training figure where it trained none of the pass).
+func (r PassResult) Metric(name string) *float64 {
+	if v, ok := r.Metrics[name]; ok {
+		return &v
+	}
+	return nil
+}
+
 // ExamplesAccount is how often a pass trained its rows, from the servers'
 // count of the rows whose updates they acknowledged (ps's ExamplesTable;
 // docs/design/observe.md, "Examples repeated and skipped"). Per
