@@ -39,6 +39,10 @@ func AuditKey(rank, i int) uint64 {
 	return (uint64(rank)*AuditSpread + uint64(i%AuditSpread)) * 64
 }
 
+// auditRank is the worker rank whose count AuditTable key k holds (the
+// inverse of AuditKey).
+func auditRank(k uint64) int { return int(k / 64 / AuditSpread) }
+
 // auditQueue bounds the AuditTable pushes whose acknowledgement the
 // auditor has not yet counted; the partition loop's window keeps far
 // fewer outstanding.

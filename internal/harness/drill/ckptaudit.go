@@ -58,7 +58,7 @@ func CheckpointAudit(ctx context.Context, dir string) (Saved, error) {
 		}
 		err := server.ReadCheckpoint(ctx, dir, ck.Seq, ck.Servers, t.ID, func(key uint64, val []float32) error {
 			if len(val) > 0 {
-				s.ByRank[int(key/64/AuditSpread)] += int64(val[0])
+				s.ByRank[auditRank(key)] += int64(val[0])
 			}
 			return nil
 		})

@@ -41,3 +41,15 @@ func TestCheckpointAuditNone(t *testing.T) {
 		}
 	}
 }
+
+// TestAuditRankInvertsAuditKey: a checkpoint's audit keys are counted
+// for the rank that pushed them.
+func TestAuditRankInvertsAuditKey(t *testing.T) {
+	for r := range 5 {
+		for i := range AuditSpread + 3 {
+			if got := auditRank(AuditKey(r, i)); got != r {
+				t.Fatalf("auditRank(AuditKey(%d, %d)) = %d", r, i, got)
+			}
+		}
+	}
+}
