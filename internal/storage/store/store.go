@@ -562,7 +562,7 @@ func (t *Table) insertOne(s *stripe, slot uint64, b block, add uint64, at int32)
 			}
 		}
 	}
-	if v := nb.buf(t.stride)[lo : lo+w]; !zeroed || t.init.Kind == table.Uniform || t.init.Kind == table.Normal {
+	if v := nb.buf(t.stride)[lo : lo+w]; !zeroed || t.init.Kind != table.Zero { // a zeroed buffer holds a zero initial value already
 		t.initValue(v, keyspace.SlotStart(slot)+uint64(o))
 	}
 	s.keys++
