@@ -1,6 +1,8 @@
 package store
 
 import (
+	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -259,4 +261,115 @@ func TestTwoRunsInOneSlot(t *testing.T) {
 	if st := tb.Stats(); st.Keys != 8 {
 		t.Fatalf("Stats counts %d keys, want 8 (the pull created 3 and 4)", st.Keys)
 	}
+}
+
+// Runs over dense groups (updated group by group in one pass each) leave
+// the table, and the refused count, as the same keys pushed as a list
+// (block by block) do: with runs ending inside groups, a group dissolved
+// by a removal and another never filled between dense ones, non-finite
+// updates inside a dense group, and widths 1 and 3.
+func TestWholeGroupsMatchKeyLists(t *testing.T) {
+	for _, w := range []int{1, 3} {
+		t.Run(fmt.Sprintf("width%d", w), func(t *testing.T) {
+			spec := table.Spec{Name: "g", Width: w, Rule: table.Rule{Kind: table.Sum}, Init: table.Init{Kind: table.Uniform, Scale: 1}}
+			a, b := newTable(t, spec), newTable(t, spec)
+			const groups = 10
+			// Groups 0-9 dense, except 6, of which only half exists.
+			for _, tb := range []*Table{a, b} {
+				tb.PushRun(0, make([]float32, 6*groupKeys*w))
+				tb.PushRun(6*groupKeys, make([]float32, groupKeys/2*w))
+				tb.PushRun(7*groupKeys, make([]float32, 3*groupKeys*w))
+				tb.DeleteSlot(3*groupSlots+5, 7) // dissolves group 3
+			}
+			runs := []keyspace.Range{{Lo: 100, Hi: 5 * groupKeys}, {Lo: 5*groupKeys + 1, Hi: 9*groupKeys + 17}, {Lo: 9*groupKeys + 20, Hi: groups * groupKeys}}
+			var keys []uint64
+			for _, r := range runs {
+				keys = append(keys, seq(int(r.Lo), int(r.Len()))...)
+			}
+			vals := make([]float32, len(keys)*w)
+			for i := range vals {
+				vals[i] = float32(i%9) - 4
+			}
+			nan := float32(math.NaN())
+			bad := []int{2*groupKeys*w + 5, 8*groupKeys*w + 3*w, 8*groupKeys*w + 3*w + 1}
+			refused := map[int]bool{}
+			for _, i := range bad {
+				vals[i] = nan
+				refused[i/w] = true
+			}
+			ra, rb := a.PushRuns(runs, vals), b.Push(keys, vals)
+			if ra != rb || ra != len(refused) {
+				t.Fatalf("PushRuns refused %d keys, Push %d, want %d", ra, rb, len(refused))
+			}
+			if da, db := dump(a, 0, math.MaxUint64), dump(b, 0, math.MaxUint64); !sameStored(da, db) {
+				t.Fatal("PushRuns over dense groups and Push left different tables")
+			}
+			if a.Stats() != b.Stats() {
+				t.Fatalf("stats differ: %+v and %+v", a.Stats(), b.Stats())
+			}
+		})
+	}
+}
+
+// The group index holds groups near the start of the key space in an
+// array and the rest in a map; both find what was set, forget what was
+// cleared, and count the groups held.
+func TestGroupIndex(t *testing.T) {
+	var x groupIndex
+	a, b, c := &denseGroup{}, &denseGroup{}, &denseGroup{}
+	near, edge, far := uint64(3*stripes+7), uint64(nearGroups*stripes-1), uint64(nearGroups*stripes+7)
+	x.set(far+stripes, nil) // clearing what is not there changes nothing
+	x.set(near+stripes, nil)
+	x.set(near, a)
+	x.set(edge, b)
+	x.set(far, c)
+	x.set(far, c)
+	if x.get(near) != a || x.get(edge) != b || x.get(far) != c || x.n != 3 {
+		t.Fatalf("after three sets: %p %p %p, n %d", x.get(near), x.get(edge), x.get(far), x.n)
+	}
+	if x.get(near+stripes) != nil || x.get(far+stripes) != nil || x.get(1<<62) != nil {
+		t.Fatal("found a group never set")
+	}
+	x.set(edge, nil)
+	x.set(far, nil)
+	if x.get(edge) != nil || x.get(far) != nil || x.get(near) != a || x.n != 1 {
+		t.Fatalf("after two clears: n %d", x.n)
+	}
+}
+
+// Dense groups far out in the key space (the index's map) are pushed
+// whole, pinned and dissolved as near ones are.
+func TestFarDenseGroups(t *testing.T) {
+	tb := newTable(t, table.Spec{Width: 1, Rule: table.Rule{Kind: table.Sum}})
+	lo := uint64(1) << 40
+	ones := make([]float32, 2*groupKeys)
+	for i := range ones {
+		ones[i] = 1
+	}
+	tb.PushRun(lo, ones)
+	tb.PushRun(lo, ones)
+	var p Pin
+	if !tb.PinRun(lo, 2*groupKeys, &p) {
+		t.Fatal("PinRun refused two dense groups past 2^40")
+	}
+	for _, v := range pinned(&p) {
+		if v != 2 {
+			t.Fatalf("pinned %v, want 2", v)
+		}
+	}
+	p.Release()
+	tb.DeleteSlot(keyspace.Slot(lo)+3, 0)
+	if tb.PinRun(lo, groupKeys, &p) {
+		t.Fatal("PinRun accepted a group dissolved by a removal")
+	}
+	if countGroups(tb) != 1 {
+		t.Fatalf("%d dense groups after the removal, want 1", countGroups(tb))
+	}
+}
+
+func countGroups(tb *Table) (n int) {
+	for i := range tb.st {
+		n += tb.st[i].dense.n
+	}
+	return n
 }

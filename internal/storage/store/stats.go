@@ -30,7 +30,7 @@ func (t *Table) Stats() Stats {
 		s := &t.st[i]
 		s.mu.RLock()
 		st.Keys += s.keys
-		st.Bytes += s.bytes + s.blocks.bytes() + int64(len(s.dense))*(int64(unsafe.Sizeof(denseGroup{}))+16)
+		st.Bytes += s.bytes + s.blocks.bytes() + s.dense.bytes()
 		s.mu.RUnlock()
 	}
 	st.Values = st.Keys * int64(t.width)
@@ -47,4 +47,9 @@ func allocBytes(n int) int64 {
 	}
 	step := int64(1) << max(3, bits.Len64(uint64(b-1))-4) // an eighth of the power of two below b, at least 8
 	return (b + step - 1) &^ (step - 1)
+}
+
+// bytes approximates the heap bytes of x and its groups' headers.
+func (x *groupIndex) bytes() int64 {
+	return int64(cap(x.near))*8 + int64(len(x.far))*16 + int64(x.n)*int64(unsafe.Sizeof(denseGroup{}))
 }

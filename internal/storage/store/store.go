@@ -48,8 +48,8 @@ type stripe struct {
 	mu     sync.RWMutex
 	blocks slotMap // by slot number
 	// dense holds the stripe's dense groups by group number (slot /
-	// groupSlots), nil until the first; see dense.go.
-	dense map[uint64]*denseGroup
+	// groupSlots); see dense.go.
+	dense groupIndex
 	keys  int64   // present keys
 	bytes int64   // heap bytes of the blocks' buffers, spare ones included
 	spare *spares // buffers blocks grew out of, for reuse; see freelist.go
@@ -151,8 +151,18 @@ func (t *Table) pullSome(b block, p piece, keys []uint64, dst []float32) {
 // must not run past the last key. Where the run covers whole blocks each
 // block is updated in one call, which is what makes dense pushes fast.
 func (t *Table) PushRun(lo uint64, vals []float32) (refused int) {
+	src := t.run(lo, len(vals))
+	if t.planes == 1 {
+		return t.pushFlat(lo, lo+uint64(src.n), vals)
+	}
+	return t.pushPieces(src, vals)
+}
+
+// pushPieces is PushRun and PushRuns piece by piece: each slot's block
+// looked up and updated in one call.
+func (t *Table) pushPieces(src pieces, vals []float32) (refused int) {
 	st := make([][]float32, t.planes-1)
-	t.visit(t.run(lo, len(vals)), write, func(b block, p piece) {
+	t.visit(src, write, func(b block, p piece) {
 		r := b.rank(uint(bits.TrailingZeros64(p.want)))
 		refused += t.apply(b, r, p.n, vals[p.i*t.width:(p.i+p.n)*t.width], st)
 	})
@@ -173,11 +183,15 @@ func (t *Table) PullRun(lo uint64, dst []float32) {
 // over several servers reaches each as many short runs, which one pass
 // visits with one lock per stripe group instead of one call per run.
 func (t *Table) PushRuns(runs []keyspace.Range, vals []float32) (refused int) {
-	st := make([][]float32, t.planes-1)
-	t.visit(pieces{runs: runs}, write, func(b block, p piece) {
-		r := b.rank(uint(bits.TrailingZeros64(p.want)))
-		refused += t.apply(b, r, p.n, vals[p.i*t.width:(p.i+p.n)*t.width], st)
-	})
+	if t.planes > 1 {
+		return t.pushPieces(pieces{runs: runs}, vals)
+	}
+	off := 0
+	for _, r := range runs {
+		n := int(r.Len()) * t.width
+		refused += t.pushFlat(r.Lo, r.Hi, vals[off:off+n])
+		off += n
+	}
 	return refused
 }
 
@@ -356,7 +370,7 @@ func (t *Table) visitBatch(s *stripe, batch []piece, f *found, mode access, fn f
 		// Another request may have created keys, and moved blocks, meanwhile.
 		for j, p := range batch {
 			blocks[j], ents[j] = s.blocks.find(p.slot)
-			dgs[j] = s.dense[p.slot/groupSlots]
+			dgs[j] = s.dense.get(p.slot / groupSlots)
 		}
 	} else if !locked {
 		defer s.mu.RUnlock()
@@ -379,7 +393,7 @@ func (t *Table) lookup(s *stripe, batch []piece, f *found) (missing, sparse bool
 	blocks, dgs, ents := f.blocks, f.dgs, f.ents
 	// A stripe of a sparse table has no dense groups to look for; its
 	// probes' first entries are touched together first.
-	if len(s.dense) == 0 {
+	if s.dense.n == 0 {
 		s.blocks.touch(batch, f.addrs)
 		for j, p := range batch {
 			dgs[j] = nil
@@ -394,7 +408,7 @@ func (t *Table) lookup(s *stripe, batch []piece, f *found) (missing, sparse bool
 		// A dense run's pieces share a group: one lookup for 16 slots.
 		g, i := denseIndex(p.slot)
 		if g != lastG {
-			dg, lastG = s.dense[g], g
+			dg, lastG = s.dense.get(g), g
 		}
 		if dgs[j] = dg; dg != nil {
 			blocks[j], ents[j] = t.denseBlock(dg, i), -1
