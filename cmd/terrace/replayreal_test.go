@@ -69,11 +69,12 @@ type realPolicy struct {
 	CheckpointsCommitted int         `json:"checkpoints_committed"`
 }
 
-// realReplayArgs are the arguments of a real replay of policy over the
-// spike, lr on a9a for 20 passes.
-func realReplayArgs(t *testing.T, policy string) []string {
+// realReplayArgs are the arguments of a real replay of policy over a
+// spike in zone 1a, spike into the second day (the segment's start), lr on
+// a9a for 20 passes.
+func realReplayArgs(t *testing.T, policy string, spike time.Duration) []string {
 	dir := t.TempDir()
-	return []string{"replay", "--prices", spikeCSV(t, 3*time.Hour+30*time.Minute), "--policy", policy,
+	return []string{"replay", "--prices", spikeCSV(t, spike), "--policy", policy,
 		"--from", "2015-03-02", "--for", "36h", "--passes", "20",
 		"--calibration", repoFile("internal/harness/realreplay/testdata/local-lr-a9a.json"),
 		"--train", repoFile(defaultTrain), "--test", repoFile(defaultTest), "--run-dir", filepath.Join(dir, "run"),
@@ -83,9 +84,9 @@ func realReplayArgs(t *testing.T, policy string) []string {
 // replayForReal runs a real replay of policy to its end, checks that it
 // left no process, and returns its report's figures for the policy and
 // its output.
-func replayForReal(t *testing.T, bin, policy string, extra ...string) (realPolicy, []byte) {
+func replayForReal(t *testing.T, bin, policy string, spike time.Duration, extra ...string) (realPolicy, []byte) {
 	t.Helper()
-	args := realReplayArgs(t, policy)
+	args := realReplayArgs(t, policy, spike)
 	report := args[len(args)-1]
 	args = append(args, extra...)
 	out, err := exec.Command(bin, args...).CombinedOutput()
@@ -123,7 +124,7 @@ func TestRealReplay(t *testing.T) {
 		t.Skip("set TERRACE_REAL_REPLAY=1")
 	}
 	bin := terrace(t)
-	r, out := replayForReal(t, bin, "tiers")
+	r, out := replayForReal(t, bin, "tiers", 3*time.Hour+30*time.Minute)
 	switch {
 	case r.Evictions < 1 || r.Acquisitions < 4:
 		t.Errorf("%d evictions and %d acquisitions: want the spike to evict and the policy to buy again\n%s", r.Evictions, r.Acquisitions, out)
@@ -137,7 +138,7 @@ func TestRealReplay(t *testing.T) {
 	t.Logf("tiers: %d evictions, updates_lost %s", r.Evictions, fmtOpt(r.UpdatesLost))
 
 	// SIGTERM once the machines run.
-	cmd := exec.Command(bin, append(realReplayArgs(t, "tiers"), "--passes", "100")...)
+	cmd := exec.Command(bin, append(realReplayArgs(t, "tiers", 3*time.Hour+30*time.Minute), "--passes", "100")...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -178,11 +179,14 @@ func TestRealReplayCheckpoint(t *testing.T) {
 	if os.Getenv("TERRACE_REAL_REPLAY") == "" {
 		t.Skip("set TERRACE_REAL_REPLAY=1")
 	}
-	// 60 passes: the job must still run at the spike (3.5 trace hours in)
-	// however fast this host trains; on a quiet one a pass is about 4.5
-	// trace minutes at 900x, and 30 passes ended before the spike.
+	// The job must still run at the spike however fast this host trains:
+	// at 900x a pass is 1.6 trace minutes on a quiet host (0.11 s) and
+	// 7.5 at load 8 (0.5 s), and the processes start in about 40, so a
+	// spike 3.5 hours in came after the end of 60 quiet passes (2.3
+	// hours). Two hours in, it comes after the policy's first checkpoint
+	// (its interval is about 25 minutes) on a slow host too.
 	const passes = 60
-	r, out := replayForReal(t, terrace(t), "checkpoint", "--speedup", "900", "--passes", fmt.Sprint(passes))
+	r, out := replayForReal(t, terrace(t), "checkpoint", 2*time.Hour, "--speedup", "900", "--passes", fmt.Sprint(passes))
 	t.Logf("%d evictions, %d restarts, updates_lost %v, %d checkpoint requests, newest committed %d",
 		r.Evictions, r.Restarts, fmtOpt(r.UpdatesLost), len(r.CheckpointRequests), r.CheckpointsCommitted)
 	switch {
