@@ -2,9 +2,10 @@
 """replaycheck.py OUT BINARY: fit a calibration from the segment-A runs in OUT (.ci/replaycheck.sh) and
 nothing else, simulate each segment with the shipped calibration and with the fitted one, and print the model
 against the medians of the real runs (docs/design/market.md, "Checked in batches, each calibrated on
-segment A"). The fit: each stage's host rate is the median over its A runs of 402 updates x passes over the
-trace hours of rank 0's passes (the "pass N/M  Xs" lines); the start, the median over every A run of the
-wall time outside them; every other field is the shipped calibration's."""
+segment A"). The fit: each stage's host rate is the median over its A runs of 402 updates over the trace
+hours of rank 0's median pass (the "pass N/M  Xs" lines); the start, the median over every A run of the wall
+time outside that many median passes, so that the slower first passes count once, as start, and not in the
+rate of a longer job; every other field is the shipped calibration's."""
 import json, re, statistics, subprocess, sys, os, glob
 W = os.getcwd()
 SHIP = W + '/internal/harness/realreplay/testdata/local-lr-a9a.json'
@@ -27,15 +28,15 @@ def runs(b, seg, tag):
         p = r['policies'][pol]
         txt = open(f[:-5] + '.out').read()
         passes = [float(x) for x in re.findall(r'^pass +\d+/\d+ +([0-9.]+)s', txt, re.M)]
-        out.append(dict(p, pass_sum=sum(passes), npass=len(passes), rnd=f.split('-')[-1][:-5]))
+        out.append(dict(p, pass_med=statistics.median(passes), npass=len(passes), rnd=f.split('-')[-1][:-5]))
     return out
 
 def fit(b):
     cal = json.load(open(SHIP))
-    rate = lambda rs: round(med(402 * r['npass'] / (r['pass_sum'] * 900 / 3600) for r in rs))
+    rate = lambda rs: round(med(402 / (r['pass_med'] * 900 / 3600) for r in rs))
     a0, a1, a2 = runs(b, 'A', 'ondemand'), runs(b, 'A', 'ondemand1'), runs(b, 'A', 'tiers')
     cal['host_updates_per_hour_by_stage'] = {'0': rate(a0), '1': rate(a1), '2': rate(a2), '3': rate(a2)}
-    cal['start_seconds'] = round(med((r['wall_seconds'] - r['pass_sum']) * 900 for r in a0 + a1 + a2))
+    cal['start_seconds'] = round(med((r['wall_seconds'] - r['pass_med'] * r['npass']) * 900 for r in a0 + a1 + a2))
     cal['note'] = f'fitted from batch {b} segment A runs ({len(a0)}, {len(a1)}, {len(a2)})'
     path = f'{b}/cal.json'
     json.dump(cal, open(path, 'w'), indent=1)
