@@ -79,6 +79,9 @@ func runRealReplay(cmd *cobra.Command, f replayFlags, cfg replay.Config, names [
 		if err := realreplay.CheckBound(name, cfg.Cal); err != nil {
 			return fmt.Errorf("--calibration without --simulate: %w; e.g. internal/harness/realreplay/testdata/local-lr-a9a.json (local-lr-a9a-bidbrain.json for bidbrain)", err)
 		}
+		if err := realreplay.CheckSpeedup(name, cfg, f.speedup); err != nil {
+			return err
+		}
 	}
 	args := []string{"--app", f.app, "--passes", strconv.Itoa(int(f.passes))}
 	for _, d := range []struct{ flag, path, def string }{{"train", f.real.trainData, defaultTrain}, {"test", f.real.testData, defaultTest}} {
