@@ -77,7 +77,11 @@ func runRealReplay(cmd *cobra.Command, f replayFlags, cfg replay.Config, names [
 	d, _ := parseSpan(f.span) // checked by checkReal
 	for _, name := range names {
 		if err := realreplay.CheckBound(name, cfg.Cal); err != nil {
-			return fmt.Errorf("--calibration without --simulate: %w; e.g. internal/harness/realreplay/testdata/local-lr-a9a.json (local-lr-a9a-bidbrain.json for bidbrain)", err)
+			example := "local-lr-a9a.json"
+			if name == "bidbrain" {
+				example = "local-lr-a9a-bidbrain.json"
+			}
+			return fmt.Errorf("--calibration without --simulate: %w; e.g. internal/harness/realreplay/testdata/%s", err, example)
 		}
 		if err := realreplay.CheckSpeedup(name, cfg, f.speedup); err != nil {
 			return err
