@@ -95,7 +95,6 @@ func TestReplayBadInput(t *testing.T) {
 	}{
 		{"real: all, default calibration", append(real, "--policy", "all", "--for", "1h"), "machines 32 and reliable_machines"},
 		{"real: bidbrain, default calibration", append(real, "--policy", "bidbrain", "--for", "1h"), "max_machines 128"},
-		{"real: bidbrain at 3600x", append(real, "--policy", "bidbrain", "--for", "1h", "--calibration", repoFile("internal/harness/realreplay/testdata/local-lr-a9a-bidbrain.json")), "--speedup 3600"},
 		{"real: bidbrain, tiers' calibration", append(real, "--policy", "bidbrain", "--for", "1h", "--calibration", repoFile("internal/harness/realreplay/testdata/local-lr-a9a.json")), "max_machines 4"},
 		{"real: no segment", append(real, "--policy", "ondemand"), "--for"},
 		{"real: segment too long", append(real, "--policy", "ondemand", "--for", "30d", "--speedup", "3600"), "--max-wall"},

@@ -83,9 +83,6 @@ func runRealReplay(cmd *cobra.Command, f replayFlags, cfg replay.Config, names [
 			}
 			return fmt.Errorf("--calibration without --simulate: %w; e.g. internal/harness/realreplay/testdata/%s", err, example)
 		}
-		if err := realreplay.CheckSpeedup(name, cfg, f.speedup); err != nil {
-			return err
-		}
 	}
 	args := []string{"--app", f.app, "--passes", strconv.Itoa(int(f.passes))}
 	for _, d := range []struct{ flag, path, def string }{{"train", f.real.trainData, defaultTrain}, {"test", f.real.testData, defaultTest}} {

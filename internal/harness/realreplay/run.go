@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"strconv"
 	"time"
 
@@ -26,9 +25,6 @@ var (
 	ErrNotReal = errors.New("cannot run for real yet")
 	// ErrTooMany: a footprint too large to run as processes on this host.
 	ErrTooMany = errors.New("too many machines for one host")
-	// ErrTooFast: a speedup at which a machine's start takes up its
-	// billing period.
-	ErrTooFast = errors.New("too fast for the machines' start")
 	// ErrSegmentEnded: the segment ended before the job did.
 	ErrSegmentEnded = errors.New("the segment ends before the job finishes")
 )
@@ -73,32 +69,6 @@ func Bound(name string, cal jobsim.Calibration) (int, string) {
 func CheckBound(name string, cal jobsim.Calibration) error {
 	if n, fields := Bound(name, cal); n > MaxMachines {
 		return fmt.Errorf("%s holds up to %d machines at once (%s), each a server and workers on this host: %w (at most %d)", name, n, fields, ErrTooMany, MaxMachines)
-	}
-	return nil
-}
-
-// MinPeriodWall is the wall time BidBrain's billing period (its planning
-// horizon, and the shortest it holds a machine it releases) must last on
-// the processes: four times a machine's start. Measured with BidBrain's
-// machines on this two-core host (2026-11-27, eighth session), a
-// machine's processes take 0.2 to 2.1 s of wall time, about 1 s, from
-// their start to the worker's first acknowledged push; at 3600x that is
-// a whole trace hour, so a machine bought for an hour and released at
-// its end (the drain before it) would be paid and barely work. 4 s is
-// --speedup 900 for the hour of both market models.
-const MinPeriodWall = 4 * time.Second
-
-// CheckSpeedup refuses BidBrain at a speedup at which its billing period
-// lasts less than MinPeriodWall, naming --speedup. The other policies
-// hold their machines until the market takes them, not for a period.
-func CheckSpeedup(name string, c replay.Config, speedup float64) error {
-	if name != "bidbrain" {
-		return nil
-	}
-	period := c.Model.Period()
-	if wall := time.Duration(float64(period) / speedup); wall < MinPeriodWall {
-		return fmt.Errorf("--speedup %g: bidbrain's billing period of %v would last %v of wall time, less than %v (four times a machine's start on this host, about 1 s): %w; use --speedup %g or less",
-			speedup, period, wall.Round(time.Millisecond), MinPeriodWall, ErrTooFast, math.Floor(float64(period)/float64(MinPeriodWall)))
 	}
 	return nil
 }
@@ -190,9 +160,6 @@ func Run(ctx context.Context, cfg Config, name string, start time.Time) (Result,
 	}
 	if !(cfg.Speedup > 0) {
 		return res, fmt.Errorf("speedup %g: want a positive factor", cfg.Speedup)
-	}
-	if err := CheckSpeedup(name, cfg.Replay, cfg.Speedup); err != nil {
-		return res, err
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = wallClock{}

@@ -8,9 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/terrace-ml/terrace/internal/market/billing"
 	"github.com/terrace-ml/terrace/internal/market/jobsim"
-	"github.com/terrace-ml/terrace/internal/market/replay"
 )
 
 // TestCheck: every policy runs for real; an unknown one is refused with
@@ -68,33 +66,6 @@ func TestBound(t *testing.T) {
 	bb.MaxMachines = (MaxMachines-bb.ReliableMachines)/2 + 1
 	if err := CheckBound("bidbrain", bb); !errors.Is(err, ErrTooMany) {
 		t.Errorf("max_machines %d: %v, want ErrTooMany", bb.MaxMachines, err)
-	}
-}
-
-// TestCheckSpeedup: BidBrain is refused, naming --speedup, when its
-// billing period would last less than MinPeriodWall of wall time (above
-// 900x for an hour), in either market model; the other policies are not.
-func TestCheckSpeedup(t *testing.T) {
-	for _, c := range []struct {
-		policy  string
-		model   billing.Model
-		speedup float64
-		refused bool
-	}{
-		{"bidbrain", billing.Bid2015{}, 900, false},
-		{"bidbrain", billing.Bid2015{}, 60, false},
-		{"bidbrain", billing.Bid2015{}, 901, true},
-		{"bidbrain", billing.Bid2015{}, 3600, true},
-		{"bidbrain", billing.PerSecond{Lead: 2 * time.Minute}, 3600, true},
-		{"tiers", billing.Bid2015{}, 3600, false},
-	} {
-		err := CheckSpeedup(c.policy, replay.Config{Model: c.model}, c.speedup)
-		switch {
-		case c.refused && (!errors.Is(err, ErrTooFast) || !strings.Contains(err.Error(), "--speedup")):
-			t.Errorf("%s at %gx: %v, want ErrTooFast naming --speedup", c.policy, c.speedup, err)
-		case !c.refused && err != nil:
-			t.Errorf("%s at %gx: %v", c.policy, c.speedup, err)
-		}
 	}
 }
 
