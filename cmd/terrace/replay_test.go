@@ -93,8 +93,9 @@ func TestReplayBadInput(t *testing.T) {
 		args  []string
 		wants string
 	}{
-		{"real: all", append(real, "--policy", "all", "--for", "1h"), "bidbrain"},
-		{"real: bidbrain", append(real, "--policy", "bidbrain", "--for", "1h"), "bidbrain"},
+		{"real: all, default calibration", append(real, "--policy", "all", "--for", "1h"), "machines 32 and reliable_machines"},
+		{"real: bidbrain, default calibration", append(real, "--policy", "bidbrain", "--for", "1h"), "max_machines 128"},
+		{"real: bidbrain, tiers' calibration", append(real, "--policy", "bidbrain", "--for", "1h", "--calibration", repoFile("internal/harness/realreplay/testdata/local-lr-a9a.json")), "max_machines 4"},
 		{"real: no segment", append(real, "--policy", "ondemand"), "--for"},
 		{"real: segment too long", append(real, "--policy", "ondemand", "--for", "30d", "--speedup", "3600"), "--max-wall"},
 		{"real: several starts", append(real, "--policy", "tiers", "--for", "1h", "--starts", "2"), "--starts"},
@@ -105,10 +106,8 @@ func TestReplayBadInput(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), c.wants) {
 				t.Fatalf("got %v, want an error naming %s", err, c.wants)
 			}
-			if c.wants == "bidbrain" {
-				if !errors.Is(err, realreplay.ErrNotReal) {
-					t.Errorf("%v: want realreplay.ErrNotReal", err)
-				}
+			if strings.Contains(c.name, "calibration") && !errors.Is(err, realreplay.ErrTooMany) {
+				t.Errorf("%v: want realreplay.ErrTooMany", err)
 			}
 		})
 	}

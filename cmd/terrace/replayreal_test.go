@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/terrace-ml/terrace/internal/harness/realreplay"
 )
 
 // spikeCSV writes two days of c3.xlarge prices in two zones, 1a cheaper,
@@ -64,6 +66,7 @@ type realPolicy struct {
 	Restarts     int      `json:"restarts"`
 	TestAccuracy *float64 `json:"test_accuracy"`
 	UpdatesLost  *float64 `json:"updates_lost"`
+	PeakMachines int      `json:"peak_machines"`
 	// checkpoint-restart's
 	CheckpointRequests   []time.Time `json:"checkpoint_requests"`
 	CheckpointsCommitted int         `json:"checkpoints_committed"`
@@ -209,5 +212,37 @@ func TestRealReplayCheckpoint(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "restarted from the checkpoint") {
 		t.Errorf("no restart from a checkpoint in the progress lines\n%s", out)
+	}
+}
+
+// TestRealReplayBidBrain runs BidBrain for real with the calibration that
+// bounds it to this host (reliable_machines 1, max_machines 3) over a
+// spike 90 minutes into the segment, 150 passes at 900x (the job lasts
+// four to six trace hours, long past the spike, however fast the host
+// trains; with 60 it once ended before BidBrain bought again): it buys
+// transient machines once it has a day of the markets' past (an hour in),
+// the spike takes those in 1a within half an hour of trace (about two
+// seconds of wall time), it buys again, the job trains to the end and
+// reports its test accuracy and updates_lost, at most MaxMachines
+// machines ran at once, and nothing is left running
+// (TERRACE_REAL_REPLAY=1; 25-40 s).
+func TestRealReplayBidBrain(t *testing.T) {
+	if os.Getenv("TERRACE_REAL_REPLAY") == "" {
+		t.Skip("set TERRACE_REAL_REPLAY=1")
+	}
+	r, out := replayForReal(t, terrace(t), "bidbrain", "--prices", spikeCSV(t, 90*time.Minute), "--speedup", "900", "--passes", "150",
+		"--calibration", repoFile("internal/harness/realreplay/testdata/local-lr-a9a-bidbrain.json"))
+	t.Logf("%d acquisitions, %d evictions, updates_lost %s, at most %d machines at once, $%.2f, %.2f h", r.Acquisitions, r.Evictions, fmtOpt(r.UpdatesLost), r.PeakMachines, r.Dollars, r.Hours)
+	switch {
+	case r.Acquisitions < 3 || r.Evictions < 1:
+		t.Errorf("%d acquisitions, %d evictions: want the reliable machine, transient ones, the spike to evict them and BidBrain to buy again\n%s", r.Acquisitions, r.Evictions, out)
+	case r.TestAccuracy == nil || *r.TestAccuracy < 0.8:
+		t.Errorf("test accuracy %v, want lr's on a9a", r.TestAccuracy)
+	case r.UpdatesLost == nil:
+		t.Errorf("updates_lost null: want the audit's count\n%s", out)
+	case r.PeakMachines < 2 || r.PeakMachines > realreplay.MaxMachines:
+		t.Errorf("at most %d machines ran at once: want transient machines beside the reliable one, and no more than %d", r.PeakMachines, realreplay.MaxMachines)
+	case !(r.Dollars > 0) || !(r.Hours > 0):
+		t.Errorf("dollars %v, hours %v", r.Dollars, r.Hours)
 	}
 }

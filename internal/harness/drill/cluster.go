@@ -99,6 +99,9 @@ type Cluster struct {
 	// for a machine dropped before it started, whose later events must
 	// not reach another machine.
 	next map[Role]int
+	// peak is the most machines with a process running at once, counted
+	// at each start (a machine draining or not yet reaped counts).
+	peak int
 }
 
 type pendingMachine struct {
@@ -281,11 +284,32 @@ func (c *Cluster) StartMachine(class Role) (string, error) {
 	if err := c.d.startMachine(class, i); err != nil {
 		return "", err
 	}
+	c.countRunning()
 	fmt.Fprintf(c.d.cfg.Out, "terrace: machine %s started\n", name)
 	return name, nil
 }
 
 func (c *Cluster) started() int { return c.d.machines[Reliable] + c.d.machines[Transient] }
+
+// countRunning raises peak to the machines with a process running now
+// (under c.mu).
+func (c *Cluster) countRunning() {
+	running := map[string]bool{}
+	for _, p := range c.d.sup.procs {
+		if p.machine != "" && !p.done() {
+			running[p.machine] = true
+		}
+	}
+	c.peak = max(c.peak, len(running))
+}
+
+// Peak is the most machines that had a process running at once: what
+// the host ran, whatever the market held.
+func (c *Cluster) Peak() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.peak
+}
 
 // startPending starts the machines that waited for training (under c.mu).
 func (c *Cluster) startPending() {
@@ -294,6 +318,7 @@ func (c *Cluster) startPending() {
 			c.failures = append(c.failures, fmt.Errorf("start machine %s: %w", m.name, err))
 			continue
 		}
+		c.countRunning()
 		fmt.Fprintf(c.d.cfg.Out, "terrace: machine %s started\n", m.name)
 	}
 	c.pending = nil

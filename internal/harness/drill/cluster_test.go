@@ -114,6 +114,16 @@ func TestClusterMachines(t *testing.T) {
 			}
 		}
 	}
+	// Peak is the machines that ran together (not the one dropped before
+	// it started), and a machine started once they have exited does not
+	// count them again.
+	if p := c.Peak(); p != 3 {
+		t.Errorf("peak %d machines, want the 3 that ran together", p)
+	}
+	start("late", Transient)
+	if p := c.Peak(); p != 3 {
+		t.Errorf("peak %d machines after one more started alone, want 3", p)
+	}
 	if err := c.Err(); err != nil {
 		t.Errorf("machines stopped on purpose counted as failures: %v", err)
 	}

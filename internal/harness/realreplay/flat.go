@@ -174,6 +174,7 @@ func (r *run) restart(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("restart %d from the checkpoint: %w", f.Restarts, err)
 	}
+	r.peak = max(r.peak, r.cluster.Peak())
 	r.cluster.Close()
 	r.cluster = c
 	aliases := make([]string, 0, len(f.aliases))

@@ -11,6 +11,7 @@ import (
 	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/harness/drill"
 	"github.com/terrace-ml/terrace/internal/market"
+	"github.com/terrace-ml/terrace/internal/market/jobsim"
 	"github.com/terrace-ml/terrace/internal/market/localprov"
 	"github.com/terrace-ml/terrace/internal/market/policy"
 	"github.com/terrace-ml/terrace/internal/market/replay"
@@ -35,15 +36,42 @@ const MaxMachines = 8
 // Check says whether policy name can run for real, and why not.
 func Check(name string) error {
 	switch name {
-	case "ondemand", "tiers", "checkpoint":
+	case "ondemand", "tiers", "checkpoint", "bidbrain":
 		return nil
-	case "bidbrain":
-		return fmt.Errorf("policy bidbrain %w: it holds up to the calibration's max_machines across 15 markets and rebuys hundreds of machines a run, more processes than one host runs; use --simulate", ErrNotReal)
 	}
 	if _, err := policy.New(name, policy.Config{}); err != nil {
 		return err
 	}
 	return fmt.Errorf("policy %s %w", name, ErrNotReal)
+}
+
+// Bound is the most machines policy name runs as processes at once under
+// calibration cal, and the calibration fields that set it. ondemand,
+// checkpoint and tiers hold at most machines transient (or on-demand)
+// and reliable_machines reliable ones. BidBrain holds reliable_machines
+// and at most max_machines transient machines not on notice, over all
+// its markets together (BidBrain.acquire stops at max_machines: how many
+// markets it uses at once does not change the count). A machine it
+// releases drains in wall time while the one it buys in its place in the
+// same decision starts boot_seconds of trace later, and a noticed machine
+// is no longer counted while it runs out its notice, so each of the
+// max_machines may run twice over for a moment: a server's drain took
+// about 0.6 s of wall time after its release (2026-11-27), a boot at 900x
+// is 0.33 s. The machines running at once are in Result.PeakMachines.
+func Bound(name string, cal jobsim.Calibration) (int, string) {
+	if name == "bidbrain" {
+		return cal.ReliableMachines + 2*cal.MaxMachines, fmt.Sprintf("reliable_machines %d and twice max_machines %d", cal.ReliableMachines, cal.MaxMachines)
+	}
+	return cal.Machines + cal.ReliableMachines, fmt.Sprintf("machines %d and reliable_machines %d", cal.Machines, cal.ReliableMachines)
+}
+
+// CheckBound refuses a policy whose Bound exceeds MaxMachines, naming the
+// calibration fields.
+func CheckBound(name string, cal jobsim.Calibration) error {
+	if n, fields := Bound(name, cal); n > MaxMachines {
+		return fmt.Errorf("%s holds up to %d machines at once (%s), each a server and workers on this host: %w (at most %d)", name, n, fields, ErrTooMany, MaxMachines)
+	}
+	return nil
 }
 
 // Config is one real replay.
@@ -80,6 +108,9 @@ type Result struct {
 	// StageHistory is the coordinator's: each switch and fallback, in
 	// wall time (what calibrates the model's switch pauses).
 	StageHistory []api.StageChange `json:"stage_history,omitempty"`
+	// PeakMachines is the most machines that had a process running at
+	// once (a draining machine counts): what the host ran, against Bound.
+	PeakMachines int `json:"peak_machines"`
 	// Restarts counts a checkpoint-restart job's restarts from its
 	// checkpoint.
 	Restarts int `json:"restarts,omitempty"`
@@ -112,6 +143,9 @@ type run struct {
 	// requests; askedSeq the checkpoint the last one was told it serves.
 	checkpoints []time.Time
 	askedSeq    uint64
+	// peak is the most machines running at once in the clusters a
+	// checkpoint-restart job has stopped.
+	peak int
 }
 
 // Run replays policy name from start on real processes until the job is
@@ -120,6 +154,9 @@ type run struct {
 func Run(ctx context.Context, cfg Config, name string, start time.Time) (Result, error) {
 	res := Result{Result: replay.Result{Policy: name, Start: start}, Speedup: cfg.Speedup}
 	if err := Check(name); err != nil {
+		return res, err
+	}
+	if err := CheckBound(name, cfg.Replay.Cal); err != nil {
 		return res, err
 	}
 	if !(cfg.Speedup > 0) {
@@ -185,9 +222,9 @@ func Run(ctx context.Context, cfg Config, name string, start time.Time) (Result,
 // come up, as the drill's --add does: forming with them would hold the
 // job until they did, and a market that evicts them during their boot
 // (a preemption trace at zero) would hold it for hours, while the
-// simulated job trains on the reliable machines meanwhile. tiers forms
-// in stage 2 (stage 1 until a transient machine joins, which switches it
-// to 2), ondemand in stage 1.
+// simulated job trains on the reliable machines meanwhile. tiers and
+// bidbrain form in stage 2 (stage 1 until a transient machine joins,
+// which switches it to 2), ondemand in stage 1.
 func (r *run) firstPlan(cc drill.ClusterConfig) (drill.ClusterConfig, error) {
 	held := r.mgr.Held()
 	reliable := 0
@@ -206,9 +243,10 @@ func (r *run) firstPlan(cc drill.ClusterConfig) (drill.ClusterConfig, error) {
 	cc.Servers, cc.Workers, cc.Stage = reliable, reliable*per, "1"
 	// Four partitions for each worker of the largest footprint, as the
 	// coordinator gives each worker of its formation.
-	cal := r.cfg.Replay.Cal
-	cc.Partitions = 4 * per * max(cal.Machines+cal.ReliableMachines, len(held))
-	if r.name == "tiers" {
+	bound, _ := Bound(r.name, r.cfg.Replay.Cal)
+	cc.Partitions = 4 * per * max(bound, len(held))
+	if r.name == "tiers" || r.name == "bidbrain" {
+		cal := r.cfg.Replay.Cal
 		// The stage the calibration's job is asked for (2 if it leaves
 		// the planner to choose: --stage auto is not wired here).
 		cc.Stage = "2"
@@ -355,6 +393,7 @@ func (r *run) finish(ctx context.Context, res Result, start, fin, wall0 time.Tim
 		res.StageHistory = st.History
 	}
 	res.WallSeconds = r.cfg.Clock.Now().Sub(wall0).Seconds()
+	res.PeakMachines = max(r.peak, r.cluster.Peak())
 	if r.flat != nil {
 		res.Restarts = r.flat.Restarts
 		res.CheckpointRequests = r.checkpoints

@@ -3,26 +3,69 @@ package realreplay
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/terrace-ml/terrace/internal/market/jobsim"
 )
 
-// TestCheck: the policies not wired to processes are refused by name,
-// an unknown one with the policy package's own error.
+// TestCheck: every policy runs for real; an unknown one is refused with
+// the policy package's own error.
 func TestCheck(t *testing.T) {
-	for _, name := range []string{"ondemand", "tiers", "checkpoint"} {
+	for _, name := range []string{"ondemand", "tiers", "checkpoint", "bidbrain"} {
 		if err := Check(name); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	for _, name := range []string{"bidbrain"} {
-		if err := Check(name); !errors.Is(err, ErrNotReal) || !strings.Contains(err.Error(), name) {
-			t.Errorf("%s: %v, want ErrNotReal naming it", name, err)
-		}
-	}
 	if err := Check("greedy"); err == nil || errors.Is(err, ErrNotReal) {
 		t.Errorf("unknown policy: %v", err)
+	}
+}
+
+// TestBound: a policy is refused when the machines it may run at once
+// exceed MaxMachines, naming the calibration fields that set the count;
+// for BidBrain that is reliable_machines and twice max_machines (a
+// released or noticed machine runs beside its replacement), whatever
+// machines says.
+func TestBound(t *testing.T) {
+	load := func(name string) jobsim.Calibration {
+		c, err := jobsim.LoadCalibration(filepath.Join("testdata", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	local, bb := load("local-lr-a9a.json"), load("local-lr-a9a-bidbrain.json")
+	for _, c := range []struct {
+		policy string
+		cal    jobsim.Calibration
+		want   int
+		fields string // named in the refusal; "" if it runs
+	}{
+		{"tiers", local, 3, ""},
+		{"bidbrain", local, 9, "reliable_machines 1 and twice max_machines 4"},
+		{"bidbrain", bb, 7, ""},
+		{"ondemand", bb, 3, ""},
+		{"bidbrain", jobsim.DefaultCalibration(), jobsim.DefaultCalibration().ReliableMachines + 2*128, "max_machines 128"},
+		{"tiers", jobsim.DefaultCalibration(), jobsim.DefaultCalibration().Machines + jobsim.DefaultCalibration().ReliableMachines, "machines 32"},
+	} {
+		if n, _ := Bound(c.policy, c.cal); n != c.want {
+			t.Errorf("%s, max_machines %d: bound %d, want %d", c.policy, c.cal.MaxMachines, n, c.want)
+		}
+		err := CheckBound(c.policy, c.cal)
+		switch {
+		case c.fields == "" && err != nil:
+			t.Errorf("%s, max_machines %d: %v", c.policy, c.cal.MaxMachines, err)
+		case c.fields != "" && (!errors.Is(err, ErrTooMany) || !strings.Contains(err.Error(), c.fields)):
+			t.Errorf("%s, max_machines %d: %v, want ErrTooMany naming %s", c.policy, c.cal.MaxMachines, err, c.fields)
+		}
+	}
+	// One more transient machine than the host allows is refused.
+	bb.MaxMachines = (MaxMachines-bb.ReliableMachines)/2 + 1
+	if err := CheckBound("bidbrain", bb); !errors.Is(err, ErrTooMany) {
+		t.Errorf("max_machines %d: %v, want ErrTooMany", bb.MaxMachines, err)
 	}
 }
 
