@@ -127,7 +127,11 @@ func TestRealReplay(t *testing.T) {
 		t.Skip("set TERRACE_REAL_REPLAY=1")
 	}
 	bin := terrace(t)
-	r, out := replayForReal(t, bin, "tiers", 3*time.Hour+30*time.Minute)
+	// 40 passes at 3600x: on a quiet host a pass is 0.11 s of wall time
+	// (6.6 trace minutes) and the processes start in 1-2.5 trace hours, so
+	// 20 passes could end before the spike 3.5 hours in (1 run of 3); at
+	// load 8 (0.5 s a pass) 40 end within the 36-hour segment.
+	r, out := replayForReal(t, bin, "tiers", 3*time.Hour+30*time.Minute, "--passes", "40")
 	switch {
 	case r.Evictions < 1 || r.Acquisitions < 4:
 		t.Errorf("%d evictions and %d acquisitions: want the spike to evict and the policy to buy again\n%s", r.Evictions, r.Acquisitions, out)
@@ -230,7 +234,7 @@ func TestRealReplayBidBrain(t *testing.T) {
 	if os.Getenv("TERRACE_REAL_REPLAY") == "" {
 		t.Skip("set TERRACE_REAL_REPLAY=1")
 	}
-	r, out := replayForReal(t, terrace(t), "bidbrain", "--prices", spikeCSV(t, 90*time.Minute), "--speedup", "900", "--passes", "150",
+	r, out := replayForReal(t, terrace(t), "bidbrain", 90*time.Minute, "--speedup", "900", "--passes", "150",
 		"--calibration", repoFile("internal/harness/realreplay/testdata/local-lr-a9a-bidbrain.json"))
 	t.Logf("%d acquisitions, %d evictions, updates_lost %s, at most %d machines at once, $%.2f, %.2f h", r.Acquisitions, r.Evictions, fmtOpt(r.UpdatesLost), r.PeakMachines, r.Dollars, r.Hours)
 	switch {
