@@ -26,7 +26,7 @@ type securityFlags struct {
 }
 
 func (f *securityFlags) register(fs *pflag.FlagSet, coordinator bool) {
-	fs.StringVar(&f.dir, "tls-dir", "", "mutual TLS on every connection, with ca.crt, node.crt and node.key of this directory (made by `terrace certs issue`)")
+	fs.StringVar(&f.dir, "tls-dir", "", "mutual TLS on every connection, with ca.crt, node.crt and node.key of this directory (made by terrace certs issue)")
 	fs.StringVar(&f.ca, "tls-ca", "", "mutual TLS: PEM file of the CAs to trust (instead of --tls-dir)")
 	fs.StringVar(&f.cert, "tls-cert", "", "mutual TLS: PEM file of this node's certificate (instead of --tls-dir)")
 	fs.StringVar(&f.key, "tls-key", "", "mutual TLS: PEM file of this node's private key (instead of --tls-dir)")
