@@ -105,8 +105,18 @@ func (e *Error) Unwrap() error { return e.Code.Err() }
 // address (a round of refused loopback dials costs microseconds).
 const maxBackoff = 200 * time.Millisecond
 
-// errTransient marks failures another coordinator (or a moment) may cure.
+// errTransient marks failures another coordinator (or a moment) may
+// cure (transientError Is it).
 var errTransient = errors.New("transient")
+
+// transientError is a failure another coordinator (or a moment) may cure.
+// Its message is the failure's alone: "transient:" in the message a user
+// read once the retries ran out ("coordinator unreachable: transient:
+// coordinator ...") named the client's bookkeeping, not the problem.
+type transientError struct{ error }
+
+func (e transientError) Unwrap() error        { return e.error }
+func (e transientError) Is(target error) bool { return target == errTransient }
 
 // do sends the request to the coordinator that answered last, moving on
 // to the next on transient failures, with backoff once all were tried,
@@ -166,12 +176,12 @@ func (c *Client) doOne(ctx context.Context, base, route, query string, in, out a
 		if ctx.Err() != nil {
 			return fmt.Errorf("coordinator %s: %w", base, err)
 		}
-		return fmt.Errorf("%w: coordinator %s: %v", errTransient, base, err)
+		return transientError{fmt.Errorf("coordinator %s: %v", base, err)}
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return fmt.Errorf("%w: coordinator %s: %v", errTransient, base, err)
+		return transientError{fmt.Errorf("coordinator %s: %v", base, err)}
 	}
 	if resp.StatusCode != http.StatusOK {
 		return replyError(base, route, resp, b)
@@ -200,11 +210,11 @@ func replyError(base, route string, resp *http.Response, body []byte) error {
 		if t := strings.TrimSpace(string(body)); t != "" && len(t) < 256 && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain") {
 			why = ": " + t
 		}
-		return fmt.Errorf("%w: coordinator %s: %s: %s (not a coordinator's reply)%s", errTransient, base, route, resp.Status, why)
+		return transientError{fmt.Errorf("coordinator %s: %s: %s (not a coordinator's reply)%s", base, route, resp.Status, why)}
 	}
 	err := &Error{Coordinator: base, Route: route, Code: r.Code, Msg: r.Error}
 	if r.Code.Transient() {
-		return fmt.Errorf("%w: %w", errTransient, err)
+		return transientError{err}
 	}
 	return err
 }
