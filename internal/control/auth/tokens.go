@@ -86,7 +86,7 @@ func LoadTokens(path string) (*Tokens, error) {
 	}
 	t, err := ParseTokens(f)
 	if err != nil {
-		return nil, fmt.Errorf("auth: %s: %w", path, err)
+		return nil, fmt.Errorf("tokens file %s: %w", path, err)
 	}
 	return t, nil
 }
@@ -181,6 +181,9 @@ func ReadToken(path string, role Role, getenv func(string) string) (string, erro
 	}
 	if granting != "" {
 		return granting, nil
+	}
+	if len(held) == 0 {
+		return "", fmt.Errorf("%w: token file %s holds neither a token alone nor \"role token\" lines: give it the %q line of the cluster's tokens file", ErrInvalid, path, role)
 	}
 	return "", fmt.Errorf("%w: token file %s holds no token that grants the %s role (its roles: %s): give it the %q line of the cluster's tokens file",
 		ErrInvalid, path, role, strings.Join(held, ", "), role)
