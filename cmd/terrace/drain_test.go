@@ -199,3 +199,33 @@ func TestLastServerServesOnAfterSIGTERM(t *testing.T) {
 		t.Errorf("the worker trained no pass while the last server served on after SIGTERM (%d passes before, %d after):\n%s", passes, after, wk)
 	}
 }
+
+// TestLastServerWithoutTablesLeavesAtOnce: a forming cluster's only
+// server, SIGTERMed before any job made a table, holds nothing: it exits
+// 0 at once instead of serving on to its notice's deadline and exiting 1
+// saying its slots left with it.
+func TestLastServerWithoutTablesLeavesAtOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs two processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	addr := startCoordinator(t, ctx, "--servers", "1", "--workers", "1", "--replication", "1")
+	srv := &lineWatcher{want: "joined", seen: make(chan struct{})}
+	server := exec.CommandContext(ctx, terrace(t), "server", "--coordinator", addr, "--id", "s0", "--grace", "1m", "--log-level", "info")
+	server.Stdout, server.Stderr = srv, srv
+	if err := server.Start(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-srv.seen:
+	case <-ctx.Done():
+		t.Fatalf("the server never joined:\n%s", srv)
+	}
+	if err := server.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := server.Wait(); err != nil || !strings.Contains(srv.String(), "holds no table yet") {
+		t.Fatalf("server exit %v, want 0 at once:\n%s", err, srv)
+	}
+}

@@ -184,7 +184,7 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 						errc <- ErrDrained
 						return
 					}
-					errc <- drainServer(sctx, cc, s, cfg, n)
+					errc <- drainServer(sctx, cc, s, cfg, n, &end)
 				}
 			case <-sctx.Done():
 			}
@@ -201,11 +201,18 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	return err
 }
 
-func drainServer(ctx context.Context, cc *api.Client, s *server.Server, cfg ServerConfig, n evict.Notice) error {
+func drainServer(ctx context.Context, cc *api.Client, s *server.Server, cfg ServerConfig, n evict.Notice, end *jobEnd) error {
 	cfg.Logger.Warn("eviction notice: leaving the layout", "source", n.Source, "deadline", n.Deadline)
 	dctx, cancel := context.WithDeadline(ctx, n.Deadline)
 	defer cancel()
 	if _, err := cc.DrainServer(dctx, cfg.ID, api.Notice{Source: n.Source, Detail: n.Detail, Deadline: n.Deadline}); err != nil {
+		if errors.Is(err, api.ErrLastServer) && end.noTables.Load() {
+			// Its slots hold no table yet: nothing is lost, and serving
+			// on until the deadline kept a forming cluster's server
+			// 30 s after SIGTERM, to exit 1.
+			cfg.Logger.Info("the last server on the ring holds no table yet: leaving at once")
+			return ErrDrained
+		}
 		if errors.Is(err, api.ErrLastServer) && dctx.Err() == nil {
 			// Leaving now would take every slot with it: serve on while
 			// the machine lasts, so that the job goes on until then.
