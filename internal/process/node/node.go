@@ -118,16 +118,26 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 		return fmt.Errorf("server %s: %w", cfg.ID, err)
 	}
 	cc.Unreachable = unreachable(cfg.Logger, cfg.JoinTimeout)
-	jctx, cancel := context.WithTimeout(ctx, cfg.JoinTimeout)
+	nctx, notices := beforeJoin(ctx, cfg.Notices)
+	jctx, cancel := context.WithTimeout(nctx, cfg.JoinTimeout)
 	defer cancel()
 	if err := cc.WaitReachable(jctx); err != nil {
+		if noticedBeforeJoin(jctx) {
+			cfg.Logger.Warn("notice before joining: leaving, with nothing to hand off")
+			return ErrDrained
+		}
 		return fmt.Errorf("server %s: %w", cfg.ID, err)
 	}
 	inc := newIncarnation()
 	joined, err := cc.JoinAs(jctx, api.Join{Role: api.RoleServer, ID: cfg.ID, Addr: addr, Incarnation: inc, Machine: cfg.Machine, Class: cfg.Class})
 	if err != nil {
+		if noticedBeforeJoin(jctx) {
+			cfg.Logger.Warn("notice before joining: leaving, with nothing to hand off")
+			return ErrDrained
+		}
 		return fmt.Errorf("server %s: join: %w", cfg.ID, err)
 	}
+	cfg.Notices = notices()
 	l := joined.Layout
 	if l == nil {
 		return fmt.Errorf("server %s: join: the coordinator sent no layout", cfg.ID)
@@ -323,17 +333,27 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, job Job) (any, error) {
 		return nil, fmt.Errorf("worker %s: %w", cfg.ID, err)
 	}
 	cc.Unreachable = unreachable(cfg.Logger, cfg.JoinTimeout)
-	jctx, cancel := context.WithTimeout(ctx, cfg.JoinTimeout)
+	nctx, notices := beforeJoin(ctx, cfg.Notices)
+	jctx, cancel := context.WithTimeout(nctx, cfg.JoinTimeout)
 	defer cancel()
 	if err := cc.WaitReachable(jctx); err != nil {
+		if noticedBeforeJoin(jctx) {
+			cfg.Logger.Warn("notice before joining: leaving, with nothing to hand off")
+			return nil, ErrDrained
+		}
 		return nil, fmt.Errorf("worker %s: %w", cfg.ID, err)
 	}
 	inc := newIncarnation()
 	joined, err := cc.JoinAs(jctx, api.Join{Role: api.RoleWorker, ID: cfg.ID, Addr: cfg.PeerAddr, Incarnation: inc, Machine: cfg.Machine, Class: cfg.Class})
 	rank := joined.Rank
 	if err != nil {
+		if noticedBeforeJoin(jctx) {
+			cfg.Logger.Warn("notice before joining: leaving, with nothing to hand off")
+			return nil, ErrDrained
+		}
 		return nil, fmt.Errorf("worker %s: join: %w", cfg.ID, err)
 	}
+	cfg.Notices = notices()
 	// From now on every request names the job joined: should this worker
 	// outlive its job (declared dead, still running), the next job's
 	// holder of its rank is not mistaken for it.
