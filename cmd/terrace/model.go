@@ -102,7 +102,13 @@ A job that ends its cluster writes its model itself: give the job
 				return fmt.Errorf("export: %w", err)
 			}
 			defer c.Close()
-			return exportModel(ctx, liveSource{c}, *st.Job, out)
+			if err := exportModel(ctx, liveSource{c}, *st.Job, out); err != nil {
+				return err
+			}
+			// Say which model: a cluster that stays up may be training
+			// (this job, or already the next), and export took it as is.
+			fmt.Fprintf(cmd.OutOrStdout(), "terrace: exported the %s model of job %d (%s) to %s\n", st.Job.App, st.Number, jobState(st), out)
+			return nil
 		},
 	}
 	cmd.Flags().StringVar(&coordinator, "coordinator", "127.0.0.1:7070", "coordinator address(es), comma-separated")
@@ -247,4 +253,12 @@ func predictMF(w io.Writer, dir, dataPath, out string) error {
 		return fmt.Errorf("--out %s: %w", out, err)
 	}
 	return f.Close()
+}
+
+// jobState says how far job st is: done, or its passes so far.
+func jobState(st api.JobStatus) string {
+	if st.Done {
+		return fmt.Sprintf("done, %d passes", st.PassesDone)
+	}
+	return fmt.Sprintf("still training: %d of %d passes done", st.PassesDone, st.Job.Passes)
 }

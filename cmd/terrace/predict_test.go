@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/terrace-ml/terrace/internal/control/api"
 )
 
 // TestPredictMFWritesOut: predict --out with an mf model writes each
@@ -39,5 +41,17 @@ func TestPredictMFWritesOut(t *testing.T) {
 	os.WriteFile(filepath.Join(lda, "topic_word_counts.tsv"), []byte("0\t1\n"), 0o644)
 	if err := run("--model", lda, "--data", ratings); err == nil || !strings.Contains(err.Error(), "is an lda model") {
 		t.Fatalf("an lda model: %v", err)
+	}
+}
+
+// TestExportSaysWhichModel: export names how far the job it read was,
+// since a cluster that stays up may still be training it.
+func TestExportSaysWhichModel(t *testing.T) {
+	j := &api.Job{App: "lr", Passes: 5}
+	if got := jobState(api.JobStatus{Job: j, PassesDone: 2}); got != "still training: 2 of 5 passes done" {
+		t.Errorf("running: %q", got)
+	}
+	if got := jobState(api.JobStatus{Job: j, PassesDone: 5, Done: true}); got != "done, 5 passes" {
+		t.Errorf("done: %q", got)
 	}
 }
