@@ -28,6 +28,9 @@ elsewhere (cert-manager, Vault) work too: pass --tls-ca, --tls-cert, --tls-key.`
 		Short: "Make a cluster CA in --dir (ca.crt, and ca.key readable by its owner only)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if days < 1 {
+				return fmt.Errorf("--days %d: want at least 1", days)
+			}
 			if err := pki.Init(dir, "", pki.Options{Validity: time.Duration(days) * 24 * time.Hour}); err != nil {
 				return err
 			}
@@ -46,6 +49,9 @@ elsewhere (cert-manager, Vault) work too: pass --tls-ca, --tls-cert, --tls-key.`
 		Short: "Make a node certificate signed by the CA in --dir, written to --dir/NAME/ (ca.crt, node.crt, node.key)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if nodeDays < 1 {
+				return fmt.Errorf("--days %d: want at least 1", nodeDays)
+			}
 			out, err := pki.Issue(dir, name, strings.Split(hosts, ","), pki.Options{Validity: time.Duration(nodeDays) * 24 * time.Hour})
 			if err != nil {
 				return err

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -34,11 +37,12 @@ func applyConfig(fs *pflag.FlagSet) error {
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	var m map[string]any
-	if err := yaml.Unmarshal(b, &m); err != nil {
+	m, err := flagMap(b)
+	if err != nil {
 		return fmt.Errorf("config %s: %w", path, err)
 	}
-	for k, v := range m {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		v := m[k]
 		f := fs.Lookup(k)
 		if f == nil || k == "config" {
 			return fmt.Errorf("config %s: unknown setting %q", path, k)
@@ -46,9 +50,32 @@ func applyConfig(fs *pflag.FlagSet) error {
 		if f.Changed {
 			continue
 		}
-		if err := fs.Set(k, fmt.Sprint(v)); err != nil {
+		if err := fs.Set(k, v); err != nil {
 			return fmt.Errorf("config %s: %s: %w", path, k, err)
 		}
 	}
 	return nil
+}
+
+// flagMap reads a YAML map of flag names to values, each value as a
+// command line gives it: a key with no value ("test:") is "", where
+// fmt.Sprint made it "<nil>" ("--test <nil>: stat <nil>").
+func flagMap(b []byte) (map[string]string, error) {
+	var m map[string]any
+	if err := yaml.Unmarshal(b, &m); err != nil {
+		var te *yaml.TypeError
+		if errors.As(err, &te) {
+			return nil, fmt.Errorf("want a YAML map of flag names to values, one \"name: value\" a line: %w", err)
+		}
+		return nil, err
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		if v != nil {
+			out[k] = fmt.Sprint(v)
+		} else {
+			out[k] = ""
+		}
+	}
+	return out, nil
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -197,5 +198,81 @@ func TestLastServerServesOnAfterSIGTERM(t *testing.T) {
 	}
 	if after := strings.Count(wk.String(), "pass "); after <= passes {
 		t.Errorf("the worker trained no pass while the last server served on after SIGTERM (%d passes before, %d after):\n%s", passes, after, wk)
+	}
+}
+
+// TestLastServerWithoutTablesLeavesAtOnce: a forming cluster's only
+// server, SIGTERMed before any job made a table, holds nothing: it exits
+// 0 at once instead of serving on to its notice's deadline and exiting 1
+// saying its slots left with it.
+func TestLastServerWithoutTablesLeavesAtOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs two processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	addr := startCoordinator(t, ctx, "--servers", "1", "--workers", "1", "--replication", "1")
+	srv := &lineWatcher{want: "joined", seen: make(chan struct{})}
+	server := exec.CommandContext(ctx, terrace(t), "server", "--coordinator", addr, "--id", "s0", "--grace", "1m", "--log-level", "info")
+	server.Stdout, server.Stderr = srv, srv
+	if err := server.Start(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-srv.seen:
+	case <-ctx.Done():
+		t.Fatalf("the server never joined:\n%s", srv)
+	}
+	if err := server.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := server.Wait(); err != nil || !strings.Contains(srv.String(), "holds no table yet") {
+		t.Fatalf("server exit %v, want 0 at once:\n%s", err, srv)
+	}
+}
+
+// TestSIGTERMBeforeJoining: a server waiting for its coordinator, and a
+// worker waiting for the cluster's job, hold nothing: SIGTERM ends them
+// at once with exit 0. The server ignored it until its join timeout and
+// exited 1; the worker died of it (exit 143) without a word.
+func TestSIGTERMBeforeJoining(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs three processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	addr := startCoordinator(t, ctx, "--servers", "1", "--workers", "1", "--replication", "1")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nobody := ln.Addr().String()
+	ln.Close()
+	for _, tc := range []struct {
+		name, want string
+		args       []string
+	}{
+		{"server waiting for its coordinator", "coordinator unreachable; retrying", []string{"server", "--coordinator", nobody, "--join-timeout", "1m"}},
+		{"worker waiting for a job", "no job on the cluster yet", []string{"worker", "--coordinator", addr}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := &lineWatcher{want: tc.want, seen: make(chan struct{})}
+			cmd := exec.CommandContext(ctx, terrace(t), append(tc.args, "--log-level", "warn")...)
+			cmd.Stdout, cmd.Stderr = w, w
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-w.seen:
+			case <-ctx.Done():
+				t.Fatalf("never said %q:\n%s", tc.want, w)
+			}
+			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Wait(); err != nil || !strings.Contains(w.String(), "drained; exiting") {
+				t.Fatalf("exit %v, want 0 at once:\n%s", err, w)
+			}
+		})
 	}
 }

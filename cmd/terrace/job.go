@@ -5,12 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"gopkg.in/yaml.v3"
 
 	"github.com/terrace-ml/terrace/apps/lda"
 	"github.com/terrace-ml/terrace/apps/lr"
@@ -208,18 +209,18 @@ func readJobFile(path string) (api.Job, error) {
 	if err != nil {
 		return api.Job{}, fmt.Errorf("job file: %w", err)
 	}
-	var m map[string]any
-	if err := yaml.Unmarshal(b, &m); err != nil {
+	m, err := flagMap(b)
+	if err != nil {
 		return api.Job{}, fmt.Errorf("job file %s: %w", path, err)
 	}
 	var a appFlags
 	fs := pflag.NewFlagSet("job", pflag.ContinueOnError)
 	a.register(fs)
-	for k, v := range m {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		if _, ok := jobFlags[string(passesAlias(fs, k))]; !ok {
 			return api.Job{}, fmt.Errorf("job file %s: unknown setting %q", path, k)
 		}
-		if err := fs.Set(k, fmt.Sprint(v)); err != nil {
+		if err := fs.Set(k, m[k]); err != nil {
 			return api.Job{}, fmt.Errorf("job file %s: %s: %w", path, k, err)
 		}
 	}

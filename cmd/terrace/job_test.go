@@ -144,3 +144,27 @@ func TestDrillWorkersCarryAJob(t *testing.T) {
 		}
 	}
 }
+
+// TestFlagFileEmptyValue: a key with no value in a job file or a --config
+// file ("test:") is an empty value, not "<nil>" ("--test <nil>: stat
+// <nil>"), and a file that is not a map says what it should be.
+func TestFlagFileEmptyValue(t *testing.T) {
+	dir := t.TempDir()
+	job := filepath.Join(dir, "job.yaml")
+	os.WriteFile(job, []byte("app: lr\ntrain: "+repoFile("datasets/a9a/a9a.gz")+"\ntest:\n"), 0o600)
+	if j, err := readJobFile(job); err != nil && strings.Contains(err.Error(), "<nil>") || j.Test == "<nil>" {
+		t.Errorf("job file with \"test:\": test %q, %v", j.Test, err)
+	}
+	cfg := filepath.Join(dir, "config.yaml")
+	os.WriteFile(cfg, []byte("name:\n"), 0o600)
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	name := fs.String("name", "default", "")
+	fs.String("config", cfg, "")
+	if err := applyConfig(fs); err != nil || *name != "" {
+		t.Errorf("--config with \"name:\": %q, %v; want \"\"", *name, err)
+	}
+	os.WriteFile(cfg, []byte("passes 2\n"), 0o600)
+	if err := applyConfig(fs); err == nil || !strings.Contains(err.Error(), "want a YAML map of flag names to values") {
+		t.Errorf("--config of a line that is no map: %v", err)
+	}
+}

@@ -17,6 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
 	"github.com/terrace-ml/terrace/data"
 	"github.com/terrace-ml/terrace/internal/harness/drill"
 )
@@ -537,5 +540,26 @@ func TestTrainAudit(t *testing.T) {
 				t.Errorf("max_stall_seconds %v, faults %v", ptr(rep.MaxStallSeconds), rep.Faults)
 			}
 		})
+	}
+}
+
+// TestFlagTypesInHelp: no flag's usage holds a backquoted phrase, which
+// pflag shows in --help as the flag's type ("--tls-dir terrace certs
+// issue" in place of "--tls-dir string").
+func TestFlagTypesInHelp(t *testing.T) {
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		c.Flags().VisitAll(func(f *pflag.Flag) {
+			if name, _ := pflag.UnquoteUsage(f); strings.Contains(name, " ") {
+				t.Errorf("terrace %s --%s shows its type as %q", c.Name(), f.Name, name)
+			}
+		})
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	for _, c := range []*cobra.Command{trainCmd(), coordinatorCmd(), serverCmd(), workerCmd(), benchCmd(), planCmd(), replayCmd(),
+		submitCmd(), statusCmd(), eventsCmd(), plotCmd(), exportCmd(), predictCmd(), certsCmd(), tokensCmd(), checkpointCmd()} {
+		walk(c)
 	}
 }

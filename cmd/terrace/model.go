@@ -102,7 +102,13 @@ A job that ends its cluster writes its model itself: give the job
 				return fmt.Errorf("export: %w", err)
 			}
 			defer c.Close()
-			return exportModel(ctx, liveSource{c}, *st.Job, out)
+			if err := exportModel(ctx, liveSource{c}, *st.Job, out); err != nil {
+				return err
+			}
+			// Say which model: a cluster that stays up may be training
+			// (this job, or already the next), and export took it as is.
+			fmt.Fprintf(cmd.OutOrStdout(), "terrace: exported the %s model of job %d (%s) to %s\n", st.Job.App, st.Number, jobState(st), out)
+			return nil
 		},
 	}
 	cmd.Flags().StringVar(&coordinator, "coordinator", "127.0.0.1:7070", "coordinator address(es), comma-separated")
@@ -160,7 +166,10 @@ func predictCmd() *cobra.Command {
 				return errors.New("predict needs --model (a model terrace export or --model wrote) and --data")
 			}
 			if st, err := os.Stat(model); err == nil && st.IsDir() {
-				return predictMF(cmd.OutOrStdout(), model, dataPath)
+				if _, err := os.Stat(filepath.Join(model, "topic_word_counts.tsv")); err == nil {
+					return fmt.Errorf("--model %s is an lda model: predict scores lr and mf models (an lda model's topics are its TSV files)", model)
+				}
+				return predictMF(cmd.OutOrStdout(), model, dataPath, out)
 			}
 			f, err := os.Open(model)
 			if err != nil {
@@ -190,7 +199,7 @@ func predictCmd() *cobra.Command {
 	fs := cmd.Flags()
 	fs.StringVar(&model, "model", "", "model: a file (lr: liblinear format) or a directory (mf: the TSV files --model wrote)")
 	fs.StringVar(&dataPath, "data", "", "data to score (lr: LIBSVM, plain or gzip; mf: user item rating lines)")
-	fs.StringVar(&out, "out", "", "write each example's probability of label 1, one a line, here")
+	fs.StringVar(&out, "out", "", "write each example's prediction, one a line, here (lr: the probability of label 1; mf: the rating)")
 	addConfigFlag(cmd)
 	return cmd
 }
@@ -211,7 +220,7 @@ func writePredictions(path string, m *lr.Model, d *data.Sparse) error {
 	return f.Close()
 }
 
-func predictMF(w io.Writer, dir, dataPath string) error {
+func predictMF(w io.Writer, dir, dataPath, out string) error {
 	m, err := mf.LoadModel(dir)
 	if err != nil {
 		return fmt.Errorf("--model %s: %w", dir, err)
@@ -228,5 +237,28 @@ func predictMF(w io.Writer, dir, dataPath string) error {
 		pred[i], truth[i] = m.Predict(r.Users[i], r.Items[i]), float64(r.Values[i])
 	}
 	fmt.Fprintf(w, "terrace: %s: %d ratings, RMSE %.4f\n", filepath.Base(dataPath), r.Len(), metrics.RMSE(pred, truth))
-	return nil
+	if out == "" {
+		return nil
+	}
+	f, err := os.Create(out)
+	if err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	bw := bufio.NewWriter(f)
+	for _, p := range pred {
+		fmt.Fprintf(bw, "%.6f\n", p)
+	}
+	if err := bw.Flush(); err != nil {
+		f.Close()
+		return fmt.Errorf("--out %s: %w", out, err)
+	}
+	return f.Close()
+}
+
+// jobState says how far job st is: done, or its passes so far.
+func jobState(st api.JobStatus) string {
+	if st.Done {
+		return fmt.Sprintf("done, %d passes", st.PassesDone)
+	}
+	return fmt.Sprintf("still training: %d of %d passes done", st.PassesDone, st.Job.Passes)
 }

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -324,7 +326,16 @@ func workerCmd() *cobra.Command {
 			if err := w.setup(); err != nil {
 				return err
 			}
-			job, err := w.workerJob(cmd.Context(), cmd.OutOrStdout())
+			// Waiting for the coordinator or the cluster's job, a worker
+			// holds nothing: SIGTERM ends the wait (it killed the worker
+			// silently, exit 143, before its drain watched for it).
+			wctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM)
+			job, err := w.workerJob(wctx, cmd.OutOrStdout())
+			terminated := wctx.Err() != nil && cmd.Context().Err() == nil
+			stop()
+			if terminated {
+				return node.ErrDrained
+			}
 			if err != nil {
 				return err
 			}

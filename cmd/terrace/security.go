@@ -1,10 +1,13 @@
 package main
 
 import (
+	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
+	"slices"
+	"strings"
 
 	"github.com/spf13/pflag"
 
@@ -26,7 +29,7 @@ type securityFlags struct {
 }
 
 func (f *securityFlags) register(fs *pflag.FlagSet, coordinator bool) {
-	fs.StringVar(&f.dir, "tls-dir", "", "mutual TLS on every connection, with ca.crt, node.crt and node.key of this directory (made by `terrace certs issue`)")
+	fs.StringVar(&f.dir, "tls-dir", "", "mutual TLS on every connection, with ca.crt, node.crt and node.key of this directory (made by terrace certs issue)")
 	fs.StringVar(&f.ca, "tls-ca", "", "mutual TLS: PEM file of the CAs to trust (instead of --tls-dir)")
 	fs.StringVar(&f.cert, "tls-cert", "", "mutual TLS: PEM file of this node's certificate (instead of --tls-dir)")
 	fs.StringVar(&f.key, "tls-key", "", "mutual TLS: PEM file of this node's private key (instead of --tls-dir)")
@@ -118,9 +121,42 @@ func (f *securityFlags) coordinator(listen string, o *coord.Options, ha *coordha
 		return nil, nil
 	}
 	files, _, _ := f.files()
+	if len(ha.Endpoints) == 0 && ha.Embed.InitialCluster == "" {
+		// The coordinator's etcd client dials its own embedded member,
+		// checking that the certificate names the address: one that did
+		// not failed after seconds with "etcd unavailable: context
+		// deadline exceeded".
+		if err := certNames(nw.Source().Leaf(), files.Cert, ha.Embed.ClientAddr, "--etcd-client"); err != nil {
+			return nil, err
+		}
+	}
 	o.Network = nw
 	ha.Network = nw
 	ha.EtcdTLS = nw.ClientTLS()
 	ha.Embed.TLS = &meta.TLSFiles{CA: files.CA, Cert: files.Cert, Key: files.Key}
 	return nw, nil
+}
+
+// certNames checks that cert (from the file path) names the host of
+// addr, which flag sets and this node dials itself; an unspecified host
+// (0.0.0.0) is not checked.
+func certNames(cert *x509.Certificate, path, addr, flag string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil || host == "" || net.ParseIP(host) != nil && net.ParseIP(host).IsUnspecified() {
+		return nil
+	}
+	if err := cert.VerifyHostname(host); err != nil {
+		names := append(slices.Clone(cert.DNSNames), ipStrings(cert.IPAddresses)...)
+		return fmt.Errorf("tls: %s names %s, not %s, which this coordinator's etcd client dials (%s %s): issue its certificate with %s in --hosts",
+			path, strings.Join(names, ","), host, flag, addr, host)
+	}
+	return nil
+}
+
+func ipStrings(ips []net.IP) []string {
+	out := make([]string, len(ips))
+	for i, ip := range ips {
+		out[i] = ip.String()
+	}
+	return out
 }

@@ -190,6 +190,24 @@ func TestTLSClusterRefusesStrangers(t *testing.T) {
 			t.Fatalf("got %v", err)
 		}
 	})
+	t.Run("a node whose TLS does not match fails at once", func(t *testing.T) {
+		mixed := pki.FilesIn(filepath.Join(c.dir, "other", "stranger"))
+		mixed.CA = probeFiles.CA // the cluster refuses its certificate (an alert)
+		for name, files := range map[string]pki.Files{"another CA's certificate": mixed, "another CA": pki.FilesIn(filepath.Join(c.dir, "other", "stranger"))} {
+			wctx, cancel := context.WithTimeout(ctx, 20*time.Second) // under the 30 s a node waits for an absent coordinator
+			err := c.probe(t, addr, files, "").WaitReachable(wctx)
+			cancel()
+			if !errors.Is(err, api.ErrTLSMismatch) {
+				t.Errorf("%s: %v, want %v", name, err, api.ErrTLSMismatch)
+			}
+		}
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(wctx, terrace(t), "server", "--coordinator", addr, "--token-file", c.tokens).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "TLS does not match") || !strings.Contains(string(out), "--tls-dir") {
+			t.Errorf("a server without --tls-dir: %v\n%s", err, out)
+		}
+	})
 	t.Run("wrong host name", func(t *testing.T) {
 		_, port, _ := net.SplitHostPort(addr)
 		_, err := c.probe(t, "localhost:"+port, probeFiles, c.token(t, auth.RoleRead)).Layout(ctx, 0)

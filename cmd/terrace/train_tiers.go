@@ -32,7 +32,7 @@ func (t *tierTrainFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&t.syncInterval, "sync-interval", time.Second, "with --reliable/--transient: how often an ActivePS streams its aggregated updates to its BackupPS")
 	fs.StringVar(&t.linkMbps, "link-mbps", "", "with --reliable/--transient: emulate each machine's link, e.g. reliable=50,transient=500 (Mbit/s each way; each machine binds its own 127.0.0.N)")
 	fs.StringVar(&t.price, "price", "", "with --reliable/--transient: dollars per machine-hour by class, e.g. reliable=0.21,transient=0.0364, for the coordinator's cost so far (status, dashboard, metrics, report); empty: no cost")
-	fs.StringVar(&t.plan, "plan", "", "with --stage auto: plan from the measurements in this report of `terrace plan --measure` (its calibration of this job) instead of the planner's defaults")
+	fs.StringVar(&t.plan, "plan", "", "with --stage auto: plan from the measurements in this report of terrace plan --measure (its calibration of this job) instead of the planner's defaults")
 	fs.StringVar(&t.add, "add", "", "with --reliable/--transient: start new machines of a class while training runs, e.g. transient@2@5s")
 }
 

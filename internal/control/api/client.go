@@ -105,8 +105,18 @@ func (e *Error) Unwrap() error { return e.Code.Err() }
 // address (a round of refused loopback dials costs microseconds).
 const maxBackoff = 200 * time.Millisecond
 
-// errTransient marks failures another coordinator (or a moment) may cure.
+// errTransient marks failures another coordinator (or a moment) may
+// cure (transientError Is it).
 var errTransient = errors.New("transient")
+
+// transientError is a failure another coordinator (or a moment) may cure.
+// Its message is the failure's alone: "transient:" in the message a user
+// read once the retries ran out ("coordinator unreachable: transient:
+// coordinator ...") named the client's bookkeeping, not the problem.
+type transientError struct{ error }
+
+func (e transientError) Unwrap() error        { return e.error }
+func (e transientError) Is(target error) bool { return target == errTransient }
 
 // do sends the request to the coordinator that answered last, moving on
 // to the next on transient failures, with backoff once all were tried,
@@ -166,12 +176,12 @@ func (c *Client) doOne(ctx context.Context, base, route, query string, in, out a
 		if ctx.Err() != nil {
 			return fmt.Errorf("coordinator %s: %w", base, err)
 		}
-		return fmt.Errorf("%w: coordinator %s: %v", errTransient, base, err)
+		return transientError{fmt.Errorf("coordinator %s: %v", base, err)}
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return fmt.Errorf("%w: coordinator %s: %v", errTransient, base, err)
+		return transientError{fmt.Errorf("coordinator %s: %v", base, err)}
 	}
 	if resp.StatusCode != http.StatusOK {
 		return replyError(base, route, resp, b)
@@ -195,27 +205,40 @@ func (c *Client) doOne(ctx context.Context, base, route, query string, in, out a
 func replyError(base, route string, resp *http.Response, body []byte) error {
 	var r ErrorReply
 	if err := json.Unmarshal(body, &r); err != nil || r.Code == "" {
-		return fmt.Errorf("%w: coordinator %s: %s: %s (not a coordinator's reply)", errTransient, base, route, resp.Status)
+		// A short text says why (a TLS listener's to plain HTTP does).
+		why := ""
+		if t := strings.TrimSpace(string(body)); t != "" && len(t) < 256 && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain") {
+			why = ": " + t
+		}
+		return transientError{fmt.Errorf("coordinator %s: %s: %s (not a coordinator's reply)%s", base, route, resp.Status, why)}
 	}
 	err := &Error{Coordinator: base, Route: route, Code: r.Code, Msg: r.Error}
 	if r.Code.Transient() {
-		return fmt.Errorf("%w: %w", errTransient, err)
+		return transientError{err}
 	}
 	return err
 }
 
 // WaitReachable polls the coordinators' health route until one answers
 // or ctx ends, so that a node started before its coordinator waits a
-// bounded time and then fails with a clear message.
+// bounded time and then fails with a clear message. A round in which
+// every coordinator's TLS disagrees with this client's (tlsMismatch)
+// fails at once with ErrTLSMismatch: no wait cures a certificate of
+// another CA or a missing --tls-dir, and a node that retried for its
+// whole join timeout looked hung while it filled the coordinator's log
+// with refusals ten times a second.
 func (c *Client) WaitReachable(ctx context.Context) error {
 	if len(c.bases) == 0 {
 		return fmt.Errorf("%w: no coordinator address", ErrBadRequest)
 	}
 	_, path, _ := strings.Cut(RouteHealth, " ")
 	var last error
+	mismatched := 0 // consecutive tries that met a TLS mismatch
 	for i := 0; ; i++ {
-		req, _ := http.NewRequestWithContext(ctx, "GET", c.bases[i%len(c.bases)]+path, nil)
+		base := c.bases[i%len(c.bases)]
+		req, _ := http.NewRequestWithContext(ctx, "GET", base+path, nil)
 		resp, err := c.hc.Do(req)
+		mismatch := err != nil && tlsMismatch(err)
 		if err == nil {
 			// The body says why, when a proxy or a TLS listener answered.
 			b, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
@@ -225,8 +248,17 @@ func (c *Client) WaitReachable(ctx context.Context) error {
 				return nil
 			}
 			err = fmt.Errorf("health check: %s: %s", resp.Status, strings.TrimSpace(string(b)))
+			// The health route takes no input: a 400 is the listener
+			// refusing the request's form, plain HTTP to a TLS port.
+			mismatch = resp.StatusCode == http.StatusBadRequest
 		}
 		last = err
+		if mismatched++; !mismatch {
+			mismatched = 0
+		}
+		if mismatched >= len(c.bases) {
+			return fmt.Errorf("%w: %s: %w", ErrTLSMismatch, base, err)
+		}
 		if c.Unreachable != nil && i%int(reachableNotice/reachablePoll) == 0 {
 			c.Unreachable(strings.Join(c.bases, ","), err)
 		}
@@ -236,6 +268,17 @@ func (c *Client) WaitReachable(ctx context.Context) error {
 		case <-time.After(reachablePoll):
 		}
 	}
+}
+
+// tlsMismatch reports whether err is a handshake that only an operator
+// can mend: a peer certificate this client cannot verify (another CA's,
+// expired, or not naming the address dialled), a peer that does not
+// speak TLS, or the peer's alert refusing this client's certificate.
+func tlsMismatch(err error) bool {
+	var verify *tls.CertificateVerificationError
+	var record tls.RecordHeaderError
+	var op *net.OpError
+	return errors.As(err, &verify) || errors.As(err, &record) || (errors.As(err, &op) && op.Op == "remote error")
 }
 
 // reachablePoll is WaitReachable's interval; reachableNotice how often

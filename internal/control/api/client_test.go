@@ -2,9 +2,12 @@ package api
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -85,8 +88,8 @@ func TestStrangerOnACoordinatorsPort(t *testing.T) {
 	}
 	alone := NewClient(stranger.URL, nil)
 	alone.RetryFor = 50 * time.Millisecond
-	if _, err := alone.JoinWorker(context.Background(), "w", ""); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "404") {
-		t.Fatalf("only a stranger: %v, want %v naming the 404", err, ErrUnavailable)
+	if _, err := alone.JoinWorker(context.Background(), "w", ""); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "404") || strings.Contains(err.Error(), "transient") {
+		t.Fatalf("only a stranger: %v, want %v naming the 404, and no bookkeeping word", err, ErrUnavailable)
 	}
 }
 
@@ -96,5 +99,58 @@ func TestUnreachable(t *testing.T) {
 	defer cancel()
 	if err := cl.WaitReachable(ctx); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("reaching a closed port: %v", err)
+	}
+}
+
+// tlsDialer dials TLS with cfg; its ClientTLS method makes the client
+// speak https through it, as it does through tlsnet, whose wrapping of
+// handshake errors it copies.
+type tlsDialer struct{ cfg *tls.Config }
+
+func (d tlsDialer) Dial(ctx context.Context, addr string) (net.Conn, error) {
+	c, err := (&tls.Dialer{Config: d.cfg}).DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("tls: handshake with peer failed %s: %w", addr, err)
+	}
+	return c, nil
+}
+
+func (d tlsDialer) ClientTLS() *tls.Config { return d.cfg }
+
+// TestTLSMismatchFailsAtOnce: a node whose TLS disagrees with the
+// coordinator's (no --tls-dir against a TLS coordinator, a certificate of
+// another CA, TLS against a plain one) fails at once with ErrTLSMismatch,
+// not after its whole join timeout; a mismatched coordinator beside one
+// that answers is passed over.
+func TestTLSMismatchFailsAtOnce(t *testing.T) {
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
+	secure := httptest.NewTLSServer(ok)
+	defer secure.Close()
+	plain := httptest.NewServer(ok)
+	defer plain.Close()
+	strange := tlsDialer{&tls.Config{RootCAs: x509.NewCertPool()}} // trusts no CA
+	trusting := tlsDialer{secure.Client().Transport.(*http.Transport).TLSClientConfig}
+	host := func(s *httptest.Server) string {
+		return strings.TrimPrefix(strings.TrimPrefix(s.URL, "https://"), "http://")
+	}
+	for _, c := range []struct {
+		name  string
+		addrs string
+		d     Dialer
+	}{
+		{"plain to TLS", host(secure), nil},
+		{"another CA", host(secure), strange},
+		{"TLS to plain", host(plain), trusting},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := NewClient(c.addrs, c.d).WaitReachable(ctx); !errors.Is(err, ErrTLSMismatch) {
+				t.Fatalf("WaitReachable: %v, want %v", err, ErrTLSMismatch)
+			}
+		})
+	}
+	if err := NewClient(host(plain)+","+host(secure), trusting).WaitReachable(context.Background()); err != nil {
+		t.Fatalf("a mismatched coordinator beside a good one: %v", err)
 	}
 }

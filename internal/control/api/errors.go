@@ -46,6 +46,11 @@ var (
 	// ErrLastServer: the last server on the ring asked to leave; its
 	// slots would have nowhere to go.
 	ErrLastServer = errors.New("coordinator: the last server on the ring cannot leave")
+	// ErrTLSMismatch: this client and every coordinator disagree on TLS
+	// (one end does not speak it, or a certificate is another CA's,
+	// expired, or does not name the address dialled); found on the client
+	// side, it has no code.
+	ErrTLSMismatch = errors.New("coordinator: TLS does not match this node's")
 	// ErrUnavailable: no coordinator answered within the client's retry
 	// time.
 	ErrUnavailable = errors.New("coordinator unreachable")

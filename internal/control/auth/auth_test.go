@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 
@@ -150,5 +151,58 @@ func TestReadToken(t *testing.T) {
 		if _, err := ParseTokens(strings.NewReader(bad)); !errors.Is(err, ErrInvalid) {
 			t.Errorf("ParseTokens(%q): %v, want ErrInvalid", bad, err)
 		}
+	}
+}
+
+// TestReadTokenOfOneRole: a node given only its role's line, as the
+// README hands them out, reads with it (status and export need read, and
+// every role grants read; admin grants everything), and is told which
+// line it lacks when its role does not grant what is asked.
+func TestReadTokenOfOneRole(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := dir + "/" + name
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	worker := write("worker.token", "worker wwwwwwwwwwwwwwwwwwww\n")
+	admin := write("admin.token", "admin aaaaaaaaaaaaaaaaaaaa\n")
+	for _, c := range []struct {
+		path string
+		need Role
+		want string
+	}{
+		{worker, RoleWorker, "wwwwwwwwwwwwwwwwwwww"},
+		{worker, RoleRead, "wwwwwwwwwwwwwwwwwwww"},
+		{admin, RoleRead, "aaaaaaaaaaaaaaaaaaaa"},
+		{admin, RoleServer, "aaaaaaaaaaaaaaaaaaaa"},
+	} {
+		if tok, err := ReadToken(c.path, c.need, nil); err != nil || tok != c.want {
+			t.Errorf("ReadToken(%s, %s) = %q, %v; want %q", c.path, c.need, tok, err, c.want)
+		}
+	}
+	_, err := ReadToken(worker, RoleAdmin, nil)
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), worker) || !strings.Contains(err.Error(), `"admin" line`) {
+		t.Errorf("a worker's file asked for admin: %v, want ErrInvalid naming the file and the line it needs", err)
+	}
+}
+
+// TestTokenFileOpenToOthers: a token file, or the coordinator's tokens
+// file, that others may read is refused, naming the file and the fix.
+func TestTokenFileOpenToOthers(t *testing.T) {
+	path := t.TempDir() + "/tokens"
+	if err := WriteNew(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadTokens(path); !errors.Is(err, ErrExposed) || !strings.Contains(err.Error(), "chmod 600 "+path) {
+		t.Errorf("LoadTokens of a 0644 file: %v, want ErrInvalid naming the fix", err)
+	}
+	if _, err := ReadToken(path, RoleWorker, nil); !errors.Is(err, ErrExposed) {
+		t.Errorf("ReadToken of a 0644 file: %v, want ErrInvalid", err)
 	}
 }

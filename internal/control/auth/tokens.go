@@ -73,18 +73,39 @@ func ParseTokens(r io.Reader) (*Tokens, error) {
 	return t, nil
 }
 
-// LoadTokens reads a tokens file.
+// LoadTokens reads a tokens file; one that others may read is refused
+// (checkPrivate).
 func LoadTokens(path string) (*Tokens, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("auth: tokens file: %w", err)
 	}
 	defer f.Close()
+	if err := checkPrivate(f, path); err != nil {
+		return nil, err
+	}
 	t, err := ParseTokens(f)
 	if err != nil {
-		return nil, fmt.Errorf("auth: %s: %w", path, err)
+		return nil, fmt.Errorf("tokens file %s: %w", path, err)
 	}
 	return t, nil
+}
+
+// ErrExposed: a file of tokens that others than its owner may read or
+// write: a token is a password, and a shared machine's other users could
+// take it (ssh refuses private keys so, for the same reason).
+var ErrExposed = errors.New("auth: token file open to others")
+
+// checkPrivate refuses a file whose mode lets its group or others in.
+func checkPrivate(f *os.File, path string) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("auth: %w", err)
+	}
+	if m := fi.Mode().Perm(); m&0o077 != 0 {
+		return fmt.Errorf("%w: %s has mode %04o: chmod 600 %s", ErrExposed, path, m, path)
+	}
+	return nil
 }
 
 // Role returns the role of token, if it is known.
@@ -117,15 +138,25 @@ func WriteNew(path string) error {
 // ReadToken returns a node's token for role: from path if set, else from
 // the environment variable EnvToken; "" if neither is set. The file holds
 // either the token alone or "role token" lines, of which the one of role
-// is taken (so that a node can be given the cluster's tokens file in a
-// test, or only its own line in production).
+// is taken, else one whose role grants it (an admin's, or any for read),
+// so that a node can be given the cluster's tokens file in a test, or
+// only its own line in production, and `terrace status` runs with any
+// node's file. A file others may read is refused (checkPrivate).
 func ReadToken(path string, role Role, getenv func(string) string) (string, error) {
 	if path == "" {
 		return strings.TrimSpace(getenv(EnvToken)), nil
 	}
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
-		return "", fmt.Errorf("auth: token: %w", err)
+		return "", fmt.Errorf("auth: token file: %w", err)
+	}
+	defer f.Close()
+	if err := checkPrivate(f, path); err != nil {
+		return "", err
+	}
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return "", fmt.Errorf("auth: token file %s: %w", path, err)
 	}
 	var lines [][]string
 	for l := range strings.Lines(string(b)) {
@@ -136,10 +167,24 @@ func ReadToken(path string, role Role, getenv func(string) string) (string, erro
 	if len(lines) == 1 && len(lines[0]) == 1 {
 		return lines[0][0], nil
 	}
+	granting, held := "", []string{}
 	for _, f := range lines {
-		if len(f) == 2 && Role(f[0]) == role {
-			return f[1], nil
+		if len(f) != 2 {
+			continue
 		}
+		if r := Role(f[0]); r == role {
+			return f[1], nil
+		} else if granting == "" && r.Grants(role) {
+			granting = f[1]
+		}
+		held = append(held, f[0])
 	}
-	return "", fmt.Errorf("auth: token file %s: %w: no token for role %s", path, ErrInvalid, role)
+	if granting != "" {
+		return granting, nil
+	}
+	if len(held) == 0 {
+		return "", fmt.Errorf("%w: token file %s holds neither a token alone nor \"role token\" lines: give it the %q line of the cluster's tokens file", ErrInvalid, path, role)
+	}
+	return "", fmt.Errorf("%w: token file %s holds no token that grants the %s role (its roles: %s): give it the %q line of the cluster's tokens file",
+		ErrInvalid, path, role, strings.Join(held, ", "), role)
 }

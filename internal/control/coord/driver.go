@@ -373,7 +373,15 @@ func (c *Coordinator) cycle(ctx context.Context) bool {
 		err = c.m.Advance(epoch)
 	}
 	if err != nil {
-		c.failLocked(err)
+		if ctx.Err() != nil {
+			// Stopping (SIGTERM): the unsaved change goes unanswered, as
+			// after a failed save, but nothing failed; an ERROR here read
+			// as if the coordinator had lost its state.
+			c.log.Info("stopping: the change in progress was not saved", "err", err)
+			c.stopLocked(fmt.Errorf("%w: %w", api.ErrNotPersisted, err))
+		} else {
+			c.failLocked(err)
+		}
 		c.mu.Unlock()
 		return false
 	}

@@ -1,13 +1,16 @@
 package coord
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -237,6 +240,39 @@ func TestFailedSaveStops(t *testing.T) {
 	}
 	if err := c.Heartbeat(0); !errors.Is(err, api.ErrNotPersisted) {
 		t.Fatalf("heartbeat after a failed save: %v", err)
+	}
+}
+
+// TestStopDuringSaveIsNoError: a coordinator stopped (SIGTERM) while a
+// save is under way logs no error: its save fails only because it stops.
+func TestStopDuringSaveIsNoError(t *testing.T) {
+	var logged bytes.Buffer
+	c := New(Options{Servers: 1, Workers: 1, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	saving := make(chan struct{})
+	c.SetPersist(func(ctx context.Context, _ []byte, _ *layout.Layout) (uint64, error) {
+		close(saving)
+		<-ctx.Done()
+		return 0, fmt.Errorf("meta: put snapshot: %w", ctx.Err())
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		c.Run(ctx)
+	}()
+	joined := make(chan error, 1)
+	go func() {
+		_, err := c.call(t.Context(), func(m *Machine, id uint64) { m.Join(id, api.Join{Role: api.RoleServer, ID: "s0", Addr: "a:1"}) })
+		joined <- err
+	}()
+	<-saving
+	cancel()
+	<-ran
+	if err := <-joined; !errors.Is(err, api.ErrNotPersisted) {
+		t.Fatalf("the join whose save the stop cut: %v, want %v", err, api.ErrNotPersisted)
+	}
+	if strings.Contains(logged.String(), "level=ERROR") {
+		t.Fatalf("a stop logged an error:\n%s", logged.String())
 	}
 }
 

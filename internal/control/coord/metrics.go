@@ -53,7 +53,7 @@ var (
 	descEpoch   = prometheus.NewDesc("terrace_coordinator_epoch", "The epoch of the published layout.", nil, nil)
 	descLeases  = prometheus.NewDesc("terrace_coordinator_leases_held", "Pieces of data partitions leased to live workers.", nil, nil)
 	descTrained = prometheus.NewDesc("terrace_coordinator_examples_trained_total",
-		"Rows recorded as trained (by progress reports) since this coordinator took over.", nil, nil)
+		"Rows recorded as trained (by progress reports) in the current job since this coordinator took over.", nil, nil)
 	descPass = prometheus.NewDesc("terrace_coordinator_pass", "The first training pass not yet complete.", nil, nil)
 	descDone = prometheus.NewDesc("terrace_coordinator_pass_partitions_done",
 		"Partitions of the pass in progress trained to their end.", nil, nil)

@@ -47,6 +47,7 @@ func (m *Machine) nextJob(j api.Job) {
 	st.Job = &j
 	m.beats, m.cutSince = map[int]time.Time{}, map[cutKey]time.Time{}
 	m.suspects = nil
+	m.jobFrom = m.trained
 	for _, w := range m.waiting {
 		m.fail(w.id, fmt.Errorf("%w: the job ended", api.ErrLeaseLost))
 	}

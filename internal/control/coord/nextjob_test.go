@@ -47,8 +47,14 @@ func TestNextJob(t *testing.T) {
 
 	second := first
 	second.Passes = 2
+	r.m.trained = 400000 // the first job's rows (runJob records no progress)
 	if rep := r.step(func(m *Machine, id uint64) { m.SubmitJob(id, second) }); rep.Err != nil || *rep.Job != second {
 		t.Fatalf("the next job: %v, %+v", rep.Err, rep.Job)
+	}
+	// terrace status showed the first job's rows as the next one's, and
+	// estimated the next job's ETA from them.
+	if ex := r.m.Status().Job.Examples; ex != 0 {
+		t.Fatalf("the next job starts with %d examples trained, want 0", ex)
 	}
 	l := r.m.published
 	if l.Job != 1 || l.JobDone || l.Ready || len(l.Tables) != 0 || len(l.Finished) != 0 || l.Workers != 2 ||

@@ -21,7 +21,7 @@ const statusSlots = 4096
 func (m *Machine) Status() api.Status {
 	l := &m.st.Layout
 	st := api.Status{Time: m.now, Epoch: l.Epoch, Version: l.Version, Ready: l.Ready}
-	st.Job = api.Progress{Pass: m.st.DoneBefore, Partitions: l.Partitions, Examples: m.trained,
+	st.Job = api.Progress{Pass: m.st.DoneBefore, Partitions: l.Partitions, Examples: m.trained - m.jobFrom,
 		Reported: len(m.st.Reports), Workers: len(m.st.Workers)}
 	if w := m.st.Passes[m.st.DoneBefore]; w != nil {
 		st.Job.Done = l.Partitions - w.left()

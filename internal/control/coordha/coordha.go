@@ -18,6 +18,14 @@ import (
 	"github.com/terrace-ml/terrace/internal/placement/layout"
 )
 
+// errListen: a replica that leads could not bind its listen address.
+var errListen = errors.New("cannot listen on")
+
+// listenWait bounds how long a replica that leads tries its listen
+// address: its previous term frees it at once (Run returns only after
+// Serve did).
+var listenWait = 10 * time.Second
+
 // Config configures Run.
 type Config struct {
 	// ID names this coordinator replica in the election.
@@ -96,6 +104,9 @@ func Run(ctx context.Context, cfg Config) error {
 			if ctx.Err() != nil {
 				return nil
 			}
+			if errors.Is(err, errListen) {
+				return err // no later term can listen either
+			}
 			cfg.Logger.Warn("stepped down as coordinator; campaigning again", "id", cfg.ID, "err", err)
 			select {
 			case <-time.After(200 * time.Millisecond):
@@ -173,11 +184,20 @@ func lead(ctx context.Context, st *meta.Store, cfg Config) error {
 		return epoch, err
 	})
 	var ln net.Listener
+	var start time.Time // of the first failed try
 	for {
 		// The listen address may still be held for a moment by the
-		// previous term of this replica.
+		// previous term of this replica; for longer, another process
+		// holds it, and a coordinator that retried in silence looked hung.
 		if ln, err = transport.OrTCP(cfg.Network).Listen(cfg.Listen); err == nil {
 			break
+		}
+		if start.IsZero() {
+			start = time.Now()
+			cfg.Logger.Warn("listen address in use; retrying", "addr", cfg.Listen, "gives_up_after", listenWait, "err", err)
+		}
+		if time.Since(start) > listenWait {
+			return fmt.Errorf("coordinator %s: %w %s: %w (after %v; another process holds the address?)", cfg.ID, errListen, cfg.Listen, err, listenWait)
 		}
 		select {
 		case <-l.Lost():

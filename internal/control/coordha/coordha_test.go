@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -161,5 +163,29 @@ func BenchmarkProgressWithState(b *testing.B) {
 			b.ReportMetric(float64(without.Microseconds())/float64(b.N)/1000, "ms/report-without-state")
 			b.ReportMetric(float64(with)/float64(without), "ratio")
 		})
+	}
+}
+
+// TestListenAddressTaken: a replica whose listen address another process
+// holds fails naming it, where it retried in silence for ever.
+func TestListenAddressTaken(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	defer func(w time.Duration) { *coordha.ListenWait = w }(*coordha.ListenWait)
+	*coordha.ListenWait = 100 * time.Millisecond
+	e, err := meta.StartEmbedded(ctx, meta.EmbedConfig{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	err = coordha.Run(ctx, coordha.Config{ID: "a", Listen: taken.Addr().String(), Endpoints: e.Endpoints(), Prefix: "/taken-test",
+		Options: coord.Options{Servers: 1, Workers: 1}})
+	if err == nil || !strings.Contains(err.Error(), taken.Addr().String()) || ctx.Err() != nil {
+		t.Fatalf("Run on a taken address: %v (context %v), want an error naming it", err, ctx.Err())
 	}
 }

@@ -118,16 +118,26 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 		return fmt.Errorf("server %s: %w", cfg.ID, err)
 	}
 	cc.Unreachable = unreachable(cfg.Logger, cfg.JoinTimeout)
-	jctx, cancel := context.WithTimeout(ctx, cfg.JoinTimeout)
+	nctx, notices := beforeJoin(ctx, cfg.Notices)
+	jctx, cancel := context.WithTimeout(nctx, cfg.JoinTimeout)
 	defer cancel()
 	if err := cc.WaitReachable(jctx); err != nil {
+		if noticedBeforeJoin(jctx) {
+			cfg.Logger.Warn("notice before joining: leaving, with nothing to hand off")
+			return ErrDrained
+		}
 		return fmt.Errorf("server %s: %w", cfg.ID, err)
 	}
 	inc := newIncarnation()
 	joined, err := cc.JoinAs(jctx, api.Join{Role: api.RoleServer, ID: cfg.ID, Addr: addr, Incarnation: inc, Machine: cfg.Machine, Class: cfg.Class})
 	if err != nil {
+		if noticedBeforeJoin(jctx) {
+			cfg.Logger.Warn("notice before joining: leaving, with nothing to hand off")
+			return ErrDrained
+		}
 		return fmt.Errorf("server %s: join: %w", cfg.ID, err)
 	}
+	cfg.Notices = notices()
 	l := joined.Layout
 	if l == nil {
 		return fmt.Errorf("server %s: join: the coordinator sent no layout", cfg.ID)
@@ -184,7 +194,7 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 						errc <- ErrDrained
 						return
 					}
-					errc <- drainServer(sctx, cc, s, cfg, n)
+					errc <- drainServer(sctx, cc, s, cfg, n, &end)
 				}
 			case <-sctx.Done():
 			}
@@ -201,11 +211,18 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	return err
 }
 
-func drainServer(ctx context.Context, cc *api.Client, s *server.Server, cfg ServerConfig, n evict.Notice) error {
+func drainServer(ctx context.Context, cc *api.Client, s *server.Server, cfg ServerConfig, n evict.Notice, end *jobEnd) error {
 	cfg.Logger.Warn("eviction notice: leaving the layout", "source", n.Source, "deadline", n.Deadline)
 	dctx, cancel := context.WithDeadline(ctx, n.Deadline)
 	defer cancel()
 	if _, err := cc.DrainServer(dctx, cfg.ID, api.Notice{Source: n.Source, Detail: n.Detail, Deadline: n.Deadline}); err != nil {
+		if errors.Is(err, api.ErrLastServer) && end.noTables.Load() {
+			// Its slots hold no table yet: nothing is lost, and serving
+			// on until the deadline kept a forming cluster's server
+			// 30 s after SIGTERM, to exit 1.
+			cfg.Logger.Info("the last server on the ring holds no table yet: leaving at once")
+			return ErrDrained
+		}
 		if errors.Is(err, api.ErrLastServer) && dctx.Err() == nil {
 			// Leaving now would take every slot with it: serve on while
 			// the machine lasts, so that the job goes on until then.
@@ -316,17 +333,27 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, job Job) (any, error) {
 		return nil, fmt.Errorf("worker %s: %w", cfg.ID, err)
 	}
 	cc.Unreachable = unreachable(cfg.Logger, cfg.JoinTimeout)
-	jctx, cancel := context.WithTimeout(ctx, cfg.JoinTimeout)
+	nctx, notices := beforeJoin(ctx, cfg.Notices)
+	jctx, cancel := context.WithTimeout(nctx, cfg.JoinTimeout)
 	defer cancel()
 	if err := cc.WaitReachable(jctx); err != nil {
+		if noticedBeforeJoin(jctx) {
+			cfg.Logger.Warn("notice before joining: leaving, with nothing to hand off")
+			return nil, ErrDrained
+		}
 		return nil, fmt.Errorf("worker %s: %w", cfg.ID, err)
 	}
 	inc := newIncarnation()
 	joined, err := cc.JoinAs(jctx, api.Join{Role: api.RoleWorker, ID: cfg.ID, Addr: cfg.PeerAddr, Incarnation: inc, Machine: cfg.Machine, Class: cfg.Class})
 	rank := joined.Rank
 	if err != nil {
+		if noticedBeforeJoin(jctx) {
+			cfg.Logger.Warn("notice before joining: leaving, with nothing to hand off")
+			return nil, ErrDrained
+		}
 		return nil, fmt.Errorf("worker %s: join: %w", cfg.ID, err)
 	}
+	cfg.Notices = notices()
 	// From now on every request names the job joined: should this worker
 	// outlive its job (declared dead, still running), the next job's
 	// holder of its rank is not mistaken for it.

@@ -115,6 +115,14 @@ func Issue(caDir, name string, hosts []string, o Options) (string, error) {
 	if name == "" || strings.ContainsAny(name, `/\`) || name == "." || name == ".." {
 		return "", fmt.Errorf("pki: issue: %w: node name %q", ErrInvalid, name)
 	}
+	// "a, b" and a trailing comma are the operator's spacing, not names.
+	var named []string
+	for _, h := range hosts {
+		if h = strings.TrimSpace(h); h != "" {
+			named = append(named, h)
+		}
+	}
+	hosts = named
 	if len(hosts) == 0 {
 		return "", fmt.Errorf("pki: issue %s: %w: no hosts (the names and addresses peers dial it by)", name, ErrInvalid)
 	}

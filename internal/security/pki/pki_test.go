@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 )
@@ -16,7 +17,11 @@ func TestInitIssueList(t *testing.T) {
 	if err := Init(dir, "", Options{}); !errors.Is(err, ErrExists) {
 		t.Fatalf("second init: %v, want ErrExists", err)
 	}
-	out, err := Issue(dir, "s0", []string{"127.0.0.1", "node-0.example"}, Options{})
+	// What strings.Split makes of --hosts "", and of "a, b,".
+	if _, err := Issue(dir, "none", []string{""}, Options{}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("issue with --hosts \"\": %v, want ErrInvalid", err)
+	}
+	out, err := Issue(dir, "s0", []string{"127.0.0.1", " node-0.example", ""}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +46,7 @@ func TestInitIssueList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(infos) != 2 || !infos[0].IsCA || infos[1].Subject != "s0" || len(infos[1].Hosts) != 2 {
+	if len(infos) != 2 || !infos[0].IsCA || infos[1].Subject != "s0" || !slices.Equal(infos[1].Hosts, []string{"node-0.example", "127.0.0.1"}) {
 		t.Fatalf("list: %+v", infos)
 	}
 	if _, err := NewSource(FilesIn(out)); err != nil {

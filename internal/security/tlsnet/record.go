@@ -294,7 +294,7 @@ func (c *recConn) tlsRecord() error {
 		case errors.Is(err, io.EOF):
 			return io.EOF // the peer's close_notify
 		case err != nil && strings.Contains(err.Error(), "remote error: tls:"):
-			return fmt.Errorf("%w: %s refused this node's certificate: %v", ErrPeerRefused, c.peer, err)
+			return fmt.Errorf("%w: %s refused this node's certificate: %w", ErrPeerRefused, c.peer, err)
 		case err != nil:
 			return err
 		}

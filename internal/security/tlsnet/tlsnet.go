@@ -82,7 +82,7 @@ func (n *Network) Dial(ctx context.Context, addr string) (net.Conn, error) {
 	defer cancel()
 	if err := tc.HandshakeContext(hctx); err != nil {
 		nc.Close()
-		return nil, fmt.Errorf("%w %s: %v", ErrPeerRefused, addr, explain(err))
+		return nil, fmt.Errorf("%w %s: %w", ErrPeerRefused, addr, explain(err))
 	}
 	if tc.ConnectionState().NegotiatedProtocol == alpnRecords {
 		rc, err := newRecConn(nc, bc.r, tc, true, addr, rekeyBytes)
@@ -282,7 +282,7 @@ func (c *clientConn) WriteBuffers(b *net.Buffers) (int64, error) {
 func (c *clientConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if err != nil && strings.Contains(err.Error(), "remote error: tls:") {
-		err = fmt.Errorf("%w: %s refused this node's certificate: %v", ErrPeerRefused, c.addr, err)
+		err = fmt.Errorf("%w: %s refused this node's certificate: %w", ErrPeerRefused, c.addr, err)
 	}
 	return n, err
 }
@@ -318,7 +318,7 @@ func answerPlainHTTP(err error) {
 	switch string(re.RecordHeader[:]) {
 	case "GET /", "POST ", "HEAD ", "PUT /", "DELET":
 		re.Conn.SetWriteDeadline(time.Now().Add(time.Second))
-		io.WriteString(re.Conn, "HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain\r\n\r\nThis Terrace node requires mutual TLS: use https:// and a client certificate of the cluster's CA.\n")
+		io.WriteString(re.Conn, "HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain\r\n\r\nThis Terrace node requires mutual TLS: use https:// and a client certificate of the cluster's CA (terrace commands: --tls-dir).\n")
 	}
 }
 

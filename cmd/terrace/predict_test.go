@@ -1,0 +1,57 @@
+package main
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/terrace-ml/terrace/internal/control/api"
+)
+
+// TestPredictMFWritesOut: predict --out with an mf model writes each
+// rating's prediction (it was ignored without a word), and an lda model
+// is named as one instead of failing on an mf file it lacks.
+func TestPredictMFWritesOut(t *testing.T) {
+	dir := t.TempDir()
+	model := filepath.Join(dir, "mf.model")
+	os.Mkdir(model, 0o755)
+	for name, body := range map[string]string{"global.tsv": "mean\t3\n", "users.tsv": "1\t0.5\n", "items.tsv": "2\t0.25\n"} {
+		os.WriteFile(filepath.Join(model, name), []byte(body), 0o644)
+	}
+	ratings := filepath.Join(dir, "r.test")
+	os.WriteFile(ratings, []byte("1\t2\t4\t0\n7\t7\t3\t0\n"), 0o644)
+	out := filepath.Join(dir, "pred.txt")
+	run := func(args ...string) error {
+		c := predictCmd()
+		c.SetArgs(args)
+		c.SetOut(io.Discard)
+		c.SetErr(io.Discard)
+		return c.Execute()
+	}
+	if err := run("--model", model, "--data", ratings, "--out", out); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(out); err != nil || string(b) != "3.750000\n3.000000\n" {
+		t.Fatalf("--out holds %q, %v; want each rating's prediction", b, err)
+	}
+	lda := filepath.Join(dir, "lda.model")
+	os.Mkdir(lda, 0o755)
+	os.WriteFile(filepath.Join(lda, "topic_word_counts.tsv"), []byte("0\t1\n"), 0o644)
+	if err := run("--model", lda, "--data", ratings); err == nil || !strings.Contains(err.Error(), "is an lda model") {
+		t.Fatalf("an lda model: %v", err)
+	}
+}
+
+// TestExportSaysWhichModel: export names how far the job it read was,
+// since a cluster that stays up may still be training it.
+func TestExportSaysWhichModel(t *testing.T) {
+	j := &api.Job{App: "lr", Passes: 5}
+	if got := jobState(api.JobStatus{Job: j, PassesDone: 2}); got != "still training: 2 of 5 passes done" {
+		t.Errorf("running: %q", got)
+	}
+	if got := jobState(api.JobStatus{Job: j, PassesDone: 5, Done: true}); got != "done, 5 passes" {
+		t.Errorf("done: %q", got)
+	}
+}

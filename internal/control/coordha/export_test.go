@@ -1,0 +1,4 @@
+package coordha
+
+// ListenWait lets the tests shorten listenWait.
+var ListenWait = &listenWait
