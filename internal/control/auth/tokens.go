@@ -103,7 +103,7 @@ func checkPrivate(f *os.File, path string) error {
 		return fmt.Errorf("auth: %w", err)
 	}
 	if m := fi.Mode().Perm(); m&0o077 != 0 {
-		return fmt.Errorf("%w: %s has mode %04o: chmod 600 %s", ErrExposed, path, m, path)
+		return fmt.Errorf("%w: %s has mode %04o: chmod 600 %s (a Kubernetes secret volume: defaultMode 0400; or give the token in $TERRACE_TOKEN)", ErrExposed, path, m, path)
 	}
 	return nil
 }

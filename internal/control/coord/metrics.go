@@ -53,7 +53,7 @@ var (
 	descEpoch   = prometheus.NewDesc("terrace_coordinator_epoch", "The epoch of the published layout.", nil, nil)
 	descLeases  = prometheus.NewDesc("terrace_coordinator_leases_held", "Pieces of data partitions leased to live workers.", nil, nil)
 	descTrained = prometheus.NewDesc("terrace_coordinator_examples_trained_total",
-		"Rows recorded as trained (by progress reports) in the current job since this coordinator took over.", nil, nil)
+		"Rows recorded as trained (by progress reports), every job's, since this coordinator took over (a counter: it does not fall at a new job; status gives the current job's).", nil, nil)
 	descPass = prometheus.NewDesc("terrace_coordinator_pass", "The first training pass not yet complete.", nil, nil)
 	descDone = prometheus.NewDesc("terrace_coordinator_pass_partitions_done",
 		"Partitions of the pass in progress trained to their end.", nil, nil)
@@ -100,7 +100,7 @@ func (cc *coordCollector) Collect(ch chan<- prometheus.Metric) {
 	c.metrics.requests.Collect(ch)
 	st := c.Status()
 	c.mu.Lock()
-	ckpts := len(c.m.ckptDone)
+	ckpts, trained := len(c.m.ckptDone), c.m.trained
 	c.mu.Unlock()
 	type rs struct{ role, state string }
 	nodes := map[rs]int{}
@@ -116,7 +116,7 @@ func (cc *coordCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descEpoch, prometheus.GaugeValue, float64(st.Epoch))
 	ch <- prometheus.MustNewConstMetric(descLeases, prometheus.GaugeValue, float64(leases))
-	ch <- prometheus.MustNewConstMetric(descTrained, prometheus.CounterValue, float64(st.Job.Examples))
+	ch <- prometheus.MustNewConstMetric(descTrained, prometheus.CounterValue, float64(trained))
 	ch <- prometheus.MustNewConstMetric(descPass, prometheus.GaugeValue, float64(st.Job.Pass))
 	ch <- prometheus.MustNewConstMetric(descDone, prometheus.GaugeValue, float64(st.Job.Done))
 	ch <- prometheus.MustNewConstMetric(descCkpt, prometheus.CounterValue, float64(ckpts))
