@@ -32,7 +32,7 @@ func (n *noticeFlags) register(fs *pflag.FlagSet) {
 
 // watch merges the configured sources; the first notice starts the drain.
 func (n *noticeFlags) watch(ctx context.Context) <-chan evict.Notice {
-	sources := []evict.Source{evict.Signal{Signals: []os.Signal{syscall.SIGTERM}}}
+	sources := []evict.Source{evict.Catch(syscall.SIGTERM)} // caught at once, not when its goroutine runs
 	if n.file != "" {
 		sources = append(sources, evict.File{Path: n.file})
 	}

@@ -18,16 +18,29 @@ import (
 // middle of its drain. SIGKILL still ends the process.
 type Signal struct {
 	Signals []os.Signal
+	caught  chan os.Signal // set by Catch
 }
 
-// Watch implements Source.
-func (s Signal) Watch(ctx context.Context, out chan<- Notice) error {
-	sigs := s.Signals
+// Catch returns a Signal source for sigs (default SIGTERM) that catches
+// them from now on, before its Watch runs. Sources are watched in
+// goroutines, and a SIGTERM that came before one had called
+// signal.Notify killed the process (the default action): a server told
+// to stop while it waited for its coordinator died of it.
+func Catch(sigs ...os.Signal) Signal {
 	if len(sigs) == 0 {
 		sigs = []os.Signal{syscall.SIGTERM}
 	}
 	ch := make(chan os.Signal, 1)
 	signal.Notify(ch, sigs...)
+	return Signal{Signals: sigs, caught: ch}
+}
+
+// Watch implements Source.
+func (s Signal) Watch(ctx context.Context, out chan<- Notice) error {
+	ch := s.caught
+	if ch == nil {
+		ch = Catch(s.Signals...).caught
+	}
 	defer signal.Stop(ch)
 	select {
 	case <-ctx.Done():

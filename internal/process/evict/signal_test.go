@@ -1,6 +1,7 @@
 package evict
 
 import (
+	"context"
 	"os"
 	"os/signal"
 	"syscall"
@@ -45,4 +46,27 @@ loop:
 		t.Fatal(err)
 	}
 	r.noMoreNotices(t)
+}
+
+// A signal that comes after Catch and before Watch runs is a notice, not
+// the signal's default action (SIGUSR1's, like SIGTERM's, ends the
+// process: without Catch this test dies).
+func TestCatchBeforeWatch(t *testing.T) {
+	s := Catch(syscall.SIGUSR1)
+	if err := syscall.Kill(os.Getpid(), syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // the runtime delivers it meanwhile
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out := make(chan Notice, 1)
+	go s.Watch(ctx, out)
+	select {
+	case n := <-out:
+		if n.Source != "signal" {
+			t.Fatalf("notice %+v, want the signal's", n)
+		}
+	case <-ctx.Done():
+		t.Fatal("no notice for a signal caught before Watch")
+	}
 }
