@@ -44,12 +44,43 @@ func (m *Machine) SubmitJob(id uint64, j api.Job) {
 	case m.st.Job == nil, m.st.ResumedJob && len(m.st.Workers) == 0:
 		m.st.Job, m.st.ResumedJob = &j, false
 		m.dirty = true
+	case !reflect.DeepEqual(*m.st.Job, j) && m.unstarted():
+		m.note(api.EventJob, "", fmt.Sprintf("job %d replaced: it trained nothing and no worker of it is alive", l.Job+1))
+		m.nextJob(j)
 	}
 	if !reflect.DeepEqual(*m.st.Job, j) {
 		m.reply(Reply{ID: id, Job: m.st.Job, Err: fmt.Errorf("%w: job %d runs (submit yours once it is done): %s", api.ErrJobConflict, m.st.Layout.Job+1, diffJobs(m.st.Job, &j))})
 		return
 	}
 	m.reply(Reply{ID: id, Job: m.st.Job})
+}
+
+// unstarted reports whether the job in force has trained nothing and no
+// worker of it is alive: every worker that joined has finished (left, or
+// failed: a worker whose data has a malformed line fails after its join),
+// no pass is done and no piece has a trained row. A different job
+// submitted then replaces it (nextJob): nothing would be lost, and such a
+// job can never end (nobody runs it), so it held the cluster, every next
+// submit refused, until the coordinator restarted.
+func (m *Machine) unstarted() bool {
+	if m.st.DoneBefore > 0 {
+		return false
+	}
+	for _, r := range m.st.Workers {
+		if !m.finished(r) {
+			return false
+		}
+	}
+	for _, p := range m.st.Passes {
+		for _, pcs := range p.Parts {
+			for _, pc := range pcs {
+				if pc.Done || pc.Offset > pc.Start {
+					return false
+				}
+			}
+		}
+	}
+	return true
 }
 
 // diffJobs names the first fields where b differs from the job a in force.

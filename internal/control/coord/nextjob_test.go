@@ -113,3 +113,56 @@ func TestNextJobRefusedAtShutdown(t *testing.T) {
 		t.Fatalf("a job submitted after the end of a cluster that exits: %v, want ErrJobConflict", rep.Err)
 	}
 }
+
+// TestReplaceUnstartedJob: a job none of whose workers is alive and that
+// trained nothing (its workers failed after their join, as on a malformed
+// data line) is replaced by a different job submitted next; one with a
+// live worker, or with a trained row, is not.
+func TestReplaceUnstartedJob(t *testing.T) {
+	bad := api.Job{App: "lr", Train: "bad.txt", Passes: 2, Consistency: "ssp:2"}
+	good := bad
+	good.Train = "good.txt"
+	submit := func(r *jobRig, j api.Job) error {
+		return r.step(func(m *Machine, id uint64) { m.SubmitJob(id, j) }).Err
+	}
+
+	r := newJobRig(t, Config{Servers: 2, Workers: 2, Partitions: 2, Replication: 2})
+	if err := submit(r, bad); err != nil {
+		t.Fatal(err)
+	}
+	r.step(func(m *Machine, id uint64) { m.Leave(id, 0) })
+	if err := submit(r, good); !errors.Is(err, api.ErrJobConflict) {
+		t.Fatalf("a job with a live worker replaced: %v, want ErrJobConflict", err)
+	}
+	r.step(func(m *Machine, id uint64) { m.Leave(id, 1) })
+	if err := submit(r, good); err != nil {
+		t.Fatalf("a job whose workers all failed before training: %v, want it replaced", err)
+	}
+	if st := r.m.JobStatus(); st.Number != 2 || *st.Job != good || st.Done || len(st.Workers) != 0 {
+		t.Fatalf("after the replacement: job %d %+v done %v workers %v", st.Number, st.Job, st.Done, st.Workers)
+	}
+
+	// A job that trained a row keeps the cluster until it ends.
+	r = newJobRig(t, Config{Servers: 2, Workers: 2, Partitions: 2, Replication: 2})
+	if err := submit(r, bad); err != nil {
+		t.Fatal(err)
+	}
+	if rep := r.step(func(m *Machine, id uint64) { m.CreateTable(id, table.Spec{Name: "w", Width: 1}) }); rep.Err != nil {
+		t.Fatal(rep.Err)
+	}
+	rep := r.step(func(m *Machine, id uint64) { m.Acquire(id, api.Acquire{Rank: 0, Pass: 0}) })
+	if rep.Err != nil || rep.Grant.Partition < 0 {
+		t.Fatalf("acquire: %v, %+v", rep.Err, rep.Grant)
+	}
+	g := rep.Grant
+	if rep := r.step(func(m *Machine, id uint64) {
+		m.Progress(id, api.Update{Rank: 0, Pass: 0, Partition: g.Partition, Offset: g.Offset + 1, Lease: g.Lease}, 0, 0)
+	}); rep.Err != nil {
+		t.Fatalf("progress: %v", rep.Err)
+	}
+	r.step(func(m *Machine, id uint64) { m.Leave(id, 0) })
+	r.step(func(m *Machine, id uint64) { m.Leave(id, 1) })
+	if err := submit(r, good); !errors.Is(err, api.ErrJobConflict) {
+		t.Fatalf("a job that trained a row replaced: %v, want ErrJobConflict", err)
+	}
+}
