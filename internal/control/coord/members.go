@@ -302,8 +302,15 @@ func (m *Machine) promote() bool {
 		delete(m.st.Synced, j.ID)
 		m.note(api.EventRing, j.ID, "joined the ring: every head shipped its slots")
 	}
+	// Leavers go off the ring together or not at all, for the same
+	// reason: taken off alone, one leaves a ring on which another leaver
+	// heads some of its slots, which that leaver need not hold (with k =
+	// 1 it never does): as their new head it would copy its stale state
+	// over the one the final holder received, acknowledged pushes and all
+	// (docs/design/tiers.md, "Two drains at once with one copy").
+	allLeft := !slices.ContainsFunc(l.Leaving, func(id string) bool { return !done(id) })
 	for _, id := range l.Leaving {
-		if !done(id) {
+		if !allLeft {
 			leaving = append(leaving, id)
 			continue
 		}
