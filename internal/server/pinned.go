@@ -23,7 +23,8 @@ type pinnedReply struct {
 }
 
 // minPinnedRun is the shortest mean run, in keys, sent from the store's
-// memory: a dense group's worth.
+// memory (4 KiB of width-1 values): shorter views cost the kernel more
+// than the copy they save.
 const minPinnedRun = 1024
 
 var pinnedReplies = sync.Pool{New: func() any { return new(pinnedReply) }}

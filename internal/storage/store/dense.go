@@ -7,11 +7,11 @@ import (
 )
 
 // A dense group is a group of groupSlots consecutive slots (one stripe's
-// unit, 1,024 keys) whose blocks are all full. Its blocks' buffers are cut
+// unit, 4,096 keys) whose blocks are all full. Its blocks' buffers are cut
 // from one allocation, in slot order, so that for a table without
 // optimizer state the group's values are one contiguous run of memory,
-// and the stripe's dense map finds all 16 blocks with one lookup instead of
-// 16. A dense width-1 push spent 16% of its CPU in the per-slot map
+// and the stripe's dense index finds all 64 blocks with one lookup instead
+// of 64. A dense width-1 push spent 16% of its CPU in the per-slot map
 // lookups before (docs/bench.md); a pull can send a dense group's values
 // to the socket from where they lie (PinRun).
 //
@@ -27,7 +27,7 @@ type denseGroup struct {
 }
 
 // groupIndex finds a stripe's dense groups by group number. A dense push
-// looks one up per 1,024 keys, right after summing 64 MiB has pushed the
+// looks one up per 4,096 keys, right after summing 64 MiB has pushed the
 // index out of every cache: in a map that cost two or three misses a
 // lookup, 4 ms of a 14 ms push. The groups of a stripe are every
 // stripes-th, so near holds group g at g/stripes, the first nearGroups of
@@ -163,7 +163,7 @@ func (t *Table) ownGroup(s *stripe, slot uint64) *denseGroup {
 const groupKeys = groupSlots * keyspace.SlotSize
 
 // pushFlat is PushRun of keys [lo, hi) for a table without optimizer
-// state, where a dense group holds its 1,024 keys' values in one run of
+// state, where a dense group holds its 4,096 keys' values in one run of
 // memory: each group the run covers whole is updated under one hold of
 // its stripe's lock in one pass over its values, without looking its
 // blocks up. The rest of the run (its ends, and groups not dense yet) goes

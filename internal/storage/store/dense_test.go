@@ -37,17 +37,17 @@ func pinned(p *Pin) []float32 {
 // leaves the pinned values alone (the reply being sent must match its
 // CRC) but is seen by the next read.
 func TestPinRunIsStableUnderWrites(t *testing.T) {
-	tb := denseTable(t, 3*1024)
-	want := make([]float32, 2000)
+	tb := denseTable(t, 3*groupKeys)
+	want := make([]float32, 2*groupKeys)
 	tb.PullRun(100, want)
 	var p Pin
-	if !tb.PinRun(100, 2000, &p) {
+	if !tb.PinRun(100, len(want), &p) {
 		t.Fatal("PinRun refused a run of dense groups")
 	}
 	if got := pinned(&p); !slices.Equal(got, want) {
 		t.Fatalf("pinned values differ from PullRun's")
 	}
-	ones := make([]float32, 3*1024)
+	ones := make([]float32, 3*groupKeys)
 	for i := range ones {
 		ones[i] = 1
 	}
@@ -64,7 +64,7 @@ func TestPinRunIsStableUnderWrites(t *testing.T) {
 			t.Fatalf("key %d = %v after the push, want %v", 6*64+i, v, float32(6*64+i)+1)
 		}
 	}
-	if tb.PinRun(100, 2000, &p) {
+	if tb.PinRun(100, len(want), &p) {
 		t.Fatal("PinRun accepted a run through a group with a deleted slot")
 	}
 	if len(p.Views) != 0 || len(p.groups) != 0 {
@@ -147,7 +147,7 @@ func TestRunsMatchRunByRun(t *testing.T) {
 // each pinned group reads as one push's state throughout (the race
 // detector checks the rest).
 func TestPinRunUnderConcurrentPushes(t *testing.T) {
-	const n = 4 * 1024
+	const n = 4 * groupKeys
 	tb, err := New(table.Spec{Name: "c", Width: 1, Rule: table.Rule{Kind: table.Sum}})
 	if err != nil {
 		t.Fatal(err)

@@ -81,9 +81,9 @@ func TestKeysArriveOneABlock(t *testing.T) {
 // lookup found (slotMap.setAt), which the growth has moved.
 func TestSlotMapGrowsMidBatch(t *testing.T) {
 	tb := newTable(t, table.Spec{Name: "t", Width: 1})
-	// Slots of stripe 0 are 16*i + 4096*k + j for j < 16; the old ones
-	// sort after the new ones.
-	slot := func(k, j uint64) uint64 { return 4096*k + j }
+	// Slots of stripe 0 are groupSlots*stripes*k + j for j < groupSlots;
+	// the old ones sort after the new ones.
+	slot := func(k, j uint64) uint64 { return groupSlots*stripes*k + j }
 	var old []uint64
 	for k := range uint64(4) {
 		old = append(old, slot(1000+k, 0)*keyspace.SlotSize)
@@ -97,10 +97,10 @@ func TestSlotMapGrowsMidBatch(t *testing.T) {
 		keys = append(keys, k+1)
 	}
 	for k := range uint64(maxBatch) { // other stripes, to make the list long
-		keys = append(keys, (16*(k+1))*keyspace.SlotSize+9)
+		keys = append(keys, (groupSlots*(k+1))*keyspace.SlotSize+9)
 	}
 	for len(keys) < minScatter {
-		keys = append(keys, keys[len(keys)-1]+keyspace.SlotSize*4096*16)
+		keys = append(keys, keys[len(keys)-1]+keyspace.SlotSize*groupSlots*stripes*16)
 	}
 	slices.Sort(keys)
 	vals := make([]float32, len(keys))

@@ -16,10 +16,14 @@ import (
 // s/groupSlots%stripes. Requests on slots more than a group apart rarely
 // share a lock, while a dense run takes one lock per group and looks its
 // blocks up together, so that their cache misses overlap; with a lock per
-// slot a dense width-1 push ran about half as fast.
+// slot a dense width-1 push ran about half as fast. A group is a placement
+// unit (64 slots, 4,096 keys): a pinned reply goes out in 16 KiB views of
+// width-1 values and a dense push takes a lock per 4,096 keys; groups of
+// 16 slots cost 4-9% more on dense pushes and pulls and nothing less on
+// sparse ones (docs/design/dataplane.md, eighth session).
 const (
 	stripes    = 256
-	groupSlots = 16
+	groupSlots = 64
 )
 
 // A placement unit (keyspace.UnitBits) is a whole number of dense groups,
@@ -405,7 +409,7 @@ func (t *Table) lookup(s *stripe, batch []piece, f *found) (missing, sparse bool
 	var dg *denseGroup
 	lastG := ^uint64(0)
 	for j, p := range batch {
-		// A dense run's pieces share a group: one lookup for 16 slots.
+		// A dense run's pieces share a group: one lookup for its 64 slots.
 		g, i := denseIndex(p.slot)
 		if g != lastG {
 			dg, lastG = s.dense.get(g), g
