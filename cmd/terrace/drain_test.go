@@ -45,6 +45,30 @@ func (w *lineWatcher) String() string {
 	return w.buf.String()
 }
 
+// startWatched starts terrace with args, its output to a lineWatcher
+// waiting for want.
+func startWatched(t *testing.T, ctx context.Context, want string, args ...string) (*exec.Cmd, *lineWatcher) {
+	t.Helper()
+	w := &lineWatcher{want: want, seen: make(chan struct{})}
+	cmd := exec.CommandContext(ctx, terrace(t), args...)
+	cmd.Stdout, cmd.Stderr = w, w
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, w
+}
+
+// await waits until w has seen its line, and fails the test with what
+// the process said if ctx ends first.
+func (w *lineWatcher) await(t *testing.T, ctx context.Context) {
+	t.Helper()
+	select {
+	case <-w.seen:
+	case <-ctx.Done():
+		t.Fatalf("never said %q:\n%s", w.want, w)
+	}
+}
+
 // startCoordinator starts a coordinator on any loopback port with args,
 // discards its output after the first line, and returns its address.
 func startCoordinator(t *testing.T, ctx context.Context, args ...string) string {
@@ -82,14 +106,9 @@ func TestWorkerDrainsOnSIGTERM(t *testing.T) {
 	var cmds []*exec.Cmd
 	var outs []*lineWatcher
 	for i := range 2 {
-		w := &lineWatcher{want: "pass  1/", seen: make(chan struct{})}
-		cmd := exec.CommandContext(ctx, terrace(t), "worker", "--coordinator", addr, "--id", fmt.Sprintf("w%d", i),
+		cmd, w := startWatched(t, ctx, "pass  1/", "worker", "--coordinator", addr, "--id", fmt.Sprintf("w%d", i),
 			"--app", "mf", "--train", trainPath, "--test", testPath, "--epochs", "4", "--log-level", "warn",
 			"--report", filepath.Join(dir, fmt.Sprintf("w%d.json", i)))
-		cmd.Stdout, cmd.Stderr = w, w
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
 		cmds, outs = append(cmds, cmd), append(outs, w)
 	}
 	// Rank 0 prints the pass lines; drain the other one after the first.
@@ -162,33 +181,15 @@ func TestLastServerServesOnAfterSIGTERM(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	addr := startCoordinator(t, ctx, "--servers", "1", "--workers", "1", "--replication", "1")
-	srv := &lineWatcher{want: "cannot drain", seen: make(chan struct{})}
-	server := exec.CommandContext(ctx, terrace(t), "server", "--coordinator", addr, "--id", "s0", "--grace", "3s", "--log-level", "warn")
-	server.Stdout, server.Stderr = srv, srv
-	if err := server.Start(); err != nil {
-		t.Fatal(err)
-	}
-	wk := &lineWatcher{want: "pass  1/", seen: make(chan struct{})}
-	worker := exec.CommandContext(ctx, terrace(t), "worker", "--coordinator", addr, "--id", "w0",
+	server, srv := startWatched(t, ctx, "cannot drain", "server", "--coordinator", addr, "--id", "s0", "--grace", "3s", "--log-level", "warn")
+	worker, wk := startWatched(t, ctx, "pass  1/", "worker", "--coordinator", addr, "--id", "w0",
 		"--train", repoFile("datasets/a9a/a9a.gz"), "--test", repoFile("datasets/a9a/a9a.t.gz"), "--epochs", "1000", "--log-level", "warn")
-	worker.Stdout, worker.Stderr = wk, wk
-	if err := worker.Start(); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() { worker.Process.Kill(); worker.Wait() })
-	select {
-	case <-wk.seen:
-	case <-ctx.Done():
-		t.Fatalf("training never started:\n%s", wk)
-	}
+	wk.await(t, ctx) // training started
 	if err := server.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-srv.seen:
-	case <-ctx.Done():
-		t.Fatalf("the server never said it cannot drain:\n%s", srv)
-	}
+	srv.await(t, ctx)
 	// The worker goes on training while the server serves on.
 	passes := strings.Count(wk.String(), "pass ")
 	err := server.Wait()
@@ -212,17 +213,8 @@ func TestLastServerWithoutTablesLeavesAtOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	addr := startCoordinator(t, ctx, "--servers", "1", "--workers", "1", "--replication", "1")
-	srv := &lineWatcher{want: "joined", seen: make(chan struct{})}
-	server := exec.CommandContext(ctx, terrace(t), "server", "--coordinator", addr, "--id", "s0", "--grace", "1m", "--log-level", "info")
-	server.Stdout, server.Stderr = srv, srv
-	if err := server.Start(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-srv.seen:
-	case <-ctx.Done():
-		t.Fatalf("the server never joined:\n%s", srv)
-	}
+	server, srv := startWatched(t, ctx, "joined", "server", "--coordinator", addr, "--id", "s0", "--grace", "1m", "--log-level", "info")
+	srv.await(t, ctx)
 	if err := server.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -256,17 +248,8 @@ func TestSIGTERMBeforeJoining(t *testing.T) {
 		{"worker waiting for a job", "no job on the cluster yet", []string{"worker", "--coordinator", addr}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w := &lineWatcher{want: tc.want, seen: make(chan struct{})}
-			cmd := exec.CommandContext(ctx, terrace(t), append(tc.args, "--log-level", "warn")...)
-			cmd.Stdout, cmd.Stderr = w, w
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case <-w.seen:
-			case <-ctx.Done():
-				t.Fatalf("never said %q:\n%s", tc.want, w)
-			}
+			cmd, w := startWatched(t, ctx, tc.want, append(tc.args, "--log-level", "warn")...)
+			w.await(t, ctx)
 			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
