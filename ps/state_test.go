@@ -55,6 +55,11 @@ func TestStateMovesWithPartition(t *testing.T) {
 	var takenOver, repeated atomic.Int64
 	var mu sync.Mutex
 	var wrong []string
+	// Rank 0 holds back its leases after pass 0 until rank 1 has one: on a
+	// loaded host rank 0 could lease every partition of passes 1 and 2,
+	// and rank 1 then never died (CI, 2026-11-27).
+	rank1Leased := make(chan struct{})
+	var leasedOnce sync.Once
 	job := func(ctx context.Context, c *ps.Client) (any, error) {
 		c.KeepState(func(int) ps.PartitionState {
 			return &rowCounts{rank: c.Rank(), writer: -1, counts: make([]uint8, rows)}
@@ -73,9 +78,19 @@ func TestStateMovesWithPartition(t *testing.T) {
 		for pass := range passes {
 			err := c.EachPartition(ctx, pass, ps.Loop{
 				Order: order, Batch: batch, ProgressEvery: 2,
-				Begin: func(_ context.Context, ls *ps.Lease) error {
+				Begin: func(ctx context.Context, ls *ps.Lease) error {
 					if st := ls.State().(*rowCounts); st.writer >= 0 && st.writer != c.Rank() {
 						takenOver.Add(1)
+					}
+					switch {
+					case ls.Pass >= 1 && c.Rank() == 1:
+						leasedOnce.Do(func() { close(rank1Leased) })
+					case ls.Pass >= 1:
+						select {
+						case <-rank1Leased:
+						case <-ctx.Done():
+							return ctx.Err()
+						}
 					}
 					return nil
 				},
