@@ -52,8 +52,13 @@ func TestBackupLossDrill(t *testing.T) {
 	if os.Getenv("TERRACE_TIERS_DRILL") == "" {
 		t.Skip("set TERRACE_TIERS_DRILL=1")
 	}
+	// 60 passes: the fault comes 3 s into training, and on a quiet host
+	// 20 passes ended before it (0.12 s a pass: nothing was killed).
 	rep := runDrill(t, "--reliable", "2", "--transient", "2", "--stage", "2", "--audit-every", "1",
-		"--failure-timeout", "2s", "--passes", "20", "--kill", "reliable@1@3s")
+		"--failure-timeout", "2s", "--passes", "60", "--kill", "reliable@1@3s")
+	if len(rep.Faults) == 0 {
+		t.Fatal("the job ended before its fault: nothing was killed")
+	}
 	if rep.AckedUpdatesLost == nil || *rep.AckedUpdatesLost != 0 {
 		t.Errorf("acked_updates_lost %v, want 0", ptr(rep.AckedUpdatesLost))
 	}
@@ -75,8 +80,13 @@ func TestTierRevocationDrill(t *testing.T) {
 		t.Skip("set TERRACE_TIERS_DRILL=1")
 	}
 	for _, action := range []string{"kill", "evict"} {
+		// 60 passes, as in TestBackupLossDrill: the job must outlast the
+		// fault however fast the host trains.
 		rep := runDrill(t, "--reliable", "2", "--transient", "2", "--stage", "2", "--sync-interval", "1s", "--audit-every", "1",
-			"--failure-timeout", "2s", "--"+action, "transient@all@3s")
+			"--failure-timeout", "2s", "--passes", "60", "--"+action, "transient@all@3s")
+		if len(rep.Faults) == 0 {
+			t.Fatalf("%s: the job ended before its fault: nothing was revoked", action)
+		}
 		if rep.TierReport == nil || rep.UpdatesLost == nil || rep.UpdatesLostBound == nil {
 			t.Fatalf("%s: no tier figures in the report", action)
 		}
