@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -88,6 +89,10 @@ func workerConsistency(c string) string {
 	return c
 }
 
+// measurePasses is the calibration job's length unless --passes says
+// otherwise: more than any stage trains in its warm-up and window.
+const measurePasses = 100000
+
 // measureJob runs the calibration job in every stage the machines can
 // form, one after the other, and returns what each measured.
 func measureJob(ctx context.Context, f planFlags, fs *pflag.FlagSet, out io.Writer) (*calibrationReport, error) {
@@ -101,6 +106,12 @@ func measureJob(ctx context.Context, f planFlags, fs *pflag.FlagSet, out io.Writ
 		links = &l
 	}
 	args := append(appArgs(fs), "--consistency="+workerConsistency(f.consistency))
+	if !fs.Changed("passes") && !fs.Changed("epochs") {
+		// Each stage's job is stopped once measured, so its length is
+		// only a floor: the app's default (10 passes of a9a) ended before
+		// the window on a quiet host, and the calibration failed.
+		args = append(args, "--passes="+strconv.Itoa(measurePasses))
+	}
 	rep := &calibrationReport{WarmupSeconds: mf.warmup.Seconds(), WindowSeconds: mf.window.Seconds()}
 	start := time.Now()
 	fmt.Fprintf(out, "terrace plan: calibrating: a short %s job on %d reliable and %d transient machine(s) (each a server and %d worker(s), processes on this host), links %s, in each stage; %v of training, then %v measured\n",
