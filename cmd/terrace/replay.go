@@ -3,6 +3,8 @@ package main
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -114,6 +116,8 @@ func (f replayFlags) check() error {
 		return fmt.Errorf("--bid %g: a bid below zero", f.bid)
 	case f.starts < 1:
 		return fmt.Errorf("--starts %d: want at least 1", f.starts)
+	case f.plot != "" && !slices.Contains([]string{".svg", ".png"}, strings.ToLower(filepath.Ext(f.plot))):
+		return fmt.Errorf("--plot %s: want a .svg or .png file", f.plot)
 	case !(f.speedup > 0):
 		return fmt.Errorf("--speedup %g: want a positive factor", f.speedup)
 	case !(f.passes > 0):

@@ -78,6 +78,7 @@ func TestReplayBadInput(t *testing.T) {
 		{"preemptions in the bid market", append(base, "--preemptions", "/nonexistent"), "--preemptions is for --market persecond"},
 		{"on-demand price of no market", append(base, "--ondemand-prices", "c3.xlarge=0.21,c3.xlage=0.2"), "c3.xlage"},
 		{"from not a time", append(base, "--from", "yesterday"), `--from "yesterday": want a time`},
+		{"plot neither svg nor png", append(base, "--plot", "cost.pdf"), "--plot cost.pdf: want a .svg or .png file"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -100,6 +101,7 @@ func TestReplayBadInput(t *testing.T) {
 		{"real: segment too long", append(real, "--policy", "ondemand", "--for", "30d", "--speedup", "3600"), "--max-wall"},
 		{"real: several starts", append(real, "--policy", "tiers", "--for", "1h", "--starts", "2"), "--starts"},
 		{"real: part of a pass", append(real, "--policy", "tiers", "--for", "1h", "--passes", "1.5"), "--passes"},
+		{"real: plot", append(real, "--policy", "tiers", "--for", "1h", "--plot", "cost.svg"), "--plot cost.svg without --simulate"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := runReplayArgs(c.args...)

@@ -55,6 +55,8 @@ func (f replayFlags) checkReal() error {
 		return fmt.Errorf("--for is required without --simulate: a real replay runs a segment of the trace in compressed time, each trace hour %v of wall time at --speedup %g", time.Duration(float64(time.Hour)/f.speedup).Round(time.Millisecond), f.speedup)
 	case f.starts != 1:
 		return fmt.Errorf("--starts %d without --simulate: a real replay runs one start", f.starts)
+	case f.plot != "":
+		return fmt.Errorf("--plot %s without --simulate: the plot is drawn from the simulation's timelines, and a real replay writes none", f.plot)
 	case f.passes != math.Trunc(f.passes):
 		return fmt.Errorf("--passes %g without --simulate: the real job runs whole passes", f.passes)
 	case f.real.perMachine < 1:

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
+
+	"github.com/terrace-ml/terrace/internal/harness/drill"
 )
 
 // TestTierFlags: bad tier input fails at once with a message naming the
@@ -118,5 +121,17 @@ func TestTierRevocationDrill(t *testing.T) {
 		if n := finishedWorkers(rep); n != 2 {
 			t.Errorf("%s: %d workers finished, want the 2 on reliable machines", action, n)
 		}
+	}
+}
+
+// TestSummaryFaultsNotInjected: a planned fault the drill did not inject
+// (README's --add transient@2@6s when training ends at 5 s) is said on the
+// terminal, not only in the report's faults_not_injected.
+func TestSummaryFaultsNotInjected(t *testing.T) {
+	var b bytes.Buffer
+	printSummary(&b, &trainReport{App: "lr", Report: &drill.Report{RunDir: "run",
+		FaultsNotInjected: []drill.Skipped{{PlannedS: 6, Action: drill.Add, Role: drill.Transient, Reason: "training had finished"}}}})
+	if want := "terrace: drill: add transient planned at 6s not injected: training had finished\n"; !strings.Contains(b.String(), want) {
+		t.Fatalf("summary:\n%s\nwant the line %q", b.String(), want)
 	}
 }

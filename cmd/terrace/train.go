@@ -323,6 +323,9 @@ func printSummary(w io.Writer, r *trainReport) {
 		if d.RunDir != "" {
 			fmt.Fprintf(w, "terrace: drill: %d fault(s) injected; logs in %s\n", len(d.Faults), d.RunDir)
 		}
+		for _, s := range d.FaultsNotInjected {
+			fmt.Fprintf(w, "terrace: drill: %s %s planned at %gs not injected: %s\n", s.Action, s.Role, s.PlannedS, s.Reason)
+		}
 		if d.AckedUpdatesLost != nil {
 			fmt.Fprintf(w, "terrace: audit: acked updates lost %d, applied twice %d; examples repeated %d, skipped %d\n",
 				*d.AckedUpdatesLost, *d.AckedUpdatesDuplicated, *d.ExamplesRepeated, *d.ExamplesSkipped)

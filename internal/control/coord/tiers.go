@@ -278,6 +278,8 @@ func (m *Machine) switchStage(to tier.Stage, reason string) error {
 	l := &m.st.Layout
 	from := l.CurrentStage()
 	switch {
+	case !to.Valid():
+		return fmt.Errorf("%w: stage %d: %w", ErrStage, to, tier.ErrUnknownStage)
 	case !l.Ready:
 		return fmt.Errorf("%w: the cluster has not formed", ErrStage)
 	case m.cfg.Stage == 0:

@@ -64,7 +64,7 @@ func Parse(s string) (Pattern, error) {
 	}
 	factor := func(v string) (float64, error) {
 		f, err := strconv.ParseFloat(strings.TrimSuffix(v, "x"), 64)
-		if err != nil || !strings.HasSuffix(v, "x") || f < 1 || math.IsInf(f, 0) {
+		if err != nil || !strings.HasSuffix(v, "x") || !(f >= 1) || math.IsInf(f, 0) {
 			return 0, fmt.Errorf("%w: %q: the factor is a number of at least 1 followed by x, as 4x", ErrPattern, s)
 		}
 		return f, nil
@@ -98,7 +98,7 @@ func Parse(s string) (Pattern, error) {
 		return Pattern{Kind: Machine, Factor: f, From: a, To: b}, nil
 	case "powerlaw":
 		a, err := strconv.ParseFloat(arg, 64)
-		if err != nil || a <= 0 || math.IsInf(a, 0) {
+		if err != nil || !(a > 0) || math.IsInf(a, 0) {
 			return Pattern{}, fmt.Errorf("%w: %q: the index is a positive number, as powerlaw:1.5", ErrPattern, s)
 		}
 		return Pattern{Kind: PowerLaw, Alpha: a}, nil

@@ -26,7 +26,7 @@ func TestParse(t *testing.T) {
 			}
 		}
 	}
-	for _, s := range []string{"one", "one:4", "one:0.5x", "one:x", "slow:4x", "machine:5x", "machine:5x@6s-2s", "machine:5x@2s", "powerlaw:0", "powerlaw:-1", "random:infx"} {
+	for _, s := range []string{"one", "one:4", "one:0.5x", "one:x", "slow:4x", "machine:5x", "machine:5x@6s-2s", "machine:5x@2s", "powerlaw:0", "powerlaw:-1", "random:infx", "one:NaNx", "powerlaw:NaN"} {
 		if _, err := Parse(s); !errors.Is(err, ErrPattern) {
 			t.Errorf("Parse(%q): %v, want ErrPattern", s, err)
 		}
