@@ -385,3 +385,12 @@ func checkJSON(t *testing.T, rep any, keys ...string) {
 		}
 	}
 }
+
+// The stragglers benchmark's progress lines name each metric, in name
+// order, instead of printing a Go map.
+func TestMetricWords(t *testing.T) {
+	got := metricWords(map[string]float64{"test_auc": 0.90123, "test_accuracy": 0.849})
+	if want := " test_accuracy 0.8490 test_auc 0.9012"; got != want {
+		t.Fatalf("metricWords = %q, want %q", got, want)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -200,9 +201,19 @@ func (o StragglerOptions) run(ctx context.Context, cons table.Consistency, p str
 	st := run.Stats()
 	r.Reassignments, r.ExamplesReassigned, r.SplitsRefused, r.SplitSeconds = st.Reassignments, st.ExamplesReassigned, st.Refused, st.SplitSeconds
 	r.Metrics = testMetrics(reps[0])
-	fmt.Fprintf(log, "bench stragglers: %s %s reassign=%v: %.2fs %v; %d reassignments (%d rows), %d refused, %.2fs in splits\n",
-		cons, p, reassign, r.Seconds, r.Metrics, r.Reassignments, r.ExamplesReassigned, r.SplitsRefused, r.SplitSeconds)
+	fmt.Fprintf(log, "bench stragglers: %s %s reassign=%v: %.2fs%s; %d reassignments (%d rows), %d refused, %.2fs in splits\n",
+		cons, p, reassign, r.Seconds, metricWords(r.Metrics), r.Reassignments, r.ExamplesReassigned, r.SplitsRefused, r.SplitSeconds)
 	return r, nil
+}
+
+// metricWords prints metrics as " name value" pairs in name order (a Go
+// map printed as such read "map[test_accuracy:0.849...]").
+func metricWords(m map[string]float64) string {
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		fmt.Fprintf(&b, " %s %.4f", k, m[k])
+	}
+	return b.String()
 }
 
 // testMetrics are the test_* numbers of a worker's report.
