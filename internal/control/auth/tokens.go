@@ -74,16 +74,13 @@ func ParseTokens(r io.Reader) (*Tokens, error) {
 }
 
 // LoadTokens reads a tokens file; one that others may read is refused
-// (checkPrivate).
+// (openPrivate).
 func LoadTokens(path string) (*Tokens, error) {
-	f, err := os.Open(path)
+	f, err := openPrivate(path, "tokens file")
 	if err != nil {
-		return nil, fmt.Errorf("auth: tokens file: %w", err)
-	}
-	defer f.Close()
-	if err := checkPrivate(f, path); err != nil {
 		return nil, err
 	}
+	defer f.Close()
 	t, err := ParseTokens(f)
 	if err != nil {
 		return nil, fmt.Errorf("tokens file %s: %w", path, err)
@@ -96,16 +93,25 @@ func LoadTokens(path string) (*Tokens, error) {
 // take it (ssh refuses private keys so, for the same reason).
 var ErrExposed = errors.New("auth: token file open to others")
 
-// checkPrivate refuses a file whose mode lets its group or others in.
-func checkPrivate(f *os.File, path string) error {
-	fi, err := f.Stat()
+// openPrivate opens a file of tokens (what names it in errors), refusing
+// one whose mode lets its group or others in.
+func openPrivate(path, what string) (*os.File, error) {
+	f, err := os.Open(path)
 	if err != nil {
-		return fmt.Errorf("auth: %w", err)
+		return nil, fmt.Errorf("auth: %s: %w", what, err)
 	}
-	if m := fi.Mode().Perm(); m&0o077 != 0 {
-		return fmt.Errorf("%w: %s has mode %04o: chmod 600 %s (a Kubernetes secret volume: defaultMode 0400; or give the token in $TERRACE_TOKEN)", ErrExposed, path, m, path)
+	fi, err := f.Stat()
+	switch {
+	case err != nil:
+		err = fmt.Errorf("auth: %w", err)
+	case fi.Mode().Perm()&0o077 != 0:
+		err = fmt.Errorf("%w: %s has mode %04o: chmod 600 %s (a Kubernetes secret volume: defaultMode 0400; or give the token in $TERRACE_TOKEN)", ErrExposed, path, fi.Mode().Perm(), path)
 	}
-	return nil
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // Role returns the role of token, if it is known.
@@ -141,19 +147,16 @@ func WriteNew(path string) error {
 // is taken, else one whose role grants it (an admin's, or any for read),
 // so that a node can be given the cluster's tokens file in a test, or
 // only its own line in production, and `terrace status` runs with any
-// node's file. A file others may read is refused (checkPrivate).
+// node's file. A file others may read is refused (openPrivate).
 func ReadToken(path string, role Role, getenv func(string) string) (string, error) {
 	if path == "" {
 		return strings.TrimSpace(getenv(EnvToken)), nil
 	}
-	f, err := os.Open(path)
+	f, err := openPrivate(path, "token file")
 	if err != nil {
-		return "", fmt.Errorf("auth: token file: %w", err)
-	}
-	defer f.Close()
-	if err := checkPrivate(f, path); err != nil {
 		return "", err
 	}
+	defer f.Close()
 	b, err := io.ReadAll(f)
 	if err != nil {
 		return "", fmt.Errorf("auth: token file %s: %w", path, err)
