@@ -138,3 +138,12 @@ func Subtract(a, b SlotSet) SlotSet {
 	}
 	return out
 }
+
+// Size is how many slots s holds.
+func (s SlotSet) Size() uint64 {
+	var n uint64
+	for i := 0; i+1 < len(s); i += 2 {
+		n += s[i+1] - s[i]
+	}
+	return n
+}

@@ -31,6 +31,9 @@ func TestSlotSetAgainstAMap(t *testing.T) {
 				t.Fatalf("invalid set %v (from %v and %v)", s, a, b)
 			}
 		}
+		if a.Size() != uint64(len(ma)) || diff.Size() != a.Size()-in.Size() {
+			t.Fatalf("sizes: %v holds %d (want %d), %v minus %v %d", a, a.Size(), len(ma), a, b, diff.Size())
+		}
 		if Overlaps(a, b) != (len(in) > 0) {
 			t.Fatalf("Overlaps(%v, %v) = %v, intersection %v", a, b, Overlaps(a, b), in)
 		}

@@ -1,10 +1,24 @@
 package api
 
-import "context"
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/terrace-ml/terrace/keyspace"
+)
 
 // RouteLoss is a BackupPS's count of the acknowledged updates lost at a
 // fallback (docs/design/tiers.md, "Bulk revocation").
 const RouteLoss = "POST /v1/servers/loss" // LossReport
+
+// MaxLossBytes is the largest loss report the coordinator takes. A
+// report names its pushes as runs of sequence numbers, a few dozen
+// bytes per client and table when a client's pushes at risk are
+// consecutive (those of the last sync interval), as they are; this
+// leaves room for a million scattered ones.
+const MaxLossBytes = 32 << 20
 
 // LossReport is what the loss ledger of BackupPS From counted at the
 // fallback of Epoch, once the grace for re-sends had passed: Allowed are
@@ -14,17 +28,78 @@ const RouteLoss = "POST /v1/servers/loss" // LossReport
 type LossReport struct {
 	From    string     `json:"from"`
 	Epoch   uint64     `json:"epoch"`
-	Allowed []LostPush `json:"allowed"`
-	Lost    []LostPush `json:"lost"`
+	Allowed []PushRuns `json:"allowed"`
+	Lost    []PushRuns `json:"lost"`
+}
+
+// PushRuns are one client's pushes to one table, with the rank of the
+// worker that pushed them (-1 if the client was not a worker), as runs
+// of sequence numbers: Seqs holds [lo, hi) pairs, sorted and disjoint.
+// A list of single pushes made a fallback's report of 10,000 pushes (one
+// sync interval of four workers on a fast host) 1.2 MB, over the
+// coordinator's limit, and the count never arrived.
+type PushRuns struct {
+	Client uint64           `json:"client"`
+	Table  uint32           `json:"table"`
+	Worker int              `json:"worker"`
+	Seqs   keyspace.SlotSet `json:"seqs"`
+}
+
+// CountPushes is how many pushes rs names.
+func CountPushes(rs []PushRuns) int64 {
+	var n int64
+	for _, r := range rs {
+		n += int64(r.Seqs.Size())
+	}
+	return n
+}
+
+// Check refuses a report whose runs are not sorted, disjoint, non-empty
+// [lo, hi) pairs.
+func (r LossReport) Check() error {
+	for _, l := range [][]PushRuns{r.Allowed, r.Lost} {
+		for _, p := range l {
+			if !p.Seqs.Valid() {
+				return fmt.Errorf("%w: loss report from %q: client %d table %d: seqs %v are not sorted, disjoint [lo, hi) runs", ErrBadRequest, r.From, p.Client, p.Table, p.Seqs)
+			}
+		}
+	}
+	return nil
 }
 
 // LostPush is one push: its client, sequence number and table, and the
 // rank of the worker that pushed it (-1 if the client was not a worker).
 type LostPush struct {
-	Client uint64 `json:"client"`
-	Seq    uint64 `json:"seq"`
-	Table  uint32 `json:"table"`
-	Worker int    `json:"worker"`
+	Client uint64
+	Seq    uint64
+	Table  uint32
+	Worker int
+}
+
+// Runs gathers pushes into runs, one per client, table and worker, in
+// that order.
+func Runs(ps []LostPush) []PushRuns {
+	type key struct {
+		client uint64
+		table  uint32
+		worker int
+	}
+	at := map[key]int{}
+	var out []PushRuns
+	for _, p := range ps {
+		k := key{p.Client, p.Table, p.Worker}
+		i, ok := at[k]
+		if !ok {
+			i = len(out)
+			at[k] = i
+			out = append(out, PushRuns{Client: p.Client, Table: p.Table, Worker: p.Worker})
+		}
+		out[i].Seqs.Add(p.Seq)
+	}
+	slices.SortFunc(out, func(a, b PushRuns) int {
+		return cmp.Or(cmp.Compare(a.Client, b.Client), cmp.Compare(a.Table, b.Table), cmp.Compare(a.Worker, b.Worker))
+	})
+	return out
 }
 
 // Loss is what the ledgers counted at every fallback so far.

@@ -159,7 +159,7 @@ func (c *Coordinator) serveReport(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var raw json.RawMessage
-	if err := decode(r, &raw, 1<<20); err != nil {
+	if err := decode(w, r, &raw, 1<<20); err != nil {
 		reply(w, nil, err)
 		return
 	}
@@ -192,7 +192,7 @@ func handle[Req any, Resp any](mux *http.ServeMux, route string, f func(context.
 func handleUpTo[Req any, Resp any](mux *http.ServeMux, route string, n int64, f func(context.Context, Req) (Resp, error)) {
 	mux.HandleFunc(route, func(w http.ResponseWriter, r *http.Request) {
 		var req Req
-		if err := decode(r, &req, n); err != nil {
+		if err := decode(w, r, &req, n); err != nil {
 			reply(w, nil, err)
 			return
 		}
@@ -201,11 +201,16 @@ func handleUpTo[Req any, Resp any](mux *http.ServeMux, route string, n int64, f 
 	})
 }
 
-// decode decodes a request body of at most n bytes.
-func decode(r *http.Request, v any, n int64) error {
-	d := json.NewDecoder(io.LimitReader(r.Body, n))
+// decode decodes a request body of at most n bytes. A longer one is
+// refused as such: cut off, it read as "unexpected EOF", which named no
+// cause.
+func decode(w http.ResponseWriter, r *http.Request, v any, n int64) error {
+	d := json.NewDecoder(http.MaxBytesReader(w, r.Body, n))
 	d.DisallowUnknownFields()
 	if err := d.Decode(v); err != nil {
+		if errors.As(err, new(*http.MaxBytesError)) {
+			return fmt.Errorf("%w: %s: body over %d bytes", api.ErrBadRequest, r.URL.Path, n)
+		}
 		return fmt.Errorf("%w: %v", api.ErrBadRequest, err)
 	}
 	return nil

@@ -29,19 +29,9 @@ const lossSeenFallbacks = 4
 // counts a push once too, though the report naming it again reaches it
 // after the one its predecessor counted.
 type LossSeen struct {
-	Epoch   uint64       `json:"epoch"`
-	Lost    []SeenPushes `json:"lost,omitempty"`
-	Allowed []SeenPushes `json:"allowed,omitempty"`
-}
-
-// SeenPushes are one client's pushes to one table counted, as runs of
-// sequence numbers (a client's pushes lost at a fallback are mostly
-// consecutive: those of the last sync interval).
-type SeenPushes struct {
-	Client uint64           `json:"client"`
-	Table  uint32           `json:"table"`
-	Worker int              `json:"worker"`
-	Seqs   keyspace.SlotSet `json:"seqs"`
+	Epoch   uint64         `json:"epoch"`
+	Lost    []api.PushRuns `json:"lost,omitempty"`
+	Allowed []api.PushRuns `json:"allowed,omitempty"`
 }
 
 // pushSet indexes the runs of several fallbacks' LossSeen for lookups.
@@ -53,31 +43,32 @@ type seenKey struct {
 	worker int
 }
 
-func (s pushSet) has(p api.LostPush) bool {
-	return s[seenKey{p.Client, p.Table, p.Worker}].Contains(p.Seq)
-}
+func keyOf(p api.PushRuns) seenKey { return seenKey{p.Client, p.Table, p.Worker} }
 
-func (s pushSet) add(p api.LostPush) {
-	k := seenKey{p.Client, p.Table, p.Worker}
-	sl := s[k]
-	sl.Add(p.Seq)
-	s[k] = sl
-}
-
-func (s pushSet) list() []SeenPushes {
-	out := make([]SeenPushes, 0, len(s))
-	for k, sl := range s {
-		out = append(out, SeenPushes{Client: k.client, Table: k.table, Worker: k.worker, Seqs: sl})
+// addNew adds the pushes of p not in s yet, and returns them.
+func (s pushSet) addNew(p api.PushRuns) keyspace.SlotSet {
+	k := keyOf(p)
+	fresh := keyspace.Subtract(p.Seqs, s[k])
+	if len(fresh) > 0 {
+		s[k] = keyspace.Union(s[k], fresh)
 	}
-	slices.SortFunc(out, func(a, b SeenPushes) int {
+	return fresh
+}
+
+func (s pushSet) list() []api.PushRuns {
+	out := make([]api.PushRuns, 0, len(s))
+	for k, sl := range s {
+		out = append(out, api.PushRuns{Client: k.client, Table: k.table, Worker: k.worker, Seqs: sl})
+	}
+	slices.SortFunc(out, func(a, b api.PushRuns) int {
 		return cmp.Or(cmp.Compare(a.Client, b.Client), cmp.Compare(a.Table, b.Table), cmp.Compare(a.Worker, b.Worker))
 	})
 	return out
 }
 
-func (s pushSet) addAll(ps []SeenPushes) {
+func (s pushSet) addAll(ps []api.PushRuns) {
 	for _, p := range ps {
-		k := seenKey{p.Client, p.Table, p.Worker}
+		k := keyOf(p)
 		s[k] = keyspace.Union(s[k], p.Seqs)
 	}
 }
@@ -108,43 +99,46 @@ func (m *Machine) ReportLoss(id uint64, r api.LossReport) {
 		newLost.addAll(m.st.LossSeen[at].Lost)
 		newAllowed.addAll(m.st.LossSeen[at].Allowed)
 	}
-	count := func(ps []api.LostPush, seen, fresh pushSet, total *int64, byTable *map[string]int64) []api.LostPush {
-		var counted []api.LostPush
-		for _, p := range ps {
-			if seen.has(p) {
+	// count adds the pushes of rs not counted yet to total and byTable
+	// (and to byWorker if it is not nil), and returns how many there were.
+	count := func(rs []api.PushRuns, seen, fresh pushSet, total *int64, byTable *map[string]int64, byWorker map[string]map[int]int64) int64 {
+		var n int64
+		for _, p := range rs {
+			add := seen.addNew(p)
+			c := int64(add.Size())
+			if c == 0 {
 				continue
 			}
-			seen.add(p)
-			fresh.add(p)
-			counted = append(counted, p)
+			fresh.addAll([]api.PushRuns{{Client: p.Client, Table: p.Table, Worker: p.Worker, Seqs: add}})
+			name := m.tableName(p.Table)
 			if *byTable == nil {
 				*byTable = map[string]int64{}
 			}
-			(*byTable)[m.tableName(p.Table)]++
+			(*byTable)[name] += c
+			if byWorker != nil {
+				if byWorker[name] == nil {
+					byWorker[name] = map[int]int64{}
+				}
+				byWorker[name][p.Worker] += c
+			}
+			n += c
 		}
-		*total += int64(len(counted))
-		return counted
+		*total += n
+		return n
 	}
-	lost := count(r.Lost, seenLost, newLost, &loss.UpdatesLost, &loss.ByTable)
 	byWorker := map[string]map[int]int64{}
 	for t, ws := range loss.ByWorker {
 		byWorker[t] = maps.Clone(ws)
 	}
-	for _, p := range lost {
-		name := m.tableName(p.Table)
-		if byWorker[name] == nil {
-			byWorker[name] = map[int]int64{}
-		}
-		byWorker[name][p.Worker]++
-	}
+	lost := count(r.Lost, seenLost, newLost, &loss.UpdatesLost, &loss.ByTable, byWorker)
 	loss.ByWorker = byWorker
-	allowed := count(r.Allowed, seenAllowed, newAllowed, &loss.UpdatesLostBound, &loss.BoundByTable)
+	allowed := count(r.Allowed, seenAllowed, newAllowed, &loss.UpdatesLostBound, &loss.BoundByTable, nil)
 	loss.Reports++
 	m.rememberLoss(r.Epoch, at, LossSeen{Epoch: r.Epoch, Lost: newLost.list(), Allowed: newAllowed.list()})
 	m.dirty = true
 	m.note(api.EventLoss, r.From, fmt.Sprintf("fallback at epoch %d: %d acknowledged updates lost of %d allowed in the round at risk (%d and %d new); %d lost in all",
-		r.Epoch, len(r.Lost), len(r.Allowed), len(lost), len(allowed), loss.UpdatesLost))
-	m.log.Warn("acknowledged updates lost at a fallback", "backupps", r.From, "epoch", r.Epoch, "lost", len(r.Lost), "allowed", len(r.Allowed), "total", loss.UpdatesLost)
+		r.Epoch, api.CountPushes(r.Lost), api.CountPushes(r.Allowed), lost, allowed, loss.UpdatesLost))
+	m.log.Warn("acknowledged updates lost at a fallback", "backupps", r.From, "epoch", r.Epoch, "lost", api.CountPushes(r.Lost), "allowed", api.CountPushes(r.Allowed), "total", loss.UpdatesLost)
 	m.reply(Reply{ID: id})
 }
 

@@ -13,7 +13,10 @@ func (c *Coordinator) stageHandlers(mux *http.ServeMux) {
 		r, err := c.call(ctx, func(m *Machine, id uint64) { m.SwitchStage(id, s.To, s.Reason) })
 		return r.Layout, err
 	})
-	handle(mux, api.RouteLoss, func(ctx context.Context, r api.LossReport) (any, error) {
+	handleUpTo(mux, api.RouteLoss, api.MaxLossBytes, func(ctx context.Context, r api.LossReport) (any, error) {
+		if err := r.Check(); err != nil {
+			return nil, err
+		}
 		_, err := c.call(ctx, func(m *Machine, id uint64) { m.ReportLoss(id, r) })
 		return struct{}{}, err
 	})

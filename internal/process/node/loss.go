@@ -14,5 +14,5 @@ func lossReport(from string, r server.LossReport) api.LossReport {
 		}
 		return out
 	}
-	return api.LossReport{From: from, Epoch: r.Epoch, Allowed: conv(r.Allowed), Lost: conv(r.Lost)}
+	return api.LossReport{From: from, Epoch: r.Epoch, Allowed: api.Runs(conv(r.Allowed)), Lost: api.Runs(conv(r.Lost))}
 }
