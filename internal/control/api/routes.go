@@ -2,6 +2,12 @@ package api
 
 import "time"
 
+// MaxReportBytes is the largest final report a worker may send: an app's
+// report lists every pass it evaluated, about 150 bytes each, and 1 MiB
+// (the limit before) refused the report of a job of 7,000 passes at its
+// very end.
+const MaxReportBytes = 16 << 20
+
 // The coordinator's HTTP routes (method and path, as net/http patterns).
 // Request and reply bodies are the JSON of this package's types; a reply
 // that is not 200 OK carries an ErrorReply.

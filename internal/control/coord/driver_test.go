@@ -112,6 +112,19 @@ func TestHTTP(t *testing.T) {
 	if err := cl.Report(ctx, 0, map[string]int{"x": 1}); err != nil {
 		t.Fatal(err)
 	}
+	// A long job's report lists every pass: 10,000 of them are 2 MB.
+	type pass struct {
+		Pass    int     `json:"pass"`
+		Seconds float64 `json:"seconds"`
+		AUC     float64 `json:"test_auc"`
+	}
+	long := make([]pass, 10000)
+	for i := range long {
+		long[i] = pass{i, 0.123456789012345, 0.901234567890123}
+	}
+	if err := cl.Report(ctx, 0, map[string]any{"passes": long, "pad": strings.Repeat("x", 1<<20)}); err != nil {
+		t.Fatalf("a report of 10,000 passes: %v", err)
+	}
 	select {
 	case <-c.Done():
 		t.Fatal("done after one of two reports")

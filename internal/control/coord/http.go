@@ -159,7 +159,7 @@ func (c *Coordinator) serveReport(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var raw json.RawMessage
-	if err := decode(w, r, &raw, 1<<20); err != nil {
+	if err := decode(w, r, &raw, api.MaxReportBytes); err != nil {
 		reply(w, nil, err)
 		return
 	}
