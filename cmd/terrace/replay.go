@@ -175,7 +175,7 @@ func (f replayFlags) config() (replay.Config, []string, error) {
 		return cfg, nil, fmt.Errorf("--app %q: the calibration file describes no such app", f.app)
 	}
 	if _, ok := findType(prices, cal.ReferenceType); !ok {
-		return cfg, nil, fmt.Errorf("%s: no market of the job's instance type %s (calibration reference_type)", f.prices, cal.ReferenceType)
+		return cfg, nil, fmt.Errorf("%s: no market of the job's instance type %s (calibration reference_type): give a --calibration file that names one of the trace's types, with its work rate, e.g. {\"reference_type\": \"%s\", \"ecu\": {\"%s\": ECU}}", f.prices, cal.ReferenceType, prices.Series[0].Market.Type, prices.Series[0].Market.Type)
 	}
 	cfg = replay.Config{Prices: prices, Avail: avail, Model: model, Cal: cal, Updates: f.passes * app.UpdatesPerPass,
 		Bid: f.bid, Estimator: history.NewEstimator(model.Period()), Every: 5 * time.Second, Sample: 10 * time.Minute}

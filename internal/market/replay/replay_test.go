@@ -2,11 +2,13 @@ package replay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -167,6 +169,53 @@ func TestSweep(t *testing.T) {
 	}
 	if bb := rep.Policies["bidbrain"]; bb.Dollars >= od.Dollars {
 		t.Errorf("bidbrain $%v, on-demand $%v", bb.Dollars, od.Dollars)
+	}
+}
+
+// TestSweepKeepsUnfinishedStarts: in a sweep of several starts, a start
+// too close to the trace's end for the job does not end the sweep (it
+// did, after the earlier starts' minutes of work, on a trace whose
+// prices stayed above the bid for days): its runs are kept as
+// unfinished, with what they cost and did until the trace ended, and
+// left out of the medians and ratios.
+func TestSweepKeepsUnfinishedStarts(t *testing.T) {
+	p := synthetic(3)
+	cfg := testConfig(p)
+	_, end := p.Span()
+	starts := []time.Time{t0.Add(15 * 24 * time.Hour), end.Add(-2 * time.Hour)}
+	var progress strings.Builder
+	cfg.Progress = &progress
+	rep, err := Sweep(context.Background(), cfg, []string{"ondemand", "checkpoint"}, starts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := rep.Runs[1].Policies
+	for _, name := range []string{"ondemand", "checkpoint"} {
+		if r := last[name]; !r.Unfinished || !(r.DoneShare > 0 && r.DoneShare < 1) || r.Dollars <= 0 || math.Abs(r.Hours-2) > 0.01 {
+			t.Errorf("%s from 2 h before the end: %+v, want unfinished, part done, two hours paid", name, r)
+		}
+		if r := rep.Runs[0].Policies[name]; r.Unfinished || r.DoneShare != 1 {
+			t.Errorf("%s from day 15: %+v, want finished", name, r)
+		}
+		if rep.Unfinished[name] != 1 {
+			t.Errorf("unfinished runs %v, want one of %s", rep.Unfinished, name)
+		}
+	}
+	// The medians are the finished start's figures.
+	if od := rep.Policies["ondemand"]; od.Unfinished || od.Dollars != rep.Runs[0].Policies["ondemand"].Dollars {
+		t.Errorf("on-demand median %+v, want the first start's", od)
+	}
+	if !strings.Contains(progress.String(), "left out of the medians") {
+		t.Errorf("progress does not say a run was left out:\n%s", progress.String())
+	}
+	var sum strings.Builder
+	rep.Summary(&sum, []string{"ondemand", "checkpoint"})
+	if !strings.Contains(sum.String(), "checkpoint: 1 of 2 starts ended with the trace") {
+		t.Errorf("summary:\n%s", sum.String())
+	}
+	// One start alone still fails at once.
+	if _, err := Sweep(context.Background(), cfg, []string{"ondemand"}, starts[1:]); !errors.Is(err, ErrTraceEnded) {
+		t.Errorf("one start: %v, want ErrTraceEnded", err)
 	}
 }
 

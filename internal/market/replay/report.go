@@ -2,6 +2,7 @@ package replay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -37,8 +38,11 @@ type Report struct {
 	BidBrainVsCheckpointWorst  *float64   `json:"bidbrain_vs_checkpoint_worst,omitempty"`
 	BidBrainHoursMedian        *float64   `json:"bidbrain_hours_vs_ondemand_median,omitempty"`
 	BidBrainHoursWorst         *float64   `json:"bidbrain_hours_vs_ondemand_worst,omitempty"`
-	ElapsedSeconds             float64    `json:"elapsed_seconds"`
-	Calibration                any        `json:"calibration"`
+	// Unfinished counts, by policy, the starts whose run the trace ended
+	// before the job did: left out of the medians and ratios.
+	Unfinished     map[string]int `json:"unfinished_runs,omitempty"`
+	ElapsedSeconds float64        `json:"elapsed_seconds"`
+	Calibration    any            `json:"calibration"`
 	// Timelines are the first start's runs, for the plot.
 	Timelines map[string][]Sample `json:"-"`
 }
@@ -73,7 +77,9 @@ func Sweep(ctx context.Context, cfg Config, policies []string, starts []time.Tim
 				c.fraction = func(f float64) { cfg.Advance(k+f, len(starts)*len(names)) }
 			}
 			res, err := Run(ctx, c, name, start)
-			if err != nil {
+			// One start the trace ends too early for does not end a
+			// sweep: its run is kept as unfinished, and the others go on.
+			if err != nil && !(len(starts) > 1 && errors.Is(err, ErrTraceEnded)) {
 				return nil, err
 			}
 			if i == 0 && cfg.Sample > 0 {
@@ -81,16 +87,22 @@ func Sweep(ctx context.Context, cfg Config, policies []string, starts []time.Tim
 			}
 			run.Policies[name] = res
 			if cfg.Progress != nil {
-				fmt.Fprintf(cfg.Progress, "replay: start %d/%d %s: %s $%.2f in %.1f h, %d evictions\n",
-					i+1, len(starts), start.Format(time.RFC3339), name, res.Dollars, res.Hours, res.Evictions)
+				unfinished := ""
+				if res.Unfinished {
+					unfinished = fmt.Sprintf(" (the trace ended at %.0f%% of the work: left out of the medians)", 100*res.DoneShare)
+				}
+				fmt.Fprintf(cfg.Progress, "replay: start %d/%d %s: %s $%.2f in %.1f h, %d evictions%s\n",
+					i+1, len(starts), start.Format(time.RFC3339), name, res.Dollars, res.Hours, res.Evictions, unfinished)
 			}
 			if cfg.Advance != nil {
 				cfg.Advance(k+1, len(starts)*len(names))
 			}
 		}
-		for name, res := range run.Policies {
-			res.OnDemandDollars = run.Policies["ondemand"].Dollars
-			run.Policies[name] = res
+		if od := run.Policies["ondemand"]; !od.Unfinished {
+			for name, res := range run.Policies {
+				res.OnDemandDollars = od.Dollars
+				run.Policies[name] = res
+			}
 		}
 		run.BidBrainVsOnDemand = ratio(run.Policies, "bidbrain", "ondemand")
 		run.BidBrainVsCheckpoint = ratio(run.Policies, "bidbrain", "checkpoint")
@@ -114,10 +126,12 @@ func contains(xs []string, x string) bool {
 	return false
 }
 
+// ratio is a's dollars over b's for the same work: none if either run
+// is unfinished.
 func ratio(p map[string]Result, a, b string) *float64 {
 	ra, okA := p[a]
 	rb, okB := p[b]
-	if !okA || !okB || rb.Dollars == 0 {
+	if !okA || !okB || rb.Dollars == 0 || ra.Unfinished || rb.Unfinished {
 		return nil
 	}
 	v := ra.Dollars / rb.Dollars
@@ -127,7 +141,7 @@ func ratio(p map[string]Result, a, b string) *float64 {
 func hoursRatio(p map[string]Result, a, b string) *float64 {
 	ra, okA := p[a]
 	rb, okB := p[b]
-	if !okA || !okB || rb.Hours == 0 {
+	if !okA || !okB || rb.Hours == 0 || ra.Unfinished || rb.Unfinished {
 		return nil
 	}
 	v := ra.Hours / rb.Hours
@@ -140,7 +154,14 @@ func (rep *Report) summarise(policies []string) {
 	for _, name := range policies {
 		var rs []Result
 		for _, r := range rep.Runs {
-			rs = append(rs, r.Policies[name])
+			if res := r.Policies[name]; !res.Unfinished {
+				rs = append(rs, res)
+			} else {
+				if rep.Unfinished == nil {
+					rep.Unfinished = map[string]int{}
+				}
+				rep.Unfinished[name]++
+			}
 		}
 		rep.Policies[name] = medianResult(rs)
 	}
@@ -190,7 +211,12 @@ func worst(xs []float64) *float64 {
 	return &w
 }
 
+// medianResult is the median of each figure over rs; a run with none
+// finished is unfinished.
 func medianResult(rs []Result) Result {
+	if len(rs) == 0 {
+		return Result{Unfinished: true}
+	}
 	pick := func(f func(Result) float64) float64 {
 		xs := make([]float64, len(rs))
 		for i, r := range rs {
@@ -207,6 +233,7 @@ func medianResult(rs []Result) Result {
 		StageSwitches:   int(math.Round(pick(func(r Result) float64 { return float64(r.StageSwitches) }))),
 		UpdatesLost:     pick(func(r Result) float64 { return r.UpdatesLost }),
 		FreeShare:       pick(func(r Result) float64 { return r.FreeShare }),
+		DoneShare:       1,
 	}
 }
 
@@ -221,6 +248,10 @@ func (rep *Report) Summary(w io.Writer, policies []string) {
 	fmt.Fprintln(tw, "policy\tdollars\tvs on-demand\thours\tevictions\tacquisitions\tstage switches\tupdates lost\tfree compute\t")
 	for _, name := range policies {
 		r := rep.Policies[name]
+		if r.Unfinished {
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t-\t\n", name)
+			continue
+		}
 		vs := "-"
 		if r.OnDemandDollars > 0 {
 			vs = fmt.Sprintf("%.1f%%", 100*r.Dollars/r.OnDemandDollars)
@@ -246,6 +277,11 @@ func (rep *Report) Summary(w io.Writer, policies []string) {
 		line("bidbrain/ondemand dollars", rep.BidBrainVsOnDemand, nil)
 		line("bidbrain/checkpoint dollars", rep.BidBrainVsCheckpoint, nil)
 		line("bidbrain/ondemand hours", rep.BidBrainHoursVsOnDemand, nil)
+	}
+	for _, name := range policies {
+		if n := rep.Unfinished[name]; n > 0 {
+			fmt.Fprintf(w, "%s: %d of %d starts ended with the trace before the job did (left out of the medians and ratios)\n", name, n, len(rep.Runs))
+		}
 	}
 	fmt.Fprintf(w, "%s\n", strings.Repeat("-", 20))
 }

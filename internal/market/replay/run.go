@@ -63,8 +63,14 @@ type Result struct {
 	UpdatesLost     float64   `json:"updates_lost"`
 	// FreeShare is the share of the compute held (machine-hours weighted
 	// by each type's worker rate) that was not charged.
-	FreeShare float64  `json:"free_compute_share"`
-	Timeline  []Sample `json:"-"`
+	FreeShare float64 `json:"free_compute_share"`
+	// Unfinished marks a run that the trace ended before the job did
+	// (kept in a sweep of several starts; a single run fails instead): its
+	// figures run to the trace's end, and DoneShare is the share of the
+	// work done by then.
+	Unfinished bool     `json:"unfinished,omitempty"`
+	DoneShare  float64  `json:"done_share,omitempty"`
+	Timeline   []Sample `json:"-"`
 }
 
 // Sample is the state of one run at one time.
@@ -178,7 +184,10 @@ func (r *run) loop(ctx context.Context) error {
 			t = nextSample
 		}
 		if t.IsZero() || t.After(end) {
-			return fmt.Errorf("%w (at %s, %.0f%% done)", ErrTraceEnded, end.Format(time.RFC3339), 100*r.job.Status().Done/r.cfg.Updates)
+			if err := r.cut(ctx, end); err != nil {
+				return err
+			}
+			return fmt.Errorf("%w (at %s, %.0f%% done)", ErrTraceEnded, end.Format(time.RFC3339), 100*r.res.DoneShare)
 		}
 		r.job.AdvanceTo(t)
 		if !r.job.Finished().IsZero() {
@@ -213,6 +222,24 @@ func (r *run) loop(ctx context.Context) error {
 	return r.finish(ctx)
 }
 
+// cut fills the result of a run the trace ended at end, before the job
+// finished: what the machines held cost and did until then.
+func (r *run) cut(ctx context.Context, end time.Time) error {
+	r.job.AdvanceTo(end)
+	r.prov.AdvanceTo(end)
+	c := r.mgr.Counts()
+	bill, err := r.prov.Bill(ctx)
+	if err != nil {
+		return err
+	}
+	r.res.Dollars, r.res.Hours = bill.Dollars, end.Sub(r.start).Hours()
+	r.res.Evictions, r.res.Acquisitions = c.Evictions, c.Acquisitions
+	r.res.StageSwitches, r.res.UpdatesLost = len(r.job.Switches), r.job.Lost
+	r.res.FreeShare = freeShare(bill, r.cfg.Cal)
+	r.res.Unfinished, r.res.DoneShare = true, r.job.Status().Done/r.cfg.Updates
+	return nil
+}
+
 func (r *run) finish(ctx context.Context) error {
 	fin := r.job.Finished()
 	r.prov.AdvanceTo(fin)
@@ -227,7 +254,7 @@ func (r *run) finish(ctx context.Context) error {
 	r.res.Dollars, r.res.Hours = bill.Dollars, fin.Sub(r.start).Hours()
 	r.res.Evictions, r.res.Acquisitions = c.Evictions, c.Acquisitions
 	r.res.StageSwitches, r.res.UpdatesLost = len(r.job.Switches), r.job.Lost
-	r.res.FreeShare = freeShare(bill, r.cfg.Cal)
+	r.res.FreeShare, r.res.DoneShare = freeShare(bill, r.cfg.Cal), 1
 	if r.cfg.Sample > 0 {
 		r.sample(ctx, fin)
 	}
