@@ -2,9 +2,11 @@ package data
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"io"
 	"math"
+	"slices"
 )
 
 // Sparse is a labelled sparse matrix in compressed sparse row form: row i
@@ -41,9 +43,11 @@ func ReadLIBSVM(path string) (*Sparse, error) {
 // (detected from the magic bytes), naming errors after name.
 //
 // Each line is "label index:value index:value ..." with an optional trailing
-// "# comment". Labels -1/+1 and 0/1 (in any float spelling, such as 1.0) are
-// stored as 0/1. Indices are non-negative decimal integers, strictly
-// increasing within a line; values are finite float32s. Blank and
+// "# comment", and an optional "qid:N" after the label (SVMlight's
+// ranking format; ignored). Labels -1/+1 and 0/1 (in any float spelling,
+// such as 1.0) are stored as 0/1. Indices are non-negative decimal
+// integers, each at most once in a line, in any order (a row is stored
+// sorted); values are finite float32s. Blank and
 // comment-only lines are skipped; LF and CRLF endings are both accepted. An
 // empty input yields an empty matrix.
 //
@@ -71,6 +75,13 @@ type sparseBuilder struct {
 	keys         column[uint64]
 	rowPtr       column[int]
 	maxKey       uint64
+	// row holds a line's features until they are known to be sorted.
+	row []feature
+}
+
+type feature struct {
+	key uint64
+	val float32
 }
 
 // addLine parses one line, adding a row unless the line is blank. A
@@ -88,33 +99,59 @@ func (b *sparseBuilder) addLine(line []byte) (reason string) {
 	if !ok {
 		return fmt.Sprintf("label %s is not -1, +1, 0 or 1", quote(tok))
 	}
-	var last uint64
-	for first := true; ; first = false {
+	rest = skipQID(rest)
+	b.row = b.row[:0]
+	sorted := true
+	for {
 		for len(rest) > 0 && isSpace(rest[0]) {
 			rest = rest[1:]
 		}
 		if len(rest) == 0 {
 			break
 		}
-		var (
-			key uint64
-			v   float32
-		)
-		key, v, rest, reason = nextFeature(rest)
+		var f feature
+		f.key, f.val, rest, reason = nextFeature(rest)
 		if reason != "" {
 			return reason
 		}
-		if !first && key <= last {
-			return fmt.Sprintf("feature index %d follows %d (indices must be strictly increasing)", key, last)
+		if n := len(b.row); n > 0 && f.key <= b.row[n-1].key {
+			sorted = false
 		}
-		b.keys.add(key)
-		b.vals.add(v)
-		last = key
+		b.row = append(b.row, f)
+	}
+	if !sorted {
+		// Tools other than LIBSVM's write features in any order: sort
+		// the line (stably, so that a repeated index names its values in
+		// the line's order) and refuse an index given twice.
+		slices.SortStableFunc(b.row, func(x, y feature) int { return cmp.Compare(x.key, y.key) })
+		for i := 1; i < len(b.row); i++ {
+			if b.row[i].key == b.row[i-1].key {
+				return fmt.Sprintf("feature index %d appears twice (values %g and %g)", b.row[i].key, b.row[i-1].val, b.row[i].val)
+			}
+		}
+	}
+	for _, f := range b.row {
+		b.keys.add(f.key)
+		b.vals.add(f.val)
 	}
 	b.labels.add(label)
 	b.rowPtr.add(b.keys.len())
-	b.maxKey = max(b.maxKey, last)
+	if n := len(b.row); n > 0 {
+		b.maxKey = max(b.maxKey, b.row[n-1].key)
+	}
 	return ""
+}
+
+// skipQID skips the "qid:N" that SVMlight's ranking format puts after the
+// label: a binary classifier has no use for the query id.
+func skipQID(rest []byte) []byte {
+	for len(rest) > 0 && isSpace(rest[0]) {
+		rest = rest[1:]
+	}
+	if tok, after := field(rest); bytes.HasPrefix(tok, []byte("qid:")) {
+		return after
+	}
+	return rest
 }
 
 // nextFeature parses the "index:value" that b starts with. The common case,

@@ -114,6 +114,9 @@ func TestParseLIBSVM(t *testing.T) {
 		{"index zero", "1 0:2\n", []row{{[]uint64{0}, []float32{2}, 1}}, 1},
 		{"large index", "1 18446744073709551614:1\n", []row{{[]uint64{1<<64 - 2}, []float32{1}, 1}}, 1<<64 - 1},
 		{"explicit zero value", "1 4:0\n", []row{{[]uint64{4}, []float32{0}, 1}}, 5},
+		{"unsorted indices", "1 9:1 2:0.5 7:3\n0 3:1\n", []row{
+			{[]uint64{2, 7, 9}, []float32{0.5, 3, 1}, 1}, {[]uint64{3}, []float32{1}, 0}}, 10},
+		{"qid", "1 qid:3 1:1 4:2\n0  qid:3\n", []row{{[]uint64{1, 4}, []float32{1, 2}, 1}, {[]uint64{}, []float32{}, 0}}, 5},
 		{"long line", long.String() + "\n0 30001:1\n", []row{
 			{longKeys, nil, 1}, {[]uint64{30001}, []float32{1}, 0}}, 30002},
 	} {
@@ -207,8 +210,9 @@ func TestParseLIBSVMMalformed(t *testing.T) {
 		{"negative index", "1 -3:1\n", 1, `feature index "-3" is negative`},
 		{"index too large", "1 18446744073709551615:1\n", 1, `feature index "18446744073709551615" is too large`},
 		{"index overflows", "1 99999999999999999999:1\n", 1, `is too large`},
-		{"repeated index", "1 1:1 2:1 2:1\n", 1, "feature index 2 follows 2"},
-		{"decreasing index", "1 1:1\n1 5:1 3:1\n", 2, "feature index 3 follows 5"},
+		{"repeated index", "1 1:1 2:1 2:3\n", 1, "feature index 2 appears twice (values 1 and 3)"},
+		{"repeated index out of order", "1 1:1\n1 5:1 3:1 5:2\n", 2, "feature index 5 appears twice (values 1 and 2)"},
+		{"qid in place of a feature", "1 1:1 qid:3\n", 1, `feature index "qid" is not an integer`},
 		{"missing colon", "1 1:1\n0 3\n", 2, `feature "3" has no colon`},
 		{"empty value", "1 3:\n", 1, `feature 3 value "" is empty`},
 		{"word value", "1 3:abc\n", 1, `feature 3 value "abc" is not a number`},
@@ -338,11 +342,11 @@ func TestReadLIBSVMFiles(t *testing.T) {
 		t.Errorf("missing file: error %v, want fs.ErrNotExist", err)
 	}
 	bad := filepath.Join(dir, "bad.libsvm")
-	if err := os.WriteFile(bad, []byte("1 1:1\n1 2:1 1:1\n"), 0o644); err != nil {
+	if err := os.WriteFile(bad, []byte("1 1:1\n1 2:1 1:1 2:0\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	s, err := ReadLIBSVM(bad)
-	checkLineError(t, s, err, bad, 2, "feature index 1 follows 2")
+	checkLineError(t, s, err, bad, 2, "feature index 2 appears twice")
 }
 
 func BenchmarkReadLIBSVM(b *testing.B) {
