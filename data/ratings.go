@@ -42,9 +42,10 @@ func ReadRatings(path string) (*Ratings, error) {
 
 // ParseRatings reads lines "user item rating [timestamp]", plain or
 // gzip-compressed (detected from the magic bytes), naming errors after name.
-// Fields are separated by runs of spaces or tabs (MovieLens u.data) or, when
-// a line holds a comma, by commas with optional surrounding spaces
-// (ratings.csv). Ids are decimal uint32s, the rating a finite float32, and
+// Fields are separated by runs of spaces or tabs (MovieLens u.data), by
+// "::" when a line holds one (MovieLens 1M and 10M ratings.dat) or, when a
+// line holds a comma, by commas (ratings.csv), with optional spaces
+// around either. Ids are decimal uint32s, the rating a finite float32, and
 // the timestamp, which is checked but not kept, a non-negative integer.
 // Blank lines are skipped, and so is a header: a first line whose fields
 // are all words, such as "userId,movieId,rating,timestamp".
@@ -88,14 +89,20 @@ func ParseRatings(r io.Reader, name string) (*Ratings, error) {
 	return rs, nil
 }
 
+var doubleColon = []byte("::")
+
 // splitFields stores up to len(f) fields of line in f and returns how many
 // fields the line has in all (possibly more than len(f)). Empty fields count
 // only between commas, where they are an error the caller reports.
 func splitFields(line []byte, f *[5][]byte) int {
 	n := 0
-	if bytes.IndexByte(line, ',') >= 0 {
+	sep := []byte(",")
+	if bytes.Contains(line, doubleColon) {
+		sep = doubleColon // MovieLens 1M and 10M: user::item::rating::timestamp
+	}
+	if bytes.Contains(line, sep) {
 		for {
-			i := bytes.IndexByte(line, ',')
+			i := bytes.Index(line, sep)
 			tok := line
 			if i >= 0 {
 				tok = line[:i]
@@ -107,7 +114,7 @@ func splitFields(line []byte, f *[5][]byte) int {
 			if i < 0 {
 				return n
 			}
-			line = line[i+1:]
+			line = line[i+len(sep):]
 		}
 	}
 	for {
