@@ -200,9 +200,19 @@ func (l *Local) RunWorkers(ctx context.Context, job Job) (map[int]json.RawMessag
 	}
 	wg.Wait()
 	close(errc)
-	var errs []error
+	// The others' failures after a worker's are mostly the cancellation
+	// that failure caused: leave those out, so that the cause is what a
+	// user reads ("bad.txt:2: rating ..." came with "context canceled").
+	var errs, canceled []error
 	for err := range errc {
-		errs = append(errs, err)
+		if errors.Is(err, context.Canceled) {
+			canceled = append(canceled, err)
+		} else {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == 0 {
+		errs = canceled
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
