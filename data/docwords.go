@@ -44,14 +44,23 @@ func ReadDocWords(path string) (*Corpus, error) {
 }
 
 // ParseDocWords reads lines "doc word count", plain or gzip-compressed
-// (detected from the magic bytes), naming errors after name: the 0-based
-// doc<TAB>word<TAB>count form of the UCI Bag of Words corpora (KOS, NYTimes)
-// that GraphLab's topic modelling toolkit reads. Fields are separated by
-// runs of spaces or tabs. Document and word ids are decimal uint32s; count
-// is a positive integer of at most 2^20, and that many tokens of the word
-// are added to the document. A document's lines must be contiguous and
-// documents must come in increasing id order, as in the UCI files, so that
-// one pass builds the corpus. Blank lines are skipped.
+// (detected from the magic bytes), naming errors after name, in either
+// form of the UCI Bag of Words corpora (KOS, NIPS, Enron, NYTimes,
+// PubMed):
+//   - UCI's own docword.*.txt: three header lines D, W and NNZ (the
+//     numbers of documents, of words and of the lines that follow), then
+//     1-based ids, which are stored 0-based (word i is then line i of
+//     UCI's vocab.*.txt, as ReadVocab numbers it); ids beyond D or W and a
+//     line count other than NNZ are errors;
+//   - the 0-based form without a header that GraphLab's topic modelling
+//     toolkit reads (doc<TAB>word<TAB>count).
+//
+// Fields are separated by runs of spaces or tabs. Document and word ids
+// are decimal uint32s; count is a positive integer of at most 2^20, and
+// that many tokens of the word are added to the document. A document's
+// lines must be contiguous and documents must come in increasing id order,
+// as in the UCI files, so that one pass builds the corpus. Blank lines are
+// skipped.
 //
 // A malformed line gives a *LineError wrapping ErrMalformed.
 func ParseDocWords(r io.Reader, name string) (*Corpus, error) {
@@ -60,6 +69,9 @@ func ParseDocWords(r io.Reader, name string) (*Corpus, error) {
 		ptr        column[int]
 		maxWord    uint32
 		lastDoc    uint32 // valid once ids is not empty
+		header     []uint64
+		uci        bool // the header was read: ids count from 1
+		lines      int  // data lines read
 	)
 	ptr.add(0)
 	err := eachLine(r, name, func(line []byte) string {
@@ -74,6 +86,18 @@ func ParseDocWords(r io.Reader, name string) (*Corpus, error) {
 		if n == 0 {
 			return ""
 		}
+		if n == 1 && lines == 0 && len(header) < 3 {
+			v, ok, _ := parseUint(f[0], math.MaxUint32)
+			if !ok {
+				return fmt.Sprintf("header line %s is not a count (UCI's docword files begin with D, W and NNZ, one a line)", quote(f[0]))
+			}
+			header = append(header, v)
+			uci = len(header) == 3
+			return ""
+		}
+		if len(header) > 0 && !uci {
+			return fmt.Sprintf("%d header line(s) of UCI's 3 (D, W and NNZ), then a data line", len(header))
+		}
 		if n != 3 {
 			return fmt.Sprintf("%d fields, want doc word count", n)
 		}
@@ -81,6 +105,16 @@ func ParseDocWords(r io.Reader, name string) (*Corpus, error) {
 		if reason != "" {
 			return reason
 		}
+		if uci {
+			switch {
+			case doc == 0 || uint64(doc) > header[0]:
+				return fmt.Sprintf("document %d outside 1..%d (the header's D)", doc, header[0])
+			case word == 0 || uint64(word) > header[1]:
+				return fmt.Sprintf("word %d outside 1..%d (the header's W)", word, header[1])
+			}
+			doc, word = doc-1, word-1
+		}
+		lines++
 		switch {
 		case ids.len() > 0 && doc < lastDoc:
 			return fmt.Sprintf("document %d after document %d (lines must be grouped by document, in increasing order)", doc, lastDoc)
@@ -100,10 +134,19 @@ func ParseDocWords(r io.Reader, name string) (*Corpus, error) {
 	if err != nil {
 		return nil, err
 	}
+	switch {
+	case len(header) > 0 && !uci:
+		return nil, &LineError{File: name, Reason: fmt.Sprintf("%d header line(s) of UCI's 3 (D, W and NNZ), and no data", len(header))}
+	case uci && uint64(lines) != header[2]:
+		return nil, &LineError{File: name, Reason: fmt.Sprintf("the header's NNZ says %d data lines, the file has %d (truncated?)", header[2], lines)}
+	}
 	c := &Corpus{}
 	if ids.len() > 0 {
 		ptr.add(words.len())
 		c.NumWords = int(maxWord) + 1
+	}
+	if uci {
+		c.NumWords = int(header[1])
 	}
 	c.IDs, c.DocPtr, c.Words = ids.slice(), ptr.slice(), words.slice()
 	return c, nil

@@ -55,6 +55,9 @@ func TestParseDocWords(t *testing.T) {
 		{"tabs", "0\t3\t2\n0\t1\t1\n2\t0\t1\n", []uint32{0, 2}, []int{0, 3, 4}, []uint32{3, 3, 1, 0}, 4},
 		{"spaces, CRLF and blank lines", "\r\n 5  7  1 \r\n\r\n5 2 2\r\n9 7 1", []uint32{5, 9}, []int{0, 3, 4}, []uint32{7, 2, 2, 7}, 8},
 		{"repeated word", "1 4 1\n1 4 2\n", []uint32{1}, []int{0, 3}, []uint32{4, 4, 4}, 5},
+		// UCI's own form: a header of D, W and NNZ, then 1-based ids;
+		// NumWords is W.
+		{"UCI docword", "3\n10\n4\n1 4 1\n1 7 2\n\n3 1 1\n3 10 1\n", []uint32{0, 2}, []int{0, 3, 5}, []uint32{3, 6, 6, 0, 9}, 10},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := ParseDocWords(strings.NewReader(tc.in), "in")
@@ -78,7 +81,12 @@ func TestParseDocWordsMalformed(t *testing.T) {
 	}{
 		{"too few fields", "0 1 2\n0 1\n", 2, "2 fields, want doc word count"},
 		{"too many fields", "0 1 2 3\n", 1, "4 fields"},
-		{"UCI header", "3430\n6906\n353160\n1 61 2\n", 1, "1 fields"},
+		{"UCI header cut short", "3430\n6906\n1 61 2\n", 3, "2 header line(s) of UCI's 3"},
+		{"UCI header only", "3430\n6906\n", 0, "and no data"},
+		{"UCI header not a number", "3430\nW\n", 2, `header line "W" is not a count`},
+		{"UCI document 0", "2\n5\n1\n0 1 1\n", 4, "document 0 outside 1..2"},
+		{"UCI word beyond W", "2\n5\n1\n1 6 1\n", 4, "word 6 outside 1..5"},
+		{"UCI truncated", "2\n5\n3\n1 1 1\n2 2 1\n", 0, "NNZ says 3 data lines, the file has 2"},
 		{"bad document", "0 1 1\n\nx 1 1\n", 3, `document id "x" is not a non-negative integer`},
 		{"negative word", "0 -1 1\n", 1, `word id "-1" is not a non-negative integer`},
 		{"word too large", "0 4294967296 1\n", 1, `word id "4294967296" does not fit in 32 bits`},
