@@ -79,8 +79,14 @@ address, comma-separated.`,
 			// A replica may lead more than once (it steps down when its
 			// etcd session lapses and may win again): follow the newest.
 			terms := make(chan *coord.Coordinator, 4)
+			led := false
 			ready := func(c *coord.Coordinator, addr string) {
-				fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator listening on %s, waiting for %d server(s) and %d worker(s)\n", addr, o.Servers, o.Workers)
+				if led {
+					fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator leading again on %s, from its saved state\n", addr)
+				} else {
+					fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator listening on %s, waiting for %d server(s) and %d worker(s)\n", addr, o.Servers, o.Workers)
+				}
+				led = true
 				terms <- c
 			}
 			errc := make(chan error, 1)

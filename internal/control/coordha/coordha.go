@@ -99,8 +99,19 @@ func Run(ctx context.Context, cfg Config) error {
 	// A replica that loses the lead (its etcd session lapsed, say while
 	// etcd re-elects its own leader) steps down and campaigns again: it
 	// must not exit, since its embedded etcd member is part of the quorum.
+	// A later term listens where the first did: the nodes know only that
+	// address, and with --listen HOST:0 (every drill's) each term got a
+	// new port, so a coordinator paused for two seconds on a loaded host
+	// came back where no node looked and the job failed.
+	ready := cfg.Ready
+	cfg.Ready = func(c *coord.Coordinator, addr string) {
+		cfg.Listen = addr
+		if ready != nil {
+			ready(c, addr)
+		}
+	}
 	for ctx.Err() == nil {
-		if err := lead(ctx, st, cfg); err != nil {
+		if err := lead(ctx, st, &cfg); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -119,7 +130,7 @@ func Run(ctx context.Context, cfg Config) error {
 
 // lead campaigns, and once elected restores the saved state and serves
 // until ctx ends (nil) or the lead is lost (an error).
-func lead(ctx context.Context, st *meta.Store, cfg Config) error {
+func lead(ctx context.Context, st *meta.Store, cfg *Config) error {
 	l, err := st.Campaign(ctx, cfg.ID)
 	if err != nil {
 		return fmt.Errorf("coordinator %s: campaign: %w", cfg.ID, err)
@@ -131,7 +142,7 @@ func lead(ctx context.Context, st *meta.Store, cfg Config) error {
 	if err == nil {
 		opts.Resume = false // the saved state is newer than any checkpoint
 	}
-	opts.Membership = membership(ctx, st, cfg)
+	opts.Membership = membership(ctx, st, *cfg)
 	c, oerr := coord.Open(opts)
 	if oerr != nil {
 		return oerr

@@ -15,6 +15,7 @@ import (
 	"github.com/terrace-ml/terrace/internal/control/coord"
 	"github.com/terrace-ml/terrace/internal/control/coordha"
 	"github.com/terrace-ml/terrace/internal/control/meta"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // replica runs one coordinator replica on etcd at endpoints until its
@@ -188,4 +189,55 @@ func TestListenAddressTaken(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), taken.Addr().String()) || ctx.Err() != nil {
 		t.Fatalf("Run on a taken address: %v (context %v), want an error naming it", err, ctx.Err())
 	}
+}
+
+// TestNextTermListensWhereTheFirstDid: a replica whose etcd session
+// lapses (its lease revoked here; a process paused for two seconds on a
+// loaded host in the drill that found it) steps down and leads again at
+// the address it first got: with --listen HOST:0 every term took a new
+// port, the nodes kept dialling the old one, and the job failed.
+func TestNextTermListensWhereTheFirstDid(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e, err := meta.StartEmbedded(ctx, meta.EmbedConfig{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	addrs := make(chan string, 4)
+	done := make(chan error, 1)
+	rctx, stop := context.WithCancel(ctx)
+	go func() {
+		done <- coordha.Run(rctx, coordha.Config{ID: "a", Listen: "127.0.0.1:0", Endpoints: e.Endpoints(), Prefix: "/terms-test",
+			Options: coord.Options{Servers: 1, Workers: 1, FailureTimeout: time.Minute},
+			Ready:   func(_ *coord.Coordinator, addr string) { addrs <- addr }})
+	}()
+	first := <-addrs
+	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	resp, err := cli.Get(ctx, "/terms-test/election", clientv3.WithPrefix())
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("election keys %v: %v", resp, err)
+	}
+	if _, err := cli.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case again := <-addrs:
+		if again != first {
+			t.Errorf("the second term listens on %s, the first on %s", again, first)
+		}
+		if _, err := api.NewClient(first, nil).Layout(ctx, 0); err != nil {
+			t.Errorf("the first address after the second term began: %v", err)
+		}
+	case err := <-done:
+		t.Fatalf("Run ended: %v", err)
+	case <-ctx.Done():
+		t.Fatal("no second term")
+	}
+	stop()
+	<-done
 }
