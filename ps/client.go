@@ -213,9 +213,34 @@ func (c *Client) install(ctx context.Context, l *layout.Layout) error {
 	}
 	c.conns = conns
 	if len(conns) == 0 {
-		return errors.Join(dialErrs...)
+		return fmt.Errorf("%w (layout %d): %w", errNoServer, l.Version, errors.Join(dialErrs...))
 	}
 	return nil
+}
+
+// errNoServer: no server of a layout answered a dial.
+var errNoServer = errors.New("ps: no server of the layout reachable")
+
+// installWaiting installs l or, while none of its servers is reachable,
+// the next layout the coordinator publishes, until ctx ends. A class-wide
+// revocation takes every ActivePS at once, and the coordinator falls
+// back to the BackupPS only once it has found them gone: the layouts in
+// between reach no server. A worker that met one while opening its
+// tables or after a server's "stale epoch" failed (simulation, tiers
+// seed 50074: a replacement worker started 11 ms before the revocation).
+func (c *Client) installWaiting(ctx context.Context, l *layout.Layout) error {
+	for {
+		err := c.install(ctx, l)
+		if err == nil || !errors.Is(err, errNoServer) || ctx.Err() != nil {
+			return err
+		}
+		c.log.Warn("no server of the layout reachable; waiting for a newer one", "version", l.Version, "err", err)
+		next, lerr := c.ctl.Layout(ctx, l.Version)
+		if lerr != nil {
+			return errors.Join(err, lerr)
+		}
+		l = next
+	}
 }
 
 // current returns the layout, range map and connections in use.
@@ -274,7 +299,7 @@ func (c *Client) refreshLayout(ctx context.Context, seen uint64) error {
 	if err != nil {
 		return err
 	}
-	return c.install(ctx, l)
+	return c.installWaiting(ctx, l)
 }
 
 // follow installs every layout the coordinator publishes, so that a worker
@@ -338,7 +363,7 @@ func (c *Client) Table(ctx context.Context, name string) (*Table, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w %q: %w", ErrNoTable, name, err)
 		}
-		if err := c.install(ctx, l); err != nil {
+		if err := c.installWaiting(ctx, l); err != nil {
 			return nil, err
 		}
 	}
@@ -354,7 +379,7 @@ func (c *Client) CreateTable(ctx context.Context, spec table.Spec) (*Table, erro
 	if err != nil {
 		return nil, fmt.Errorf("ps: create table %q: %w", spec.Name, err)
 	}
-	if err := c.install(ctx, l); err != nil {
+	if err := c.installWaiting(ctx, l); err != nil {
 		return nil, err
 	}
 	return c.Table(ctx, spec.Name)

@@ -150,8 +150,11 @@ const defaultTierSchedules = 40
 // 1608 and 2605: a worker that died between its join and its first
 // heartbeat held every SSP read forever (fixed by timing it from the
 // first tick of a ready layout); 1377: the ledgers counted one push more
-// than was lost, with joiners promoted one at a time (fixed with them).
-var tierRegressionSeeds = []uint64{88, 102, 232, 352, 2258, 143, 1341, 1670, 1704, 1721, 1911, 610, 611, 1608, 2605, 1377}
+// than was lost, with joiners promoted one at a time (fixed with them);
+// 50074: a replacement worker opening its table as a class-wide
+// revocation took every ActivePS got a layout with no reachable server
+// and failed instead of waiting for the fallback's (ps.installWaiting).
+var tierRegressionSeeds = []uint64{88, 102, 232, 352, 2258, 143, 1341, 1670, 1704, 1721, 1911, 610, 611, 1608, 2605, 1377, 50074}
 
 // TestTierSimulation runs the first seeded random schedules of tiers of
 // reliability (sim.RandomTiers: stage switches, bulk revocations with and
