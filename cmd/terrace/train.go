@@ -137,6 +137,9 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 			if err := checkCluster(servers, workers, replication); err != nil {
 				return err
 			}
+			if err := checkCoordination(partitions, d.failAfter); err != nil {
+				return err
+			}
 			tcfg, add, err := tiers.check(cmd.Flags(), d.processes)
 			if err != nil {
 				return err
@@ -163,8 +166,13 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 			log := newLogger(logLevel)
 			fmt.Fprintf(out, "terrace: training %s on %d server(s) and %d worker(s), consistency %s\n", a.app, servers, workers, a.consistency)
 			start := time.Now()
-			if resumeDir != "" && checkpointDir == "" {
+			switch {
+			case resumeDir != "" && checkpointDir == "":
 				checkpointDir = resumeDir
+			case resumeDir != "" && resumeDir != checkpointDir:
+				// The cluster has one directory: it would resume from
+				// --checkpoint-dir, not --resume.
+				return fmt.Errorf("--resume %s and --checkpoint-dir %s: the cluster resumes from its checkpoint directory and goes on checkpointing there; give one of them", resumeDir, checkpointDir)
 			}
 			if err := checkCheckpointFlags(checkpointDir, checkpointEvery, checkpointKeep, false); err != nil {
 				return err
@@ -172,6 +180,9 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 			l, err := node.StartLocal(ctx, node.LocalConfig{Servers: servers, Workers: workers, Partitions: partitions, Replication: replication, Account: d.account,
 				CheckpointDir: checkpointDir, CheckpointEvery: checkpointEvery, CheckpointKeep: checkpointKeep, Resume: resumeDir != "", Logger: log,
 				FailureTimeout: d.failAfter})
+			if err != nil && resumeDir != "" {
+				return fmt.Errorf("--resume %s: %w", resumeDir, err)
+			}
 			if err != nil {
 				return err
 			}
@@ -230,9 +241,31 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 	fs.IntVar(&checkpointKeep, "checkpoint-keep", defaultCheckpointKeep, "after each checkpoint, remove those older than the newest N (0: keep every one)")
 	fs.StringVar(&resumeDir, "resume", "", "continue from the newest committed checkpoint in this directory (passes already done are skipped)")
 	fs.StringVar(&reportPath, "report", "", "write the JSON report to this file")
-	fs.StringVar(&logLevel, "log-level", "warn", "log level: debug, info, warn or error")
+	logLevelVar(fs, &logLevel, "warn")
 	addConfigFlag(cmd)
 	return cmd
+}
+
+// levelFlag is a --log-level that slog knows, refused when the flags are
+// parsed: an unknown level was taken as warn, silently.
+type levelFlag string
+
+func (l *levelFlag) Set(s string) error {
+	var v slog.Level
+	if err := v.UnmarshalText([]byte(s)); err != nil {
+		return errors.New("want debug, info, warn or error")
+	}
+	*l = levelFlag(s)
+	return nil
+}
+
+func (l *levelFlag) String() string { return string(*l) }
+func (l *levelFlag) Type() string   { return "string" }
+
+// logLevelVar defines --log-level on fs, into p, defaulting to def.
+func logLevelVar(fs *pflag.FlagSet, p *string, def string) {
+	*p = def
+	fs.Var((*levelFlag)(p), "log-level", "log level: debug, info, warn or error")
 }
 
 func newLogger(level string) *slog.Logger {
