@@ -104,6 +104,9 @@ func printStatus(w io.Writer, coordinator string, st *api.Status) {
 			state = "done"
 		}
 		fmt.Fprintf(w, "DEFINITION  job %d: %s  passes done %d  %s\n", d.Number, describeJob(*d.Job), d.PassesDone, state)
+		if r, ok := newestEvaluated(d.Results); ok {
+			fmt.Fprintf(w, "EVALUATED  pass %d by rank %d:%s\n", r.Pass, r.Rank, metricsLine(r))
+		}
 	}
 	if c := st.Checkpoint; c != nil {
 		fmt.Fprintf(w, "CHECKPOINTS  %s  last committed %s", c.Dir, or(committedString(c), "none"))
@@ -134,6 +137,20 @@ func printStatus(w io.Writer, coordinator string, st *api.Status) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", role, n.ID, n.Class, or(n.Machine, "-"), or(n.Addr, "-"), n.State, or(n.Metrics, "-"), or(holds, "-"))
 	}
 	tw.Flush()
+}
+
+// newestEvaluated is the evaluation of the highest pass evaluated in this
+// run (a restored pass was evaluated in the run that trained it); the
+// status table shows it, --json every pass's.
+func newestEvaluated(rs []api.PassResult) (api.PassResult, bool) {
+	var newest api.PassResult
+	found := false
+	for _, r := range rs {
+		if !r.Restored && (!found || r.Pass > newest.Pass) {
+			newest, found = r, true
+		}
+	}
+	return newest, found
 }
 
 // committedString names the last committed checkpoint, or "".

@@ -23,10 +23,15 @@ func TestStatusTable(t *testing.T) {
 			{Role: api.RoleServer, ID: "r0", Machine: "reliable-0", Class: tier.Reliable, Tier: "backupps", State: "serving"},
 			{Role: api.RoleServer, ID: "t1", Machine: "transient-1", Class: tier.Transient, Tier: "activeps", State: "dead"},
 		}}
+	st.Definition = &api.JobStatus{Number: 1, Job: &api.Job{App: "lr", Passes: 10, Consistency: "ssp:2"}, PassesDone: 2, Results: []api.PassResult{
+		{Pass: 2, Rank: 0, Metrics: map[string]float64{"test_auc": 0.9016}},
+		{Pass: 1, Rank: 1, Metrics: map[string]float64{"test_auc": 0.9011}},
+		{Pass: 3, Rank: -1, Restored: true},
+	}}
 	var b bytes.Buffer
 	printStatus(&b, "127.0.0.1:7070", st)
 	out := b.String()
-	for _, want := range []string{"STAGE 2  planner: stage 2 does 40% more per dollar", "MACHINES  reliable 1  transient 2  cost $0.0123 so far, $0.2800/h now",
+	for _, want := range []string{"EVALUATED  pass 2 by rank 0:  test_auc 0.9016", "STAGE 2  planner: stage 2 does 40% more per dollar", "MACHINES  reliable 1  transient 2  cost $0.0123 so far, $0.2800/h now",
 		"pass eta 1.5s  job eta 1m35s", "staleness 3 clocks", "CLASS", "server/backupps", "transient-1", "transient"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in:\n%s", want, out)

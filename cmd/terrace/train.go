@@ -40,6 +40,8 @@ type trainReport struct {
 	TestLogLoss       *float64       `json:"test_logloss,omitempty"`
 	TestAUC           *float64       `json:"test_auc,omitempty"`
 	TestRMSE          *float64       `json:"test_rmse,omitempty"`
+	TestPerplexity    *float64       `json:"test_perplexity,omitempty"`
+	TrainLogLik       *float64       `json:"train_loglik_per_token,omitempty"`
 	// Passes holds every pass's evaluation, by whichever worker made it.
 	Passes  []map[string]any        `json:"passes,omitempty"`
 	Workers map[int]json.RawMessage `json:"workers"`
@@ -306,6 +308,7 @@ func buildReport(a appFlags, cmd *cobra.Command, secs float64, reps map[int]json
 	if n := len(rep.Passes); n > 0 {
 		last := rep.Passes[n-1]
 		rep.TestAccuracy, rep.TestLogLoss, rep.TestAUC, rep.TestRMSE = metric(last, "test_accuracy"), metric(last, "test_logloss"), metric(last, "test_auc"), metric(last, "test_rmse")
+		rep.TestPerplexity, rep.TrainLogLik = metric(last, "test_perplexity"), metric(last, "train_loglik_per_token")
 	}
 	rep.ExamplesPerSecond = float64(rep.Examples) / secs
 	return rep, nil
@@ -345,6 +348,9 @@ func printSummary(w io.Writer, r *trainReport) {
 	}
 	if r.TestRMSE != nil {
 		fmt.Fprintf(w, "terrace: test RMSE %.4f\n", *r.TestRMSE)
+	}
+	if r.TestPerplexity != nil && r.TrainLogLik != nil {
+		fmt.Fprintf(w, "terrace: train log-likelihood/token %.4f  held-out perplexity %.1f\n", *r.TrainLogLik, *r.TestPerplexity)
 	}
 	for id, s := range r.Servers {
 		fmt.Fprintf(w, "terrace: %s: %d keys, %d pushes, %d pulls, %d refused non-finite\n", id, s.Keys, s.Pushes, s.Pulls, s.Refused)
