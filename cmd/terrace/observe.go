@@ -112,7 +112,7 @@ func printStatus(w io.Writer, coordinator string, st *api.Status) {
 		fmt.Fprintf(w, "CHECKPOINTS  %s  last committed %s", c.Dir, or(committedString(c), "none"))
 		switch {
 		case c.InProgress:
-			fmt.Fprintf(w, "  checkpoint %d after pass %d: %d/%d servers written", c.Seq, c.Pass, c.Written, c.Servers)
+			fmt.Fprintf(w, "  checkpoint %d after pass %d: %d/%d servers written", c.Seq, c.Pass+1, c.Written, c.Servers)
 		case c.Requested:
 			fmt.Fprint(w, "  one requested at the next pass boundary")
 		}
@@ -158,7 +158,7 @@ func committedString(c *api.CheckpointStatus) string {
 	if c.Committed == 0 {
 		return ""
 	}
-	return fmt.Sprintf("%d (after pass %d)", c.Committed, c.CommittedPass)
+	return fmt.Sprintf("%d (after pass %d)", c.Committed, c.CommittedPass+1)
 }
 
 func eventsCmd() *cobra.Command {

@@ -28,10 +28,13 @@ func TestStatusTable(t *testing.T) {
 		{Pass: 1, Rank: 1, Metrics: map[string]float64{"test_auc": 0.9011}},
 		{Pass: 3, Rank: -1, Restored: true},
 	}}
+	// Passes count from 1 on the screen, from 0 in the API.
+	st.Checkpoint = &api.CheckpointStatus{Dir: "ck", Committed: 1, CommittedPass: 1, Seq: 2, InProgress: true, Pass: 3, Servers: 2, Written: 1}
 	var b bytes.Buffer
 	printStatus(&b, "127.0.0.1:7070", st)
 	out := b.String()
-	for _, want := range []string{"EVALUATED  pass 2 by rank 0:  test_auc 0.9016", "STAGE 2  planner: stage 2 does 40% more per dollar", "MACHINES  reliable 1  transient 2  cost $0.0123 so far, $0.2800/h now",
+	for _, want := range []string{"EVALUATED  pass 2 by rank 0:  test_auc 0.9016",
+		"CHECKPOINTS  ck  last committed 1 (after pass 2)  checkpoint 2 after pass 4: 1/2 servers written", "STAGE 2  planner: stage 2 does 40% more per dollar", "MACHINES  reliable 1  transient 2  cost $0.0123 so far, $0.2800/h now",
 		"pass eta 1.5s  job eta 1m35s", "staleness 3 clocks", "CLASS", "server/backupps", "transient-1", "transient"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in:\n%s", want, out)
