@@ -84,7 +84,7 @@ Needs the admin role on a cluster with tokens.`,
 	fs.StringVar(&coordinator, "coordinator", "127.0.0.1:7070", "coordinator address (several, comma-separated, for replicas)")
 	fs.BoolVar(&wait, "wait", false, "wait until the checkpoint is committed, showing its progress")
 	fs.DurationVar(&timeout, "timeout", 0, "with --wait: give up after this long (0: wait as long as it takes)")
-	fs.BoolVar(&asJSON, "json", false, "print JSON: the checkpoint asked for, or with --wait the committed one (no progress)")
+	fs.BoolVar(&asJSON, "json", false, "print JSON: the checkpoint asked for, or with --wait the committed one (its pass counted from 0; no progress)")
 	sec.register(fs, false)
 	return cmd
 }

@@ -352,6 +352,12 @@ func printSummary(w io.Writer, r *trainReport) {
 	if r.TestPerplexity != nil && r.TrainLogLik != nil {
 		fmt.Fprintf(w, "terrace: train log-likelihood/token %.4f  held-out perplexity %.1f\n", *r.TrainLogLik, *r.TestPerplexity)
 	}
+	if j := r.Job; j != nil && j.Model != "" {
+		// The worker that evaluated the last pass wrote it; say so only if it is there.
+		if _, err := os.Stat(j.Model); err == nil {
+			fmt.Fprintf(w, "terrace: model written to %s\n", j.Model)
+		}
+	}
 	for id, s := range r.Servers {
 		fmt.Fprintf(w, "terrace: %s: %d keys, %d pushes, %d pulls, %d refused non-finite\n", id, s.Keys, s.Pushes, s.Pulls, s.Refused)
 	}
