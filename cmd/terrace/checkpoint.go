@@ -48,6 +48,9 @@ Needs the admin role on a cluster with tokens.`,
 				return err
 			}
 			cc.RetryFor = 30 * time.Second
+			if err := reach(ctx, cc, cmd.ErrOrStderr(), cc.RetryFor); err != nil {
+				return fmt.Errorf("checkpoint: %w", err)
+			}
 			seq, err := cc.RequestCheckpoint(ctx)
 			if err != nil {
 				return fmt.Errorf("checkpoint: %w", err)

@@ -38,6 +38,11 @@ func TestMistakesNameTheFlag(t *testing.T) {
 		{[]string{"server", "--coordinator", "127.0.0.1:1", "--log-level", "loud"}, `"--log-level" flag`},
 		{[]string{"worker", "--coordinator", "127.0.0.1:1", "--encoding", "fp32"}, `--encoding "fp32"`},
 		{[]string{"submit", "--coordinator", "127.0.0.1:1", job}, `--encoding "fp32"`},
+		{[]string{"status", "--coordinator", "127.0.0.1:1", "--watch", "--every", "0s"}, "--every 0s: want a positive interval"},
+		{[]string{"bench", "stragglers", "--staleness", "2,-1"}, "--staleness -1: want 0 or more clocks"},
+		{[]string{"certs", "list", "--dir", filepath.Join(dir, "none")}, "--dir " + filepath.Join(dir, "none")},
+		// Not a flag's value, but the same silence: it waited 30 s, saying nothing.
+		{[]string{"checkpoint", "--coordinator", "127.0.0.1:1", "--timeout", "1s"}, "terrace: coordinator http://127.0.0.1:1 unreachable (Get "},
 	} {
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		out, err := exec.CommandContext(ctx, terrace(t), tc.args...).CombinedOutput()

@@ -27,6 +27,9 @@ func statusCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
+			if watch && every <= 0 {
+				return fmt.Errorf("--every %v: want a positive interval (it polled the coordinator without pause)", every)
+			}
 			cc, _, err := sec.client(coordinator, auth.RoleRead)
 			if err != nil {
 				return err
