@@ -124,8 +124,16 @@ func printStatus(w io.Writer, coordinator string, st *api.Status) {
 		}
 		fmt.Fprintln(w)
 	}
-	fmt.Fprintf(w, "JOB  pass %d  partitions %d/%d  examples %d  rate %.0f rows/s  pass eta %s  job eta %s  staleness %d clocks  workers reported %d/%d\n\n",
-		j.Pass, j.Done, j.Partitions, j.Examples, j.Rate, etaString(j.ETA), etaString(j.JobETA), j.Staleness, j.Reported, j.Workers)
+	// Counted from 1, as train's progress counts (the API's Pass from 0).
+	pass := fmt.Sprint(j.Pass + 1)
+	if d := st.Definition; d != nil && d.Job != nil {
+		if d.Done {
+			pass = fmt.Sprint(d.PassesDone)
+		}
+		pass += fmt.Sprintf("/%d", d.Job.Passes)
+	}
+	fmt.Fprintf(w, "JOB  pass %s  partitions %d/%d  examples %d  rate %.0f rows/s  pass eta %s  job eta %s  staleness %d clocks  workers reported %d/%d\n\n",
+		pass, j.Done, j.Partitions, j.Examples, j.Rate, etaString(j.ETA), etaString(j.JobETA), j.Staleness, j.Reported, j.Workers)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ROLE\tID\tCLASS\tMACHINE\tADDRESS\tSTATE\tMETRICS\tHOLDS")
 	for _, n := range st.Nodes {

@@ -33,7 +33,7 @@ func TestStatusTable(t *testing.T) {
 	var b bytes.Buffer
 	printStatus(&b, "127.0.0.1:7070", st)
 	out := b.String()
-	for _, want := range []string{"EVALUATED  pass 2 by rank 0:  test_auc 0.9016",
+	for _, want := range []string{"EVALUATED  pass 2 by rank 0:  test_auc 0.9016", "JOB  pass 2/10  partitions 3/8",
 		"CHECKPOINTS  ck  last committed 1 (after pass 2)  checkpoint 2 after pass 4: 1/2 servers written", "STAGE 2  planner: stage 2 does 40% more per dollar", "MACHINES  reliable 1  transient 2  cost $0.0123 so far, $0.2800/h now",
 		"pass eta 1.5s  job eta 1m35s", "staleness 3 clocks", "CLASS", "server/backupps", "transient-1", "transient"} {
 		if !strings.Contains(out, want) {
@@ -41,10 +41,14 @@ func TestStatusTable(t *testing.T) {
 		}
 	}
 	st.Dollars, st.DollarsPerHour, st.StageReason = nil, nil, ""
+	st.Definition.Done, st.Definition.PassesDone, st.Job.Pass = true, 10, 10
 	b.Reset()
 	printStatus(&b, "c", st)
 	if strings.Contains(b.String(), "cost") || strings.Contains(b.String(), "STAGE") {
 		t.Errorf("a cost or a stage reason the coordinator did not give:\n%s", b.String())
+	}
+	if !strings.Contains(b.String(), "JOB  pass 10/10  ") {
+		t.Errorf("a done job's passes, not 10/10:\n%s", b.String())
 	}
 }
 
