@@ -76,20 +76,29 @@ type drillFlags struct {
 func (d *drillFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&d.processes, "processes", false, "run every node as its own OS process (this binary re-executed), with a log per node in --run-dir; turns --audit on")
 	fs.StringVar(&d.runDir, "run-dir", "", "with --processes: directory for the per-node logs, audit logs and worker reports (a new temporary directory if empty)")
-	fs.IntVar(&d.coordinators, "coordinators", 1, "coordinator replicas; more than one form their own etcd cluster and fail over for each other")
+	fs.IntVar(&d.coordinators, "coordinators", 1, "with --processes: coordinator replicas; more than one form their own etcd cluster and fail over for each other")
 	fs.StringVar(&d.kill, "kill", "", "with --processes: SIGKILL a random live node of a role at times after training starts, e.g. server@2s,worker@4s,coordinator@6s")
 	fs.StringVar(&d.evict, "evict", "", "with --processes: give a random live node of a role eviction notice (its endpoint, or SIGTERM), e.g. worker@3s")
 	fs.BoolVar(&d.audit, "audit", false, "count acknowledged updates and trained examples in audit tables and report acked_updates_lost, examples_repeated, examples_skipped, max_stall_seconds")
 	fs.BoolVar(&d.account, "account", false, "keep the examples account: one more push per minibatch, for the rows each pass trained more or fewer times than once (examples_account in the report, terrace status, /metrics)")
 	fs.IntVar(&d.auditEvery, "audit-every", drill.DefaultAuditEvery, "with --processes: acknowledged pushes a worker holds before appending them to its audit log")
-	fs.DurationVar(&d.timeout, "timeout", 10*time.Minute, "with --processes: stop every node and fail after this long (0: no limit)")
+	fs.DurationVar(&d.timeout, "timeout", defaultDrillTimeout, "with --processes: stop every node and fail after this long (0: no limit)")
 	fs.DurationVar(&d.failAfter, "failure-timeout", coord.DefaultFailureTimeout, "declare a node dead after this long without a heartbeat or an answer to pings")
 }
 
-// check refuses combinations that cannot run.
+// defaultDrillTimeout is --timeout's default: a drill that hangs fails.
+const defaultDrillTimeout = 10 * time.Minute
+
+// check refuses combinations that cannot run, and flags of --processes
+// without it (they were ignored).
 func (d *drillFlags) check() (drill.Schedule, error) {
-	if d.coordinators < 1 {
+	switch {
+	case d.coordinators < 1:
 		return nil, fmt.Errorf("--coordinators %d: need at least one", d.coordinators)
+	case d.auditEvery < 1:
+		return nil, fmt.Errorf("--audit-every %d: need at least 1", d.auditEvery)
+	case d.timeout < 0:
+		return nil, fmt.Errorf("--timeout %v: want a duration of 0 (no limit) or more", d.timeout)
 	}
 	sched, err := drill.ParseSchedule(d.kill, d.evict)
 	if err != nil {
@@ -98,8 +107,13 @@ func (d *drillFlags) check() (drill.Schedule, error) {
 	if !d.processes && len(sched) > 0 {
 		return nil, errors.New("--kill and --evict need --processes: faults are injected into separate node processes")
 	}
-	if !d.processes && d.runDir != "" {
-		return nil, errors.New("--run-dir needs --processes")
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{{"run-dir", d.runDir != ""}, {"coordinators", d.coordinators > 1}, {"timeout", d.timeout != defaultDrillTimeout}, {"audit-every", d.auditEvery != drill.DefaultAuditEvery}} {
+		if !d.processes && f.set {
+			return nil, fmt.Errorf("--%s needs --processes", f.name)
+		}
 	}
 	return sched, nil
 }
