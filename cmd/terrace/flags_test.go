@@ -42,6 +42,7 @@ func TestMistakesNameTheFlag(t *testing.T) {
 		{[]string{"server", "--coordinator", "127.0.0.1:1", "--log-level", "loud"}, `"--log-level" flag`},
 		{[]string{"worker", "--coordinator", "127.0.0.1:1", "--encoding", "fp32"}, `--encoding "fp32"`},
 		{[]string{"submit", "--coordinator", "127.0.0.1:1", job}, `--encoding "fp32"`},
+		{[]string{"replay", "--prices", "p.csv", "--policy", "all", "--simulate", "--report", "r.json", "--train", "a9a.gz"}, "--train is for a real replay"},
 		{[]string{"status", "--coordinator", "127.0.0.1:1", "--watch", "--every", "0s"}, "--every 0s: want a positive interval"},
 		{[]string{"bench", "stragglers", "--staleness", "2,-1"}, "--staleness -1: want 0 or more clocks"},
 		{[]string{"certs", "list", "--dir", filepath.Join(dir, "none")}, "--dir " + filepath.Join(dir, "none")},
