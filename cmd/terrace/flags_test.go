@@ -39,6 +39,7 @@ func TestMistakesNameTheFlag(t *testing.T) {
 		{[]string{"coordinator", "--listen", "127.0.0.1:0", "--in-memory", "--partitions", "-1"}, "--partitions -1"},
 		{[]string{"coordinator", "--listen", "127.0.0.1:0", "--in-memory", "--failure-timeout", "0s"}, "--failure-timeout 0s"},
 		{[]string{"coordinator", "--listen", "127.0.0.1:0", "--in-memory", "--log-level", "loud"}, `"--log-level" flag`},
+		{[]string{"coordinator", "--listen", "127.0.0.1:0", "--in-memory", "--etcd-dir", filepath.Join(dir, "etcd")}, "--etcd-dir with --in-memory"},
 		{[]string{"server", "--coordinator", "127.0.0.1:1", "--log-level", "loud"}, `"--log-level" flag`},
 		{[]string{"worker", "--coordinator", "127.0.0.1:1", "--encoding", "fp32"}, `--encoding "fp32"`},
 		{[]string{"submit", "--coordinator", "127.0.0.1:1", job}, `--encoding "fp32"`},

@@ -53,6 +53,11 @@ address, comma-separated.`,
 			if err != nil {
 				return err
 			}
+			for _, f := range []string{"etcd", "etcd-dir", "etcd-client", "etcd-peer", "etcd-cluster", "etcd-prefix"} {
+				if inMemory && cmd.Flags().Changed(f) {
+					return fmt.Errorf("--%s with --in-memory: an in-memory coordinator keeps no state in etcd", f)
+				}
+			}
 			if err := checkCluster(o.Servers, o.Workers, o.Replication); err != nil {
 				return err
 			}
