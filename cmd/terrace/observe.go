@@ -36,7 +36,8 @@ func statusCmd() *cobra.Command {
 			}
 			cc.RetryFor = 2 * time.Second
 			out := cmd.OutOrStdout()
-			for {
+			tty := isTerminal(out)
+			for n := 0; ; n++ {
 				qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 				st, err := cc.Status(qctx)
 				cancel()
@@ -49,8 +50,11 @@ func statusCmd() *cobra.Command {
 					b, _ := json.MarshalIndent(st, "", "  ")
 					fmt.Fprintf(out, "%s\n", b)
 				default:
-					if watch {
+					switch {
+					case watch && tty:
 						fmt.Fprint(out, "\033[H\033[2J") // clear the screen, as watch(1) does
+					case watch && n > 0:
+						fmt.Fprintln(out) // a log or a pipe keeps every table, without escapes
 					}
 					printStatus(out, coordinator, st)
 				}
@@ -124,9 +128,11 @@ func printStatus(w io.Writer, coordinator string, st *api.Status) {
 		}
 		fmt.Fprintln(w)
 	}
-	// Counted from 1, as train's progress counts (the API's Pass from 0).
-	pass := fmt.Sprint(j.Pass + 1)
+	// Counted from 1, as train's progress counts (the API's Pass from 0);
+	// no job, no pass.
+	pass := "-"
 	if d := st.Definition; d != nil && d.Job != nil {
+		pass = fmt.Sprint(j.Pass + 1)
 		if d.Done {
 			pass = fmt.Sprint(d.PassesDone)
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"os/exec"
 	"strings"
 	"testing"
@@ -81,5 +82,21 @@ func TestPriceFlag(t *testing.T) {
 		if err == nil || !bytes.Contains(out, []byte(tc.want)) {
 			t.Errorf("%q: %v, want an error containing %q:\n%s", tc.args, err, tc.want, out)
 		}
+	}
+}
+
+// TestStatusWatchOffTerminal: status --watch into a pipe or a log keeps
+// every table and writes no terminal escapes (it cleared a screen that
+// was not there), and a cluster with no job shows no pass.
+func TestStatusWatchOffTerminal(t *testing.T) {
+	addr := startCoordinator(t, t.Context(), "--in-memory")
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	out, _ := exec.CommandContext(ctx, terrace(t), "status", "--coordinator", addr, "--watch", "--every", "100ms").Output()
+	if !bytes.Contains(out, []byte("COORDINATOR "+addr)) || bytes.ContainsRune(out, '\033') {
+		t.Errorf("status --watch off a terminal: want tables without escapes, got %q", out)
+	}
+	if !bytes.Contains(out, []byte("JOB  pass -  ")) {
+		t.Errorf("a cluster with no job shows a pass:\n%s", out)
 	}
 }
