@@ -44,6 +44,11 @@ over time under the first pattern, without and with reassignment.
 			if len(staleness) == 0 {
 				staleness = []int{2, 16, 128}
 			}
+			for _, s := range staleness {
+				if s < 0 {
+					return fmt.Errorf("--staleness %d: want 0 or more clocks", s)
+				}
+			}
 			o.App, o.Seed, o.Staleness = a.app, a.seed, staleness
 			o.Job = func(cons table.Consistency) (node.Job, error) {
 				b := a

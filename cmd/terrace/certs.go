@@ -75,7 +75,7 @@ elsewhere (cert-manager, Vault) work too: pass --tls-ca, --tls-cert, --tls-key.`
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			infos, err := pki.List(dir)
 			if err != nil {
-				return err
+				return fmt.Errorf("--dir %s: %w", dir, err)
 			}
 			now := time.Now()
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)

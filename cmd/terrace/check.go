@@ -6,11 +6,15 @@ import (
 	"io"
 	"math"
 	"os"
+
+	"github.com/terrace-ml/terrace/table"
 )
 
 // check refuses, early and by flag name, what would train nothing or
 // train silently wrong: negative counts, negative or non-finite rates
-// (a negative --lr was taken as the default), missing or empty data files.
+// (a negative --lr was taken as the default), an unknown consistency
+// model or encoding (which a worker found only once its table was made),
+// missing or empty data files.
 func (a *appFlags) check() error {
 	if err := a.checkFlags(); err != nil {
 		return err
@@ -40,6 +44,14 @@ func (a *appFlags) checkFlags() error {
 		if !(f.v >= 0) || math.IsInf(f.v, 0) {
 			return fmt.Errorf("--%s %v: want a finite number >= 0", f.name, f.v)
 		}
+	}
+	if _, err := table.ParseConsistency(a.consistency); err != nil {
+		return fmt.Errorf("--consistency %q: want bsp, asp or ssp:S (S a staleness of 0 or more clocks)", a.consistency)
+	}
+	switch table.Encoding(a.encoding) {
+	case "", table.Raw, table.Sparse, table.FP16, table.Int8:
+	default:
+		return fmt.Errorf("--encoding %q: want raw, sparse, fp16 or int8", a.encoding)
 	}
 	if a.app != "lr" && a.scale != "" {
 		return fmt.Errorf("--scale is for --app lr")

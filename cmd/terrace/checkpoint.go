@@ -48,6 +48,9 @@ Needs the admin role on a cluster with tokens.`,
 				return err
 			}
 			cc.RetryFor = 30 * time.Second
+			if err := reach(ctx, cc, cmd.ErrOrStderr(), cc.RetryFor); err != nil {
+				return fmt.Errorf("checkpoint: %w", err)
+			}
 			seq, err := cc.RequestCheckpoint(ctx)
 			if err != nil {
 				return fmt.Errorf("checkpoint: %w", err)
@@ -75,7 +78,7 @@ Needs the admin role on a cluster with tokens.`,
 				fmt.Fprintf(out, "%s\n", b)
 				return nil
 			}
-			fmt.Fprintf(out, "terrace: checkpoint %d committed after pass %d in %s (%s)\n", res.Seq, res.Pass,
+			fmt.Fprintf(out, "terrace: checkpoint %d committed after pass %d in %s (%s)\n", res.Seq, res.Pass+1,
 				time.Duration(res.Seconds*float64(time.Second)).Round(time.Millisecond), res.Dir)
 			return nil
 		},
@@ -84,12 +87,14 @@ Needs the admin role on a cluster with tokens.`,
 	fs.StringVar(&coordinator, "coordinator", "127.0.0.1:7070", "coordinator address (several, comma-separated, for replicas)")
 	fs.BoolVar(&wait, "wait", false, "wait until the checkpoint is committed, showing its progress")
 	fs.DurationVar(&timeout, "timeout", 0, "with --wait: give up after this long (0: wait as long as it takes)")
-	fs.BoolVar(&asJSON, "json", false, "print JSON: the checkpoint asked for, or with --wait the committed one (no progress)")
+	fs.BoolVar(&asJSON, "json", false, "print JSON: the checkpoint asked for, or with --wait the committed one (its pass counted from 0; no progress)")
 	sec.register(fs, false)
 	return cmd
 }
 
-// checkpointResult is a committed checkpoint, as --wait reports it.
+// checkpointResult is a committed checkpoint, as --wait reports it. Its
+// Pass counts from 0, as the API's; the lines for people count from 1,
+// as train's progress does.
 type checkpointResult struct {
 	Seq     uint64  `json:"seq"`
 	Pass    int     `json:"pass"`
@@ -132,10 +137,10 @@ func stepOf(st *api.Status, seq uint64) (step checkpointStep, finished bool, err
 	}
 	parts := st.Job.Partitions
 	if c.InProgress && c.Seq == seq {
-		return checkpointStep{fmt.Sprintf("checkpoint %d after pass %d: servers writing %d/%d", seq, c.Pass, c.Written, c.Servers),
+		return checkpointStep{fmt.Sprintf("checkpoint %d after pass %d: servers writing %d/%d", seq, c.Pass+1, c.Written, c.Servers),
 			parts + c.Written, parts + c.Servers}, false, nil
 	}
-	return checkpointStep{fmt.Sprintf("checkpoint %d: waiting for pass %d to end (%d/%d partitions)", seq, st.Job.Pass, st.Job.Done, parts),
+	return checkpointStep{fmt.Sprintf("checkpoint %d: waiting for pass %d to end (%d/%d partitions)", seq, st.Job.Pass+1, st.Job.Done, parts),
 		st.Job.Done, parts + servers}, false, nil
 }
 

@@ -128,6 +128,11 @@ func TestDashboardInChromium(t *testing.T) {
 	if err := chromedp.Do(bctx, chromedp.Poll[chromedp.Void](tests, chromedp.WithPollingTimeout(30*time.Second))); err != nil {
 		t.Fatalf("the dashboard never drew the test metric by pass: %v", err)
 	}
+	// Passes count from 1, of the job's, as in terrace status.
+	pass := `/^[1-9][0-9]* \/ [1-9][0-9]*$/.test(document.getElementById("pass").textContent)`
+	if err := chromedp.Do(bctx, chromedp.Poll[chromedp.Void](pass, chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+		t.Fatalf("the dashboard never showed the pass as N / PASSES: %v", err)
+	}
 	// The examples account (coordinator --account), pass by pass.
 	account := `document.getElementById("account").textContent.includes(" · ") && document.getElementById("accounted").textContent.startsWith("in ")`
 	if err := chromedp.Do(bctx, chromedp.Poll[chromedp.Void](account, chromedp.WithPollingTimeout(30*time.Second))); err != nil {

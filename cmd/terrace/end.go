@@ -29,6 +29,19 @@ func checkCluster(servers, workers, replication int) error {
 	return nil
 }
 
+// checkCoordination refuses what the coordinator would take silently as
+// its default: a negative partition count, a failure timeout that is not
+// positive.
+func checkCoordination(partitions int, failAfter time.Duration) error {
+	switch {
+	case partitions < 0:
+		return fmt.Errorf("--partitions %d: want 0 (4 per worker) or more", partitions)
+	case failAfter <= 0:
+		return fmt.Errorf("--failure-timeout %v: want a positive duration", failAfter)
+	}
+	return nil
+}
+
 // jobProgress prints each pass's evaluation once, as the coordinator
 // receives it.
 type jobProgress struct {

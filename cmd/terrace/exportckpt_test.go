@@ -23,6 +23,9 @@ func trainWithCheckpoint(t *testing.T, ck, live string, args ...string) map[stri
 	if err != nil {
 		t.Fatalf("train: %v\n%s", err, out)
 	}
+	if !bytes.Contains(out, []byte("terrace: model written to "+live+"\n")) {
+		t.Errorf("train --model %s does not say it wrote the model:\n%s", live, out)
+	}
 	var rep map[string]any
 	b, _ := os.ReadFile(report)
 	if err := json.Unmarshal(b, &rep); err != nil {

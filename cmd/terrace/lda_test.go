@@ -20,7 +20,7 @@ func TestTrainLDA(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	for _, want := range []string{"pass  4/4", "train log-likelihood/token", "held-out perplexity", "topic 1 (", "lda trained 12348 examples"} {
+	for _, want := range []string{"pass  4/4", "train log-likelihood/token", "held-out perplexity", "topic 1 (", "lda trained 12348 examples", "terrace: train log-likelihood/token"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -30,8 +30,11 @@ func TestTrainLDA(t *testing.T) {
 		t.Fatal(err)
 	}
 	var rep struct {
-		App     string `json:"app"`
-		Workers map[string]struct {
+		App string `json:"app"`
+		// The last pass's figures, as lr's and mf's are.
+		LogLikelihood  *float64 `json:"train_loglik_per_token"`
+		TestPerplexity *float64 `json:"test_perplexity"`
+		Workers        map[string]struct {
 			LogLikelihood  float64 `json:"train_loglik_per_token"`
 			TestPerplexity float64 `json:"test_perplexity"`
 			Topics         []struct {
@@ -52,6 +55,9 @@ func TestTrainLDA(t *testing.T) {
 	}
 	if rep.App != "lda" || !(w.LogLikelihood < -6 && w.LogLikelihood > -9) || !(w.TestPerplexity > 1000) || len(w.Topics) != 10 || len(w.Topics[0].Words) != 10 {
 		t.Errorf("report: app %q, the last pass's evaluator %+v", rep.App, w)
+	}
+	if rep.LogLikelihood == nil || *rep.LogLikelihood != w.LogLikelihood || rep.TestPerplexity == nil || *rep.TestPerplexity != w.TestPerplexity {
+		t.Errorf("report's last-pass figures: train_loglik_per_token %v, test_perplexity %v; the evaluator's %v, %v", rep.LogLikelihood, rep.TestPerplexity, w.LogLikelihood, w.TestPerplexity)
 	}
 }
 

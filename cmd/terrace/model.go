@@ -90,6 +90,9 @@ A job that ends its cluster writes its model itself: give the job
 			if err != nil {
 				return err
 			}
+			if err := reach(ctx, cc, cmd.ErrOrStderr(), cc.RetryFor); err != nil {
+				return fmt.Errorf("export from %s: %w", coordinator, err)
+			}
 			st, err := cc.JobStatus(ctx)
 			if err != nil {
 				return fmt.Errorf("export from %s: %w", coordinator, err)

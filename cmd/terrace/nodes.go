@@ -53,7 +53,15 @@ address, comma-separated.`,
 			if err != nil {
 				return err
 			}
+			for _, f := range []string{"etcd", "etcd-dir", "etcd-client", "etcd-peer", "etcd-cluster", "etcd-prefix"} {
+				if inMemory && cmd.Flags().Changed(f) {
+					return fmt.Errorf("--%s with --in-memory: an in-memory coordinator keeps no state in etcd", f)
+				}
+			}
 			if err := checkCluster(o.Servers, o.Workers, o.Replication); err != nil {
+				return err
+			}
+			if err := checkCoordination(o.Partitions, o.FailureTimeout); err != nil {
 				return err
 			}
 			if err := checkCheckpointFlags(o.CheckpointDir, o.CheckpointEvery, o.CheckpointKeep, o.Resume); err != nil {
@@ -177,7 +185,7 @@ address, comma-separated.`,
 	fs.IntVar(&o.CheckpointEvery, "checkpoint-every", 0, "take a checkpoint after every N training passes (0: never)")
 	fs.IntVar(&o.CheckpointKeep, "checkpoint-keep", defaultCheckpointKeep, "after each checkpoint, remove those older than the newest N (0: keep every one)")
 	fs.BoolVar(&o.Resume, "resume", false, "start from the newest committed checkpoint in --checkpoint-dir")
-	fs.StringVar(&logLevel, "log-level", "warn", "log level")
+	logLevelVar(fs, &logLevel, "warn")
 	fs.StringVar(&dashListen, "dashboard-listen", "", "also serve the dashboard read-only on this address, plain HTTP (for a browser without a client certificate under --tls-dir; keep it on loopback and tunnel to it)")
 	sec.register(fs, true)
 	tiers.register(fs)
@@ -245,7 +253,7 @@ func serverCmd() *cobra.Command {
 	fs.StringVar(&cfg.Advertise, "advertise", "", "address workers should dial (the listen address if empty)")
 	fs.StringVar(&cfg.Coordinator, "coordinator", "127.0.0.1:7070", "coordinator address")
 	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", node.DefaultJoinTimeout, "give up if the coordinator cannot be reached within this time")
-	fs.StringVar(&logLevel, "log-level", "info", "log level")
+	logLevelVar(fs, &logLevel, "info")
 	fs.DurationVar(&statsEvery, "stats-every", 0, "print server statistics as JSON at this interval (0: never)")
 	sec.register(fs, false)
 	fs.StringVar(&cfg.Metrics.Listen, "metrics-listen", "127.0.0.1:0", "address to serve Prometheus /metrics on (port 0: any; empty: none)")
@@ -271,7 +279,7 @@ func (w *workerFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&w.cfg.ID, "id", "", "node ID (host name and pid if empty)")
 	fs.StringVar(&w.cfg.Coordinator, "coordinator", "127.0.0.1:7070", "coordinator address")
 	fs.DurationVar(&w.cfg.JoinTimeout, "join-timeout", node.DefaultJoinTimeout, "give up if the coordinator or servers cannot be reached within this time")
-	fs.StringVar(&w.logLevel, "log-level", "warn", "log level")
+	logLevelVar(fs, &w.logLevel, "warn")
 	fs.StringVar(&w.reportPath, "report", "", "write this worker's JSON report to this file")
 	w.sec.register(fs, false)
 	fs.StringVar(&w.cfg.Metrics.Listen, "metrics-listen", "127.0.0.1:0", "address to serve Prometheus /metrics on (port 0: any; empty: none)")

@@ -27,13 +27,17 @@ func statusCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
+			if watch && every <= 0 {
+				return fmt.Errorf("--every %v: want a positive interval (it polled the coordinator without pause)", every)
+			}
 			cc, _, err := sec.client(coordinator, auth.RoleRead)
 			if err != nil {
 				return err
 			}
 			cc.RetryFor = 2 * time.Second
 			out := cmd.OutOrStdout()
-			for {
+			tty := isTerminal(out)
+			for n := 0; ; n++ {
 				qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 				st, err := cc.Status(qctx)
 				cancel()
@@ -46,8 +50,11 @@ func statusCmd() *cobra.Command {
 					b, _ := json.MarshalIndent(st, "", "  ")
 					fmt.Fprintf(out, "%s\n", b)
 				default:
-					if watch {
+					switch {
+					case watch && tty:
 						fmt.Fprint(out, "\033[H\033[2J") // clear the screen, as watch(1) does
+					case watch && n > 0:
+						fmt.Fprintln(out) // a log or a pipe keeps every table, without escapes
 					}
 					printStatus(out, coordinator, st)
 				}
@@ -104,12 +111,15 @@ func printStatus(w io.Writer, coordinator string, st *api.Status) {
 			state = "done"
 		}
 		fmt.Fprintf(w, "DEFINITION  job %d: %s  passes done %d  %s\n", d.Number, describeJob(*d.Job), d.PassesDone, state)
+		if r, ok := newestEvaluated(d.Results); ok {
+			fmt.Fprintf(w, "EVALUATED  pass %d by rank %d:%s\n", r.Pass, r.Rank, metricsLine(r))
+		}
 	}
 	if c := st.Checkpoint; c != nil {
 		fmt.Fprintf(w, "CHECKPOINTS  %s  last committed %s", c.Dir, or(committedString(c), "none"))
 		switch {
 		case c.InProgress:
-			fmt.Fprintf(w, "  checkpoint %d after pass %d: %d/%d servers written", c.Seq, c.Pass, c.Written, c.Servers)
+			fmt.Fprintf(w, "  checkpoint %d after pass %d: %d/%d servers written", c.Seq, c.Pass+1, c.Written, c.Servers)
 		case c.Requested:
 			fmt.Fprint(w, "  one requested at the next pass boundary")
 		}
@@ -118,8 +128,18 @@ func printStatus(w io.Writer, coordinator string, st *api.Status) {
 		}
 		fmt.Fprintln(w)
 	}
-	fmt.Fprintf(w, "JOB  pass %d  partitions %d/%d  examples %d  rate %.0f rows/s  pass eta %s  job eta %s  staleness %d clocks  workers reported %d/%d\n\n",
-		j.Pass, j.Done, j.Partitions, j.Examples, j.Rate, etaString(j.ETA), etaString(j.JobETA), j.Staleness, j.Reported, j.Workers)
+	// Counted from 1, as train's progress counts (the API's Pass from 0);
+	// no job, no pass.
+	pass := "-"
+	if d := st.Definition; d != nil && d.Job != nil {
+		pass = fmt.Sprint(j.Pass + 1)
+		if d.Done {
+			pass = fmt.Sprint(d.PassesDone)
+		}
+		pass += fmt.Sprintf("/%d", d.Job.Passes)
+	}
+	fmt.Fprintf(w, "JOB  pass %s  partitions %d/%d  examples %d  rate %.0f rows/s  pass eta %s  job eta %s  staleness %d clocks  workers reported %d/%d\n\n",
+		pass, j.Done, j.Partitions, j.Examples, j.Rate, etaString(j.ETA), etaString(j.JobETA), j.Staleness, j.Reported, j.Workers)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ROLE\tID\tCLASS\tMACHINE\tADDRESS\tSTATE\tMETRICS\tHOLDS")
 	for _, n := range st.Nodes {
@@ -136,12 +156,26 @@ func printStatus(w io.Writer, coordinator string, st *api.Status) {
 	tw.Flush()
 }
 
+// newestEvaluated is the evaluation of the highest pass evaluated in this
+// run (a restored pass was evaluated in the run that trained it); the
+// status table shows it, --json every pass's.
+func newestEvaluated(rs []api.PassResult) (api.PassResult, bool) {
+	var newest api.PassResult
+	found := false
+	for _, r := range rs {
+		if !r.Restored && (!found || r.Pass > newest.Pass) {
+			newest, found = r, true
+		}
+	}
+	return newest, found
+}
+
 // committedString names the last committed checkpoint, or "".
 func committedString(c *api.CheckpointStatus) string {
 	if c.Committed == 0 {
 		return ""
 	}
-	return fmt.Sprintf("%d (after pass %d)", c.Committed, c.CommittedPass)
+	return fmt.Sprintf("%d (after pass %d)", c.Committed, c.CommittedPass+1)
 }
 
 func eventsCmd() *cobra.Command {

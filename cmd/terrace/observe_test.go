@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"os/exec"
 	"strings"
 	"testing"
@@ -23,20 +24,32 @@ func TestStatusTable(t *testing.T) {
 			{Role: api.RoleServer, ID: "r0", Machine: "reliable-0", Class: tier.Reliable, Tier: "backupps", State: "serving"},
 			{Role: api.RoleServer, ID: "t1", Machine: "transient-1", Class: tier.Transient, Tier: "activeps", State: "dead"},
 		}}
+	st.Definition = &api.JobStatus{Number: 1, Job: &api.Job{App: "lr", Passes: 10, Consistency: "ssp:2"}, PassesDone: 2, Results: []api.PassResult{
+		{Pass: 2, Rank: 0, Metrics: map[string]float64{"test_auc": 0.9016}},
+		{Pass: 1, Rank: 1, Metrics: map[string]float64{"test_auc": 0.9011}},
+		{Pass: 3, Rank: -1, Restored: true},
+	}}
+	// Passes count from 1 on the screen, from 0 in the API.
+	st.Checkpoint = &api.CheckpointStatus{Dir: "ck", Committed: 1, CommittedPass: 1, Seq: 2, InProgress: true, Pass: 3, Servers: 2, Written: 1}
 	var b bytes.Buffer
 	printStatus(&b, "127.0.0.1:7070", st)
 	out := b.String()
-	for _, want := range []string{"STAGE 2  planner: stage 2 does 40% more per dollar", "MACHINES  reliable 1  transient 2  cost $0.0123 so far, $0.2800/h now",
+	for _, want := range []string{"EVALUATED  pass 2 by rank 0:  test_auc 0.9016", "JOB  pass 2/10  partitions 3/8",
+		"CHECKPOINTS  ck  last committed 1 (after pass 2)  checkpoint 2 after pass 4: 1/2 servers written", "STAGE 2  planner: stage 2 does 40% more per dollar", "MACHINES  reliable 1  transient 2  cost $0.0123 so far, $0.2800/h now",
 		"pass eta 1.5s  job eta 1m35s", "staleness 3 clocks", "CLASS", "server/backupps", "transient-1", "transient"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in:\n%s", want, out)
 		}
 	}
 	st.Dollars, st.DollarsPerHour, st.StageReason = nil, nil, ""
+	st.Definition.Done, st.Definition.PassesDone, st.Job.Pass = true, 10, 10
 	b.Reset()
 	printStatus(&b, "c", st)
 	if strings.Contains(b.String(), "cost") || strings.Contains(b.String(), "STAGE") {
 		t.Errorf("a cost or a stage reason the coordinator did not give:\n%s", b.String())
+	}
+	if !strings.Contains(b.String(), "JOB  pass 10/10  ") {
+		t.Errorf("a done job's passes, not 10/10:\n%s", b.String())
 	}
 }
 
@@ -69,5 +82,21 @@ func TestPriceFlag(t *testing.T) {
 		if err == nil || !bytes.Contains(out, []byte(tc.want)) {
 			t.Errorf("%q: %v, want an error containing %q:\n%s", tc.args, err, tc.want, out)
 		}
+	}
+}
+
+// TestStatusWatchOffTerminal: status --watch into a pipe or a log keeps
+// every table and writes no terminal escapes (it cleared a screen that
+// was not there), and a cluster with no job shows no pass.
+func TestStatusWatchOffTerminal(t *testing.T) {
+	addr := startCoordinator(t, t.Context(), "--in-memory")
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	out, _ := exec.CommandContext(ctx, terrace(t), "status", "--coordinator", addr, "--watch", "--every", "100ms").Output()
+	if !bytes.Contains(out, []byte("COORDINATOR "+addr)) || bytes.ContainsRune(out, '\033') {
+		t.Errorf("status --watch off a terminal: want tables without escapes, got %q", out)
+	}
+	if !bytes.Contains(out, []byte("JOB  pass -  ")) {
+		t.Errorf("a cluster with no job shows a pass:\n%s", out)
 	}
 }

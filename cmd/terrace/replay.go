@@ -70,6 +70,8 @@ func runReplay(cmd *cobra.Command, f replayFlags) error {
 		if err := f.checkReal(); err != nil {
 			return err
 		}
+	} else if name := f.real.given(); name != "" {
+		return fmt.Errorf("--%s is for a real replay: --simulate runs the calibrated model of the job, no processes", name)
 	}
 	cfg, names, err := f.config()
 	if err != nil {

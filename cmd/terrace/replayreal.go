@@ -28,11 +28,29 @@ type realFlags struct {
 }
 
 func (r *realFlags) register(fs *pflag.FlagSet) {
-	fs.DurationVar(&r.maxWall, "max-wall", 10*time.Minute, "without --simulate: refuse a segment (--for) that takes longer than this in wall time at --speedup")
+	fs.DurationVar(&r.maxWall, "max-wall", defaultMaxWall, "without --simulate: refuse a segment (--for) that takes longer than this in wall time at --speedup")
 	fs.StringVar(&r.runDir, "run-dir", "", "without --simulate: directory for each node's log (a temporary one if empty)")
 	fs.IntVar(&r.perMachine, "workers-per-machine", 1, "without --simulate: worker processes on each machine")
 	fs.StringVar(&r.trainData, "train", "", "without --simulate: the job's training data (the app's default if empty)")
 	fs.StringVar(&r.testData, "test", "", "without --simulate: the job's test data (the app's default if empty)")
+}
+
+// defaultMaxWall is --max-wall's default.
+const defaultMaxWall = 10 * time.Minute
+
+// given names the first of these flags set to other than its default, or
+// "": with --simulate they would be ignored.
+func (r *realFlags) given() string {
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{{"max-wall", r.maxWall != defaultMaxWall}, {"run-dir", r.runDir != ""}, {"workers-per-machine", r.perMachine != 1},
+		{"train", r.trainData != ""}, {"test", r.testData != ""}} {
+		if f.set {
+			return f.name
+		}
+	}
+	return ""
 }
 
 // checkReal refuses, before any trace is read, a real replay that cannot

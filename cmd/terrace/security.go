@@ -1,13 +1,16 @@
 package main
 
 import (
+	"context"
 	"crypto/x509"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -96,6 +99,22 @@ func (f *securityFlags) client(addrs string, role auth.Role) (*api.Client, trans
 	cc := api.NewClient(addrs, nw)
 	cc.Token = tok
 	return cc, nw, nil
+}
+
+// reach waits up to within for a coordinator of cc to answer, saying on w
+// at once, and every few seconds, that it waits and why: a command that
+// rides out a failover looked hung for the whole wait when the address
+// was mistyped or the coordinator down.
+func reach(ctx context.Context, cc *api.Client, w io.Writer, within time.Duration) error {
+	if d, ok := ctx.Deadline(); ok {
+		within = min(within, time.Until(d).Round(time.Second))
+	}
+	cc.Unreachable = func(addrs string, err error) {
+		fmt.Fprintf(w, "terrace: coordinator %s unreachable (%v); retrying for up to %s\n", addrs, err, within)
+	}
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	return cc.WaitReachable(ctx)
 }
 
 // coordinator sets up o and ha for TLS and tokens, and returns the

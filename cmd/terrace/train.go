@@ -40,6 +40,8 @@ type trainReport struct {
 	TestLogLoss       *float64       `json:"test_logloss,omitempty"`
 	TestAUC           *float64       `json:"test_auc,omitempty"`
 	TestRMSE          *float64       `json:"test_rmse,omitempty"`
+	TestPerplexity    *float64       `json:"test_perplexity,omitempty"`
+	TrainLogLik       *float64       `json:"train_loglik_per_token,omitempty"`
 	// Passes holds every pass's evaluation, by whichever worker made it.
 	Passes  []map[string]any        `json:"passes,omitempty"`
 	Workers map[int]json.RawMessage `json:"workers"`
@@ -74,20 +76,29 @@ type drillFlags struct {
 func (d *drillFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&d.processes, "processes", false, "run every node as its own OS process (this binary re-executed), with a log per node in --run-dir; turns --audit on")
 	fs.StringVar(&d.runDir, "run-dir", "", "with --processes: directory for the per-node logs, audit logs and worker reports (a new temporary directory if empty)")
-	fs.IntVar(&d.coordinators, "coordinators", 1, "coordinator replicas; more than one form their own etcd cluster and fail over for each other")
+	fs.IntVar(&d.coordinators, "coordinators", 1, "with --processes: coordinator replicas; more than one form their own etcd cluster and fail over for each other")
 	fs.StringVar(&d.kill, "kill", "", "with --processes: SIGKILL a random live node of a role at times after training starts, e.g. server@2s,worker@4s,coordinator@6s")
 	fs.StringVar(&d.evict, "evict", "", "with --processes: give a random live node of a role eviction notice (its endpoint, or SIGTERM), e.g. worker@3s")
 	fs.BoolVar(&d.audit, "audit", false, "count acknowledged updates and trained examples in audit tables and report acked_updates_lost, examples_repeated, examples_skipped, max_stall_seconds")
 	fs.BoolVar(&d.account, "account", false, "keep the examples account: one more push per minibatch, for the rows each pass trained more or fewer times than once (examples_account in the report, terrace status, /metrics)")
 	fs.IntVar(&d.auditEvery, "audit-every", drill.DefaultAuditEvery, "with --processes: acknowledged pushes a worker holds before appending them to its audit log")
-	fs.DurationVar(&d.timeout, "timeout", 10*time.Minute, "with --processes: stop every node and fail after this long (0: no limit)")
+	fs.DurationVar(&d.timeout, "timeout", defaultDrillTimeout, "with --processes: stop every node and fail after this long (0: no limit)")
 	fs.DurationVar(&d.failAfter, "failure-timeout", coord.DefaultFailureTimeout, "declare a node dead after this long without a heartbeat or an answer to pings")
 }
 
-// check refuses combinations that cannot run.
+// defaultDrillTimeout is --timeout's default: a drill that hangs fails.
+const defaultDrillTimeout = 10 * time.Minute
+
+// check refuses combinations that cannot run, and flags of --processes
+// without it (they were ignored).
 func (d *drillFlags) check() (drill.Schedule, error) {
-	if d.coordinators < 1 {
+	switch {
+	case d.coordinators < 1:
 		return nil, fmt.Errorf("--coordinators %d: need at least one", d.coordinators)
+	case d.auditEvery < 1:
+		return nil, fmt.Errorf("--audit-every %d: need at least 1", d.auditEvery)
+	case d.timeout < 0:
+		return nil, fmt.Errorf("--timeout %v: want a duration of 0 (no limit) or more", d.timeout)
 	}
 	sched, err := drill.ParseSchedule(d.kill, d.evict)
 	if err != nil {
@@ -96,8 +107,13 @@ func (d *drillFlags) check() (drill.Schedule, error) {
 	if !d.processes && len(sched) > 0 {
 		return nil, errors.New("--kill and --evict need --processes: faults are injected into separate node processes")
 	}
-	if !d.processes && d.runDir != "" {
-		return nil, errors.New("--run-dir needs --processes")
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{{"run-dir", d.runDir != ""}, {"coordinators", d.coordinators > 1}, {"timeout", d.timeout != defaultDrillTimeout}, {"audit-every", d.auditEvery != drill.DefaultAuditEvery}} {
+		if !d.processes && f.set {
+			return nil, fmt.Errorf("--%s needs --processes", f.name)
+		}
 	}
 	return sched, nil
 }
@@ -137,6 +153,9 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 			if err := checkCluster(servers, workers, replication); err != nil {
 				return err
 			}
+			if err := checkCoordination(partitions, d.failAfter); err != nil {
+				return err
+			}
 			tcfg, add, err := tiers.check(cmd.Flags(), d.processes)
 			if err != nil {
 				return err
@@ -163,8 +182,13 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 			log := newLogger(logLevel)
 			fmt.Fprintf(out, "terrace: training %s on %d server(s) and %d worker(s), consistency %s\n", a.app, servers, workers, a.consistency)
 			start := time.Now()
-			if resumeDir != "" && checkpointDir == "" {
+			switch {
+			case resumeDir != "" && checkpointDir == "":
 				checkpointDir = resumeDir
+			case resumeDir != "" && resumeDir != checkpointDir:
+				// The cluster has one directory: it would resume from
+				// --checkpoint-dir, not --resume.
+				return fmt.Errorf("--resume %s and --checkpoint-dir %s: the cluster resumes from its checkpoint directory and goes on checkpointing there; give one of them", resumeDir, checkpointDir)
 			}
 			if err := checkCheckpointFlags(checkpointDir, checkpointEvery, checkpointKeep, false); err != nil {
 				return err
@@ -172,6 +196,9 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 			l, err := node.StartLocal(ctx, node.LocalConfig{Servers: servers, Workers: workers, Partitions: partitions, Replication: replication, Account: d.account,
 				CheckpointDir: checkpointDir, CheckpointEvery: checkpointEvery, CheckpointKeep: checkpointKeep, Resume: resumeDir != "", Logger: log,
 				FailureTimeout: d.failAfter})
+			if err != nil && resumeDir != "" {
+				return fmt.Errorf("--resume %s: %w", resumeDir, err)
+			}
 			if err != nil {
 				return err
 			}
@@ -230,9 +257,31 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 	fs.IntVar(&checkpointKeep, "checkpoint-keep", defaultCheckpointKeep, "after each checkpoint, remove those older than the newest N (0: keep every one)")
 	fs.StringVar(&resumeDir, "resume", "", "continue from the newest committed checkpoint in this directory (passes already done are skipped)")
 	fs.StringVar(&reportPath, "report", "", "write the JSON report to this file")
-	fs.StringVar(&logLevel, "log-level", "warn", "log level: debug, info, warn or error")
+	logLevelVar(fs, &logLevel, "warn")
 	addConfigFlag(cmd)
 	return cmd
+}
+
+// levelFlag is a --log-level that slog knows, refused when the flags are
+// parsed: an unknown level was taken as warn, silently.
+type levelFlag string
+
+func (l *levelFlag) Set(s string) error {
+	var v slog.Level
+	if err := v.UnmarshalText([]byte(s)); err != nil {
+		return errors.New("want debug, info, warn or error")
+	}
+	*l = levelFlag(s)
+	return nil
+}
+
+func (l *levelFlag) String() string { return string(*l) }
+func (l *levelFlag) Type() string   { return "string" }
+
+// logLevelVar defines --log-level on fs, into p, defaulting to def.
+func logLevelVar(fs *pflag.FlagSet, p *string, def string) {
+	*p = def
+	fs.Var((*levelFlag)(p), "log-level", "log level: debug, info, warn or error")
 }
 
 func newLogger(level string) *slog.Logger {
@@ -273,6 +322,7 @@ func buildReport(a appFlags, cmd *cobra.Command, secs float64, reps map[int]json
 	if n := len(rep.Passes); n > 0 {
 		last := rep.Passes[n-1]
 		rep.TestAccuracy, rep.TestLogLoss, rep.TestAUC, rep.TestRMSE = metric(last, "test_accuracy"), metric(last, "test_logloss"), metric(last, "test_auc"), metric(last, "test_rmse")
+		rep.TestPerplexity, rep.TrainLogLik = metric(last, "test_perplexity"), metric(last, "train_loglik_per_token")
 	}
 	rep.ExamplesPerSecond = float64(rep.Examples) / secs
 	return rep, nil
@@ -312,6 +362,15 @@ func printSummary(w io.Writer, r *trainReport) {
 	}
 	if r.TestRMSE != nil {
 		fmt.Fprintf(w, "terrace: test RMSE %.4f\n", *r.TestRMSE)
+	}
+	if r.TestPerplexity != nil && r.TrainLogLik != nil {
+		fmt.Fprintf(w, "terrace: train log-likelihood/token %.4f  held-out perplexity %.1f\n", *r.TrainLogLik, *r.TestPerplexity)
+	}
+	if j := r.Job; j != nil && j.Model != "" {
+		// The worker that evaluated the last pass wrote it; say so only if it is there.
+		if _, err := os.Stat(j.Model); err == nil {
+			fmt.Fprintf(w, "terrace: model written to %s\n", j.Model)
+		}
 	}
 	for id, s := range r.Servers {
 		fmt.Fprintf(w, "terrace: %s: %d keys, %d pushes, %d pulls, %d refused non-finite\n", id, s.Keys, s.Pushes, s.Pulls, s.Refused)

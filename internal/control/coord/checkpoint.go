@@ -56,7 +56,7 @@ func (m *Machine) startCheckpoint(e int) {
 	m.st.Layout.Checkpoint = &layout.Checkpoint{Dir: m.cfg.CheckpointDir, Seq: ck.Seq, Pass: e, Servers: ids}
 	ck.Reported, ck.Started = map[string]bool{}, m.now
 	m.dirty = true
-	m.note(api.EventCheckpoint, "", fmt.Sprintf("checkpoint %d after pass %d begins", ck.Seq, e))
+	m.note(api.EventCheckpoint, "", fmt.Sprintf("checkpoint %d after pass %d begins", ck.Seq, e+1)) // counted from 1, as people read it
 }
 
 // RequestCheckpoint asks for a checkpoint at the next pass boundary, or

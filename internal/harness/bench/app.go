@@ -80,7 +80,7 @@ func moduleRoot() (string, error) {
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", errors.New("bench: no go.mod above the working directory; pass the data paths")
+			return "", errors.New("bench: the shipped a9a lies under the module root, and there is no go.mod above the working directory: give the data (AppOptions.Train and Test; terrace bench app --train and --test), or run inside the repository")
 		}
 		dir = parent
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -392,5 +393,15 @@ func TestMetricWords(t *testing.T) {
 	got := metricWords(map[string]float64{"test_auc": 0.90123, "test_accuracy": 0.849})
 	if want := " test_accuracy 0.8490 test_auc 0.9012"; got != want {
 		t.Fatalf("metricWords = %q, want %q", got, want)
+	}
+}
+
+// TestAppOutsideModuleNamesFlags: run outside a clone with no data given,
+// App says which flags give the data (it once said "pass the data paths").
+func TestAppOutsideModuleNamesFlags(t *testing.T) {
+	t.Chdir(t.TempDir())
+	_, err := AppOptions{}.withDefaults()
+	if err == nil || !strings.Contains(err.Error(), "--train and --test") {
+		t.Fatalf("withDefaults outside the module: %v, want an error naming --train and --test", err)
 	}
 }

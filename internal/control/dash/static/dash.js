@@ -188,7 +188,10 @@ async function pollStatus() {
       if (!r.ok) throw new Error(r.status);
       const s = await r.json();
       text("epoch", s.epoch);
-      text("pass", s.job.pass);
+      // Counted from 1, of the job's, as terrace status shows it (the
+      // API's pass counts from 0, and is the job's length once it is done).
+      const def = s.definition;
+      text("pass", def && def.job ? (def.done ? def.passes_done : s.job.pass + 1) + " / " + def.job.passes : "–");
       text("done", s.job.done + " / " + s.job.partitions);
       text("examples", fmtNum(s.job.examples));
       text("rate", fmtNum(s.job.rate));

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestMistakesNameTheFlag tries what a newcomer gets wrong first and
+// checks that the command fails at once, naming the flag. Each of these
+// was once taken silently (a default instead, or a worker's error deep
+// in the run with no flag named).
+func TestMistakesNameTheFlag(t *testing.T) {
+	dir := t.TempDir()
+	job := filepath.Join(dir, "job.yaml")
+	if err := os.WriteFile(job, []byte("app: lr\nencoding: fp32\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	data := []string{"--train", repoFile("datasets/a9a/a9a.gz"), "--test", repoFile("datasets/a9a/a9a.t.gz")}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"train", "--encoding", "fp32"}, `--encoding "fp32": want raw, sparse, fp16 or int8`},
+		{[]string{"train", "--consistency", "sspp:2"}, `--consistency "sspp:2"`},
+		{[]string{"train", "--partitions", "-1"}, "--partitions -1"},
+		{[]string{"train", "--coordinators", "3"}, "--coordinators needs --processes"},
+		{[]string{"train", "--timeout", "1m"}, "--timeout needs --processes"},
+		{[]string{"train", "--audit-every", "4"}, "--audit-every needs --processes"},
+		{[]string{"train", "--processes", "--audit-every", "0"}, "--audit-every 0: need at least 1"},
+		{[]string{"train", "--failure-timeout", "-1s"}, "--failure-timeout -1s"},
+		{[]string{"train", "--log-level", "verbose"}, `"--log-level" flag: want debug, info, warn or error`},
+		{append([]string{"train", "--resume", filepath.Join(dir, "none")}, data...), "--resume " + filepath.Join(dir, "none") + ":"},
+		{append([]string{"train", "--resume", "a", "--checkpoint-dir", "b"}, data...), "--resume a and --checkpoint-dir b"},
+		{[]string{"coordinator", "--listen", "127.0.0.1:0", "--in-memory", "--partitions", "-1"}, "--partitions -1"},
+		{[]string{"coordinator", "--listen", "127.0.0.1:0", "--in-memory", "--failure-timeout", "0s"}, "--failure-timeout 0s"},
+		{[]string{"coordinator", "--listen", "127.0.0.1:0", "--in-memory", "--log-level", "loud"}, `"--log-level" flag`},
+		{[]string{"coordinator", "--listen", "127.0.0.1:0", "--in-memory", "--etcd-dir", filepath.Join(dir, "etcd")}, "--etcd-dir with --in-memory"},
+		{[]string{"server", "--coordinator", "127.0.0.1:1", "--log-level", "loud"}, `"--log-level" flag`},
+		{[]string{"worker", "--coordinator", "127.0.0.1:1", "--encoding", "fp32"}, `--encoding "fp32"`},
+		{[]string{"submit", "--coordinator", "127.0.0.1:1", job}, `--encoding "fp32"`},
+		{[]string{"replay", "--prices", "p.csv", "--policy", "all", "--simulate", "--report", "r.json", "--train", "a9a.gz"}, "--train is for a real replay"},
+		{[]string{"status", "--coordinator", "127.0.0.1:1", "--watch", "--every", "0s"}, "--every 0s: want a positive interval"},
+		{[]string{"bench", "stragglers", "--staleness", "2,-1"}, "--staleness -1: want 0 or more clocks"},
+		{[]string{"certs", "list", "--dir", filepath.Join(dir, "none")}, "--dir " + filepath.Join(dir, "none")},
+		// Not a flag's value, but the same silence: it waited 30 s, saying nothing.
+		{[]string{"checkpoint", "--coordinator", "127.0.0.1:1", "--timeout", "1s"}, "terrace: coordinator http://127.0.0.1:1 unreachable (Get "},
+	} {
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		out, err := exec.CommandContext(ctx, terrace(t), tc.args...).CombinedOutput()
+		cancel()
+		if err == nil || !bytes.Contains(out, []byte(tc.want)) {
+			t.Errorf("terrace %q: %v, want an error containing %q:\n%s", tc.args, err, tc.want, out)
+		}
+	}
+}
