@@ -163,7 +163,10 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 			report("restore", func(ctx context.Context) error { return cc.Restored(ctx, cfg.ID, seq, err) })
 		},
 		OnLoss: func(r server.LossReport) {
-			report("loss", func(ctx context.Context) error { return cc.ReportLoss(ctx, lossReport(cfg.ID, r)) })
+			rep := lossReport(cfg.ID, r)
+			if err := reportLoss(ctx, cfg.Logger, time.Second, func(ctx context.Context) error { return cc.ReportLoss(ctx, rep) }); err != nil {
+				cfg.Logger.Warn("could not report to the coordinator", "what", "loss", "err", err)
+			}
 		},
 	})
 	if err := s.Configure(l); err != nil {
