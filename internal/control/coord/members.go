@@ -109,7 +109,11 @@ func (m *Machine) joinWorker(id uint64, j api.Join) {
 		m.fail(id, err)
 		return
 	}
+	restarted := j.Incarnation != "" && m.st.Incarnations[api.RoleWorker+"/"+j.ID] != "" && !m.current(api.RoleWorker, j.ID, j.Incarnation)
 	m.incarnate(api.RoleWorker, j.ID, j.Incarnation)
+	if restarted {
+		m.retireRank(j.ID)
+	}
 	defer func() {
 		if r, ok := m.st.Workers[j.ID]; ok && j.Class != tier.Reliable {
 			if m.st.RankClass == nil {
@@ -161,6 +165,22 @@ func (m *Machine) restartedServer(server string) {
 	}
 	m.log.Error("the last server on the ring restarted: every copy of its slots is lost; resume from a checkpoint (--resume)", "server", server)
 	m.note(api.EventFailed, server, "the last server on the ring restarted: every copy of its slots is lost (resume from a checkpoint)")
+}
+
+// retireRank frees the ID of a worker that left or was declared dead in
+// the running job, now that its process restarted under that ID: the old
+// rank stays finished, listed as ID~rank, and the worker joins as a new
+// one with the next rank. It was handed its old rank back and refused at
+// its first request for work ("rank 0 was declared dead"), so a worker
+// started again under a fixed --id (by systemd, say) could never rejoin.
+func (m *Machine) retireRank(worker string) {
+	r, ok := m.st.Workers[worker]
+	if !ok || !m.st.Layout.Ready || !m.finished(r) {
+		return
+	}
+	delete(m.st.Workers, worker)
+	m.st.Workers[fmt.Sprintf("%s~%d", worker, r)] = r
+	m.dirty = true
 }
 
 // notePeer records that rank's worker listens for its peers at addr (a

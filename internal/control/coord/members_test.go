@@ -51,3 +51,37 @@ func TestRestartedServer(t *testing.T) {
 		t.Errorf("the last ring server restarted: events %+v, want one saying every copy is lost", r.events)
 	}
 }
+
+// TestRestartedWorker: a worker that left the running job (or was
+// declared dead) and starts again under its ID joins with a new rank,
+// its old one staying finished. It was handed its old rank back and
+// refused at its first request for work ("rank 0 was declared dead").
+func TestRestartedWorker(t *testing.T) {
+	r := &jobRig{t: t, m: NewMachine(Config{Servers: 2, Workers: 2, Partitions: 4, Replication: 2}, t0)}
+	for _, id := range []string{"s0", "s1"} {
+		r.step(func(m *Machine, rid uint64) { m.Join(rid, api.Join{Role: api.RoleServer, ID: id, Addr: id + ":1"}) })
+	}
+	joinWorker := func(id, inc string) Reply {
+		return r.step(func(m *Machine, rid uint64) {
+			m.Join(rid, api.Join{Role: api.RoleWorker, ID: id, Incarnation: inc})
+		})
+	}
+	joinWorker("w0", "a")
+	joinWorker("w1", "a")
+	if rep := joinWorker("w0", "a"); rep.Err != nil || rep.Rank != 0 {
+		t.Fatalf("a retried join: rank %d, %v; want rank 0", rep.Rank, rep.Err)
+	}
+	if rep := r.step(func(m *Machine, id uint64) { m.Leave(id, 0) }); rep.Err != nil {
+		t.Fatal(rep.Err)
+	}
+	rep := joinWorker("w0", "b")
+	if rep.Err != nil || rep.Rank != 2 {
+		t.Fatalf("w0 restarted after it left: rank %d, %v; want the new rank 2", rep.Rank, rep.Err)
+	}
+	if rep := r.step(func(m *Machine, id uint64) { m.Acquire(id, api.Acquire{Rank: 2, Pass: 0}) }); rep.Err != nil {
+		t.Errorf("work for the restarted worker: %v", rep.Err)
+	}
+	if !r.m.finished(0) {
+		t.Errorf("the old rank 0 is no longer finished")
+	}
+}
