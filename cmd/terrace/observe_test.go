@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"io"
+	"net"
 	"os/exec"
 	"strings"
 	"testing"
@@ -69,5 +72,23 @@ func TestPriceFlag(t *testing.T) {
 		if err == nil || !bytes.Contains(out, []byte(tc.want)) {
 			t.Errorf("%q: %v, want an error containing %q:\n%s", tc.args, err, tc.want, out)
 		}
+	}
+}
+
+// TestStatusSilentCoordinator: status against a coordinator that accepts
+// connections and never answers (SIGSTOPped) fails with
+// api.ErrUnavailable once its --timeout passes, as against one that
+// refuses; it said only "context deadline exceeded".
+func TestStatusSilentCoordinator(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close() // the kernel completes connections nobody accepts
+	cmd := statusCmd()
+	cmd.SetArgs([]string{"--coordinator", ln.Addr().String(), "--timeout", "200ms"})
+	cmd.SetOut(io.Discard)
+	if err := cmd.ExecuteContext(t.Context()); !errors.Is(err, api.ErrUnavailable) {
+		t.Fatalf("status of a silent coordinator: %v; want %v", err, api.ErrUnavailable)
 	}
 }
