@@ -3,7 +3,9 @@ package mf
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -72,6 +74,10 @@ func Export(dir string, train *data.Ratings, rank int, read func(keys []uint64, 
 	return os.WriteFile(filepath.Join(dir, "global.tsv"), fmt.Appendf(nil, "mean\t%g\n", float32(train.Mean())), 0o644)
 }
 
+// ErrModel: a model directory's file is not one export wrote (cut
+// short, or of rows of different widths).
+var ErrModel = errors.New("not a whole model file")
+
 // Model is an exported model read back (LoadModel): biases and factors
 // by user and item id, and the mean rating.
 type Model struct {
@@ -79,7 +85,11 @@ type Model struct {
 	Users, Items map[uint32][]float64 // bias, then the factors
 }
 
-// LoadModel reads a model that export wrote to dir.
+// LoadModel reads a model that export wrote to dir. Every row of
+// users.tsv and items.tsv has the same number of values, and each file
+// ends with a whole line: a file cut short (a copy that failed, a full
+// disk) is refused, naming the file and the line, rather than read as
+// a model whose missing users and items predict the mean.
 func LoadModel(dir string) (*Model, error) {
 	m := &Model{}
 	g, err := os.ReadFile(filepath.Join(dir, "global.tsv"))
@@ -89,11 +99,12 @@ func LoadModel(dir string) (*Model, error) {
 	if _, err := fmt.Sscanf(string(g), "mean\t%g", &m.Mean); err != nil {
 		return nil, fmt.Errorf("mf: model %s/global.tsv: %w", dir, err)
 	}
+	width := 0
 	for _, t := range []struct {
 		name string
 		dst  *map[uint32][]float64
 	}{{"users.tsv", &m.Users}, {"items.tsv", &m.Items}} {
-		rows, err := readTSV(filepath.Join(dir, t.name))
+		rows, err := readTSV(filepath.Join(dir, t.name), &width)
 		if err != nil {
 			return nil, err
 		}
@@ -102,34 +113,50 @@ func LoadModel(dir string) (*Model, error) {
 	return m, nil
 }
 
-func readTSV(path string) (map[uint32][]float64, error) {
+// readTSV reads the rows of path, each an id and *width values (set by
+// the first row read if 0).
+func readTSV(path string, width *int) (map[uint32][]float64, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("mf: model: %w", err)
 	}
 	defer f.Close()
 	out := map[uint32][]float64{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for n := 1; sc.Scan(); n++ {
-		var id uint64
-		var vals []float64
-		for i, field := range strings.Split(sc.Text(), "\t") {
-			var err error
-			if i == 0 {
-				id, err = strconv.ParseUint(field, 10, 32)
-			} else {
-				var v float64
-				v, err = strconv.ParseFloat(field, 64)
-				vals = append(vals, v)
-			}
-			if err != nil {
+	r := bufio.NewReader(f)
+	for n := 1; ; n++ {
+		line, err := r.ReadString('\n')
+		if err == io.EOF && line == "" {
+			break
+		}
+		if err == io.EOF {
+			return nil, fmt.Errorf("mf: model %s:%d: %w: the last line has no end", path, n, ErrModel)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("mf: model %s:%d: %w", path, n, err)
+		}
+		fields := strings.Split(strings.TrimSuffix(line, "\n"), "\t")
+		if *width == 0 {
+			*width = len(fields) - 1
+		}
+		if len(fields)-1 != *width || *width == 0 {
+			return nil, fmt.Errorf("mf: model %s:%d: %w: %d values, not %d", path, n, ErrModel, len(fields)-1, *width)
+		}
+		id, err := strconv.ParseUint(fields[0], 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("mf: model %s:%d: %w", path, n, err)
+		}
+		vals := make([]float64, *width)
+		for i, field := range fields[1:] {
+			if vals[i], err = strconv.ParseFloat(field, 64); err != nil {
 				return nil, fmt.Errorf("mf: model %s:%d: %w", path, n, err)
 			}
 		}
 		out[uint32(id)] = vals
 	}
-	return out, sc.Err()
+	if len(out) == 0 {
+		return nil, fmt.Errorf("mf: model %s: %w: no rows", path, ErrModel)
+	}
+	return out, nil
 }
 
 // Predict is the model's rating of item by user, clipped to [1, 5]; an

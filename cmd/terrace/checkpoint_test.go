@@ -93,9 +93,14 @@ func TestCheckpointKeep(t *testing.T) {
 	if err := os.WriteFile(part, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out := train("--passes", "5", "--resume", ck)
+	out := train("--passes", "5", "--resume", ck, "--checkpoint-every", "1")
 	if !strings.Contains(out, "lr trained 32561 examples") {
 		t.Fatalf("resume with checkpoint 5's part damaged: want pass 5 trained again from checkpoint 4\n%s", out)
+	}
+	// The checkpoint after pass 5 is numbered past the damaged 5, whose
+	// parts every server still holds: numbered 5, it was abandoned.
+	if got := names("commit-*"); !slices.Contains(got, "commit-0000000006") {
+		t.Errorf("commit records %v after the resume checkpointed pass 5 again; want 6\n%s", got, out)
 	}
 }
 

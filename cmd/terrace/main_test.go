@@ -494,6 +494,10 @@ func TestDrillFlags(t *testing.T) {
 		{[]string{"--coordinators", "0"}, "need at least one"},
 		{[]string{"--processes", "--kill", "server@1s,srv@2s"}, `--kill item 2 "srv@2s": unknown role "srv"`},
 		{[]string{"--processes", "--evict", "worker@3"}, `--evict item 1 "worker@3"`},
+		// With no majority of coordinators left none leads: the run only
+		// failed at its end, "no worker finished".
+		{[]string{"--processes", "--kill", "coordinator@2s"}, "no majority of them would be left to lead (give --coordinators 3 or more)"},
+		{[]string{"--processes", "--coordinators", "3", "--kill", "coordinator@2s", "--evict", "coordinator@3s"}, "--coordinators 3: no majority"},
 	} {
 		out, err := exec.Command(terrace(t), append([]string{"train"}, tc.args...)...).CombinedOutput()
 		if err == nil || !bytes.Contains(out, []byte(tc.want)) {

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"compress/gzip"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -58,8 +60,12 @@ func negLabel(path string) (string, error) {
 	return "-1", nil
 }
 
+// errNoServer: no server of a live cluster answered export.
+var errNoServer = errors.New("no server of the cluster answers")
+
 func exportCmd() *cobra.Command {
 	var coordinator, out, ckptDir, train string
+	var timeout time.Duration
 	var sec securityFlags
 	cmd := &cobra.Command{
 		Use:   "export",
@@ -100,7 +106,15 @@ A job that ends its cluster writes its model itself: give the job
 			if st.Job == nil {
 				return fmt.Errorf("export from %s: the cluster has no job", coordinator)
 			}
-			c, err := ps.Connect(ctx, cc, ps.Options{Rank: -1, NodeID: "export", Network: nw})
+			// The servers hold the model: with none answering (the job's
+			// servers died after it) Connect waited for a newer layout for
+			// good.
+			cctx, cancel := context.WithTimeout(ctx, timeout)
+			c, err := ps.Connect(cctx, cc, ps.Options{Rank: -1, NodeID: "export", Network: nw})
+			cancel()
+			if err != nil && cctx.Err() != nil && ctx.Err() == nil {
+				return fmt.Errorf("export from %s: %w within --timeout %v (they hold the model; --checkpoint-dir exports a checkpoint's)", coordinator, errNoServer, timeout)
+			}
 			if err != nil {
 				return fmt.Errorf("export: %w", err)
 			}
@@ -117,6 +131,7 @@ A job that ends its cluster writes its model itself: give the job
 	cmd.Flags().StringVar(&coordinator, "coordinator", "127.0.0.1:7070", "coordinator address(es), comma-separated")
 	cmd.Flags().StringVar(&out, "out", "", "file to write the model to")
 	cmd.Flags().StringVar(&ckptDir, "checkpoint-dir", "", "read the model from the newest committed checkpoint in this directory instead of a live cluster")
+	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "give up if no server of the cluster answers within this time")
 	cmd.Flags().StringVar(&train, "train", "", "with --checkpoint-dir: the training data (lr: for its feature scaling), if not where the checkpointed job says")
 	sec.register(cmd.Flags(), false)
 	addConfigFlag(cmd)

@@ -20,6 +20,7 @@ func statusCmd() *cobra.Command {
 	var watch bool
 	var every time.Duration
 	var asJSON bool
+	var timeout time.Duration
 	var sec securityFlags
 	cmd := &cobra.Command{
 		Use:   "status",
@@ -38,8 +39,14 @@ func statusCmd() *cobra.Command {
 			out := cmd.OutOrStdout()
 			tty := isTerminal(out)
 			for n := 0; ; n++ {
-				qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				qctx, cancel := context.WithTimeout(ctx, timeout)
 				st, err := cc.Status(qctx)
+				if err != nil && qctx.Err() != nil && ctx.Err() == nil {
+					// A coordinator that accepts and never answers (stopped,
+					// or wedged) said only "context deadline exceeded", not
+					// what a refused one says.
+					err = fmt.Errorf("%w: no answer within --timeout %v: %w", api.ErrUnavailable, timeout, err)
+				}
 				cancel()
 				switch {
 				case err != nil && !watch:
@@ -74,6 +81,7 @@ func statusCmd() *cobra.Command {
 	fs.BoolVarP(&watch, "watch", "w", false, "refresh until interrupted")
 	fs.DurationVar(&every, "every", time.Second, "with --watch: refresh interval")
 	fs.BoolVar(&asJSON, "json", false, "print the status as JSON")
+	fs.DurationVar(&timeout, "timeout", 5*time.Second, "give up on a coordinator that does not answer within this time")
 	sec.register(fs, false)
 	return cmd
 }

@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io"
+	"net"
 	"os/exec"
 	"strings"
 	"testing"
@@ -98,5 +101,23 @@ func TestStatusWatchOffTerminal(t *testing.T) {
 	}
 	if !bytes.Contains(out, []byte("JOB  pass -  ")) {
 		t.Errorf("a cluster with no job shows a pass:\n%s", out)
+	}
+}
+
+// TestStatusSilentCoordinator: status against a coordinator that accepts
+// connections and never answers (SIGSTOPped) fails with
+// api.ErrUnavailable once its --timeout passes, as against one that
+// refuses; it said only "context deadline exceeded".
+func TestStatusSilentCoordinator(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close() // the kernel completes connections nobody accepts
+	cmd := statusCmd()
+	cmd.SetArgs([]string{"--coordinator", ln.Addr().String(), "--timeout", "200ms"})
+	cmd.SetOut(io.Discard)
+	if err := cmd.ExecuteContext(t.Context()); !errors.Is(err, api.ErrUnavailable) {
+		t.Fatalf("status of a silent coordinator: %v; want %v", err, api.ErrUnavailable)
 	}
 }

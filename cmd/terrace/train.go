@@ -115,6 +115,17 @@ func (d *drillFlags) check() (drill.Schedule, error) {
 			return nil, fmt.Errorf("--%s needs --processes", f.name)
 		}
 	}
+	// Coordinators lead by an etcd majority: with fewer left, none leads,
+	// and the drill ran to "no worker finished" after every node's retries.
+	gone := 0
+	for _, f := range sched {
+		if f.Role == drill.Coordinator {
+			gone++
+		}
+	}
+	if gone > 0 && d.coordinators-gone <= d.coordinators/2 {
+		return nil, fmt.Errorf("--kill/--evict of %d coordinator(s) with --coordinators %d: no majority of them would be left to lead (give --coordinators %d or more)", gone, d.coordinators, 2*gone+1)
+	}
 	return sched, nil
 }
 

@@ -199,6 +199,12 @@ type Resumed struct {
 	States     map[int]int
 	// Job is the job the checkpoint was written by (nil if unknown).
 	Job *api.Job
+	// Next is the smallest sequence number nothing under Dir uses (a
+	// newer checkpoint passed over, or torn before its commit, may hold
+	// some): the next checkpoint is numbered from it (0: after Seq). Numbered
+	// Seq+1 instead, the first checkpoint after a resume from a torn
+	// newest one was refused by every server and abandoned.
+	Next uint64
 }
 
 // Resume starts a machine that nothing has joined from checkpoint r: its
@@ -230,6 +236,9 @@ func (m *Machine) Resume(r Resumed) map[int][]uint64 {
 	}
 	m.st.PartStates = vers
 	m.st.Checkpoint.Seq = r.Seq
+	if r.Next > r.Seq+1 {
+		m.st.Checkpoint.Seq = r.Next - 1 // the next one begun is numbered Next
+	}
 	m.st.Layout.Resume = &layout.Checkpoint{Dir: r.Dir, Seq: r.Seq, Pass: r.Pass, Servers: slices.Clone(r.Servers)}
 	m.st.Checkpoint.Restored = map[string]bool{}
 	m.dirty = true

@@ -130,12 +130,16 @@ func (c *Coordinator) resume(dir string) error {
 	if err != nil {
 		return fmt.Errorf("coord: resume: %w", err)
 	}
+	next, err := checkpoint.NextClusterSeq(dir)
+	if err != nil {
+		return fmt.Errorf("coord: resume: %w", err)
+	}
 	counts := map[int]int{}
 	for p := range states {
 		counts[p] = max(1, len(m.StatePieces[p]))
 	}
 	vers := c.m.Resume(Resumed{Dir: dir, Seq: m.Seq, Pass: m.Pass, Servers: m.Servers, Tables: m.Tables,
-		Partitions: m.Partitions, MaxClock: m.MaxClock, States: counts, Job: m.Job})
+		Partitions: m.Partitions, MaxClock: m.MaxClock, States: counts, Job: m.Job, Next: next})
 	for p, blob := range states {
 		for i, v := range vers[p] {
 			piece := blob

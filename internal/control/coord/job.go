@@ -41,6 +41,10 @@ func (m *Machine) SubmitJob(id uint64, j api.Job) {
 		return
 	case l.JobDone:
 		m.nextJob(j)
+	case m.st.ResumedJob && len(m.st.Workers) == 0 && !sameModel(m.st.Job, &j):
+		m.reply(Reply{ID: id, Job: m.st.Job, Err: fmt.Errorf("%w: the checkpoint resumed from is of app %s on %s, not app %s on %s: this job cannot go on from its model",
+			api.ErrJobConflict, m.st.Job.App, m.st.Job.Train, j.App, j.Train)})
+		return
 	case m.st.Job == nil, m.st.ResumedJob && len(m.st.Workers) == 0:
 		m.st.Job, m.st.ResumedJob = &j, false
 		m.dirty = true
@@ -81,6 +85,16 @@ func (m *Machine) unstarted() bool {
 		}
 	}
 	return true
+}
+
+// sameModel reports whether job b trains the model of job a, so that b
+// may go on from a's checkpoint: the same app on the same data. Passes,
+// and the hyper-parameters that tables do not check, may change (train
+// --resume with more passes). A different app had made tables of other
+// names: the checkpoint's were restored, unused, and b trained from
+// scratch after the checkpoint's passes, as if it had resumed.
+func sameModel(a, b *api.Job) bool {
+	return a.App == b.App && a.Train == b.Train
 }
 
 // diffJobs names the first fields where b differs from the job a in force.

@@ -277,6 +277,17 @@ func TestResumedJob(t *testing.T) {
 		t.Errorf("another job once a worker joined: %v, want ErrJobConflict", rep.Err)
 	}
 
+	// Another app, or other data, cannot go on from the checkpoint's
+	// model: refused, the checkpoint's job kept.
+	for _, other := range []api.Job{{App: "lda", Passes: 20}, {App: "lr", Train: "other.gz", Passes: 20}} {
+		m = NewMachine(Config{Servers: 2, Workers: 2, Partitions: 2, Replication: 2}, t0)
+		m.Resume(Resumed{Dir: "ckpt", Seq: 1, Pass: 4, Job: &ckpt})
+		r = &jobRig{t: t, m: m}
+		if rep := r.step(func(m *Machine, id uint64) { m.SubmitJob(id, other) }); !errors.Is(rep.Err, api.ErrJobConflict) || *rep.Job != ckpt {
+			t.Errorf("job %+v on a checkpoint of %+v: %v, job %+v; want ErrJobConflict and the checkpoint's", other, ckpt, rep.Err, rep.Job)
+		}
+	}
+
 	// Resumed and joined before anyone submitted: the checkpoint's job is
 	// in force.
 	m = NewMachine(Config{Servers: 2, Workers: 2, Partitions: 2, Replication: 2}, t0)

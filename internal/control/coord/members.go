@@ -34,11 +34,15 @@ func (m *Machine) joinServer(id uint64, j api.Join) {
 		m.fail(id, err)
 		return
 	}
+	restarted := j.Incarnation != "" && m.st.Incarnations[api.RoleServer+"/"+j.ID] != "" && !m.current(api.RoleServer, j.ID, j.Incarnation)
 	m.incarnate(api.RoleServer, j.ID, j.Incarnation)
 	srv := ring.Server{ID: j.ID, Addr: j.Addr, Machine: j.Machine, Class: j.Class}
 	if m.rejoinTiered(srv) || m.joinStandby(srv) {
 		m.replyLayout(id)
 		return
+	}
+	if restarted {
+		m.restartedServer(j.ID)
 	}
 	if i := slices.IndexFunc(l.Servers, func(s ring.Server) bool { return s.ID == j.ID }); i >= 0 {
 		if l.Servers[i].Addr != j.Addr {
@@ -105,7 +109,11 @@ func (m *Machine) joinWorker(id uint64, j api.Join) {
 		m.fail(id, err)
 		return
 	}
+	restarted := j.Incarnation != "" && m.st.Incarnations[api.RoleWorker+"/"+j.ID] != "" && !m.current(api.RoleWorker, j.ID, j.Incarnation)
 	m.incarnate(api.RoleWorker, j.ID, j.Incarnation)
+	if restarted {
+		m.retireRank(j.ID)
+	}
 	defer func() {
 		if r, ok := m.st.Workers[j.ID]; ok && j.Class != tier.Reliable {
 			if m.st.RankClass == nil {
@@ -135,6 +143,44 @@ func (m *Machine) joinWorker(id uint64, j api.Join) {
 	m.notePeer(r, j.Addr)
 	m.publish()
 	m.reply(Reply{ID: id, Rank: r})
+}
+
+// restartedServer takes a ring server whose process restarted (a new
+// incarnation joins under its ID) out of the ring: the new process holds
+// nothing. It was kept there with its new address, so that it headed and
+// served its slots empty, and once every copy's process had restarted
+// (the whole cluster killed and started again) training went on from
+// zero without a word. Should it be the last server on the ring, every
+// copy of the ring's slots is lost: the coordinator says so, loudly (a
+// checkpoint is then the only way back, --resume). Tiered clusters keep
+// their own rules (rejoinTiered, removeTiered).
+func (m *Machine) restartedServer(server string) {
+	l := &m.st.Layout
+	if !l.Ready || m.cfg.Stage != 0 || !slices.ContainsFunc(l.Servers, func(s ring.Server) bool { return s.ID == server }) {
+		return
+	}
+	if m.removeServer(server, "") {
+		m.note(api.EventFailed, server, "server restarted: it holds nothing, so its slots fall to their chains' next servers, and it joins again")
+		return
+	}
+	m.log.Error("the last server on the ring restarted: every copy of its slots is lost; resume from a checkpoint (--resume)", "server", server)
+	m.note(api.EventFailed, server, "the last server on the ring restarted: every copy of its slots is lost (resume from a checkpoint)")
+}
+
+// retireRank frees the ID of a worker that left or was declared dead in
+// the running job, now that its process restarted under that ID: the old
+// rank stays finished, listed as ID~rank, and the worker joins as a new
+// one with the next rank. It was handed its old rank back and refused at
+// its first request for work ("rank 0 was declared dead"), so a worker
+// started again under a fixed --id (by systemd, say) could never rejoin.
+func (m *Machine) retireRank(worker string) {
+	r, ok := m.st.Workers[worker]
+	if !ok || !m.st.Layout.Ready || !m.finished(r) {
+		return
+	}
+	delete(m.st.Workers, worker)
+	m.st.Workers[fmt.Sprintf("%s~%d", worker, r)] = r
+	m.dirty = true
 }
 
 // notePeer records that rank's worker listens for its peers at addr (a

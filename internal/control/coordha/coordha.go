@@ -139,8 +139,12 @@ func lead(ctx context.Context, st *meta.Store, cfg *Config) error {
 	saved, err := st.Snapshot(ctx)
 	opts := cfg.Options
 	opts.Logger = cfg.Logger
-	if err == nil {
-		opts.Resume = false // the saved state is newer than any checkpoint
+	if err == nil && opts.Resume {
+		// The saved state is newer than any checkpoint. Should every server
+		// have died with it, their slots are lost and the coordinator says
+		// so when they join again (coord's restartedServer).
+		cfg.Logger.Warn("--resume passed over: etcd holds this cluster's state, newer than any checkpoint (to resume from the checkpoint after the whole cluster died, start the coordinator on an empty --etcd-dir)", "id", cfg.ID)
+		opts.Resume = false
 	}
 	opts.Membership = membership(ctx, st, *cfg)
 	c, oerr := coord.Open(opts)

@@ -356,15 +356,26 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, job Job) (any, error) {
 		}
 		return nil, fmt.Errorf("worker %s: join: %w", cfg.ID, err)
 	}
-	cfg.Notices = notices()
 	// From now on every request names the job joined: should this worker
 	// outlive its job (declared dead, still running), the next job's
 	// holder of its rank is not mistaken for it.
 	if joined.Layout != nil {
 		cc.SetJob(joined.Layout.Job)
 	}
+	// Connect waits for the cluster to form (every server joined), which
+	// may take long: a notice meanwhile still ends the wait. It was watched
+	// only from here on, so a worker waiting for an absent server ignored
+	// SIGTERM for its whole join timeout and then exited 1.
 	c, err := ps.Connect(jctx, cc, ps.Options{Rank: rank, NodeID: cfg.ID, Logger: cfg.Logger, Network: cfg.Network})
+	cfg.Notices = notices()
 	if err != nil {
+		if noticedBeforeJoin(jctx) {
+			// Its rank stays: the same worker started again takes it
+			// back, and if none does, the formed cluster finds it dead
+			// (a worker that left is not given work again).
+			cfg.Logger.Warn("notice before the cluster formed: leaving, with nothing to hand off")
+			return nil, ErrDrained
+		}
 		return nil, fmt.Errorf("worker %s: %w", cfg.ID, err)
 	}
 	defer c.Close()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -80,6 +81,43 @@ func LatestCommit(dir string, accept func(seq uint64, meta []byte) error) (seq u
 		skipped = append(skipped, err)
 	}
 	return 0, nil, skipped, fmt.Errorf("%w under %s", ErrNoCheckpoint, dir)
+}
+
+// NextClusterSeq returns one more than the largest sequence number in use
+// under dir: by a commit record, intact or not, by a partition states
+// file, or by any server's part, complete or not. A cluster resumed from
+// an older checkpoint (the newest torn, damaged, or never committed) must
+// number its next checkpoint past all of these: a server refuses to create
+// a part under a number it holds (Create).
+func NextClusterSeq(dir string) (uint64, error) {
+	var top uint64
+	for _, prefix := range []string{commitPrefix, statePrefix} {
+		seqs, err := numbered(dir, prefix)
+		if err != nil {
+			return 0, fmt.Errorf("checkpoint: %w", err)
+		}
+		if len(seqs) > 0 {
+			top = max(top, seqs[len(seqs)-1])
+		}
+	}
+	servers, err := os.ReadDir(filepath.Join(dir, "servers"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return 0, fmt.Errorf("checkpoint: %w", err)
+	}
+	for _, e := range servers {
+		if !e.IsDir() {
+			continue
+		}
+		next, err := NextSeq(ServerDir(dir, e.Name()))
+		if err != nil {
+			return 0, err
+		}
+		top = max(top, next-1)
+	}
+	if top == math.MaxUint64 {
+		return 0, fmt.Errorf("checkpoint: %s: sequence numbers exhausted", dir)
+	}
+	return top + 1, nil
 }
 
 // readCommit returns commit record seq under dir with its CRC checked and

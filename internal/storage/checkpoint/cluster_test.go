@@ -104,3 +104,23 @@ func TestPruneCluster(t *testing.T) {
 		t.Fatalf("5 torn, keep 1: removed %v, %v, left %s; want 4 and 5 kept", removed, err, left())
 	}
 }
+
+// TestNextClusterSeq: the next cluster checkpoint is numbered past every
+// number in use, a server's torn part and a damaged record included.
+func TestNextClusterSeq(t *testing.T) {
+	dir := t.TempDir()
+	if n, err := NextClusterSeq(dir); err != nil || n != 1 {
+		t.Fatalf("empty: %d, %v; want 1", n, err)
+	}
+	for _, p := range []string{"commit-0000000003", "partstate-0000000004", ".commit-0000000009.tmp"} {
+		if err := os.WriteFile(filepath.Join(dir, p), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(ServerDir(dir, "s0"), "ckpt-0000000005"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := NextClusterSeq(dir); err != nil || n != 6 {
+		t.Fatalf("%d, %v; want 6, past server s0's torn part 5", n, err)
+	}
+}
