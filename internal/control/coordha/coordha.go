@@ -105,7 +105,8 @@ func Run(ctx context.Context, cfg Config) error {
 	// came back where no node looked and the job failed.
 	ready := cfg.Ready
 	cfg.Ready = func(c *coord.Coordinator, addr string) {
-		cfg.Listen = addr
+		// A later term restores what this one saves, never the checkpoint.
+		cfg.Listen, cfg.Options.Resume = addr, false
 		if ready != nil {
 			ready(c, addr)
 		}
