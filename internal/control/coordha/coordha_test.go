@@ -50,6 +50,17 @@ func replicaWith(ctx context.Context, t testing.TB, id string, endpoints []strin
 	return "", nil
 }
 
+// embedded starts an etcd member for the test, stopped when it ends.
+func embedded(ctx context.Context, tb testing.TB) *meta.Embedded {
+	tb.Helper()
+	e, err := meta.StartEmbedded(ctx, meta.EmbedConfig{Dir: tb.TempDir()})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { e.Close() })
+	return e
+}
+
 // leaseOne makes the coordinator at addr ready (a server, a worker) and
 // leases the worker a partition of epoch 0.
 func leaseOne(ctx context.Context, t testing.TB, addr string) (*api.Client, api.Grant) {
@@ -74,11 +85,7 @@ func leaseOne(ctx context.Context, t testing.TB, addr string) (*api.Client, api.
 func TestStateSurvivesFailover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	e, err := meta.StartEmbedded(ctx, meta.EmbedConfig{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	e := embedded(ctx, t)
 
 	actx, stopA := context.WithCancel(ctx)
 	addr, doneA := replica(actx, t, "a", e.Endpoints())
@@ -135,11 +142,7 @@ func TestStateSurvivesFailover(t *testing.T) {
 func BenchmarkProgressWithState(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	e, err := meta.StartEmbedded(ctx, meta.EmbedConfig{Dir: b.TempDir()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer e.Close()
+	e := embedded(ctx, b)
 	addr, _ := replica(ctx, b, "bench", e.Endpoints())
 	cl, g := leaseOne(ctx, b, addr)
 	report := func(n, size int) time.Duration {
@@ -174,11 +177,7 @@ func TestListenAddressTaken(t *testing.T) {
 	defer cancel()
 	defer func(w time.Duration) { *coordha.ListenWait = w }(*coordha.ListenWait)
 	*coordha.ListenWait = 100 * time.Millisecond
-	e, err := meta.StartEmbedded(ctx, meta.EmbedConfig{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	e := embedded(ctx, t)
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -199,11 +198,7 @@ func TestListenAddressTaken(t *testing.T) {
 func TestNextTermListensWhereTheFirstDid(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	e, err := meta.StartEmbedded(ctx, meta.EmbedConfig{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	e := embedded(ctx, t)
 	addrs := make(chan string, 4)
 	done := make(chan error, 1)
 	rctx, stop := context.WithCancel(ctx)

@@ -25,11 +25,7 @@ import (
 func TestMembersAndEpochsInEtcd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	e, err := meta.StartEmbedded(ctx, meta.EmbedConfig{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	e := embedded(ctx, t)
 	st, err := meta.Open(ctx, e.Endpoints(), "/state-test")
 	if err != nil {
 		t.Fatal(err)

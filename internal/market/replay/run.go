@@ -227,16 +227,20 @@ func (r *run) loop(ctx context.Context) error {
 func (r *run) cut(ctx context.Context, end time.Time) error {
 	r.job.AdvanceTo(end)
 	r.prov.AdvanceTo(end)
-	c := r.mgr.Counts()
+	return r.settle(ctx, end, r.mgr.Counts(), r.job.Status().Done/r.cfg.Updates)
+}
+
+// settle fills the result with the bill as of at (the job's end, or the
+// trace's) and the counts c; done is the share of the work done by then.
+func (r *run) settle(ctx context.Context, at time.Time, c rm.Counts, done float64) error {
 	bill, err := r.prov.Bill(ctx)
 	if err != nil {
 		return err
 	}
-	r.res.Dollars, r.res.Hours = bill.Dollars, end.Sub(r.start).Hours()
+	r.res.Dollars, r.res.Hours = bill.Dollars, at.Sub(r.start).Hours()
 	r.res.Evictions, r.res.Acquisitions = c.Evictions, c.Acquisitions
 	r.res.StageSwitches, r.res.UpdatesLost = len(r.job.Switches), r.job.Lost
-	r.res.FreeShare = freeShare(bill, r.cfg.Cal)
-	r.res.Unfinished, r.res.DoneShare = true, r.job.Status().Done/r.cfg.Updates
+	r.res.FreeShare, r.res.DoneShare, r.res.Unfinished = freeShare(bill, r.cfg.Cal), done, done < 1
 	return nil
 }
 
@@ -247,14 +251,9 @@ func (r *run) finish(ctx context.Context) error {
 	if err := r.windDown(ctx, fin); err != nil {
 		return err
 	}
-	bill, err := r.prov.Bill(ctx)
-	if err != nil {
+	if err := r.settle(ctx, fin, c, 1); err != nil {
 		return err
 	}
-	r.res.Dollars, r.res.Hours = bill.Dollars, fin.Sub(r.start).Hours()
-	r.res.Evictions, r.res.Acquisitions = c.Evictions, c.Acquisitions
-	r.res.StageSwitches, r.res.UpdatesLost = len(r.job.Switches), r.job.Lost
-	r.res.FreeShare, r.res.DoneShare = freeShare(bill, r.cfg.Cal), 1
 	if r.cfg.Sample > 0 {
 		r.sample(ctx, fin)
 	}
