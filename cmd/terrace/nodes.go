@@ -157,6 +157,9 @@ address, comma-separated.`,
 						fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator: ready for job %d: terrace submit JOB.yaml, then start its workers\n", job)
 					}
 				case err := <-errc:
+					if err == nil && cur != nil && done != nil && cmd.Context().Err() != nil {
+						fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator: stopped during job %d, %d pass(es) done: %s\n", job, cur.JobStatus().PassesDone, whereStateIs(inMemory, etcd, ha.Embed.Dir))
+					}
 					return err
 				}
 			}
@@ -366,4 +369,18 @@ func workerCmd() *cobra.Command {
 	w.register(cmd.Flags())
 	addConfigFlag(cmd)
 	return cmd
+}
+
+// whereStateIs tells a coordinator stopped mid-job how the cluster can go
+// on: from the state it saved, where it saved it (a stop said nothing).
+func whereStateIs(inMemory bool, etcd, etcdDir string) string {
+	switch {
+	case inMemory:
+		return "an in-memory coordinator keeps no state: its servers and workers cannot go on without it"
+	case etcd != "":
+		return "its state is in etcd at " + etcd + ": a coordinator started against it goes on"
+	case etcdDir != "":
+		return "its state is in --etcd-dir " + etcdDir + ": start the coordinator again with it, and the cluster goes on"
+	}
+	return "its embedded etcd's temporary directory is removed with it, and so is its state (give --etcd-dir to keep it; a checkpoint resumes with --resume)"
 }

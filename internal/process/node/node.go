@@ -397,7 +397,8 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, job Job) (any, error) {
 				c.Drain()
 				// For the timeline; the drain goes on without it.
 				nctx, cancel := context.WithTimeout(jobCtx, noticeTimeout)
-				if err := cc.Notice(nctx, api.Notice{Role: api.RoleWorker, ID: cfg.ID, Source: n.Source, Detail: n.Detail, Deadline: n.Deadline}); err != nil {
+				// A drain that ended first canceled it: nothing to say.
+				if err := cc.Notice(nctx, api.Notice{Role: api.RoleWorker, ID: cfg.ID, Source: n.Source, Detail: n.Detail, Deadline: n.Deadline}); err != nil && jobCtx.Err() == nil {
 					cfg.Logger.Warn("could not tell the coordinator of the notice", "err", err)
 				}
 				cancel()
