@@ -258,9 +258,16 @@ otherwise is refused, naming the flag.`,
 				return err
 			}
 			cc.RetryFor = 0
+			// The coordinator takes the job in force again as confirmed:
+			// say which happened ("job submitted" was said of both).
+			before, berr := cc.JobStatus(cmd.Context())
 			got, err := cc.SubmitJob(cmd.Context(), j)
 			if err != nil {
 				return fmt.Errorf("submit %s to %s: %w", args[0], coordinator, err)
+			}
+			if after, aerr := cc.JobStatus(cmd.Context()); berr == nil && aerr == nil && before.Job != nil && !before.Done && after.Number == before.Number {
+				fmt.Fprintf(cmd.OutOrStdout(), "terrace: job %d, the same, is already in force at %s: nothing changed: %s\n", after.Number, coordinator, describeJob(got))
+				return nil
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "terrace: job submitted to %s: %s\n", coordinator, describeJob(got))
 			return nil

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -66,8 +67,12 @@ func TestClusterRunsJobsOneAfterAnother(t *testing.T) {
 	if err := os.WriteFile(jobFile, []byte(job), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if b, err := exec.CommandContext(ctx, terrace(t), "submit", "--coordinator", addr, jobFile).CombinedOutput(); err != nil {
+	if b, err := exec.CommandContext(ctx, terrace(t), "submit", "--coordinator", addr, jobFile).CombinedOutput(); err != nil || !bytes.Contains(b, []byte("job submitted")) {
 		t.Fatalf("submit: %v\n%s", err, b)
+	}
+	// The same job again is confirmed, not submitted.
+	if b, err := exec.CommandContext(ctx, terrace(t), "submit", "--coordinator", addr, jobFile).CombinedOutput(); err != nil || !bytes.Contains(b, []byte("job 1, the same, is already in force")) {
+		t.Fatalf("submit again: %v\n%s", err, b)
 	}
 	runWorkers := func(job int, args ...string) {
 		t.Helper()
