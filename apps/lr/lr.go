@@ -71,16 +71,18 @@ type PassStats struct {
 
 // Report is one worker's result; test metrics are rank 0's.
 type Report struct {
-	App               string      `json:"app"`
-	Rank              int         `json:"rank"`
-	Examples          int64       `json:"examples"`
-	Seconds           float64     `json:"seconds"`
-	ExamplesPerSecond float64     `json:"examples_per_second"`
-	TestAccuracy      float64     `json:"test_accuracy,omitempty"`
-	TestLogLoss       float64     `json:"test_logloss,omitempty"`
-	TestAUC           float64     `json:"test_auc,omitempty"`
-	Refused           int64       `json:"refused_non_finite"`
-	Passes            []PassStats `json:"passes,omitempty"`
+	App               string  `json:"app"`
+	Rank              int     `json:"rank"`
+	Examples          int64   `json:"examples"`
+	Seconds           float64 `json:"seconds"`
+	ExamplesPerSecond float64 `json:"examples_per_second"`
+	TestAccuracy      float64 `json:"test_accuracy,omitempty"`
+	TestLogLoss       float64 `json:"test_logloss,omitempty"`
+	TestAUC           float64 `json:"test_auc,omitempty"`
+	Refused           int64   `json:"refused_non_finite"`
+	// Batch is the minibatch trained with: the job's, or AutoBatch's.
+	Batch  int         `json:"batch"`
+	Passes []PassStats `json:"passes,omitempty"`
 }
 
 // TableName is the weight table's name.
@@ -141,7 +143,7 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 		}
 	}
 	w := newWorker(c, train, nkeys, tbl, cfg.Consistency)
-	rep := &Report{App: "lr", Rank: c.Rank()}
+	rep := &Report{App: "lr", Rank: c.Rank(), Batch: cfg.Batch}
 	// evalAt scores the model after pass (from 0); after the last, with
 	// --model, from the same pull that is saved, so that the model saved
 	// is the model scored.

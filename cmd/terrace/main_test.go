@@ -206,6 +206,10 @@ func TestTrainReport(t *testing.T) {
 	if job["consistency"] != "bsp" || job["passes"] != 3.0 || job["train"] != repoFile("datasets/a9a/a9a.gz") {
 		t.Errorf("job %v", job)
 	}
+	// No --batch: the batch lr chose for the data (32,561 rows / 400), not 0.
+	if job["batch"] != 81.0 {
+		t.Errorf("job's batch %v, want lr's choice for a9a, 81", job["batch"])
+	}
 	cfg, _ := rep["config"].(map[string]any)
 	if cfg["servers"] != 2.0 || cfg["log_level"] != "warn" || cfg["kill"] != nil || cfg["topics"] != nil {
 		t.Errorf("config %v", cfg)

@@ -316,10 +316,14 @@ func buildReport(a appFlags, cmd *cobra.Command, secs float64, reps map[int]json
 	for rank, raw := range reps {
 		var w struct {
 			Examples int64            `json:"examples"`
+			Batch    int              `json:"batch"`
 			Passes   []map[string]any `json:"passes"`
 		}
 		if err := json.Unmarshal(raw, &w); err != nil {
 			return nil, fmt.Errorf("report of rank %d: %w", rank, err)
+		}
+		if rep.Job != nil && rep.Job.Batch == 0 {
+			rep.Job.Batch = w.Batch // the app chose it (lr's AutoBatch): say which
 		}
 		rep.Examples += w.Examples
 		for _, p := range w.Passes {
