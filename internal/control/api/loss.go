@@ -96,10 +96,13 @@ func Runs(ps []LostPush) []PushRuns {
 		}
 		out[i].Seqs.Add(p.Seq)
 	}
-	slices.SortFunc(out, func(a, b PushRuns) int {
-		return cmp.Or(cmp.Compare(a.Client, b.Client), cmp.Compare(a.Table, b.Table), cmp.Compare(a.Worker, b.Worker))
-	})
+	slices.SortFunc(out, ComparePushRuns)
 	return out
+}
+
+// ComparePushRuns orders runs by client, table and worker.
+func ComparePushRuns(a, b PushRuns) int {
+	return cmp.Or(cmp.Compare(a.Client, b.Client), cmp.Compare(a.Table, b.Table), cmp.Compare(a.Worker, b.Worker))
 }
 
 // Loss is what the ledgers counted at every fallback so far.

@@ -60,9 +60,7 @@ func (s pushSet) list() []api.PushRuns {
 	for k, sl := range s {
 		out = append(out, api.PushRuns{Client: k.client, Table: k.table, Worker: k.worker, Seqs: sl})
 	}
-	slices.SortFunc(out, func(a, b api.PushRuns) int {
-		return cmp.Or(cmp.Compare(a.Client, b.Client), cmp.Compare(a.Table, b.Table), cmp.Compare(a.Worker, b.Worker))
-	})
+	slices.SortFunc(out, api.ComparePushRuns)
 	return out
 }
 
@@ -109,7 +107,8 @@ func (m *Machine) ReportLoss(id uint64, r api.LossReport) {
 			if c == 0 {
 				continue
 			}
-			fresh.addAll([]api.PushRuns{{Client: p.Client, Table: p.Table, Worker: p.Worker, Seqs: add}})
+			k := keyOf(p)
+			fresh[k] = keyspace.Union(fresh[k], add)
 			name := m.tableName(p.Table)
 			if *byTable == nil {
 				*byTable = map[string]int64{}

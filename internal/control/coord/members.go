@@ -34,8 +34,7 @@ func (m *Machine) joinServer(id uint64, j api.Join) {
 		m.fail(id, err)
 		return
 	}
-	restarted := j.Incarnation != "" && m.st.Incarnations[api.RoleServer+"/"+j.ID] != "" && !m.current(api.RoleServer, j.ID, j.Incarnation)
-	m.incarnate(api.RoleServer, j.ID, j.Incarnation)
+	restarted := m.incarnate(api.RoleServer, j.ID, j.Incarnation)
 	srv := ring.Server{ID: j.ID, Addr: j.Addr, Machine: j.Machine, Class: j.Class}
 	if m.rejoinTiered(srv) || m.joinStandby(srv) {
 		m.replyLayout(id)
@@ -109,8 +108,7 @@ func (m *Machine) joinWorker(id uint64, j api.Join) {
 		m.fail(id, err)
 		return
 	}
-	restarted := j.Incarnation != "" && m.st.Incarnations[api.RoleWorker+"/"+j.ID] != "" && !m.current(api.RoleWorker, j.ID, j.Incarnation)
-	m.incarnate(api.RoleWorker, j.ID, j.Incarnation)
+	restarted := m.incarnate(api.RoleWorker, j.ID, j.Incarnation)
 	if restarted {
 		m.retireRank(j.ID)
 	}
@@ -199,14 +197,18 @@ func (m *Machine) notePeer(rank int, addr string) bool {
 	return true
 }
 
-// incarnate records that node role/id is now incarnation inc; the next
-// save carries it.
-func (m *Machine) incarnate(role, id, inc string) {
+// incarnate records that node role/id is now incarnation inc (the next
+// save carries it), and reports whether inc replaces another: the node's
+// process restarted under its ID.
+func (m *Machine) incarnate(role, id, inc string) (restarted bool) {
 	key := role + "/" + id
-	if inc != "" && m.st.Incarnations[key] != inc {
-		m.st.Incarnations[key] = inc
-		m.dirty = true
+	prev := m.st.Incarnations[key]
+	if inc == "" || prev == inc {
+		return false
 	}
+	m.st.Incarnations[key] = inc
+	m.dirty = true
+	return prev != ""
 }
 
 // current reports whether inc is the incarnation node role/id joined with
