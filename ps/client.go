@@ -96,8 +96,17 @@ type Client struct {
 
 	stopBeat context.CancelFunc
 	draining atomic.Bool
-	idle     atomic.Bool // waiting for work: see wire.ClockIdle
-	obs      *clientObs  // metrics.go; nil in some tests
+	idle     atomic.Bool // waiting for work: see wire.ClockIdle; set under tellMu
+	// tellMu orders what this worker tells the servers about waiting for
+	// work against its leaving it: the value a message reports and its
+	// place on each connection, and toldIdle, the connections told
+	// wire.ClockIdle since the worker last left idle, with the epoch to
+	// send on. An install dials and tells a server idle before it
+	// publishes the connection; the worker leaving idle must hear that
+	// server's entry clock too (enterClock).
+	tellMu   sync.Mutex
+	toldIdle map[*transport.Client]uint64
+	obs      *clientObs // metrics.go; nil in some tests
 
 	// drained is closed by Drain (made on first use: drainInit).
 	drained   chan struct{}
@@ -177,6 +186,7 @@ func (c *Client) install(ctx context.Context, l *layout.Layout) error {
 	if c.opts.Rank >= 0 {
 		worker = uint32(c.opts.Rank)
 	}
+	sent := map[*transport.Client]int64{} // the clock sendClockOn told each new connection
 	for _, s := range rm.Servers {
 		if conns[s.ID] != nil {
 			continue
@@ -193,8 +203,10 @@ func (c *Client) install(ctx context.Context, l *layout.Layout) error {
 			continue
 		}
 		conns[s.ID] = cc
-		c.sendClockOn(cc, rm.Epoch)
+		sent[cc] = c.sendClockOn(cc, rm.Epoch)
 	}
+	c.tellMu.Lock() // before mu, as enterClock takes them
+	defer c.tellMu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -212,6 +224,16 @@ func (c *Client) install(ctx context.Context, l *layout.Layout) error {
 		c.lay, c.rm = l, rm
 	}
 	c.conns = conns
+	// A clock sent, or idle entered, between the dial and now went to the
+	// connections held before only: a new one heard a stale value. Told
+	// again here, before anything else this worker sends on it. One told
+	// idle that the worker has left idle since was in toldIdle when it
+	// left, and has heard its clock.
+	for cc, v := range sent {
+		if now := c.clockToTell(); v != now && v != wire.ClockIdle {
+			c.tellClock(cc, rm.Epoch, now)
+		}
+	}
 	if len(conns) == 0 {
 		return fmt.Errorf("%w (layout %d): %w", errNoServer, l.Version, errors.Join(dialErrs...))
 	}
@@ -405,13 +427,44 @@ func (c *Client) Finish() *Future {
 // connected never reached it, and a read waiting there for this worker
 // would otherwise wait for a clock this worker, blocked on the read, never
 // sends.
-func (c *Client) sendClockOn(cc *transport.Client, epoch uint64) {
-	v := c.clock.Load()
+// It returns the clock it told (0: none).
+func (c *Client) sendClockOn(cc *transport.Client, epoch uint64) int64 {
+	c.tellMu.Lock()
+	defer c.tellMu.Unlock()
+	v := c.clockToTell()
+	c.tellClock(cc, epoch, v)
+	return v
+}
+
+// leaveIdle ends waiting for work without entering a clock, on a way out
+// of work that trains nothing (drained, failed): the servers hear the
+// clock as it stands at the next restatement, as a worker that enters.
+func (c *Client) leaveIdle() {
+	c.tellMu.Lock()
+	defer c.tellMu.Unlock()
+	c.idle.Store(false)
+	c.toldIdle = nil
+}
+
+// clockToTell is the clock a server should count this worker at now:
+// wire.ClockIdle while it waits for work.
+func (c *Client) clockToTell() int64 {
 	if c.idle.Load() {
-		v = wire.ClockIdle
+		return wire.ClockIdle
 	}
+	return c.clock.Load()
+}
+
+// tellClock sends clock v on cc, not waiting for the answer; under tellMu.
+func (c *Client) tellClock(cc *transport.Client, epoch uint64, v int64) {
 	if c.opts.Rank < 0 || v == 0 {
 		return
+	}
+	if v == wire.ClockIdle {
+		if c.toldIdle == nil {
+			c.toldIdle = map[*transport.Client]uint64{}
+		}
+		c.toldIdle[cc] = epoch
 	}
 	c.callClock(cc, epoch, v, &transport.Call{
 		OnReply: func(h wire.Header, r *wire.Reader) error {
@@ -420,6 +473,16 @@ func (c *Client) sendClockOn(cc *transport.Client, epoch uint64) {
 		},
 		OnFail: func(error) {},
 	})
+}
+
+// waitForWork tells every server that this worker waits for work
+// (wire.ClockIdle): the others finish their pieces while it waits, and
+// must not wait for its clock meanwhile. enterClock ends it.
+func (c *Client) waitForWork() *Future {
+	c.tellMu.Lock()
+	defer c.tellMu.Unlock()
+	c.idle.Store(true)
+	return c.sendClock(wire.ClockIdle)
 }
 
 // callClock sends clock v of this worker on cc.
@@ -437,11 +500,26 @@ func (c *Client) callClock(cc *transport.Client, epoch uint64, v int64, call *tr
 // A server that does not answer within enterWait (a silent machine, about
 // to be declared failed) is not waited for: it answers reads without this
 // worker only until the worker's next clock reaches it.
+//
+// A worker leaving idle sends it, under tellMu, to every server it holds
+// and every one told idle since (toldIdle: an install may have dialled
+// one and not published it yet), so that it learns each entry clock
+// before it pushes; a server told idle after this hears the clock first
+// (install). The simulation's tiers seed 132665 caught the race: a new
+// head, told idle as the worker left idle, answered a read without
+// waiting for the worker's clock.
 func (c *Client) enterClock(ctx context.Context, v int64) error {
 	var high atomic.Int64
 	high.Store(v)
+	c.tellMu.Lock()
+	c.clock.Store(v)
+	c.idle.Store(false)
+	extra := c.toldIdle
+	c.toldIdle = nil
+	f := c.sendClockFrom(v, &high, extra)
+	c.tellMu.Unlock()
 	wctx, cancel := context.WithTimeout(ctx, enterWait)
-	err := c.sendClockFrom(v, &high).Wait(wctx)
+	err := f.Wait(wctx)
 	cancel()
 	switch {
 	case ctx.Err() != nil:
@@ -463,11 +541,13 @@ func (c *Client) enterClock(ctx context.Context, v int64) error {
 // enterWait bounds how long enterClock waits for the servers' answers.
 const enterWait = 2 * time.Second
 
-func (c *Client) sendClock(v int64) *Future { return c.sendClockFrom(v, nil) }
+func (c *Client) sendClock(v int64) *Future { return c.sendClockFrom(v, nil, nil) }
 
-// sendClockFrom sends clock v to every server; with high not nil, it
-// raises high to the clocks the servers answer they count this worker at.
-func (c *Client) sendClockFrom(v int64, high *atomic.Int64) *Future {
+// sendClockFrom sends clock v to every server, and to the connections in
+// extra that are not the layout's (with the epoch each maps to); with high
+// not nil, it raises high to the clocks the servers answer they count this
+// worker at.
+func (c *Client) sendClockFrom(v int64, high *atomic.Int64, extra map[*transport.Client]uint64) *Future {
 	if c.opts.Rank < 0 {
 		return failed(fmt.Errorf("%w: a client without a rank has no clock", ErrBadArgument))
 	}
@@ -475,24 +555,40 @@ func (c *Client) sendClockFrom(v int64, high *atomic.Int64) *Future {
 	if err != nil {
 		return failed(err)
 	}
+	type target struct {
+		id    string
+		cc    *transport.Client
+		epoch uint64
+	}
+	to := make([]target, 0, len(rm.Servers)+len(extra))
+	held := make(map[*transport.Client]bool, len(rm.Servers))
+	for _, s := range rm.Servers {
+		to = append(to, target{s.ID, conns[s.ID], rm.Epoch})
+		held[conns[s.ID]] = true
+	}
+	for cc, epoch := range extra {
+		if !held[cc] {
+			to = append(to, target{cc.Addr(), cc, epoch})
+		}
+	}
 	// Clocks are absolute, so a server that misses one (it is down, or its
 	// connection broke) is brought up to date by the next; a failed send
 	// is not an error for the worker.
-	f := newFuture(len(rm.Servers))
+	f := newFuture(len(to))
 	skip := func(error) { f.partDone(nil) }
-	for _, s := range rm.Servers {
-		cc := conns[s.ID]
+	for _, s := range to {
+		cc := s.cc
 		if cc == nil || cc.Err() != nil {
 			skip(nil)
 			continue
 		}
-		c.callClock(cc, rm.Epoch, v, &transport.Call{
+		c.callClock(cc, s.epoch, v, &transport.Call{
 			OnReply: func(h wire.Header, r *wire.Reader) error {
 				p, err := r.Payload(h)
 				if err != nil {
 					return err
 				}
-				if err := replyError(s.ID, h, p); err != nil || high == nil {
+				if err := replyError(s.id, h, p); err != nil || high == nil {
 					f.partDone(err)
 					return nil
 				}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/terrace-ml/terrace/internal/control/api"
-	"github.com/terrace-ml/terrace/internal/dataplane/wire"
 	"github.com/terrace-ml/terrace/internal/placement/layout"
 )
 
@@ -115,8 +114,8 @@ func (c *Client) work(ctx context.Context, pass int) (*Lease, error) {
 		// No partition is free: the others finish theirs while this worker
 		// waits, and must not wait for its clock meanwhile.
 		idle = true
-		c.idle.Store(true)
-		if err := c.sendClock(wire.ClockIdle).Wait(ctx); err != nil {
+		defer c.leaveIdle() // on the ways out that do not enter a clock
+		if err := c.waitForWork().Wait(ctx); err != nil {
 			return nil, err
 		}
 		if c.rr != nil {
@@ -124,7 +123,6 @@ func (c *Client) work(ctx context.Context, pass int) (*Lease, error) {
 		} else {
 			r = <-got
 		}
-		c.idle.Store(false)
 	}
 	if r.err != nil && r.stolen == nil && c.Draining() && ctx.Err() == nil {
 		return nil, ErrDrained
@@ -133,7 +131,6 @@ func (c *Client) work(ctx context.Context, pass int) (*Lease, error) {
 		return nil, fmt.Errorf("ps: work for pass %d: %w", pass, r.err)
 	}
 	if v := max(c.clock.Load(), r.g.Clock); v > c.clock.Load() || idle {
-		c.clock.Store(v)
 		if err := c.enterClock(ctx, v); err != nil {
 			return nil, err
 		}

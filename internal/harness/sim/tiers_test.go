@@ -153,8 +153,11 @@ const defaultTierSchedules = 40
 // than was lost, with joiners promoted one at a time (fixed with them);
 // 50074: a replacement worker opening its table as a class-wide
 // revocation took every ActivePS got a layout with no reachable server
-// and failed instead of waiting for the fallback's (ps.installWaiting).
-var tierRegressionSeeds = []uint64{88, 102, 232, 352, 2258, 143, 1341, 1670, 1704, 1721, 1911, 610, 611, 1608, 2605, 1377, 50074}
+// and failed instead of waiting for the fallback's (ps.installWaiting);
+// 132665: a worker leaving idle as an install dialled a new head left the
+// head counting it idle, and the head answered a read without waiting for
+// its clock (fixed with ps.Client.tellMu and toldIdle).
+var tierRegressionSeeds = []uint64{88, 102, 232, 352, 2258, 143, 1341, 1670, 1704, 1721, 1911, 610, 611, 1608, 2605, 1377, 50074, 132665}
 
 // TestTierSimulation runs the first seeded random schedules of tiers of
 // reliability (sim.RandomTiers: stage switches, bulk revocations with and
