@@ -158,7 +158,13 @@ address, comma-separated.`,
 					}
 				case err := <-errc:
 					if err == nil && cur != nil && done != nil && cmd.Context().Err() != nil {
-						fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator: stopped during job %d, %d pass(es) done: %s\n", job, cur.JobStatus().PassesDone, whereStateIs(inMemory, etcd, ha.Embed.Dir))
+						if js := cur.JobStatus(); js.Done {
+							// Between jobs: "during job 2, 150 passes done"
+							// read as if job 2 had run.
+							fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator: stopped after job %d was done, before another was submitted: %s\n", js.Number, whereStateIs(inMemory, etcd, ha.Embed.Dir))
+						} else {
+							fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator: stopped during job %d, %d pass(es) done: %s\n", job, js.PassesDone, whereStateIs(inMemory, etcd, ha.Embed.Dir))
+						}
 					}
 					return err
 				}
@@ -282,6 +288,7 @@ func (w *workerFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&w.cfg.ID, "id", "", "node ID (host name and pid if empty)")
 	fs.StringVar(&w.cfg.Coordinator, "coordinator", "127.0.0.1:7070", "coordinator address")
 	fs.DurationVar(&w.cfg.JoinTimeout, "join-timeout", node.DefaultJoinTimeout, "give up if the coordinator or servers cannot be reached within this time")
+	fs.IntVar(&w.cfg.Rejoins, "rejoins", node.DefaultRejoins, "times to join again as a new worker after the coordinator declared this one dead while it ran (paused or starved longer than the failure timeout); 0: exit 1 instead")
 	logLevelVar(fs, &w.logLevel, "warn")
 	fs.StringVar(&w.reportPath, "report", "", "write this worker's JSON report to this file")
 	w.sec.register(fs, false)
@@ -299,6 +306,9 @@ func (w *workerFlags) setup() error {
 	// they make is compared with the cluster's later (resolveJob).
 	if err := w.a.checkFlags(); err != nil {
 		return err
+	}
+	if w.cfg.Rejoins < 0 {
+		return fmt.Errorf("--rejoins %d: need 0 or more", w.cfg.Rejoins)
 	}
 	if err := w.peers.check(); err != nil {
 		return err

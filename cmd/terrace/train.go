@@ -601,6 +601,10 @@ func drillWorkerCmd() *cobra.Command {
 			if err := w.setup(); err != nil {
 				return err
 			}
+			// The drill accounts one rank per process (its audit log,
+			// its rank marker): a worker declared dead while alive exits,
+			// as the drill's fencing expects.
+			w.cfg.Rejoins = 0
 			inner, err := w.workerJob(cmd.Context(), out)
 			if err != nil {
 				return err

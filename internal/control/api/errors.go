@@ -2,6 +2,7 @@ package api
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 
 	"github.com/terrace-ml/terrace/table"
@@ -20,6 +21,11 @@ var (
 	// was declared dead, and another worker may be training it), or asks
 	// for a state version that is no longer current.
 	ErrLeaseLost = errors.New("coordinator: lease lost")
+	// ErrDeclaredDead: the worker's rank was declared dead (silent for
+	// the failure timeout: a paused or starved process, or one cut off)
+	// or had left; its leases went to others. It wraps ErrLeaseLost. The
+	// process may join again, under a new incarnation, as a new worker.
+	ErrDeclaredDead = fmt.Errorf("%w: worker declared dead", ErrLeaseLost)
 	// ErrNoSplit: the piece asked for cannot be split now (no live worker
 	// holds it, another split of it is pending, its holder declined, died,
 	// drained or did not answer within the failure timeout).
@@ -68,6 +74,7 @@ const (
 	CodeFull          Code = "full"
 	CodeTableConflict Code = "table_conflict"
 	CodeLeaseLost     Code = "lease_lost"
+	CodeDeclaredDead  Code = "declared_dead"
 	CodeNoSplit       Code = "no_split"
 	CodeNoState       Code = "no_state"
 	CodeStateTooLarge Code = "state_too_large"
@@ -98,6 +105,7 @@ var codes = []struct {
 	{CodeBadRequest, ErrBadRequest, http.StatusBadRequest},
 	{CodeFull, ErrFull, http.StatusConflict},
 	{CodeTableConflict, ErrTableConflict, http.StatusConflict},
+	{CodeDeclaredDead, ErrDeclaredDead, http.StatusConflict}, // before ErrLeaseLost, which it wraps
 	{CodeLeaseLost, ErrLeaseLost, http.StatusConflict},
 	{CodeNoSplit, ErrNoSplit, http.StatusConflict},
 	{CodeNoState, ErrNoState, http.StatusNotFound},

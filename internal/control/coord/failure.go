@@ -70,7 +70,7 @@ func (m *Machine) checkRank(rank int) error {
 		return fmt.Errorf("%w: rank %d: no worker joined with it", api.ErrBadRequest, rank)
 	}
 	if m.finished(rank) {
-		return fmt.Errorf("%w: rank %d was declared dead", api.ErrLeaseLost, rank)
+		return fmt.Errorf("%w: rank %d", api.ErrDeclaredDead, rank)
 	}
 	return nil
 }
@@ -153,7 +153,7 @@ func (m *Machine) finish(rank int) {
 	}
 	m.waiting = slices.DeleteFunc(m.waiting, func(w waiter) bool {
 		if w.rank == rank {
-			m.fail(w.id, fmt.Errorf("%w: rank %d was declared dead", api.ErrLeaseLost, rank))
+			m.fail(w.id, fmt.Errorf("%w: rank %d", api.ErrDeclaredDead, rank))
 		}
 		return w.rank == rank
 	})

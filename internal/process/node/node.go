@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/control/coord"
 	"github.com/terrace-ml/terrace/internal/dataplane/transport"
@@ -311,7 +313,17 @@ type WorkerConfig struct {
 	// messages, announced in its join (none if empty;
 	// docs/design/stragglers.md).
 	PeerAddr string
+	// Rejoins is how many times the worker joins again, as a new worker,
+	// after the coordinator declared it dead while it ran (a pause or
+	// starvation longer than the failure timeout; see RunWorker); 0: it
+	// returns the error instead.
+	Rejoins int
 }
+
+// DefaultRejoins is `terrace worker`'s WorkerConfig.Rejoins: enough for
+// a worker on a busy host to ride out its pauses, few enough that one the
+// coordinator can never hear from stops.
+const DefaultRejoins = 10
 
 // noticeTimeout bounds telling the coordinator of a worker's notice.
 const noticeTimeout = 2 * time.Second
@@ -322,6 +334,15 @@ var ErrDrained = errors.New("node drained")
 
 // RunWorker joins the coordinator, connects to the servers, runs job and
 // reports its result to the coordinator.
+//
+// A worker the coordinator declared dead while it was alive (stopped,
+// starved of the processor or cut off for longer than the failure
+// timeout) has lost its rank: its leases went to the others, its pushes
+// are fenced. Up to cfg.Rejoins times it then joins again under a new
+// incarnation, which the coordinator gives the next rank, and runs job
+// afresh from its first request for work; the work it lost is counted
+// where any dead worker's is. Before this, such a worker exited 1 and the
+// job went on one worker short.
 func RunWorker(ctx context.Context, cfg WorkerConfig, job Job) (any, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -336,6 +357,18 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, job Job) (any, error) {
 		return nil, fmt.Errorf("worker %s: %w", cfg.ID, err)
 	}
 	cc.Unreachable = unreachable(cfg.Logger, cfg.JoinTimeout)
+	for rejoin := 0; ; rejoin++ {
+		rep, err := runWorker(ctx, cfg, cc, metrics, job)
+		if !errors.Is(err, api.ErrDeclaredDead) || rejoin >= cfg.Rejoins || ctx.Err() != nil {
+			return rep, err
+		}
+		cfg.Logger.Warn("declared dead while running (paused or starved longer than the failure timeout): joining again as a new worker",
+			"rejoin", rejoin+1, "of", cfg.Rejoins, "err", err)
+	}
+}
+
+// runWorker is one membership of RunWorker's: join, connect, run, report.
+func runWorker(ctx context.Context, cfg WorkerConfig, cc *api.Client, metrics *prometheus.Registry, job Job) (any, error) {
 	nctx, notices := beforeJoin(ctx, cfg.Notices)
 	jctx, cancel := context.WithTimeout(nctx, cfg.JoinTimeout)
 	defer cancel()
@@ -380,7 +413,9 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, job Job) (any, error) {
 	}
 	defer c.Close()
 	if metrics != nil {
-		metrics.MustRegister(c.Collector())
+		col := c.Collector()
+		metrics.MustRegister(col)
+		defer metrics.Unregister(col) // a rejoin registers its new client's
 	}
 	reg := register(ctx, c.Layout(), api.RoleWorker, cfg.ID, inc, "", machineLabels(cfg.Machine, cfg.Class), cfg.Network, cfg.Logger)
 	defer reg.leave()
@@ -416,6 +451,15 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, job Job) (any, error) {
 		}()
 	}
 	rep, err := job(jobCtx, c)
+	if err != nil && !errors.Is(err, api.ErrDeclaredDead) && !errors.Is(err, ps.ErrDrained) && ctx.Err() == nil && !c.Draining() {
+		// The job may fail on what being declared dead did first (a
+		// server fencing the rank's pushes): ask the coordinator.
+		hctx, cancel := context.WithTimeout(ctx, noticeTimeout)
+		if herr := cc.Heartbeat(hctx, rank); errors.Is(herr, api.ErrDeclaredDead) {
+			err = fmt.Errorf("%w (%w)", herr, err)
+		}
+		cancel()
+	}
 	if errors.Is(err, ps.ErrDrained) {
 		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
