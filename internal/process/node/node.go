@@ -460,6 +460,12 @@ func runWorker(ctx context.Context, cfg WorkerConfig, cc *api.Client, metrics *p
 		}
 		cancel()
 	}
+	if errors.Is(err, api.ErrDeclaredDead) && c.Draining() {
+		// Told to leave (SIGTERM, a notice), and found dead on the way:
+		// its leases went to others already, nothing is left to hand off.
+		cfg.Logger.Warn("drained: declared dead meanwhile, its leases already handed on", "err", err)
+		return nil, ErrDrained
+	}
 	if errors.Is(err, ps.ErrDrained) {
 		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
