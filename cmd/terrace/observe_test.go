@@ -78,6 +78,7 @@ func TestPriceFlag(t *testing.T) {
 		{[]string{"coordinator", "--price", "reliable=cheap"}, `--price item 1 "reliable=cheap": want a finite number >= 0`},
 		{[]string{"coordinator", "--price", "spot=0.1"}, `--price item 1: "spot": unknown class`},
 		{[]string{"coordinator", "--stage-reason", "planner"}, "--stage-reason needs --stage"},
+		{[]string{"coordinator", "--sync-interval", "2s"}, "--sync-interval needs --stage"},
 		{[]string{"train", "--processes", "--reliable", "1", "--transient", "1", "--price", "transient=-1"}, `--price item 1 "transient=-1"`},
 		{[]string{"train", "--price", "reliable=1"}, "--price needs --reliable and --transient"},
 	} {

@@ -61,9 +61,11 @@ func (m *machineFlags) parse() (string, tier.Class, error) {
 type coordTierFlags struct {
 	class, stage, price, stageReason string
 	syncInterval                     time.Duration
+	fs                               *pflag.FlagSet // to tell a flag given from its default
 }
 
 func (t *coordTierFlags) register(fs *pflag.FlagSet) {
+	t.fs = fs
 	fs.StringVar(&t.class, "class", "reliable", "the class of this coordinator's machine; it runs only on reliable machines")
 	fs.StringVar(&t.stage, "stage", "", "run tiers of reliability, forming in this stage (1, 2 or 3); empty: no tiers")
 	fs.DurationVar(&t.syncInterval, "sync-interval", time.Second, "with --stage: how often an ActivePS streams its aggregated updates to its BackupPS")
@@ -89,6 +91,10 @@ func (t *coordTierFlags) apply(o *coord.Options) (tier.Class, error) {
 	}
 	if t.stageReason != "" && t.stage == "" {
 		return 0, fmt.Errorf("--stage-reason needs --stage")
+	}
+	if t.stage == "" && t.fs != nil && t.fs.Changed("sync-interval") {
+		// Without tiers nothing streams: the value was ignored.
+		return 0, fmt.Errorf("--sync-interval needs --stage (without tiers no ActivePS streams to a BackupPS)")
 	}
 	o.StageReason = t.stageReason
 	if t.syncInterval <= 0 {

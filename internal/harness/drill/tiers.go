@@ -347,9 +347,9 @@ func (t *Tiers) coordArgs() []string {
 	var args []string
 	if t.Stage != "" {
 		args = append(args, "--stage", t.Stage)
-	}
-	if t.SyncInterval > 0 {
-		args = append(args, "--sync-interval", t.SyncInterval.String())
+		if t.SyncInterval > 0 { // the coordinator refuses it without a stage
+			args = append(args, "--sync-interval", t.SyncInterval.String())
+		}
 	}
 	if t.Price != "" {
 		args = append(args, "--price", t.Price)
