@@ -425,7 +425,7 @@ func (c *Cluster) StartWorker(class string) {
 	c.Note("start %s", w.ID)
 	c.goNode(func() {
 		_, err := node.RunWorker(ctx, node.WorkerConfig{ID: w.ID, Coordinator: c.coordAddr, Logger: c.log.With("node", w.ID),
-			Network: c.net.Host(w.ID), Notices: w.notices, Machine: c.machine(w), Class: c.class(w)},
+			Network: c.net.Host(w.ID), Notices: w.notices, Machine: c.machine(w), Class: c.class(w), Rejoins: node.DefaultRejoins},
 			func(ctx context.Context, cl *ps.Client) (any, error) { return nil, c.workload.Run(ctx, c, w, cl) })
 		c.mu.Lock()
 		w.done, w.err = true, err
@@ -558,8 +558,9 @@ func (c *Cluster) workerReturned(w *Node) {
 		// job at the deadline): its machine is gone, as if killed.
 		c.Note("%s stopped at its notice's deadline: %v", w.ID, w.err)
 	case errors.Is(w.err, api.ErrLeaseLost):
-		// Declared dead while alive (cut off from the coordinator): it
-		// stops, as a real worker exits, and a new one takes its place.
+		// Declared dead while alive (cut off from the coordinator) more
+		// often than it joins again (node.DefaultRejoins): it stops, as a
+		// real worker exits, and a new one takes its place.
 		c.Note("%s fenced out: %v", w.ID, w.err)
 		c.StartWorker("")
 	default:
