@@ -227,7 +227,12 @@ func (m *Machine) Probed(p Probe, alive bool) {
 		m.reply(Reply{ID: p.ReqID})
 		return
 	}
-	if !m.current(api.RoleServer, p.ID, p.Incarnation) || !m.removeServer(p.ID, p.Addr) {
+	if !m.current(api.RoleServer, p.ID, p.Incarnation) {
+		m.reply(Reply{ID: p.ReqID})
+		return
+	}
+	if !m.removeServer(p.ID, p.Addr) {
+		m.lastServerDown(p.ID, "lost its etcd registration and does not answer a dial")
 		m.reply(Reply{ID: p.ReqID})
 		return
 	}

@@ -63,6 +63,7 @@ type Machine struct {
 
 	beats    map[int]time.Time // last heard of, by rank
 	suspects []suspect         // workers whose registration ended
+	lastDown string            // the last ring server said to be down (lastServerDown), "id@addr"
 	cutSince map[cutKey]time.Time
 	waiting  []waiter // requests parked until they can be answered
 	ckptDone []CheckpointStat

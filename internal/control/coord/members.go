@@ -224,8 +224,31 @@ func (m *Machine) ServerFailed(id uint64, server, addr string) {
 	removed := m.removeServer(server, addr)
 	if removed {
 		m.note(api.EventFailed, server, "server does not answer pings: its slots fall to their chains' next servers")
+	} else {
+		m.lastServerDown(server, "does not answer pings")
 	}
 	m.reply(Reply{ID: id, Removed: removed})
+}
+
+// lastServerDown says that the last server on the ring stopped answering.
+// It cannot be taken out (its slots would have nowhere to go), so the job
+// waits for it; if it is gone, every copy of the model went with it. A
+// whole cluster SIGKILLed and started again on its --etcd-dir (new
+// servers joining, the old ones gone) waited so without a word, its new
+// workers giving up after their join timeout. A partition that heals
+// brings the server back, so this is said, not acted on.
+func (m *Machine) lastServerDown(server, why string) {
+	l := &m.st.Layout
+	if !l.Ready || l.JobDone || m.cfg.Stage != 0 || len(l.Servers) != 1 || l.Servers[0].ID != server {
+		return
+	}
+	key := server + "@" + l.Servers[0].Addr
+	if m.lastDown == key {
+		return // both detectors found it: said once
+	}
+	m.lastDown = key
+	m.log.Error("the last server on the ring "+why+": the job waits for it; if it is gone, every copy of the model went with it, and the way on is the newest checkpoint: start the coordinator on an empty --etcd-dir with --resume and its --checkpoint-dir", "server", server)
+	m.note(api.EventFailed, server, "the last server on the ring "+why+": the job waits for it (if it is gone, every copy of the model is lost: resume from a checkpoint)")
 }
 
 func (m *Machine) removeServer(id, addr string) bool {

@@ -53,8 +53,10 @@ func (c *Coordinator) Monitor(ctx context.Context, log *slog.Logger) {
 			go func(id, addr string) {
 				if c.watchServer(wctx, id, addr) {
 					// After the job's end servers leave on purpose.
-					log.Log(ctx, levelAfterJob(c.current().JobDone), "server failed; removing it from the layout", "server", id, "addr", addr)
-					c.RemoveServer(ctx, id, addr)
+					log.Log(ctx, levelAfterJob(c.current().JobDone), "server failed", "server", id, "addr", addr)
+					if c.RemoveServer(ctx, id, addr) {
+						log.Log(ctx, levelAfterJob(c.current().JobDone), "server removed from the layout", "server", id)
+					}
 				}
 			}(s.ID, s.Addr)
 		}
