@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -555,40 +556,31 @@ func (c *Client) sendClockFrom(v int64, high *atomic.Int64, extra map[*transport
 	if err != nil {
 		return failed(err)
 	}
-	type target struct {
-		id    string
-		cc    *transport.Client
-		epoch uint64
-	}
-	to := make([]target, 0, len(rm.Servers)+len(extra))
-	held := make(map[*transport.Client]bool, len(rm.Servers))
-	for _, s := range rm.Servers {
-		to = append(to, target{s.ID, conns[s.ID], rm.Epoch})
-		held[conns[s.ID]] = true
-	}
-	for cc, epoch := range extra {
-		if !held[cc] {
-			to = append(to, target{cc.Addr(), cc, epoch})
+	// Connections told idle that the layout does not hold (an install has
+	// not published them yet): rare, and none on a tick.
+	var more []*transport.Client
+	for cc := range extra {
+		if !slices.ContainsFunc(rm.Servers, func(s ring.Server) bool { return conns[s.ID] == cc }) {
+			more = append(more, cc)
 		}
 	}
 	// Clocks are absolute, so a server that misses one (it is down, or its
 	// connection broke) is brought up to date by the next; a failed send
 	// is not an error for the worker.
-	f := newFuture(len(to))
+	f := newFuture(len(rm.Servers) + len(more))
 	skip := func(error) { f.partDone(nil) }
-	for _, s := range to {
-		cc := s.cc
+	send := func(id string, cc *transport.Client, epoch uint64) {
 		if cc == nil || cc.Err() != nil {
 			skip(nil)
-			continue
+			return
 		}
-		c.callClock(cc, s.epoch, v, &transport.Call{
+		c.callClock(cc, epoch, v, &transport.Call{
 			OnReply: func(h wire.Header, r *wire.Reader) error {
 				p, err := r.Payload(h)
 				if err != nil {
 					return err
 				}
-				if err := replyError(s.id, h, p); err != nil || high == nil {
+				if err := replyError(id, h, p); err != nil || high == nil {
 					f.partDone(err)
 					return nil
 				}
@@ -602,6 +594,12 @@ func (c *Client) sendClockFrom(v int64, high *atomic.Int64, extra map[*transport
 			},
 			OnFail: skip,
 		})
+	}
+	for _, s := range rm.Servers {
+		send(s.ID, conns[s.ID], rm.Epoch)
+	}
+	for _, cc := range more {
+		send(cc.Addr(), cc, extra[cc])
 	}
 	return f
 }

@@ -108,8 +108,7 @@ func (m *Machine) joinWorker(id uint64, j api.Join) {
 		m.fail(id, err)
 		return
 	}
-	restarted := m.incarnate(api.RoleWorker, j.ID, j.Incarnation)
-	if restarted {
+	if m.incarnate(api.RoleWorker, j.ID, j.Incarnation) {
 		m.retireRank(j.ID)
 	}
 	defer func() {
