@@ -121,9 +121,13 @@ type Coordinator struct {
 	events     *eventLog
 	eventStore EventStore
 	restored   bool
-	metrics    *coordMetrics
-	samples    []sample
-	meter      clusterMeter // cost and samples over time (cluster.go)
+	// resumedLost is the event to record once the timeline is loaded: the
+	// coordinator resumed from a checkpoint because every server of the
+	// saved state was gone (NoteResumedLost).
+	resumedLost [2]string
+	metrics     *coordMetrics
+	samples     []sample
+	meter       clusterMeter // cost and samples over time (cluster.go)
 }
 
 // Persist saves the coordinator's state (blob). placement is set when the

@@ -145,14 +145,38 @@ func (c *Coordinator) SetEventStore(ctx context.Context, s EventStore, self stri
 	c.events.load(evs)
 	c.mu.Lock()
 	c.eventStore = s
-	restored := c.restored
+	restored, lost := c.restored, c.resumedLost
 	c.mu.Unlock()
 	if restored {
 		c.event(func(m *Machine) {
 			m.note(api.EventLeader, self, "took over: state restored from etcd")
 		})
 	}
+	if lost[1] != "" {
+		c.event(func(m *Machine) { m.note(api.EventCheckpoint, lost[0], lost[1]) })
+	}
 	return nil
+}
+
+// NoteResumedLost records on the timeline, once it is loaded
+// (SetEventStore), that coordinator self resumed from a checkpoint over
+// a saved state whose servers were all gone, as msg says.
+func (c *Coordinator) NoteResumedLost(self, msg string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.resumedLost = [2]string{self, msg}
+}
+
+// Resuming returns the checkpoint a coordinator opened with Resume starts
+// from, and the passes it holds (ok false when it resumes none).
+func (c *Coordinator) Resuming() (seq uint64, passes int, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := c.m.st.Layout.Resume
+	if r == nil {
+		return 0, 0, false
+	}
+	return r.Seq, r.Pass + 1, true
 }
 
 // refusalEvery is the least time between two refusal events: a stranger

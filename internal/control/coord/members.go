@@ -246,7 +246,7 @@ func (m *Machine) lastServerDown(server, why string) {
 		return // both detectors found it: said once
 	}
 	m.lastDown = key
-	m.log.Error("the last server on the ring "+why+": the job waits for it; if it is gone, every copy of the model went with it, and the way on is the newest checkpoint: start the coordinator on an empty --etcd-dir with --resume and its --checkpoint-dir", "server", server)
+	m.log.Error("the last server on the ring "+why+": the job waits for it; if it is gone, every copy of the model went with it, and the way on is the newest checkpoint: stop the coordinator and start it again with --resume and its --checkpoint-dir (it resumes from the checkpoint when no server of the cluster holds the model)", "server", server)
 	m.note(api.EventFailed, server, "the last server on the ring "+why+": the job waits for it (if it is gone, every copy of the model is lost: resume from a checkpoint)")
 }
 

@@ -124,24 +124,35 @@ func (c *Coordinator) pingLoop(ctx context.Context, conn *transport.Client) {
 }
 
 func ping(ctx context.Context, conn *transport.Client) error {
-	done := make(chan error, 1)
+	_, err := pingEpoch(ctx, conn)
+	return err
+}
+
+// pingEpoch pings and returns the configuration epoch the server answers
+// with: 0 until a coordinator has given it a layout.
+func pingEpoch(ctx context.Context, conn *transport.Client) (uint64, error) {
+	type pong struct {
+		epoch uint64
+		err   error
+	}
+	done := make(chan pong, 1)
 	id := conn.NextID()
 	conn.Call(wire.NewFrame(wire.Header{Type: wire.TPing, ReqID: id}), id, &transport.Call{
 		OnReply: func(h wire.Header, r *wire.Reader) error {
 			_, err := r.Payload(h)
-			done <- err
+			done <- pong{h.Epoch, err}
 			return err
 		},
-		OnFail: func(err error) { done <- err },
+		OnFail: func(err error) { done <- pong{err: err} },
 	}, nil)
 	select {
-	case err := <-done:
-		return err
+	case p := <-done:
+		return p.epoch, p.err
 	case <-conn.Done():
-		return transport.ErrConnLost
+		return 0, transport.ErrConnLost
 	case <-ctx.Done():
 		conn.Forget(id)
-		return ctx.Err()
+		return 0, ctx.Err()
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/terrace-ml/terrace/internal/control/api"
@@ -140,17 +141,23 @@ func lead(ctx context.Context, st *meta.Store, cfg *Config) error {
 	saved, err := st.Snapshot(ctx)
 	opts := cfg.Options
 	opts.Logger = cfg.Logger
-	if err == nil && opts.Resume {
-		// The saved state is newer than any checkpoint. Should every server
-		// have died with it, their slots are lost and the coordinator says
-		// so when they join again (coord's restartedServer).
-		cfg.Logger.Warn("--resume passed over: etcd holds this cluster's state, newer than any checkpoint (to resume from the checkpoint after the whole cluster died, start the coordinator on an empty --etcd-dir)", "id", cfg.ID)
-		opts.Resume = false
-	}
 	opts.Membership = membership(ctx, st, *cfg)
-	c, oerr := coord.Open(opts)
-	if oerr != nil {
-		return oerr
+	var c *coord.Coordinator
+	if err == nil && opts.Resume {
+		// The saved state is newer than any checkpoint, and wins while a
+		// server of it still holds the model. When none does (the whole
+		// cluster died, and came back as new processes), the newest
+		// checkpoint is all that is left of the job.
+		c, err = resumeLost(ctx, st, l, cfg, opts, saved.State)
+		if c == nil {
+			opts.Resume = false
+		}
+	}
+	if c == nil {
+		var oerr error
+		if c, oerr = coord.Open(opts); oerr != nil {
+			return oerr
+		}
 	}
 	switch {
 	case err == nil:
@@ -250,6 +257,49 @@ func lead(ctx context.Context, st *meta.Store, cfg *Config) error {
 		rcancel()
 		return fmt.Errorf("coordinator %s: could not save its state: %w", cfg.ID, err)
 	}
+}
+
+// lostWindow is how long a coordinator resuming over a saved state asks
+// that state's servers whether they still hold its model: failure
+// timeouts enough for a live server to answer through a slow moment.
+func lostWindow(o coord.Options) time.Duration {
+	ft := o.FailureTimeout
+	if ft <= 0 {
+		ft = coord.DefaultFailureTimeout
+	}
+	return max(3*ft, 3*time.Second)
+}
+
+// resumeLost decides, for a coordinator started with --resume over a
+// state etcd holds, which of the two goes on. The saved state does while
+// any server of its layout holds the model (a coordinator restarted
+// alone): it is newer than any checkpoint. When every server is gone,
+// so is the model, and the newest checkpoint is the way on: resumeLost
+// opens a coordinator from it, forgets the saved state in etcd (a
+// coordinator that dies next finds none, and resumes too), and returns
+// it with meta.ErrNotFound, which tells lead to restore nothing. It
+// returns a nil coordinator (and the saved state's nil error) when the
+// saved state goes on, saying why --resume was passed over.
+func resumeLost(ctx context.Context, st *meta.Store, l *meta.Leadership, cfg *Config, opts coord.Options, blob []byte) (*coord.Coordinator, error) {
+	lost, ok := coord.Lost(ctx, opts, blob, lostWindow(opts))
+	if !ok {
+		cfg.Logger.Warn("--resume passed over: etcd holds this cluster's state, newer than any checkpoint, and a server of it holds the model (or its job is not under way)", "id", cfg.ID)
+		return nil, nil
+	}
+	c, err := coord.Open(opts)
+	if err != nil {
+		cfg.Logger.Error("every server of the cluster etcd holds is gone, and the model with them, but no checkpoint resumes: the job goes on from etcd's state, from zero", "servers", lost.Servers, "passes_done", lost.PassesDone, "err", err)
+		return nil, nil
+	}
+	if err := st.ForgetState(ctx, l); err != nil {
+		return nil, fmt.Errorf("coordinator %s: setting aside the state of a lost cluster: %w", cfg.ID, err)
+	}
+	seq, passes, _ := c.Resuming()
+	cfg.Logger.Warn("every server of the cluster etcd holds is gone, and the model with them: resuming from the newest checkpoint instead of etcd's state",
+		"servers", lost.Servers, "passes_done", lost.PassesDone, "checkpoint", seq, "checkpoint_passes_done", passes)
+	c.NoteResumedLost(cfg.ID, fmt.Sprintf("every server of the saved cluster (%s) was gone, with the model: resumed from checkpoint %d (%d pass(es) done) instead of etcd's state (%d)",
+		strings.Join(lost.Servers, ", "), seq, passes, lost.PassesDone))
+	return c, meta.ErrNotFound
 }
 
 // membership tells nodes where to register: every member of the etcd

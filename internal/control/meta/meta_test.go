@@ -7,6 +7,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/placement/ring"
 )
 
@@ -422,5 +423,54 @@ func TestWatchEndsWithStore(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Error("watch still open 5 s after its Store closed")
+	}
+}
+
+// TestForgetState: the saved state, the placement and the partition
+// states go, only under the current lead; events stay, and the next
+// epoch is still above every earlier one.
+func TestForgetState(t *testing.T) {
+	s := open(t)
+	ctx := ctxT(t, 10*time.Second)
+	lead, err := s.Campaign(ctx, "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lead.Resign(ctx)
+	p := &Placement{Servers: []ring.Server{{ID: "s1", Addr: "a"}}}
+	e1, err := s.PutSnapshot(ctx, lead, []byte(`{"x":1}`), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutPartState(ctx, lead, 3, 7, []byte("state")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutEvents(ctx, lead, []api.Event{{Seq: 1, Kind: api.EventJoin}}, 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ForgetState(ctx, nil); !errors.Is(err, ErrNotLeader) {
+		t.Errorf("ForgetState without the lead: err = %v, want ErrNotLeader", err)
+	}
+	if err := s.ForgetState(ctx, lead); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Snapshot(ctx); !errors.Is(err, ErrNotFound) {
+		t.Errorf("snapshot after ForgetState: err = %v, want ErrNotFound", err)
+	}
+	if _, _, err := s.Placement(ctx); !errors.Is(err, ErrNotFound) {
+		t.Errorf("placement after ForgetState: err = %v, want ErrNotFound", err)
+	}
+	if _, err := s.PartState(ctx, 3, 7); !errors.Is(err, ErrNotFound) {
+		t.Errorf("partition state after ForgetState: err = %v, want ErrNotFound", err)
+	}
+	if evs, err := s.Events(ctx); err != nil || len(evs) != 1 {
+		t.Errorf("events after ForgetState: %v, %v; want the one kept", evs, err)
+	}
+	e2, err := s.PutSnapshot(ctx, lead, []byte(`{"x":2}`), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e2 <= e1 {
+		t.Errorf("epoch %d after ForgetState not above %d before", e2, e1)
 	}
 }

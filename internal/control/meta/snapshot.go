@@ -83,3 +83,19 @@ func (s *Store) Snapshot(ctx context.Context) (Saved, error) {
 	}
 	return sv, nil
 }
+
+// ForgetState deletes the last saved coordinator state, the placement and
+// every partition state, only while lead is current, leaving etcd as a
+// new cluster finds it (the event timeline and the members' registrations
+// stay): what a coordinator does when it resumes from a checkpoint
+// because every server of the saved state is gone. A coordinator that
+// dies after it keeps to the decision: it finds no saved state, and
+// resumes.
+func (s *Store) ForgetState(ctx context.Context, lead *Leadership) error {
+	_, err := s.retryGuarded(ctx, lead, clientv3.OpDelete(s.snapshotKey()), clientv3.OpDelete(s.placementKey()),
+		clientv3.OpDelete(s.pstateKey(), clientv3.WithPrefix()))
+	if err != nil {
+		return fmt.Errorf("meta: forget state: %w", err)
+	}
+	return nil
+}
