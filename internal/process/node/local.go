@@ -191,7 +191,7 @@ func (l *Local) RunWorkers(ctx context.Context, job Job) (map[int]json.RawMessag
 		go func() {
 			defer wg.Done()
 			id := fmt.Sprintf("worker-%d", i)
-			_, err := RunWorker(ctx, WorkerConfig{ID: id, Coordinator: l.CoordAddr, Logger: l.cfg.Logger, Network: l.network(id)}, job)
+			_, err := RunWorker(ctx, WorkerConfig{ID: id, Coordinator: l.CoordAddr, Logger: l.cfg.Logger, Network: l.network(id), Rejoins: DefaultRejoins}, job)
 			if err != nil {
 				errc <- err
 				cancel() // one worker failing would leave the others waiting on its clock
