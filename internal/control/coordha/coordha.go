@@ -281,7 +281,11 @@ func lostWindow(o coord.Options) time.Duration {
 // returns a nil coordinator (and the saved state's nil error) when the
 // saved state goes on, saying why --resume was passed over.
 func resumeLost(ctx context.Context, st *meta.Store, l *meta.Leadership, cfg *Config, opts coord.Options, blob []byte) (*coord.Coordinator, error) {
+	cfg.Logger.Warn("--resume over a state etcd holds: asking that state's servers whether they still hold its model", "id", cfg.ID, "for_at_most", lostWindow(opts))
 	lost, ok := coord.Lost(ctx, opts, blob, lostWindow(opts))
+	if ctx.Err() != nil {
+		return nil, nil
+	}
 	if !ok {
 		cfg.Logger.Warn("--resume passed over: etcd holds this cluster's state, newer than any checkpoint, and a server of it holds the model (or its job is not under way)", "id", cfg.ID)
 		return nil, nil
