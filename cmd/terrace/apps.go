@@ -40,7 +40,7 @@ func (a *appFlags) register(fs *pflag.FlagSet) {
 	a.fs = fs
 	fs.StringVar(&a.app, "app", "lr", "application: lr (sparse logistic regression), mf (matrix factorisation) or lda (topic model)")
 	fs.StringVar(&a.train, "train", "", "training data (lr: LIBSVM, plain or gzip; mf: user item rating lines; lda: doc word count lines); lr defaults to "+defaultTrain+", lda to "+defaultLDATrain)
-	fs.StringVar(&a.test, "test", "", "test data, same format; lr defaults to "+defaultTest+" (lda holds out every 10th document of --train instead)")
+	fs.StringVar(&a.test, "test", "", "test data, same format; lr defaults to "+defaultTest+" when --train is not given either (none with a --train of your own), lda holds out every 10th document of --train instead")
 	fs.StringVar(&a.vocab, "vocab", "", "lda: vocabulary, one word a line, to print topics' top words with; defaults to "+defaultLDAVocab+" with the default --train")
 	fs.IntVar(&a.topics, "topics", 20, "lda: number of topics K")
 	fs.Float64Var(&a.alpha, "alpha", 0.1, "lda: Dirichlet prior of the documents' topic mixtures")
@@ -127,6 +127,9 @@ func (a *appFlags) job(progress io.Writer) (node.Job, error) {
 
 func readable(paths ...string) error {
 	for _, p := range paths {
+		if p == "" {
+			continue // not given, and no default (lrTestPath)
+		}
 		if _, err := os.Stat(p); err != nil {
 			return fmt.Errorf("data file: %w", err)
 		}
@@ -147,6 +150,17 @@ func setInt(dst *int, v int) {
 	}
 }
 
+// lrTestPath is lr's test data: --test, or the shipped a9a test split
+// when --train is not given either. A --train of one's own without --test
+// has no test set (lr then reports its training figures only): it was
+// scored on a9a's test split, figures of another data set.
+func lrTestPath(train, test string) string {
+	if test != "" || train != "" {
+		return test
+	}
+	return defaultTest
+}
+
 // lrConfig builds the lr configuration from the flags; job and the
 // drill's workers (which turn the audit on) share it.
 func (a *appFlags) lrConfig(progress io.Writer) (lr.Config, error) {
@@ -155,7 +169,7 @@ func (a *appFlags) lrConfig(progress io.Writer) (lr.Config, error) {
 		return lr.Config{}, err
 	}
 	cfg := lr.DefaultConfig()
-	cfg.Train, cfg.Test = or(a.train, defaultTrain), or(a.test, defaultTest)
+	cfg.Train, cfg.Test = or(a.train, defaultTrain), lrTestPath(a.train, a.test)
 	if err := readable(cfg.Train, cfg.Test); err != nil {
 		return lr.Config{}, err
 	}

@@ -70,6 +70,9 @@ func (a *appFlags) checkFiles() error {
 		return fmt.Errorf("--app mf needs --train and --test (MovieLens ratings, e.g. ../shared/data/ratings/ml-100k/u1.base and u1.test)")
 	}
 	files := []struct{ flag, path, def string }{{"train", a.train, defaultTrain}, {"test", a.test, defaultTest}, {"vocab", a.vocab, ""}}
+	if a.train != "" {
+		files[1].def = "" // lrTestPath
+	}
 	if a.app == "lda" {
 		files[0].def, files[1].def, files[2].def = defaultLDATrain, "", ""
 		if a.train == "" && a.vocab == "" {

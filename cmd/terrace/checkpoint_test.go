@@ -119,3 +119,21 @@ func runTrain(t *testing.T, report string, args ...string) (map[string]any, stri
 	}
 	return rep, string(out)
 }
+
+// TestOwnTrainWithoutTest: lr on data of one's own with no --test is not
+// scored on the shipped a9a test split (figures of another data set, as
+// before): the report holds no test metric, and the run says why.
+func TestOwnTrainWithoutTest(t *testing.T) {
+	dir := t.TempDir()
+	own := filepath.Join(dir, "own.svm")
+	if err := os.WriteFile(own, []byte("1 1:0.5 3:1\n0 2:1\n1 1:1 4:0.2\n0 3:0.4\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rep, out := runTrain(t, filepath.Join(dir, "r.json"), "--train", own, "--passes", "2")
+	if _, ok := rep["test_accuracy"]; ok {
+		t.Errorf("own --train without --test was scored on a test set: %v\n%s", rep["test_accuracy"], out)
+	}
+	if rep["examples"].(float64) != 8 || !strings.Contains(out, "no held-out evaluation") {
+		t.Errorf("examples %v, want 8, and a word on the missing --test:\n%s", rep["examples"], out)
+	}
+}

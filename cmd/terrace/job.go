@@ -50,7 +50,7 @@ func (a *appFlags) resolved() api.Job {
 	switch a.app {
 	case "lr":
 		d := lr.DefaultConfig()
-		j.Train, j.Test = or(a.train, defaultTrain), or(a.test, defaultTest)
+		j.Train, j.Test = or(a.train, defaultTrain), lrTestPath(a.train, a.test)
 		// Batch 0 stays 0: lr picks it from the data's size (lr.AutoBatch).
 		j.Passes, j.Batch, j.Encoding = orInt(a.passes, d.Passes), a.batch, a.encoding
 		j.LR, j.L1, j.L2, j.Significance, j.Scale = float64(d.Rule.LR), a.l1, a.l2, a.significance, or(a.scale, "max")

@@ -192,6 +192,9 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 			}
 			log := newLogger(logLevel)
 			fmt.Fprintf(out, "terrace: training %s on %d server(s) and %d worker(s), consistency %s\n", a.app, servers, workers, a.consistency)
+			if a.app == "lr" && lrTestPath(a.train, a.test) == "" {
+				fmt.Fprintf(out, "terrace: --train without --test: no held-out evaluation (pass --test to score the model)\n")
+			}
 			start := time.Now()
 			switch {
 			case resumeDir != "" && checkpointDir == "":
@@ -454,12 +457,12 @@ func trainProcesses(ctx context.Context, cmd *cobra.Command, a appFlags, d drill
 	if err := ck.apply(ctx, out, &cfg); err != nil {
 		return err
 	}
-	if a.app == "lr" {
+	if test := lrTestPath(a.train, a.test); a.app == "lr" && test != "" {
 		train, err := data.ReadLIBSVM(or(a.train, defaultTrain))
 		if err != nil {
 			return err
 		}
-		cfg.Evaluate, cfg.EvaluateTables = evaluator(train, or(a.test, defaultTest)), []string{lr.TableName}
+		cfg.Evaluate, cfg.EvaluateTables = evaluator(train, test), []string{lr.TableName}
 	}
 	if d.timeout > 0 {
 		var cancel context.CancelFunc
