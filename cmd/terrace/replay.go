@@ -3,6 +3,8 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
+	"math"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -73,7 +75,7 @@ func runReplay(cmd *cobra.Command, f replayFlags) error {
 	} else if name := f.real.given(); name != "" {
 		return fmt.Errorf("--%s is for a real replay: --simulate runs the calibrated model of the job, no processes", name)
 	}
-	cfg, names, err := f.config()
+	cfg, names, err := f.config(cmd.ErrOrStderr())
 	if err != nil {
 		return err
 	}
@@ -133,7 +135,7 @@ func (f replayFlags) check() error {
 }
 
 // config reads the traces and the calibration.
-func (f replayFlags) config() (replay.Config, []string, error) {
+func (f replayFlags) config(note io.Writer) (replay.Config, []string, error) {
 	var cfg replay.Config
 	model, err := billing.ByName(f.marketName, f.provider)
 	if err != nil {
@@ -176,12 +178,47 @@ func (f replayFlags) config() (replay.Config, []string, error) {
 	if !ok || app.UpdatesPerPass <= 0 {
 		return cfg, nil, fmt.Errorf("--app %q: the calibration file describes no such app", f.app)
 	}
+	if _, ok := findType(prices, cal.ReferenceType); !ok && f.calibration == "" {
+		// The default job on a trace of other types: the nearest type
+		// in work rate, as many machines as do the same work.
+		if typ, ok := nearestType(prices, cal); ok {
+			was, n := cal.ReferenceType, cal.Machines
+			if cal, err = cal.WithReference(typ); err != nil {
+				return cfg, nil, err
+			}
+			fmt.Fprintf(note, "replay: the trace has no %s, the default job's type: it runs on %s instead, the reference %d of them for %d %s (the nearest work rate; --calibration names another)\n",
+				was, typ, cal.Machines, n, was)
+		}
+	}
 	if _, ok := findType(prices, cal.ReferenceType); !ok {
 		return cfg, nil, fmt.Errorf("%s: no market of the job's instance type %s (calibration reference_type): give a --calibration file that names one of the trace's types, with its work rate, e.g. {\"reference_type\": \"%s\", \"ecu\": {\"%s\": ECU}}", f.prices, cal.ReferenceType, prices.Series[0].Market.Type, prices.Series[0].Market.Type)
 	}
 	cfg = replay.Config{Prices: prices, Avail: avail, Model: model, Cal: cal, Updates: f.passes * app.UpdatesPerPass,
 		Bid: f.bid, Estimator: history.NewEstimator(model.Period()), Every: 5 * time.Second, Sample: 10 * time.Minute}
 	return cfg, names, nil
+}
+
+// nearestType is the trace's instance type whose work rate is nearest
+// (by ratio) to the calibration's reference type's, the cheaper on
+// demand per unit of work between two as near; false if no type of the
+// trace has a rate.
+func nearestType(p *trace.Prices, cal jobsim.Calibration) (string, bool) {
+	ref, err := cal.Rate(cal.ReferenceType)
+	if err != nil {
+		return "", false
+	}
+	best, bestDist, bestCost := "", math.Inf(1), math.Inf(1)
+	for _, s := range p.Series {
+		r, err := cal.Rate(s.Market.Type)
+		if err != nil {
+			continue
+		}
+		d, cost := math.Abs(math.Log(r/ref)), s.OnDemand/r
+		if d < bestDist-1e-9 || (d < bestDist+1e-9 && cost < bestCost) {
+			best, bestDist, bestCost = s.Market.Type, d, cost
+		}
+	}
+	return best, best != ""
 }
 
 func findType(p *trace.Prices, typ string) (int, bool) {

@@ -162,3 +162,49 @@ func TestReplaySimulate(t *testing.T) {
 		t.Errorf("plot: %v", err)
 	}
 }
+
+// TestReplayOtherTypes: a price history in AWS's JSON of types other than
+// the default job's (c3.xlarge) replays without a calibration file: the
+// job runs on the trace's type nearest in work rate, as many machines as
+// do the same work, and says so. With a calibration file the type stays
+// the file's, and its absence is an error naming the file.
+func TestReplayOtherTypes(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(`{"SpotPriceHistory": [`)
+	t0 := time.Date(2016, 3, 1, 0, 0, 0, 0, time.UTC)
+	for i := 0; i < 20*24*6; i++ {
+		at := t0.Add(time.Duration(i) * 10 * time.Minute).Format("2006-01-02T15:04:05.000Z")
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `{"AvailabilityZone": "us-east-1a", "InstanceType": "m4.large", "ProductDescription": "Linux/UNIX", "SpotPrice": "%.4f", "Timestamp": "%s"},`, 0.02+0.001*float64(i%5), at)
+		fmt.Fprintf(&b, `{"AvailabilityZone": "us-east-1b", "InstanceType": "c4.2xlarge", "ProductDescription": "Linux/UNIX", "SpotPrice": "%.4f", "Timestamp": "%s"}`, 0.08+0.004*float64(i%7), at)
+	}
+	b.WriteString("]}")
+	dir := t.TempDir()
+	prices := filepath.Join(dir, "history.json")
+	if err := os.WriteFile(prices, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--prices", prices, "--ondemand-prices", "m4.large=0.12,c4.2xlarge=0.419", "--policy", "all", "--simulate",
+		"--epochs", "2", "--from", "2016-03-08", "--for", "3d", "--starts", "2", "--report", filepath.Join(dir, "r.json")}
+	out, err := runReplayArgs(args...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	// By ratio m4.large's 6.5 ECU (14/6.5 = 2.15) is nearer c3.xlarge's 14
+	// than c4.2xlarge's 31 (2.21): 32 x 14 / 6.5 = 69 machines.
+	if !strings.Contains(out, "runs on m4.large instead, the reference 69 of them for 32 c3.xlarge") {
+		t.Errorf("no word on the job's type, or another:\n%s", out)
+	}
+	if !strings.Contains(out, "bidbrain/ondemand dollars: median") {
+		t.Errorf("summary:\n%s", out)
+	}
+	cal := filepath.Join(dir, "cal.json")
+	if err := os.WriteFile(cal, []byte(`{"note": "a file of one's own"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runReplayArgs(append(args, "--calibration", cal)...); err == nil || !strings.Contains(err.Error(), "no market of the job's instance type c3.xlarge") {
+		t.Errorf("a calibration file whose type the trace lacks: %v\n%s", err, out)
+	}
+}

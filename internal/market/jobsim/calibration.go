@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"math"
 	"os"
 	"time"
 )
@@ -104,16 +106,57 @@ type App struct {
 	UpdatesPerPass float64 `json:"updates_per_pass"`
 }
 
+// PublishedECU holds the EC2 Compute Units AWS published for its
+// instance types (the instance type pages of 2013-2017; AWS stopped
+// publishing ECUs with the fifth generation): the work rates of the
+// default calibration, so that price traces of types other than the
+// shipped trace's run without a calibration file. Types missing here
+// (t2's burstable and the newer ones) need one (ecu or
+// updates_per_hour); policies leave markets without a rate alone.
+var PublishedECU = map[string]float64{
+	"m1.small": 1, "m1.medium": 2, "m1.large": 4, "m1.xlarge": 8,
+	"m2.xlarge": 6.5, "m2.2xlarge": 13, "m2.4xlarge": 26,
+	"c1.medium": 5, "c1.xlarge": 20, "cc2.8xlarge": 88, "cr1.8xlarge": 88,
+	"m3.medium": 3, "m3.large": 6.5, "m3.xlarge": 13, "m3.2xlarge": 26,
+	"c3.large": 7, "c3.xlarge": 14, "c3.2xlarge": 28, "c3.4xlarge": 55, "c3.8xlarge": 108,
+	"r3.large": 6.5, "r3.xlarge": 13, "r3.2xlarge": 26, "r3.4xlarge": 52, "r3.8xlarge": 104,
+	"i2.xlarge": 14, "i2.2xlarge": 27, "i2.4xlarge": 53, "i2.8xlarge": 104,
+	"d2.xlarge": 14, "d2.2xlarge": 28, "d2.4xlarge": 56, "d2.8xlarge": 116,
+	"g2.2xlarge": 26, "g2.8xlarge": 104,
+	"m4.large": 6.5, "m4.xlarge": 13, "m4.2xlarge": 26, "m4.4xlarge": 53.5, "m4.10xlarge": 124.5, "m4.16xlarge": 188,
+	"c4.large": 8, "c4.xlarge": 16, "c4.2xlarge": 31, "c4.4xlarge": 62, "c4.8xlarge": 132,
+	"r4.large": 7, "r4.xlarge": 13.5, "r4.2xlarge": 27, "r4.4xlarge": 53, "r4.8xlarge": 99, "r4.16xlarge": 195,
+}
+
+// WithReference returns c with the job on instance type typ instead of
+// its reference type: the reference footprint (Machines) and the job's
+// parallelism (MaxMachines) scale by the two types' work rates, so that
+// the on-demand reference does the same work in the same time on typ.
+func (c Calibration) WithReference(typ string) (Calibration, error) {
+	was, err := c.Rate(c.ReferenceType)
+	if err != nil {
+		return c, err
+	}
+	now, err := c.Rate(typ)
+	if err != nil {
+		return c, err
+	}
+	f := was / now
+	c.ReferenceType = typ
+	c.Machines = max(1, int(math.Round(float64(c.Machines)*f)))
+	c.MaxMachines = max(c.Machines, int(math.Round(float64(c.MaxMachines)*f)))
+	return c, nil
+}
+
 // DefaultCalibration returns the documented placeholders.
 func DefaultCalibration() Calibration {
 	return Calibration{
 		Note: "defaults: placeholders until measured on the real system (docs/design/market.md)",
 		// A sparse logistic regression sized so that the reference (32
 		// c3.xlarge) runs about 2.5 hours a pass.
-		Apps:              map[string]App{"lr": {UpdatesPerPass: 4e6}},
-		UpdatesPerECUHour: 3600, // one update per ECU-second
-		// AWS's published ECUs of the types in the shipped 2015 trace.
-		ECU:                  map[string]float64{"c3.xlarge": 14, "d2.8xlarge": 116, "g2.2xlarge": 26, "m3.medium": 3, "r3.large": 6.5},
+		Apps:                 map[string]App{"lr": {UpdatesPerPass: 4e6}},
+		UpdatesPerECUHour:    3600, // one update per ECU-second
+		ECU:                  maps.Clone(PublishedECU),
 		ServerUpdatesPerHour: 8 * 14 * 3600, // a server keeps up with eight c3.xlarge workers
 		BackupUpdatesPerHour: 8 * 14 * 3600,
 		StreamRatio:          0.1, // the ActivePS aggregates ten pushes into one streamed update

@@ -2,6 +2,7 @@ package jobsim
 
 import (
 	"context"
+	"errors"
 	"math"
 	"testing"
 	"time"
@@ -122,5 +123,30 @@ func TestCalibration(t *testing.T) {
 	c.ReferenceType = "x1.32xlarge"
 	if err := c.Validate(); err == nil {
 		t.Error("a reference type with no rate was accepted")
+	}
+}
+
+// TestWithReference: another reference type keeps the reference's work
+// rate (machines scaled by the types' rates) and refuses a type with no
+// rate.
+func TestWithReference(t *testing.T) {
+	c := DefaultCalibration()
+	was, _ := c.Rate(c.ReferenceType)
+	d, err := c.WithReference("c3.2xlarge")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, _ := d.Rate(d.ReferenceType)
+	if d.ReferenceType != "c3.2xlarge" || d.Machines != 16 || d.MaxMachines != 64 {
+		t.Errorf("c3.2xlarge: %s, %d machines, max %d; want 16 and 64", d.ReferenceType, d.Machines, d.MaxMachines)
+	}
+	if got, want := float64(d.Machines)*now, float64(c.Machines)*was; got != want {
+		t.Errorf("reference rate %v, want %v", got, want)
+	}
+	if _, err := c.WithReference("x9.huge"); !errors.Is(err, ErrNoRate) {
+		t.Errorf("a type with no rate: %v, want ErrNoRate", err)
+	}
+	if err := d.Validate(); err != nil {
+		t.Error(err)
 	}
 }
