@@ -45,7 +45,10 @@ func ReadLIBSVM(path string) (*Sparse, error) {
 // Each line is "label index:value index:value ..." with an optional trailing
 // "# comment", and an optional "qid:N" after the label (SVMlight's
 // ranking format; ignored). Labels -1/+1 and 0/1 (in any float spelling,
-// such as 1.0) are stored as 0/1. Indices are non-negative decimal
+// such as 1.0) are stored as 0/1; so are any two other label values, the
+// larger as 1, as LIBSVM's own binary sets spell some classes (1/2 in
+// mushrooms and covtype.binary, 2/4 in breast-cancer). A third value, or
+// one value alone other than those, is refused at its line. Indices are non-negative decimal
 // integers, each at most once in a line, in any order (a row is stored
 // sorted); values are finite float32s. Blank and
 // comment-only lines are skipped; LF and CRLF endings are both accepted. An
@@ -58,8 +61,12 @@ func ParseLIBSVM(r io.Reader, name string) (*Sparse, error) {
 	if err := eachLine(r, name, b.addLine); err != nil {
 		return nil, err
 	}
+	labels, err := b.classes(name)
+	if err != nil {
+		return nil, err
+	}
 	s := &Sparse{
-		Labels: b.labels.slice(),
+		Labels: labels,
 		RowPtr: b.rowPtr.slice(),
 		Keys:   b.keys.slice(),
 		Vals:   b.vals.slice(),
@@ -77,6 +84,60 @@ type sparseBuilder struct {
 	maxKey       uint64
 	// row holds a line's features until they are known to be sorted.
 	row []feature
+	// lines counts the lines seen; values are the distinct label values
+	// (-1 counted as 0), at most two, and at the line each first came.
+	lines  int
+	values []labelValue
+}
+
+type labelValue struct {
+	v    float32
+	line int
+}
+
+// label records the label value v of the current line, and refuses a
+// third distinct one.
+func (b *sparseBuilder) label(v float32) (reason string) {
+	if v == -1 {
+		v = 0
+	}
+	for _, x := range b.values {
+		if x.v == v {
+			return ""
+		}
+	}
+	if len(b.values) == 2 && !(standard(v) && standard(b.values[0].v) && standard(b.values[1].v)) {
+		return fmt.Sprintf("label %g is a third class after %g (line %d) and %g (line %d): lr is binary (-1/+1, 0/1, or two values, the larger positive)",
+			v, b.values[0].v, b.values[0].line, b.values[1].v, b.values[1].line)
+	}
+	if len(b.values) < 2 {
+		b.values = append(b.values, labelValue{v, b.lines})
+	}
+	return ""
+}
+
+func standard(v float32) bool { return v == 0 || v == 1 }
+
+// classes turns the raw label values into 0/1: as they are for -1/+1 and
+// 0/1, the larger of two other values as 1.
+func (b *sparseBuilder) classes(name string) ([]float32, error) {
+	pos := float32(1)
+	switch {
+	case len(b.values) == 1 && !standard(b.values[0].v):
+		return nil, &LineError{File: name, Line: b.values[0].line, Reason: fmt.Sprintf(
+			"label %g, and no other: lr is binary (-1/+1, 0/1, or two values, the larger positive), and one class alone other than those does not say which it is", b.values[0].v)}
+	case len(b.values) == 2 && !(standard(b.values[0].v) && standard(b.values[1].v)):
+		pos = max(b.values[0].v, b.values[1].v)
+	}
+	labels := b.labels.slice()
+	for i, v := range labels {
+		if v == pos {
+			labels[i] = 1
+		} else {
+			labels[i] = 0
+		}
+	}
+	return labels, nil
 }
 
 type feature struct {
@@ -91,13 +152,17 @@ func (b *sparseBuilder) addLine(line []byte) (reason string) {
 	if i := bytes.IndexByte(line, '#'); i >= 0 {
 		line = line[:i]
 	}
+	b.lines++
 	tok, rest := field(line)
 	if len(tok) == 0 {
 		return ""
 	}
 	label, ok := parseLabel(tok)
 	if !ok {
-		return fmt.Sprintf("label %s is not -1, +1, 0 or 1", quote(tok))
+		return fmt.Sprintf("label %s is not a number", quote(tok))
+	}
+	if reason := b.label(label); reason != "" {
+		return reason
 	}
 	rest = skipQID(rest)
 	b.row = b.row[:0]
@@ -202,21 +267,16 @@ func parseFeature(tok []byte) (key uint64, v float32, reason string) {
 	return key, v, ""
 }
 
+// parseLabel reads a label's value (finite).
 func parseLabel(b []byte) (float32, bool) {
 	switch string(b) {
 	case "1", "+1":
 		return 1, true
-	case "0", "-1":
+	case "0":
 		return 0, true
+	case "-1":
+		return -1, true
 	}
 	f, reason := parseFloat32(b)
-	switch {
-	case reason != "":
-		return 0, false
-	case f == 1:
-		return 1, true
-	case f == 0 || f == -1:
-		return 0, true
-	}
-	return 0, false
+	return f, reason == ""
 }

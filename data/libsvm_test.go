@@ -104,6 +104,11 @@ func TestParseLIBSVM(t *testing.T) {
 		{"zero one labels", "1 1:1\n0 2:1\n", []row{{[]uint64{1}, []float32{1}, 1}, {[]uint64{2}, []float32{1}, 0}}, 3},
 		{"float labels", "1.0 1:1\n-1.0 2:1\n0.0 3:1\n", []row{
 			{[]uint64{1}, []float32{1}, 1}, {[]uint64{2}, []float32{1}, 0}, {[]uint64{3}, []float32{1}, 0}}, 4},
+		{"two other labels, the larger positive", "1 1:1\n2 2:1\n", []row{{[]uint64{1}, []float32{1}, 0}, {[]uint64{2}, []float32{1}, 1}}, 3},
+		{"labels 2 and 4", "4 1:1\n2 2:1\n", []row{{[]uint64{1}, []float32{1}, 1}, {[]uint64{2}, []float32{1}, 0}}, 3},
+		{"exponent labels", "1.000000000000000000e+00 1:1\n0.000000000000000000e+00 2:1\n", []row{{[]uint64{1}, []float32{1}, 1}, {[]uint64{2}, []float32{1}, 0}}, 3},
+		{"minus one, zero and one", "-1 1:1\n0 2:1\n1 3:1\n", []row{
+			{[]uint64{1}, []float32{1}, 0}, {[]uint64{2}, []float32{1}, 0}, {[]uint64{3}, []float32{1}, 1}}, 4},
 		{"crlf and blank lines", "1 1:0.5 3:2\r\n\r\n\n0 2:-1e-3\r\n", []row{
 			{[]uint64{1, 3}, []float32{0.5, 2}, 1}, {[]uint64{2}, []float32{-1e-3}, 0}}, 4},
 		{"no final newline", "1 5:1", []row{{[]uint64{5}, []float32{1}, 1}}, 6},
@@ -201,7 +206,9 @@ func TestParseLIBSVMMalformed(t *testing.T) {
 		line   int
 		reason string // a substring of the LineError's Reason
 	}{
-		{"bad label", "1 1:1\n2 1:1\n", 2, `label "2" is not -1, +1, 0 or 1`},
+		{"third label", "1 1:1\n2 1:1\n\n1 2:1\n3 1:1\n", 5, `label 3 is a third class after 1 (line 1) and 2 (line 2)`},
+		{"third label after standard ones", "-1 1:1\n1 1:1\n2 1:1\n", 3, `label 2 is a third class after 0 (line 1) and 1 (line 2)`},
+		{"one other label alone", "\n2 1:1\n2 2:1\n", 2, `label 2, and no other`},
 		{"word label", "yes 1:1\n", 1, `label "yes"`},
 		{"missing label", "1 1:1\n\n 3:1 4:1\n", 3, `label "3:1"`},
 		{"bad index", "1 1:1\n0 1:1\n1 x3:1\n", 3, `feature index "x3" is not an integer`},
