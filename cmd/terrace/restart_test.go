@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -93,4 +94,46 @@ func coordinatorAddr(t *testing.T, ctx context.Context, w *lineWatcher) string {
 	}
 	t.Fatalf("the coordinator never said where it listens:\n%s", w)
 	return ""
+}
+
+// TestCoordinatorRestartKeepsState: the coordinator alone SIGKILLed
+// mid-job and started again with --resume finds its server alive, keeps
+// etcd's state (newer than any checkpoint) and the job goes on where it
+// was: the checkpoint is for a cluster whose every server is gone.
+func TestCoordinatorRestartKeepsState(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs four processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	coordArgs := []string{"coordinator", "--listen", "127.0.0.1:0", "--servers", "1", "--workers", "1", "--replication", "1",
+		"--etcd-dir", filepath.Join(dir, "etcd"), "--checkpoint-dir", filepath.Join(dir, "ck"), "--checkpoint-every", "5"}
+	c1, co1 := startWatched(t, ctx, "waiting for", coordArgs...)
+	t.Cleanup(func() { c1.Process.Kill(); c1.Wait() })
+	addr := coordinatorAddr(t, ctx, co1)
+	s, so := startWatched(t, ctx, "\n", "server", "--coordinator", addr, "--log-level", "warn")
+	t.Cleanup(func() { s.Process.Kill(); s.Wait() })
+	w, wo := startWatched(t, ctx, "pass 12/", "worker", "--coordinator", addr, "--app", "lr", "--train", repoFile(defaultTrain),
+		"--test", repoFile(defaultTest), "--passes", "80", "--log-level", "warn")
+	t.Cleanup(func() { w.Process.Kill(); w.Wait() })
+	wo.await(t, ctx)
+	c1.Process.Signal(syscall.SIGKILL)
+	c1.Wait()
+	// The nodes know only its address: it listens there again.
+	again := append(slices.Clone(coordArgs), "--resume")
+	again[slices.Index(again, "127.0.0.1:0")] = addr
+	c2, co2 := startWatched(t, ctx, "--resume passed over", again...)
+	t.Cleanup(func() { c2.Process.Kill(); c2.Wait() })
+	if err := w.Wait(); err != nil {
+		t.Fatalf("the worker: %v\n%s\ncoordinator:\n%s\nserver:\n%s", err, wo, co2, so)
+	}
+	select {
+	case <-co2.seen:
+	default:
+		t.Fatalf("the restarted coordinator did not keep etcd's state:\n%s", co2)
+	}
+	if strings.Contains(co2.String(), "resuming from the newest checkpoint") {
+		t.Errorf("the restarted coordinator went back to the checkpoint with its server alive:\n%s", co2)
+	}
 }
