@@ -56,7 +56,13 @@ func ReadLIBSVM(path string) (*Sparse, error) {
 //
 // A malformed line gives a *LineError wrapping ErrMalformed.
 func ParseLIBSVM(r io.Reader, name string) (*Sparse, error) {
-	var b sparseBuilder
+	return parseLIBSVM(r, name, false)
+}
+
+// parseLIBSVM is ParseLIBSVM; with multi, labels are class numbers
+// (non-negative integers), kept as they are.
+func parseLIBSVM(r io.Reader, name string, multi bool) (*Sparse, error) {
+	b := sparseBuilder{multi: multi}
 	b.rowPtr.add(0)
 	if err := eachLine(r, name, b.addLine); err != nil {
 		return nil, err
@@ -88,6 +94,8 @@ type sparseBuilder struct {
 	// (-1 counted as 0), at most two, and at the line each first came.
 	lines  int
 	values []labelValue
+	// multi: the labels are class numbers (ParseClasses), kept as read.
+	multi bool
 }
 
 type labelValue struct {
@@ -98,6 +106,12 @@ type labelValue struct {
 // label records the label value v of the current line, and refuses a
 // third distinct one.
 func (b *sparseBuilder) label(v float32) (reason string) {
+	if b.multi {
+		if v < 0 || v != float32(math.Trunc(float64(v))) || v >= MaxClasses {
+			return fmt.Sprintf("label %g is not a class number (an integer from 0 to %d)", v, MaxClasses-1)
+		}
+		return ""
+	}
 	if v == -1 {
 		v = 0
 	}
@@ -121,6 +135,9 @@ func standard(v float32) bool { return v == 0 || v == 1 }
 // classes turns the raw label values into 0/1: as they are for -1/+1 and
 // 0/1, the larger of two other values as 1.
 func (b *sparseBuilder) classes(name string) ([]float32, error) {
+	if b.multi {
+		return b.labels.slice(), nil
+	}
 	pos := float32(1)
 	switch {
 	case len(b.values) == 1 && !standard(b.values[0].v):

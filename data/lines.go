@@ -35,9 +35,18 @@ func readFile[T any](path string, parse func(io.Reader, string) (T, error)) (T, 
 }
 
 func newLineReader(r io.Reader, name string) (*lineReader, error) {
+	br, err := maybeGunzip(r, name)
+	if err != nil {
+		return nil, err
+	}
+	return &lineReader{br: br, name: name}, nil
+}
+
+// maybeGunzip buffers r, decompressing it if it starts with gzip's magic
+// bytes. Fewer than two bytes (an empty input) is simply not gzip; a real
+// read error will surface again at the first read.
+func maybeGunzip(r io.Reader, name string) (*bufio.Reader, error) {
 	br := bufio.NewReaderSize(r, bufSize)
-	// Fewer than two bytes (an empty input) is simply not gzip; a real read
-	// error will surface again on the first line.
 	if magic, err := br.Peek(2); err == nil && magic[0] == 0x1f && magic[1] == 0x8b {
 		zr, err := gzip.NewReader(br)
 		if err != nil {
@@ -45,7 +54,7 @@ func newLineReader(r io.Reader, name string) (*lineReader, error) {
 		}
 		br = bufio.NewReaderSize(zr, bufSize)
 	}
-	return &lineReader{br: br, name: name}, nil
+	return br, nil
 }
 
 // eachLine calls fn with every line of r (plain or gzip-compressed, named

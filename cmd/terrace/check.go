@@ -25,9 +25,9 @@ func (a *appFlags) check() error {
 // checkFlags checks the flags' values, not the files they name.
 func (a *appFlags) checkFlags() error {
 	switch a.app {
-	case "lr", "mf", "lda":
+	case "lr", "mf", "mlr", "lda":
 	default:
-		return fmt.Errorf("unknown --app %q: want lr, mf or lda", a.app)
+		return fmt.Errorf("unknown --app %q: want lr, mf, mlr or lda", a.app)
 	}
 	for _, f := range []struct {
 		name string
@@ -68,6 +68,12 @@ func (a *appFlags) checkFlags() error {
 func (a *appFlags) checkFiles() error {
 	if a.app == "mf" && (a.train == "" || a.test == "") {
 		return fmt.Errorf("--app mf needs --train and --test (MovieLens ratings, e.g. ../shared/data/ratings/ml-100k/u1.base and u1.test)")
+	}
+	if a.app == "mlr" && a.train == "" {
+		return fmt.Errorf("--app mlr needs --train (MNIST's images file, e.g. ../shared/data/images/mnist/train-images-idx3-ubyte.gz, its labels file found beside it, or LIBSVM lines of class numbers) and takes --test the same")
+	}
+	if a.app == "mlr" && a.model != "" {
+		return fmt.Errorf("--app mlr writes no model file (--model is for lr, mf and lda)")
 	}
 	files := []struct{ flag, path, def string }{{"train", a.train, defaultTrain}, {"test", a.test, defaultTest}, {"vocab", a.vocab, ""}}
 	if a.train != "" {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -135,5 +136,28 @@ func TestOwnTrainWithoutTest(t *testing.T) {
 	}
 	if rep["examples"].(float64) != 8 || !strings.Contains(out, "no held-out evaluation") {
 		t.Errorf("examples %v, want 8, and a word on the missing --test:\n%s", rep["examples"], out)
+	}
+}
+
+// TestTrainMLR: `train --app mlr` on LIBSVM lines of three classes, each
+// told by its own feature, learns them (test accuracy 1), and reports
+// the test metrics; --model is refused by name.
+func TestTrainMLR(t *testing.T) {
+	dir := t.TempDir()
+	var b strings.Builder
+	for i := range 300 {
+		c := i % 3
+		fmt.Fprintf(&b, "%d %d:1 %d:0.5\n", c, c+1, 4+i%5)
+	}
+	own := filepath.Join(dir, "three.svm")
+	if err := os.WriteFile(own, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rep, out := runTrain(t, filepath.Join(dir, "r.json"), "--app", "mlr", "--train", own, "--test", own, "--passes", "5")
+	if acc, _ := rep["test_accuracy"].(float64); acc != 1 || rep["examples"].(float64) != 1500 {
+		t.Errorf("test accuracy %v (want 1), examples %v (want 1500)\n%s", rep["test_accuracy"], rep["examples"], out)
+	}
+	if out, err := exec.Command(terrace(t), "train", "--app", "mlr", "--train", own, "--model", filepath.Join(dir, "m")).CombinedOutput(); err == nil || !strings.Contains(string(out), "--app mlr writes no model file") {
+		t.Errorf("--model with mlr: %v\n%s", err, out)
 	}
 }

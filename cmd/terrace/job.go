@@ -16,6 +16,7 @@ import (
 	"github.com/terrace-ml/terrace/apps/lda"
 	"github.com/terrace-ml/terrace/apps/lr"
 	"github.com/terrace-ml/terrace/apps/mf"
+	"github.com/terrace-ml/terrace/apps/mlr"
 	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/control/auth"
 )
@@ -68,6 +69,17 @@ func (a *appFlags) resolved() api.Job {
 		if a.fs.Changed("l2") {
 			j.L2 = a.l2
 		}
+	case "mlr":
+		d := mlr.DefaultConfig()
+		j.Train, j.Test = a.train, a.test
+		j.Passes, j.Batch, j.Encoding = orInt(a.passes, d.Passes), orInt(a.batch, d.Batch), a.encoding
+		j.LR, j.L2 = float64(d.LR), float64(d.L2)
+		if a.fs.Changed("lr") {
+			j.LR = a.lr
+		}
+		if a.fs.Changed("l2") {
+			j.L2 = a.l2
+		}
 	case "lda":
 		d := lda.DefaultConfig()
 		j.Train, j.Vocab = or(a.train, defaultLDATrain), a.vocab
@@ -109,9 +121,10 @@ func (a *appFlags) useJob(own, j api.Job) error {
 	a.l1, a.l2, a.significance, a.rank = j.L1, j.L2, j.Significance, j.Factors
 	a.topics, a.alpha, a.beta, a.seed, a.scale, a.model = j.Topics, j.Alpha, j.Beta, j.Seed, j.Scale, j.Model
 	a.lr = j.LR
-	// mf reads lr and l2 only when given (its defaults differ from lr's).
+	// mf and mlr read lr and l2 only when given (their defaults differ
+	// from lr's).
 	for _, f := range []string{"lr", "l2"} {
-		if fl := a.fs.Lookup(f); fl != nil && j.App == "mf" {
+		if fl := a.fs.Lookup(f); fl != nil && (j.App == "mf" || j.App == "mlr") {
 			fl.Changed = true
 		}
 	}

@@ -1,0 +1,317 @@
+package mlr
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/terrace-ml/terrace/data"
+	"github.com/terrace-ml/terrace/ps"
+	"github.com/terrace-ml/terrace/table"
+)
+
+// Config configures a training run.
+type Config struct {
+	Train, Test string
+	// Passes is the number of passes over the training data; Batch the
+	// examples in one worker's minibatch, whose gradient is averaged.
+	Passes, Batch int
+	// LR is the server's SGD step, L2 its weight decay.
+	LR, L2      float32
+	Consistency table.Consistency
+	Encoding    table.Encoding
+	Seed        uint64
+	// Progress, when set, is called by the worker that evaluates a pass.
+	Progress func(PassStats)
+}
+
+// DefaultConfig is the configuration `terrace train --app mlr` starts
+// from: on MNIST's pixels scaled to [0, 1], about 0.92 test accuracy
+// after a few passes, what softmax regression reaches there.
+func DefaultConfig() Config {
+	return Config{Passes: 10, Batch: 100, LR: 0.5, Consistency: table.Consistency{Model: table.SSP, Staleness: 2}, Seed: 1}
+}
+
+// PassStats is the evaluating worker's view after one pass.
+type PassStats struct {
+	Pass    int     `json:"pass"`
+	Seconds float64 `json:"seconds"`
+	// TrainLogLoss is the evaluating worker's own over the pass; nil when
+	// it trained none of the pass.
+	TrainLogLoss *float64 `json:"train_logloss,omitempty"`
+	TestAccuracy float64  `json:"test_accuracy"`
+	TestLogLoss  float64  `json:"test_logloss"`
+}
+
+// Report is one worker's result; the test metrics are the last pass's.
+type Report struct {
+	App               string      `json:"app"`
+	Rank              int         `json:"rank"`
+	Classes           int         `json:"classes"`
+	Examples          int64       `json:"examples"`
+	Seconds           float64     `json:"seconds"`
+	ExamplesPerSecond float64     `json:"examples_per_second"`
+	TestAccuracy      float64     `json:"test_accuracy,omitempty"`
+	TestLogLoss       float64     `json:"test_logloss,omitempty"`
+	Refused           int64       `json:"refused_non_finite"`
+	Passes            []PassStats `json:"passes,omitempty"`
+}
+
+// TableName is the weights' table: key 0 the biases, feature f key f+1,
+// one column a class.
+const TableName = "mlr.weights"
+
+// progressEvery is how many minibatches pass between progress records.
+const progressEvery = 16
+
+func featureKey(f uint64) uint64 { return f + 1 }
+
+// Run trains on this worker's partitions of cfg.Train and evaluates on
+// cfg.Test after every pass the job hands it the evaluation of.
+func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
+	train, err := data.ReadClasses(cfg.Train)
+	if err != nil {
+		return nil, fmt.Errorf("mlr: %w", err)
+	}
+	var test *data.Classes
+	if cfg.Test != "" {
+		if test, err = data.ReadClasses(cfg.Test); err != nil {
+			return nil, fmt.Errorf("mlr: %w", err)
+		}
+	}
+	classes, nkeys := train.NumClasses, featureKey(train.X.NumFeatures)
+	if test != nil {
+		// The table's width is fixed at its creation: a class only the
+		// test data has would have no column.
+		if test.NumClasses > classes {
+			return nil, fmt.Errorf("mlr: %s has class %d, and %s none above %d", cfg.Test, test.NumClasses-1, cfg.Train, classes-1)
+		}
+		nkeys = max(nkeys, featureKey(test.X.NumFeatures))
+	}
+	if classes < 2 {
+		return nil, fmt.Errorf("mlr: %s: %d class(es); want two or more", cfg.Train, classes)
+	}
+	tbl, err := c.CreateTable(ctx, table.Spec{Name: TableName, Width: classes, Rule: table.Rule{Kind: table.SGD, LR: cfg.LR, L2: cfg.L2},
+		Consistency: cfg.Consistency, Encoding: cfg.Encoding})
+	if err != nil {
+		return nil, fmt.Errorf("mlr: %w", err)
+	}
+	parts := data.Partition(train.Len(), c.Layout().Partitions)
+	m := &model{c: c, tbl: tbl, train: train, k: classes, slot: make([]int32, nkeys)}
+	rep := &Report{App: "mlr", Rank: c.Rank(), Classes: classes}
+	var eval func(pass int) ps.EvalFunc
+	if test != nil {
+		eval = func(int) ps.EvalFunc {
+			loss := math.NaN() // this worker trained none of the pass
+			if m.n > 0 {
+				loss = m.loss / float64(m.n)
+			}
+			return func(ctx context.Context) (map[string]float64, error) {
+				acc, ll, err := Evaluate(ctx, tbl, test, nkeys, classes)
+				out := map[string]float64{"test_accuracy": acc, "test_logloss": ll}
+				if !math.IsNaN(loss) {
+					out["train_logloss"] = loss
+				}
+				return out, err
+			}
+		}
+	}
+	start := time.Now()
+	err = c.RunPasses(ctx, ps.Passes{
+		N: cfg.Passes,
+		Loop: func(int) ps.Loop {
+			m.loss, m.n = 0, 0
+			return ps.Loop{
+				Order: func(pass, p int) []int { return parts[p].Order(cfg.Seed, pass) },
+				Batch: cfg.Batch, ProgressEvery: progressEvery, Step: m.loopStep,
+			}
+		},
+		Trained: func(context.Context, int) error {
+			rep.Examples += int64(m.n)
+			return nil
+		},
+		Eval: eval,
+		Result: ps.Collect(&rep.Passes, func(r ps.PassResult, secs float64) PassStats {
+			return PassStats{Pass: r.Pass, Seconds: secs, TrainLogLoss: r.Metric("train_logloss"),
+				TestAccuracy: r.Metrics["test_accuracy"], TestLogLoss: r.Metrics["test_logloss"]}
+		}, cfg.Progress),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("mlr: %w", err)
+	}
+	rep.Seconds = time.Since(start).Seconds()
+	rep.ExamplesPerSecond = float64(rep.Examples) / rep.Seconds
+	rep.Refused = tbl.Refused()
+	if n := len(rep.Passes); n > 0 {
+		rep.TestAccuracy, rep.TestLogLoss = rep.Passes[n-1].TestAccuracy, rep.Passes[n-1].TestLogLoss
+	}
+	if err := c.Finish().Wait(ctx); err != nil {
+		return nil, err
+	}
+	return rep, nil
+}
+
+type model struct {
+	c     *ps.Client
+	tbl   *ps.Table
+	train *data.Classes
+	k     int
+	// slot maps a key to its place in the minibatch's keys (+1; 0: not
+	// in it), reset after each minibatch.
+	slot []int32
+	keys []uint64
+	// loss and n sum the training log loss and the examples of the pass.
+	loss float64
+	n    int
+}
+
+// loopStep is the partition loop's Step: one minibatch, whose push it
+// waits for itself.
+func (m *model) loopStep(ctx context.Context, b ps.Batch) (*ps.Future, error) {
+	loss, err := m.step(ctx, b.Rows)
+	if err != nil {
+		return nil, err
+	}
+	m.loss += loss
+	m.n += len(b.Rows)
+	m.c.Tick()
+	return nil, nil
+}
+
+// gather lists the keys of rows in order (the bias, key 0, first), and
+// numbers them in slot.
+func (m *model) gather(rows []int) []uint64 {
+	m.keys = append(m.keys[:0], 0)
+	m.slot[0] = 1
+	for _, i := range rows {
+		keys, _, _ := m.train.X.Row(i)
+		for _, f := range keys {
+			if k := featureKey(f); m.slot[k] == 0 {
+				m.keys = append(m.keys, k)
+				m.slot[k] = 1
+			}
+		}
+	}
+	slices.Sort(m.keys)
+	for i, k := range m.keys {
+		m.slot[k] = int32(i + 1)
+	}
+	return m.keys
+}
+
+// step trains one minibatch and returns its summed log loss.
+func (m *model) step(ctx context.Context, rows []int) (float64, error) {
+	keys := m.gather(rows)
+	defer func() {
+		for _, k := range keys {
+			m.slot[k] = 0
+		}
+	}()
+	k := m.k
+	w := make([]float32, len(keys)*k)
+	if err := m.tbl.Pull(keys, w).Wait(ctx); err != nil {
+		return 0, err
+	}
+	g := make([]float32, len(w))
+	p, d := make([]float64, k), make([]float32, k)
+	var loss float64
+	var places []int
+	scale := 1 / float32(len(rows))
+	for _, i := range rows {
+		fk, fv, _ := m.train.X.Row(i)
+		places = places[:0]
+		for _, f := range fk {
+			places = append(places, int(m.slot[featureKey(f)]-1))
+		}
+		y := int(m.train.Class[i])
+		logits(p, w, places, fv, k)
+		loss -= math.Log(max(softmax(p)[y], 1e-15))
+		for c := range k {
+			d[c] = float32(p[c]) * scale
+		}
+		d[y] -= scale
+		for c := range k {
+			g[c] += d[c] // the bias, key 0 at place 0
+		}
+		for j, at := range places {
+			row := g[at*k : at*k+k]
+			for c := range k {
+				row[c] += d[c] * fv[j]
+			}
+		}
+	}
+	if err := m.tbl.Push(keys, g).Wait(ctx); err != nil {
+		return 0, err
+	}
+	return loss, nil
+}
+
+// logits writes into p each class's score of a row, whose features'
+// values fv have their weights at rows places of w (the bias row first).
+func logits(p []float64, w []float32, places []int, fv []float32, k int) {
+	for c := range k {
+		p[c] = float64(w[c])
+	}
+	for j, at := range places {
+		row := w[at*k : at*k+k]
+		for c := range k {
+			p[c] += float64(fv[j] * row[c])
+		}
+	}
+}
+
+// softmax turns scores into probabilities in place, and returns p.
+func softmax(p []float64) []float64 {
+	hi := p[0]
+	for _, v := range p {
+		hi = max(hi, v)
+	}
+	var sum float64
+	for c, v := range p {
+		p[c] = math.Exp(v - hi)
+		sum += p[c]
+	}
+	for c := range p {
+		p[c] /= sum
+	}
+	return p
+}
+
+// Evaluate pulls the whole model and scores test: accuracy (the most
+// probable class is the row's) and mean log loss.
+func Evaluate(ctx context.Context, tbl *ps.Table, test *data.Classes, nkeys uint64, k int) (acc, logloss float64, err error) {
+	keys := make([]uint64, nkeys)
+	for i := range keys {
+		keys[i] = uint64(i)
+	}
+	w := make([]float32, len(keys)*k)
+	if err := tbl.Pull(keys, w).Wait(ctx); err != nil {
+		return 0, 0, fmt.Errorf("mlr: pull model: %w", err)
+	}
+	p := make([]float64, k)
+	var right int
+	var places []int
+	for i := range test.Len() {
+		fk, fv, _ := test.X.Row(i)
+		places = places[:0]
+		for _, f := range fk {
+			places = append(places, int(featureKey(f)))
+		}
+		logits(p, w, places, fv, k)
+		softmax(p)
+		y, best := int(test.Class[i]), 0
+		for c := range p {
+			if p[c] > p[best] {
+				best = c
+			}
+		}
+		if best == y {
+			right++
+		}
+		logloss -= math.Log(max(p[y], 1e-15))
+	}
+	n := float64(max(test.Len(), 1))
+	return float64(right) / n, logloss / n, nil
+}
