@@ -18,6 +18,9 @@ type Config struct {
 	// Passes is the number of passes over the training data; Batch the
 	// examples in one worker's minibatch, whose gradient is averaged.
 	Passes, Batch int
+	// Hidden, when positive, puts a hidden layer of that many ReLU units
+	// before the softmax: a small neural network (`--app nn`).
+	Hidden int
 	// LR is the server's SGD step, L2 its weight decay.
 	LR, L2      float32
 	Consistency table.Consistency
@@ -32,6 +35,14 @@ type Config struct {
 // after a few passes, what softmax regression reaches there.
 func DefaultConfig() Config {
 	return Config{Passes: 10, Batch: 100, LR: 0.5, Consistency: table.Consistency{Model: table.SSP, Staleness: 2}, Seed: 1}
+}
+
+// DefaultNetworkConfig is the configuration `terrace train --app nn`
+// starts from: a hidden layer of 100 ReLU units, the rest as mlr's.
+func DefaultNetworkConfig() Config {
+	c := DefaultConfig()
+	c.Hidden = 100
+	return c
 }
 
 // PassStats is the evaluating worker's view after one pass.
@@ -59,26 +70,45 @@ type Report struct {
 	Passes            []PassStats `json:"passes,omitempty"`
 }
 
-// TableName is the weights' table: key 0 the biases, feature f key f+1,
-// one column a class.
-const TableName = "mlr.weights"
+// The tables: TableName holds softmax regression's weights (key 0 the
+// biases, feature f key f+1, one column a class); with a hidden layer,
+// HiddenTable holds the input's weights into it (the same keys, one
+// column a hidden unit) and OutputTable its weights into the classes
+// (hidden unit j key j, the classes' biases key Hidden).
+const (
+	TableName   = "mlr.weights"
+	HiddenTable = "nn.hidden"
+	OutputTable = "nn.output"
+)
 
 // progressEvery is how many minibatches pass between progress records.
 const progressEvery = 16
 
 func featureKey(f uint64) uint64 { return f + 1 }
 
+// network is the model a worker trains: one minibatch's step (pulls, the
+// gradient, pushes) and the test metrics, from its tables.
+type network interface {
+	step(ctx context.Context, rows []int) (loss float64, err error)
+	evaluate(ctx context.Context, test *data.Classes) (acc, logloss float64, err error)
+	refused() int64
+}
+
 // Run trains on this worker's partitions of cfg.Train and evaluates on
 // cfg.Test after every pass the job hands it the evaluation of.
 func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
+	name := "mlr"
+	if cfg.Hidden > 0 {
+		name = "nn"
+	}
 	train, err := data.ReadClasses(cfg.Train)
 	if err != nil {
-		return nil, fmt.Errorf("mlr: %w", err)
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	var test *data.Classes
 	if cfg.Test != "" {
 		if test, err = data.ReadClasses(cfg.Test); err != nil {
-			return nil, fmt.Errorf("mlr: %w", err)
+			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 	}
 	classes, nkeys := train.NumClasses, featureKey(train.X.NumFeatures)
@@ -86,21 +116,20 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 		// The table's width is fixed at its creation: a class only the
 		// test data has would have no column.
 		if test.NumClasses > classes {
-			return nil, fmt.Errorf("mlr: %s has class %d, and %s none above %d", cfg.Test, test.NumClasses-1, cfg.Train, classes-1)
+			return nil, fmt.Errorf("%s: %s has class %d, and %s none above %d", name, cfg.Test, test.NumClasses-1, cfg.Train, classes-1)
 		}
 		nkeys = max(nkeys, featureKey(test.X.NumFeatures))
 	}
 	if classes < 2 {
-		return nil, fmt.Errorf("mlr: %s: %d class(es); want two or more", cfg.Train, classes)
+		return nil, fmt.Errorf("%s: %s: %d class(es); want two or more", name, cfg.Train, classes)
 	}
-	tbl, err := c.CreateTable(ctx, table.Spec{Name: TableName, Width: classes, Rule: table.Rule{Kind: table.SGD, LR: cfg.LR, L2: cfg.L2},
-		Consistency: cfg.Consistency, Encoding: cfg.Encoding})
+	net, err := newNetwork(ctx, c, cfg, train, classes, nkeys)
 	if err != nil {
-		return nil, fmt.Errorf("mlr: %w", err)
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	parts := data.Partition(train.Len(), c.Layout().Partitions)
-	m := &model{c: c, tbl: tbl, train: train, k: classes, slot: make([]int32, nkeys)}
-	rep := &Report{App: "mlr", Rank: c.Rank(), Classes: classes}
+	m := &trainer{c: c, net: net}
+	rep := &Report{App: name, Rank: c.Rank(), Classes: classes}
 	var eval func(pass int) ps.EvalFunc
 	if test != nil {
 		eval = func(int) ps.EvalFunc {
@@ -109,7 +138,7 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 				loss = m.loss / float64(m.n)
 			}
 			return func(ctx context.Context) (map[string]float64, error) {
-				acc, ll, err := Evaluate(ctx, tbl, test, nkeys, classes)
+				acc, ll, err := net.evaluate(ctx, test)
 				out := map[string]float64{"test_accuracy": acc, "test_logloss": ll}
 				if !math.IsNaN(loss) {
 					out["train_logloss"] = loss
@@ -139,11 +168,11 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 		}, cfg.Progress),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("mlr: %w", err)
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	rep.Seconds = time.Since(start).Seconds()
 	rep.ExamplesPerSecond = float64(rep.Examples) / rep.Seconds
-	rep.Refused = tbl.Refused()
+	rep.Refused = net.refused()
 	if n := len(rep.Passes); n > 0 {
 		rep.TestAccuracy, rep.TestLogLoss = rep.Passes[n-1].TestAccuracy, rep.Passes[n-1].TestLogLoss
 	}
@@ -153,24 +182,67 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 	return rep, nil
 }
 
-type model struct {
-	c     *ps.Client
-	tbl   *ps.Table
-	train *data.Classes
-	k     int
-	// slot maps a key to its place in the minibatch's keys (+1; 0: not
-	// in it), reset after each minibatch.
-	slot []int32
-	keys []uint64
+// newNetwork creates the tables of cfg's model and returns it.
+func newNetwork(ctx context.Context, c *ps.Client, cfg Config, train *data.Classes, classes int, nkeys uint64) (network, error) {
+	rule := table.Rule{Kind: table.SGD, LR: cfg.LR, L2: cfg.L2}
+	spec := func(name string, width int, init table.Init) table.Spec {
+		return table.Spec{Name: name, Width: width, Rule: rule, Init: init, Consistency: cfg.Consistency, Encoding: cfg.Encoding}
+	}
+	keys := keyset{train: train, slot: make([]int32, nkeys), nkeys: nkeys}
+	if cfg.Hidden <= 0 {
+		tbl, err := c.CreateTable(ctx, spec(TableName, classes, table.Init{}))
+		if err != nil {
+			return nil, err
+		}
+		return &linear{tbl: tbl, k: classes, keyset: keys}, nil
+	}
+	// He's initialisation for the ReLU layer (standard deviation
+	// sqrt(2 / inputs), by the mean features a row has), Glorot's for the
+	// output; seeded by key, so every server draws the same.
+	fanIn := max(1, float64(len(train.X.Keys))/float64(max(train.Len(), 1)))
+	hidden, err := c.CreateTable(ctx, spec(HiddenTable, cfg.Hidden, table.Init{Kind: table.Normal, Scale: float32(math.Sqrt(2 / fanIn)), Seed: cfg.Seed}))
+	if err != nil {
+		return nil, err
+	}
+	out, err := c.CreateTable(ctx, spec(OutputTable, classes, table.Init{Kind: table.Normal, Scale: float32(math.Sqrt(2 / float64(cfg.Hidden+classes))), Seed: cfg.Seed + 1}))
+	if err != nil {
+		return nil, err
+	}
+	return &mlp{hidden: hidden, out: out, h: cfg.Hidden, k: classes, keyset: keys}, nil
+}
+
+// trainer sums a pass's training loss over the steps of its network.
+type trainer struct {
+	c   *ps.Client
+	net network
 	// loss and n sum the training log loss and the examples of the pass.
 	loss float64
 	n    int
 }
 
+// keyset lists a minibatch's input keys and where each lies in the list.
+type keyset struct {
+	train *data.Classes
+	// slot maps a key to its place in the minibatch's keys (+1; 0: not
+	// in it), reset after each minibatch.
+	slot  []int32
+	keys  []uint64
+	nkeys uint64
+}
+
+// linear is softmax regression.
+type linear struct {
+	tbl *ps.Table
+	k   int
+	keyset
+}
+
+func (m *linear) refused() int64 { return m.tbl.Refused() }
+
 // loopStep is the partition loop's Step: one minibatch, whose push it
 // waits for itself.
-func (m *model) loopStep(ctx context.Context, b ps.Batch) (*ps.Future, error) {
-	loss, err := m.step(ctx, b.Rows)
+func (m *trainer) loopStep(ctx context.Context, b ps.Batch) (*ps.Future, error) {
+	loss, err := m.net.step(ctx, b.Rows)
 	if err != nil {
 		return nil, err
 	}
@@ -181,8 +253,8 @@ func (m *model) loopStep(ctx context.Context, b ps.Batch) (*ps.Future, error) {
 }
 
 // gather lists the keys of rows in order (the bias, key 0, first), and
-// numbers them in slot.
-func (m *model) gather(rows []int) []uint64 {
+// numbers them in slot; release forgets them.
+func (m *keyset) gather(rows []int) []uint64 {
 	m.keys = append(m.keys[:0], 0)
 	m.slot[0] = 1
 	for _, i := range rows {
@@ -201,14 +273,39 @@ func (m *model) gather(rows []int) []uint64 {
 	return m.keys
 }
 
-// step trains one minibatch and returns its summed log loss.
-func (m *model) step(ctx context.Context, rows []int) (float64, error) {
-	keys := m.gather(rows)
-	defer func() {
-		for _, k := range keys {
-			m.slot[k] = 0
+func (m *keyset) release() {
+	for _, k := range m.keys {
+		m.slot[k] = 0
+	}
+}
+
+// places lists where row i's features lie: in the minibatch's keys, or
+// with all set, in the whole key range.
+func (m *keyset) places(dst []int, fk []uint64, all bool) []int {
+	dst = dst[:0]
+	for _, f := range fk {
+		if all {
+			dst = append(dst, int(featureKey(f)))
+		} else {
+			dst = append(dst, int(m.slot[featureKey(f)]-1))
 		}
-	}()
+	}
+	return dst
+}
+
+// allKeys is every key from 0 to nkeys-1.
+func (m *keyset) allKeys() []uint64 {
+	keys := make([]uint64, m.nkeys)
+	for i := range keys {
+		keys[i] = uint64(i)
+	}
+	return keys
+}
+
+// step trains one minibatch and returns its summed log loss.
+func (m *linear) step(ctx context.Context, rows []int) (float64, error) {
+	keys := m.gather(rows)
+	defer m.release()
 	k := m.k
 	w := make([]float32, len(keys)*k)
 	if err := m.tbl.Pull(keys, w).Wait(ctx); err != nil {
@@ -221,10 +318,7 @@ func (m *model) step(ctx context.Context, rows []int) (float64, error) {
 	scale := 1 / float32(len(rows))
 	for _, i := range rows {
 		fk, fv, _ := m.train.X.Row(i)
-		places = places[:0]
-		for _, f := range fk {
-			places = append(places, int(m.slot[featureKey(f)]-1))
-		}
+		places = m.places(places, fk, false)
 		y := int(m.train.Class[i])
 		logits(p, w, places, fv, k)
 		loss -= math.Log(max(softmax(p)[y], 1e-15))
@@ -279,27 +373,28 @@ func softmax(p []float64) []float64 {
 	return p
 }
 
-// Evaluate pulls the whole model and scores test: accuracy (the most
-// probable class is the row's) and mean log loss.
-func Evaluate(ctx context.Context, tbl *ps.Table, test *data.Classes, nkeys uint64, k int) (acc, logloss float64, err error) {
-	keys := make([]uint64, nkeys)
-	for i := range keys {
-		keys[i] = uint64(i)
+// evaluate pulls the whole model and scores test.
+func (m *linear) evaluate(ctx context.Context, test *data.Classes) (acc, logloss float64, err error) {
+	w := make([]float32, int(m.nkeys)*m.k)
+	if err := m.tbl.Pull(m.allKeys(), w).Wait(ctx); err != nil {
+		return 0, 0, fmt.Errorf("pull model: %w", err)
 	}
-	w := make([]float32, len(keys)*k)
-	if err := tbl.Pull(keys, w).Wait(ctx); err != nil {
-		return 0, 0, fmt.Errorf("mlr: pull model: %w", err)
-	}
+	var places []int
+	acc, logloss = score(test, m.k, func(p []float64, fk []uint64, fv []float32) {
+		places = m.places(places, fk, true)
+		logits(p, w, places, fv, m.k)
+	})
+	return acc, logloss, nil
+}
+
+// score is the accuracy (the most probable class is the row's) and the
+// mean log loss over test, whose rows' class scores forward writes.
+func score(test *data.Classes, k int, forward func(p []float64, fk []uint64, fv []float32)) (acc, logloss float64) {
 	p := make([]float64, k)
 	var right int
-	var places []int
 	for i := range test.Len() {
 		fk, fv, _ := test.X.Row(i)
-		places = places[:0]
-		for _, f := range fk {
-			places = append(places, int(featureKey(f)))
-		}
-		logits(p, w, places, fv, k)
+		forward(p, fk, fv)
 		softmax(p)
 		y, best := int(test.Class[i]), 0
 		for c := range p {
@@ -313,5 +408,5 @@ func Evaluate(ctx context.Context, tbl *ps.Table, test *data.Classes, nkeys uint
 		logloss -= math.Log(max(p[y], 1e-15))
 	}
 	n := float64(max(test.Len(), 1))
-	return float64(right) / n, logloss / n, nil
+	return float64(right) / n, logloss / n
 }

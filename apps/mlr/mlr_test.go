@@ -57,3 +57,45 @@ func TestMNIST(t *testing.T) {
 	}
 	t.Logf("test accuracy %.4f", acc)
 }
+
+// TestMNISTNetwork trains the small neural network (one hidden layer of
+// ReLU units) on MNIST for three passes with two servers and two workers:
+// it must beat softmax regression's accuracy.
+func TestMNISTNetwork(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains three passes over 60,000 images")
+	}
+	train, ok := data.SharedPath("images/mnist/train-images-idx3-ubyte.gz")
+	test, ok2 := data.SharedPath("images/mnist/t10k-images-idx3-ubyte.gz")
+	if !ok || !ok2 {
+		t.Skip("MNIST not found under ../shared/data/images/mnist (kept out of the repository)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	l, err := node.StartLocal(ctx, node.LocalConfig{Servers: 2, Workers: 2, Replication: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	cfg := mlr.DefaultNetworkConfig()
+	cfg.Train, cfg.Test, cfg.Passes = train, test, 3
+	reps, err := l.RunWorkers(ctx, func(ctx context.Context, c *ps.Client) (any, error) { return mlr.Run(ctx, c, cfg) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var acc float64
+	for _, raw := range reps {
+		var r mlr.Report
+		if err := json.Unmarshal(raw, &r); err != nil {
+			t.Fatal(err)
+		}
+		acc = max(acc, r.TestAccuracy)
+		if r.App != "nn" {
+			t.Errorf("report of app %q, want nn", r.App)
+		}
+	}
+	if acc < 0.95 {
+		t.Fatalf("test accuracy %.4f, want >= 0.95", acc)
+	}
+	t.Logf("test accuracy %.4f", acc)
+}

@@ -24,7 +24,7 @@ import (
 type appFlags struct {
 	app, train, test, vocab, consistency, encoding string
 	scale, model                                   string
-	passes, batch, rank, topics                    int
+	passes, batch, rank, topics, hidden            int
 	lr, l1, l2, significance, alpha, beta          float64
 	seed                                           uint64
 	fs                                             *pflag.FlagSet
@@ -39,8 +39,9 @@ const (
 
 func (a *appFlags) register(fs *pflag.FlagSet) {
 	a.fs = fs
-	fs.StringVar(&a.app, "app", "lr", "application: lr (sparse logistic regression), mf (matrix factorisation), mlr (multinomial logistic regression) or lda (topic model)")
-	fs.StringVar(&a.train, "train", "", "training data (lr: LIBSVM, plain or gzip; mf: user item rating lines; mlr: MNIST's IDX images file, its labels file beside it, or LIBSVM lines of class numbers; lda: doc word count lines); lr defaults to "+defaultTrain+", lda to "+defaultLDATrain)
+	fs.StringVar(&a.app, "app", "lr", "application: lr (sparse logistic regression), mf (matrix factorisation), mlr (multinomial logistic regression), nn (a small neural network: mlr with a hidden layer) or lda (topic model)")
+	fs.IntVar(&a.hidden, "hidden", 100, "nn: hidden ReLU units")
+	fs.StringVar(&a.train, "train", "", "training data (lr: LIBSVM, plain or gzip; mf: user item rating lines; mlr, nn: MNIST's IDX images file, its labels file beside it, or LIBSVM lines of class numbers; lda: doc word count lines); lr defaults to "+defaultTrain+", lda to "+defaultLDATrain)
 	fs.StringVar(&a.test, "test", "", "test data, same format; lr defaults to "+defaultTest+" when --train is not given either (none with a --train of your own), lda holds out every 10th document of --train instead")
 	fs.StringVar(&a.vocab, "vocab", "", "lda: vocabulary, one word a line, to print topics' top words with; defaults to "+defaultLDAVocab+" with the default --train")
 	fs.IntVar(&a.topics, "topics", 20, "lda: number of topics K")
@@ -48,11 +49,11 @@ func (a *appFlags) register(fs *pflag.FlagSet) {
 	fs.Float64Var(&a.beta, "beta", 0.01, "lda: Dirichlet prior of the topics' word distributions")
 	fs.StringVar(&a.consistency, "consistency", "ssp:2", "consistency model: bsp, ssp:S or asp")
 	fs.StringVar(&a.encoding, "encoding", "raw", "push encoding: raw, sparse, fp16 or int8 (the last two are lossy)")
-	fs.IntVar(&a.passes, "passes", 0, "passes over the training data (app default if 0: lr 10, mf 30, mlr 10, lda 30, the first of which assigns random topics); --epochs is another name for it")
+	fs.IntVar(&a.passes, "passes", 0, "passes over the training data (app default if 0: lr 10, mf 30, mlr and nn 10, lda 30, the first of which assigns random topics); --epochs is another name for it")
 	fs.SetNormalizeFunc(passesAlias)
-	fs.IntVar(&a.batch, "batch", 0, "examples per worker minibatch (app default if 0: lr 100, or fewer for small data (rows/400, at least 10), mf 64, mlr 100, lda 64 documents)")
+	fs.IntVar(&a.batch, "batch", 0, "examples per worker minibatch (app default if 0: lr 100, or fewer for small data (rows/400, at least 10), mf 64, mlr and nn 100, lda 64 documents)")
 	fs.IntVar(&a.rank, "factors", 64, "mf: number of latent factors")
-	fs.Float64Var(&a.lr, "lr", 0, "learning rate (app default if 0: lr's FTRL alpha 1, on features scaled by --scale; mf's SGD step 0.01; mlr's 0.5)")
+	fs.Float64Var(&a.lr, "lr", 0, "learning rate (app default if 0: lr's FTRL alpha 1, on features scaled by --scale; mf's SGD step 0.01; mlr's and nn's 0.5)")
 	fs.Float64Var(&a.l1, "l1", 0.001, "lr: FTRL L1 strength")
 	fs.Float64Var(&a.l2, "l2", 0.01, "L2 strength (mf default 0.08)")
 	fs.Float64Var(&a.significance, "significance", 0, "push only entries whose accumulated change exceeds this (0: push everything)")
@@ -110,7 +111,7 @@ func (a *appFlags) job(progress io.Writer) (node.Job, error) {
 			}
 		}
 		return func(ctx context.Context, c *ps.Client) (any, error) { return mf.Run(ctx, c, cfg) }, nil
-	case "mlr":
+	case "mlr", "nn":
 		cfg, err := a.mlrConfig(cons, progress)
 		if err != nil {
 			return nil, err
@@ -129,12 +130,16 @@ func (a *appFlags) job(progress io.Writer) (node.Job, error) {
 			return rep, err
 		}, nil
 	}
-	return nil, fmt.Errorf("unknown --app %q: want lr, mf, mlr or lda", a.app)
+	return nil, fmt.Errorf("unknown --app %q: want lr, mf, mlr, nn or lda", a.app)
 }
 
-// mlrConfig builds the mlr configuration from the flags.
+// mlrConfig builds the mlr (or nn) configuration from the flags.
 func (a *appFlags) mlrConfig(cons table.Consistency, progress io.Writer) (mlr.Config, error) {
 	cfg := mlr.DefaultConfig()
+	if a.app == "nn" {
+		cfg = mlr.DefaultNetworkConfig()
+		cfg.Hidden = a.hidden
+	}
 	cfg.Train, cfg.Test = a.train, a.test
 	if err := readable(cfg.Train, cfg.Test); err != nil {
 		return mlr.Config{}, err
@@ -288,7 +293,7 @@ func (a *appFlags) auditSize() (rows, passes int, err error) {
 			return 0, 0, err
 		}
 		rows, passes = train.Len(), mf.DefaultConfig().Passes
-	case "mlr":
+	case "mlr", "nn":
 		train, err := data.ReadClasses(a.train)
 		if err != nil {
 			return 0, 0, err
@@ -304,7 +309,7 @@ func (a *appFlags) auditSize() (rows, passes int, err error) {
 		}
 		passes = cfg.Passes
 	default:
-		return 0, 0, fmt.Errorf("unknown --app %q: want lr, mf, mlr or lda", a.app)
+		return 0, 0, fmt.Errorf("unknown --app %q: want lr, mf, mlr, nn or lda", a.app)
 	}
 	setInt(&passes, a.passes)
 	return rows, passes, nil
@@ -320,7 +325,7 @@ func (a *appFlags) totalPasses() int {
 		return lr.DefaultConfig().Passes
 	case "mf":
 		return mf.DefaultConfig().Passes
-	case "mlr":
+	case "mlr", "nn":
 		return mlr.DefaultConfig().Passes
 	case "lda":
 		return lda.DefaultConfig().Passes

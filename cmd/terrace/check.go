@@ -25,9 +25,12 @@ func (a *appFlags) check() error {
 // checkFlags checks the flags' values, not the files they name.
 func (a *appFlags) checkFlags() error {
 	switch a.app {
-	case "lr", "mf", "mlr", "lda":
+	case "lr", "mf", "mlr", "nn", "lda":
 	default:
-		return fmt.Errorf("unknown --app %q: want lr, mf, mlr or lda", a.app)
+		return fmt.Errorf("unknown --app %q: want lr, mf, mlr, nn or lda", a.app)
+	}
+	if a.app == "nn" && a.hidden <= 0 {
+		return fmt.Errorf("--hidden %d: want one unit or more", a.hidden)
 	}
 	for _, f := range []struct {
 		name string
@@ -69,11 +72,11 @@ func (a *appFlags) checkFiles() error {
 	if a.app == "mf" && (a.train == "" || a.test == "") {
 		return fmt.Errorf("--app mf needs --train and --test (MovieLens ratings, e.g. ../shared/data/ratings/ml-100k/u1.base and u1.test)")
 	}
-	if a.app == "mlr" && a.train == "" {
-		return fmt.Errorf("--app mlr needs --train (MNIST's images file, e.g. ../shared/data/images/mnist/train-images-idx3-ubyte.gz, its labels file found beside it, or LIBSVM lines of class numbers) and takes --test the same")
+	if (a.app == "mlr" || a.app == "nn") && a.train == "" {
+		return fmt.Errorf("--app %s needs --train (MNIST's images file, e.g. ../shared/data/images/mnist/train-images-idx3-ubyte.gz, its labels file found beside it, or LIBSVM lines of class numbers) and takes --test the same", a.app)
 	}
-	if a.app == "mlr" && a.model != "" {
-		return fmt.Errorf("--app mlr writes no model file (--model is for lr, mf and lda)")
+	if (a.app == "mlr" || a.app == "nn") && a.model != "" {
+		return fmt.Errorf("--app %s writes no model file (--model is for lr, mf and lda)", a.app)
 	}
 	files := []struct{ flag, path, def string }{{"train", a.train, defaultTrain}, {"test", a.test, defaultTest}, {"vocab", a.vocab, ""}}
 	if a.train != "" {

@@ -139,9 +139,10 @@ func TestOwnTrainWithoutTest(t *testing.T) {
 	}
 }
 
-// TestTrainMLR: `train --app mlr` on LIBSVM lines of three classes, each
-// told by its own feature, learns them (test accuracy 1), and reports
-// the test metrics; --model is refused by name.
+// TestTrainMLR: `train --app mlr`, and `--app nn` (a hidden layer), on
+// LIBSVM lines of three classes, each told by its own feature, learn them
+// (test accuracy 1) and report the test metrics; --model is refused by
+// name.
 func TestTrainMLR(t *testing.T) {
 	dir := t.TempDir()
 	var b strings.Builder
@@ -153,9 +154,11 @@ func TestTrainMLR(t *testing.T) {
 	if err := os.WriteFile(own, []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	rep, out := runTrain(t, filepath.Join(dir, "r.json"), "--app", "mlr", "--train", own, "--test", own, "--passes", "5")
-	if acc, _ := rep["test_accuracy"].(float64); acc != 1 || rep["examples"].(float64) != 1500 {
-		t.Errorf("test accuracy %v (want 1), examples %v (want 1500)\n%s", rep["test_accuracy"], rep["examples"], out)
+	for _, app := range [][]string{{"--app", "mlr"}, {"--app", "nn", "--hidden", "8"}} {
+		rep, out := runTrain(t, filepath.Join(dir, "r.json"), append(app, "--train", own, "--test", own, "--passes", "5")...)
+		if acc, _ := rep["test_accuracy"].(float64); acc != 1 || rep["examples"].(float64) != 1500 || rep["app"] != app[1] {
+			t.Errorf("%s: test accuracy %v (want 1), examples %v (want 1500), app %v\n%s", app[1], rep["test_accuracy"], rep["examples"], rep["app"], out)
+		}
 	}
 	if out, err := exec.Command(terrace(t), "train", "--app", "mlr", "--train", own, "--model", filepath.Join(dir, "m")).CombinedOutput(); err == nil || !strings.Contains(string(out), "--app mlr writes no model file") {
 		t.Errorf("--model with mlr: %v\n%s", err, out)

@@ -32,7 +32,8 @@ var jobFlags = map[string]func(j *api.Job) any{
 	"lr": func(j *api.Job) any { return j.LR }, "l1": func(j *api.Job) any { return j.L1 }, "l2": func(j *api.Job) any { return j.L2 },
 	"significance": func(j *api.Job) any { return j.Significance }, "factors": func(j *api.Job) any { return j.Factors },
 	"topics": func(j *api.Job) any { return j.Topics }, "alpha": func(j *api.Job) any { return j.Alpha },
-	"beta": func(j *api.Job) any { return j.Beta }, "seed": func(j *api.Job) any { return j.Seed },
+	"hidden": func(j *api.Job) any { return j.Hidden },
+	"beta":   func(j *api.Job) any { return j.Beta }, "seed": func(j *api.Job) any { return j.Seed },
 	"scale": func(j *api.Job) any { return j.Scale }, "model": func(j *api.Job) any { return j.Model },
 }
 
@@ -69,8 +70,12 @@ func (a *appFlags) resolved() api.Job {
 		if a.fs.Changed("l2") {
 			j.L2 = a.l2
 		}
-	case "mlr":
+	case "mlr", "nn":
 		d := mlr.DefaultConfig()
+		if a.app == "nn" {
+			d = mlr.DefaultNetworkConfig()
+			j.Hidden = a.hidden
+		}
 		j.Train, j.Test = a.train, a.test
 		j.Passes, j.Batch, j.Encoding = orInt(a.passes, d.Passes), orInt(a.batch, d.Batch), a.encoding
 		j.LR, j.L2 = float64(d.LR), float64(d.L2)
@@ -120,11 +125,14 @@ func (a *appFlags) useJob(own, j api.Job) error {
 	a.passes, a.batch, a.consistency, a.encoding = j.Passes, j.Batch, j.Consistency, j.Encoding
 	a.l1, a.l2, a.significance, a.rank = j.L1, j.L2, j.Significance, j.Factors
 	a.topics, a.alpha, a.beta, a.seed, a.scale, a.model = j.Topics, j.Alpha, j.Beta, j.Seed, j.Scale, j.Model
+	if j.App == "nn" {
+		a.hidden = j.Hidden
+	}
 	a.lr = j.LR
-	// mf and mlr read lr and l2 only when given (their defaults differ
-	// from lr's).
+	// mf, mlr and nn read lr and l2 only when given (their defaults
+	// differ from lr's).
 	for _, f := range []string{"lr", "l2"} {
-		if fl := a.fs.Lookup(f); fl != nil && (j.App == "mf" || j.App == "mlr") {
+		if fl := a.fs.Lookup(f); fl != nil && (j.App == "mf" || j.App == "mlr" || j.App == "nn") {
 			fl.Changed = true
 		}
 	}

@@ -28,9 +28,11 @@ type Job struct {
 	Significance float64 `json:"significance,omitempty" yaml:"significance"`
 	Factors      int     `json:"factors,omitempty" yaml:"factors"`
 	Topics       int     `json:"topics,omitempty" yaml:"topics"`
-	Alpha        float64 `json:"alpha,omitempty" yaml:"alpha"`
-	Beta         float64 `json:"beta,omitempty" yaml:"beta"`
-	Seed         uint64  `json:"seed" yaml:"seed"`
+	// Hidden: nn's hidden ReLU units.
+	Hidden int     `json:"hidden,omitempty" yaml:"hidden"`
+	Alpha  float64 `json:"alpha,omitempty" yaml:"alpha"`
+	Beta   float64 `json:"beta,omitempty" yaml:"beta"`
+	Seed   uint64  `json:"seed" yaml:"seed"`
 	// Scale: lr divides every feature by its largest absolute value in the
 	// training data ("max", the default) or trains on raw values ("none").
 	Scale string `json:"scale,omitempty" yaml:"scale"`
