@@ -46,7 +46,7 @@ func ReadClasses(path string) (*Classes, error) {
 	if magic, err := br.Peek(4); err == nil && magic[0] == 0 && magic[1] == 0 && magic[2] == 8 && magic[3] == 3 {
 		return readIDX(br, path)
 	}
-	x, err := parseLIBSVM(br, path, true)
+	x, err := parseLIBSVM(br, path, classLabels)
 	if err != nil {
 		return nil, err
 	}

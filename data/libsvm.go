@@ -13,7 +13,7 @@ import (
 // has keys Keys[RowPtr[i]:RowPtr[i+1]] (strictly increasing) with values
 // Vals at the same positions, and label Labels[i].
 type Sparse struct {
-	Labels []float32 // 0 or 1
+	Labels []float32 // 0 or 1 (ReadLIBSVM); class numbers (ReadClasses) or targets (ReadRegression)
 	RowPtr []int     // len Len()+1, RowPtr[0] == 0
 	Keys   []uint64
 	Vals   []float32
@@ -56,13 +56,28 @@ func ReadLIBSVM(path string) (*Sparse, error) {
 //
 // A malformed line gives a *LineError wrapping ErrMalformed.
 func ParseLIBSVM(r io.Reader, name string) (*Sparse, error) {
-	return parseLIBSVM(r, name, false)
+	return parseLIBSVM(r, name, binaryLabels)
 }
 
-// parseLIBSVM is ParseLIBSVM; with multi, labels are class numbers
-// (non-negative integers), kept as they are.
-func parseLIBSVM(r io.Reader, name string, multi bool) (*Sparse, error) {
-	b := sparseBuilder{multi: multi}
+// labelMode is what a LIBSVM file's labels are.
+type labelMode int
+
+const (
+	binaryLabels labelMode = iota // two classes, stored as 0/1
+	classLabels                   // class numbers, kept (ReadClasses)
+	realLabels                    // regression targets, kept (ReadRegression)
+)
+
+// ReadRegression reads LIBSVM lines whose labels are real-valued targets
+// (any finite number, kept as it is), as LIBSVM's regression sets and
+// Lasso take them.
+func ReadRegression(path string) (*Sparse, error) {
+	return readFile(path, func(r io.Reader, name string) (*Sparse, error) { return parseLIBSVM(r, name, realLabels) })
+}
+
+// parseLIBSVM is ParseLIBSVM with labels read as mode says.
+func parseLIBSVM(r io.Reader, name string, mode labelMode) (*Sparse, error) {
+	b := sparseBuilder{mode: mode}
 	b.rowPtr.add(0)
 	if err := eachLine(r, name, b.addLine); err != nil {
 		return nil, err
@@ -94,8 +109,8 @@ type sparseBuilder struct {
 	// (-1 counted as 0), at most two, and at the line each first came.
 	lines  int
 	values []labelValue
-	// multi: the labels are class numbers (ParseClasses), kept as read.
-	multi bool
+	// mode: what the labels are.
+	mode labelMode
 }
 
 type labelValue struct {
@@ -106,7 +121,10 @@ type labelValue struct {
 // label records the label value v of the current line, and refuses a
 // third distinct one.
 func (b *sparseBuilder) label(v float32) (reason string) {
-	if b.multi {
+	if b.mode == realLabels {
+		return ""
+	}
+	if b.mode == classLabels {
 		if v < 0 || v != float32(math.Trunc(float64(v))) || v >= MaxClasses {
 			return fmt.Sprintf("label %g is not a class number (an integer from 0 to %d)", v, MaxClasses-1)
 		}
@@ -135,7 +153,7 @@ func standard(v float32) bool { return v == 0 || v == 1 }
 // classes turns the raw label values into 0/1: as they are for -1/+1 and
 // 0/1, the larger of two other values as 1.
 func (b *sparseBuilder) classes(name string) ([]float32, error) {
-	if b.multi {
+	if b.mode != binaryLabels {
 		return b.labels.slice(), nil
 	}
 	pos := float32(1)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/terrace-ml/terrace/apps/lasso"
 	"github.com/terrace-ml/terrace/apps/lda"
 	"github.com/terrace-ml/terrace/apps/lr"
 	"github.com/terrace-ml/terrace/apps/mf"
@@ -39,9 +40,9 @@ const (
 
 func (a *appFlags) register(fs *pflag.FlagSet) {
 	a.fs = fs
-	fs.StringVar(&a.app, "app", "lr", "application: lr (sparse logistic regression), mf (matrix factorisation), mlr (multinomial logistic regression), nn (a small neural network: mlr with a hidden layer) or lda (topic model)")
+	fs.StringVar(&a.app, "app", "lr", "application: lr (sparse logistic regression), mf (matrix factorisation), mlr (multinomial logistic regression), nn (a small neural network: mlr with a hidden layer), lasso (L1 least squares by scheduled coordinate descent) or lda (topic model)")
 	fs.IntVar(&a.hidden, "hidden", 100, "nn: hidden ReLU units")
-	fs.StringVar(&a.train, "train", "", "training data (lr: LIBSVM, plain or gzip; mf: user item rating lines; mlr, nn: MNIST's IDX images file, its labels file beside it, or LIBSVM lines of class numbers; lda: doc word count lines); lr defaults to "+defaultTrain+", lda to "+defaultLDATrain)
+	fs.StringVar(&a.train, "train", "", "training data (lr: LIBSVM, plain or gzip; mf: user item rating lines; mlr, nn: MNIST's IDX images file, its labels file beside it, or LIBSVM lines of class numbers; lasso: LIBSVM lines of real targets; lda: doc word count lines); lr and lasso default to "+defaultTrain+", lda to "+defaultLDATrain)
 	fs.StringVar(&a.test, "test", "", "test data, same format; lr defaults to "+defaultTest+" when --train is not given either (none with a --train of your own), lda holds out every 10th document of --train instead")
 	fs.StringVar(&a.vocab, "vocab", "", "lda: vocabulary, one word a line, to print topics' top words with; defaults to "+defaultLDAVocab+" with the default --train")
 	fs.IntVar(&a.topics, "topics", 20, "lda: number of topics K")
@@ -49,12 +50,12 @@ func (a *appFlags) register(fs *pflag.FlagSet) {
 	fs.Float64Var(&a.beta, "beta", 0.01, "lda: Dirichlet prior of the topics' word distributions")
 	fs.StringVar(&a.consistency, "consistency", "ssp:2", "consistency model: bsp, ssp:S or asp")
 	fs.StringVar(&a.encoding, "encoding", "raw", "push encoding: raw, sparse, fp16 or int8 (the last two are lossy)")
-	fs.IntVar(&a.passes, "passes", 0, "passes over the training data (app default if 0: lr 10, mf 30, mlr and nn 10, lda 30, the first of which assigns random topics); --epochs is another name for it")
+	fs.IntVar(&a.passes, "passes", 0, "passes over the training data (app default if 0: lr 10, mf 30, mlr and nn 10, lasso 20, lda 30, the first of which assigns random topics); --epochs is another name for it")
 	fs.SetNormalizeFunc(passesAlias)
-	fs.IntVar(&a.batch, "batch", 0, "examples per worker minibatch (app default if 0: lr 100, or fewer for small data (rows/400, at least 10), mf 64, mlr and nn 100, lda 64 documents)")
+	fs.IntVar(&a.batch, "batch", 0, "examples per worker minibatch (app default if 0: lr 100, or fewer for small data (rows/400, at least 10), mf 64, mlr and nn 100, lasso 8 coordinates, lda 64 documents)")
 	fs.IntVar(&a.rank, "factors", 64, "mf: number of latent factors")
 	fs.Float64Var(&a.lr, "lr", 0, "learning rate (app default if 0: lr's FTRL alpha 1, on features scaled by --scale; mf's SGD step 0.01; mlr's and nn's 0.5)")
-	fs.Float64Var(&a.l1, "l1", 0.001, "lr: FTRL L1 strength")
+	fs.Float64Var(&a.l1, "l1", 0.001, "lr: FTRL L1 strength; lasso: the L1 strength lambda (default 0.05 of the data's lambda_max, the least that zeroes every weight)")
 	fs.Float64Var(&a.l2, "l2", 0.01, "L2 strength (mf default 0.08)")
 	fs.Float64Var(&a.significance, "significance", 0, "push only entries whose accumulated change exceeds this (0: push everything)")
 	fs.Uint64Var(&a.seed, "seed", 1, "random seed (shuffling, initialisation)")
@@ -117,6 +118,12 @@ func (a *appFlags) job(progress io.Writer) (node.Job, error) {
 			return nil, err
 		}
 		return func(ctx context.Context, c *ps.Client) (any, error) { return mlr.Run(ctx, c, cfg) }, nil
+	case "lasso":
+		cfg, err := a.lassoConfig(cons, progress)
+		if err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context, c *ps.Client) (any, error) { return lasso.Run(ctx, c, cfg) }, nil
 	case "lda":
 		cfg, err := a.ldaConfig(progress)
 		if err != nil {
@@ -130,7 +137,28 @@ func (a *appFlags) job(progress io.Writer) (node.Job, error) {
 			return rep, err
 		}, nil
 	}
-	return nil, fmt.Errorf("unknown --app %q: want lr, mf, mlr, nn or lda", a.app)
+	return nil, fmt.Errorf("unknown --app %q: want lr, mf, mlr, nn, lasso or lda", a.app)
+}
+
+// lassoConfig builds the lasso configuration from the flags.
+func (a *appFlags) lassoConfig(cons table.Consistency, progress io.Writer) (lasso.Config, error) {
+	cfg := lasso.DefaultConfig()
+	cfg.Train, cfg.Test = or(a.train, defaultTrain), lrTestPath(a.train, a.test)
+	if err := readable(cfg.Train, cfg.Test); err != nil {
+		return lasso.Config{}, err
+	}
+	cfg.Consistency, cfg.Seed = cons, a.seed
+	setInt(&cfg.Passes, a.passes)
+	setInt(&cfg.Batch, a.batch)
+	if a.fs.Changed("l1") {
+		cfg.Lambda = a.l1
+	}
+	if progress != nil {
+		cfg.Progress = func(s lasso.PassStats) {
+			fmt.Fprintf(progress, "pass %2d/%d  %6.2fs  objective %.6f  nonzero %d  test RMSE %.4f\n", s.Pass, cfg.Passes, s.Seconds, s.Objective, s.NonZero, s.TestRMSE)
+		}
+	}
+	return cfg, nil
 }
 
 // mlrConfig builds the mlr (or nn) configuration from the flags.
@@ -293,6 +321,13 @@ func (a *appFlags) auditSize() (rows, passes int, err error) {
 			return 0, 0, err
 		}
 		rows, passes = train.Len(), mf.DefaultConfig().Passes
+	case "lasso":
+		train, err := data.ReadRegression(or(a.train, defaultTrain))
+		if err != nil {
+			return 0, 0, err
+		}
+		// Its partition loop numbers coordinates, not rows.
+		rows, passes = int(train.NumFeatures), lasso.DefaultConfig().Passes
 	case "mlr", "nn":
 		train, err := data.ReadClasses(a.train)
 		if err != nil {
@@ -309,7 +344,7 @@ func (a *appFlags) auditSize() (rows, passes int, err error) {
 		}
 		passes = cfg.Passes
 	default:
-		return 0, 0, fmt.Errorf("unknown --app %q: want lr, mf, mlr, nn or lda", a.app)
+		return 0, 0, fmt.Errorf("unknown --app %q: want lr, mf, mlr, nn, lasso or lda", a.app)
 	}
 	setInt(&passes, a.passes)
 	return rows, passes, nil
@@ -327,6 +362,8 @@ func (a *appFlags) totalPasses() int {
 		return mf.DefaultConfig().Passes
 	case "mlr", "nn":
 		return mlr.DefaultConfig().Passes
+	case "lasso":
+		return lasso.DefaultConfig().Passes
 	case "lda":
 		return lda.DefaultConfig().Passes
 	}

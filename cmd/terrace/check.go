@@ -25,9 +25,9 @@ func (a *appFlags) check() error {
 // checkFlags checks the flags' values, not the files they name.
 func (a *appFlags) checkFlags() error {
 	switch a.app {
-	case "lr", "mf", "mlr", "nn", "lda":
+	case "lr", "mf", "mlr", "nn", "lasso", "lda":
 	default:
-		return fmt.Errorf("unknown --app %q: want lr, mf, mlr, nn or lda", a.app)
+		return fmt.Errorf("unknown --app %q: want lr, mf, mlr, nn, lasso or lda", a.app)
 	}
 	if a.app == "nn" && a.hidden <= 0 {
 		return fmt.Errorf("--hidden %d: want one unit or more", a.hidden)
@@ -75,8 +75,11 @@ func (a *appFlags) checkFiles() error {
 	if (a.app == "mlr" || a.app == "nn") && a.train == "" {
 		return fmt.Errorf("--app %s needs --train (MNIST's images file, e.g. ../shared/data/images/mnist/train-images-idx3-ubyte.gz, its labels file found beside it, or LIBSVM lines of class numbers) and takes --test the same", a.app)
 	}
-	if (a.app == "mlr" || a.app == "nn") && a.model != "" {
+	if (a.app == "mlr" || a.app == "nn" || a.app == "lasso") && a.model != "" {
 		return fmt.Errorf("--app %s writes no model file (--model is for lr, mf and lda)", a.app)
+	}
+	if a.app == "lasso" && a.fs.Changed("l1") && !(a.l1 > 0) {
+		return fmt.Errorf("--l1 %v: lasso's lambda must be positive", a.l1)
 	}
 	files := []struct{ flag, path, def string }{{"train", a.train, defaultTrain}, {"test", a.test, defaultTest}, {"vocab", a.vocab, ""}}
 	if a.train != "" {

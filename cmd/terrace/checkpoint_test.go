@@ -164,3 +164,21 @@ func TestTrainMLR(t *testing.T) {
 		t.Errorf("--model with mlr: %v\n%s", err, out)
 	}
 }
+
+// TestTrainLasso: `train --app lasso` on the shipped a9a (its labels the
+// targets) reports the objective, a sparse model and its schedule's
+// skipped coordinates; a bigger --l1 zeroes more weights.
+func TestTrainLasso(t *testing.T) {
+	dir := t.TempDir()
+	data := []string{"--train", repoFile("datasets/a9a/a9a.gz"), "--test", repoFile("datasets/a9a/a9a.t.gz")}
+	rep, out := runTrain(t, filepath.Join(dir, "r.json"), append([]string{"--app", "lasso", "--passes", "12"}, data...)...)
+	obj, _ := rep["objective"].(float64)
+	nz, _ := rep["nonzero"].(float64)
+	if obj <= 0 || nz < 1 || rep["coordinate_updates"] == nil || rep["coordinates_skipped"] == nil || rep["test_rmse"] == nil {
+		t.Fatalf("report: objective %v, nonzero %v, updates %v, skipped %v, test RMSE %v\n%s", rep["objective"], rep["nonzero"], rep["coordinate_updates"], rep["coordinates_skipped"], rep["test_rmse"], out)
+	}
+	strong, out := runTrain(t, filepath.Join(dir, "s.json"), append([]string{"--app", "lasso", "--passes", "12", "--l1", "0.1"}, data...)...)
+	if snz, _ := strong["nonzero"].(float64); snz >= nz {
+		t.Errorf("--l1 0.1 left %v nonzero weights, the default %v\n%s", snz, nz, out)
+	}
+}

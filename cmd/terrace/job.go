@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/terrace-ml/terrace/apps/lasso"
 	"github.com/terrace-ml/terrace/apps/lda"
 	"github.com/terrace-ml/terrace/apps/lr"
 	"github.com/terrace-ml/terrace/apps/mf"
@@ -85,6 +86,13 @@ func (a *appFlags) resolved() api.Job {
 		if a.fs.Changed("l2") {
 			j.L2 = a.l2
 		}
+	case "lasso":
+		d := lasso.DefaultConfig()
+		j.Train, j.Test = or(a.train, defaultTrain), lrTestPath(a.train, a.test)
+		j.Passes, j.Batch = orInt(a.passes, d.Passes), orInt(a.batch, d.Batch)
+		if a.fs.Changed("l1") {
+			j.L1 = a.l1
+		}
 	case "lda":
 		d := lda.DefaultConfig()
 		j.Train, j.Vocab = or(a.train, defaultLDATrain), a.vocab
@@ -130,11 +138,14 @@ func (a *appFlags) useJob(own, j api.Job) error {
 	}
 	a.lr = j.LR
 	// mf, mlr and nn read lr and l2 only when given (their defaults
-	// differ from lr's).
+	// differ from lr's), lasso l1 (0: its default, from the data).
 	for _, f := range []string{"lr", "l2"} {
 		if fl := a.fs.Lookup(f); fl != nil && (j.App == "mf" || j.App == "mlr" || j.App == "nn") {
 			fl.Changed = true
 		}
+	}
+	if fl := a.fs.Lookup("l1"); fl != nil && j.App == "lasso" {
+		fl.Changed = j.L1 > 0
 	}
 	return nil
 }

@@ -42,6 +42,12 @@ type trainReport struct {
 	TestRMSE          *float64       `json:"test_rmse,omitempty"`
 	TestPerplexity    *float64       `json:"test_perplexity,omitempty"`
 	TrainLogLik       *float64       `json:"train_loglik_per_token,omitempty"`
+	// Lasso's: its objective and nonzero weights, and the coordinate
+	// updates made and skipped by its schedule (it trains no examples).
+	Objective          *float64 `json:"objective,omitempty"`
+	NonZero            *float64 `json:"nonzero,omitempty"`
+	CoordinateUpdates  int64    `json:"coordinate_updates,omitempty"`
+	CoordinatesSkipped int64    `json:"coordinates_skipped,omitempty"`
 	// Passes holds every pass's evaluation, by whichever worker made it.
 	Passes  []map[string]any        `json:"passes,omitempty"`
 	Workers map[int]json.RawMessage `json:"workers"`
@@ -319,6 +325,8 @@ func buildReport(a appFlags, cmd *cobra.Command, secs float64, reps map[int]json
 	for rank, raw := range reps {
 		var w struct {
 			Examples int64            `json:"examples"`
+			Updates  int64            `json:"coordinate_updates"`
+			Skipped  int64            `json:"coordinates_skipped"`
 			Batch    int              `json:"batch"`
 			Passes   []map[string]any `json:"passes"`
 		}
@@ -329,6 +337,8 @@ func buildReport(a appFlags, cmd *cobra.Command, secs float64, reps map[int]json
 			rep.Job.Batch = w.Batch // the app chose it (lr's AutoBatch): say which
 		}
 		rep.Examples += w.Examples
+		rep.CoordinateUpdates += w.Updates
+		rep.CoordinatesSkipped += w.Skipped
 		for _, p := range w.Passes {
 			p["rank"] = rank
 			rep.Passes = append(rep.Passes, p)
@@ -341,6 +351,7 @@ func buildReport(a appFlags, cmd *cobra.Command, secs float64, reps map[int]json
 		last := rep.Passes[n-1]
 		rep.TestAccuracy, rep.TestLogLoss, rep.TestAUC, rep.TestRMSE = metric(last, "test_accuracy"), metric(last, "test_logloss"), metric(last, "test_auc"), metric(last, "test_rmse")
 		rep.TestPerplexity, rep.TrainLogLik = metric(last, "test_perplexity"), metric(last, "train_loglik_per_token")
+		rep.Objective, rep.NonZero = metric(last, "objective"), metric(last, "nonzero")
 	}
 	rep.ExamplesPerSecond = float64(rep.Examples) / secs
 	return rep, nil
@@ -374,9 +385,19 @@ func appliesToTrain(name string, processes, audit bool) bool {
 }
 
 func printSummary(w io.Writer, r *trainReport) {
-	fmt.Fprintf(w, "terrace: %s trained %d examples in %.2fs (%.0f examples/s)\n", r.App, r.Examples, r.Seconds, r.ExamplesPerSecond)
-	if r.TestAUC != nil {
+	if r.App == "lasso" {
+		fmt.Fprintf(w, "terrace: lasso made %d coordinate updates in %.2fs (%d more skipped by its schedule)\n", r.CoordinateUpdates, r.Seconds, r.CoordinatesSkipped)
+	} else {
+		fmt.Fprintf(w, "terrace: %s trained %d examples in %.2fs (%.0f examples/s)\n", r.App, r.Examples, r.Seconds, r.ExamplesPerSecond)
+	}
+	switch {
+	case r.TestAUC != nil:
 		fmt.Fprintf(w, "terrace: test accuracy %.4f  logloss %.4f  AUC %.4f\n", *r.TestAccuracy, *r.TestLogLoss, *r.TestAUC)
+	case r.TestAccuracy != nil && r.TestLogLoss != nil: // mlr, nn
+		fmt.Fprintf(w, "terrace: test accuracy %.4f  logloss %.4f\n", *r.TestAccuracy, *r.TestLogLoss)
+	}
+	if r.Objective != nil && r.NonZero != nil {
+		fmt.Fprintf(w, "terrace: objective %.6f  nonzero weights %.0f\n", *r.Objective, *r.NonZero)
 	}
 	if r.TestRMSE != nil {
 		fmt.Fprintf(w, "terrace: test RMSE %.4f\n", *r.TestRMSE)
