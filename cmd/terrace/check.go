@@ -32,6 +32,12 @@ func (a *appFlags) checkFlags() error {
 	if a.app == "nn" && a.hidden <= 0 {
 		return fmt.Errorf("--hidden %d: want one unit or more", a.hidden)
 	}
+	// An app's own flag given with another app was ignored without a word.
+	for _, f := range []struct{ name, app string }{{"factors", "mf"}, {"hidden", "nn"}, {"topics", "lda"}, {"alpha", "lda"}, {"beta", "lda"}, {"vocab", "lda"}} {
+		if a.fs != nil && a.fs.Changed(f.name) && a.app != f.app {
+			return fmt.Errorf("--%s is for --app %s, not %s", f.name, f.app, a.app)
+		}
+	}
 	for _, f := range []struct {
 		name string
 		v    int

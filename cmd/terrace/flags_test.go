@@ -26,6 +26,10 @@ func TestMistakesNameTheFlag(t *testing.T) {
 		want string
 	}{
 		{[]string{"train", "--encoding", "fp32"}, `--encoding "fp32": want raw, sparse, fp16 or int8`},
+		{[]string{"train", "--topics", "5"}, "--topics is for --app lda, not lr"},
+		{[]string{"train", "--app", "mlr", "--hidden", "5"}, "--hidden is for --app nn, not mlr"},
+		{[]string{"train", "--app", "nn", "--hidden", "0"}, "--hidden 0: want one unit or more"},
+		{[]string{"worker", "--coordinator", "127.0.0.1:1", "--factors", "8"}, "--factors is for --app mf, not lr"},
 		{[]string{"train", "--consistency", "sspp:2"}, `--consistency "sspp:2"`},
 		{[]string{"train", "--partitions", "-1"}, "--partitions -1"},
 		{[]string{"train", "--coordinators", "3"}, "--coordinators needs --processes"},
