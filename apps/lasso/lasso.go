@@ -22,6 +22,9 @@ type Config struct {
 	Revisit     int
 	Consistency table.Consistency
 	Seed        uint64
+	// Model, when set, is where the worker that evaluates the last pass
+	// writes the model (a liblinear regression model file, model.go).
+	Model string
 	// Progress, when set, is called by the worker that evaluates a pass.
 	Progress func(PassStats)
 }
@@ -108,6 +111,9 @@ func NewProblem(train *data.Sparse) *Problem {
 	}
 	return p
 }
+
+// Mean is the targets' mean: the model's intercept.
+func (p *Problem) Mean() float64 { return p.mean }
 
 // LambdaMax is the smallest L1 strength at which every weight is zero:
 // max over features of |(1/n) X_j . y|.

@@ -46,9 +46,13 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 	m := &worker{c: c, p: p, w: w, xw: xw, lambda: lambda, revisit: max(cfg.Revisit, 1), slot: make([]int32, p.n), zeroRuns: make([]uint8, p.d)}
 	blocks := data.Partition(p.d, c.Layout().Partitions)
 	rep := &Report{App: "lasso", Rank: c.Rank(), Lambda: lambda}
-	eval := func(int) ps.EvalFunc {
+	eval := func(pass int) ps.EvalFunc {
+		model := ""
+		if pass+1 == cfg.Passes {
+			model = cfg.Model // the model saved is the model scored
+		}
 		return func(ctx context.Context) (map[string]float64, error) {
-			obj, nz, rmse, err := m.evaluate(ctx, test)
+			obj, nz, rmse, err := m.evaluate(ctx, test, model)
 			out := map[string]float64{"objective": obj, "nonzero": float64(nz)}
 			if test != nil {
 				out["test_rmse"] = rmse
@@ -191,8 +195,9 @@ func (m *worker) step(ctx context.Context, b ps.Batch) (*ps.Future, error) {
 
 // evaluate pulls every weight and computes the objective exactly (the
 // predictions from the weights, not the predictions table), the nonzero
-// weights and, with test data, its RMSE.
-func (m *worker) evaluate(ctx context.Context, test *data.Sparse) (obj float64, nz int, rmse float64, err error) {
+// weights and, with test data, its RMSE; with model set, it writes the
+// weights there.
+func (m *worker) evaluate(ctx context.Context, test *data.Sparse, model string) (obj float64, nz int, rmse float64, err error) {
 	p := m.p
 	keys := make([]uint64, p.d)
 	for j := range keys {
@@ -207,6 +212,11 @@ func (m *worker) evaluate(ctx context.Context, test *data.Sparse) (obj float64, 
 		w[j] = float64(v)
 	}
 	obj, nz = p.Objective(w, m.lambda)
+	if model != "" {
+		if err := saveModel(model, w, p.mean); err != nil {
+			return 0, 0, 0, err
+		}
+	}
 	if test != nil && test.Len() > 0 {
 		var sq float64
 		for i := range test.Len() {

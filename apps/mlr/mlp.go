@@ -125,7 +125,7 @@ func (m *mlp) step(ctx context.Context, rows []int) (float64, error) {
 }
 
 // evaluate pulls the whole network and scores test.
-func (m *mlp) evaluate(ctx context.Context, test *data.Classes) (acc, logloss float64, err error) {
+func (m *mlp) evaluate(ctx context.Context, test *data.Classes, _ string) (acc, logloss float64, err error) {
 	w1, w2 := make([]float32, int(m.nkeys)*m.h), make([]float32, (m.h+1)*m.k)
 	if err := ps.All(m.hidden.Pull(m.allKeys(), w1), m.out.Pull(m.outputKeys(), w2)).Wait(ctx); err != nil {
 		return 0, 0, fmt.Errorf("pull model: %w", err)

@@ -26,6 +26,10 @@ type Config struct {
 	Consistency table.Consistency
 	Encoding    table.Encoding
 	Seed        uint64
+	// Model, when set, is where the worker that evaluates the last pass
+	// writes softmax regression's model (a liblinear model file, model.go;
+	// not for a hidden layer).
+	Model string
 	// Progress, when set, is called by the worker that evaluates a pass.
 	Progress func(PassStats)
 }
@@ -90,7 +94,7 @@ func featureKey(f uint64) uint64 { return f + 1 }
 // gradient, pushes) and the test metrics, from its tables.
 type network interface {
 	step(ctx context.Context, rows []int) (loss float64, err error)
-	evaluate(ctx context.Context, test *data.Classes) (acc, logloss float64, err error)
+	evaluate(ctx context.Context, test *data.Classes, model string) (acc, logloss float64, err error)
 	refused() int64
 }
 
@@ -132,13 +136,17 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 	rep := &Report{App: name, Rank: c.Rank(), Classes: classes}
 	var eval func(pass int) ps.EvalFunc
 	if test != nil {
-		eval = func(int) ps.EvalFunc {
+		eval = func(pass int) ps.EvalFunc {
 			loss := math.NaN() // this worker trained none of the pass
 			if m.n > 0 {
 				loss = m.loss / float64(m.n)
 			}
+			model := ""
+			if pass+1 == cfg.Passes {
+				model = cfg.Model // the model saved is the model scored
+			}
 			return func(ctx context.Context) (map[string]float64, error) {
-				acc, ll, err := net.evaluate(ctx, test)
+				acc, ll, err := net.evaluate(ctx, test, model)
 				out := map[string]float64{"test_accuracy": acc, "test_logloss": ll}
 				if !math.IsNaN(loss) {
 					out["train_logloss"] = loss
@@ -374,10 +382,15 @@ func softmax(p []float64) []float64 {
 }
 
 // evaluate pulls the whole model and scores test.
-func (m *linear) evaluate(ctx context.Context, test *data.Classes) (acc, logloss float64, err error) {
+func (m *linear) evaluate(ctx context.Context, test *data.Classes, model string) (acc, logloss float64, err error) {
 	w := make([]float32, int(m.nkeys)*m.k)
 	if err := m.tbl.Pull(m.allKeys(), w).Wait(ctx); err != nil {
 		return 0, 0, fmt.Errorf("pull model: %w", err)
+	}
+	if model != "" {
+		if err := saveModel(model, w, m.nkeys, m.k); err != nil {
+			return 0, 0, err
+		}
 	}
 	var places []int
 	acc, logloss = score(test, m.k, func(p []float64, fk []uint64, fv []float32) {

@@ -60,7 +60,7 @@ func (a *appFlags) register(fs *pflag.FlagSet) {
 	fs.Float64Var(&a.significance, "significance", 0, "push only entries whose accumulated change exceeds this (0: push everything)")
 	fs.Uint64Var(&a.seed, "seed", 1, "random seed (shuffling, initialisation)")
 	fs.StringVar(&a.scale, "scale", "", "lr: divide each feature by its largest absolute value in --train (max, the default) or train on raw values (none)")
-	fs.StringVar(&a.model, "model", "", "write the trained model here after the last pass (terrace export's formats: lr a liblinear model file, mf and lda a directory of TSV files)")
+	fs.StringVar(&a.model, "model", "", "write the trained model here after the last pass (terrace export's formats: lr, mlr and lasso a liblinear model file, mf and lda a directory of TSV files)")
 }
 
 // passesAlias makes --epochs another name for --passes: a training pass
@@ -147,7 +147,7 @@ func (a *appFlags) lassoConfig(cons table.Consistency, progress io.Writer) (lass
 	if err := readable(cfg.Train, cfg.Test); err != nil {
 		return lasso.Config{}, err
 	}
-	cfg.Consistency, cfg.Seed = cons, a.seed
+	cfg.Consistency, cfg.Seed, cfg.Model = cons, a.seed, a.model
 	setInt(&cfg.Passes, a.passes)
 	setInt(&cfg.Batch, a.batch)
 	if a.fs.Changed("l1") {
@@ -172,7 +172,7 @@ func (a *appFlags) mlrConfig(cons table.Consistency, progress io.Writer) (mlr.Co
 	if err := readable(cfg.Train, cfg.Test); err != nil {
 		return mlr.Config{}, err
 	}
-	cfg.Consistency, cfg.Encoding, cfg.Seed = cons, table.Encoding(a.encoding), a.seed
+	cfg.Consistency, cfg.Encoding, cfg.Seed, cfg.Model = cons, table.Encoding(a.encoding), a.seed, a.model
 	setInt(&cfg.Passes, a.passes)
 	setInt(&cfg.Batch, a.batch)
 	if a.fs.Changed("lr") {

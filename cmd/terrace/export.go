@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 
+	"github.com/terrace-ml/terrace/apps/lasso"
 	"github.com/terrace-ml/terrace/apps/lda"
 	"github.com/terrace-ml/terrace/apps/lr"
 	"github.com/terrace-ml/terrace/apps/mf"
+	"github.com/terrace-ml/terrace/apps/mlr"
 	"github.com/terrace-ml/terrace/data"
 	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/control/coord"
@@ -78,8 +81,57 @@ func exportModel(ctx context.Context, src modelSource, j api.Job, out string) er
 			return err
 		}
 		return lda.Export(out, wk, v, k, vocab)
+	case "mlr":
+		train, err := data.ReadClasses(j.Train)
+		if err != nil {
+			return fmt.Errorf("export: the job's training data (its features): %w", err)
+		}
+		nkeys := train.X.NumFeatures + 1 // mlr's keys: the biases, then LIBSVM index i at key i+1
+		if j.Test != "" {
+			// The evaluation pulled the test data's features too.
+			if test, err := data.ReadClasses(j.Test); err == nil {
+				nkeys = max(nkeys, test.X.NumFeatures+1)
+			}
+		}
+		k, err := src.width(ctx, mlr.TableName)
+		if err != nil {
+			return err
+		}
+		w := make([]float32, int(nkeys)*k)
+		if err := src.read(ctx, mlr.TableName, keyRange(nkeys), w); err != nil {
+			return err
+		}
+		return writeFile(out, func(f io.Writer) error { return mlr.WriteLIBLINEAR(f, w, nkeys, k) })
+	case "lasso":
+		train, err := data.ReadRegression(j.Train)
+		if err != nil {
+			return fmt.Errorf("export: the job's training data (its features and mean): %w", err)
+		}
+		d := train.NumFeatures
+		w32 := make([]float32, d)
+		if err := src.read(ctx, lasso.WeightsTable, keyRange(d), w32); err != nil {
+			return err
+		}
+		w := make([]float64, d)
+		for i, v := range w32 {
+			w[i] = float64(v)
+		}
+		return writeFile(out, func(f io.Writer) error { return lasso.WriteLIBLINEAR(f, w, lasso.NewProblem(train).Mean()) })
 	}
 	return fmt.Errorf("export: app %q has no model to export", j.App)
+}
+
+// writeFile creates path and writes it with write.
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return fmt.Errorf("export %s: %w", path, err)
+	}
+	return f.Close()
 }
 
 func keyRange(n uint64) []uint64 {
