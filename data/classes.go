@@ -58,8 +58,8 @@ func ReadClasses(path string) (*Classes, error) {
 	return c, nil
 }
 
-// LabelsFile is the IDX labels file that goes with images file path.
-func LabelsFile(path string) (string, bool) {
+// labelsFile is the IDX labels file that goes with images file path.
+func labelsFile(path string) (string, bool) {
 	if !strings.Contains(path, "images-idx3") {
 		return "", false
 	}
@@ -83,7 +83,7 @@ func readIDX(br *bufio.Reader, name string) (*Classes, error) {
 	if rows == 0 || cols == 0 || uint64(rows)*uint64(cols) > 1<<24 {
 		return nil, idxError(name, fmt.Sprintf("IDX images of %d x %d pixels", rows, cols), nil)
 	}
-	lpath, ok := LabelsFile(name)
+	lpath, ok := labelsFile(name)
 	if !ok {
 		return nil, idxError(name, `an IDX images file whose name has no "images-idx3" to find its labels file by`, nil)
 	}

@@ -22,8 +22,8 @@ func WriteLIBLINEAR(out io.Writer, w []float64, intercept float64) error {
 	return bw.Flush()
 }
 
-// saveModel writes WriteLIBLINEAR's file to path.
-func saveModel(path string, w []float64, intercept float64) error {
+// SaveLIBLINEAR writes WriteLIBLINEAR's file to path.
+func SaveLIBLINEAR(path string, w []float64, intercept float64) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return fmt.Errorf("model: %w", err)

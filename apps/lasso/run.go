@@ -213,7 +213,7 @@ func (m *worker) evaluate(ctx context.Context, test *data.Sparse, model string) 
 	}
 	obj, nz = p.Objective(w, m.lambda)
 	if model != "" {
-		if err := saveModel(model, w, p.mean); err != nil {
+		if err := SaveLIBLINEAR(model, w, p.mean); err != nil {
 			return 0, 0, 0, err
 		}
 	}

@@ -388,7 +388,7 @@ func (m *linear) evaluate(ctx context.Context, test *data.Classes, model string)
 		return 0, 0, fmt.Errorf("pull model: %w", err)
 	}
 	if model != "" {
-		if err := saveModel(model, w, m.nkeys, m.k); err != nil {
+		if err := SaveLIBLINEAR(model, w, m.nkeys, m.k); err != nil {
 			return 0, 0, err
 		}
 	}

@@ -35,8 +35,8 @@ func WriteLIBLINEAR(out io.Writer, w []float32, nkeys uint64, k int) error {
 	return bw.Flush()
 }
 
-// saveModel writes WriteLIBLINEAR's file to path.
-func saveModel(path string, w []float32, nkeys uint64, k int) error {
+// SaveLIBLINEAR writes WriteLIBLINEAR's file to path.
+func SaveLIBLINEAR(path string, w []float32, nkeys uint64, k int) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return fmt.Errorf("model: %w", err)

@@ -137,7 +137,12 @@ func (a *appFlags) job(progress io.Writer) (node.Job, error) {
 			return rep, err
 		}, nil
 	}
-	return nil, fmt.Errorf("unknown --app %q: want lr, mf, mlr, nn, lasso or lda", a.app)
+	return nil, unknownApp(a.app)
+}
+
+// unknownApp is the error for an --app that is none of the apps.
+func unknownApp(app string) error {
+	return fmt.Errorf("unknown --app %q: want lr, mf, mlr, nn, lasso or lda", app)
 }
 
 // lassoConfig builds the lasso configuration from the flags.
@@ -344,7 +349,7 @@ func (a *appFlags) auditSize() (rows, passes int, err error) {
 		}
 		passes = cfg.Passes
 	default:
-		return 0, 0, fmt.Errorf("unknown --app %q: want lr, mf, mlr, nn, lasso or lda", a.app)
+		return 0, 0, unknownApp(a.app)
 	}
 	setInt(&passes, a.passes)
 	return rows, passes, nil

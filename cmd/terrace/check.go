@@ -27,7 +27,7 @@ func (a *appFlags) checkFlags() error {
 	switch a.app {
 	case "lr", "mf", "mlr", "nn", "lasso", "lda":
 	default:
-		return fmt.Errorf("unknown --app %q: want lr, mf, mlr, nn, lasso or lda", a.app)
+		return unknownApp(a.app)
 	}
 	if a.app == "nn" && a.hidden <= 0 {
 		return fmt.Errorf("--hidden %d: want one unit or more", a.hidden)

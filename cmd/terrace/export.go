@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 
 	"github.com/terrace-ml/terrace/apps/lasso"
@@ -101,7 +100,7 @@ func exportModel(ctx context.Context, src modelSource, j api.Job, out string) er
 		if err := src.read(ctx, mlr.TableName, keyRange(nkeys), w); err != nil {
 			return err
 		}
-		return writeFile(out, func(f io.Writer) error { return mlr.WriteLIBLINEAR(f, w, nkeys, k) })
+		return mlr.SaveLIBLINEAR(out, w, nkeys, k)
 	case "lasso":
 		train, err := data.ReadRegression(j.Train)
 		if err != nil {
@@ -116,22 +115,9 @@ func exportModel(ctx context.Context, src modelSource, j api.Job, out string) er
 		for i, v := range w32 {
 			w[i] = float64(v)
 		}
-		return writeFile(out, func(f io.Writer) error { return lasso.WriteLIBLINEAR(f, w, lasso.NewProblem(train).Mean()) })
+		return lasso.SaveLIBLINEAR(out, w, lasso.NewProblem(train).Mean())
 	}
 	return fmt.Errorf("export: app %q has no model to export", j.App)
-}
-
-// writeFile creates path and writes it with write.
-func writeFile(path string, write func(io.Writer) error) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("export: %w", err)
-	}
-	if err := write(f); err != nil {
-		f.Close()
-		return fmt.Errorf("export %s: %w", path, err)
-	}
-	return f.Close()
 }
 
 func keyRange(n uint64) []uint64 {

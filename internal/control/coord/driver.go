@@ -124,7 +124,7 @@ type Coordinator struct {
 	// resumedLost is the event to record once the timeline is loaded: the
 	// coordinator resumed from a checkpoint because every server of the
 	// saved state was gone (NoteResumedLost).
-	resumedLost [2]string
+	resumedLost struct{ self, msg string }
 	metrics     *coordMetrics
 	samples     []sample
 	meter       clusterMeter // cost and samples over time (cluster.go)

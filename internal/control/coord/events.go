@@ -152,8 +152,8 @@ func (c *Coordinator) SetEventStore(ctx context.Context, s EventStore, self stri
 			m.note(api.EventLeader, self, "took over: state restored from etcd")
 		})
 	}
-	if lost[1] != "" {
-		c.event(func(m *Machine) { m.note(api.EventCheckpoint, lost[0], lost[1]) })
+	if lost.msg != "" {
+		c.event(func(m *Machine) { m.note(api.EventCheckpoint, lost.self, lost.msg) })
 	}
 	return nil
 }
@@ -164,7 +164,7 @@ func (c *Coordinator) SetEventStore(ctx context.Context, s EventStore, self stri
 func (c *Coordinator) NoteResumedLost(self, msg string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.resumedLost = [2]string{self, msg}
+	c.resumedLost.self, c.resumedLost.msg = self, msg
 }
 
 // Resuming returns the checkpoint a coordinator opened with Resume starts

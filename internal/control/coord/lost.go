@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/terrace-ml/terrace/internal/dataplane/transport"
@@ -46,17 +47,14 @@ func Lost(ctx context.Context, o Options, blob []byte, window time.Duration) (Lo
 	pctx, cancel := context.WithTimeout(ctx, window)
 	defer cancel()
 	var wg sync.WaitGroup
-	var mu sync.Mutex
-	holds := false
+	var holds atomic.Bool
 	for _, s := range all {
 		lost.Servers = append(lost.Servers, s.ID)
 		wg.Add(1)
 		go func(addr string) {
 			defer wg.Done()
 			if c.holdsLayout(pctx, addr) {
-				mu.Lock()
-				holds = true
-				mu.Unlock()
+				holds.Store(true)
 				cancel() // one is enough
 			}
 		}(s.Addr)
@@ -64,7 +62,7 @@ func Lost(ctx context.Context, o Options, blob []byte, window time.Duration) (Lo
 	wg.Wait()
 	slices.Sort(lost.Servers)
 	lost.Servers = slices.Compact(lost.Servers)
-	return lost, !holds && ctx.Err() == nil
+	return lost, !holds.Load() && ctx.Err() == nil
 }
 
 // holdsLayout pings the server at addr until it answers or ctx ends, and
