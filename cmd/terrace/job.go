@@ -150,6 +150,12 @@ func (a *appFlags) useJob(own, j api.Job) error {
 	return nil
 }
 
+// noJobSubmitted is a worker's error when its join timeout (ctx) ended
+// while it waited, with no job flags, for a job.
+func noJobSubmitted(ctx context.Context) error {
+	return fmt.Errorf("job: none was submitted before the join timeout (--join-timeout), and this worker was given no job flags to submit: %w", ctx.Err())
+}
+
 // resolveJob takes the cluster's job from the coordinator, or submits
 // this node's own if there is none yet and it was given one (a node given
 // no job flags waits for the cluster's); flags that say otherwise than
@@ -167,6 +173,9 @@ func (a *appFlags) resolveJob(ctx context.Context, cc *api.Client, out io.Writer
 	waited := false
 	for tries := 0; tries < 3; {
 		st, err := cc.JobStatus(ctx)
+		if err != nil && !given && ctx.Err() != nil {
+			return api.Job{}, noJobSubmitted(ctx) // the join timeout ended while asking
+		}
 		if err != nil {
 			return api.Job{}, fmt.Errorf("job: %w", err)
 		}
@@ -181,12 +190,16 @@ func (a *appFlags) resolveJob(ctx context.Context, cc *api.Client, out io.Writer
 			// one rather than submit the flags' defaults, which would race
 			// the worker started beside it with the job's flags.
 			if !waited && out != nil {
-				fmt.Fprintln(out, "terrace: no job on the cluster yet; waiting for one (terrace submit, or a worker started with the job's flags)")
+				if st.Job != nil {
+					fmt.Fprintf(out, "terrace: the cluster's job %d is done; waiting for the next (terrace submit, or a worker started with the job's flags)\n", st.Number)
+				} else {
+					fmt.Fprintln(out, "terrace: no job on the cluster yet; waiting for one (terrace submit, or a worker started with the job's flags)")
+				}
 			}
 			waited = true
 			select {
 			case <-ctx.Done():
-				return api.Job{}, fmt.Errorf("job: none was submitted before the join timeout (--join-timeout), and this worker was given no job flags to submit: %w", ctx.Err())
+				return api.Job{}, noJobSubmitted(ctx)
 			case <-time.After(jobPoll):
 			}
 			continue

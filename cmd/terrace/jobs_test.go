@@ -91,6 +91,16 @@ func TestClusterRunsJobsOneAfterAnother(t *testing.T) {
 	}
 	runWorkers(1)
 	checkpointDoneJob(ctx, t, addr, dir+"/ck")
+	// A worker with no job flags after the job says the job is done, not
+	// that there is none, and waits for the next.
+	late, lw := startWatched(t, ctx, "job 1 is done; waiting for the next", "worker", "--coordinator", addr, "--log-level", "warn")
+	lw.await(t, ctx)
+	if err := late.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := late.Wait(); err != nil {
+		t.Fatalf("the worker waiting after job 1, SIGTERMed: %v\n%s", err, lw)
+	}
 	runWorkers(2, "--app", "lda", "--train", repoFile("datasets/kos/doc_word_count.tsv.gz"), "--passes", "1")
 	for _, s := range servers {
 		s.Process.Signal(syscall.SIGTERM)

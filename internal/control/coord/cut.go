@@ -63,7 +63,7 @@ func (m *Machine) Split(id uint64, s api.Split) {
 		m.reply(Reply{ID: id, Grant: m.grant(w, s.Partition, i, s.Rank)})
 		return
 	case pc.Cut == nil:
-		m.note(api.EventSplit, m.workerName(s.Rank), fmt.Sprintf("asks rank %d to cut pass %d partition %d piece %s from row %d", pc.Rank, s.Pass, s.Partition, pc, s.From))
+		m.note(api.EventSplit, m.workerName(s.Rank), fmt.Sprintf("asks rank %d to cut pass %d partition %d piece %s from row %d", pc.Rank, s.Pass+1, s.Partition, pc, s.From))
 		pc.Cut = &PendingCut{By: s.Rank, From: s.From}
 		m.cutSince[cutKey{s.Pass, s.Partition, pc.Start}] = m.now
 		m.dirty = true

@@ -134,7 +134,7 @@ func (m *Machine) grant(w *Pass, p, i, rank int) api.Grant {
 	pc := &w.Parts[p][i]
 	pc.Rank, pc.Grant = rank, m.st.Grants
 	m.dirty = true
-	m.note(api.EventGrant, m.workerName(rank), fmt.Sprintf("pass %d partition %d rows %s from %d", m.passOf(w), p, pc, pc.Offset))
+	m.note(api.EventGrant, m.workerName(rank), fmt.Sprintf("pass %d partition %d rows %s from %d", m.passOf(w)+1, p, pc, pc.Offset))
 	return api.Grant{Partition: p, Start: pc.Start, Offset: pc.Offset, End: pc.End, States: slices.Clone(pc.States), Lease: pc.Grant}
 }
 
@@ -261,7 +261,7 @@ func (m *Machine) completePiece(e int, w *Pass, p, i int) {
 	}
 	m.unref(p, old...)
 	if w.left() == 0 {
-		m.note(api.EventPass, "", fmt.Sprintf("pass %d trained", e))
+		m.note(api.EventPass, "", fmt.Sprintf("pass %d trained", e+1))
 		m.retirePasses()
 		m.startCheckpoint(e)
 		m.publish()

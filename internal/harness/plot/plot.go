@@ -173,7 +173,7 @@ func (r *Run) placePasses() {
 		var n int
 		if e.Kind == api.EventPass {
 			if _, err := fmt.Sscanf(e.Cause, "pass %d trained", &n); err == nil {
-				ended[n+1] = e.Time.Sub(t0).Seconds() // the apps number passes from 1, the coordinator from 0
+				ended[n] = e.Time.Sub(t0).Seconds() // passes numbered from 1, as the apps do
 			}
 		}
 	}

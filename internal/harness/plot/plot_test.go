@@ -21,7 +21,7 @@ func report(t *testing.T, n int) []byte {
 	var passes []map[string]float64
 	for i := range n {
 		passes = append(passes, map[string]float64{"pass": float64(i + 1), "seconds": 0.5, "test_auc": 0.8 + 0.01*float64(i), "train_logloss": 0.5 - 0.01*float64(i)})
-		evs = append(evs, api.Event{Seq: uint64(i + 2), Time: t0.Add(time.Duration(i+1) * time.Second), Kind: api.EventPass, Cause: fmt.Sprintf("pass %d trained", i)})
+		evs = append(evs, api.Event{Seq: uint64(i + 2), Time: t0.Add(time.Duration(i+1) * time.Second), Kind: api.EventPass, Cause: fmt.Sprintf("pass %d trained", i+1)})
 	}
 	evs = append(evs, api.Event{Seq: 99, Time: t0.Add(1500 * time.Millisecond), Kind: api.EventFailed, Node: "server-1"})
 	b, err := json.Marshal(map[string]any{"workers": map[string]any{"0": map[string]any{"passes": passes}}, "events": evs,
