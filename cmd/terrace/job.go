@@ -303,6 +303,9 @@ otherwise is refused, naming the flag.`,
 				return err
 			}
 			cc.RetryFor = 0
+			if err := reach(cmd.Context(), cc, cmd.ErrOrStderr(), 30*time.Second); err != nil {
+				return fmt.Errorf("submit %s to %s: %w", args[0], coordinator, err)
+			}
 			// The coordinator takes the job in force again as confirmed:
 			// say which happened ("job submitted" was said of both).
 			before, berr := cc.JobStatus(cmd.Context())

@@ -203,6 +203,9 @@ func eventsCmd() *cobra.Command {
 			}
 			if !follow {
 				cc.RetryFor = 2 * time.Second // a follower rides out a failover
+				if err := reach(ctx, cc, cmd.ErrOrStderr(), cc.RetryFor); err != nil {
+					return err
+				}
 			}
 			out := cmd.OutOrStdout()
 			for {

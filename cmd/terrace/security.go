@@ -109,8 +109,11 @@ func reach(ctx context.Context, cc *api.Client, w io.Writer, within time.Duratio
 	if d, ok := ctx.Deadline(); ok {
 		within = min(within, time.Until(d).Round(time.Second))
 	}
+	until := time.Now().Add(within)
 	cc.Unreachable = func(addrs string, err error) {
-		fmt.Fprintf(w, "terrace: coordinator %s unreachable (%v); retrying for up to %s\n", addrs, err, within)
+		if left := time.Until(until).Round(time.Second); left > 0 { // else the error says it
+			fmt.Fprintf(w, "terrace: coordinator %s unreachable (%v); retrying for %s more\n", addrs, err, left)
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()

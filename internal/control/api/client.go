@@ -233,17 +233,27 @@ func (c *Client) WaitReachable(ctx context.Context) error {
 	}
 	_, path, _ := strings.Cut(RouteHealth, " ")
 	var last error
+	var noticed time.Time
 	mismatched := 0 // consecutive tries that met a TLS mismatch
 	for i := 0; ; i++ {
 		base := c.bases[i%len(c.bases)]
-		req, _ := http.NewRequestWithContext(ctx, "GET", base+path, nil)
+		// A coordinator that accepts and never answers (stopped, or
+		// wedged) held each try for the client's whole timeout (40 s),
+		// past any caller's budget, with nothing said.
+		tctx, cancel := context.WithTimeout(ctx, healthTimeout)
+		req, _ := http.NewRequestWithContext(tctx, "GET", base+path, nil)
+		start := time.Now()
 		resp, err := c.hc.Do(req)
+		if err != nil && tctx.Err() != nil {
+			err = fmt.Errorf("no answer within %v (it accepts connections but does not answer: stopped, or overloaded?)", time.Since(start).Round(100*time.Millisecond))
+		}
 		mismatch := err != nil && tlsMismatch(err)
 		if err == nil {
 			// The body says why, when a proxy or a TLS listener answered.
 			b, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
+				cancel()
 				c.cur.Store(int32(i % len(c.bases)))
 				return nil
 			}
@@ -252,6 +262,7 @@ func (c *Client) WaitReachable(ctx context.Context) error {
 			// refusing the request's form, plain HTTP to a TLS port.
 			mismatch = resp.StatusCode == http.StatusBadRequest
 		}
+		cancel()
 		last = err
 		if mismatched++; !mismatch {
 			mismatched = 0
@@ -259,7 +270,8 @@ func (c *Client) WaitReachable(ctx context.Context) error {
 		if mismatched >= len(c.bases) {
 			return fmt.Errorf("%w: %s: %w", ErrTLSMismatch, base, err)
 		}
-		if c.Unreachable != nil && i%int(reachableNotice/reachablePoll) == 0 {
+		if c.Unreachable != nil && time.Since(noticed) >= reachableNotice {
+			noticed = time.Now()
 			c.Unreachable(strings.Join(c.bases, ","), err)
 		}
 		select {
@@ -282,8 +294,9 @@ func tlsMismatch(err error) bool {
 }
 
 // reachablePoll is WaitReachable's interval; reachableNotice how often
-// Unreachable hears of a coordinator that still does not answer.
-const reachablePoll, reachableNotice = 100 * time.Millisecond, 5 * time.Second
+// Unreachable hears of a coordinator that still does not answer;
+// healthTimeout bounds one try (the health route answers at once).
+const reachablePoll, reachableNotice, healthTimeout = 100 * time.Millisecond, 5 * time.Second, 2 * time.Second
 
 // Layout returns the first layout whose version is above after, waiting
 // until there is one or ctx ends.

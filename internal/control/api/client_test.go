@@ -102,6 +102,57 @@ func TestUnreachable(t *testing.T) {
 	}
 }
 
+// TestUnreachableSilent: a coordinator that accepts connections and never
+// answers (SIGSTOPped) is said to be so after one bounded try, while the
+// caller's budget still runs; each try used to last the HTTP client's
+// whole timeout, so nothing was said until the budget was spent.
+func TestUnreachableSilent(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		var held []net.Conn // accepted, never answered
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	cl := NewClient(ln.Addr().String(), nil)
+	heard := make(chan error, 10)
+	cl.Unreachable = func(_ string, err error) {
+		select {
+		case heard <- err:
+		default:
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- cl.WaitReachable(ctx) }()
+	select {
+	case err := <-heard:
+		if !strings.Contains(err.Error(), "no answer within") {
+			t.Errorf("the notice says %q, want it to say the coordinator does not answer", err)
+		}
+	case err := <-done:
+		t.Fatalf("WaitReachable returned %v before any notice", err)
+	}
+	cancel() // the caller gives up
+	if err := <-done; !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("WaitReachable: %v, want %v", err, ErrUnavailable)
+	}
+}
+
 // tlsDialer dials TLS with cfg; its ClientTLS method makes the client
 // speak https through it, as it does through tlsnet, whose wrapping of
 // handshake errors it copies.
