@@ -234,18 +234,22 @@ func (c *Client) WaitReachable(ctx context.Context) error {
 	_, path, _ := strings.Cut(RouteHealth, " ")
 	var last error
 	var noticed time.Time
+	try := healthTimeout
 	mismatched := 0 // consecutive tries that met a TLS mismatch
 	for i := 0; ; i++ {
 		base := c.bases[i%len(c.bases)]
 		// A coordinator that accepts and never answers (stopped, or
 		// wedged) held each try for the client's whole timeout (40 s),
-		// past any caller's budget, with nothing said.
-		tctx, cancel := context.WithTimeout(ctx, healthTimeout)
+		// past any caller's budget, with nothing said. A try that runs
+		// out doubles the next one's time: a slow coordinator (a loaded
+		// host, a TLS handshake) is still reached.
+		tctx, cancel := context.WithTimeout(ctx, try)
 		req, _ := http.NewRequestWithContext(tctx, "GET", base+path, nil)
 		start := time.Now()
 		resp, err := c.hc.Do(req)
 		if err != nil && tctx.Err() != nil {
 			err = fmt.Errorf("no answer within %v (it accepts connections but does not answer: stopped, or overloaded?)", time.Since(start).Round(100*time.Millisecond))
+			try = min(2*try, c.hc.Timeout)
 		}
 		mismatch := err != nil && tlsMismatch(err)
 		if err == nil {
