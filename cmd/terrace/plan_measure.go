@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -27,13 +28,16 @@ type calibrationReport struct {
 	WarmupSeconds float64               `json:"warmup_seconds"`
 	WindowSeconds float64               `json:"window_seconds"`
 	Samples       []planner.StageSample `json:"samples"`
-	RunDirs       []string              `json:"run_dirs"`
-	Notes         []string              `json:"notes,omitempty"`
+	// RunDirs are the stages' run directories (logs) that were kept: a
+	// stage that failed, or every stage with --measure-keep-runs.
+	RunDirs []string `json:"run_dirs,omitempty"`
+	Notes   []string `json:"notes,omitempty"`
 }
 
 // measureFlags are plan's flags for --measure.
 type measureFlags struct {
 	warmup, window, startTimeout time.Duration
+	keepRuns                     bool
 	app                          appFlags
 }
 
@@ -41,6 +45,7 @@ func (m *measureFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&m.warmup, "measure-warmup", 3*time.Second, "with --measure: how long each stage's job trains before it is measured (on links slow enough to hold the stream back, 20s: the stream takes that long to settle; docs/design/tiers.md)")
 	fs.DurationVar(&m.window, "measure-window", 8*time.Second, "with --measure: how long each stage's job is measured")
 	fs.DurationVar(&m.startTimeout, "measure-start-timeout", 2*time.Minute, "with --measure: give up if a stage's job has not acknowledged a push within this time")
+	fs.BoolVar(&m.keepRuns, "measure-keep-runs", false, "with --measure: keep every stage's run directory (its processes' logs; a stage that fails keeps its own anyway)")
 	// The job to calibrate: train's application flags, but for
 	// --consistency, which plan has already.
 	app := pflag.NewFlagSet("app", pflag.ContinueOnError)
@@ -58,7 +63,7 @@ func (m *measureFlags) register(fs *pflag.FlagSet) {
 // the flag.
 func (m *measureFlags) check(fs *pflag.FlagSet, measure bool, consistency string) error {
 	if !measure {
-		for _, name := range []string{"measure-warmup", "measure-window", "measure-start-timeout", "app", "train", "test", "passes", "batch"} {
+		for _, name := range []string{"measure-warmup", "measure-window", "measure-start-timeout", "measure-keep-runs", "app", "train", "test", "passes", "batch"} {
 			if fs.Changed(name) {
 				return fmt.Errorf("--%s needs --measure", name)
 			}
@@ -121,10 +126,18 @@ func measureJob(ctx context.Context, f planFlags, fs *pflag.FlagSet, out io.Writ
 			continue
 		}
 		sample, dir, notes, err := measureStage(ctx, f, s, links, args, out)
-		rep.RunDirs = append(rep.RunDirs, dir)
 		rep.Notes = append(rep.Notes, notes...)
 		if err != nil {
+			if dir != "" {
+				rep.RunDirs = append(rep.RunDirs, dir)
+			}
 			return rep, fmt.Errorf("--measure: stage %d: %w (logs in %s)", s, err, dir)
+		}
+		if mf.keepRuns {
+			rep.RunDirs = append(rep.RunDirs, dir)
+		} else if err := os.RemoveAll(dir); err != nil {
+			// Each stage's logs were left in TMPDIR, named only in the report.
+			fmt.Fprintf(out, "terrace plan: removing stage %d's run directory: %v\n", s, err)
 		}
 		rep.Samples = append(rep.Samples, sample)
 	}

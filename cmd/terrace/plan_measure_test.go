@@ -28,6 +28,8 @@ func TestPlanMeasure(t *testing.T) {
 	cmd := exec.Command(terrace(t), "plan", "--measure", "--reliable", "1", "--transient", "2",
 		"--link-mbps", "reliable=20,transient=200", "--measure-warmup", "1s", "--measure-window", "2s", "--report", path)
 	cmd.Dir = repoFile(".") // the default data, datasets/a9a
+	tmp := t.TempDir()
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("plan --measure: %v\n%s", err, out)
@@ -48,10 +50,16 @@ func TestPlanMeasure(t *testing.T) {
 	if !rep.Measured || rep.Calibration == nil || rep.Calibration.Seconds <= 0 {
 		t.Fatalf("report: measured %v, calibration %+v", rep.Measured, rep.Calibration)
 	}
-	for _, dir := range rep.Calibration.RunDirs {
-		// The jobs' logs, kept by the command for the user.
-		if strings.HasPrefix(filepath.Base(dir), "terrace-cluster-") {
-			t.Cleanup(func() { os.RemoveAll(dir) })
+	if left, _ := filepath.Glob(filepath.Join(tmp, "terrace-cluster-*")); len(left) > 0 {
+		t.Errorf("the stages' run directories are left in TMPDIR: %v", left)
+	}
+	if len(rep.Calibration.RunDirs) != 0 {
+		// Stages that measured leave nothing behind without --measure-keep-runs.
+		t.Errorf("run directories kept: %v", rep.Calibration.RunDirs)
+		for _, dir := range rep.Calibration.RunDirs {
+			if strings.HasPrefix(filepath.Base(dir), "terrace-cluster-") {
+				t.Cleanup(func() { os.RemoveAll(dir) })
+			}
 		}
 	}
 	if n := len(rep.Calibration.Samples); n != 3 {
