@@ -304,10 +304,6 @@ func (d *drill) awaitCoordinator(ctx context.Context, c *proc, by <-chan time.Ti
 	return nil
 }
 
-// prepareRunDir makes dir (a new temporary one named after prefix if
-// empty), returns it absolute, and removes the worker reports and audit
-// logs an earlier run left there, which would be read as this run's (a
-// worker that finished before it started).
 // dropEtcdData removes the coordinators' etcd data from a run directory
 // once every process has stopped: about 65 MB each (etcd preallocates its
 // log), of no use after the run, where the logs and reports are what a
@@ -322,6 +318,10 @@ func dropEtcdData(dir string, log *slog.Logger) {
 	}
 }
 
+// prepareRunDir makes dir (a new temporary one named after prefix if
+// empty), returns it absolute, and removes the worker reports and audit
+// logs an earlier run left there, which would be read as this run's (a
+// worker that finished before it started).
 func prepareRunDir(dir, prefix string) (string, error) {
 	if dir == "" {
 		d, err := os.MkdirTemp("", prefix)
