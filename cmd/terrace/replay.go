@@ -42,7 +42,7 @@ func replayCmd() *cobra.Command {
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&f.prices, "prices", "", "price history: the CSV of ../shared/data/spot or AWS describe-spot-price-history JSON (may be .gz)")
-	fs.StringVar(&f.preemptions, "preemptions", "", "preemption traces (Bamboo CSV or SkyPilot JSON), comma-separated, assigned to the markets in turn")
+	fs.StringVar(&f.preemptions, "preemptions", "", "preemption or availability traces, comma-separated, assigned to the markets in turn: Bamboo's ms,add|remove,node CSV, Bamboo's GCP 'date, time, count' lines or SkyPilot's JSON (told apart by content)")
 	fs.StringVar(&f.onDemand, "ondemand-prices", "", "on-demand prices TYPE=PRICE,... (dollars per hour; override the trace's)")
 	fs.StringVar(&f.marketName, "market", "bid2015", "market model: bid2015 (evicted when the price passes the bid, hourly billing) or persecond (evicted by the preemption trace, per-second billing)")
 	fs.StringVar(&f.provider, "provider", "aws", "the per-second market's cloud: aws (120 s notice) or gcp (30 s)")

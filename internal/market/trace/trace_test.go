@@ -150,6 +150,82 @@ func TestBamboo(t *testing.T) {
 	}
 }
 
+// TestCounts reads Bamboo's GCP traces (instance counts over time) and
+// refuses bad rows at their line.
+func TestCounts(t *testing.T) {
+	a, err := ReadAvailability("testdata/v100x1-east1c.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 80 from 13:07:45; 70 is stamped 13:08:45, after a row stamped
+	// 13:09:45, and holds from then; 60 likewise from 13:10:45.
+	if a.Size != 80 || a.At(0) != 80 || a.At(2*time.Minute-time.Second) != 80 || a.At(2*time.Minute) != 70 || a.At(3*time.Minute) != 60 {
+		t.Errorf("size %d, at 0, 1:59, 2:00, 3:00: %d %d %d %d; want 80, 80 80 70 60", a.Size, a.At(0), a.At(2*time.Minute-time.Second), a.At(2*time.Minute), a.At(3*time.Minute))
+	}
+	if want := 24*time.Hour + 10*time.Minute + 13*time.Second; a.End != want {
+		t.Errorf("end %v, want %v", a.End, want)
+	}
+	a, err = ReadAvailability("testdata/a100x1-east1b.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 27*time.Hour + time.Minute + 6*time.Second; a.Size != 64 || a.At(0) != 55 || a.At(4*time.Minute+20*time.Second) != 54 || a.End != want {
+		t.Errorf("size %d, at 0 %d, at 4:20 %d, end %v; want 64, 55, 54, %v", a.Size, a.At(0), a.At(4*time.Minute+20*time.Second), a.End, want)
+	}
+	if a, err := ParseCounts("c.txt", []byte("2021-12-10T13:00:00+01:00, 4\n2021-12-10T12:30:00Z, 3\n")); err != nil || a.At(29*time.Minute) != 4 || a.At(30*time.Minute) != 3 {
+		t.Errorf("TIMESTAMP, COUNT rows with zones: %+v, %v", a, err)
+	}
+	cases := []struct {
+		name, body, where string
+		want              error
+	}{
+		{"empty", "\n", "", ErrEmpty},
+		{"fields", "2021-12-10, 13:07:45, 80, 1\n", ":1:", ErrBadRow},
+		{"time", "2021-12-10, 13:07:45, 80\n2021-12-10, 25:07:45, 80\n", ":2:", ErrBadRow},
+		{"date", "2021-12-10, 13:07:45, 80\n\n2021-13-10, 13:08:45, 80\n", ":3:", ErrBadRow},
+		{"negative", "2021-12-10, 13:07:45, -1\n", ":1:", ErrBadRow},
+		{"count", "2021-12-10, 13:07:45, 8.5\n", ":1:", ErrBadRow},
+		{"back", "2021-12-10, 13:07:45, 80\n2021-12-10, 13:08:45, 70\n2021-12-10, 13:03:44, 60\n", ":3:", ErrUnsorted},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := ParseCounts("c.txt", []byte(c.body))
+			if !errors.Is(err, c.want) || !strings.Contains(err.Error(), "c.txt"+c.where) {
+				t.Fatalf("got %v, want %v at c.txt%s", err, c.want, c.where)
+			}
+		})
+	}
+}
+
+// TestAvailabilityForm: ReadAvailability tells the forms apart by
+// content, refuses one it does not know at its line, and a trace in
+// which no instance is ever available.
+func TestAvailabilityForm(t *testing.T) {
+	dir := t.TempDir()
+	cases := []struct {
+		name, body, where string
+		want              error
+	}{
+		{"unknown", "\n# nodes\n0,add,node1\n", ":2:", ErrBadRow},
+		{"counts of zero", "\n2021-12-10, 13:07:45, 0\n", "", ErrEmpty},
+		{"events", "\n0,add,node1\n5,remove,node1\n", "", nil},
+		{"counts", "\n2021-12-10, 13:07:45, 3\n", "", nil},
+		{"skypilot of zeros", `{"metadata":{"gap_seconds":60},"data":[0,0]}`, "", ErrEmpty},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join(dir, strings.ReplaceAll(c.name, " ", "_"))
+			if err := os.WriteFile(path, []byte(c.body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, err := ReadAvailability(path)
+			if !errors.Is(err, c.want) || (err != nil && !strings.Contains(err.Error(), path+c.where)) {
+				t.Fatalf("got %v, want %v at %s%s", err, c.want, path, c.where)
+			}
+		})
+	}
+}
+
 func TestSkyPilot(t *testing.T) {
 	a, err := ReadAvailability("testdata/sky.json")
 	if err != nil {
