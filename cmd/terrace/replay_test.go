@@ -89,6 +89,9 @@ func TestReplayBadInput(t *testing.T) {
 		})
 	}
 	real := []string{"--prices", prices, "--report", report}
+	short := filepath.Join(t.TempDir(), "short.json")
+	os.WriteFile(short, []byte(`{"metadata":{"gap_seconds":3600},"data":[1,1,1,1]}`), 0o644)
+	tiers := []string{"--policy", "tiers", "--calibration", repoFile("internal/harness/realreplay/testdata/local-lr-a9a.json")}
 	for _, c := range []struct {
 		name  string
 		args  []string
@@ -102,6 +105,8 @@ func TestReplayBadInput(t *testing.T) {
 		{"real: several starts", append(real, "--policy", "tiers", "--for", "1h", "--starts", "2"), "--starts"},
 		{"real: part of a pass", append(real, "--policy", "tiers", "--for", "1h", "--passes", "1.5"), "--passes"},
 		{"real: plot", append(real, "--policy", "tiers", "--for", "1h", "--plot", "cost.svg"), "--plot cost.svg without --simulate"},
+		// 2 h of the 4 h trace are the past: a 3 h segment outlasts it.
+		{"real: segment past the preemption trace", append(append(real, tiers...), "--market", "persecond", "--preemptions", short, "--for", "3h"), "--for 3h: the segment ends at 2015-03-15T03:00:00Z, after the preemption trace " + short},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := runReplayArgs(c.args...)
