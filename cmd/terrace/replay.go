@@ -41,7 +41,7 @@ func replayCmd() *cobra.Command {
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&f.prices, "prices", "", "price history: the CSV of ../shared/data/spot or AWS describe-spot-price-history JSON (may be .gz)")
+	fs.StringVar(&f.prices, "prices", "", "price histories, comma-separated, read as one: the CSV of ../shared/data/spot or AWS describe-spot-price-history JSON (may be .gz)")
 	fs.StringVar(&f.preemptions, "preemptions", "", "preemption or availability traces, comma-separated, assigned to the markets in turn: Bamboo's ms,add|remove,node CSV, Bamboo's GCP 'date, time, count' lines or SkyPilot's JSON (told apart by content)")
 	fs.StringVar(&f.onDemand, "ondemand-prices", "", "on-demand prices TYPE=PRICE,... (dollars per hour; override the trace's)")
 	fs.StringVar(&f.marketName, "market", "bid2015", "market model: bid2015 (evicted when the price passes the bid, hourly billing) or persecond (evicted by the preemption trace, per-second billing)")
@@ -51,7 +51,7 @@ func replayCmd() *cobra.Command {
 	fs.StringVar(&f.app, "app", "lr", "the app whose work the calibration file describes")
 	fs.Float64Var(&f.passes, "passes", 10, "passes over the app's data")
 	fs.Float64Var(&f.passes, "epochs", 10, "alias of --passes")
-	fs.StringVar(&f.from, "from", "", "start of the segment (RFC 3339 or 2006-01-02; default: 14 days into the trace)")
+	fs.StringVar(&f.from, "from", "", "start of the segment (RFC 3339 or 2006-01-02; default: 14 days into the trace, or half of a shorter one)")
 	fs.StringVar(&f.span, "for", "", "length of the segment over which starts are spread (e.g. 720h or 30d; default: to the trace's end)")
 	fs.Float64Var(&f.speedup, "speedup", 3600, "trace seconds per wall second in the real replay (and in its simulation, with a calibration measured at a speedup)")
 	fs.BoolVar(&f.simulate, "simulate", false, "replay with the calibrated model of the job instead of the real system")
@@ -151,9 +151,16 @@ func (f replayFlags) config(note io.Writer) (replay.Config, []string, error) {
 	if err != nil {
 		return cfg, nil, err
 	}
-	prices, err := trace.ReadPrices(f.prices, f.product)
+	var paths []string
+	for _, p := range strings.Split(f.prices, ",") {
+		paths = append(paths, strings.TrimSpace(p))
+	}
+	prices, err := trace.ReadPricesFiles(paths, f.product)
 	if err != nil {
 		return cfg, nil, err
+	}
+	if len(prices.Continued) == len(paths) {
+		fmt.Fprintf(note, "replay: %s has a NextToken: AWS had more to send (the trace may lack its oldest prices); give every page, --prices page1.json,page2.json,...\n", strings.Join(prices.Continued, ", "))
 	}
 	if err := prices.SetOnDemand(od); err != nil {
 		return cfg, nil, err
@@ -234,7 +241,9 @@ func findType(p *trace.Prices, typ string) (int, bool) {
 // a segment outside the trace.
 func (f replayFlags) startTimes(p *trace.Prices) ([]time.Time, error) {
 	first, last := p.Span()
-	from := first.Add(14 * 24 * time.Hour)
+	// The past a policy sees at the first start: as for a preemption
+	// trace, two weeks or half a shorter trace.
+	from := first.Add(min(14*24*time.Hour, last.Sub(first)/2))
 	if f.from != "" {
 		t, err := trace.ParseTime(f.from)
 		if err != nil {

@@ -168,6 +168,53 @@ func TestReplaySimulate(t *testing.T) {
 	}
 }
 
+// TestReplayPages: a week of prices in two pages of AWS's answer, given
+// as one --prices list, replays from the default start, half the trace
+// in (its last price is 6 d 23 h 50 min in; the start was 14 days in,
+// outside the trace, and the error named --from, which was not given);
+// the first page alone, which has a NextToken, is replayed with a word
+// that it is one page of more.
+func TestReplayPages(t *testing.T) {
+	dir := t.TempDir()
+	t0 := time.Date(2023, 8, 1, 0, 0, 0, 0, time.UTC)
+	var pages [2]strings.Builder
+	for i := 7*24*6 - 1; i >= 0; i-- { // newest first, as AWS lists
+		b := &pages[0]
+		if i < 3*24*6 {
+			b = &pages[1]
+		}
+		if b.Len() > 0 {
+			b.WriteString(",\n")
+		}
+		at := t0.Add(time.Duration(i) * 10 * time.Minute).Format("2006-01-02T15:04:05+00:00")
+		fmt.Fprintf(b, `{"AvailabilityZone": "us-west-2a", "InstanceType": "c3.xlarge", "ProductDescription": "Linux/UNIX", "SpotPrice": "%.4f", "Timestamp": "%s"}`, 0.03+0.002*float64(i%7), at)
+	}
+	var paths []string
+	for i, token := range []string{"eyJ2IjoyfQ==", ""} {
+		paths = append(paths, filepath.Join(dir, fmt.Sprintf("page%d.json", i+1)))
+		body := `{"SpotPriceHistory": [` + "\n" + pages[i].String() + "\n" + `], "NextToken": "` + token + `"}`
+		if err := os.WriteFile(paths[i], []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	report := filepath.Join(dir, "r.json")
+	args := []string{"--ondemand-prices", "c3.xlarge=0.21", "--policy", "ondemand", "--simulate", "--epochs", "1", "--report", report}
+	out, err := runReplayArgs(append(args, "--prices", strings.Join(paths, ","))...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if strings.Contains(out, "NextToken") || !strings.Contains(out, "2023-08-04T11:55:00Z") {
+		t.Errorf("two pages from half the week: want no word of a NextToken, a start at 2023-08-04T11:55:00Z:\n%s", out)
+	}
+	out, err = runReplayArgs(append(args, "--prices", paths[0])...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.Contains(out, paths[0]+" has a NextToken") {
+		t.Errorf("one page: no word of its NextToken:\n%s", out)
+	}
+}
+
 // TestReplayOtherTypes: a price history in AWS's JSON of types other than
 // the default job's (c3.xlarge) replays without a calibration file: the
 // job runs on the trace's type nearest in work rate, as many machines as

@@ -35,7 +35,7 @@ func ParsePricesJSON(source string, raw []byte, product string) (*Prices, error)
 		return nil, fail(dec.InputOffset(), "not a JSON object: %v", err)
 	}
 	b := newBuilder(source, product)
-	found := false
+	found, continued := false, false
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
@@ -45,6 +45,10 @@ func ParsePricesJSON(source string, raw []byte, product string) (*Prices, error)
 			var skip json.RawMessage
 			if err := dec.Decode(&skip); err != nil {
 				return nil, fail(dec.InputOffset(), "%v", err)
+			}
+			var token string
+			if key == "NextToken" && json.Unmarshal(skip, &token) == nil && token != "" {
+				continued = true
 			}
 			continue
 		}
@@ -56,7 +60,11 @@ func ParsePricesJSON(source string, raw []byte, product string) (*Prices, error)
 	if !found {
 		return nil, fmt.Errorf("%s: no SpotPriceHistory: %w", source, ErrEmpty)
 	}
-	return b.done()
+	p, err := b.done()
+	if err == nil && continued {
+		p.Continued = []string{source}
+	}
+	return p, err
 }
 
 func readEntries(dec *json.Decoder, b *builder, lines lineIndex, fail func(int64, string, ...any) error) error {
@@ -72,7 +80,7 @@ func readEntries(dec *json.Decoder, b *builder, lines lineIndex, fail func(int64
 		line := lines.line(off)
 		at, err := ParseTime(e.Timestamp)
 		if err != nil {
-			return fail(off, "Timestamp: %v", err)
+			return b.fieldErr(line, "Timestamp", err)
 		}
 		price, err := parsePrice(e.SpotPrice)
 		if err != nil || e.SpotPrice == "" {

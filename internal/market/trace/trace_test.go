@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -100,7 +101,74 @@ func TestPricesCorrupt(t *testing.T) {
 			if !strings.Contains(err.Error(), path+c.where) {
 				t.Errorf("error %q does not name %s%s", err, path, c.where)
 			}
+			if n := strings.Count(err.Error(), err.(interface{ Unwrap() error }).Unwrap().Error()); n != 1 {
+				t.Errorf("error %q says %q %d times", err, c.want, n)
+			}
 		})
+	}
+}
+
+// TestParseTime: the timestamps of AWS's API, of its CLI, of the CSV
+// and of other tools.
+func TestParseTime(t *testing.T) {
+	want := time.Date(2023, 8, 1, 12, 30, 5, 0, time.UTC)
+	for _, s := range []string{"2023-08-01T12:30:05Z", "2023-08-01T12:30:05.000Z", "2023-08-01T12:30:05+00:00",
+		"2023-08-01T05:30:05-07:00", "2023-08-01T14:30:05.000+02:00", "2023-08-01T12:30:05+0000", "2023-08-01 12:30:05+00:00",
+		"2023-08-01 12:30:05.000+00:00", "2023-08-01 12:30:05", "2023-08-01T12:30:05", "2023-08-01T12:30:05.000", " 2023-08-01 14:30:05+0200 "} {
+		if got, err := ParseTime(s); err != nil || !got.Equal(want) || got.Location() != time.UTC {
+			t.Errorf("%q: %v, %v; want %v", s, got, err, want)
+		}
+	}
+	for _, s := range []string{"2023-08-01T12:30", "12:30:05", "2023-08-01T12:30:05 PST", "1690893005"} {
+		if got, err := ParseTime(s); !errors.Is(err, ErrBadRow) {
+			t.Errorf("%q: %v, %v; want ErrBadRow", s, got, err)
+		}
+	}
+}
+
+// TestReadPricesFiles: the pages of one AWS answer read as the whole
+// answer; a market's product or on-demand price may not differ between
+// files; a page with a NextToken says so.
+func TestReadPricesFiles(t *testing.T) {
+	dir := t.TempDir()
+	entry := func(zone, product, price, ts string) string {
+		return `{"AvailabilityZone":"` + zone + `","InstanceType":"m5.large","ProductDescription":"` + product + `","SpotPrice":"` + price + `","Timestamp":"` + ts + `"}`
+	}
+	write := func(name, body string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	page1 := write("page1.json", `{"SpotPriceHistory":[`+entry("eu-west-1a", "Linux/UNIX", "0.03", "2023-08-03T00:00:00.000Z")+","+
+		entry("us-west-2a", "Linux/UNIX", "0.05", "2023-08-02T00:00:00+00:00")+`],"NextToken":"abc"}`)
+	page2 := write("page2.json", `{"SpotPriceHistory":[`+entry("us-west-2a", "Linux/UNIX", "0.04", "2023-08-01T00:00:00Z")+`],"NextToken":""}`)
+	p, err := ReadPricesFiles([]string{page1, page2}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, ok := p.Lookup(market.Market{Zone: "us-west-2a", Type: "m5.large"})
+	if len(p.Series) != 2 || !ok || len(s.Points) != 2 || s.Points[0].Price != 0.04 || s.Points[1].Price != 0.05 {
+		t.Fatalf("got %+v", p.Series)
+	}
+	if !slices.Equal(p.Continued, []string{page1}) {
+		t.Errorf("pages with a NextToken: %v, want %s", p.Continued, page1)
+	}
+	windows := write("windows.json", `{"SpotPriceHistory":[`+entry("us-west-2a", "Windows", "0.09", "2023-08-01T00:00:00Z")+`]}`)
+	if _, err := ReadPricesFiles([]string{page1, windows}, ""); !errors.Is(err, ErrBadRow) || !strings.Contains(err.Error(), windows) || !strings.Contains(err.Error(), "--product") {
+		t.Errorf("a market of two products across files: %v", err)
+	}
+	if p, err := ReadPricesFiles([]string{page1, windows, page2}, "Linux/UNIX"); err != nil || len(p.Series) != 2 {
+		t.Errorf("--product Linux/UNIX: %+v, %v", p, err)
+	}
+	if _, err := ReadPricesFiles([]string{windows, windows}, "Linux/UNIX"); !errors.Is(err, ErrEmpty) || !strings.Contains(err.Error(), windows+","+windows) {
+		t.Errorf("no file with a price of the product: %v", err)
+	}
+	csv1 := write("a.csv", "timestamp,availability_zone,instance_type,product_description,spot_price_usd,ondemand_price_usd\n2023-08-01 00:00:00,z,m5.large,Linux,0.04,0.096\n")
+	csv2 := write("b.csv", "timestamp,availability_zone,instance_type,product_description,spot_price_usd,ondemand_price_usd\n2023-08-02 00:00:00,z,m5.large,Linux,0.04,0.1\n")
+	if _, err := ReadPricesFiles([]string{csv1, csv2}, ""); !errors.Is(err, ErrBadRow) || !strings.Contains(err.Error(), csv2) {
+		t.Errorf("two on-demand prices across files: %v", err)
 	}
 }
 
