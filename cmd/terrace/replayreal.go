@@ -104,8 +104,10 @@ func runRealReplay(cmd *cobra.Command, f replayFlags, cfg replay.Config, names [
 			return fmt.Errorf("--calibration without --simulate: %w; e.g. internal/harness/realreplay/testdata/%s", err, example)
 		}
 	}
-	if end, what := cfg.Horizon(start); start.Add(d).After(end) {
-		return fmt.Errorf("--for %s: the segment ends at %s, after %s ends (at %s)", f.span, start.Add(d).Format(time.RFC3339), what, end.Format(time.RFC3339))
+	for _, name := range names {
+		if end, what := cfg.Horizon(start, name != "ondemand"); start.Add(d).After(end) {
+			return fmt.Errorf("--for %s: the segment ends at %s, after %s ends (at %s)", f.span, start.Add(d).Format(time.RFC3339), what, end.Format(time.RFC3339))
+		}
 	}
 	args := []string{"--app", f.app, "--passes", strconv.Itoa(int(f.passes))}
 	for _, d := range []struct{ flag, path, def string }{{"train", f.real.trainData, defaultTrain}, {"test", f.real.testData, defaultTest}} {

@@ -124,12 +124,13 @@ func (c Config) source(start time.Time) *history.Source {
 }
 
 // Horizon is where a run from start runs out of trace, and what ends
-// there: the price trace's end, or an earlier end of a preemption trace
-// in use, which says nothing of what followed it.
-func (c Config) Horizon(start time.Time) (time.Time, string) {
+// there: the price trace's end, or, for a policy that holds spot
+// machines, an earlier end of a preemption trace in use, which says
+// nothing of what followed it (on-demand machines are in none).
+func (c Config) Horizon(start time.Time, spot bool) (time.Time, string) {
 	_, end := c.Prices.Span()
 	what := "the price trace " + c.Prices.Source
-	for i := 0; i < min(len(c.Avail), len(c.Prices.Series)); i++ {
+	for i := 0; spot && i < min(len(c.Avail), len(c.Prices.Series)); i++ {
 		a := c.Avail[i]
 		if e := start.Add(a.End - Lead(a)); e.Before(end) {
 			end = e
@@ -192,7 +193,7 @@ func (r *run) handle(ev market.Event) {
 const advanceEvery = 200 * time.Millisecond
 
 func (r *run) loop(ctx context.Context) error {
-	end, what := r.cfg.Horizon(r.start)
+	end, what := r.cfg.Horizon(r.start, r.name != "ondemand")
 	nextSample, lastLine, lastFrac := r.start, time.Now(), time.Now()
 	for r.job.Finished().IsZero() {
 		t := Earliest(r.prov.Next(), r.job.Next(), r.mgr.Wake())
