@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"slices"
@@ -176,10 +177,11 @@ type builder struct {
 	product string // only rows of this product; "" keeps all
 	series  map[market.Market]*Series
 	lastRow map[market.Market]int
+	others  map[string]bool // products left out
 }
 
 func newBuilder(source, product string) *builder {
-	return &builder{source: source, product: product, series: map[market.Market]*Series{}, lastRow: map[market.Market]int{}}
+	return &builder{source: source, product: product, series: map[market.Market]*Series{}, lastRow: map[market.Market]int{}, others: map[string]bool{}}
 }
 
 func (b *builder) rowErr(line int, format string, args ...any) error {
@@ -195,6 +197,7 @@ func (b *builder) fieldErr(line int, field string, err error) error {
 // in time order within a market.
 func (b *builder) add(line int, m market.Market, product string, at time.Time, price, onDemand float64, sorted bool) error {
 	if b.product != "" && product != b.product {
+		b.others[product] = true
 		return nil
 	}
 	s, ok := b.series[m]
@@ -218,6 +221,9 @@ func (b *builder) add(line int, m market.Market, product string, at time.Time, p
 }
 
 func (b *builder) done() (*Prices, error) {
+	if len(b.series) == 0 && len(b.others) > 0 {
+		return nil, fmt.Errorf("%s: no prices of product %q (--product), only of %q: %w", b.source, b.product, slices.Sorted(maps.Keys(b.others)), ErrEmpty)
+	}
 	if len(b.series) == 0 {
 		return nil, fmt.Errorf("%s: no prices: %w", b.source, ErrEmpty)
 	}

@@ -165,6 +165,9 @@ func TestReadPricesFiles(t *testing.T) {
 	if _, err := ReadPricesFiles([]string{windows, windows}, "Linux/UNIX"); !errors.Is(err, ErrEmpty) || !strings.Contains(err.Error(), windows+","+windows) {
 		t.Errorf("no file with a price of the product: %v", err)
 	}
+	if _, err := ReadPricesFiles([]string{windows}, "Linux"); !errors.Is(err, ErrEmpty) || !strings.Contains(err.Error(), `only of ["Windows"]`) {
+		t.Errorf("a --product the file does not have: %v, want the products it has", err)
+	}
 	csv1 := write("a.csv", "timestamp,availability_zone,instance_type,product_description,spot_price_usd,ondemand_price_usd\n2023-08-01 00:00:00,z,m5.large,Linux,0.04,0.096\n")
 	csv2 := write("b.csv", "timestamp,availability_zone,instance_type,product_description,spot_price_usd,ondemand_price_usd\n2023-08-02 00:00:00,z,m5.large,Linux,0.04,0.1\n")
 	if _, err := ReadPricesFiles([]string{csv1, csv2}, ""); !errors.Is(err, ErrBadRow) || !strings.Contains(err.Error(), csv2) {
