@@ -34,7 +34,8 @@ func ParsePricesCSV(source string, raw []byte, product string) (*Prices, error) 
 	}
 	for _, c := range csvColumns {
 		if _, ok := col[c]; !ok {
-			return nil, fmt.Errorf("%s:1: header has no column %q: %w", source, c, ErrBadRow)
+			return nil, fmt.Errorf("%s:1: header has no column %q (a price trace is a CSV with a header naming %s, or AWS's describe-spot-price-history JSON): %w",
+				source, c, strings.Join(csvColumns, ","), ErrBadRow)
 		}
 	}
 	od, hasOD := col["ondemand_price_usd"]

@@ -23,6 +23,7 @@ type awsEntry struct {
 // ParsePricesJSON reads what `aws ec2 describe-spot-price-history` prints:
 // {"SpotPriceHistory": [{"AvailabilityZone", "InstanceType",
 // "ProductDescription", "SpotPrice", "Timestamp"}, ...], "NextToken": ...}.
+// The list alone, as `--query SpotPriceHistory` prints it, reads too.
 // AWS lists newest first and documents no order, so entries are sorted by
 // time; an error names the line the entry starts on.
 func ParsePricesJSON(source string, raw []byte, product string) (*Prices, error) {
@@ -31,10 +32,16 @@ func ParsePricesJSON(source string, raw []byte, product string) (*Prices, error)
 	fail := func(off int64, format string, args ...any) error {
 		return fmt.Errorf("%s:%d: %s: %w", source, lines.line(off), fmt.Sprintf(format, args...), ErrBadRow)
 	}
+	b := newBuilder(source, product)
+	if t := bytes.TrimSpace(raw); len(t) > 0 && t[0] == '[' {
+		if err := readEntries(dec, b, lines, fail); err != nil {
+			return nil, err
+		}
+		return b.done()
+	}
 	if err := expectDelim(dec, '{'); err != nil {
 		return nil, fail(dec.InputOffset(), "not a JSON object: %v", err)
 	}
-	b := newBuilder(source, product)
 	found, continued := false, false
 	for dec.More() {
 		tok, err := dec.Token()

@@ -256,14 +256,14 @@ func readAll(path string) ([]byte, error) {
 }
 
 // ReadPrices reads a price trace in either published form: AWS's JSON if
-// it starts with '{', else the CSV. Product keeps only rows of that
+// it starts with '{' (or '[', the list alone), else the CSV. Product keeps only rows of that
 // product description ("" keeps all, but then one market may not mix two).
 func ReadPrices(path, product string) (*Prices, error) {
 	raw, err := readAll(path)
 	if err != nil {
 		return nil, err
 	}
-	if t := bytes.TrimSpace(raw); len(t) > 0 && t[0] == '{' {
+	if t := bytes.TrimSpace(raw); len(t) > 0 && (t[0] == '{' || t[0] == '[') {
 		return ParsePricesJSON(path, raw, product)
 	}
 	return ParsePricesCSV(path, raw, product)

@@ -1,6 +1,7 @@
 package trace
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -56,6 +57,17 @@ func TestReadPricesJSON(t *testing.T) {
 	if !s.Points[0].At.Before(s.Points[1].At) {
 		t.Error("AWS's newest-first order was not sorted")
 	}
+	// The list alone (aws ec2 describe-spot-price-history --query
+	// SpotPriceHistory): the same prices.
+	raw, err := os.ReadFile("testdata/prices.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := raw[bytes.IndexByte(raw, '[') : bytes.LastIndexByte(raw, ']')+1]
+	q, err := ParsePricesJSON("list.json", list, "")
+	if err != nil || len(q.Series) != 1 || !slices.Equal(q.Series[0].Points, s.Points) {
+		t.Errorf("the list alone: %+v, %v", q, err)
+	}
 }
 
 // TestPricesCorrupt is the corruption table: every bad input fails with
@@ -86,6 +98,7 @@ func TestPricesCorrupt(t *testing.T) {
 		{"json price not a string", "{\"SpotPriceHistory\": [\n" + strings.Replace(entry("0.1", "2015-03-11T10:00:00Z"), `"0.1"`, "0.1", 1) + "]}", ":2:", ErrBadRow},
 		{"json bad price", "{\"SpotPriceHistory\": [\n" + entry("0.1", "2015-03-11T10:00:00Z") + ",\n" + entry("x", "2015-03-11T10:00:00Z") + "]}", ":3:", ErrBadRow},
 		{"json bad time", "{\"SpotPriceHistory\": [\n" + entry("0.1", "noon") + "]}", ":2:", ErrBadRow},
+		{"json list, bad time", "[\n" + entry("0.1", "2015-03-11T10:00:00Z") + ",\n" + entry("0.1", "noon") + "]", ":3:", ErrBadRow},
 		{"json truncated", "{\"SpotPriceHistory\": [\n" + entry("0.1", "2015-03-11T10:00:00Z")[:40], ":2:", ErrBadRow},
 	}
 	for _, c := range cases {
