@@ -151,13 +151,13 @@ func (f replayFlags) config(note io.Writer) (replay.Config, []string, error) {
 	if err != nil {
 		return cfg, nil, err
 	}
-	var paths []string
-	for _, p := range strings.Split(f.prices, ",") {
-		paths = append(paths, strings.TrimSpace(p))
+	paths, err := fileList("--prices", f.prices)
+	if err != nil {
+		return cfg, nil, err
 	}
 	prices, err := trace.ReadPricesFiles(paths, f.product)
 	if err != nil {
-		return cfg, nil, err
+		return cfg, nil, fmt.Errorf("--prices: %w", err)
 	}
 	if len(prices.Continued) == len(paths) {
 		fmt.Fprintf(note, "replay: %s has a NextToken: AWS had more to send (the trace may lack its oldest prices); give every page, --prices page1.json,page2.json,...\n", strings.Join(prices.Continued, ", "))
@@ -167,10 +167,14 @@ func (f replayFlags) config(note io.Writer) (replay.Config, []string, error) {
 	}
 	var avail []*trace.Availability
 	if f.marketName == "persecond" {
-		for _, p := range strings.Split(f.preemptions, ",") {
-			a, err := trace.ReadAvailability(strings.TrimSpace(p))
+		paths, err := fileList("--preemptions", f.preemptions)
+		if err != nil {
+			return cfg, nil, err
+		}
+		for _, p := range paths {
+			a, err := trace.ReadAvailability(p)
 			if err != nil {
-				return cfg, nil, err
+				return cfg, nil, fmt.Errorf("--preemptions: %w", err)
 			}
 			avail = append(avail, a)
 		}
@@ -203,6 +207,19 @@ func (f replayFlags) config(note io.Writer) (replay.Config, []string, error) {
 	cfg = replay.Config{Prices: prices, Avail: avail, Model: model, Cal: cal, Updates: f.passes * app.UpdatesPerPass,
 		Bid: f.bid, Estimator: history.NewEstimator(model.Period()), Every: 5 * time.Second, Sample: 10 * time.Minute}
 	return cfg, names, nil
+}
+
+// fileList splits a flag's comma-separated list of files, refusing an
+// empty name (a stray comma would otherwise read as the file "").
+func fileList(flag, list string) ([]string, error) {
+	var paths []string
+	for _, p := range strings.Split(list, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			return nil, fmt.Errorf("%s %q: an empty file name in the list", flag, list)
+		}
+		paths = append(paths, p)
+	}
+	return paths, nil
 }
 
 // nearestType is the trace's instance type whose work rate is nearest
