@@ -79,12 +79,14 @@ func availForm(path string, raw []byte) (func(string, []byte) (*Availability, er
 
 // ParseBamboo reads Bamboo's (NSDI '23) eviction traces: lines of
 // `ms_timestamp,add|remove,nodeN`, in time order, a node added only while
-// absent and removed only while present.
+// absent and removed only while present. Offsets count from the first
+// event: Bamboo's own start at 0, but milliseconds since the Unix epoch
+// would otherwise put decades of nothing before the first node.
 func ParseBamboo(source string, raw []byte) (*Availability, error) {
 	a := &Availability{Source: source}
 	present := map[string]bool{}
 	sc := bufio.NewScanner(bytes.NewReader(raw))
-	line, last := 0, int64(-1)
+	line, first, last := 0, int64(-1), int64(-1)
 	for sc.Scan() {
 		line++
 		text := strings.TrimSpace(sc.Text())
@@ -102,6 +104,9 @@ func ParseBamboo(source string, raw []byte) (*Availability, error) {
 		if ms < last {
 			return nil, fmt.Errorf("%s:%d: %d ms after %d ms: %w", source, line, ms, last, ErrUnsorted)
 		}
+		if first < 0 {
+			first = ms
+		}
 		last = ms
 		node := strings.TrimSpace(f[2])
 		switch op := strings.TrimSpace(f[1]); {
@@ -116,7 +121,7 @@ func ParseBamboo(source string, raw []byte) (*Availability, error) {
 		default:
 			return nil, fmt.Errorf("%s:%d: event %q is neither add nor remove: %w", source, line, op, ErrBadRow)
 		}
-		a.set(time.Duration(ms)*time.Millisecond, len(present))
+		a.set(time.Duration(ms-first)*time.Millisecond, len(present))
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("%s:%d: %w", source, line+1, err)

@@ -211,6 +211,11 @@ func TestBamboo(t *testing.T) {
 	if _, err := ReadAvailability("testdata/g4dn-trace.csv"); err != nil {
 		t.Error(err)
 	}
+	// Milliseconds since the epoch: offsets from the first event.
+	b, err := ParseBamboo("epoch.csv", []byte("1638316800000,add,node1\n1638316800000,add,node2\n1638316860000,remove,node1\n"))
+	if err != nil || b.At(0) != 2 || b.At(time.Minute) != 1 || b.End != time.Minute {
+		t.Errorf("epoch milliseconds: %+v, %v; want 2 at 0, 1 from 1 min, the end at 1 min", b, err)
+	}
 	cases := []struct {
 		name, body, where string
 		want              error
