@@ -178,6 +178,9 @@ func (f replayFlags) config(note io.Writer) (replay.Config, []string, error) {
 			}
 			avail = append(avail, a)
 		}
+		if n := len(prices.Series); len(avail) > n {
+			fmt.Fprintf(note, "replay: %d preemption traces for %d markets (assigned in turn): %s not used\n", len(avail), n, strings.Join(paths[n:], ", "))
+		}
 	}
 	cal, err := jobsim.LoadCalibration(f.calibration)
 	if err != nil {

@@ -176,7 +176,8 @@ func TestReplaySimulate(t *testing.T) {
 // in (its last price is 6 d 23 h 50 min in; the start was 14 days in,
 // outside the trace, and the error named --from, which was not given);
 // the first page alone, which has a NextToken, is replayed with a word
-// that it is one page of more.
+// that it is one page of more; a second preemption trace for its one
+// market is named as not used.
 func TestReplayPages(t *testing.T) {
 	dir := t.TempDir()
 	t0 := time.Date(2023, 8, 1, 0, 0, 0, 0, time.UTC)
@@ -215,6 +216,22 @@ func TestReplayPages(t *testing.T) {
 	}
 	if !strings.Contains(out, paths[0]+" has a NextToken") {
 		t.Errorf("one page: no word of its NextToken:\n%s", out)
+	}
+	// Two preemption traces for the trace's one market: the second is
+	// not used, and the run says so.
+	var sky []string
+	for i := range 2 {
+		sky = append(sky, filepath.Join(dir, fmt.Sprintf("sky%d.json", i)))
+		if err := os.WriteFile(sky[i], []byte(`{"metadata":{"gap_seconds":600},"data":[`+strings.Repeat("1,", 2000)+`1]}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err = runReplayArgs(append(args, "--prices", strings.Join(paths, ","), "--market", "persecond", "--preemptions", strings.Join(sky, ","))...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.Contains(out, "2 preemption traces for 1 markets (assigned in turn): "+sky[1]+" not used") {
+		t.Errorf("no word of the unused trace:\n%s", out)
 	}
 }
 
