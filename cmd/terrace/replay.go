@@ -99,6 +99,7 @@ func runReplay(cmd *cobra.Command, f replayFlags) error {
 		return err
 	}
 	rep.Market, rep.Prices, rep.App, rep.Passes, rep.Updates, rep.Simulated, rep.Calibration = f.marketName, f.prices, f.app, f.passes, total, true, cfg.Cal
+	rep.Provider, rep.Preemptions = f.providerName(), f.preemptions
 	rep.Summary(cmd.OutOrStdout(), names)
 	if f.plot != "" {
 		if err := replay.Plot(f.plot, rep, names); err != nil {
@@ -132,6 +133,15 @@ func (f replayFlags) check() error {
 		return fmt.Errorf("--preemptions is for --market persecond: in the %s market evictions come from the prices and the bid", f.marketName)
 	}
 	return nil
+}
+
+// providerName is --provider where it means something: the per-second
+// market's notice.
+func (f replayFlags) providerName() string {
+	if f.marketName != "persecond" {
+		return ""
+	}
+	return f.provider
 }
 
 // config reads the traces and the calibration.

@@ -233,6 +233,13 @@ func TestReplayPages(t *testing.T) {
 	if !strings.Contains(out, "2 preemption traces for 1 markets (assigned in turn): "+sky[1]+" not used") {
 		t.Errorf("no word of the unused trace:\n%s", out)
 	}
+	var rep struct{ Market, Provider, Prices, Preemptions string }
+	if b, err := os.ReadFile(report); err != nil || json.Unmarshal(b, &rep) != nil {
+		t.Fatalf("report: %v", err)
+	}
+	if rep.Market != "persecond" || rep.Provider != "aws" || rep.Prices != strings.Join(paths, ",") || rep.Preemptions != strings.Join(sky, ",") {
+		t.Errorf("the report does not say which traces it replayed: %+v", rep)
+	}
 }
 
 // TestReplayOtherTypes: a price history in AWS's JSON of types other than
