@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -106,6 +107,9 @@ func ParseBamboo(source string, raw []byte) (*Availability, error) {
 		}
 		if first < 0 {
 			first = ms
+		}
+		if ms-first > int64(math.MaxInt64/time.Millisecond) {
+			return nil, fmt.Errorf("%s:%d: %d ms is centuries after the first event (%d ms): %w", source, line, ms, first, ErrBadRow)
 		}
 		last = ms
 		node := strings.TrimSpace(f[2])

@@ -228,6 +228,7 @@ func TestBamboo(t *testing.T) {
 		{"remove absent", "0,add,node1\n1,remove,node2\n", ":2:", ErrBadRow},
 		{"add twice", "0,add,node1\n1,add,node1\n", ":2:", ErrBadRow},
 		{"kind", "0,evict,node1\n", ":1:", ErrBadRow},
+		{"centuries", "0,add,node1\n9223372036854775,remove,node1\n", ":2:", ErrBadRow},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
