@@ -247,14 +247,19 @@ func ParseSkyPilot(source string, raw []byte) (*Availability, error) {
 	if len(doc.Data) == 0 {
 		return nil, fmt.Errorf("%s: no data: %w", source, ErrEmpty)
 	}
+	if float64(len(doc.Data))**gap > float64(math.MaxInt64)/float64(time.Second) {
+		return nil, fmt.Errorf("%s:%d: %d ticks of %g s: centuries: %w", source, lines.lineOf("gap_seconds"), len(doc.Data), *gap, ErrBadRow)
+	}
 	a := &Availability{Source: source}
 	step := time.Duration(*gap * float64(time.Second))
 	for i, v := range doc.Data {
-		n, err := strconv.Atoi(string(v))
-		if err != nil || n < 0 {
+		// A count written as a float (1.0, as a converted trace may have
+		// it) is a count; 0.5 is not.
+		f, err := strconv.ParseFloat(string(v), 64)
+		if err != nil || f < 0 || f != math.Trunc(f) || f > math.MaxInt32 {
 			return nil, fmt.Errorf("%s:%d: data[%d] = %s is not a count: %w", source, lines.lineOfNth(i), i, v, ErrBadRow)
 		}
-		a.set(time.Duration(i)*step, n)
+		a.set(time.Duration(i)*step, int(f))
 	}
 	a.End = time.Duration(len(doc.Data)) * step
 	return a, nil

@@ -146,11 +146,12 @@ func parsePrice(s string) (float64, error) {
 // timeLayouts: Go also reads fractional seconds the layout does not
 // show.
 var timeLayouts = []string{time.RFC3339Nano, "2006-01-02 15:04:05Z07:00", "2006-01-02T15:04:05Z0700", "2006-01-02 15:04:05Z0700",
-	"2006-01-02T15:04:05", "2006-01-02 15:04:05"}
+	"2006-01-02T15:04:05", "2006-01-02 15:04:05", "2006-01-02T15:04Z07:00", "2006-01-02 15:04Z07:00", "2006-01-02T15:04", "2006-01-02 15:04"}
 
 // ParseTime reads a trace timestamp or a --from flag: RFC 3339, or the
 // CSV's "2006-01-02 15:04:05+00:00", with a 'T' or a space, fractional
-// seconds or none, a zone as +00:00, +0000 or Z, or none (then UTC).
+// seconds, none or no seconds at all (a spreadsheet's export), a zone as
+// +00:00, +0000 or Z, or none (then UTC).
 func ParseTime(s string) (time.Time, error) {
 	s = strings.TrimSpace(s)
 	for _, l := range timeLayouts {

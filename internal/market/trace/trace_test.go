@@ -132,7 +132,12 @@ func TestParseTime(t *testing.T) {
 			t.Errorf("%q: %v, %v; want %v", s, got, err, want)
 		}
 	}
-	for _, s := range []string{"2023-08-01T12:30", "12:30:05", "2023-08-01T12:30:05 PST", "1690893005"} {
+	for _, s := range []string{"2023-08-01T12:30+00:00", "2023-08-01 14:30+02:00", "2023-08-01 12:30", "2023-08-01T12:30"} {
+		if got, err := ParseTime(s); err != nil || !got.Equal(want.Truncate(time.Minute)) {
+			t.Errorf("%q: %v, %v; want %v", s, got, err, want.Truncate(time.Minute))
+		}
+	}
+	for _, s := range []string{"2023-08-01T12", "12:30:05", "2023-08-01T12:30:05 PST", "1690893005"} {
 		if got, err := ParseTime(s); !errors.Is(err, ErrBadRow) {
 			t.Errorf("%q: %v, %v; want ErrBadRow", s, got, err)
 		}
@@ -324,6 +329,9 @@ func TestSkyPilot(t *testing.T) {
 	if a.Size != 1 || a.At(0) != 0 || a.At(90*time.Second) != 1 || a.At(4*time.Minute) != 0 || a.End != 7*time.Minute {
 		t.Errorf("got %+v", a)
 	}
+	if a, err := ParseSkyPilot("f.json", []byte(`{"metadata":{"gap_seconds":60},"data":[16.0,12.0,1e1]}`)); err != nil || a.At(time.Minute) != 12 || a.At(2*time.Minute) != 10 {
+		t.Errorf("counts written as floats: %+v, %v", a, err)
+	}
 	cases := []struct {
 		name, body, where string
 		want              error
@@ -333,6 +341,8 @@ func TestSkyPilot(t *testing.T) {
 		{"zero gap", `{"metadata":{"gap_seconds":0},"data":[1]}`, ":1:", ErrBadRow},
 		{"negative count", "{\"metadata\":{\"gap_seconds\":60},\"data\":[\n1,\n-1]}", ":3:", ErrBadRow},
 		{"fraction", "{\"metadata\":{\"gap_seconds\":60},\"data\":[\n1,\n0.5]}", ":3:", ErrBadRow},
+		{"not a number", "{\"metadata\":{\"gap_seconds\":60},\"data\":[\n1,\nnull]}", ":3:", ErrBadRow},
+		{"centuries", "{\"metadata\":{\n\"gap_seconds\":1e9},\"data\":[1,1,1,1,1,1,1,1,1,1]}", ":2:", ErrBadRow},
 		{"syntax", "{\"metadata\":{\"gap_seconds\":60},\n\"data\":[1,}", ":2:", ErrBadRow},
 	}
 	for _, c := range cases {
