@@ -41,8 +41,8 @@ func replayCmd() *cobra.Command {
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&f.prices, "prices", "", "price history: the CSV of ../shared/data/spot or AWS describe-spot-price-history JSON (may be .gz)")
-	fs.StringVar(&f.preemptions, "preemptions", "", "preemption traces (Bamboo CSV or SkyPilot JSON), comma-separated, assigned to the markets in turn")
+	fs.StringVar(&f.prices, "prices", "", "price histories, comma-separated, read as one: the CSV of ../shared/data/spot or AWS describe-spot-price-history JSON (may be .gz)")
+	fs.StringVar(&f.preemptions, "preemptions", "", "preemption or availability traces, comma-separated, assigned to the markets in turn: Bamboo's ms,add|remove,node CSV, Bamboo's GCP 'date, time, count' lines or SkyPilot's JSON (told apart by content)")
 	fs.StringVar(&f.onDemand, "ondemand-prices", "", "on-demand prices TYPE=PRICE,... (dollars per hour; override the trace's)")
 	fs.StringVar(&f.marketName, "market", "bid2015", "market model: bid2015 (evicted when the price passes the bid, hourly billing) or persecond (evicted by the preemption trace, per-second billing)")
 	fs.StringVar(&f.provider, "provider", "aws", "the per-second market's cloud: aws (120 s notice) or gcp (30 s)")
@@ -51,7 +51,7 @@ func replayCmd() *cobra.Command {
 	fs.StringVar(&f.app, "app", "lr", "the app whose work the calibration file describes")
 	fs.Float64Var(&f.passes, "passes", 10, "passes over the app's data")
 	fs.Float64Var(&f.passes, "epochs", 10, "alias of --passes")
-	fs.StringVar(&f.from, "from", "", "start of the segment (RFC 3339 or 2006-01-02; default: 14 days into the trace)")
+	fs.StringVar(&f.from, "from", "", "start of the segment (RFC 3339 or 2006-01-02; default: 14 days into the trace, or half of a shorter one)")
 	fs.StringVar(&f.span, "for", "", "length of the segment over which starts are spread (e.g. 720h or 30d; default: to the trace's end)")
 	fs.Float64Var(&f.speedup, "speedup", 3600, "trace seconds per wall second in the real replay (and in its simulation, with a calibration measured at a speedup)")
 	fs.BoolVar(&f.simulate, "simulate", false, "replay with the calibrated model of the job instead of the real system")
@@ -99,6 +99,7 @@ func runReplay(cmd *cobra.Command, f replayFlags) error {
 		return err
 	}
 	rep.Market, rep.Prices, rep.App, rep.Passes, rep.Updates, rep.Simulated, rep.Calibration = f.marketName, f.prices, f.app, f.passes, total, true, cfg.Cal
+	rep.Provider, rep.Preemptions = f.providerName(), f.preemptions
 	rep.Summary(cmd.OutOrStdout(), names)
 	if f.plot != "" {
 		if err := replay.Plot(f.plot, rep, names); err != nil {
@@ -134,6 +135,15 @@ func (f replayFlags) check() error {
 	return nil
 }
 
+// providerName is --provider where it means something: the per-second
+// market's notice.
+func (f replayFlags) providerName() string {
+	if f.marketName != "persecond" {
+		return ""
+	}
+	return f.provider
+}
+
 // config reads the traces and the calibration.
 func (f replayFlags) config(note io.Writer) (replay.Config, []string, error) {
 	var cfg replay.Config
@@ -151,21 +161,35 @@ func (f replayFlags) config(note io.Writer) (replay.Config, []string, error) {
 	if err != nil {
 		return cfg, nil, err
 	}
-	prices, err := trace.ReadPrices(f.prices, f.product)
+	paths, err := fileList("--prices", f.prices)
 	if err != nil {
 		return cfg, nil, err
+	}
+	prices, err := trace.ReadPricesFiles(paths, f.product)
+	if err != nil {
+		return cfg, nil, fmt.Errorf("--prices: %w", err)
+	}
+	if len(prices.Continued) == len(paths) {
+		fmt.Fprintf(note, "replay: %s has a NextToken: AWS had more to send (the trace may lack its oldest prices); give every page, --prices page1.json,page2.json,...\n", strings.Join(prices.Continued, ", "))
 	}
 	if err := prices.SetOnDemand(od); err != nil {
 		return cfg, nil, err
 	}
 	var avail []*trace.Availability
 	if f.marketName == "persecond" {
-		for _, p := range strings.Split(f.preemptions, ",") {
-			a, err := trace.ReadAvailability(strings.TrimSpace(p))
+		paths, err := fileList("--preemptions", f.preemptions)
+		if err != nil {
+			return cfg, nil, err
+		}
+		for _, p := range paths {
+			a, err := trace.ReadAvailability(p)
 			if err != nil {
-				return cfg, nil, err
+				return cfg, nil, fmt.Errorf("--preemptions: %w", err)
 			}
 			avail = append(avail, a)
+		}
+		if n := len(prices.Series); len(avail) > n {
+			fmt.Fprintf(note, "replay: %d preemption traces for %d markets (assigned in turn): %s not used\n", len(avail), n, strings.Join(paths[n:], ", "))
 		}
 	}
 	cal, err := jobsim.LoadCalibration(f.calibration)
@@ -196,6 +220,19 @@ func (f replayFlags) config(note io.Writer) (replay.Config, []string, error) {
 	cfg = replay.Config{Prices: prices, Avail: avail, Model: model, Cal: cal, Updates: f.passes * app.UpdatesPerPass,
 		Bid: f.bid, Estimator: history.NewEstimator(model.Period()), Every: 5 * time.Second, Sample: 10 * time.Minute}
 	return cfg, names, nil
+}
+
+// fileList splits a flag's comma-separated list of files, refusing an
+// empty name (a stray comma would otherwise read as the file "").
+func fileList(flag, list string) ([]string, error) {
+	var paths []string
+	for _, p := range strings.Split(list, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			return nil, fmt.Errorf("%s %q: an empty file name in the list", flag, list)
+		}
+		paths = append(paths, p)
+	}
+	return paths, nil
 }
 
 // nearestType is the trace's instance type whose work rate is nearest
@@ -234,7 +271,9 @@ func findType(p *trace.Prices, typ string) (int, bool) {
 // a segment outside the trace.
 func (f replayFlags) startTimes(p *trace.Prices) ([]time.Time, error) {
 	first, last := p.Span()
-	from := first.Add(14 * 24 * time.Hour)
+	// The past a policy sees at the first start: as for a preemption
+	// trace, two weeks or half a shorter trace.
+	from := first.Add(min(14*24*time.Hour, last.Sub(first)/2))
 	if f.from != "" {
 		t, err := trace.ParseTime(f.from)
 		if err != nil {

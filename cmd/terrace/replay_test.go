@@ -76,6 +76,9 @@ func TestReplayBadInput(t *testing.T) {
 		{"no on-demand price", []string{"--prices", priceCSV(t, true), "--policy", "all", "--simulate", "--report", report}, "r3.large"},
 		{"no such app", append(base, "--app", "bert"), "--app"},
 		{"preemptions in the bid market", append(base, "--preemptions", "/nonexistent"), "--preemptions is for --market persecond"},
+		{"stray comma in prices", []string{"--prices", prices + ",", "--policy", "all", "--simulate", "--report", report}, `--prices "` + prices + `,": an empty file name`},
+		{"stray comma in preemptions", append(base, "--market", "persecond", "--preemptions", ",x.json"), `--preemptions ",x.json": an empty file name`},
+		{"no such preemption trace", append(base, "--market", "persecond", "--preemptions", "/nonexistent.json"), "--preemptions: read trace: open /nonexistent.json"},
 		{"on-demand price of no market", append(base, "--ondemand-prices", "c3.xlarge=0.21,c3.xlage=0.2"), "c3.xlage"},
 		{"from not a time", append(base, "--from", "yesterday"), `--from "yesterday": want a time`},
 		{"plot neither svg nor png", append(base, "--plot", "cost.pdf"), "--plot cost.pdf: want a .svg or .png file"},
@@ -89,6 +92,9 @@ func TestReplayBadInput(t *testing.T) {
 		})
 	}
 	real := []string{"--prices", prices, "--report", report}
+	short := filepath.Join(t.TempDir(), "short.json")
+	os.WriteFile(short, []byte(`{"metadata":{"gap_seconds":3600},"data":[1,1,1,1]}`), 0o644)
+	tiers := []string{"--policy", "tiers", "--calibration", repoFile("internal/harness/realreplay/testdata/local-lr-a9a.json")}
 	for _, c := range []struct {
 		name  string
 		args  []string
@@ -102,6 +108,8 @@ func TestReplayBadInput(t *testing.T) {
 		{"real: several starts", append(real, "--policy", "tiers", "--for", "1h", "--starts", "2"), "--starts"},
 		{"real: part of a pass", append(real, "--policy", "tiers", "--for", "1h", "--passes", "1.5"), "--passes"},
 		{"real: plot", append(real, "--policy", "tiers", "--for", "1h", "--plot", "cost.svg"), "--plot cost.svg without --simulate"},
+		// 2 h of the 4 h trace are the past: a 3 h segment outlasts it.
+		{"real: segment past the preemption trace", append(append(real, tiers...), "--market", "persecond", "--preemptions", short, "--for", "3h"), "--for 3h: the segment ends at 2015-03-15T03:00:00Z, after the preemption trace " + short},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := runReplayArgs(c.args...)
@@ -160,6 +168,77 @@ func TestReplaySimulate(t *testing.T) {
 	}
 	if svg, err := os.ReadFile(plot); err != nil || !bytes.Contains(svg, []byte("<svg")) {
 		t.Errorf("plot: %v", err)
+	}
+}
+
+// TestReplayPages: a week of prices in two pages of AWS's answer, given
+// as one --prices list, replays from the default start, half the trace
+// in (its last price is 6 d 23 h 50 min in; the start was 14 days in,
+// outside the trace, and the error named --from, which was not given);
+// the first page alone, which has a NextToken, is replayed with a word
+// that it is one page of more; a second preemption trace for its one
+// market is named as not used.
+func TestReplayPages(t *testing.T) {
+	dir := t.TempDir()
+	t0 := time.Date(2023, 8, 1, 0, 0, 0, 0, time.UTC)
+	var pages [2]strings.Builder
+	for i := 7*24*6 - 1; i >= 0; i-- { // newest first, as AWS lists
+		b := &pages[0]
+		if i < 3*24*6 {
+			b = &pages[1]
+		}
+		if b.Len() > 0 {
+			b.WriteString(",\n")
+		}
+		at := t0.Add(time.Duration(i) * 10 * time.Minute).Format("2006-01-02T15:04:05+00:00")
+		fmt.Fprintf(b, `{"AvailabilityZone": "us-west-2a", "InstanceType": "c3.xlarge", "ProductDescription": "Linux/UNIX", "SpotPrice": "%.4f", "Timestamp": "%s"}`, 0.03+0.002*float64(i%7), at)
+	}
+	var paths []string
+	for i, token := range []string{"eyJ2IjoyfQ==", ""} {
+		paths = append(paths, filepath.Join(dir, fmt.Sprintf("page%d.json", i+1)))
+		body := `{"SpotPriceHistory": [` + "\n" + pages[i].String() + "\n" + `], "NextToken": "` + token + `"}`
+		if err := os.WriteFile(paths[i], []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	report := filepath.Join(dir, "r.json")
+	args := []string{"--ondemand-prices", "c3.xlarge=0.21", "--policy", "ondemand", "--simulate", "--epochs", "1", "--report", report}
+	out, err := runReplayArgs(append(args, "--prices", strings.Join(paths, ","))...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if strings.Contains(out, "NextToken") || !strings.Contains(out, "2023-08-04T11:55:00Z") {
+		t.Errorf("two pages from half the week: want no word of a NextToken, a start at 2023-08-04T11:55:00Z:\n%s", out)
+	}
+	out, err = runReplayArgs(append(args, "--prices", paths[0])...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.Contains(out, paths[0]+" has a NextToken") {
+		t.Errorf("one page: no word of its NextToken:\n%s", out)
+	}
+	// Two preemption traces for the trace's one market: the second is
+	// not used, and the run says so.
+	var sky []string
+	for i := range 2 {
+		sky = append(sky, filepath.Join(dir, fmt.Sprintf("sky%d.json", i)))
+		if err := os.WriteFile(sky[i], []byte(`{"metadata":{"gap_seconds":600},"data":[`+strings.Repeat("1,", 2000)+`1]}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err = runReplayArgs(append(args, "--prices", strings.Join(paths, ","), "--market", "persecond", "--preemptions", strings.Join(sky, ","))...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.Contains(out, "2 preemption traces for 1 markets (assigned in turn): "+sky[1]+" not used") {
+		t.Errorf("no word of the unused trace:\n%s", out)
+	}
+	var rep struct{ Market, Provider, Prices, Preemptions string }
+	if b, err := os.ReadFile(report); err != nil || json.Unmarshal(b, &rep) != nil {
+		t.Fatalf("report: %v", err)
+	}
+	if rep.Market != "persecond" || rep.Provider != "aws" || rep.Prices != strings.Join(paths, ",") || rep.Preemptions != strings.Join(sky, ",") {
+		t.Errorf("the report does not say which traces it replayed: %+v", rep)
 	}
 }
 

@@ -104,6 +104,11 @@ func runRealReplay(cmd *cobra.Command, f replayFlags, cfg replay.Config, names [
 			return fmt.Errorf("--calibration without --simulate: %w; e.g. internal/harness/realreplay/testdata/%s", err, example)
 		}
 	}
+	for _, name := range names {
+		if end, what := cfg.Horizon(start, name != "ondemand"); start.Add(d).After(end) {
+			return fmt.Errorf("--for %s: the segment ends at %s, after %s ends (at %s)", f.span, start.Add(d).Format(time.RFC3339), what, end.Format(time.RFC3339))
+		}
+	}
 	args := []string{"--app", f.app, "--passes", strconv.Itoa(int(f.passes))}
 	for _, d := range []struct{ flag, path, def string }{{"train", f.real.trainData, defaultTrain}, {"test", f.real.testData, defaultTest}} {
 		path, err := dataPath(d.flag, d.path, d.def, f.app)
@@ -114,7 +119,7 @@ func runRealReplay(cmd *cobra.Command, f replayFlags, cfg replay.Config, names [
 			args = append(args, "--"+d.flag, path)
 		}
 	}
-	rep := realReport{Market: f.marketName, Prices: f.prices, App: f.app, Passes: f.passes, Speedup: f.speedup,
+	rep := realReport{Market: f.marketName, Provider: f.providerName(), Prices: f.prices, Preemptions: f.preemptions, App: f.app, Passes: f.passes, Speedup: f.speedup,
 		Start: start, Segment: f.span, Calibration: cfg.Cal, Policies: map[string]realreplay.Result{}}
 	for _, name := range names {
 		rc := realreplay.Config{Replay: cfg, Speedup: f.speedup, End: start.Add(d), Passes: int(f.passes), Progress: out,
@@ -194,7 +199,9 @@ func fmtOpt(v *float64) string {
 // simulated replay reports, and the job's test metric.
 type realReport struct {
 	Market      string                       `json:"market"`
+	Provider    string                       `json:"provider,omitempty"`
 	Prices      string                       `json:"prices"`
+	Preemptions string                       `json:"preemptions,omitempty"`
 	App         string                       `json:"app"`
 	Passes      float64                      `json:"passes"`
 	Speedup     float64                      `json:"speedup"`

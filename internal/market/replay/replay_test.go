@@ -230,6 +230,31 @@ func TestTraceEnds(t *testing.T) {
 	}
 }
 
+// TestPreemptionTraceEnds: a run that outlasts its preemption trace
+// ends there as a run the trace ended (it went on, on the trace's last
+// count, as if the market had stayed so for good), naming the file.
+func TestPreemptionTraceEnds(t *testing.T) {
+	cfg := testConfig(synthetic(3))
+	cfg.Model = billing.GCP
+	cfg.Avail = []*trace.Availability{{Source: "short.txt", Offsets: []time.Duration{0, 3 * time.Hour}, Counts: []int{4, 3}, Size: 4, End: 8 * time.Hour}}
+	start := t0.Add(15 * 24 * time.Hour)
+	if end, _ := cfg.Horizon(start, true); !end.Equal(start.Add(4 * time.Hour)) {
+		t.Errorf("horizon %v, want 4 h after the start (half of the 8 h trace is the past)", end)
+	}
+	_, err := Run(context.Background(), cfg, "checkpoint", start)
+	if !errors.Is(err, ErrTraceEnded) || !strings.Contains(err.Error(), "short.txt") {
+		t.Fatalf("got %v, want ErrTraceEnded naming short.txt", err)
+	}
+	// On-demand machines are in no preemption trace.
+	if _, err := Run(context.Background(), cfg, "ondemand", start); err != nil {
+		t.Errorf("on-demand: %v", err)
+	}
+	cfg.Avail[0].End = 80 * 24 * time.Hour
+	if _, err := Run(context.Background(), cfg, "checkpoint", start); err != nil {
+		t.Errorf("a trace longer than the job: %v", err)
+	}
+}
+
 // rising is a market of one zone of c3.xlarge at 0.03 whose price rises
 // to 0.20 (just below on-demand) for five minutes at twenty to every
 // hour: a machine bought at 0.03 and bid below 0.20 is evicted within the

@@ -14,13 +14,17 @@ import (
 
 // Report is the JSON report of a replay.
 type Report struct {
-	Market    string      `json:"market"`
-	Prices    string      `json:"prices"`
-	App       string      `json:"app"`
-	Passes    float64     `json:"passes"`
-	Updates   float64     `json:"updates"`
-	Starts    []time.Time `json:"starts"`
-	Simulated bool        `json:"simulated"`
+	Market string `json:"market"`
+	// Provider is the per-second market's cloud (its notice), and
+	// Preemptions its traces, as given.
+	Provider    string      `json:"provider,omitempty"`
+	Prices      string      `json:"prices"`
+	Preemptions string      `json:"preemptions,omitempty"`
+	App         string      `json:"app"`
+	Passes      float64     `json:"passes"`
+	Updates     float64     `json:"updates"`
+	Starts      []time.Time `json:"starts"`
+	Simulated   bool        `json:"simulated"`
 	// Policies holds each policy's figures: the run's with one start, the
 	// medians over the runs with several.
 	Policies map[string]Result `json:"policies"`

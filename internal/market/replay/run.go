@@ -123,6 +123,23 @@ func (c Config) source(start time.Time) *history.Source {
 	return src
 }
 
+// Horizon is where a run from start runs out of trace, and what ends
+// there: the price trace's end, or, for a policy that holds spot
+// machines, an earlier end of a preemption trace in use, which says
+// nothing of what followed it (on-demand machines are in none).
+func (c Config) Horizon(start time.Time, spot bool) (time.Time, string) {
+	_, end := c.Prices.Span()
+	what := "the price trace " + c.Prices.Source
+	for i := 0; spot && i < min(len(c.Avail), len(c.Prices.Series)); i++ {
+		a := c.Avail[i]
+		if e := start.Add(a.End - Lead(a)); e.Before(end) {
+			end = e
+			what = fmt.Sprintf("the preemption trace %s (%v long, %v of it before the start as the past)", a.Source, a.End.Round(time.Minute), Lead(a).Round(time.Minute))
+		}
+	}
+	return end, what
+}
+
 // run is one policy's run from start.
 type run struct {
 	ctx   context.Context
@@ -176,7 +193,7 @@ func (r *run) handle(ev market.Event) {
 const advanceEvery = 200 * time.Millisecond
 
 func (r *run) loop(ctx context.Context) error {
-	_, end := r.cfg.Prices.Span()
+	end, what := r.cfg.Horizon(r.start, r.name != "ondemand")
 	nextSample, lastLine, lastFrac := r.start, time.Now(), time.Now()
 	for r.job.Finished().IsZero() {
 		t := Earliest(r.prov.Next(), r.job.Next(), r.mgr.Wake())
@@ -187,7 +204,7 @@ func (r *run) loop(ctx context.Context) error {
 			if err := r.cut(ctx, end); err != nil {
 				return err
 			}
-			return fmt.Errorf("%w (at %s, %.0f%% done)", ErrTraceEnded, end.Format(time.RFC3339), 100*r.res.DoneShare)
+			return fmt.Errorf("%w: %s ends at %s, %.0f%% done", ErrTraceEnded, what, end.Format(time.RFC3339), 100*r.res.DoneShare)
 		}
 		r.job.AdvanceTo(t)
 		if !r.job.Finished().IsZero() {

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -34,28 +35,59 @@ func (a *Availability) At(d time.Duration) int {
 	return a.Counts[i-1]
 }
 
-// ReadAvailability reads a preemption or availability trace in either
-// published form: SkyPilot's JSON if it starts with '{', else Bamboo's
-// CSV.
+// ReadAvailability reads a preemption or availability trace in any of
+// its published forms, told apart by content: SkyPilot's JSON if it
+// starts with '{'; else, by the first field of the first row, Bamboo's
+// event CSV (milliseconds) or Bamboo's GCP instance counts (a date).
 func ReadAvailability(path string) (*Availability, error) {
 	raw, err := readAll(path)
 	if err != nil {
 		return nil, err
 	}
-	if t := bytes.TrimSpace(raw); len(t) > 0 && t[0] == '{' {
-		return ParseSkyPilot(path, raw)
+	parse, err := availForm(path, raw)
+	if err != nil {
+		return nil, err
 	}
-	return ParseBamboo(path, raw)
+	a, err := parse(path, raw)
+	if err != nil {
+		return nil, err
+	}
+	if a.Size == 0 {
+		// A market no machine was ever available in would also read,
+		// to a policy, as one without a trace.
+		return nil, fmt.Errorf("%s: no instance is available at any time: %w", path, ErrEmpty)
+	}
+	return a, nil
+}
+
+func availForm(path string, raw []byte) (func(string, []byte) (*Availability, error), error) {
+	t := bytes.TrimSpace(raw)
+	if len(t) > 0 && t[0] == '{' {
+		return ParseSkyPilot, nil
+	}
+	first, _, _ := bytes.Cut(t, []byte("\n"))
+	field, _, _ := strings.Cut(string(first), ",")
+	if _, err := strconv.ParseInt(strings.TrimSpace(field), 10, 64); err == nil || len(t) == 0 {
+		return ParseBamboo, nil
+	}
+	if _, err := ParseTime(field); err == nil {
+		return ParseCounts, nil
+	}
+	line := bytes.Count(raw[:bytes.Index(raw, first)], []byte("\n")) + 1
+	return nil, fmt.Errorf("%s:%d: %q starts none of the preemption trace forms: Bamboo's ms,add|remove,node; a date, time and count (Bamboo's GCP traces); SkyPilot's JSON: %w",
+		path, line, strings.TrimSpace(string(first)), ErrBadRow)
 }
 
 // ParseBamboo reads Bamboo's (NSDI '23) eviction traces: lines of
 // `ms_timestamp,add|remove,nodeN`, in time order, a node added only while
-// absent and removed only while present.
+// absent and removed only while present. Offsets count from the first
+// event: Bamboo's own start at 0, but milliseconds since the Unix epoch
+// would otherwise put decades of nothing before the first node.
 func ParseBamboo(source string, raw []byte) (*Availability, error) {
 	a := &Availability{Source: source}
 	present := map[string]bool{}
 	sc := bufio.NewScanner(bytes.NewReader(raw))
-	line, last := 0, int64(-1)
+	line, first, last := 0, int64(-1), int64(-1)
 	for sc.Scan() {
 		line++
 		text := strings.TrimSpace(sc.Text())
@@ -73,6 +105,12 @@ func ParseBamboo(source string, raw []byte) (*Availability, error) {
 		if ms < last {
 			return nil, fmt.Errorf("%s:%d: %d ms after %d ms: %w", source, line, ms, last, ErrUnsorted)
 		}
+		if first < 0 {
+			first = ms
+		}
+		if ms-first > int64(math.MaxInt64/time.Millisecond) {
+			return nil, fmt.Errorf("%s:%d: %d ms is centuries after the first event (%d ms): %w", source, line, ms, first, ErrBadRow)
+		}
 		last = ms
 		node := strings.TrimSpace(f[2])
 		switch op := strings.TrimSpace(f[1]); {
@@ -87,7 +125,7 @@ func ParseBamboo(source string, raw []byte) (*Availability, error) {
 		default:
 			return nil, fmt.Errorf("%s:%d: event %q is neither add nor remove: %w", source, line, op, ErrBadRow)
 		}
-		a.set(time.Duration(ms)*time.Millisecond, len(present))
+		a.set(time.Duration(ms-first)*time.Millisecond, len(present))
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("%s:%d: %w", source, line+1, err)
@@ -96,6 +134,69 @@ func ParseBamboo(source string, raw []byte) (*Availability, error) {
 		return nil, fmt.Errorf("%s: no events: %w", source, ErrEmpty)
 	}
 	a.End = a.Offsets[len(a.Offsets)-1]
+	return a, nil
+}
+
+// maxStampSkew is how far a row of a count trace may be stamped before a
+// row above it. A sampling log's rows are written in the order they were
+// observed, but their stamps can run back a little: in Bamboo's
+// v100x1-east1c.txt each count is written three times a minute apart and
+// the next count's first stamp can fall up to a minute before the
+// previous one's last. Such a row takes effect at the latest stamp
+// seen (the file's order is the order of observation); a row further
+// back than this means the file's parts are out of order (two logs
+// concatenated), which is refused rather than guessed at.
+const maxStampSkew = 5 * time.Minute
+
+// ParseCounts reads a trace of instance counts over time, the form of
+// Bamboo's (NSDI '23) GCP traces: lines of `YYYY-MM-DD, HH:MM:SS, N`
+// (or `TIMESTAMP, N`), N the number of instances of the cluster running
+// from that time on. A time without a zone is taken as UTC: only the
+// offsets from the first row matter.
+func ParseCounts(source string, raw []byte) (*Availability, error) {
+	a := &Availability{Source: source}
+	sc := bufio.NewScanner(bytes.NewReader(raw))
+	var t0, latest time.Time
+	line, latestLine := 0, 0
+	for sc.Scan() {
+		line++
+		text := strings.TrimSpace(sc.Text())
+		if text == "" {
+			continue
+		}
+		f := strings.Split(text, ",")
+		if len(f) < 2 || len(f) > 3 {
+			return nil, fmt.Errorf("%s:%d: %q is not DATE, TIME, COUNT: %w", source, line, text, ErrBadRow)
+		}
+		for i := range f {
+			f[i] = strings.TrimSpace(f[i])
+		}
+		at, err := ParseTime(strings.Join(f[:len(f)-1], " "))
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", source, line, err)
+		}
+		n, err := strconv.Atoi(f[len(f)-1])
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("%s:%d: count %q is not a number of instances: %w", source, line, f[len(f)-1], ErrBadRow)
+		}
+		switch {
+		case latestLine == 0:
+			t0, latest, latestLine = at, at, line
+		case latest.Sub(at) > maxStampSkew:
+			return nil, fmt.Errorf("%s:%d: %s after %s (line %d), more than %v back: %w", source, line,
+				at.Format(time.DateTime), latest.Format(time.DateTime), latestLine, maxStampSkew, ErrUnsorted)
+		case at.After(latest):
+			latest, latestLine = at, line
+		}
+		a.set(latest.Sub(t0), n)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s:%d: %w", source, line+1, err)
+	}
+	if len(a.Offsets) == 0 {
+		return nil, fmt.Errorf("%s: no counts: %w", source, ErrEmpty)
+	}
+	a.End = latest.Sub(t0)
 	return a, nil
 }
 
@@ -146,14 +247,19 @@ func ParseSkyPilot(source string, raw []byte) (*Availability, error) {
 	if len(doc.Data) == 0 {
 		return nil, fmt.Errorf("%s: no data: %w", source, ErrEmpty)
 	}
+	if float64(len(doc.Data))**gap > float64(math.MaxInt64)/float64(time.Second) {
+		return nil, fmt.Errorf("%s:%d: %d ticks of %g s: centuries: %w", source, lines.lineOf("gap_seconds"), len(doc.Data), *gap, ErrBadRow)
+	}
 	a := &Availability{Source: source}
 	step := time.Duration(*gap * float64(time.Second))
 	for i, v := range doc.Data {
-		n, err := strconv.Atoi(string(v))
-		if err != nil || n < 0 {
+		// A count written as a float (1.0, as a converted trace may have
+		// it) is a count; 0.5 is not.
+		f, err := strconv.ParseFloat(string(v), 64)
+		if err != nil || f < 0 || f != math.Trunc(f) || f > math.MaxInt32 {
 			return nil, fmt.Errorf("%s:%d: data[%d] = %s is not a count: %w", source, lines.lineOfNth(i), i, v, ErrBadRow)
 		}
-		a.set(time.Duration(i)*step, n)
+		a.set(time.Duration(i)*step, int(f))
 	}
 	a.End = time.Duration(len(doc.Data)) * step
 	return a, nil

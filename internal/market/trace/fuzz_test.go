@@ -45,6 +45,15 @@ func FuzzBamboo(f *testing.F) {
 	})
 }
 
+func FuzzCounts(f *testing.F) {
+	seed(f, "testdata/a100x1-east1b.txt")
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if a, err := ParseCounts("f", b); err == nil {
+			checkAvailability(t, a)
+		}
+	})
+}
+
 func FuzzSkyPilot(f *testing.F) {
 	seed(f, "testdata/sky.json")
 	f.Fuzz(func(t *testing.T, b []byte) {

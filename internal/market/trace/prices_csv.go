@@ -34,7 +34,8 @@ func ParsePricesCSV(source string, raw []byte, product string) (*Prices, error) 
 	}
 	for _, c := range csvColumns {
 		if _, ok := col[c]; !ok {
-			return nil, fmt.Errorf("%s:1: header has no column %q: %w", source, c, ErrBadRow)
+			return nil, fmt.Errorf("%s:1: header has no column %q (a price trace is a CSV with a header naming %s, or AWS's describe-spot-price-history JSON): %w",
+				source, c, strings.Join(csvColumns, ","), ErrBadRow)
 		}
 	}
 	od, hasOD := col["ondemand_price_usd"]
@@ -66,7 +67,7 @@ func ParsePricesCSV(source string, raw []byte, product string) (*Prices, error) 
 func addCSVRow(b *builder, line int, rec []string, col map[string]int, od int, hasOD bool) error {
 	at, err := ParseTime(rec[col["timestamp"]])
 	if err != nil {
-		return b.rowErr(line, "%v", err)
+		return b.fieldErr(line, "timestamp", err)
 	}
 	m := market.Market{Zone: strings.TrimSpace(rec[col["availability_zone"]]), Type: strings.TrimSpace(rec[col["instance_type"]])}
 	if m.Zone == "" || m.Type == "" {
@@ -74,12 +75,12 @@ func addCSVRow(b *builder, line int, rec []string, col map[string]int, od int, h
 	}
 	price, err := parsePrice(rec[col["spot_price_usd"]])
 	if err != nil {
-		return b.rowErr(line, "spot_price_usd: %v", err)
+		return b.fieldErr(line, "spot_price_usd", err)
 	}
 	var onDemand float64
 	if hasOD && strings.TrimSpace(rec[od]) != "" {
 		if onDemand, err = parsePrice(rec[od]); err != nil {
-			return b.rowErr(line, "ondemand_price_usd: %v", err)
+			return b.fieldErr(line, "ondemand_price_usd", err)
 		}
 	}
 	return b.add(line, m, strings.TrimSpace(rec[col["product_description"]]), at, price, onDemand, true)

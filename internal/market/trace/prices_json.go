@@ -23,6 +23,7 @@ type awsEntry struct {
 // ParsePricesJSON reads what `aws ec2 describe-spot-price-history` prints:
 // {"SpotPriceHistory": [{"AvailabilityZone", "InstanceType",
 // "ProductDescription", "SpotPrice", "Timestamp"}, ...], "NextToken": ...}.
+// The list alone, as `--query SpotPriceHistory` prints it, reads too.
 // AWS lists newest first and documents no order, so entries are sorted by
 // time; an error names the line the entry starts on.
 func ParsePricesJSON(source string, raw []byte, product string) (*Prices, error) {
@@ -31,11 +32,17 @@ func ParsePricesJSON(source string, raw []byte, product string) (*Prices, error)
 	fail := func(off int64, format string, args ...any) error {
 		return fmt.Errorf("%s:%d: %s: %w", source, lines.line(off), fmt.Sprintf(format, args...), ErrBadRow)
 	}
+	b := newBuilder(source, product)
+	if t := bytes.TrimSpace(raw); len(t) > 0 && t[0] == '[' {
+		if err := readEntries(dec, b, lines, fail); err != nil {
+			return nil, err
+		}
+		return b.done()
+	}
 	if err := expectDelim(dec, '{'); err != nil {
 		return nil, fail(dec.InputOffset(), "not a JSON object: %v", err)
 	}
-	b := newBuilder(source, product)
-	found := false
+	found, continued := false, false
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
@@ -45,6 +52,10 @@ func ParsePricesJSON(source string, raw []byte, product string) (*Prices, error)
 			var skip json.RawMessage
 			if err := dec.Decode(&skip); err != nil {
 				return nil, fail(dec.InputOffset(), "%v", err)
+			}
+			var token string
+			if key == "NextToken" && json.Unmarshal(skip, &token) == nil && token != "" {
+				continued = true
 			}
 			continue
 		}
@@ -56,7 +67,11 @@ func ParsePricesJSON(source string, raw []byte, product string) (*Prices, error)
 	if !found {
 		return nil, fmt.Errorf("%s: no SpotPriceHistory: %w", source, ErrEmpty)
 	}
-	return b.done()
+	p, err := b.done()
+	if err == nil && continued {
+		p.Continued = []string{source}
+	}
+	return p, err
 }
 
 func readEntries(dec *json.Decoder, b *builder, lines lineIndex, fail func(int64, string, ...any) error) error {
@@ -72,7 +87,7 @@ func readEntries(dec *json.Decoder, b *builder, lines lineIndex, fail func(int64
 		line := lines.line(off)
 		at, err := ParseTime(e.Timestamp)
 		if err != nil {
-			return fail(off, "Timestamp: %v", err)
+			return b.fieldErr(line, "Timestamp", err)
 		}
 		price, err := parsePrice(e.SpotPrice)
 		if err != nil || e.SpotPrice == "" {

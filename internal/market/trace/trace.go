@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"slices"
@@ -58,6 +59,9 @@ func (s *Series) At(t time.Time) (float64, bool) {
 type Prices struct {
 	Source string
 	Series []*Series // sorted by market
+	// Continued lists the files that are one page of a longer AWS
+	// answer (a NextToken to ask for the next).
+	Continued []string
 }
 
 // Span returns the first and last times of the trace.
@@ -139,10 +143,15 @@ func parsePrice(s string) (float64, error) {
 	return v, nil
 }
 
-var timeLayouts = []string{time.RFC3339Nano, "2006-01-02 15:04:05Z07:00", "2006-01-02 15:04:05.999999999Z07:00", "2006-01-02 15:04:05"}
+// timeLayouts: Go also reads fractional seconds the layout does not
+// show.
+var timeLayouts = []string{time.RFC3339Nano, "2006-01-02 15:04:05Z07:00", "2006-01-02T15:04:05Z0700", "2006-01-02 15:04:05Z0700",
+	"2006-01-02T15:04:05", "2006-01-02 15:04:05", "2006-01-02T15:04Z07:00", "2006-01-02 15:04Z07:00", "2006-01-02T15:04", "2006-01-02 15:04"}
 
 // ParseTime reads a trace timestamp or a --from flag: RFC 3339, or the
-// CSV's "2006-01-02 15:04:05+00:00"; a time without a zone is UTC.
+// CSV's "2006-01-02 15:04:05+00:00", with a 'T' or a space, fractional
+// seconds, none or no seconds at all (a spreadsheet's export), a zone as
+// +00:00, +0000 or Z, or none (then UTC).
 func ParseTime(s string) (time.Time, error) {
 	s = strings.TrimSpace(s)
 	for _, l := range timeLayouts {
@@ -169,20 +178,27 @@ type builder struct {
 	product string // only rows of this product; "" keeps all
 	series  map[market.Market]*Series
 	lastRow map[market.Market]int
+	others  map[string]bool // products left out
 }
 
 func newBuilder(source, product string) *builder {
-	return &builder{source: source, product: product, series: map[market.Market]*Series{}, lastRow: map[market.Market]int{}}
+	return &builder{source: source, product: product, series: map[market.Market]*Series{}, lastRow: map[market.Market]int{}, others: map[string]bool{}}
 }
 
 func (b *builder) rowErr(line int, format string, args ...any) error {
 	return fmt.Errorf("%s:%d: %s: %w", b.source, line, fmt.Sprintf(format, args...), ErrBadRow)
 }
 
+// fieldErr names the field of a row whose parser failed with err.
+func (b *builder) fieldErr(line int, field string, err error) error {
+	return fmt.Errorf("%s:%d: %s: %w", b.source, line, field, err)
+}
+
 // add records one price change; sorted says whether rows must already be
 // in time order within a market.
 func (b *builder) add(line int, m market.Market, product string, at time.Time, price, onDemand float64, sorted bool) error {
 	if b.product != "" && product != b.product {
+		b.others[product] = true
 		return nil
 	}
 	s, ok := b.series[m]
@@ -206,6 +222,9 @@ func (b *builder) add(line int, m market.Market, product string, at time.Time, p
 }
 
 func (b *builder) done() (*Prices, error) {
+	if len(b.series) == 0 && len(b.others) > 0 {
+		return nil, fmt.Errorf("%s: no prices of product %q (--product), only of %q: %w", b.source, b.product, slices.Sorted(maps.Keys(b.others)), ErrEmpty)
+	}
 	if len(b.series) == 0 {
 		return nil, fmt.Errorf("%s: no prices: %w", b.source, ErrEmpty)
 	}
@@ -238,15 +257,59 @@ func readAll(path string) ([]byte, error) {
 }
 
 // ReadPrices reads a price trace in either published form: AWS's JSON if
-// it starts with '{', else the CSV. Product keeps only rows of that
+// it starts with '{' (or '[', the list alone), else the CSV. Product keeps only rows of that
 // product description ("" keeps all, but then one market may not mix two).
 func ReadPrices(path, product string) (*Prices, error) {
 	raw, err := readAll(path)
 	if err != nil {
 		return nil, err
 	}
-	if t := bytes.TrimSpace(raw); len(t) > 0 && t[0] == '{' {
+	if t := bytes.TrimSpace(raw); len(t) > 0 && (t[0] == '{' || t[0] == '[') {
 		return ParsePricesJSON(path, raw, product)
 	}
 	return ParsePricesCSV(path, raw, product)
+}
+
+// ReadPricesFiles reads several price traces (the pages of one AWS
+// answer, or histories of other zones or types, in either form) as one:
+// a market's points from all files, in time order. A market may not have
+// two products or two on-demand prices across the files. One file of
+// several may hold no prices (of the product): AWS's pages can be empty.
+func ReadPricesFiles(paths []string, product string) (*Prices, error) {
+	all := &Prices{Source: strings.Join(paths, ",")}
+	byMarket := map[market.Market]*Series{}
+	from := map[market.Market]string{}
+	for _, path := range paths {
+		p, err := ReadPrices(path, product)
+		if errors.Is(err, ErrEmpty) && len(paths) > 1 {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		all.Continued = append(all.Continued, p.Continued...)
+		for _, s := range p.Series {
+			have, ok := byMarket[s.Market]
+			switch {
+			case !ok:
+				byMarket[s.Market], from[s.Market] = s, path
+				all.Series = append(all.Series, s)
+			case have.Product != s.Product:
+				return nil, fmt.Errorf("%s: market %s has product %q, and %q in %s (choose one with --product): %w", path, s.Market, s.Product, have.Product, from[s.Market], ErrBadRow)
+			case have.OnDemand > 0 && s.OnDemand > 0 && have.OnDemand != s.OnDemand:
+				return nil, fmt.Errorf("%s: on-demand price of %s is %g, and %g in %s: %w", path, s.Market, s.OnDemand, have.OnDemand, from[s.Market], ErrBadRow)
+			default:
+				have.Points = append(have.Points, s.Points...)
+				have.OnDemand = max(have.OnDemand, s.OnDemand)
+			}
+		}
+	}
+	if len(all.Series) == 0 {
+		return nil, fmt.Errorf("%s: no prices: %w", all.Source, ErrEmpty)
+	}
+	for _, s := range all.Series {
+		sort.SliceStable(s.Points, func(i, j int) bool { return s.Points[i].At.Before(s.Points[j].At) })
+	}
+	sort.Slice(all.Series, func(i, j int) bool { return lessMarket(all.Series[i].Market, all.Series[j].Market) })
+	return all, nil
 }
