@@ -202,6 +202,9 @@ func (f replayFlags) config(note io.Writer) (replay.Config, []string, error) {
 	if !ok || app.UpdatesPerPass <= 0 {
 		return cfg, nil, fmt.Errorf("--app %q: the calibration file describes no such app", f.app)
 	}
+	if f.calibration == "" {
+		estimateRates(prices, &cal, note)
+	}
 	if _, ok := findType(prices, cal.ReferenceType); !ok && f.calibration == "" {
 		// The default job on a trace of other types: the nearest type
 		// in work rate, as many machines as do the same work.
@@ -220,6 +223,28 @@ func (f replayFlags) config(note io.Writer) (replay.Config, []string, error) {
 	cfg = replay.Config{Prices: prices, Avail: avail, Model: model, Cal: cal, Updates: f.passes * app.UpdatesPerPass,
 		Bid: f.bid, Estimator: history.NewEstimator(model.Period()), Every: 5 * time.Second, Sample: 10 * time.Minute}
 	return cfg, names, nil
+}
+
+// estimateRates gives the default calibration a work rate for each type
+// of the trace AWS published no ECU for (jobsim.EstimatedECU), and says
+// which: a trace of today's types (m5, c5, ...) was refused for want of a
+// calibration file, or had those markets left alone by every policy.
+func estimateRates(p *trace.Prices, cal *jobsim.Calibration, note io.Writer) {
+	var est []string
+	for _, s := range p.Series {
+		typ := s.Market.Type
+		if _, err := cal.Rate(typ); err == nil || slices.Contains(est, typ) {
+			continue
+		}
+		if e, ok := jobsim.EstimatedECU(typ); ok {
+			cal.ECU[typ] = e
+			est = append(est, typ)
+		}
+	}
+	if len(est) > 0 {
+		fmt.Fprintf(note, "replay: no published work rate for %s: estimated from the size in the name at %g ECU a vCPU (the fourth generation's; newer types are faster: --calibration gives measured rates)\n",
+			strings.Join(est, ", "), jobsim.ECUPerVCPU)
+	}
 }
 
 // fileList splits a flag's comma-separated list of files, refusing an

@@ -287,3 +287,37 @@ func TestReplayOtherTypes(t *testing.T) {
 		t.Errorf("a calibration file whose type the trace lacks: %v\n%s", err, out)
 	}
 }
+
+// TestReplayNewerTypes: a trace of types AWS published no ECU for (the
+// fifth generation on) runs without a calibration file, their rates
+// estimated from their sizes and said to be; it was refused.
+func TestReplayNewerTypes(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(`{"SpotPriceHistory": [`)
+	t0 := time.Date(2023, 3, 1, 0, 0, 0, 0, time.UTC)
+	for i := 0; i < 20*24*6; i++ {
+		at := t0.Add(time.Duration(i) * 10 * time.Minute).Format("2006-01-02T15:04:05.000Z")
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `{"AvailabilityZone": "us-east-1a", "InstanceType": "m5.large", "ProductDescription": "Linux/UNIX", "SpotPrice": "%.4f", "Timestamp": "%s"},`, 0.035+0.001*float64(i%5), at)
+		fmt.Fprintf(&b, `{"AvailabilityZone": "us-east-1b", "InstanceType": "c5.xlarge", "ProductDescription": "Linux/UNIX", "SpotPrice": "%.4f", "Timestamp": "%s"}`, 0.06+0.004*float64(i%7), at)
+	}
+	b.WriteString("]}")
+	dir := t.TempDir()
+	prices := filepath.Join(dir, "history.json")
+	if err := os.WriteFile(prices, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runReplayArgs("--prices", prices, "--ondemand-prices", "m5.large=0.096,c5.xlarge=0.17", "--policy", "all", "--simulate",
+		"--epochs", "2", "--starts", "2", "--report", filepath.Join(dir, "r.json"))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	// c5.xlarge, 4 vCPUs at 3.5 ECU, is c3.xlarge's 14 ECU: the same 32.
+	for _, want := range []string{"no published work rate for m5.large, c5.xlarge: estimated", "runs on c5.xlarge instead, the reference 32 of them", "bidbrain/ondemand dollars: median"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}

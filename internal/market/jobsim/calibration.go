@@ -7,6 +7,8 @@ import (
 	"maps"
 	"math"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -110,9 +112,10 @@ type App struct {
 // instance types (the instance type pages of 2013-2017; AWS stopped
 // publishing ECUs with the fifth generation): the work rates of the
 // default calibration, so that price traces of types other than the
-// shipped trace's run without a calibration file. Types missing here
-// (t2's burstable and the newer ones) need one (ecu or
-// updates_per_hour); policies leave markets without a rate alone.
+// shipped trace's run without a calibration file. The newer types are
+// estimated from their sizes (EstimatedECU) when no calibration file is
+// given; the rest (burstable, metal) need one (ecu or updates_per_hour),
+// and policies leave markets without a rate alone.
 var PublishedECU = map[string]float64{
 	"m1.small": 1, "m1.medium": 2, "m1.large": 4, "m1.xlarge": 8,
 	"m2.xlarge": 6.5, "m2.2xlarge": 13, "m2.4xlarge": 26,
@@ -126,6 +129,49 @@ var PublishedECU = map[string]float64{
 	"m4.large": 6.5, "m4.xlarge": 13, "m4.2xlarge": 26, "m4.4xlarge": 53.5, "m4.10xlarge": 124.5, "m4.16xlarge": 188,
 	"c4.large": 8, "c4.xlarge": 16, "c4.2xlarge": 31, "c4.4xlarge": 62, "c4.8xlarge": 132,
 	"r4.large": 7, "r4.xlarge": 13.5, "r4.2xlarge": 27, "r4.4xlarge": 53, "r4.8xlarge": 99, "r4.16xlarge": 195,
+}
+
+// ECUPerVCPU is the work rate EstimatedECU gives a virtual CPU: the
+// fourth generation's, the last AWS rated (c4 4, m4 3.25, r4 3.4-3.5 ECU a
+// vCPU); newer types are faster, so the estimate errs slow.
+const ECUPerVCPU = 3.5
+
+// EstimatedECU estimates the work rate of an instance type AWS published
+// no ECU for (the fifth generation on: m5, c5, r6i, p3...) from its size,
+// which its name gives: AWS's medium has 1 vCPU, large 2, xlarge 4,
+// Nxlarge 4N; GCP's predefined types end in their vCPUs (n1-standard-8).
+// Burstable sizes (nano, micro, small), metal and custom types are not
+// estimated: their vCPUs are not in the name, or not the machine's own.
+func EstimatedECU(typ string) (float64, bool) {
+	if _, size, ok := strings.Cut(typ, "."); ok { // AWS: family.size
+		var vcpus float64
+		switch {
+		case size == "medium":
+			vcpus = 1
+		case size == "large":
+			vcpus = 2
+		case size == "xlarge":
+			vcpus = 4
+		case strings.HasSuffix(size, "xlarge"):
+			n, err := strconv.Atoi(strings.TrimSuffix(size, "xlarge"))
+			if err != nil || n < 1 {
+				return 0, false
+			}
+			vcpus = 4 * float64(n)
+		default:
+			return 0, false
+		}
+		return vcpus * ECUPerVCPU, true
+	}
+	if strings.HasPrefix(typ, "custom") {
+		return 0, false
+	}
+	if i := strings.LastIndexByte(typ, '-'); i > 0 { // GCP: family-class-vCPUs
+		if n, err := strconv.Atoi(typ[i+1:]); err == nil && n >= 1 {
+			return float64(n) * ECUPerVCPU, true
+		}
+	}
+	return 0, false
 }
 
 // WithReference returns c with the job on instance type typ instead of

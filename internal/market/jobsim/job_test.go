@@ -150,3 +150,19 @@ func TestWithReference(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+func TestEstimatedECU(t *testing.T) {
+	for typ, want := range map[string]float64{
+		"m5.large": 7, "c5.xlarge": 14, "r6i.2xlarge": 28, "m5.24xlarge": 336, "a1.medium": 3.5, "p3.16xlarge": 224,
+		"n1-standard-8": 28, "e2-highcpu-2": 7,
+	} {
+		if got, ok := EstimatedECU(typ); !ok || got != want {
+			t.Errorf("%s: %g, %v; want %g", typ, got, ok, want)
+		}
+	}
+	for _, typ := range []string{"t3.micro", "t2.nano", "m5.metal", "m5.xlargex", "custom-4-15360", "weird", "c5.0xlarge"} {
+		if got, ok := EstimatedECU(typ); ok {
+			t.Errorf("%s: estimated %g, want none (its vCPUs are not in its name)", typ, got)
+		}
+	}
+}
