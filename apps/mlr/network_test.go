@@ -3,6 +3,7 @@ package mlr
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -65,10 +66,11 @@ func TestNetworkFileDamaged(t *testing.T) {
 	for _, c := range []struct {
 		name, file, at string
 	}{
-		{"empty", "", "m:1:"},
+		{"torn to nothing", "", "m:1:"},
 		{"torn mid-line", good[:strings.Index(good, "hidden 2 ")+12], "m:11:"},
+		{"torn before a newline", good[:strings.Index(good, "\noutput bias")], "m:12:"},
 		{"torn after a whole line", good[:strings.Index(good, "output 0")], "m:14:"},
-		{"no end", strings.TrimSuffix(good, "end\n"), "m:16:"},
+		{"torn before its end", strings.TrimSuffix(good, "end\n"), "m:16:"},
 		{"liblinear", "solver_type L2R_LR\nnr_class 3\n", "m:1:"},
 		{"newer version", strings.Replace(good, "terrace-model 1", "terrace-model 2", 1), "m:1:"},
 		{"another app", strings.Replace(good, "app nn", "app mlr", 1), "m:2:"},
@@ -86,6 +88,9 @@ func TestNetworkFileDamaged(t *testing.T) {
 		_, err := ReadNetwork(strings.NewReader(c.file), "m")
 		if !errors.Is(err, ErrNetworkModel) || !strings.Contains(err.Error(), c.at) {
 			t.Errorf("%s: %v; want %v at %s", c.name, err, ErrNetworkModel, c.at)
+		}
+		if torn := strings.HasPrefix(c.name, "torn"); torn != strings.Contains(fmt.Sprint(err), "cut short") {
+			t.Errorf("%s: %v; want it said cut short only of a file cut short", c.name, err)
 		}
 	}
 }
