@@ -13,7 +13,10 @@ import (
 // bias 1): liblinear's predict takes the class of the largest w_c . x + b_c,
 // which is the softmax's most probable class, so it predicts what this
 // model does. Its probabilities (-b 1) are liblinear's one-vs-rest ones,
-// not the softmax's.
+// not the softmax's. Of two classes liblinear keeps one column, the
+// decision value for the first label (class 0 where it is positive):
+// here w_0 - w_1, whose sign is which score is larger. Two columns, as
+// for more classes, were read by liblinear one value a row, misaligned.
 func WriteLIBLINEAR(out io.Writer, w []float32, nkeys uint64, k int) error {
 	bw := bufio.NewWriter(out)
 	nf := max(int(nkeys)-2, 0) // keys 2.. are LIBSVM indices 1..; key 1 is index 0, which LIBSVM does not use
@@ -23,6 +26,10 @@ func WriteLIBLINEAR(out io.Writer, w []float32, nkeys uint64, k int) error {
 	}
 	fmt.Fprintf(bw, "\nnr_feature %d\nbias 1\nw\n", nf)
 	row := func(key int) {
+		if k == 2 {
+			fmt.Fprintf(bw, "%.9g \n", w[key*2]-w[key*2+1])
+			return
+		}
 		for c := range k {
 			fmt.Fprintf(bw, "%.9g ", w[key*k+c])
 		}
