@@ -222,7 +222,8 @@ func (nr *networkReader) rows(dst []float32, layer string, n, width int) ([]floa
 	return dst, nil
 }
 
-// networkScratch is what scoring a row needs, reused across rows.
+// networkScratch is what scoring a row needs, reused across rows (a
+// Softmax's too, which needs no a).
 type networkScratch struct {
 	a      []float32
 	places []int
@@ -255,10 +256,16 @@ func (n *Network) Evaluate(d *data.Classes) (acc, logloss float64) {
 // its class probabilities (p, reused for the next row), in order.
 func (n *Network) Predictions(d *data.Classes, each func(class int, p []float64)) {
 	var s networkScratch
-	p := make([]float64, n.Classes)
+	predictions(d, n.Classes, func(p []float64, fk []uint64, fv []float32) { n.forward(&s, p, fk, fv) }, each)
+}
+
+// predictions calls each with every row of d's most probable class and
+// its k class probabilities, whose scores forward writes.
+func predictions(d *data.Classes, k int, forward func(p []float64, fk []uint64, fv []float32), each func(class int, p []float64)) {
+	p := make([]float64, k)
 	for i := range d.Len() {
 		fk, fv, _ := d.X.Row(i)
-		n.forward(&s, p, fk, fv)
+		forward(p, fk, fv)
 		each(argmax(softmax(p)), p)
 	}
 }

@@ -180,7 +180,7 @@ func predictCmd() *cobra.Command {
 	var model, dataPath, out string
 	cmd := &cobra.Command{
 		Use:   "predict",
-		Short: "Score data with an exported model (lr: a liblinear model file and LIBSVM data; nn: an nn model file and MNIST or LIBSVM multi-class data; mf: a TSV directory and ratings)",
+		Short: "Score data with an exported model (lr: a liblinear model file and LIBSVM data; mlr, nn: a liblinear multi-class or nn model file and MNIST or LIBSVM multi-class data; mf: a TSV directory and ratings)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if model == "" || dataPath == "" {
@@ -199,7 +199,18 @@ func predictCmd() *cobra.Command {
 			defer f.Close()
 			br := bufio.NewReader(f)
 			if head, _ := br.Peek(len(mlr.NetworkMagic)); string(head) == mlr.NetworkMagic {
-				return predictNN(cmd.OutOrStdout(), br, model, dataPath, out)
+				n, err := mlr.ReadNetwork(br, model)
+				if err != nil {
+					return fmt.Errorf("--model: %w", err)
+				}
+				return predictClasses(cmd.OutOrStdout(), n, n.Classes, model, dataPath, out)
+			}
+			if multiClass(br) {
+				m, err := mlr.ReadLIBLINEAR(br, model)
+				if err != nil {
+					return fmt.Errorf("--model: %w", err)
+				}
+				return predictClasses(cmd.OutOrStdout(), m, m.Classes, model, dataPath, out)
 			}
 			m, err := lr.ReadLIBLINEAR(br)
 			if err != nil {
@@ -222,9 +233,9 @@ func predictCmd() *cobra.Command {
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&model, "model", "", "model: a file (lr: liblinear format; nn: docs/format/nn.md) or a directory (mf: the TSV files --model wrote)")
-	fs.StringVar(&dataPath, "data", "", "data to score (lr: LIBSVM, plain or gzip; nn: MNIST's IDX images file, its labels beside it, or LIBSVM lines of class numbers; mf: user item rating lines)")
-	fs.StringVar(&out, "out", "", "write each example's prediction, one a line, here (lr: the probability of label 1; nn: the most probable class, then each class's probability; mf: the rating)")
+	fs.StringVar(&model, "model", "", "model: a file (lr, mlr: liblinear format; nn: docs/format/nn.md) or a directory (mf: the TSV files --model wrote)")
+	fs.StringVar(&dataPath, "data", "", "data to score (lr: LIBSVM, plain or gzip; mlr, nn: MNIST's IDX images file, its labels beside it, or LIBSVM lines of class numbers; mf: user item rating lines)")
+	fs.StringVar(&out, "out", "", "write each example's prediction, one a line, here (lr: the probability of label 1; mlr, nn: the most probable class, then each class's probability; mf: the rating)")
 	addConfigFlag(cmd)
 	return cmd
 }
@@ -245,15 +256,34 @@ func writePredictions(path string, m *lr.Model, d *data.Sparse) error {
 	return f.Close()
 }
 
-// predictNN scores dataPath (MNIST's IDX files or LIBSVM lines of class
-// numbers) with the nn model file read from r, as the training's
+// multiClass says whether the liblinear file br opens has more than two
+// classes (mlr's), from its header.
+func multiClass(br *bufio.Reader) bool {
+	head, _ := br.Peek(4096)
+	for _, l := range strings.Split(string(head), "\n") {
+		if f := strings.Fields(l); len(f) == 2 && f[0] == "nr_class" {
+			k, err := strconv.Atoi(f[1])
+			return err == nil && k > 2
+		}
+		if l == "w" {
+			break
+		}
+	}
+	return false
+}
+
+// classModel is a model of classes read back from its file: nn's, or
+// mlr's of three or more classes.
+type classModel interface {
+	Evaluate(d *data.Classes) (acc, logloss float64)
+	Predictions(d *data.Classes, each func(class int, p []float64))
+}
+
+// predictClasses scores dataPath (MNIST's IDX files or LIBSVM lines of
+// class numbers) with m, of k classes read from model, as the training's
 // evaluation does, and writes each example's class and probabilities to
 // out if set.
-func predictNN(w io.Writer, r io.Reader, model, dataPath, out string) error {
-	n, err := mlr.ReadNetwork(r, model)
-	if err != nil {
-		return fmt.Errorf("--model: %w", err)
-	}
+func predictClasses(w io.Writer, m classModel, k int, model, dataPath, out string) error {
 	d, err := data.ReadClasses(dataPath)
 	if err != nil {
 		return fmt.Errorf("--data: %w", err)
@@ -261,10 +291,10 @@ func predictNN(w io.Writer, r io.Reader, model, dataPath, out string) error {
 	if d.Len() == 0 {
 		return fmt.Errorf("--data %s has no examples", dataPath)
 	}
-	if d.NumClasses > n.Classes {
-		return fmt.Errorf("--data %s has class %d; the model --model %s has classes 0 to %d", dataPath, d.NumClasses-1, model, n.Classes-1)
+	if d.NumClasses > k {
+		return fmt.Errorf("--data %s has class %d; the model --model %s has classes 0 to %d", dataPath, d.NumClasses-1, model, k-1)
 	}
-	acc, ll := n.Evaluate(d)
+	acc, ll := m.Evaluate(d)
 	fmt.Fprintf(w, "terrace: %s: %d examples, accuracy %.4f (%d/%d)  logloss %.4f\n",
 		filepath.Base(dataPath), d.Len(), acc, int(acc*float64(d.Len())+0.5), d.Len(), ll)
 	if out == "" {
@@ -276,7 +306,7 @@ func predictNN(w io.Writer, r io.Reader, model, dataPath, out string) error {
 	}
 	bw := bufio.NewWriter(f)
 	var line []byte
-	n.Predictions(d, func(class int, p []float64) {
+	m.Predictions(d, func(class int, p []float64) {
 		line = strconv.AppendInt(line[:0], int64(class), 10)
 		for _, v := range p {
 			line = append(line, ' ')

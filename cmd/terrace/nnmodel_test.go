@@ -104,3 +104,27 @@ func readString(t *testing.T, path string) string {
 	}
 	return string(b)
 }
+
+// TestPredictMLR: predict scores mlr's liblinear file of three classes
+// exactly as the job's own last evaluation did (it was refused as not a
+// binary model), and --out gives each example's class and probabilities.
+func TestPredictMLR(t *testing.T) {
+	dir := t.TempDir()
+	train, test, model := filepath.Join(dir, "train.svm"), filepath.Join(dir, "test.svm"), filepath.Join(dir, "mlr.model")
+	writeNoisyClasses(t, train, 600, 1, 0)
+	writeNoisyClasses(t, test, 300, 2, 12)
+	rep, _ := runTrain(t, filepath.Join(dir, "r.json"), "--app", "mlr", "--train", train, "--test", test, "--passes", "2", "--model", model)
+	acc, ll := rep["test_accuracy"].(float64), rep["test_logloss"].(float64)
+	if acc <= 0.5 || acc >= 1 {
+		t.Fatalf("the job's test accuracy %v: want one between 0.5 and 1, for the comparison below to mean something", acc)
+	}
+	pred := filepath.Join(dir, "pred.txt")
+	out, err := exec.Command(terrace(t), "predict", "--model", model, "--data", test, "--out", pred).CombinedOutput()
+	want := fmt.Sprintf("300 examples, accuracy %.4f (%d/300)  logloss %.4f", acc, int(acc*300+0.5), ll)
+	if err != nil || !strings.Contains(string(out), want) {
+		t.Fatalf("predict: %v\n%s\nwant %q (the job's last evaluation)", err, out, want)
+	}
+	if lines := strings.Split(strings.TrimSuffix(readString(t, pred), "\n"), "\n"); len(lines) != 300 || len(strings.Fields(lines[0])) != 4 {
+		t.Errorf("--out: %d lines, the first %q; want 300, each the class and 3 probabilities", len(lines), lines[0])
+	}
+}
