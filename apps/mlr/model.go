@@ -82,70 +82,12 @@ var ErrLIBLINEAR = errors.New("not a whole liblinear multi-class logistic regres
 // LIBSVM index 0 has no row in the file, so its weights read as 0. Two
 // classes are lr's reader's (apps/lr), whose one column the file then has.
 func ReadLIBLINEAR(r io.Reader, name string) (*Softmax, error) {
-	br, n := bufio.NewReader(r), 0
-	fail := func(format string, args ...any) error {
-		return fmt.Errorf("mlr model %s:%d: %w: %s", name, n, ErrLIBLINEAR, fmt.Sprintf(format, args...))
+	lr := newLineReader(r, "mlr model", name, ErrLIBLINEAR)
+	labels, nf, bias, err := readLIBLINEARHeader(lr)
+	if err != nil {
+		return nil, err
 	}
-	line := func() ([]string, error) {
-		s, err := br.ReadString('\n')
-		n++
-		switch {
-		case err == io.EOF && s == "":
-			return nil, fail("the file ends here, cut short")
-		case err == io.EOF:
-			return nil, fail("the last line has no end, cut short")
-		case err != nil:
-			return nil, fmt.Errorf("mlr model %s:%d: %w", name, n, err)
-		}
-		return strings.Fields(s), nil
-	}
-	var labels []int
-	nf, bias, k := -1, -1.0, 0
-	for {
-		f, err := line()
-		if err != nil {
-			return nil, err
-		}
-		if len(f) == 1 && f[0] == "w" {
-			break
-		}
-		if len(f) < 2 {
-			return nil, fail("%q: want a header line or \"w\"", strings.Join(f, " "))
-		}
-		switch f[0] {
-		case "solver_type":
-			if f[1] != "L2R_LR" {
-				return nil, fail("solver %s: want L2R_LR (logistic regression)", f[1])
-			}
-		case "nr_class":
-			if k, err = strconv.Atoi(f[1]); err != nil || k < 3 || k > data.MaxClasses {
-				return nil, fail("nr_class %s: want 3 to %d (a model of two classes is lr's)", f[1], data.MaxClasses)
-			}
-		case "label":
-			seen := map[int]bool{}
-			for _, s := range f[1:] {
-				l, err := strconv.Atoi(s)
-				if err != nil || l < 0 || l >= len(f)-1 || seen[l] {
-					return nil, fail("labels %v: want 0 to %d, each once", f[1:], len(f)-2)
-				}
-				seen[l] = true
-				labels = append(labels, l)
-			}
-		case "nr_feature":
-			if nf, err = strconv.Atoi(f[1]); err != nil || nf < 0 || nf > math.MaxInt32 {
-				return nil, fail("nr_feature %s: want a whole number from 0 to %d", f[1], math.MaxInt32)
-			}
-		case "bias":
-			if bias, err = strconv.ParseFloat(f[1], 64); err != nil {
-				return nil, fail("bias %s: not a number", f[1])
-			}
-		}
-	}
-	if k == 0 || len(labels) != k || nf < 0 {
-		return nil, fail("\"w\" before nr_class, %d labels and nr_feature", k)
-	}
-	m := &Softmax{Classes: k, NKeys: uint64(nf) + 2}
-	rows := nf
+	k, rows := len(labels), nf
 	if bias >= 0 {
 		rows++
 	}
@@ -153,25 +95,22 @@ func ReadLIBLINEAR(r io.Reader, name string) (*Softmax, error) {
 	// row the file lacks, not in an allocation.
 	var w []float32
 	for i := range rows {
-		f, err := line()
+		f, err := lr.line()
 		if err != nil {
 			return nil, err
 		}
 		if len(f) != k {
-			return nil, fail("weight row %d has %d values, want %d", i+1, len(f), k)
+			return nil, lr.errorf("weight row %d has %d values, want %d", i+1, len(f), k)
 		}
-		for _, s := range f {
-			v, err := strconv.ParseFloat(s, 32)
-			if err != nil || math.IsInf(v, 0) || math.IsNaN(v) {
-				return nil, fail("weight %q is not a finite number", s)
-			}
-			w = append(w, float32(v))
+		if w, err = lr.floats(w, f); err != nil {
+			return nil, err
 		}
 	}
-	if _, err := br.ReadByte(); err != io.EOF {
-		return nil, fmt.Errorf("mlr model %s:%d: %w: bytes after the %d weight rows", name, n+1, ErrLIBLINEAR, rows)
+	if err := lr.end(fmt.Sprintf("the %d weight rows", rows)); err != nil {
+		return nil, err
 	}
 	// File row i is LIBSVM index i+1 (key i+2); the bias row, last, key 0.
+	m := &Softmax{Classes: k, NKeys: uint64(nf) + 2}
 	m.W = make([]float32, int(m.NKeys)*k)
 	put := func(key, row int, scale float32) {
 		for c, l := range labels {
@@ -185,6 +124,56 @@ func ReadLIBLINEAR(r io.Reader, name string) (*Softmax, error) {
 		put(0, nf, float32(bias))
 	}
 	return m, nil
+}
+
+// readLIBLINEARHeader reads a liblinear model's header up to its "w"
+// line: each column's class, the features and the bias (-1: none).
+func readLIBLINEARHeader(lr *lineReader) (labels []int, nf int, bias float64, err error) {
+	nf, bias, k := -1, -1, 0
+	for {
+		f, err := lr.line()
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		if len(f) == 1 && f[0] == "w" {
+			break
+		}
+		if len(f) < 2 {
+			return nil, 0, 0, lr.errorf("%q: want a header line or \"w\"", strings.Join(f, " "))
+		}
+		switch f[0] {
+		case "solver_type":
+			if f[1] != "L2R_LR" {
+				return nil, 0, 0, lr.errorf("solver %s: want L2R_LR (logistic regression)", f[1])
+			}
+		case "nr_class":
+			if k, err = strconv.Atoi(f[1]); err != nil || k < 3 || k > data.MaxClasses {
+				return nil, 0, 0, lr.errorf("nr_class %s: want 3 to %d (a model of two classes is lr's)", f[1], data.MaxClasses)
+			}
+		case "label":
+			seen := map[int]bool{}
+			for _, s := range f[1:] {
+				l, err := strconv.Atoi(s)
+				if err != nil || l < 0 || l >= len(f)-1 || seen[l] {
+					return nil, 0, 0, lr.errorf("labels %v: want 0 to %d, each once", f[1:], len(f)-2)
+				}
+				seen[l] = true
+				labels = append(labels, l)
+			}
+		case "nr_feature":
+			if nf, err = strconv.Atoi(f[1]); err != nil || nf < 0 || nf > math.MaxInt32 {
+				return nil, 0, 0, lr.errorf("nr_feature %s: want a whole number from 0 to %d", f[1], math.MaxInt32)
+			}
+		case "bias":
+			if bias, err = strconv.ParseFloat(f[1], 64); err != nil {
+				return nil, 0, 0, lr.errorf("bias %s: not a number", f[1])
+			}
+		}
+	}
+	if k == 0 || len(labels) != k || nf < 0 {
+		return nil, 0, 0, lr.errorf("\"w\" before nr_class, %d labels and nr_feature", k)
+	}
+	return labels, nf, bias, nil
 }
 
 // forward writes a row's class scores into p, leaving out features the

@@ -105,14 +105,43 @@ func LoadNetwork(path string) (*Network, error) {
 // line damaged, is refused naming the file and the line, rather than
 // read as a model that scores silently wrong.
 func ReadNetwork(r io.Reader, name string) (*Network, error) {
-	nr := &networkReader{r: bufio.NewReader(r), name: name}
+	lr := newLineReader(r, "nn model", name, ErrNetworkModel)
 	n := &Network{}
-	header := []struct {
-		key string
-		dst *int
-		min int
-		max int
-		is  string
+	if err := n.readHeader(lr); err != nil {
+		return nil, err
+	}
+	// The weights grow as rows are read, not by the header's word: a
+	// damaged count fails at the row it lacks, not in an allocation.
+	var err error
+	if n.W1, err = readRows(lr, "hidden", n.Features, n.Hidden); err != nil {
+		return nil, err
+	}
+	out, err := readRows(lr, "output", n.Hidden, n.Classes)
+	if err != nil {
+		return nil, err
+	}
+	// The file lists the output biases first; the table holds them last.
+	n.W2 = slices.Concat(out[n.Classes:], out[:n.Classes])
+	f, err := lr.line()
+	if err != nil {
+		return nil, err
+	}
+	if len(f) != 1 || f[0] != "end" {
+		return nil, lr.errorf("want \"end\" after the %d output rows, got %q", n.Hidden, strings.Join(f, " "))
+	}
+	if err := lr.end(`"end"`); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// readHeader reads the header's lines, in their order, into n.
+func (n *Network) readHeader(lr *lineReader) error {
+	for _, h := range []struct {
+		key      string
+		dst      *int
+		min, max int
+		is       string
 	}{
 		{key: "terrace-model", is: "1"}, {key: "app", is: "nn"},
 		{key: "features", dst: &n.Features, min: 0, max: math.MaxInt32},
@@ -120,84 +149,35 @@ func ReadNetwork(r io.Reader, name string) (*Network, error) {
 		{key: "activation", is: "relu"},
 		{key: "classes", dst: &n.Classes, min: 2, max: table.MaxWidth},
 		{key: "output", is: "softmax"},
-	}
-	for _, h := range header {
-		f, err := nr.line()
+	} {
+		f, err := lr.line()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if len(f) != 2 || f[0] != h.key {
-			return nil, nr.errorf("want %q and its value, got %q", h.key, strings.Join(f, " "))
+			return lr.errorf("want %q and its value, got %q", h.key, strings.Join(f, " "))
 		}
 		if h.dst == nil {
 			if f[1] != h.is {
-				return nil, nr.errorf("%s %q: want %q", h.key, f[1], h.is)
+				return lr.errorf("%s %q: want %q", h.key, f[1], h.is)
 			}
 			continue
 		}
 		v, err := strconv.Atoi(f[1])
 		if err != nil || v < h.min || v > h.max {
-			return nil, nr.errorf("%s %q: want a whole number from %d to %d", h.key, f[1], h.min, h.max)
+			return lr.errorf("%s %q: want a whole number from %d to %d", h.key, f[1], h.min, h.max)
 		}
 		*h.dst = v
 	}
-	// The weights grow as rows are read, not by the header's word: a
-	// damaged count fails at the row it lacks, not in an allocation.
-	var err error
-	if n.W1, err = nr.rows(nil, "hidden", n.Features, n.Hidden); err != nil {
-		return nil, err
-	}
-	var out []float32
-	if out, err = nr.rows(nil, "output", n.Hidden, n.Classes); err != nil {
-		return nil, err
-	}
-	// The file lists the output biases first; the table holds them last.
-	n.W2 = slices.Concat(out[n.Classes:], out[:n.Classes])
-	f, err := nr.line()
-	if err != nil {
-		return nil, err
-	}
-	if len(f) != 1 || f[0] != "end" {
-		return nil, nr.errorf("want \"end\" after the %d output rows, got %q", n.Hidden, strings.Join(f, " "))
-	}
-	if _, err := nr.r.ReadByte(); err != io.EOF {
-		return nil, fmt.Errorf("nn model %s:%d: %w: bytes after \"end\"", name, nr.n+1, ErrNetworkModel)
-	}
-	return n, nil
+	return nil
 }
 
-// networkReader reads a model file line by line, counting lines.
-type networkReader struct {
-	r    *bufio.Reader
-	name string
-	n    int
-}
-
-// line returns the next line's fields; a line without its newline is
-// the end of a file cut short.
-func (nr *networkReader) line() ([]string, error) {
-	s, err := nr.r.ReadString('\n')
-	nr.n++
-	switch {
-	case err == io.EOF && s == "":
-		return nil, nr.errorf("the file ends here, cut short")
-	case err == io.EOF:
-		return nil, nr.errorf("the last line has no end, cut short")
-	case err != nil:
-		return nil, fmt.Errorf("nn model %s:%d: %w", nr.name, nr.n, err)
-	}
-	return strings.Fields(s), nil
-}
-
-func (nr *networkReader) errorf(format string, args ...any) error {
-	return fmt.Errorf("nn model %s:%d: %w: %s", nr.name, nr.n, ErrNetworkModel, fmt.Sprintf(format, args...))
-}
-
-// rows reads layer's bias row and then its rows 0 to n-1, each of width
-// values, appended to dst in that order.
-func (nr *networkReader) rows(dst []float32, layer string, n, width int) ([]float32, error) {
+// readRows reads layer's bias row and then its rows 0 to n-1, each of
+// width values, in that order.
+func readRows(lr *lineReader, layer string, n, width int) ([]float32, error) {
+	var dst []float32
 	for i := -1; i < n; i++ {
-		f, err := nr.line()
+		f, err := lr.line()
 		if err != nil {
 			return nil, err
 		}
@@ -206,17 +186,13 @@ func (nr *networkReader) rows(dst []float32, layer string, n, width int) ([]floa
 			label = strconv.Itoa(i)
 		}
 		if len(f) < 2 || f[0] != layer || f[1] != label {
-			return nil, nr.errorf("want the row %q, got %q", layer+" "+label, strings.Join(f[:min(len(f), 2)], " "))
+			return nil, lr.errorf("want the row %q, got %q", layer+" "+label, strings.Join(f[:min(len(f), 2)], " "))
 		}
 		if len(f)-2 != width {
-			return nil, nr.errorf("row %q has %d values, want %d", layer+" "+label, len(f)-2, width)
+			return nil, lr.errorf("row %q has %d values, want %d", layer+" "+label, len(f)-2, width)
 		}
-		for _, s := range f[2:] {
-			v, err := strconv.ParseFloat(s, 32)
-			if err != nil || math.IsInf(v, 0) || math.IsNaN(v) {
-				return nil, nr.errorf("row %q: %q is not a finite number", layer+" "+label, s)
-			}
-			dst = append(dst, float32(v))
+		if dst, err = lr.floats(dst, f[2:]); err != nil {
+			return nil, err
 		}
 	}
 	return dst, nil
