@@ -178,7 +178,7 @@ func readLIBLINEARHeader(lr *lineReader) (labels []int, nf int, bias float64, er
 
 // forward writes a row's class scores into p, leaving out features the
 // model has no row for.
-func (m *Softmax) forward(s *networkScratch, p []float64, fk []uint64, fv []float32) {
+func (m *Softmax) forward(s *rowScratch, p []float64, fk []uint64, fv []float32) {
 	s.places, s.vals = s.places[:0], s.vals[:0]
 	for j, f := range fk {
 		if key := featureKey(f); key < m.NKeys {
@@ -192,13 +192,13 @@ func (m *Softmax) forward(s *networkScratch, p []float64, fk []uint64, fv []floa
 // Evaluate scores d as the training's evaluation does: the accuracy of
 // the most probable class, and the mean log loss.
 func (m *Softmax) Evaluate(d *data.Classes) (acc, logloss float64) {
-	var s networkScratch
+	var s rowScratch
 	return score(d, m.Classes, func(p []float64, fk []uint64, fv []float32) { m.forward(&s, p, fk, fv) })
 }
 
 // Predictions calls each with every row of d's most probable class and
 // its class probabilities (p, reused for the next row), in order.
 func (m *Softmax) Predictions(d *data.Classes, each func(class int, p []float64)) {
-	var s networkScratch
+	var s rowScratch
 	predictions(d, m.Classes, func(p []float64, fk []uint64, fv []float32) { m.forward(&s, p, fk, fv) }, each)
 }

@@ -89,16 +89,6 @@ func (n *Network) Save(path string) error {
 	return f.Close()
 }
 
-// LoadNetwork reads the nn model file at path.
-func LoadNetwork(path string) (*Network, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("nn model: %w", err)
-	}
-	defer f.Close()
-	return ReadNetwork(f, path)
-}
-
 // ReadNetwork reads an nn model file from r, named name in its errors.
 // Every line must be the one the format puts there, and end with a
 // newline: a file cut short (a copy that failed, a full disk), or with a
@@ -198,16 +188,16 @@ func readRows(lr *lineReader, layer string, n, width int) ([]float32, error) {
 	return dst, nil
 }
 
-// networkScratch is what scoring a row needs, reused across rows (a
-// Softmax's too, which needs no a).
-type networkScratch struct {
+// rowScratch is what scoring a row needs, reused across rows (a, the
+// hidden activations, a Network's only).
+type rowScratch struct {
 	a      []float32
 	places []int
 	vals   []float32
 }
 
 // forward writes a row's class scores into p.
-func (n *Network) forward(s *networkScratch, p []float64, fk []uint64, fv []float32) {
+func (n *Network) forward(s *rowScratch, p []float64, fk []uint64, fv []float32) {
 	if len(s.a) != n.Hidden {
 		s.a = make([]float32, n.Hidden)
 	}
@@ -224,14 +214,14 @@ func (n *Network) forward(s *networkScratch, p []float64, fk []uint64, fv []floa
 // Evaluate scores d as the training's evaluation does: the accuracy of
 // the most probable class, and the mean log loss.
 func (n *Network) Evaluate(d *data.Classes) (acc, logloss float64) {
-	var s networkScratch
+	var s rowScratch
 	return score(d, n.Classes, func(p []float64, fk []uint64, fv []float32) { n.forward(&s, p, fk, fv) })
 }
 
 // Predictions calls each with every row of d's most probable class and
 // its class probabilities (p, reused for the next row), in order.
 func (n *Network) Predictions(d *data.Classes, each func(class int, p []float64)) {
-	var s networkScratch
+	var s rowScratch
 	predictions(d, n.Classes, func(p []float64, fk []uint64, fv []float32) { n.forward(&s, p, fk, fv) }, each)
 }
 
