@@ -36,9 +36,10 @@ func (m *mlp) outputKeys() []uint64 {
 
 // forward computes the hidden activations a (h) and the class scores p
 // (k) of a row whose features' values fv have their input weights at rows
-// places of w1 (the bias row first), under output weights w2.
-func (m *mlp) forward(a []float32, p []float64, w1, w2 []float32, places []int, fv []float32) {
-	h, k := m.h, m.k
+// places of w1 (the bias row first), under output weights w2 (h+1 rows
+// of k, the biases last). Training, its evaluation and a model read back
+// (Network) all score with it, so that they agree to the last bit.
+func forward(a []float32, p []float64, w1, w2 []float32, h, k int, places []int, fv []float32) {
 	copy(a, w1[:h])
 	for j, at := range places {
 		row, v := w1[at*h:at*h+h], fv[j]
@@ -83,7 +84,7 @@ func (m *mlp) step(ctx context.Context, rows []int) (float64, error) {
 		fk, fv, _ := m.train.X.Row(i)
 		places = m.places(places, fk, false)
 		y := int(m.train.Class[i])
-		m.forward(a, p, w1, w2, places, fv)
+		forward(a, p, w1, w2, m.h, m.k, places, fv)
 		loss -= math.Log(max(softmax(p)[y], 1e-15))
 		for c := range k {
 			d[c] = float32(p[c]) * scale
@@ -124,17 +125,27 @@ func (m *mlp) step(ctx context.Context, rows []int) (float64, error) {
 	return loss, nil
 }
 
-// evaluate pulls the whole network and scores test.
-func (m *mlp) evaluate(ctx context.Context, test *data.Classes, _ string) (acc, logloss float64, err error) {
+// evaluate pulls the whole network and scores test, having written it
+// to model if that is set.
+func (m *mlp) evaluate(ctx context.Context, test *data.Classes, model string) (acc, logloss float64, err error) {
 	w1, w2 := make([]float32, int(m.nkeys)*m.h), make([]float32, (m.h+1)*m.k)
 	if err := ps.All(m.hidden.Pull(m.allKeys(), w1), m.out.Pull(m.outputKeys(), w2)).Wait(ctx); err != nil {
 		return 0, 0, fmt.Errorf("pull model: %w", err)
+	}
+	if model != "" {
+		n, err := NewNetwork(w1, w2, m.nkeys, m.h, m.k)
+		if err != nil {
+			return 0, 0, err
+		}
+		if err := n.Save(model); err != nil {
+			return 0, 0, err
+		}
 	}
 	a := make([]float32, m.h)
 	var places []int
 	acc, logloss = score(test, m.k, func(p []float64, fk []uint64, fv []float32) {
 		places = m.places(places, fk, true)
-		m.forward(a, p, w1, w2, places, fv)
+		forward(a, p, w1, w2, m.h, m.k, places, fv)
 	})
 	return acc, logloss, nil
 }

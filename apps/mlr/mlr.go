@@ -27,8 +27,9 @@ type Config struct {
 	Encoding    table.Encoding
 	Seed        uint64
 	// Model, when set, is where the worker that evaluates the last pass
-	// writes softmax regression's model (a liblinear model file, model.go;
-	// not for a hidden layer).
+	// writes the model it scores: softmax regression's as a liblinear
+	// model file (model.go), the network's as an nn model file
+	// (network.go, docs/format/nn.md).
 	Model string
 	// Progress, when set, is called by the worker that evaluates a pass.
 	Progress func(PassStats)
@@ -408,14 +409,8 @@ func score(test *data.Classes, k int, forward func(p []float64, fk []uint64, fv 
 	for i := range test.Len() {
 		fk, fv, _ := test.X.Row(i)
 		forward(p, fk, fv)
-		softmax(p)
-		y, best := int(test.Class[i]), 0
-		for c := range p {
-			if p[c] > p[best] {
-				best = c
-			}
-		}
-		if best == y {
+		y := int(test.Class[i])
+		if argmax(softmax(p)) == y {
 			right++
 		}
 		logloss -= math.Log(max(p[y], 1e-15))

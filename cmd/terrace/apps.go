@@ -60,7 +60,7 @@ func (a *appFlags) register(fs *pflag.FlagSet) {
 	fs.Float64Var(&a.significance, "significance", 0, "push only entries whose accumulated change exceeds this (0: push everything)")
 	fs.Uint64Var(&a.seed, "seed", 1, "random seed (shuffling, initialisation)")
 	fs.StringVar(&a.scale, "scale", "", "lr: divide each feature by its largest absolute value in --train (max, the default) or train on raw values (none)")
-	fs.StringVar(&a.model, "model", "", "write the trained model here after the last pass (terrace export's formats: lr, mlr and lasso a liblinear model file, mf and lda a directory of TSV files)")
+	fs.StringVar(&a.model, "model", "", "write the trained model here after the last pass (terrace export's formats: lr, mlr and lasso a liblinear model file, nn an nn model file (docs/format/nn.md), mf and lda a directory of TSV files)")
 }
 
 // passesAlias makes --epochs another name for --passes: a training pass

@@ -81,11 +81,8 @@ func (a *appFlags) checkFiles() error {
 	if (a.app == "mlr" || a.app == "nn") && a.train == "" {
 		return fmt.Errorf("--app %s needs --train (MNIST's images file, e.g. ../shared/data/images/mnist/train-images-idx3-ubyte.gz, its labels file found beside it, or LIBSVM lines of class numbers) and takes --test the same", a.app)
 	}
-	if a.app == "nn" && a.model != "" {
-		return fmt.Errorf("--app nn writes no model file (--model is for lr, mf, mlr, lasso and lda)")
-	}
-	if a.app == "mlr" && a.model != "" && a.test == "" {
-		return fmt.Errorf("--app mlr writes its --model with the last pass's evaluation: give --test too")
+	if (a.app == "mlr" || a.app == "nn") && a.model != "" && a.test == "" {
+		return fmt.Errorf("--app %s writes its --model with the last pass's evaluation: give --test too", a.app)
 	}
 	if a.app == "lasso" && a.fs.Changed("l1") && !(a.l1 > 0) {
 		return fmt.Errorf("--l1 %v: lasso's lambda must be positive", a.l1)

@@ -15,8 +15,10 @@ import (
 	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/control/coord"
 	"github.com/terrace-ml/terrace/internal/server"
+	"github.com/terrace-ml/terrace/internal/storage/store"
 	"github.com/terrace-ml/terrace/keyspace"
 	"github.com/terrace-ml/terrace/ps"
+	"github.com/terrace-ml/terrace/table"
 )
 
 // modelSource is where terrace export reads a job's tables: a live
@@ -25,13 +27,13 @@ type modelSource interface {
 	// width is the number of values a key of table name holds.
 	width(ctx context.Context, name string) (int, error)
 	// read fills dst with the values of keys (sorted), width a key; keys
-	// nothing wrote read as 0.
+	// nothing wrote read as their table's initial value.
 	read(ctx context.Context, name string, keys []uint64, dst []float32) error
 }
 
-// exportModel writes job j's model, read from src, to out: lr a liblinear
-// model file; mf and lda a directory of TSV files, as the job's --model
-// writes them.
+// exportModel writes job j's model, read from src, to out: lr, mlr and
+// lasso a liblinear model file, nn an nn model file, mf and lda a
+// directory of TSV files, as the job's --model writes them.
 func exportModel(ctx context.Context, src modelSource, j api.Job, out string) error {
 	switch j.App {
 	case "lr":
@@ -80,27 +82,8 @@ func exportModel(ctx context.Context, src modelSource, j api.Job, out string) er
 			return err
 		}
 		return lda.Export(out, wk, v, k, vocab)
-	case "mlr":
-		train, err := data.ReadClasses(j.Train)
-		if err != nil {
-			return fmt.Errorf("export: the job's training data (its features): %w", err)
-		}
-		nkeys := train.X.NumFeatures + 1 // mlr's keys: the biases, then LIBSVM index i at key i+1
-		if j.Test != "" {
-			// The evaluation pulled the test data's features too.
-			if test, err := data.ReadClasses(j.Test); err == nil {
-				nkeys = max(nkeys, test.X.NumFeatures+1)
-			}
-		}
-		k, err := src.width(ctx, mlr.TableName)
-		if err != nil {
-			return err
-		}
-		w := make([]float32, int(nkeys)*k)
-		if err := src.read(ctx, mlr.TableName, keyRange(nkeys), w); err != nil {
-			return err
-		}
-		return mlr.SaveLIBLINEAR(out, w, nkeys, k)
+	case "mlr", "nn":
+		return exportClasses(ctx, src, j, out)
 	case "lasso":
 		train, err := data.ReadRegression(j.Train)
 		if err != nil {
@@ -118,6 +101,53 @@ func exportModel(ctx context.Context, src modelSource, j api.Job, out string) er
 		return lasso.SaveLIBLINEAR(out, w, lasso.NewProblem(train).Mean())
 	}
 	return fmt.Errorf("export: app %q has no model to export", j.App)
+}
+
+// exportClasses writes an mlr job's model as a liblinear model file, an
+// nn job's as an nn model file, as the job's --model writes them.
+func exportClasses(ctx context.Context, src modelSource, j api.Job, out string) error {
+	train, err := data.ReadClasses(j.Train)
+	if err != nil {
+		return fmt.Errorf("export: the job's training data (its features): %w", err)
+	}
+	nkeys := train.X.NumFeatures + 1 // the biases, then feature f at key f+1
+	if j.Test != "" {
+		// The evaluation pulled the test data's features too.
+		if test, err := data.ReadClasses(j.Test); err == nil {
+			nkeys = max(nkeys, test.X.NumFeatures+1)
+		}
+	}
+	if j.App == "mlr" {
+		k, err := src.width(ctx, mlr.TableName)
+		if err != nil {
+			return err
+		}
+		w := make([]float32, int(nkeys)*k)
+		if err := src.read(ctx, mlr.TableName, keyRange(nkeys), w); err != nil {
+			return err
+		}
+		return mlr.SaveLIBLINEAR(out, w, nkeys, k)
+	}
+	h, err := src.width(ctx, mlr.HiddenTable)
+	if err != nil {
+		return err
+	}
+	k, err := src.width(ctx, mlr.OutputTable)
+	if err != nil {
+		return err
+	}
+	w1, w2 := make([]float32, int(nkeys)*h), make([]float32, (h+1)*k)
+	if err := src.read(ctx, mlr.HiddenTable, keyRange(nkeys), w1); err != nil {
+		return err
+	}
+	if err := src.read(ctx, mlr.OutputTable, keyRange(uint64(h+1)), w2); err != nil {
+		return err
+	}
+	n, err := mlr.NewNetwork(w1, w2, nkeys, h, k)
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	return n.Save(out)
 }
 
 func keyRange(n uint64) []uint64 {
@@ -159,24 +189,31 @@ func (s liveSource) read(ctx context.Context, name string, keys []uint64, dst []
 // checkpointSource reads tables from a committed cluster checkpoint.
 type checkpointSource struct{ ck coord.Committed }
 
-func (s checkpointSource) table(name string) (id uint32, width int, err error) {
+func (s checkpointSource) table(name string) (id uint32, spec table.Spec, err error) {
 	for _, t := range s.ck.Tables {
 		if t.Spec.Name == name {
-			return t.ID, t.Spec.Width, nil
+			return t.ID, t.Spec, nil
 		}
 	}
-	return 0, 0, fmt.Errorf("export: checkpoint %d under %s has no table %q", s.ck.Seq, s.ck.Dir, name)
+	return 0, table.Spec{}, fmt.Errorf("export: checkpoint %d under %s has no table %q", s.ck.Seq, s.ck.Dir, name)
 }
 
 func (s checkpointSource) width(_ context.Context, name string) (int, error) {
-	_, w, err := s.table(name)
-	return w, err
+	_, spec, err := s.table(name)
+	return spec.Width, err
 }
 
+// read reads keys as a live server's pull would: a key no push created
+// is not in the checkpoint, and reads as the table's initial value
+// (nn's random one; the written model must be the one the job scored).
 func (s checkpointSource) read(ctx context.Context, name string, keys []uint64, dst []float32) error {
-	id, w, err := s.table(name)
+	id, spec, err := s.table(name)
 	if err != nil {
 		return err
+	}
+	w := spec.Width
+	for i, k := range keys {
+		store.InitValue(spec.Init, dst[i*w:(i+1)*w], k)
 	}
 	err = server.ReadCheckpoint(ctx, s.ck.Dir, s.ck.Seq, s.ck.Servers, id, func(k uint64, v []float32) error {
 		if i, ok := slices.BinarySearch(keys, k); ok {

@@ -1,14 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/terrace-ml/terrace/apps/mlr"
 	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/process/node"
 	"github.com/terrace-ml/terrace/ps"
@@ -40,5 +43,45 @@ func TestExportNoServer(t *testing.T) {
 	cmd.SetOut(io.Discard)
 	if err := cmd.ExecuteContext(ctx); !errors.Is(err, errNoServer) {
 		t.Fatalf("export with every server gone: %v; want %v", err, errNoServer)
+	}
+}
+
+// TestExportLiveNN: export from a cluster that stays up after an nn job
+// writes the bytes the job's own --model wrote, the weights read from
+// two servers.
+func TestExportLiveNN(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	train, test := filepath.Join(dir, "train.svm"), filepath.Join(dir, "test.svm")
+	writeNoisyClasses(t, train, 600, 1, 0)
+	writeNoisyClasses(t, test, 300, 2, 12)
+	l, err := node.StartLocal(ctx, node.LocalConfig{Servers: 2, Workers: 2, Replication: 1,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	live, exported := filepath.Join(dir, "live.model"), filepath.Join(dir, "exported.model")
+	cfg := mlr.DefaultNetworkConfig()
+	cfg.Train, cfg.Test, cfg.Passes, cfg.Hidden, cfg.Model = train, test, 2, 8, live
+	if _, err := api.NewClient(l.CoordAddr, nil).SubmitJob(ctx, api.Job{App: "nn", Train: train, Test: test, Passes: 2, Hidden: 8, Model: live}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.RunWorkers(ctx, func(ctx context.Context, c *ps.Client) (any, error) { return mlr.Run(ctx, c, cfg) }); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exportCmd()
+	cmd.SetArgs([]string{"--coordinator", l.CoordAddr, "--out", exported})
+	cmd.SetOut(io.Discard)
+	if err := cmd.ExecuteContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a, err := os.ReadFile(live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(exported); err != nil || !bytes.Equal(a, b) {
+		t.Fatalf("the model exported from the cluster differs from the job's --model (%v)", err)
 	}
 }

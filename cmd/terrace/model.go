@@ -17,6 +17,7 @@ import (
 
 	"github.com/terrace-ml/terrace/apps/lr"
 	"github.com/terrace-ml/terrace/apps/mf"
+	"github.com/terrace-ml/terrace/apps/mlr"
 	"github.com/terrace-ml/terrace/data"
 	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/control/auth"
@@ -69,15 +70,17 @@ func exportCmd() *cobra.Command {
 	var sec securityFlags
 	cmd := &cobra.Command{
 		Use:   "export",
-		Short: "Write the model of the cluster's job, or of a checkpoint, in formats other tools read (lr: liblinear; mf, lda: TSV)",
+		Short: "Write the model of the cluster's job, or of a checkpoint, in formats other tools read (lr, mlr, lasso: liblinear; nn: docs/format/nn.md; mf, lda: TSV)",
 		Long: `Export reads the trained model from a running cluster's servers (a coordinator
 without --exit-when-done keeps them up after the job), or with --checkpoint-dir
 from the newest committed checkpoint there (no cluster needed), and writes it
-to --out: for lr a liblinear model file (liblinear-predict scores data with
-it); for mf a directory of TSV files (users.tsv and items.tsv: id, bias,
-factors; global.tsv: the mean rating); for lda a directory holding
-topic_word_counts.tsv and top_words.tsv. The job's data files must be
-readable here (lr's feature scaling, mf's users and items, lda's words).
+to --out: for lr, mlr and lasso a liblinear model file (liblinear-predict
+scores data with it); for nn an nn model file (docs/format/nn.md; terrace
+predict scores data with it); for mf a directory of TSV files (users.tsv
+and items.tsv: id, bias, factors; global.tsv: the mean rating); for lda a
+directory holding topic_word_counts.tsv and top_words.tsv. The job's data
+files must be readable here (lr's feature scaling, mlr's and nn's
+features, mf's users and items, lda's words).
 A job that ends its cluster writes its model itself: give the job
 --model PATH.`,
 		Args: cobra.NoArgs,
@@ -177,7 +180,7 @@ func predictCmd() *cobra.Command {
 	var model, dataPath, out string
 	cmd := &cobra.Command{
 		Use:   "predict",
-		Short: "Score data with an exported model (lr: a liblinear model file and LIBSVM data)",
+		Short: "Score data with an exported model (lr: a liblinear model file and LIBSVM data; mlr, nn: a liblinear multi-class or nn model file and MNIST or LIBSVM multi-class data; mf: a TSV directory and ratings)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if model == "" || dataPath == "" {
@@ -194,7 +197,22 @@ func predictCmd() *cobra.Command {
 				return fmt.Errorf("--model %s: %w", model, err)
 			}
 			defer f.Close()
-			m, err := lr.ReadLIBLINEAR(f)
+			br := bufio.NewReader(f)
+			if head, _ := br.Peek(len(mlr.NetworkMagic)); string(head) == mlr.NetworkMagic {
+				n, err := mlr.ReadNetwork(br, model)
+				if err != nil {
+					return fmt.Errorf("--model: %w", err)
+				}
+				return predictClasses(cmd.OutOrStdout(), n, n.Classes, model, dataPath, out)
+			}
+			if multiClass(br) {
+				m, err := mlr.ReadLIBLINEAR(br, model)
+				if err != nil {
+					return fmt.Errorf("--model: %w", err)
+				}
+				return predictClasses(cmd.OutOrStdout(), m, m.Classes, model, dataPath, out)
+			}
+			m, err := lr.ReadLIBLINEAR(br)
 			if err != nil {
 				return fmt.Errorf("--model %s: %w", model, err)
 			}
@@ -215,9 +233,9 @@ func predictCmd() *cobra.Command {
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&model, "model", "", "model: a file (lr: liblinear format) or a directory (mf: the TSV files --model wrote)")
-	fs.StringVar(&dataPath, "data", "", "data to score (lr: LIBSVM, plain or gzip; mf: user item rating lines)")
-	fs.StringVar(&out, "out", "", "write each example's prediction, one a line, here (lr: the probability of label 1; mf: the rating)")
+	fs.StringVar(&model, "model", "", "model: a file (lr, mlr: liblinear format; nn: docs/format/nn.md) or a directory (mf: the TSV files --model wrote)")
+	fs.StringVar(&dataPath, "data", "", "data to score (lr: LIBSVM, plain or gzip; mlr, nn: MNIST's IDX images file, its labels beside it, or LIBSVM lines of class numbers; mf: user item rating lines)")
+	fs.StringVar(&out, "out", "", "write each example's prediction, one a line, here (lr: the probability of label 1; mlr, nn: the most probable class, then each class's probability; mf: the rating)")
 	addConfigFlag(cmd)
 	return cmd
 }
@@ -234,6 +252,71 @@ func writePredictions(path string, m *lr.Model, d *data.Sparse) error {
 	if err := w.Flush(); err != nil {
 		f.Close()
 		return fmt.Errorf("--out %s: %w", path, err)
+	}
+	return f.Close()
+}
+
+// multiClass says whether the liblinear file br opens has more than two
+// classes (mlr's), from its header.
+func multiClass(br *bufio.Reader) bool {
+	head, _ := br.Peek(4096)
+	for _, l := range strings.Split(string(head), "\n") {
+		if f := strings.Fields(l); len(f) == 2 && f[0] == "nr_class" {
+			k, err := strconv.Atoi(f[1])
+			return err == nil && k > 2
+		}
+		if l == "w" {
+			break
+		}
+	}
+	return false
+}
+
+// classModel is a model of classes read back from its file: nn's, or
+// mlr's of three or more classes.
+type classModel interface {
+	Evaluate(d *data.Classes) (acc, logloss float64)
+	Predictions(d *data.Classes, each func(class int, p []float64))
+}
+
+// predictClasses scores dataPath (MNIST's IDX files or LIBSVM lines of
+// class numbers) with m, of k classes read from model, as the training's
+// evaluation does, and writes each example's class and probabilities to
+// out if set.
+func predictClasses(w io.Writer, m classModel, k int, model, dataPath, out string) error {
+	d, err := data.ReadClasses(dataPath)
+	if err != nil {
+		return fmt.Errorf("--data: %w", err)
+	}
+	if d.Len() == 0 {
+		return fmt.Errorf("--data %s has no examples", dataPath)
+	}
+	if d.NumClasses > k {
+		return fmt.Errorf("--data %s has class %d; the model --model %s has classes 0 to %d", dataPath, d.NumClasses-1, model, k-1)
+	}
+	acc, ll := m.Evaluate(d)
+	fmt.Fprintf(w, "terrace: %s: %d examples, accuracy %.4f (%d/%d)  logloss %.4f\n",
+		filepath.Base(dataPath), d.Len(), acc, int(acc*float64(d.Len())+0.5), d.Len(), ll)
+	if out == "" {
+		return nil
+	}
+	f, err := os.Create(out)
+	if err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	bw := bufio.NewWriter(f)
+	var line []byte
+	m.Predictions(d, func(class int, p []float64) {
+		line = strconv.AppendInt(line[:0], int64(class), 10)
+		for _, v := range p {
+			line = append(line, ' ')
+			line = strconv.AppendFloat(line, v, 'f', 6, 64)
+		}
+		bw.Write(append(line, '\n'))
+	})
+	if err := bw.Flush(); err != nil {
+		f.Close()
+		return fmt.Errorf("--out %s: %w", out, err)
 	}
 	return f.Close()
 }

@@ -1,0 +1,248 @@
+package mlr
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/terrace-ml/terrace/data"
+	"github.com/terrace-ml/terrace/table"
+)
+
+// Network is a trained nn model read from or written to its model file
+// (docs/format/nn.md). The weights are laid out as the job's tables hold
+// them, so that scoring runs the training's own forward pass: W1 as
+// nn.hidden, Features+1 rows of Hidden values (row 0 the hidden units'
+// biases, row f+1 feature f's weights into them); W2 as nn.output,
+// Hidden+1 rows of Classes values (row j hidden unit j's weights into
+// the classes, row Hidden the classes' biases).
+type Network struct {
+	Features, Hidden, Classes int
+	W1, W2                    []float32
+}
+
+// ErrNetworkModel is returned for a file that is not a whole nn model
+// file: a wrong header, a row missing or out of place, a value that is
+// not a finite number, or a file cut short.
+var ErrNetworkModel = errors.New("not a whole nn model file")
+
+// NetworkMagic opens every nn model file: predict tells the format from
+// liblinear's by it.
+const NetworkMagic = "terrace-model "
+
+// NewNetwork is the model of an nn job whose tables' weights are w1
+// (nn.hidden, nkeys keys: the biases, then feature f at key f+1) and w2
+// (nn.output, h+1 keys), of h hidden units and k classes, read from a
+// cluster or a checkpoint; it takes w1 and w2 over.
+func NewNetwork(w1, w2 []float32, nkeys uint64, h, k int) (*Network, error) {
+	if nkeys < 1 || h < 1 || k < 2 || len(w1) != int(nkeys)*h || len(w2) != (h+1)*k {
+		return nil, fmt.Errorf("nn model: %d and %d weights for %d keys, %d hidden units, %d classes", len(w1), len(w2), nkeys, h, k)
+	}
+	return &Network{Features: int(nkeys) - 1, Hidden: h, Classes: k, W1: w1, W2: w2}, nil
+}
+
+// Write writes n as an nn model file (docs/format/nn.md). Each weight is
+// written in the fewest digits that read back as the same float32, so a
+// model read back scores exactly as the one written.
+func (n *Network) Write(w io.Writer) error {
+	bw := bufio.NewWriter(w)
+	fmt.Fprintf(bw, "%s1\napp nn\nfeatures %d\nhidden %d\nactivation relu\nclasses %d\noutput softmax\n", NetworkMagic, n.Features, n.Hidden, n.Classes)
+	var buf []byte
+	row := func(label string, vals []float32) {
+		buf = append(buf[:0], label...)
+		for _, v := range vals {
+			buf = append(buf, ' ')
+			buf = strconv.AppendFloat(buf, float64(v), 'g', -1, 32)
+		}
+		buf = append(buf, '\n')
+		bw.Write(buf)
+	}
+	h, k := n.Hidden, n.Classes
+	row("hidden bias", n.W1[:h])
+	for f := range n.Features {
+		row("hidden "+strconv.Itoa(f), n.W1[(f+1)*h:(f+2)*h])
+	}
+	row("output bias", n.W2[h*k:])
+	for j := range h {
+		row("output "+strconv.Itoa(j), n.W2[j*k:(j+1)*k])
+	}
+	bw.WriteString("end\n")
+	return bw.Flush()
+}
+
+// Save writes n's model file to path.
+func (n *Network) Save(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("nn model: %w", err)
+	}
+	if err := n.Write(f); err != nil {
+		f.Close()
+		return fmt.Errorf("nn model %s: %w", path, err)
+	}
+	return f.Close()
+}
+
+// ReadNetwork reads an nn model file from r, named name in its errors.
+// Every line must be the one the format puts there, and end with a
+// newline: a file cut short (a copy that failed, a full disk), or with a
+// line damaged, is refused naming the file and the line, rather than
+// read as a model that scores silently wrong.
+func ReadNetwork(r io.Reader, name string) (*Network, error) {
+	lr := newLineReader(r, "nn model", name, ErrNetworkModel)
+	n := &Network{}
+	if err := n.readHeader(lr); err != nil {
+		return nil, err
+	}
+	// The weights grow as rows are read, not by the header's word: a
+	// damaged count fails at the row it lacks, not in an allocation.
+	var err error
+	if n.W1, err = readRows(lr, "hidden", n.Features, n.Hidden); err != nil {
+		return nil, err
+	}
+	out, err := readRows(lr, "output", n.Hidden, n.Classes)
+	if err != nil {
+		return nil, err
+	}
+	// The file lists the output biases first; the table holds them last.
+	n.W2 = slices.Concat(out[n.Classes:], out[:n.Classes])
+	f, err := lr.line()
+	if err != nil {
+		return nil, err
+	}
+	if len(f) != 1 || f[0] != "end" {
+		return nil, lr.errorf("want \"end\" after the %d output rows, got %q", n.Hidden, strings.Join(f, " "))
+	}
+	if err := lr.end(`"end"`); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// readHeader reads the header's lines, in their order, into n.
+func (n *Network) readHeader(lr *lineReader) error {
+	for _, h := range []struct {
+		key      string
+		dst      *int
+		min, max int
+		is       string
+	}{
+		{key: "terrace-model", is: "1"}, {key: "app", is: "nn"},
+		{key: "features", dst: &n.Features, min: 0, max: math.MaxInt32},
+		{key: "hidden", dst: &n.Hidden, min: 1, max: table.MaxWidth},
+		{key: "activation", is: "relu"},
+		{key: "classes", dst: &n.Classes, min: 2, max: table.MaxWidth},
+		{key: "output", is: "softmax"},
+	} {
+		f, err := lr.line()
+		if err != nil {
+			return err
+		}
+		if len(f) != 2 || f[0] != h.key {
+			return lr.errorf("want %q and its value, got %q", h.key, strings.Join(f, " "))
+		}
+		if h.dst == nil {
+			if f[1] != h.is {
+				return lr.errorf("%s %q: want %q", h.key, f[1], h.is)
+			}
+			continue
+		}
+		v, err := strconv.Atoi(f[1])
+		if err != nil || v < h.min || v > h.max {
+			return lr.errorf("%s %q: want a whole number from %d to %d", h.key, f[1], h.min, h.max)
+		}
+		*h.dst = v
+	}
+	return nil
+}
+
+// readRows reads layer's bias row and then its rows 0 to n-1, each of
+// width values, in that order.
+func readRows(lr *lineReader, layer string, n, width int) ([]float32, error) {
+	var dst []float32
+	for i := -1; i < n; i++ {
+		f, err := lr.line()
+		if err != nil {
+			return nil, err
+		}
+		label := "bias"
+		if i >= 0 {
+			label = strconv.Itoa(i)
+		}
+		if len(f) < 2 || f[0] != layer || f[1] != label {
+			return nil, lr.errorf("want the row %q, got %q", layer+" "+label, strings.Join(f[:min(len(f), 2)], " "))
+		}
+		if len(f)-2 != width {
+			return nil, lr.errorf("row %q has %d values, want %d", layer+" "+label, len(f)-2, width)
+		}
+		if dst, err = lr.floats(dst, f[2:]); err != nil {
+			return nil, err
+		}
+	}
+	return dst, nil
+}
+
+// rowScratch is what scoring a row needs, reused across rows (a, the
+// hidden activations, a Network's only).
+type rowScratch struct {
+	a      []float32
+	places []int
+	vals   []float32
+}
+
+// forward writes a row's class scores into p.
+func (n *Network) forward(s *rowScratch, p []float64, fk []uint64, fv []float32) {
+	if len(s.a) != n.Hidden {
+		s.a = make([]float32, n.Hidden)
+	}
+	s.places, s.vals = s.places[:0], s.vals[:0]
+	for j, f := range fk {
+		if f < uint64(n.Features) {
+			s.places = append(s.places, int(featureKey(f)))
+			s.vals = append(s.vals, fv[j])
+		}
+	}
+	forward(s.a, p, n.W1, n.W2, n.Hidden, n.Classes, s.places, s.vals)
+}
+
+// Evaluate scores d as the training's evaluation does: the accuracy of
+// the most probable class, and the mean log loss.
+func (n *Network) Evaluate(d *data.Classes) (acc, logloss float64) {
+	var s rowScratch
+	return score(d, n.Classes, func(p []float64, fk []uint64, fv []float32) { n.forward(&s, p, fk, fv) })
+}
+
+// Predictions calls each with every row of d's most probable class and
+// its class probabilities (p, reused for the next row), in order.
+func (n *Network) Predictions(d *data.Classes, each func(class int, p []float64)) {
+	var s rowScratch
+	predictions(d, n.Classes, func(p []float64, fk []uint64, fv []float32) { n.forward(&s, p, fk, fv) }, each)
+}
+
+// predictions calls each with every row of d's most probable class and
+// its k class probabilities, whose scores forward writes.
+func predictions(d *data.Classes, k int, forward func(p []float64, fk []uint64, fv []float32), each func(class int, p []float64)) {
+	p := make([]float64, k)
+	for i := range d.Len() {
+		fk, fv, _ := d.X.Row(i)
+		forward(p, fk, fv)
+		each(argmax(softmax(p)), p)
+	}
+}
+
+// argmax is the first index of p's largest value.
+func argmax(p []float64) int {
+	best := 0
+	for c := range p {
+		if p[c] > p[best] {
+			best = c
+		}
+	}
+	return best
+}
