@@ -2,9 +2,15 @@ package lasso
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"strconv"
+	"strings"
+
+	"github.com/terrace-ml/terrace/data"
 )
 
 // WriteLIBLINEAR writes the weights w (by LIBSVM index, index 0 unused)
@@ -33,4 +39,156 @@ func SaveLIBLINEAR(path string, w []float64, intercept float64) error {
 		return fmt.Errorf("model %s: %w", path, err)
 	}
 	return f.Close()
+}
+
+// ErrBadModel is a model file ReadLIBLINEAR refuses: not a liblinear
+// regression model, or damaged.
+var ErrBadModel = errors.New("not a liblinear regression model file")
+
+// Model is a linear regression model read back from a liblinear file:
+// intercept + w . x.
+type Model struct {
+	W         []float64 // by LIBSVM index; W[0] unused
+	Intercept float64
+}
+
+// IsRegression reports whether a liblinear model file's header (its first
+// lines) names a regression solver: L2R_L2LOSS_SVR, L2R_L2LOSS_SVR_DUAL or
+// L2R_L1LOSS_SVR_DUAL.
+func IsRegression(head []byte) bool {
+	for _, l := range strings.Split(string(head), "\n") {
+		if f := strings.Fields(l); len(f) == 2 && f[0] == "solver_type" {
+			return strings.Contains(f[1], "SVR")
+		}
+		if l == "w" {
+			break
+		}
+	}
+	return false
+}
+
+// ReadLIBLINEAR reads a liblinear regression model file (name in errors,
+// with the line): lasso's own or liblinear-train's (-s 11, 12 or 13). The
+// bias feature, when the file has one (bias >= 0), is the intercept's:
+// bias times its weight.
+func ReadLIBLINEAR(r io.Reader, name string) (*Model, error) {
+	br := bufio.NewReader(r)
+	n := 0
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("lasso model %s:%d: %w: %s", name, n, ErrBadModel, fmt.Sprintf(format, args...))
+	}
+	line := func() ([]string, error) {
+		s, err := br.ReadString('\n')
+		n++
+		switch {
+		case err == io.EOF && s == "":
+			return nil, bad("the file ends here, cut short")
+		case err == io.EOF:
+			// A number cut mid-way reads as another number.
+			return nil, bad("the last line has no end, cut short")
+		}
+		if err != nil && err != io.EOF {
+			return nil, fmt.Errorf("lasso model %s:%d: %w", name, n, err)
+		}
+		return strings.Fields(s), nil
+	}
+	nf, bias := -1, -1.0
+	solver := ""
+	for {
+		f, err := line()
+		if err != nil {
+			return nil, err
+		}
+		if len(f) == 1 && f[0] == "w" {
+			break
+		}
+		if len(f) != 2 {
+			return nil, bad("want a header line (solver_type, nr_class, nr_feature, bias) or w, got %q", strings.Join(f, " "))
+		}
+		switch f[0] {
+		case "solver_type":
+			if solver = f[1]; !strings.Contains(solver, "SVR") {
+				return nil, bad("solver %s is not a regression solver", solver)
+			}
+		case "nr_class":
+			// liblinear writes 2 for its regression models.
+		case "nr_feature":
+			if nf, err = strconv.Atoi(f[1]); err != nil || nf < 0 {
+				return nil, bad("nr_feature %q", f[1])
+			}
+		case "bias":
+			if bias, err = strconv.ParseFloat(f[1], 64); err != nil || math.IsNaN(bias) || math.IsInf(bias, 0) {
+				return nil, bad("bias %q", f[1])
+			}
+		default:
+			return nil, bad("unknown header line %q", strings.Join(f, " "))
+		}
+	}
+	if solver == "" || nf < 0 {
+		return nil, bad("the header lacks solver_type or nr_feature")
+	}
+	weight := func() (float64, error) {
+		f, err := line()
+		if err != nil {
+			return 0, err
+		}
+		if len(f) != 1 {
+			return 0, bad("want one weight, got %d fields", len(f))
+		}
+		v, err := strconv.ParseFloat(f[0], 64)
+		if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+			return 0, bad("weight %q", f[0])
+		}
+		return v, nil
+	}
+	m := &Model{W: make([]float64, nf+1)}
+	for idx := 1; idx <= nf; idx++ {
+		v, err := weight()
+		if err != nil {
+			return nil, err
+		}
+		m.W[idx] = v
+	}
+	if bias >= 0 {
+		v, err := weight()
+		if err != nil {
+			return nil, err
+		}
+		m.Intercept = bias * v
+	}
+	if rest, _ := io.ReadAll(br); strings.TrimSpace(string(rest)) != "" {
+		n++
+		return nil, bad("bytes after the last weight")
+	}
+	return m, nil
+}
+
+// Predict is the model's prediction for row i of d.
+func (m *Model) Predict(d *data.Sparse, i int) float64 {
+	keys, vals, _ := d.Row(i)
+	return predict(keys, vals, m.W, m.Intercept)
+}
+
+// RMSE is the root mean squared error of the model's predictions of d's
+// targets.
+func (m *Model) RMSE(d *data.Sparse) float64 {
+	var sq float64
+	for i := range d.Len() {
+		_, _, y := d.Row(i)
+		e := float64(y) - m.Predict(d, i)
+		sq += e * e
+	}
+	return math.Sqrt(sq / float64(max(d.Len(), 1)))
+}
+
+// predict is intercept + w . x over the features w has (others are
+// unknown to the model: 0), the job's evaluation and the file's alike.
+func predict(keys []uint64, vals []float32, w []float64, intercept float64) float64 {
+	pred := intercept
+	for t, f := range keys {
+		if int(f) < len(w) {
+			pred += float64(vals[t]) * w[f]
+		}
+	}
+	return pred
 }

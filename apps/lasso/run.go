@@ -221,13 +221,8 @@ func (m *worker) evaluate(ctx context.Context, test *data.Sparse, model string) 
 		var sq float64
 		for i := range test.Len() {
 			fk, fv, y := test.Row(i)
-			pred := p.mean
-			for t, f := range fk {
-				if int(f) < p.d {
-					pred += float64(fv[t]) * w[f]
-				}
-			}
-			sq += (float64(y) - pred) * (float64(y) - pred)
+			e := float64(y) - predict(fk, fv, w, p.mean)
+			sq += e * e
 		}
 		rmse = math.Sqrt(sq / float64(test.Len()))
 	}

@@ -193,4 +193,15 @@ func TestTrainLasso(t *testing.T) {
 	if snz, _ := strong["nonzero"].(float64); snz >= nz {
 		t.Errorf("--l1 0.1 left %v nonzero weights, the default %v\n%s", snz, nz, out)
 	}
+	// predict scores the model file as the job did (it was refused as
+	// not a binary logistic regression model).
+	pred := filepath.Join(dir, "lasso.pred")
+	b, err := exec.Command(terrace(t), "predict", "--model", model, "--data", repoFile("datasets/a9a/a9a.t.gz"), "--out", pred).CombinedOutput()
+	want := fmt.Sprintf("RMSE %.4f", strong["test_rmse"])
+	if err != nil || !strings.Contains(string(b), want) {
+		t.Errorf("predict with lasso's model: %v, want %q\n%s", err, want, b)
+	}
+	if lines, err := os.ReadFile(pred); err != nil || strings.Count(string(lines), "\n") != 16281 {
+		t.Errorf("predict --out: %v, %d lines, want one per example of a9a.t", err, strings.Count(string(lines), "\n"))
+	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/terrace-ml/terrace/apps/lasso"
 	"github.com/terrace-ml/terrace/apps/lr"
 	"github.com/terrace-ml/terrace/apps/mf"
 	"github.com/terrace-ml/terrace/apps/mlr"
@@ -180,7 +181,7 @@ func predictCmd() *cobra.Command {
 	var model, dataPath, out string
 	cmd := &cobra.Command{
 		Use:   "predict",
-		Short: "Score data with an exported model (lr: a liblinear model file and LIBSVM data; mlr, nn: a liblinear multi-class or nn model file and MNIST or LIBSVM multi-class data; mf: a TSV directory and ratings)",
+		Short: "Score data with an exported model (lr: a liblinear model file and LIBSVM data; lasso: a liblinear regression model and LIBSVM lines of real targets; mlr, nn: a liblinear multi-class or nn model file and MNIST or LIBSVM multi-class data; mf: a TSV directory and ratings)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if model == "" || dataPath == "" {
@@ -204,6 +205,13 @@ func predictCmd() *cobra.Command {
 					return fmt.Errorf("--model: %w", err)
 				}
 				return predictClasses(cmd.OutOrStdout(), n, n.Classes, model, dataPath, out)
+			}
+			if head, _ := br.Peek(4096); lasso.IsRegression(head) {
+				m, err := lasso.ReadLIBLINEAR(br, model)
+				if err != nil {
+					return fmt.Errorf("--model: %w", err)
+				}
+				return predictRegression(cmd.OutOrStdout(), m, dataPath, out)
 			}
 			if multiClass(br) {
 				m, err := mlr.ReadLIBLINEAR(br, model)
@@ -229,25 +237,45 @@ func predictCmd() *cobra.Command {
 			if out == "" {
 				return nil
 			}
-			return writePredictions(out, m, d)
+			return writeLines(out, d.Len(), func(i int) float64 { return m.Score(d, i) })
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&model, "model", "", "model: a file (lr, mlr: liblinear format; nn: docs/format/nn.md) or a directory (mf: the TSV files --model wrote)")
-	fs.StringVar(&dataPath, "data", "", "data to score (lr: LIBSVM, plain or gzip; mlr, nn: MNIST's IDX images file, its labels beside it, or LIBSVM lines of class numbers; mf: user item rating lines)")
-	fs.StringVar(&out, "out", "", "write each example's prediction, one a line, here (lr: the probability of label 1; mlr, nn: the most probable class, then each class's probability; mf: the rating)")
+	fs.StringVar(&model, "model", "", "model: a file (lr, lasso, mlr: liblinear format, liblinear-train's too; nn: docs/format/nn.md) or a directory (mf: the TSV files --model wrote)")
+	fs.StringVar(&dataPath, "data", "", "data to score (lr: LIBSVM, plain or gzip; lasso: LIBSVM lines of real targets; mlr, nn: MNIST's IDX images file, its labels beside it, or LIBSVM lines of class numbers; mf: user item rating lines)")
+	fs.StringVar(&out, "out", "", "write each example's prediction, one a line, here (lr: the probability of label 1; lasso: the predicted target; mlr, nn: the most probable class, then each class's probability; mf: the rating)")
 	addConfigFlag(cmd)
 	return cmd
 }
 
-func writePredictions(path string, m *lr.Model, d *data.Sparse) error {
+// predictRegression scores dataPath (LIBSVM lines of real targets) with
+// a regression model (lasso's, or liblinear-train's SVR), as lasso's
+// evaluation does, and writes each prediction to out if set.
+func predictRegression(w io.Writer, m *lasso.Model, dataPath, out string) error {
+	d, err := data.ReadRegression(dataPath)
+	if err != nil {
+		return fmt.Errorf("--data: %w", err)
+	}
+	if d.Len() == 0 {
+		return fmt.Errorf("--data %s has no examples", dataPath)
+	}
+	rmse := m.RMSE(d)
+	fmt.Fprintf(w, "terrace: %s: %d examples, RMSE %.4f (mean squared error %.6f)\n", filepath.Base(dataPath), d.Len(), rmse, rmse*rmse)
+	if out == "" {
+		return nil
+	}
+	return writeLines(out, d.Len(), func(i int) float64 { return m.Predict(d, i) })
+}
+
+// writeLines writes n predictions, value(i) one a line, to path.
+func writeLines(path string, n int, value func(i int) float64) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return fmt.Errorf("--out: %w", err)
 	}
 	w := bufio.NewWriter(f)
-	for i := range d.Len() {
-		fmt.Fprintf(w, "%.6f\n", m.Score(d, i))
+	for i := range n {
+		fmt.Fprintf(w, "%.6f\n", value(i))
 	}
 	if err := w.Flush(); err != nil {
 		f.Close()
