@@ -43,15 +43,15 @@ type Report struct {
 	BidBrainVsCheckpointWorst  *float64   `json:"bidbrain_vs_checkpoint_worst,omitempty"`
 	BidBrainHoursMedian        *float64   `json:"bidbrain_hours_vs_ondemand_median,omitempty"`
 	BidBrainHoursWorst         *float64   `json:"bidbrain_hours_vs_ondemand_worst,omitempty"`
+	// PreemptionsAt is where a single start sat in each preemption trace
+	// (with several starts, each run's Preemptions says).
+	PreemptionsAt []Position `json:"preemptions_at,omitempty"`
 	// ExpectedHours is the job's expected duration a sweep spread its
 	// starts over the preemption traces for (SpreadMargin times the first
 	// start's on-demand hours), and NotSpread the traces too short for it,
 	// where every start sat at the trace's Lead.
-	ExpectedHours float64 `json:"expected_hours,omitempty"`
-	// PreemptionsAt is where a single start sat in each preemption trace
-	// (with several starts, each run's Preemptions says).
-	PreemptionsAt []Position `json:"preemptions_at,omitempty"`
-	NotSpread     []string   `json:"preemptions_not_spread,omitempty"`
+	ExpectedHours float64  `json:"expected_hours,omitempty"`
+	NotSpread     []string `json:"preemptions_not_spread,omitempty"`
 	// Unfinished counts, by policy, the starts whose run the trace ended
 	// before the job did: left out of the medians and ratios.
 	Unfinished     map[string]int `json:"unfinished_runs,omitempty"`
