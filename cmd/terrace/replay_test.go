@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -233,12 +234,26 @@ func TestReplayPages(t *testing.T) {
 	if !strings.Contains(out, "2 preemption traces for 1 markets (assigned in turn): "+sky[1]+" not used") {
 		t.Errorf("no word of the unused trace:\n%s", out)
 	}
-	var rep struct{ Market, Provider, Prices, Preemptions string }
+	var rep struct {
+		Market, Provider, Prices, Preemptions string
+		PreemptionsAt                         []struct {
+			Trace   string
+			AtHours float64 `json:"at_hours"`
+		} `json:"preemptions_at"`
+	}
 	if b, err := os.ReadFile(report); err != nil || json.Unmarshal(b, &rep) != nil {
 		t.Fatalf("report: %v", err)
 	}
 	if rep.Market != "persecond" || rep.Provider != "aws" || rep.Prices != strings.Join(paths, ",") || rep.Preemptions != strings.Join(sky, ",") {
 		t.Errorf("the report does not say which traces it replayed: %+v", rep)
+	}
+	// One start sits half the 333 h trace in, as before starts were
+	// spread over the preemption traces, and says so.
+	if len(rep.PreemptionsAt) != 1 || rep.PreemptionsAt[0].Trace != sky[0] || math.Abs(rep.PreemptionsAt[0].AtHours-2001*600/3600.0/2) > 1e-9 {
+		t.Errorf("the one start sat at %+v, want half of %s", rep.PreemptionsAt, sky[0])
+	}
+	if !strings.Contains(out, "sits in the preemption traces at 166.8 h of sky0.json's 333.5") {
+		t.Errorf("no word of where the start sat in the trace:\n%s", out)
 	}
 }
 

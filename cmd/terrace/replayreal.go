@@ -120,7 +120,10 @@ func runRealReplay(cmd *cobra.Command, f replayFlags, cfg replay.Config, names [
 		}
 	}
 	rep := realReport{Market: f.marketName, Provider: f.providerName(), Prices: f.prices, Preemptions: f.preemptions, App: f.app, Passes: f.passes, Speedup: f.speedup,
-		Start: start, Segment: f.span, Calibration: cfg.Cal, Policies: map[string]realreplay.Result{}}
+		Start: start, Segment: f.span, Calibration: cfg.Cal, Policies: map[string]realreplay.Result{}, PreemptionsAt: cfg.Positions()}
+	if len(rep.PreemptionsAt) > 0 {
+		fmt.Fprintf(out, "replay: the start sits in the preemption traces at %s\n", replay.PositionList(rep.PreemptionsAt))
+	}
 	for _, name := range names {
 		rc := realreplay.Config{Replay: cfg, Speedup: f.speedup, End: start.Add(d), Passes: int(f.passes), Progress: out,
 			Cluster: drill.ClusterConfig{WorkersPerMachine: f.real.perMachine, WorkerArgs: args, Out: out,
@@ -198,16 +201,19 @@ func fmtOpt(v *float64) string {
 // realReport is the JSON report of a real replay: per policy what the
 // simulated replay reports, and the job's test metric.
 type realReport struct {
-	Market      string                       `json:"market"`
-	Provider    string                       `json:"provider,omitempty"`
-	Prices      string                       `json:"prices"`
-	Preemptions string                       `json:"preemptions,omitempty"`
-	App         string                       `json:"app"`
-	Passes      float64                      `json:"passes"`
-	Speedup     float64                      `json:"speedup"`
-	Start       time.Time                    `json:"start"`
-	Segment     string                       `json:"segment"`
-	Simulated   bool                         `json:"simulated"`
-	Calibration any                          `json:"calibration"`
-	Policies    map[string]realreplay.Result `json:"policies"`
+	Market      string `json:"market"`
+	Provider    string `json:"provider,omitempty"`
+	Prices      string `json:"prices"`
+	Preemptions string `json:"preemptions,omitempty"`
+	// PreemptionsAt is where the start sat in each preemption trace in
+	// use: at its Lead, as a single simulated run.
+	PreemptionsAt []replay.Position            `json:"preemptions_at,omitempty"`
+	App           string                       `json:"app"`
+	Passes        float64                      `json:"passes"`
+	Speedup       float64                      `json:"speedup"`
+	Start         time.Time                    `json:"start"`
+	Segment       string                       `json:"segment"`
+	Simulated     bool                         `json:"simulated"`
+	Calibration   any                          `json:"calibration"`
+	Policies      map[string]realreplay.Result `json:"policies"`
 }

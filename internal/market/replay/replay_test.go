@@ -329,3 +329,129 @@ func TestLastCall(t *testing.T) {
 		}
 	}
 }
+
+// halves is a 1-node preemption trace of the given length whose machine
+// is taken back for ten minutes of every hour until calm, and never after.
+func halves(source string, length, calm time.Duration) *trace.Availability {
+	a := &trace.Availability{Source: source, Size: 1, End: length}
+	for at := time.Duration(0); at < calm; at += time.Hour {
+		a.Offsets = append(a.Offsets, at, at+50*time.Minute)
+		a.Counts = append(a.Counts, 1, 0)
+	}
+	a.Offsets = append(a.Offsets, calm)
+	a.Counts = append(a.Counts, 1)
+	return a
+}
+
+// TestSweepSpreadsPreemptions: the starts of a sweep sit at different
+// places in a preemption trace, moving with the start (they all sat at
+// its Lead, so a sweep sampled only the prices): on a 20-day trace that
+// evicts every hour until day 12 and never after, the first start (at
+// day 10, its Lead) is evicted and the second (past day 14) is not.
+func TestSweepSpreadsPreemptions(t *testing.T) {
+	cfg := testConfig(synthetic(3))
+	cfg.Model = billing.GCP
+	cfg.Avail = []*trace.Availability{halves("halves.json", 20*24*time.Hour, 12*24*time.Hour)}
+	var progress strings.Builder
+	cfg.Progress = &progress
+	starts := []time.Time{t0.Add(15 * 24 * time.Hour), t0.Add(25 * 24 * time.Hour)}
+	rep, err := Sweep(context.Background(), cfg, []string{"ondemand", "checkpoint"}, starts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The starts spread over [10 d, 20 d − d], d twice the on-demand
+	// reference's hours (6.3), the second at half of it.
+	d := SpreadMargin * rep.Runs[0].Policies["ondemand"].Hours
+	if math.Abs(rep.ExpectedHours-d) > 1e-9 || d < 12 || d > 14 || rep.NotSpread != nil {
+		t.Errorf("expected %v h, not spread %v; want %v h, all spread", rep.ExpectedHours, rep.NotSpread, d)
+	}
+	want := []float64{240, 240 + (240-d)/2}
+	for i, r := range rep.Runs {
+		if len(r.Preemptions) != 1 || r.Preemptions[0].Trace != "halves.json" || math.Abs(r.Preemptions[0].AtHours-want[i]) > 1e-6 || r.Preemptions[0].LengthHours != 480 {
+			t.Errorf("start %d sat at %+v, want %v h of halves.json's 480", i, r.Preemptions, want[i])
+		}
+	}
+	first, second := rep.Runs[0].Policies["checkpoint"], rep.Runs[1].Policies["checkpoint"]
+	if first.Evictions == 0 || second.Evictions != 0 || first.Unfinished || second.Unfinished {
+		t.Errorf("checkpoint: %d evictions from the first start, %d from the second; want some, then none", first.Evictions, second.Evictions)
+	}
+	if !strings.Contains(progress.String(), "start 2/2 "+starts[1].Format(time.RFC3339)+" sits in the preemption traces at 353.7 h of halves.json's 480.0") {
+		t.Errorf("progress does not say where the second start sat:\n%s", progress.String())
+	}
+}
+
+// TestSweepShortPreemptionTrace: a trace that cannot hold the job's
+// expected duration after its Lead keeps every start at the Lead, and
+// the sweep says so once, naming it.
+func TestSweepShortPreemptionTrace(t *testing.T) {
+	cfg := testConfig(synthetic(3))
+	cfg.Model = billing.GCP
+	// 10 h past, 10 h ahead: less than the 12.6 h expected.
+	cfg.Avail = []*trace.Availability{{Source: "short.txt", Offsets: []time.Duration{0}, Counts: []int{1}, Size: 1, End: 20 * time.Hour}}
+	var progress strings.Builder
+	cfg.Progress = &progress
+	starts := []time.Time{t0.Add(15 * 24 * time.Hour), t0.Add(20 * 24 * time.Hour), t0.Add(25 * 24 * time.Hour)}
+	rep, err := Sweep(context.Background(), cfg, []string{"ondemand", "checkpoint"}, starts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(rep.NotSpread, []string{"short.txt"}) {
+		t.Errorf("not spread %v, want short.txt", rep.NotSpread)
+	}
+	for i, r := range rep.Runs {
+		if len(r.Preemptions) != 1 || r.Preemptions[0].AtHours != 10 {
+			t.Errorf("start %d sat at %+v, want 10 h (the Lead)", i, r.Preemptions)
+		}
+	}
+	if n := strings.Count(progress.String(), "every start sits at the same place in the preemption trace short.txt, 10.0 h in"); n != 1 {
+		t.Errorf("said %d times that short.txt is too short, want once:\n%s", n, progress.String())
+	}
+}
+
+// TestSpread: where each start sits in traces of 11 hours to 45 days, for
+// the first of any number of starts (and a single run) at the Lead.
+func TestSpread(t *testing.T) {
+	day := 24 * time.Hour
+	cfg := Config{Avail: []*trace.Availability{{End: 45 * day}, {End: 7 * day}, {End: 11 * time.Hour}}}
+	for _, c := range []struct {
+		i, n int
+		d    time.Duration
+		at   []time.Duration
+		kept []int
+	}{
+		{0, 1, 2 * day, []time.Duration{14 * day, 3.5 * 24 * time.Hour, 5.5 * 60 * time.Minute}, []int{2}},
+		{0, 4, 2 * day, []time.Duration{14 * day, 3.5 * 24 * time.Hour, 5.5 * 60 * time.Minute}, []int{2}},
+		{2, 4, 2 * day, []time.Duration{14*day + 29*day/2, 3.5*24*time.Hour + 36*time.Hour/2, 5.5 * 60 * time.Minute}, []int{2}},
+		{3, 4, 5 * time.Hour, []time.Duration{14*day + 3*(31*day-5*time.Hour)/4, 3.5*24*time.Hour + 3*(84*time.Hour-5*time.Hour)/4, 5.5*60*time.Minute + 3*(30*time.Minute)/4}, nil},
+		{1, 2, 0, []time.Duration{14 * day, 3.5 * 24 * time.Hour, 5.5 * 60 * time.Minute}, []int{0, 1, 2}},
+	} {
+		at, kept := cfg.Spread(c.i, c.n, c.d)
+		if !slices.Equal(at, c.at) || !slices.Equal(kept, c.kept) {
+			t.Errorf("start %d of %d, %v expected: at %v kept %v, want %v %v", c.i, c.n, c.d, at, kept, c.at, c.kept)
+		}
+	}
+}
+
+// TestSweepOneStartKeepsLead: a single start sits at each preemption
+// trace's Lead, as before the starts were spread, and its run is the one
+// Run makes without a placement; the report says where it sat.
+func TestSweepOneStartKeepsLead(t *testing.T) {
+	cfg := testConfig(synthetic(3))
+	cfg.Model = billing.GCP
+	cfg.Avail = []*trace.Availability{halves("halves.json", 20*24*time.Hour, 12*24*time.Hour)}
+	start := t0.Add(15 * 24 * time.Hour)
+	rep, err := Sweep(context.Background(), cfg, []string{"checkpoint"}, []time.Time{start})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.PreemptionsAt) != 1 || rep.PreemptionsAt[0].AtHours != 240 || rep.ExpectedHours != 0 {
+		t.Errorf("one start sat at %+v (expected %v h), want 240 h of halves.json, nothing spread", rep.PreemptionsAt, rep.ExpectedHours)
+	}
+	want, err := Run(context.Background(), cfg, "checkpoint", start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rep.Policies["checkpoint"]; got.Dollars != want.Dollars || got.Evictions != want.Evictions || want.Evictions == 0 {
+		t.Errorf("one start: %+v, want Run's %+v", got, want)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"path/filepath"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -42,6 +43,15 @@ type Report struct {
 	BidBrainVsCheckpointWorst  *float64   `json:"bidbrain_vs_checkpoint_worst,omitempty"`
 	BidBrainHoursMedian        *float64   `json:"bidbrain_hours_vs_ondemand_median,omitempty"`
 	BidBrainHoursWorst         *float64   `json:"bidbrain_hours_vs_ondemand_worst,omitempty"`
+	// PreemptionsAt is where a single start sat in each preemption trace
+	// (with several starts, each run's Preemptions says).
+	PreemptionsAt []Position `json:"preemptions_at,omitempty"`
+	// ExpectedHours is the job's expected duration a sweep spread its
+	// starts over the preemption traces for (SpreadMargin times the first
+	// start's on-demand hours), and NotSpread the traces too short for it,
+	// where every start sat at the trace's Lead.
+	ExpectedHours float64  `json:"expected_hours,omitempty"`
+	NotSpread     []string `json:"preemptions_not_spread,omitempty"`
 	// Unfinished counts, by policy, the starts whose run the trace ended
 	// before the job did: left out of the medians and ratios.
 	Unfinished     map[string]int `json:"unfinished_runs,omitempty"`
@@ -58,6 +68,69 @@ type StartRun struct {
 	BidBrainVsOnDemand   *float64          `json:"bidbrain_vs_ondemand,omitempty"`
 	BidBrainVsCheckpoint *float64          `json:"bidbrain_vs_checkpoint,omitempty"`
 	BidBrainHours        *float64          `json:"bidbrain_hours_vs_ondemand,omitempty"`
+	// Preemptions is where the start sat in each preemption trace in use.
+	Preemptions []Position `json:"preemptions,omitempty"`
+}
+
+// Position is where a run's start sat in one preemption trace: AtHours
+// of its LengthHours were past, as the past the policy saw.
+type Position struct {
+	Trace       string  `json:"trace"`
+	AtHours     float64 `json:"at_hours"`
+	LengthHours float64 `json:"length_hours"`
+}
+
+// PositionList is ps for a line of the terminal.
+func PositionList(ps []Position) string {
+	var at []string
+	for _, p := range ps {
+		at = append(at, p.String())
+	}
+	return strings.Join(at, ", ")
+}
+
+func (p Position) String() string {
+	return fmt.Sprintf("%.1f h of %s's %.1f", p.AtHours, filepath.Base(p.Trace), p.LengthHours)
+}
+
+// Positions are where a run of c starts in each preemption trace in use
+// (the first min(traces, markets)).
+func (c Config) Positions() []Position {
+	var ps []Position
+	for i := 0; i < min(len(c.Avail), len(c.Prices.Series)); i++ {
+		ps = append(ps, Position{Trace: c.Avail[i].Source, AtHours: c.at(i).Hours(), LengthHours: c.Avail[i].End.Hours()})
+	}
+	return ps
+}
+
+// spread sets c.At for the i-th of the sweep's starts (Spread), over the
+// expected duration d; at the second start it says once which traces are
+// too short to move in.
+func (rep *Report) spread(c *Config, i int, d time.Duration) {
+	if i == 0 || len(c.Avail) == 0 {
+		return
+	}
+	at, kept := c.Spread(i, len(rep.Starts), d)
+	c.At = at
+	if i > 1 {
+		return
+	}
+	rep.ExpectedHours = d.Hours()
+	for _, k := range kept {
+		if k >= len(c.Prices.Series) {
+			continue
+		}
+		a := c.Avail[k]
+		rep.NotSpread = append(rep.NotSpread, a.Source)
+		if c.Progress == nil {
+			continue
+		}
+		why := fmt.Sprintf("it holds %.1f h after the %.1f h its policies see as the past, less than the job's expected %.1f h (%g times on-demand's)", (a.End - Lead(a)).Hours(), Lead(a).Hours(), d.Hours(), float64(SpreadMargin))
+		if d <= 0 {
+			why = "the on-demand reference did not finish from the first start, so the job's duration is unknown"
+		}
+		fmt.Fprintf(c.Progress, "replay: every start sits at the same place in the preemption trace %s, %.1f h in: %s\n", a.Source, Lead(a).Hours(), why)
+	}
 }
 
 // Sweep runs every policy from every start. The on-demand reference is
@@ -69,11 +142,19 @@ func Sweep(ctx context.Context, cfg Config, policies []string, starts []time.Tim
 	if !contains(names, "ondemand") {
 		names = append([]string{"ondemand"}, names...)
 	}
+	// expected is the job's duration the starts are spread over the
+	// preemption traces for, from the first start's on-demand run (whose
+	// machines are in no preemption trace).
+	var expected time.Duration
 	for i, start := range starts {
-		run := StartRun{Start: start, Policies: map[string]Result{}}
 		c := cfg
+		rep.spread(&c, i, expected)
+		run := StartRun{Start: start, Policies: map[string]Result{}, Preemptions: c.Positions()}
 		if i > 0 {
 			c.Sample = 0
+		}
+		if c.Progress != nil && len(run.Preemptions) > 0 {
+			fmt.Fprintf(c.Progress, "replay: start %d/%d %s sits in the preemption traces at %s\n", i+1, len(starts), start.Format(time.RFC3339), PositionList(run.Preemptions))
 		}
 		for j, name := range names {
 			k := float64(i*len(names) + j)
@@ -103,6 +184,9 @@ func Sweep(ctx context.Context, cfg Config, policies []string, starts []time.Tim
 			}
 		}
 		if od := run.Policies["ondemand"]; !od.Unfinished {
+			if i == 0 {
+				expected = time.Duration(SpreadMargin * od.Hours * float64(time.Hour))
+			}
 			for name, res := range run.Policies {
 				res.OnDemandDollars = od.Dollars
 				run.Policies[name] = res
@@ -187,6 +271,9 @@ func (rep *Report) summarise(policies []string) {
 		rep.BidBrainVsCheckpointMedian, rep.BidBrainVsCheckpointWorst = median(vsCk), worst(vsCk)
 		rep.BidBrainHoursMedian, rep.BidBrainHoursWorst = median(hours), worst(hours)
 	} else {
+		if len(rep.Runs) == 1 {
+			rep.PreemptionsAt = rep.Runs[0].Preemptions
+		}
 		rep.Runs = nil
 	}
 }

@@ -27,6 +27,11 @@ type Config struct {
 	// Avail are the preemption traces of a per-second market, assigned
 	// to the markets in turn (market i gets Avail[i mod len]).
 	Avail []*trace.Availability
+	// At is where a run's start sits in each of Avail: At[i] of Avail[i]
+	// is already past then, as the past its policy sees. Nil places each
+	// trace at its Lead, as a single run does; a sweep moves it with the
+	// start (Spread).
+	At    []time.Duration
 	Model billing.Model
 	Cal   jobsim.Calibration
 	// Updates is the job's work.
@@ -108,8 +113,17 @@ func (c Config) policyConfig() policy.Config {
 // the past its policy sees: two weeks, or half a shorter trace.
 func Lead(a *trace.Availability) time.Duration { return min(14*24*time.Hour, a.End/2) }
 
+// at is how much of preemption trace i is past at a run's start: At[i],
+// or the trace's Lead.
+func (c Config) at(i int) time.Duration {
+	if c.At == nil {
+		return Lead(c.Avail[i])
+	}
+	return c.At[i]
+}
+
 // source is what the provider of a run from start replays: the prices,
-// and each preemption trace placed so that Lead of it is past at start.
+// and each preemption trace placed so that at of it is past at start.
 func (c Config) source(start time.Time) *history.Source {
 	src := &history.Source{Prices: c.Prices}
 	if len(c.Avail) == 0 {
@@ -117,10 +131,39 @@ func (c Config) source(start time.Time) *history.Source {
 	}
 	src.Avail = map[market.Market]*history.Timeline{}
 	for i, s := range c.Prices.Series {
-		a := c.Avail[i%len(c.Avail)]
-		src.Avail[s.Market] = history.Place(a, start.Add(-Lead(a)))
+		k := i % len(c.Avail)
+		src.Avail[s.Market] = history.Place(c.Avail[k], start.Add(-c.at(k)))
 	}
 	return src
+}
+
+// SpreadMargin is how many times the on-demand reference's hours a
+// preemption trace must still hold after a start's position in it for a
+// sweep to move the position: a spot policy runs longer than the
+// reference when it is evicted often (checkpoint-restart about 1.5 times
+// on SkyPilot's 1-node AWS traces, twelfth session), and a run past the
+// trace's end is unfinished.
+const SpreadMargin = 2
+
+// Spread is where the i-th of n starts of a sweep sits in each of Avail,
+// for a job expected to take d (SpreadMargin times the on-demand
+// reference's hours): the same share i/n of the positions that leave the
+// policy its Lead of past and d of trace ahead, [Lead, End−d], as the
+// start has of the sweep's segment. The first start (and a single run)
+// sits at Lead, as before. A trace that cannot hold d after its Lead
+// (or d unknown, zero) keeps Lead for every start, and is named in kept.
+func (c Config) Spread(i, n int, d time.Duration) (at []time.Duration, kept []int) {
+	at = make([]time.Duration, len(c.Avail))
+	for k, a := range c.Avail {
+		lo, hi := Lead(a), a.End-d
+		at[k] = lo
+		if d <= 0 || hi < lo {
+			kept = append(kept, k)
+			continue
+		}
+		at[k] = lo + time.Duration(int64(hi-lo)/int64(n)*int64(i))
+	}
+	return at, kept
 }
 
 // Horizon is where a run from start runs out of trace, and what ends
@@ -132,9 +175,9 @@ func (c Config) Horizon(start time.Time, spot bool) (time.Time, string) {
 	what := "the price trace " + c.Prices.Source
 	for i := 0; spot && i < min(len(c.Avail), len(c.Prices.Series)); i++ {
 		a := c.Avail[i]
-		if e := start.Add(a.End - Lead(a)); e.Before(end) {
+		if e := start.Add(a.End - c.at(i)); e.Before(end) {
 			end = e
-			what = fmt.Sprintf("the preemption trace %s (%v long, %v of it before the start as the past)", a.Source, a.End.Round(time.Minute), Lead(a).Round(time.Minute))
+			what = fmt.Sprintf("the preemption trace %s (%v long, %v of it before the start as the past)", a.Source, a.End.Round(time.Minute), c.at(i).Round(time.Minute))
 		}
 	}
 	return end, what
