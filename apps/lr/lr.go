@@ -111,6 +111,9 @@ func featureKey(f uint64) uint64 { return f + 1 }
 // cfg.Test after every pass the job hands it the evaluation of.
 func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 	train, err := data.ReadLIBSVM(cfg.Train)
+	if err == nil {
+		err = data.CheckRows(cfg.Train, train.Len())
+	}
 	if err != nil {
 		return nil, fmt.Errorf("lr: %w", err)
 	}
@@ -118,7 +121,10 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 	// Every worker reads the test data: whichever is live when a pass
 	// ends evaluates it.
 	if cfg.Test != "" {
-		if test, err = data.ReadLIBSVM(cfg.Test); err != nil {
+		if test, err = data.ReadLIBSVM(cfg.Test); err == nil {
+			err = data.CheckRows(cfg.Test, test.Len())
+		}
+		if err != nil {
 			return nil, fmt.Errorf("lr: %w", err)
 		}
 	}

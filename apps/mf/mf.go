@@ -78,6 +78,9 @@ func itemKey(i uint32) uint64 { return uint64(i)<<1 | 1 }
 // cfg.Test after every pass the job hands it the evaluation of.
 func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 	train, err := data.ReadRatings(cfg.Train)
+	if err == nil {
+		err = data.CheckRows(cfg.Train, train.Len())
+	}
 	if err != nil {
 		return nil, fmt.Errorf("mf: %w", err)
 	}
@@ -85,7 +88,10 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 	// Every worker reads the test data: whichever is live when a pass
 	// ends evaluates it.
 	if cfg.Test != "" {
-		if test, err = data.ReadRatings(cfg.Test); err != nil {
+		if test, err = data.ReadRatings(cfg.Test); err == nil {
+			err = data.CheckRows(cfg.Test, test.Len())
+		}
+		if err != nil {
 			return nil, fmt.Errorf("mf: %w", err)
 		}
 	}

@@ -106,12 +106,18 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 		name = "nn"
 	}
 	train, err := data.ReadClasses(cfg.Train)
+	if err == nil {
+		err = data.CheckRows(cfg.Train, train.Len())
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	var test *data.Classes
 	if cfg.Test != "" {
-		if test, err = data.ReadClasses(cfg.Test); err != nil {
+		if test, err = data.ReadClasses(cfg.Test); err == nil {
+			err = data.CheckRows(cfg.Test, test.Len())
+		}
+		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 	}
