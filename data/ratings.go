@@ -34,6 +34,20 @@ func (r *Ratings) Mean() float64 {
 	return sum / float64(len(r.Values))
 }
 
+// Range returns the smallest and largest rating (0, 0 when there are
+// none): the scale a prediction is clipped to, which is 1-5 for MovieLens
+// 100K, 0.5-5 for the later MovieLens sets and -10-10 for Jester.
+func (r *Ratings) Range() (lo, hi float32) {
+	if len(r.Values) == 0 {
+		return 0, 0
+	}
+	lo, hi = r.Values[0], r.Values[0]
+	for _, v := range r.Values[1:] {
+		lo, hi = min(lo, v), max(hi, v)
+	}
+	return lo, hi
+}
+
 // ReadRatings reads a ratings file, plain or gzip-compressed. See
 // ParseRatings.
 func ReadRatings(path string) (*Ratings, error) {

@@ -75,7 +75,8 @@ without --exit-when-done keeps them up after the job), or with --checkpoint-dir
 from the newest committed checkpoint there (no cluster needed), and writes it
 to --out: for lr a liblinear model file (liblinear-predict scores data with
 it); for mf a directory of TSV files (users.tsv and items.tsv: id, bias,
-factors; global.tsv: the mean rating); for lda a directory holding
+factors; global.tsv: the mean rating and the ratings' range, which
+predictions are clipped to); for lda a directory holding
 topic_word_counts.tsv and top_words.tsv. The job's data files must be
 readable here (lr's feature scaling, mf's users and items, lda's words).
 A job that ends its cluster writes its model itself: give the job
