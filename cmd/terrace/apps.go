@@ -54,7 +54,7 @@ func (a *appFlags) register(fs *pflag.FlagSet) {
 	fs.SetNormalizeFunc(passesAlias)
 	fs.IntVar(&a.batch, "batch", 0, "examples per worker minibatch (app default if 0: lr 100, or fewer for small data (rows/400, at least 10), mf 64, mlr and nn 100, lasso 8 coordinates, lda 64 documents)")
 	fs.IntVar(&a.rank, "factors", 64, "mf: number of latent factors")
-	fs.Float64Var(&a.lr, "lr", 0, "learning rate (app default if 0: lr's FTRL alpha 1, on features scaled by --scale; mf's SGD step 0.01; mlr's and nn's 0.5)")
+	fs.Float64Var(&a.lr, "lr", 0, "learning rate (app default if 0: lr's FTRL alpha 1, on features scaled by --scale; mf's SGD step 0.01; mlr's AdaGrad 0.1; nn's SGD 0.5)")
 	fs.Float64Var(&a.l1, "l1", 0.001, "lr: FTRL L1 strength; lasso: the L1 strength lambda (default 0.05 of the data's lambda_max, the least that zeroes every weight)")
 	fs.Float64Var(&a.l2, "l2", 0.01, "L2 strength (mf default 0.08)")
 	fs.Float64Var(&a.significance, "significance", 0, "push only entries whose accumulated change exceeds this (0: push everything)")
