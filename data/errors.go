@@ -9,6 +9,22 @@ import (
 // opposed to a failure to read it; test for it with errors.Is.
 var ErrMalformed = errors.New("malformed data")
 
+// ErrNoRows is wrapped by the apps' errors for a data file that holds no
+// rows: only blank lines, comments or a header, or a gzip stream of
+// nothing. The readers return an empty result for such input, a valid
+// value; an app has nothing to train on or evaluate, and says so before
+// it trains nothing or scores NaN.
+var ErrNoRows = errors.New("no data rows (only blank lines, comments or a header)")
+
+// CheckRows returns an error wrapping ErrNoRows, naming path, when rows is
+// 0.
+func CheckRows(path string, rows int) error {
+	if rows == 0 {
+		return fmt.Errorf("%s: %w", path, ErrNoRows)
+	}
+	return nil
+}
+
 // LineError reports a malformed line of an input file. It wraps ErrMalformed
 // and, when the line could not be read at all (a truncated or corrupt gzip
 // stream), the underlying error Err.

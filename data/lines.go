@@ -39,8 +39,16 @@ func newLineReader(r io.Reader, name string) (*lineReader, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Windows tools (Notepad, Excel's "CSV UTF-8") start text with a
+	// UTF-8 byte order mark, which would stick to the first field and
+	// make the first line malformed.
+	if b, err := br.Peek(len(utf8BOM)); err == nil && string(b) == utf8BOM {
+		br.Discard(len(utf8BOM))
+	}
 	return &lineReader{br: br, name: name}, nil
 }
+
+const utf8BOM = "\xef\xbb\xbf"
 
 // maybeGunzip buffers r, decompressing it if it starts with gzip's magic
 // bytes. Fewer than two bytes (an empty input) is simply not gzip; a real

@@ -34,6 +34,20 @@ func (r *Ratings) Mean() float64 {
 	return sum / float64(len(r.Values))
 }
 
+// Range returns the smallest and largest rating (0, 0 when there are
+// none): the scale a prediction is clipped to, which is 1-5 for MovieLens
+// 100K, 0.5-5 for the later MovieLens sets and -10-10 for Jester.
+func (r *Ratings) Range() (lo, hi float32) {
+	if len(r.Values) == 0 {
+		return 0, 0
+	}
+	lo, hi = r.Values[0], r.Values[0]
+	for _, v := range r.Values[1:] {
+		lo, hi = min(lo, v), max(hi, v)
+	}
+	return lo, hi
+}
+
 // ReadRatings reads a ratings file, plain or gzip-compressed. See
 // ParseRatings.
 func ReadRatings(path string) (*Ratings, error) {
@@ -46,19 +60,38 @@ func ReadRatings(path string) (*Ratings, error) {
 // "::" when a line holds one (MovieLens 1M and 10M ratings.dat) or, when a
 // line holds a comma, by commas (ratings.csv), with optional spaces
 // around either. Ids are decimal uint32s, the rating a finite float32, and
-// the timestamp, which is checked but not kept, a non-negative integer.
-// Blank lines are skipped, and so is a header: a first line whose fields
-// are all words, such as "userId,movieId,rating,timestamp".
+// the timestamp, which is checked but not kept, a non-negative integer or
+// a date (YYYY-MM-DD). Blank lines are skipped, and so is a header: a
+// first line whose fields are all words, such as
+// "userId,movieId,rating,timestamp".
+//
+// The Netflix Prize's files (training_set/mv_*.txt, combined_data_*.txt)
+// are read too: a line "item:" starts each item's ratings, one a line as
+// "user,rating,date". A file whose first line is "item:" is read so.
 //
 // A malformed line gives a *LineError wrapping ErrMalformed.
 func ParseRatings(r io.Reader, name string) (*Ratings, error) {
 	rs := &Ratings{}
 	var maxUser, maxItem uint32
 	first := true
+	// netflix: the file is the Netflix Prize's, whose lines are
+	// "user,rating,date" after an "item:" line.
+	var netflix bool
+	var item []byte // the current item line's id (a copy: lines are reused)
 	var fields [5][]byte
 	err := eachLine(r, name, func(line []byte) string {
 		n := splitFields(line, &fields)
 		if n == 0 {
+			return ""
+		}
+		if id, ok := itemLine(line); ok {
+			if !first && !netflix {
+				return fmt.Sprintf("item line %s in a file that did not start with one (the Netflix Prize's files do)", quote(trimSpace(line)))
+			}
+			if _, reason := parseID("item", id); reason != "" {
+				return reason
+			}
+			first, netflix, item = false, true, append(item[:0], id...)
 			return ""
 		}
 		if first {
@@ -67,7 +100,14 @@ func ParseRatings(r io.Reader, name string) (*Ratings, error) {
 				return ""
 			}
 		}
-		if n < 3 || n > 4 {
+		if netflix {
+			if n < 2 || n > 3 {
+				return fmt.Sprintf("%d fields, want user,rating[,date] after an item line (the Netflix Prize's format)", n)
+			}
+			// As user item rating [date], which parseRating reads.
+			fields[3], fields[2], fields[1] = fields[2], fields[1], item
+			n++
+		} else if n < 3 || n > 4 {
 			return fmt.Sprintf("%d fields, want user item rating [timestamp]", n)
 		}
 		u, i, v, reason := parseRating(fields[:n])
@@ -142,11 +182,37 @@ func parseRating(f [][]byte) (user, item uint32, v float32, reason string) {
 		return 0, 0, 0, fmt.Sprintf("rating %s %s", quote(f[2]), reason)
 	}
 	if len(f) == 4 {
-		if _, ok, _ := parseUint(f[3], math.MaxInt64); !ok {
-			return 0, 0, 0, fmt.Sprintf("timestamp %s is not a non-negative integer", quote(f[3]))
+		if _, ok, _ := parseUint(f[3], math.MaxInt64); !ok && !isDate(f[3]) {
+			return 0, 0, 0, fmt.Sprintf("timestamp %s is neither a non-negative integer nor a date (YYYY-MM-DD)", quote(f[3]))
 		}
 	}
 	return user, item, v, ""
+}
+
+// isDate reports whether b is a date YYYY-MM-DD, as the Netflix Prize's
+// files give the day of each rating.
+func isDate(b []byte) bool {
+	if len(b) != 10 || b[4] != '-' || b[7] != '-' {
+		return false
+	}
+	for i, c := range b {
+		if i != 4 && i != 7 && (c < '0' || c > '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// itemLine reports whether line is a Netflix Prize item line, "id:", and
+// returns the id's digits.
+func itemLine(line []byte) ([]byte, bool) {
+	line = trimSpace(line)
+	n := len(line)
+	if n < 2 || line[n-1] != ':' || line[n-2] == ':' {
+		return nil, false
+	}
+	_, ok, _ := parseUint(line[:n-1], math.MaxUint64)
+	return line[:n-1], ok
 }
 
 // isHeader reports whether every field is a word, not a number; "inf" and

@@ -1,6 +1,7 @@
 package data
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -67,6 +68,10 @@ func TestParseRatings(t *testing.T) {
 			[]uint32{1, 4}, []uint32{2, 5}, []float32{3, 1}, 5, 6},
 		{"header after blank lines", "\n\nuser item rating\n1 1 1\n",
 			[]uint32{1}, []uint32{1}, []float32{1}, 2, 2},
+		{"netflix prize (combined_data_1.txt, crlf)", "1:\r\n1488844,3,2005-09-06\r\n822109,5,2005-05-13\r\n\r\n10:\r\n1488844,4,2005-10-01\r\n",
+			[]uint32{1488844, 822109, 1488844}, []uint32{1, 1, 10}, []float32{3, 5, 4}, 1488845, 11},
+		{"netflix prize without dates", "3:\n7,2\n", []uint32{7}, []uint32{3}, []float32{2}, 8, 4},
+		{"dates as timestamps", "user,item,rating,date\n1,2,4,2005-09-06\n", []uint32{1}, []uint32{2}, []float32{4}, 2, 3},
 		{"largest ids", "4294967295 4294967295 1\n",
 			[]uint32{math.MaxUint32}, []uint32{math.MaxUint32}, []float32{1}, maxIDs, maxIDs},
 	} {
@@ -100,7 +105,12 @@ func TestParseRatingsMalformed(t *testing.T) {
 		{"user too large", "4294967296 1 3\n", 1, `user id "4294967296" does not fit in 32 bits`},
 		{"NaN rating", "1 1 3\r\n2 2 NaN\r\n", 2, `rating "NaN" is not finite`},
 		{"word rating", "1 1 good\n", 1, `rating "good" is not a number`},
-		{"bad timestamp", "1 1 3 12:00\n", 1, `timestamp "12:00" is not a non-negative integer`},
+		{"bad timestamp", "1 1 3 12:00\n", 1, `timestamp "12:00" is neither a non-negative integer nor a date (YYYY-MM-DD)`},
+		{"bad date", "1,1,3,2005-9-6\n", 1, `timestamp "2005-9-6" is neither`},
+		{"netflix item too large", "4294967296:\n1,3,2005-09-06\n", 1, `item id "4294967296" does not fit in 32 bits`},
+		{"netflix rating without an item", "1,1,3\n2:\n1,3\n", 2, `item line "2:" in a file that did not start with one`},
+		{"netflix line of four fields", "1:\n1,3,2005-09-06,x\n", 2, "4 fields, want user,rating[,date] after an item line"},
+		{"netflix bad rating", "1:\n1488844,3,2005-09-06\n822109,five,2005-05-13\n", 3, `rating "five" is not a number`},
 		{"empty csv field", "1,,3\n", 1, `item id "" is not a non-negative integer`},
 		{"csv trailing comma", "1,2,3,4,\n", 1, "5 fields"},
 		{"single colon", "1:2:3\n", 1, "1 fields"},
@@ -141,5 +151,25 @@ func TestReadRatingsFiles(t *testing.T) {
 	}
 	if got := (&Ratings{}).Mean(); got != 0 {
 		t.Errorf("Mean of no ratings = %v, want 0", got)
+	}
+}
+
+// TestNetflixItemOutlivesItsLine: an item line's id holds for every
+// rating after it, however far past the line the reader's buffer has
+// moved on (it was kept as a slice of the reused line buffer).
+func TestNetflixItemOutlivesItsLine(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("17770:\n")
+	for u := range 20000 {
+		fmt.Fprintf(&b, "%d,3,2005-09-06\n", u)
+	}
+	r, err := ParseRatings(strings.NewReader(b.String()), "mv_0017770.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, it := range r.Items {
+		if it != 17770 {
+			t.Fatalf("rating %d: item %d, want 17770", i, it)
+		}
 	}
 }

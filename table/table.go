@@ -39,7 +39,8 @@ type Rule struct {
 	Beta  float32 `json:"beta,omitempty" yaml:"beta,omitempty"`
 	// Eps guards divisions in AdaGrad and Adam.
 	Eps float32 `json:"eps,omitempty" yaml:"eps,omitempty"`
-	// L1, L2 are FTRL's regularisation strengths, and L2 weight decay for SGD.
+	// L1, L2 are FTRL's regularisation strengths, and L2 weight decay for
+	// SGD and AdaGrad.
 	L1 float32 `json:"l1,omitempty" yaml:"l1,omitempty"`
 	L2 float32 `json:"l2,omitempty" yaml:"l2,omitempty"`
 }

@@ -17,18 +17,24 @@ import (
 // of.
 func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 	train, err := data.ReadRegression(cfg.Train)
+	if err == nil {
+		err = data.CheckRows(cfg.Train, train.Len())
+	}
 	if err != nil {
 		return nil, fmt.Errorf("lasso: %w", err)
 	}
 	var test *data.Sparse
 	if cfg.Test != "" {
-		if test, err = data.ReadRegression(cfg.Test); err != nil {
+		if test, err = data.ReadRegression(cfg.Test); err == nil {
+			err = data.CheckRows(cfg.Test, test.Len())
+		}
+		if err != nil {
 			return nil, fmt.Errorf("lasso: %w", err)
 		}
 	}
 	p := NewProblem(train)
-	if p.d == 0 || p.n == 0 {
-		return nil, fmt.Errorf("lasso: %s holds no features or no rows", cfg.Train)
+	if p.d == 0 {
+		return nil, fmt.Errorf("lasso: %s holds no features", cfg.Train)
 	}
 	lambda := cfg.Lambda
 	if lambda <= 0 {

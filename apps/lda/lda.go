@@ -131,6 +131,9 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	corpus, err := data.ReadDocWords(cfg.Train)
+	if err == nil {
+		err = data.CheckRows(cfg.Train, corpus.NumDocs())
+	}
 	if err != nil {
 		return nil, fmt.Errorf("lda: %w", err)
 	}

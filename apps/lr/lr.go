@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/terrace-ml/terrace/data"
-	"github.com/terrace-ml/terrace/keyspace"
 	"github.com/terrace-ml/terrace/metrics"
 	"github.com/terrace-ml/terrace/ps"
 	"github.com/terrace-ml/terrace/table"
@@ -111,6 +110,9 @@ func featureKey(f uint64) uint64 { return f + 1 }
 // cfg.Test after every pass the job hands it the evaluation of.
 func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 	train, err := data.ReadLIBSVM(cfg.Train)
+	if err == nil {
+		err = data.CheckRows(cfg.Train, train.Len())
+	}
 	if err != nil {
 		return nil, fmt.Errorf("lr: %w", err)
 	}
@@ -118,7 +120,10 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 	// Every worker reads the test data: whichever is live when a pass
 	// ends evaluates it.
 	if cfg.Test != "" {
-		if test, err = data.ReadLIBSVM(cfg.Test); err != nil {
+		if test, err = data.ReadLIBSVM(cfg.Test); err == nil {
+			err = data.CheckRows(cfg.Test, test.Len())
+		}
+		if err != nil {
 			return nil, fmt.Errorf("lr: %w", err)
 		}
 	}
@@ -142,7 +147,7 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 			ApplyScale(test, scale)
 		}
 	}
-	w := newWorker(c, train, nkeys, tbl, cfg.Consistency)
+	w := newWorker(c, train, tbl, cfg.Consistency)
 	rep := &Report{App: "lr", Rank: c.Rank(), Batch: cfg.Batch}
 	// evalAt scores the model after pass (from 0); after the last, with
 	// --model, from the same pull that is saved, so that the model saved
@@ -216,14 +221,30 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 	return rep, nil
 }
 
-// Evaluate pulls the whole model and scores test.
+// Evaluate pulls the weights of test's features below nkeys, and the
+// bias, and scores test. It pulls those keys only, not the range up to
+// nkeys: a pull creates the keys it reads, and a range of sparse ids (50
+// million for a test set of 300,000 features) filled the servers with
+// zeros and every evaluation with their copy.
 func Evaluate(ctx context.Context, tbl *ps.Table, test *data.Sparse, nkeys uint64) (acc, logloss, auc float64, err error) {
-	model := make([]float32, nkeys)
-	if err := tbl.PullRange(keyspace.Range{Lo: 0, Hi: nkeys}, model).Wait(ctx); err != nil {
+	f := numberFeatures(test)
+	n, _ := slices.BinarySearch(f.keys, nkeys) // the features below nkeys
+	w := make([]float32, n)
+	if err := tbl.Pull(f.keys[:n], w).Wait(ctx); err != nil {
 		return 0, 0, 0, fmt.Errorf("lr: pull model: %w", err)
 	}
-	acc, logloss, auc = evaluateWeights(model, test, nkeys)
-	return acc, logloss, auc, nil
+	probs := make([]float64, test.Len())
+	for i := range probs {
+		lo, hi := test.RowPtr[i], test.RowPtr[i+1]
+		z := float64(w[0])
+		for j, li := range f.local[lo:hi] {
+			if int(li) < n {
+				z += float64(w[li]) * float64(test.Vals[lo+j])
+			}
+		}
+		probs[i] = sigmoid(z)
+	}
+	return metrics.Accuracy(test.Labels, probs), metrics.LogLoss(test.Labels, probs), metrics.AUC(test.Labels, probs), nil
 }
 
 // evaluateWeights scores test with the weights model (by key).
@@ -262,10 +283,12 @@ type worker struct {
 	// clocked is false under ASP, for which a clock message per minibatch
 	// would be pure overhead.
 	clocked bool
-	// pos maps a key to its index in the current batch's key list; every
-	// key a batch reads is set before the batch uses it. stamp marks the
-	// keys already collected for the batch being prepared (gen), so that
-	// only distinct keys are sorted.
+	// f numbers the training data's features; pos and stamp are by
+	// that number. pos maps a feature to its index in the current batch's
+	// key list; every feature a batch reads is set before the batch uses
+	// it. stamp marks the features already collected for the batch being
+	// prepared (gen), so that only distinct ones are sorted.
+	f     features
 	pos   []int32
 	stamp []uint32
 	gen   uint32
@@ -276,33 +299,39 @@ type worker struct {
 	n    int
 }
 
-func newWorker(c *ps.Client, train *data.Sparse, nkeys uint64, tbl *ps.Table, cons table.Consistency) *worker {
+func newWorker(c *ps.Client, train *data.Sparse, tbl *ps.Table, cons table.Consistency) *worker {
+	f := numberFeatures(train)
 	return &worker{c: c, train: train, tbl: tbl, prefetch: cons.Bound() < 0, clocked: cons.Model != table.ASP,
-		pos: make([]int32, nkeys), stamp: make([]uint32, nkeys)}
+		f: f, pos: make([]int32, len(f.keys)), stamp: make([]uint32, len(f.keys))}
 }
 
-// batch is one minibatch's key list and weights.
+// batch is one minibatch's key list (and the features' local numbers,
+// in the same order) and weights.
 type batch struct {
-	rows []int
-	keys []uint64
-	w    []float32
-	pull *ps.Future
+	rows   []int
+	locals []int32
+	keys   []uint64
+	w      []float32
+	pull   *ps.Future
 }
 
 func (wk *worker) prepare(rows []int) *batch {
 	wk.gen++
-	b := &batch{rows: rows, keys: []uint64{0}}
+	b := &batch{rows: rows, locals: []int32{0}}
 	wk.stamp[0] = wk.gen
 	for _, r := range rows {
-		keys, _, _ := wk.train.Row(r)
-		for _, k := range keys {
-			if fk := featureKey(k); wk.stamp[fk] != wk.gen {
-				wk.stamp[fk] = wk.gen
-				b.keys = append(b.keys, fk)
+		for _, li := range wk.f.local[wk.train.RowPtr[r]:wk.train.RowPtr[r+1]] {
+			if wk.stamp[li] != wk.gen {
+				wk.stamp[li] = wk.gen
+				b.locals = append(b.locals, li)
 			}
 		}
 	}
-	slices.Sort(b.keys)
+	slices.Sort(b.locals) // local numbers sort as their keys do
+	b.keys = make([]uint64, len(b.locals))
+	for i, li := range b.locals {
+		b.keys[i] = wk.f.keys[li]
+	}
 	b.w = make([]float32, len(b.keys))
 	b.pull = wk.tbl.Pull(b.keys, b.w)
 	return b
@@ -361,16 +390,17 @@ func sameRows(a, b []int) bool {
 // gradient returns the minibatch's mean log-loss gradient on cur's keys and
 // its summed log loss.
 func (wk *worker) gradient(cur *batch) ([]float32, float64) {
-	for i, k := range cur.keys {
-		wk.pos[k] = int32(i)
+	for i, li := range cur.locals {
+		wk.pos[li] = int32(i)
 	}
 	grad := make([]float32, len(cur.keys))
 	var loss float64
 	for _, r := range cur.rows {
-		keys, vals, y := wk.train.Row(r)
+		lo, hi := wk.train.RowPtr[r], wk.train.RowPtr[r+1]
+		locals, vals, y := wk.f.local[lo:hi], wk.train.Vals[lo:hi], wk.train.Labels[r]
 		z := float64(cur.w[0])
-		for j, k := range keys {
-			z += float64(cur.w[wk.pos[featureKey(k)]]) * float64(vals[j])
+		for j, li := range locals {
+			z += float64(cur.w[wk.pos[li]]) * float64(vals[j])
 		}
 		p := sigmoid(z)
 		if y > 0 {
@@ -380,8 +410,8 @@ func (wk *worker) gradient(cur *batch) ([]float32, float64) {
 		}
 		g := float32(p - float64(y))
 		grad[0] += g
-		for j, k := range keys {
-			grad[wk.pos[featureKey(k)]] += g * vals[j]
+		for j, li := range locals {
+			grad[wk.pos[li]] += g * vals[j]
 		}
 	}
 	scale := 1 / float32(max(len(cur.rows), 1))

@@ -19,7 +19,7 @@ import (
 // and items.tsv hold "id bias f1 ... fk" for every user and item of the
 // training data, global.tsv the mean rating; a rating is predicted as
 // mean + user bias + item bias + the factors' dot product, clipped to
-// [1, 5].
+// the training ratings' range (global.tsv's min and max).
 func (m *model) export(ctx context.Context, dir string) error {
 	return Export(dir, m.train, m.k, func(keys []uint64, f, b []float32) error {
 		return ps.All(m.factors.Pull(keys, f), m.bias.Pull(keys, b)).Wait(ctx)
@@ -71,7 +71,8 @@ func Export(dir string, train *data.Ratings, rank int, read func(keys []uint64, 
 			return fmt.Errorf("mf: export: %w", err)
 		}
 	}
-	return os.WriteFile(filepath.Join(dir, "global.tsv"), fmt.Appendf(nil, "mean\t%g\n", float32(train.Mean())), 0o644)
+	lo, hi := train.Range()
+	return os.WriteFile(filepath.Join(dir, "global.tsv"), fmt.Appendf(nil, "mean\t%g\nmin\t%g\nmax\t%g\n", float32(train.Mean()), lo, hi), 0o644)
 }
 
 // ErrModel: a model directory's file is not one export wrote (cut
@@ -79,10 +80,10 @@ func Export(dir string, train *data.Ratings, rank int, read func(keys []uint64, 
 var ErrModel = errors.New("not a whole model file")
 
 // Model is an exported model read back (LoadModel): biases and factors
-// by user and item id, and the mean rating.
+// by user and item id, the mean rating and the ratings' range.
 type Model struct {
-	Mean         float64
-	Users, Items map[uint32][]float64 // bias, then the factors
+	Mean, Min, Max float64
+	Users, Items   map[uint32][]float64 // bias, then the factors
 }
 
 // LoadModel reads a model that export wrote to dir. Every row of
@@ -96,7 +97,12 @@ func LoadModel(dir string) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mf: model: %w", err)
 	}
-	if _, err := fmt.Sscanf(string(g), "mean\t%g", &m.Mean); err != nil {
+	// A model exported before the range was recorded has the mean line
+	// alone; it was trained on MovieLens's 1-5 scale, which the
+	// predictions were then clipped to.
+	m.Min, m.Max = 1, 5
+	n, err := fmt.Sscanf(string(g), "mean\t%g\nmin\t%g\nmax\t%g", &m.Mean, &m.Min, &m.Max)
+	if oldFormat := n == 1 && strings.Count(string(g), "\n") <= 1; err != nil && !oldFormat {
 		return nil, fmt.Errorf("mf: model %s/global.tsv: %w", dir, err)
 	}
 	width := 0
@@ -159,7 +165,8 @@ func readTSV(path string, width *int) (map[uint32][]float64, error) {
 	return out, nil
 }
 
-// Predict is the model's rating of item by user, clipped to [1, 5]; an
+// Predict is the model's rating of item by user, clipped to the training
+// ratings' range; an
 // unknown user or item counts with bias and factors 0.
 func (m *Model) Predict(user, item uint32) float64 {
 	p := m.Mean
@@ -175,5 +182,5 @@ func (m *Model) Predict(user, item uint32) float64 {
 			p += u[j] * it[j]
 		}
 	}
-	return min(max(p, 1), 5)
+	return min(max(p, m.Min), m.Max)
 }

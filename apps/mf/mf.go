@@ -78,6 +78,9 @@ func itemKey(i uint32) uint64 { return uint64(i)<<1 | 1 }
 // cfg.Test after every pass the job hands it the evaluation of.
 func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 	train, err := data.ReadRatings(cfg.Train)
+	if err == nil {
+		err = data.CheckRows(cfg.Train, train.Len())
+	}
 	if err != nil {
 		return nil, fmt.Errorf("mf: %w", err)
 	}
@@ -85,7 +88,10 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 	// Every worker reads the test data: whichever is live when a pass
 	// ends evaluates it.
 	if cfg.Test != "" {
-		if test, err = data.ReadRatings(cfg.Test); err != nil {
+		if test, err = data.ReadRatings(cfg.Test); err == nil {
+			err = data.CheckRows(cfg.Test, test.Len())
+		}
+		if err != nil {
 			return nil, fmt.Errorf("mf: %w", err)
 		}
 	}
@@ -101,6 +107,7 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 	}
 	parts := data.Partition(train.Len(), c.Layout().Partitions)
 	m := &model{c: c, train: train, factors: factors, bias: bias, k: cfg.Rank, mu: float32(train.Mean())}
+	m.lo, m.hi = train.Range()
 	rep := &Report{App: "mf", Rank: c.Rank()}
 	evalAt := func(pass int, trainRMSE float64) ps.EvalFunc {
 		return func(ctx context.Context) (map[string]float64, error) {
@@ -168,7 +175,10 @@ type model struct {
 	factors, bias *ps.Table
 	k             int
 	mu            float32
-	pos           map[uint64]int
+	// lo and hi are the training ratings' scale, which predictions are
+	// clipped to.
+	lo, hi float32
+	pos    map[uint64]int
 	// sq and n sum the squared training error and the examples of the
 	// pass.
 	sq float64
@@ -264,7 +274,7 @@ func (m *model) evaluate(ctx context.Context, test *data.Ratings) (float64, erro
 	for i := range all {
 		u, it := pos[userKey(test.Users[i])], pos[itemKey(test.Items[i])]
 		p := m.mu + b[u] + b[it] + dot(f[u*m.k:(u+1)*m.k], f[it*m.k:(it+1)*m.k])
-		pred[i] = float64(min(max(p, 1), 5))
+		pred[i] = float64(min(max(p, m.lo), m.hi))
 		truth[i] = float64(test.Values[i])
 	}
 	return metrics.RMSE(pred, truth), nil

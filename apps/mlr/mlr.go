@@ -21,7 +21,9 @@ type Config struct {
 	// Hidden, when positive, puts a hidden layer of that many ReLU units
 	// before the softmax: a small neural network (`--app nn`).
 	Hidden int
-	// LR is the server's SGD step, L2 its weight decay.
+	// Optimizer is the servers' update rule (table.AdaGrad or table.SGD),
+	// LR its step and L2 its weight decay.
+	Optimizer   table.RuleKind
 	LR, L2      float32
 	Consistency table.Consistency
 	Encoding    table.Encoding
@@ -36,17 +38,22 @@ type Config struct {
 }
 
 // DefaultConfig is the configuration `terrace train --app mlr` starts
-// from: on MNIST's pixels scaled to [0, 1], about 0.92 test accuracy
-// after a few passes, what softmax regression reaches there.
+// from: AdaGrad, whose per-feature steps suit sparse text (rows of unit
+// norm, most features rare) as well as MNIST's pixels in [0, 1]. Plain
+// SGD at 0.5 reached 0.92 on MNIST in 3 passes, but on an rcv1-like set
+// 0.740 in 10 (liblinear 0.7925), and on a news20-like one a test log
+// loss of 2.45 for 20 classes; AdaGrad at 0.1 reaches 0.926, 0.793 in
+// 5 passes and 0.06 (docs/design/mlr.md).
 func DefaultConfig() Config {
-	return Config{Passes: 10, Batch: 100, LR: 0.5, Consistency: table.Consistency{Model: table.SSP, Staleness: 2}, Seed: 1}
+	return Config{Passes: 10, Batch: 100, Optimizer: table.AdaGrad, LR: 0.1, Consistency: table.Consistency{Model: table.SSP, Staleness: 2}, Seed: 1}
 }
 
 // DefaultNetworkConfig is the configuration `terrace train --app nn`
-// starts from: a hidden layer of 100 ReLU units, the rest as mlr's.
+// starts from: a hidden layer of 100 ReLU units, trained by SGD at 0.5
+// (0.970 on MNIST in 3 passes; AdaGrad at 0.1, 0.964), the rest as mlr's.
 func DefaultNetworkConfig() Config {
 	c := DefaultConfig()
-	c.Hidden = 100
+	c.Hidden, c.Optimizer, c.LR = 100, table.SGD, 0.5
 	return c
 }
 
@@ -107,12 +114,18 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 		name = "nn"
 	}
 	train, err := data.ReadClasses(cfg.Train)
+	if err == nil {
+		err = data.CheckRows(cfg.Train, train.Len())
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	var test *data.Classes
 	if cfg.Test != "" {
-		if test, err = data.ReadClasses(cfg.Test); err != nil {
+		if test, err = data.ReadClasses(cfg.Test); err == nil {
+			err = data.CheckRows(cfg.Test, test.Len())
+		}
+		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 	}
@@ -193,7 +206,7 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 
 // newNetwork creates the tables of cfg's model and returns it.
 func newNetwork(ctx context.Context, c *ps.Client, cfg Config, train *data.Classes, classes int, nkeys uint64) (network, error) {
-	rule := table.Rule{Kind: table.SGD, LR: cfg.LR, L2: cfg.L2}
+	rule := table.Rule{Kind: cfg.Optimizer, LR: cfg.LR, L2: cfg.L2}
 	spec := func(name string, width int, init table.Init) table.Spec {
 		return table.Spec{Name: name, Width: width, Rule: rule, Init: init, Consistency: cfg.Consistency, Encoding: cfg.Encoding}
 	}

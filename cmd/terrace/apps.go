@@ -42,7 +42,7 @@ func (a *appFlags) register(fs *pflag.FlagSet) {
 	a.fs = fs
 	fs.StringVar(&a.app, "app", "lr", "application: lr (sparse logistic regression), mf (matrix factorisation), mlr (multinomial logistic regression), nn (a small neural network: mlr with a hidden layer), lasso (L1 least squares by scheduled coordinate descent) or lda (topic model)")
 	fs.IntVar(&a.hidden, "hidden", 100, "nn: hidden ReLU units")
-	fs.StringVar(&a.train, "train", "", "training data (lr: LIBSVM, plain or gzip; mf: user item rating lines; mlr, nn: MNIST's IDX images file, its labels file beside it, or LIBSVM lines of class numbers; lasso: LIBSVM lines of real targets; lda: doc word count lines); lr and lasso default to "+defaultTrain+", lda to "+defaultLDATrain)
+	fs.StringVar(&a.train, "train", "", "training data (lr: LIBSVM, plain or gzip; mf: user item rating lines, or the Netflix Prize's item: blocks; mlr, nn: MNIST's IDX images file, its labels file beside it, or LIBSVM lines of class numbers; lasso: LIBSVM lines of real targets; lda: doc word count lines); lr and lasso default to "+defaultTrain+", lda to "+defaultLDATrain)
 	fs.StringVar(&a.test, "test", "", "test data, same format; lr defaults to "+defaultTest+" when --train is not given either (none with a --train of your own), lda holds out every 10th document of --train instead")
 	fs.StringVar(&a.vocab, "vocab", "", "lda: vocabulary, one word a line, to print topics' top words with; defaults to "+defaultLDAVocab+" with the default --train")
 	fs.IntVar(&a.topics, "topics", 20, "lda: number of topics K")
@@ -54,7 +54,7 @@ func (a *appFlags) register(fs *pflag.FlagSet) {
 	fs.SetNormalizeFunc(passesAlias)
 	fs.IntVar(&a.batch, "batch", 0, "examples per worker minibatch (app default if 0: lr 100, or fewer for small data (rows/400, at least 10), mf 64, mlr and nn 100, lasso 8 coordinates, lda 64 documents)")
 	fs.IntVar(&a.rank, "factors", 64, "mf: number of latent factors")
-	fs.Float64Var(&a.lr, "lr", 0, "learning rate (app default if 0: lr's FTRL alpha 1, on features scaled by --scale; mf's SGD step 0.01; mlr's and nn's 0.5)")
+	fs.Float64Var(&a.lr, "lr", 0, "learning rate (app default if 0: lr's FTRL alpha 1, on features scaled by --scale; mf's SGD step 0.01; mlr's AdaGrad 0.1; nn's SGD 0.5)")
 	fs.Float64Var(&a.l1, "l1", 0.001, "lr: FTRL L1 strength; lasso: the L1 strength lambda (default 0.05 of the data's lambda_max, the least that zeroes every weight)")
 	fs.Float64Var(&a.l2, "l2", 0.01, "L2 strength (mf default 0.08)")
 	fs.Float64Var(&a.significance, "significance", 0, "push only entries whose accumulated change exceeds this (0: push everything)")

@@ -78,10 +78,11 @@ from the newest committed checkpoint there (no cluster needed), and writes it
 to --out: for lr, mlr and lasso a liblinear model file (liblinear-predict
 scores data with it); for nn an nn model file (docs/format/nn.md; terrace
 predict scores data with it); for mf a directory of TSV files (users.tsv
-and items.tsv: id, bias, factors; global.tsv: the mean rating); for lda a
-directory holding topic_word_counts.tsv and top_words.tsv. The job's data
-files must be readable here (lr's feature scaling, mlr's and nn's
-features, mf's users and items, lda's words).
+and items.tsv: id, bias, factors; global.tsv: the mean rating and the
+ratings' range, which predictions are clipped to); for lda a directory
+holding topic_word_counts.tsv and top_words.tsv. The job's data files must
+be readable here (lr's feature scaling, mlr's and nn's features, mf's
+users and items, lda's words).
 A job that ends its cluster writes its model itself: give the job
 --model PATH.`,
 		Args: cobra.NoArgs,

@@ -147,7 +147,7 @@ func (u *Updater) sgd(v, g []float32) bool {
 }
 
 func (u *Updater) adagradStep(v, n, g float32) (float32, float32) {
-	gg := float64(g)
+	gg := float64(g) + u.l2*float64(v) // L2 weight decay, as SGD's
 	nn := float64(n) + gg*gg
 	return float32(float64(v) - u.lr*gg/(math.Sqrt(nn)+u.eps)), float32(nn)
 }

@@ -48,6 +48,10 @@ func TestRulesAgainstHandComputed(t *testing.T) {
 			{g: 4, v: 0.9 - 0.1*4/5, st: []float64{25}},
 			{g: 0, v: 0.82, st: []float64{25}},
 		}},
+		{"adagrad with l2", table.Rule{Kind: table.AdaGrad, LR: 0.1, Eps: 1e-8, L2: 0.5}, 1, []step{
+			{g: 3, v: 1 - 0.1*3.5/3.5, st: []float64{12.25}},
+			{g: 0, v: 0.9 - 0.1*0.45/math.Sqrt(12.25+0.45*0.45), st: []float64{12.25 + 0.45*0.45}},
+		}},
 		{"adam", table.Rule{Kind: table.Adam, LR: 0.001, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}, 1, []step{
 			// Step 1: m=0.2, s=0.004, both corrections give back g and g².
 			{g: 2, v: 1 - 0.001*2/(2+1e-8), st: []float64{0.2, 0.004, 1}},
