@@ -3,6 +3,7 @@ package lasso_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -97,4 +98,69 @@ func TestLassoMatchesSerial(t *testing.T) {
 		t.Error("no coordinate skipped: the schedule did nothing")
 	}
 	t.Logf("objective %.6f (serial %.6f), %d nonzero, %d coordinate visits skipped", obj, ref, nz, skipped)
+}
+
+// TestSparseIndices: coordinates are the features the data has, not every
+// index up to the largest: a set whose indices reach 10^12 fits as its
+// 40 features do (a problem sized by the largest index took 5.6 GB and
+// more than 11 minutes a pass at 5*10^7). Its model file, a line per index
+// in liblinear's format, is refused before training.
+func TestSparseIndices(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	feats := make([]uint64, 40)
+	for i := range feats {
+		feats[i] = uint64(i+1) * 25_000_000_000 // up to 10^12
+	}
+	var rows strings.Builder
+	for range 500 {
+		var y float64
+		var line strings.Builder
+		for i, f := range feats {
+			if rng.Float64() < 0.3 {
+				v := rng.NormFloat64()
+				if i < 4 {
+					y += v * float64(i+1)
+				}
+				fmt.Fprintf(&line, " %d:%.5f", f, v)
+			}
+		}
+		fmt.Fprintf(&rows, "%.5f%s\n", y+0.05*rng.NormFloat64(), line.String())
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "ids.svm")
+	if err := os.WriteFile(path, []byte(rows.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	train, err := data.ReadRegression(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := lasso.NewProblem(train); len(p.Keys()) != len(feats) {
+		t.Fatalf("%d coordinates, want the data's %d features", len(p.Keys()), len(feats))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg := lasso.DefaultConfig()
+	cfg.Train, cfg.Test, cfg.Passes, cfg.Model = path, path, 10, filepath.Join(dir, "m.model")
+	// Refused before the job touches the cluster: no client is needed.
+	if _, err := lasso.Run(ctx, nil, cfg); !errors.Is(err, lasso.ErrModelTooWide) {
+		t.Fatalf("--model of indices up to 10^12: %v, want %v before training", err, lasso.ErrModelTooWide)
+	}
+	cfg.Model = ""
+	l, err := node.StartLocal(ctx, node.LocalConfig{Servers: 2, Workers: 1, Replication: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	reps, err := l.RunWorkers(ctx, func(ctx context.Context, c *ps.Client) (any, error) { return lasso.Run(ctx, c, cfg) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r lasso.Report
+	if err := json.Unmarshal(reps[0], &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.NonZero < 4 || r.TestRMSE <= 0 || r.TestRMSE > 0.5 {
+		t.Errorf("nonzero %d, RMSE %v: the four informative features not learned", r.NonZero, r.TestRMSE)
+	}
 }

@@ -13,33 +13,58 @@ import (
 	"github.com/terrace-ml/terrace/data"
 )
 
-// WriteLIBLINEAR writes the weights w (by LIBSVM index, index 0 unused)
+// WriteLIBLINEAR writes the weights w of features keys (increasing
+// LIBSVM indices), of a training set whose largest index is features-1,
 // and the intercept as a liblinear regression model file (the format of
 // its L2R_L2LOSS_SVR models, bias 1 with the intercept as its weight):
-// liblinear's predict then predicts intercept + w . x, as this model does.
-func WriteLIBLINEAR(out io.Writer, w []float64, intercept float64) error {
+// liblinear's predict then predicts intercept + w . x, as this model
+// does. The file has a line for every index from 1 (liblinear's format is
+// dense); features the data lacks weigh 0, and index 0, which liblinear
+// has not, is left out.
+func WriteLIBLINEAR(out io.Writer, keys []uint64, w []float64, features uint64, intercept float64) error {
 	bw := bufio.NewWriter(out)
-	nf := max(len(w)-1, 0)
+	nf := uint64(0)
+	if features > 1 {
+		nf = features - 1
+	}
 	fmt.Fprintf(bw, "solver_type L2R_L2LOSS_SVR\nnr_class 2\nnr_feature %d\nbias 1\nw\n", nf)
-	for idx := 1; idx <= nf; idx++ {
-		fmt.Fprintf(bw, "%.17g \n", w[idx])
+	j := 0
+	for idx := uint64(1); idx <= nf; idx++ {
+		for j < len(keys) && keys[j] < idx {
+			j++
+		}
+		v := 0.0
+		if j < len(keys) && keys[j] == idx {
+			v = w[j]
+		}
+		fmt.Fprintf(bw, "%.17g \n", v)
 	}
 	fmt.Fprintf(bw, "%.17g \n", intercept)
 	return bw.Flush()
 }
 
 // SaveLIBLINEAR writes WriteLIBLINEAR's file to path.
-func SaveLIBLINEAR(path string, w []float64, intercept float64) error {
+func SaveLIBLINEAR(path string, keys []uint64, w []float64, features uint64, intercept float64) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return fmt.Errorf("model: %w", err)
 	}
-	if err := WriteLIBLINEAR(f, w, intercept); err != nil {
+	if err := WriteLIBLINEAR(f, keys, w, features, intercept); err != nil {
 		f.Close()
 		return fmt.Errorf("model %s: %w", path, err)
 	}
 	return f.Close()
 }
+
+// MaxModelFeatures bounds the largest feature index a model file is
+// written for: liblinear's format has a line for every index up to it
+// (a file of 2^27 lines is 1.5-3 GB, and liblinear reads it into as many
+// doubles), so hashed features (2^32) cannot have one.
+const MaxModelFeatures = 1 << 27
+
+// ErrModelTooWide refuses a model file for data whose indices reach
+// beyond MaxModelFeatures, before training.
+var ErrModelTooWide = errors.New("too wide for a liblinear model file")
 
 // ErrBadModel is a model file ReadLIBLINEAR refuses: not a liblinear
 // regression model, or damaged.
@@ -166,7 +191,12 @@ func ReadLIBLINEAR(r io.Reader, name string) (*Model, error) {
 // Predict is the model's prediction for row i of d.
 func (m *Model) Predict(d *data.Sparse, i int) float64 {
 	keys, vals, _ := d.Row(i)
-	return predict(keys, vals, m.W, m.Intercept)
+	return predict(keys, vals, func(f uint64) float64 {
+		if f < uint64(len(m.W)) {
+			return m.W[f]
+		}
+		return 0
+	}, m.Intercept)
 }
 
 // RMSE is the root mean squared error of the model's predictions of d's
@@ -181,14 +211,12 @@ func (m *Model) RMSE(d *data.Sparse) float64 {
 	return math.Sqrt(sq / float64(max(d.Len(), 1)))
 }
 
-// predict is intercept + w . x over the features w has (others are
-// unknown to the model: 0), the job's evaluation and the file's alike.
-func predict(keys []uint64, vals []float32, w []float64, intercept float64) float64 {
+// predict is intercept + w . x, feature f weighing weight(f) (0 for one
+// the model does not know), the job's evaluation and the file's alike.
+func predict(keys []uint64, vals []float32, weight func(f uint64) float64, intercept float64) float64 {
 	pred := intercept
 	for t, f := range keys {
-		if int(f) < len(w) {
-			pred += float64(vals[t]) * w[f]
-		}
+		pred += float64(vals[t]) * weight(f)
 	}
 	return pred
 }

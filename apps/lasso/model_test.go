@@ -14,9 +14,11 @@ import (
 // TestModelFileRoundTrip: the file WriteLIBLINEAR writes reads back as
 // the same model, which predicts what the job's evaluation does.
 func TestModelFileRoundTrip(t *testing.T) {
+	// Features 1, 2 and 4 of a set whose largest index is 4: the file
+	// has a line for feature 3 too, of weight 0.
 	w := []float64{0, 0.5, -0.25, 0, 1.0 / 3}
 	var b bytes.Buffer
-	if err := WriteLIBLINEAR(&b, w, 0.75); err != nil {
+	if err := WriteLIBLINEAR(&b, []uint64{1, 2, 4}, []float64{0.5, -0.25, 1.0 / 3}, 5, 0.75); err != nil {
 		t.Fatal(err)
 	}
 	m, err := ReadLIBLINEAR(bytes.NewReader(b.Bytes()), "m")

@@ -23,6 +23,9 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lasso: %w", err)
 	}
+	if cfg.Model != "" && train.NumFeatures > MaxModelFeatures {
+		return nil, fmt.Errorf("lasso: %s: %w: its largest index is %d, and a liblinear model file holds a line for every index up to it (at most %d here); train without --model, or number the features densely", cfg.Train, ErrModelTooWide, train.NumFeatures-1, MaxModelFeatures)
+	}
 	var test *data.Sparse
 	if cfg.Test != "" {
 		if test, err = data.ReadRegression(cfg.Test); err == nil {
@@ -49,7 +52,7 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lasso: %w", err)
 	}
-	m := &worker{c: c, p: p, w: w, xw: xw, lambda: lambda, revisit: max(cfg.Revisit, 1), slot: make([]int32, p.n), zeroRuns: make([]uint8, p.d)}
+	m := &worker{c: c, p: p, features: train.NumFeatures, w: w, xw: xw, lambda: lambda, revisit: max(cfg.Revisit, 1), slot: make([]int32, p.n), zeroRuns: make([]uint8, p.d)}
 	blocks := data.Partition(p.d, c.Layout().Partitions)
 	rep := &Report{App: "lasso", Rank: c.Rank(), Lambda: lambda}
 	eval := func(pass int) ps.EvalFunc {
@@ -110,12 +113,13 @@ func inOrder(b data.Part) []int {
 }
 
 type worker struct {
-	c       *ps.Client
-	p       *Problem
-	w, xw   *ps.Table
-	lambda  float64
-	revisit int
-	pass    int
+	c        *ps.Client
+	p        *Problem
+	features uint64 // the training data's largest index + 1 (the model file's width)
+	w, xw    *ps.Table
+	lambda   float64
+	revisit  int
+	pass     int
 	// slot maps a row to its place in a step's rows (+1; 0: not in it).
 	slot []int32
 	rows []uint64
@@ -165,9 +169,13 @@ func (m *worker) step(ctx context.Context, b ps.Batch) (*ps.Future, error) {
 			m.slot[r] = 0
 		}
 	}()
+	keys := make([]uint64, len(coords)) // increasing, as coords are
+	for i, j := range coords {
+		keys[i] = p.keys[j]
+	}
 	w := make([]float32, len(coords))
 	xw := make([]float32, len(m.rows))
-	if err := ps.All(m.w.Pull(coords, w), m.xw.Pull(m.rows, xw)).Wait(ctx); err != nil {
+	if err := ps.All(m.w.Pull(keys, w), m.xw.Pull(m.rows, xw)).Wait(ctx); err != nil {
 		return nil, err
 	}
 	dw, dxw := make([]float32, len(coords)), make([]float32, len(m.rows))
@@ -192,7 +200,7 @@ func (m *worker) step(ctx context.Context, b ps.Batch) (*ps.Future, error) {
 			dxw[at] += v
 		}
 	}
-	if err := ps.All(m.w.Push(coords, dw), m.xw.Push(m.rows, dxw)).Wait(ctx); err != nil {
+	if err := ps.All(m.w.Push(keys, dw), m.xw.Push(m.rows, dxw)).Wait(ctx); err != nil {
 		return nil, err
 	}
 	m.c.Tick()
@@ -205,12 +213,8 @@ func (m *worker) step(ctx context.Context, b ps.Batch) (*ps.Future, error) {
 // weights there.
 func (m *worker) evaluate(ctx context.Context, test *data.Sparse, model string) (obj float64, nz int, rmse float64, err error) {
 	p := m.p
-	keys := make([]uint64, p.d)
-	for j := range keys {
-		keys[j] = uint64(j)
-	}
 	w32 := make([]float32, p.d)
-	if err := m.w.Pull(keys, w32).Wait(ctx); err != nil {
+	if err := m.w.Pull(p.keys, w32).Wait(ctx); err != nil {
 		return 0, 0, 0, fmt.Errorf("pull weights: %w", err)
 	}
 	w := make([]float64, p.d)
@@ -219,7 +223,7 @@ func (m *worker) evaluate(ctx context.Context, test *data.Sparse, model string) 
 	}
 	obj, nz = p.Objective(w, m.lambda)
 	if model != "" {
-		if err := SaveLIBLINEAR(model, w, p.mean); err != nil {
+		if err := SaveLIBLINEAR(model, p.keys, w, m.features, p.mean); err != nil {
 			return 0, 0, 0, err
 		}
 	}
@@ -227,7 +231,7 @@ func (m *worker) evaluate(ctx context.Context, test *data.Sparse, model string) 
 		var sq float64
 		for i := range test.Len() {
 			fk, fv, y := test.Row(i)
-			e := float64(y) - predict(fk, fv, w, p.mean)
+			e := float64(y) - predict(fk, fv, func(f uint64) float64 { return p.weight(w, f) }, p.mean)
 			sq += e * e
 		}
 		rmse = math.Sqrt(sq / float64(test.Len()))

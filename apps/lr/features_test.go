@@ -36,24 +36,18 @@ func sparseIDs(t *testing.T, rows int, maxIndex uint64) *data.Sparse {
 	return d
 }
 
-// TestNumberFeatures: both ways of numbering give the training data's
-// distinct keys in order, the bias first, and each stored value's number.
+// TestNumberFeatures: the training data's distinct keys in order, the
+// bias first, and each stored value's number.
 func TestNumberFeatures(t *testing.T) {
 	for _, maxIndex := range []uint64{100, 5000, 1 << 40} {
 		d := sparseIDs(t, 200, maxIndex)
-		sorted := numberBySorting(d)
-		if !slices.IsSorted(sorted.keys) || sorted.keys[0] != 0 || len(slices.Compact(slices.Clone(sorted.keys))) != len(sorted.keys) {
-			t.Fatalf("max index %d: keys %v not distinct and increasing from the bias", maxIndex, sorted.keys[:min(10, len(sorted.keys))])
+		f := numberFeatures(d)
+		if !slices.IsSorted(f.keys) || f.keys[0] != 0 || len(slices.Compact(slices.Clone(f.keys))) != len(f.keys) {
+			t.Fatalf("max index %d: keys %v not distinct and increasing from the bias", maxIndex, f.keys[:min(10, len(f.keys))])
 		}
 		for j, k := range d.Keys {
-			if sorted.keys[sorted.local[j]] != featureKey(k) {
-				t.Fatalf("max index %d: value %d numbered %d, key %d, want key %d", maxIndex, j, sorted.local[j], sorted.keys[sorted.local[j]], featureKey(k))
-			}
-		}
-		if maxIndex < 1<<20 {
-			table := numberByTable(d, featureKey(d.NumFeatures))
-			if !slices.Equal(table.keys, sorted.keys) || !slices.Equal(table.local, sorted.local) {
-				t.Errorf("max index %d: numbered by table and by sorting differently", maxIndex)
+			if f.keys[f.local[j]] != featureKey(k) {
+				t.Fatalf("max index %d: value %d numbered %d, key %d, want key %d", maxIndex, j, f.local[j], f.keys[f.local[j]], featureKey(k))
 			}
 		}
 	}

@@ -89,16 +89,19 @@ func exportModel(ctx context.Context, src modelSource, j api.Job, out string) er
 		if err != nil {
 			return fmt.Errorf("export: the job's training data (its features and mean): %w", err)
 		}
-		d := train.NumFeatures
-		w32 := make([]float32, d)
-		if err := src.read(ctx, lasso.WeightsTable, keyRange(d), w32); err != nil {
+		if train.NumFeatures > lasso.MaxModelFeatures {
+			return fmt.Errorf("export: %s: %w: its largest index is %d (a line per index, at most %d)", j.Train, lasso.ErrModelTooWide, train.NumFeatures-1, lasso.MaxModelFeatures)
+		}
+		p := lasso.NewProblem(train)
+		w32 := make([]float32, len(p.Keys()))
+		if err := src.read(ctx, lasso.WeightsTable, p.Keys(), w32); err != nil {
 			return err
 		}
-		w := make([]float64, d)
+		w := make([]float64, len(w32))
 		for i, v := range w32 {
 			w[i] = float64(v)
 		}
-		return lasso.SaveLIBLINEAR(out, w, lasso.NewProblem(train).Mean())
+		return lasso.SaveLIBLINEAR(out, p.Keys(), w, train.NumFeatures, p.Mean())
 	}
 	return fmt.Errorf("export: app %q has no model to export", j.App)
 }
