@@ -1,10 +1,8 @@
 package data
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"testing"
 )
 
@@ -13,23 +11,20 @@ import (
 func TestNumberKeys(t *testing.T) {
 	for _, maxIndex := range []uint64{100, 5000, 1 << 40} {
 		r := rand.New(rand.NewPCG(5, 6))
-		var b strings.Builder
+		d := &Sparse{RowPtr: []int{0}}
 		for range 200 {
 			idx := make([]uint64, 0, 30)
 			for range 30 {
 				idx = append(idx, 1+r.Uint64N(maxIndex-1))
 			}
 			slices.Sort(idx)
-			b.WriteString("+1")
-			for _, k := range slices.Compact(idx) {
-				fmt.Fprintf(&b, " %d:1", k)
-			}
-			b.WriteByte('\n')
+			idx = slices.Compact(idx)
+			d.Keys = append(d.Keys, idx...)
+			d.Labels = append(d.Labels, 1)
+			d.RowPtr = append(d.RowPtr, len(d.Keys))
+			d.NumFeatures = max(d.NumFeatures, idx[len(idx)-1]+1)
 		}
-		d, err := ParseLIBSVM(strings.NewReader(b.String()), "ids")
-		if err != nil {
-			t.Fatal(err)
-		}
+		d.Vals = make([]float32, len(d.Keys))
 		keys, local := numberBySorting(d)
 		if !slices.IsSorted(keys) || len(slices.Compact(slices.Clone(keys))) != len(keys) {
 			t.Fatalf("max index %d: keys not distinct and increasing", maxIndex)

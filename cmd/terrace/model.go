@@ -270,19 +270,29 @@ func predictRegression(w io.Writer, m *lasso.Model, dataPath, out string) error 
 
 // writeLines writes n predictions, value(i) one a line, to path.
 func writeLines(path string, n int, value func(i int) float64) error {
+	return writeOut(path, func(w *bufio.Writer) {
+		for i := range n {
+			fmt.Fprintf(w, "%.6f\n", value(i))
+		}
+	})
+}
+
+// writeOut writes predict's --out file with write.
+func writeOut(path string, write func(w *bufio.Writer)) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return fmt.Errorf("--out: %w", err)
 	}
 	w := bufio.NewWriter(f)
-	for i := range n {
-		fmt.Fprintf(w, "%.6f\n", value(i))
-	}
+	write(w)
 	if err := w.Flush(); err != nil {
 		f.Close()
 		return fmt.Errorf("--out %s: %w", path, err)
 	}
-	return f.Close()
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("--out %s: %w", path, err)
+	}
+	return nil
 }
 
 // multiClass says whether the liblinear file br opens has more than two
@@ -329,25 +339,17 @@ func predictClasses(w io.Writer, m classModel, k int, model, dataPath, out strin
 	if out == "" {
 		return nil
 	}
-	f, err := os.Create(out)
-	if err != nil {
-		return fmt.Errorf("--out: %w", err)
-	}
-	bw := bufio.NewWriter(f)
 	var line []byte
-	m.Predictions(d, func(class int, p []float64) {
-		line = strconv.AppendInt(line[:0], int64(class), 10)
-		for _, v := range p {
-			line = append(line, ' ')
-			line = strconv.AppendFloat(line, v, 'f', 6, 64)
-		}
-		bw.Write(append(line, '\n'))
+	return writeOut(out, func(bw *bufio.Writer) {
+		m.Predictions(d, func(class int, p []float64) {
+			line = strconv.AppendInt(line[:0], int64(class), 10)
+			for _, v := range p {
+				line = append(line, ' ')
+				line = strconv.AppendFloat(line, v, 'f', 6, 64)
+			}
+			bw.Write(append(line, '\n'))
+		})
 	})
-	if err := bw.Flush(); err != nil {
-		f.Close()
-		return fmt.Errorf("--out %s: %w", out, err)
-	}
-	return f.Close()
 }
 
 func predictMF(w io.Writer, dir, dataPath, out string) error {
@@ -370,19 +372,7 @@ func predictMF(w io.Writer, dir, dataPath, out string) error {
 	if out == "" {
 		return nil
 	}
-	f, err := os.Create(out)
-	if err != nil {
-		return fmt.Errorf("--out: %w", err)
-	}
-	bw := bufio.NewWriter(f)
-	for _, p := range pred {
-		fmt.Fprintf(bw, "%.6f\n", p)
-	}
-	if err := bw.Flush(); err != nil {
-		f.Close()
-		return fmt.Errorf("--out %s: %w", out, err)
-	}
-	return f.Close()
+	return writeLines(out, len(pred), func(i int) float64 { return pred[i] })
 }
 
 // jobState says how far job st is: done, or its passes so far.

@@ -257,29 +257,38 @@ func TestReplayPages(t *testing.T) {
 	}
 }
 
+// twoTypeHistory writes to dir 20 days from t0 of an AWS JSON price
+// history of two markets, type a in us-east-1a and type b in us-east-1b,
+// every 10 minutes, their prices a little above pa and pb; it returns the
+// file.
+func twoTypeHistory(t *testing.T, dir string, t0 time.Time, a string, pa float64, b string, pb float64) string {
+	t.Helper()
+	var w strings.Builder
+	w.WriteString(`{"SpotPriceHistory": [`)
+	for i := 0; i < 20*24*6; i++ {
+		at := t0.Add(time.Duration(i) * 10 * time.Minute).Format("2006-01-02T15:04:05.000Z")
+		if i > 0 {
+			w.WriteString(",")
+		}
+		fmt.Fprintf(&w, `{"AvailabilityZone": "us-east-1a", "InstanceType": "%s", "ProductDescription": "Linux/UNIX", "SpotPrice": "%.4f", "Timestamp": "%s"},`, a, pa+0.001*float64(i%5), at)
+		fmt.Fprintf(&w, `{"AvailabilityZone": "us-east-1b", "InstanceType": "%s", "ProductDescription": "Linux/UNIX", "SpotPrice": "%.4f", "Timestamp": "%s"}`, b, pb+0.004*float64(i%7), at)
+	}
+	w.WriteString("]}")
+	path := filepath.Join(dir, "history.json")
+	if err := os.WriteFile(path, []byte(w.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 // TestReplayOtherTypes: a price history in AWS's JSON of types other than
 // the default job's (c3.xlarge) replays without a calibration file: the
 // job runs on the trace's type nearest in work rate, as many machines as
 // do the same work, and says so. With a calibration file the type stays
 // the file's, and its absence is an error naming the file.
 func TestReplayOtherTypes(t *testing.T) {
-	var b strings.Builder
-	b.WriteString(`{"SpotPriceHistory": [`)
-	t0 := time.Date(2016, 3, 1, 0, 0, 0, 0, time.UTC)
-	for i := 0; i < 20*24*6; i++ {
-		at := t0.Add(time.Duration(i) * 10 * time.Minute).Format("2006-01-02T15:04:05.000Z")
-		if i > 0 {
-			b.WriteString(",")
-		}
-		fmt.Fprintf(&b, `{"AvailabilityZone": "us-east-1a", "InstanceType": "m4.large", "ProductDescription": "Linux/UNIX", "SpotPrice": "%.4f", "Timestamp": "%s"},`, 0.02+0.001*float64(i%5), at)
-		fmt.Fprintf(&b, `{"AvailabilityZone": "us-east-1b", "InstanceType": "c4.2xlarge", "ProductDescription": "Linux/UNIX", "SpotPrice": "%.4f", "Timestamp": "%s"}`, 0.08+0.004*float64(i%7), at)
-	}
-	b.WriteString("]}")
 	dir := t.TempDir()
-	prices := filepath.Join(dir, "history.json")
-	if err := os.WriteFile(prices, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	prices := twoTypeHistory(t, dir, time.Date(2016, 3, 1, 0, 0, 0, 0, time.UTC), "m4.large", 0.02, "c4.2xlarge", 0.08)
 	args := []string{"--prices", prices, "--ondemand-prices", "m4.large=0.12,c4.2xlarge=0.419", "--policy", "all", "--simulate",
 		"--epochs", "2", "--from", "2016-03-08", "--for", "3d", "--starts", "2", "--report", filepath.Join(dir, "r.json")}
 	out, err := runReplayArgs(args...)
@@ -307,23 +316,8 @@ func TestReplayOtherTypes(t *testing.T) {
 // fifth generation on) runs without a calibration file, their rates
 // estimated from their sizes and said to be; it was refused.
 func TestReplayNewerTypes(t *testing.T) {
-	var b strings.Builder
-	b.WriteString(`{"SpotPriceHistory": [`)
-	t0 := time.Date(2023, 3, 1, 0, 0, 0, 0, time.UTC)
-	for i := 0; i < 20*24*6; i++ {
-		at := t0.Add(time.Duration(i) * 10 * time.Minute).Format("2006-01-02T15:04:05.000Z")
-		if i > 0 {
-			b.WriteString(",")
-		}
-		fmt.Fprintf(&b, `{"AvailabilityZone": "us-east-1a", "InstanceType": "m5.large", "ProductDescription": "Linux/UNIX", "SpotPrice": "%.4f", "Timestamp": "%s"},`, 0.035+0.001*float64(i%5), at)
-		fmt.Fprintf(&b, `{"AvailabilityZone": "us-east-1b", "InstanceType": "c5.xlarge", "ProductDescription": "Linux/UNIX", "SpotPrice": "%.4f", "Timestamp": "%s"}`, 0.06+0.004*float64(i%7), at)
-	}
-	b.WriteString("]}")
 	dir := t.TempDir()
-	prices := filepath.Join(dir, "history.json")
-	if err := os.WriteFile(prices, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	prices := twoTypeHistory(t, dir, time.Date(2023, 3, 1, 0, 0, 0, 0, time.UTC), "m5.large", 0.035, "c5.xlarge", 0.06)
 	out, err := runReplayArgs("--prices", prices, "--ondemand-prices", "m5.large=0.096,c5.xlarge=0.17", "--policy", "all", "--simulate",
 		"--epochs", "2", "--starts", "2", "--report", filepath.Join(dir, "r.json"))
 	if err != nil {
