@@ -26,7 +26,7 @@ type layer struct {
 }
 
 var layers = []layer{
-	{"model", []string{"keyspace", "table", "data", "metrics", "internal", "internal/dataplane/wire", "internal/placement/", "internal/planner", "internal/plotfile", "internal/crc32c", "internal/market", "internal/market/"}, nil},
+	{"model", []string{"keyspace", "table", "data", "metrics", "internal", "internal/dataplane/wire", "internal/placement/", "internal/planner", "internal/plotfile", "internal/modelfile", "internal/crc32c", "internal/market", "internal/market/"}, nil},
 	{"network and storage", []string{"internal/dataplane/transport", "internal/dataplane/simnet", "internal/dataplane/link", "internal/storage/", "internal/security/"}, []string{"model"}},
 	{"control contract", []string{"internal/control/api"}, []string{"model"}},
 	{"nodes", []string{"internal/server", "internal/control/", "internal/process/evict"}, []string{"model", "network and storage", "control contract"}},

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/terrace-ml/terrace/data"
+	"github.com/terrace-ml/terrace/internal/modelfile"
 )
 
 // WriteLIBLINEAR writes the weights w of features keys (increasing
@@ -97,30 +98,11 @@ func IsRegression(head []byte) bool {
 // bias feature, when the file has one (bias >= 0), is the intercept's:
 // bias times its weight.
 func ReadLIBLINEAR(r io.Reader, name string) (*Model, error) {
-	br := bufio.NewReader(r)
-	n := 0
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("lasso model %s:%d: %w: %s", name, n, ErrBadModel, fmt.Sprintf(format, args...))
-	}
-	line := func() ([]string, error) {
-		s, err := br.ReadString('\n')
-		n++
-		switch {
-		case err == io.EOF && s == "":
-			return nil, bad("the file ends here, cut short")
-		case err == io.EOF:
-			// A number cut mid-way reads as another number.
-			return nil, bad("the last line has no end, cut short")
-		}
-		if err != nil && err != io.EOF {
-			return nil, fmt.Errorf("lasso model %s:%d: %w", name, n, err)
-		}
-		return strings.Fields(s), nil
-	}
+	lr := modelfile.NewReader(r, "lasso model", name, ErrBadModel)
 	nf, bias := -1, -1.0
 	solver := ""
 	for {
-		f, err := line()
+		f, err := lr.Line()
 		if err != nil {
 			return nil, err
 		}
@@ -128,41 +110,41 @@ func ReadLIBLINEAR(r io.Reader, name string) (*Model, error) {
 			break
 		}
 		if len(f) != 2 {
-			return nil, bad("want a header line (solver_type, nr_class, nr_feature, bias) or w, got %q", strings.Join(f, " "))
+			return nil, lr.Errorf("want a header line (solver_type, nr_class, nr_feature, bias) or w, got %q", strings.Join(f, " "))
 		}
 		switch f[0] {
 		case "solver_type":
 			if solver = f[1]; !strings.Contains(solver, "SVR") {
-				return nil, bad("solver %s is not a regression solver", solver)
+				return nil, lr.Errorf("solver %s is not a regression solver", solver)
 			}
 		case "nr_class":
 			// liblinear writes 2 for its regression models.
 		case "nr_feature":
 			if nf, err = strconv.Atoi(f[1]); err != nil || nf < 0 {
-				return nil, bad("nr_feature %q", f[1])
+				return nil, lr.Errorf("nr_feature %q", f[1])
 			}
 		case "bias":
 			if bias, err = strconv.ParseFloat(f[1], 64); err != nil || math.IsNaN(bias) || math.IsInf(bias, 0) {
-				return nil, bad("bias %q", f[1])
+				return nil, lr.Errorf("bias %q", f[1])
 			}
 		default:
-			return nil, bad("unknown header line %q", strings.Join(f, " "))
+			return nil, lr.Errorf("unknown header line %q", strings.Join(f, " "))
 		}
 	}
 	if solver == "" || nf < 0 {
-		return nil, bad("the header lacks solver_type or nr_feature")
+		return nil, lr.Errorf("the header lacks solver_type or nr_feature")
 	}
 	weight := func() (float64, error) {
-		f, err := line()
+		f, err := lr.Line()
 		if err != nil {
 			return 0, err
 		}
 		if len(f) != 1 {
-			return 0, bad("want one weight, got %d fields", len(f))
+			return 0, lr.Errorf("want one weight, got %d fields", len(f))
 		}
 		v, err := strconv.ParseFloat(f[0], 64)
 		if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
-			return 0, bad("weight %q", f[0])
+			return 0, lr.Errorf("weight %q", f[0])
 		}
 		return v, nil
 	}
@@ -181,9 +163,8 @@ func ReadLIBLINEAR(r io.Reader, name string) (*Model, error) {
 		}
 		m.Intercept = bias * v
 	}
-	if rest, _ := io.ReadAll(br); strings.TrimSpace(string(rest)) != "" {
-		n++
-		return nil, bad("bytes after the last weight")
+	if err := lr.End("the last weight"); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

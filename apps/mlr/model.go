@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"github.com/terrace-ml/terrace/internal/modelfile"
 	"io"
 	"math"
 	"os"
@@ -82,7 +83,7 @@ var ErrLIBLINEAR = errors.New("not a whole liblinear multi-class logistic regres
 // LIBSVM index 0 has no row in the file, so its weights read as 0. Two
 // classes are lr's reader's (apps/lr), whose one column the file then has.
 func ReadLIBLINEAR(r io.Reader, name string) (*Softmax, error) {
-	lr := newLineReader(r, "mlr model", name, ErrLIBLINEAR)
+	lr := modelfile.NewReader(r, "mlr model", name, ErrLIBLINEAR)
 	labels, nf, bias, err := readLIBLINEARHeader(lr)
 	if err != nil {
 		return nil, err
@@ -95,18 +96,18 @@ func ReadLIBLINEAR(r io.Reader, name string) (*Softmax, error) {
 	// row the file lacks, not in an allocation.
 	var w []float32
 	for i := range rows {
-		f, err := lr.line()
+		f, err := lr.Line()
 		if err != nil {
 			return nil, err
 		}
 		if len(f) != k {
-			return nil, lr.errorf("weight row %d has %d values, want %d", i+1, len(f), k)
+			return nil, lr.Errorf("weight row %d has %d values, want %d", i+1, len(f), k)
 		}
-		if w, err = lr.floats(w, f); err != nil {
+		if w, err = lr.Floats(w, f); err != nil {
 			return nil, err
 		}
 	}
-	if err := lr.end(fmt.Sprintf("the %d weight rows", rows)); err != nil {
+	if err := lr.End(fmt.Sprintf("the %d weight rows", rows)); err != nil {
 		return nil, err
 	}
 	// File row i is LIBSVM index i+1 (key i+2); the bias row, last, key 0.
@@ -128,10 +129,10 @@ func ReadLIBLINEAR(r io.Reader, name string) (*Softmax, error) {
 
 // readLIBLINEARHeader reads a liblinear model's header up to its "w"
 // line: each column's class, the features and the bias (-1: none).
-func readLIBLINEARHeader(lr *lineReader) (labels []int, nf int, bias float64, err error) {
+func readLIBLINEARHeader(lr *modelfile.Reader) (labels []int, nf int, bias float64, err error) {
 	nf, bias, k := -1, -1, 0
 	for {
-		f, err := lr.line()
+		f, err := lr.Line()
 		if err != nil {
 			return nil, 0, 0, err
 		}
@@ -139,39 +140,39 @@ func readLIBLINEARHeader(lr *lineReader) (labels []int, nf int, bias float64, er
 			break
 		}
 		if len(f) < 2 {
-			return nil, 0, 0, lr.errorf("%q: want a header line or \"w\"", strings.Join(f, " "))
+			return nil, 0, 0, lr.Errorf("%q: want a header line or \"w\"", strings.Join(f, " "))
 		}
 		switch f[0] {
 		case "solver_type":
 			if f[1] != "L2R_LR" {
-				return nil, 0, 0, lr.errorf("solver %s: want L2R_LR (logistic regression)", f[1])
+				return nil, 0, 0, lr.Errorf("solver %s: want L2R_LR (logistic regression)", f[1])
 			}
 		case "nr_class":
 			if k, err = strconv.Atoi(f[1]); err != nil || k < 3 || k > data.MaxClasses {
-				return nil, 0, 0, lr.errorf("nr_class %s: want 3 to %d (a model of two classes is lr's)", f[1], data.MaxClasses)
+				return nil, 0, 0, lr.Errorf("nr_class %s: want 3 to %d (a model of two classes is lr's)", f[1], data.MaxClasses)
 			}
 		case "label":
 			seen := map[int]bool{}
 			for _, s := range f[1:] {
 				l, err := strconv.Atoi(s)
 				if err != nil || l < 0 || l >= len(f)-1 || seen[l] {
-					return nil, 0, 0, lr.errorf("labels %v: want 0 to %d, each once", f[1:], len(f)-2)
+					return nil, 0, 0, lr.Errorf("labels %v: want 0 to %d, each once", f[1:], len(f)-2)
 				}
 				seen[l] = true
 				labels = append(labels, l)
 			}
 		case "nr_feature":
 			if nf, err = strconv.Atoi(f[1]); err != nil || nf < 0 || nf > math.MaxInt32 {
-				return nil, 0, 0, lr.errorf("nr_feature %s: want a whole number from 0 to %d", f[1], math.MaxInt32)
+				return nil, 0, 0, lr.Errorf("nr_feature %s: want a whole number from 0 to %d", f[1], math.MaxInt32)
 			}
 		case "bias":
 			if bias, err = strconv.ParseFloat(f[1], 64); err != nil {
-				return nil, 0, 0, lr.errorf("bias %s: not a number", f[1])
+				return nil, 0, 0, lr.Errorf("bias %s: not a number", f[1])
 			}
 		}
 	}
 	if k == 0 || len(labels) != k || nf < 0 {
-		return nil, 0, 0, lr.errorf("\"w\" before nr_class, %d labels and nr_feature", k)
+		return nil, 0, 0, lr.Errorf("\"w\" before nr_class, %d labels and nr_feature", k)
 	}
 	return labels, nf, bias, nil
 }

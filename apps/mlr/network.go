@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"github.com/terrace-ml/terrace/internal/modelfile"
 	"io"
 	"math"
 	"os"
@@ -95,7 +96,7 @@ func (n *Network) Save(path string) error {
 // line damaged, is refused naming the file and the line, rather than
 // read as a model that scores silently wrong.
 func ReadNetwork(r io.Reader, name string) (*Network, error) {
-	lr := newLineReader(r, "nn model", name, ErrNetworkModel)
+	lr := modelfile.NewReader(r, "nn model", name, ErrNetworkModel)
 	n := &Network{}
 	if err := n.readHeader(lr); err != nil {
 		return nil, err
@@ -112,21 +113,21 @@ func ReadNetwork(r io.Reader, name string) (*Network, error) {
 	}
 	// The file lists the output biases first; the table holds them last.
 	n.W2 = slices.Concat(out[n.Classes:], out[:n.Classes])
-	f, err := lr.line()
+	f, err := lr.Line()
 	if err != nil {
 		return nil, err
 	}
 	if len(f) != 1 || f[0] != "end" {
-		return nil, lr.errorf("want \"end\" after the %d output rows, got %q", n.Hidden, strings.Join(f, " "))
+		return nil, lr.Errorf("want \"end\" after the %d output rows, got %q", n.Hidden, strings.Join(f, " "))
 	}
-	if err := lr.end(`"end"`); err != nil {
+	if err := lr.End(`"end"`); err != nil {
 		return nil, err
 	}
 	return n, nil
 }
 
 // readHeader reads the header's lines, in their order, into n.
-func (n *Network) readHeader(lr *lineReader) error {
+func (n *Network) readHeader(lr *modelfile.Reader) error {
 	for _, h := range []struct {
 		key      string
 		dst      *int
@@ -140,22 +141,22 @@ func (n *Network) readHeader(lr *lineReader) error {
 		{key: "classes", dst: &n.Classes, min: 2, max: table.MaxWidth},
 		{key: "output", is: "softmax"},
 	} {
-		f, err := lr.line()
+		f, err := lr.Line()
 		if err != nil {
 			return err
 		}
 		if len(f) != 2 || f[0] != h.key {
-			return lr.errorf("want %q and its value, got %q", h.key, strings.Join(f, " "))
+			return lr.Errorf("want %q and its value, got %q", h.key, strings.Join(f, " "))
 		}
 		if h.dst == nil {
 			if f[1] != h.is {
-				return lr.errorf("%s %q: want %q", h.key, f[1], h.is)
+				return lr.Errorf("%s %q: want %q", h.key, f[1], h.is)
 			}
 			continue
 		}
 		v, err := strconv.Atoi(f[1])
 		if err != nil || v < h.min || v > h.max {
-			return lr.errorf("%s %q: want a whole number from %d to %d", h.key, f[1], h.min, h.max)
+			return lr.Errorf("%s %q: want a whole number from %d to %d", h.key, f[1], h.min, h.max)
 		}
 		*h.dst = v
 	}
@@ -164,10 +165,10 @@ func (n *Network) readHeader(lr *lineReader) error {
 
 // readRows reads layer's bias row and then its rows 0 to n-1, each of
 // width values, in that order.
-func readRows(lr *lineReader, layer string, n, width int) ([]float32, error) {
+func readRows(lr *modelfile.Reader, layer string, n, width int) ([]float32, error) {
 	var dst []float32
 	for i := -1; i < n; i++ {
-		f, err := lr.line()
+		f, err := lr.Line()
 		if err != nil {
 			return nil, err
 		}
@@ -176,12 +177,12 @@ func readRows(lr *lineReader, layer string, n, width int) ([]float32, error) {
 			label = strconv.Itoa(i)
 		}
 		if len(f) < 2 || f[0] != layer || f[1] != label {
-			return nil, lr.errorf("want the row %q, got %q", layer+" "+label, strings.Join(f[:min(len(f), 2)], " "))
+			return nil, lr.Errorf("want the row %q, got %q", layer+" "+label, strings.Join(f[:min(len(f), 2)], " "))
 		}
 		if len(f)-2 != width {
-			return nil, lr.errorf("row %q has %d values, want %d", layer+" "+label, len(f)-2, width)
+			return nil, lr.Errorf("row %q has %d values, want %d", layer+" "+label, len(f)-2, width)
 		}
-		if dst, err = lr.floats(dst, f[2:]); err != nil {
+		if dst, err = lr.Floats(dst, f[2:]); err != nil {
 			return nil, err
 		}
 	}

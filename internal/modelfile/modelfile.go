@@ -1,0 +1,71 @@
+// Package modelfile reads the text model files the apps write, line by
+// line, naming the file and the line in its errors and refusing a file
+// cut short or with bytes after its end.
+package modelfile
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// Reader reads a model file line by line, naming the file and the line
+// in its errors.
+type Reader struct {
+	r    *bufio.Reader
+	kind string // "nn model", "mlr model"
+	name string
+	bad  error // the sentinel of a damaged file
+	n    int
+}
+
+// NewReader reads r, a model file of kind ("nn model", "mlr model")
+// named name; bad is the sentinel its errors for a damaged file wrap.
+func NewReader(r io.Reader, kind, name string, bad error) *Reader {
+	return &Reader{r: bufio.NewReader(r), kind: kind, name: name, bad: bad}
+}
+
+// Line returns the next line's fields; a line without its newline is
+// the end of a file cut short.
+func (lr *Reader) Line() ([]string, error) {
+	s, err := lr.r.ReadString('\n')
+	lr.n++
+	switch {
+	case err == io.EOF && s == "":
+		return nil, lr.Errorf("the file ends here, cut short")
+	case err == io.EOF:
+		return nil, lr.Errorf("the last line has no end, cut short")
+	case err != nil:
+		return nil, fmt.Errorf("%s %s:%d: %w", lr.kind, lr.name, lr.n, err)
+	}
+	return strings.Fields(s), nil
+}
+
+// Errorf is the error of a damaged file at the line read last.
+func (lr *Reader) Errorf(format string, args ...any) error {
+	return fmt.Errorf("%s %s:%d: %w: %s", lr.kind, lr.name, lr.n, lr.bad, fmt.Sprintf(format, args...))
+}
+
+// End refuses anything after the last line, whatever it says it is.
+func (lr *Reader) End(last string) error {
+	if _, err := lr.r.ReadByte(); err != io.EOF {
+		lr.n++
+		return lr.Errorf("bytes after %s", last)
+	}
+	return nil
+}
+
+// Floats appends fields, each a finite float32, to dst.
+func (lr *Reader) Floats(dst []float32, fields []string) ([]float32, error) {
+	for _, s := range fields {
+		v, err := strconv.ParseFloat(s, 32)
+		if err != nil || math.IsInf(v, 0) || math.IsNaN(v) {
+			return nil, lr.Errorf("%q is not a finite number", s)
+		}
+		dst = append(dst, float32(v))
+	}
+	return dst, nil
+}
