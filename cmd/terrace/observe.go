@@ -141,7 +141,9 @@ func printStatus(w io.Writer, coordinator string, st *api.Status) {
 	pass := "-"
 	if d := st.Definition; d != nil && d.Job != nil {
 		pass = fmt.Sprint(j.Pass + 1)
-		if d.Done {
+		if d.Done || d.PassesDone >= d.Job.Passes {
+			// Every pass trained, a worker still to report: the
+			// progress is already past the last pass ("4/3").
 			pass = fmt.Sprint(d.PassesDone)
 		}
 		pass += fmt.Sprintf("/%d", d.Job.Passes)
