@@ -6,6 +6,8 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
+	"strings"
 
 	"github.com/terrace-ml/terrace/table"
 )
@@ -22,6 +24,17 @@ func (a *appFlags) check() error {
 	return a.checkFiles()
 }
 
+// appOnlyFlags are the app flags that only some apps read.
+var appOnlyFlags = []struct {
+	name string
+	apps []string
+}{
+	{"factors", []string{"mf"}}, {"hidden", []string{"nn"}},
+	{"topics", []string{"lda"}}, {"alpha", []string{"lda"}}, {"beta", []string{"lda"}}, {"vocab", []string{"lda"}},
+	{"l1", []string{"lr", "lasso"}}, {"l2", []string{"lr", "mf", "mlr", "nn"}}, {"lr", []string{"lr", "mf", "mlr", "nn"}},
+	{"encoding", []string{"lr", "mlr", "nn"}}, {"significance", []string{"lr"}},
+}
+
 // checkFlags checks the flags' values, not the files they name.
 func (a *appFlags) checkFlags() error {
 	switch a.app {
@@ -32,10 +45,11 @@ func (a *appFlags) checkFlags() error {
 	if a.app == "nn" && a.hidden <= 0 {
 		return fmt.Errorf("--hidden %d: want one unit or more", a.hidden)
 	}
-	// An app's own flag given with another app was ignored without a word.
-	for _, f := range []struct{ name, app string }{{"factors", "mf"}, {"hidden", "nn"}, {"topics", "lda"}, {"alpha", "lda"}, {"beta", "lda"}, {"vocab", "lda"}} {
-		if a.fs != nil && a.fs.Changed(f.name) && a.app != f.app {
-			return fmt.Errorf("--%s is for --app %s, not %s", f.name, f.app, a.app)
+	// A flag given with an app that does not read it was ignored without
+	// a word (lda's --encoding and --significance: ldaConfig says why).
+	for _, f := range appOnlyFlags {
+		if a.fs != nil && a.fs.Changed(f.name) && !slices.Contains(f.apps, a.app) && (a.app != "lda" || f.name != "encoding" && f.name != "significance") {
+			return fmt.Errorf("--%s is for --app %s, not %s", f.name, strings.Join(f.apps, ", "), a.app)
 		}
 	}
 	for _, f := range []struct {

@@ -30,6 +30,12 @@ func TestMistakesNameTheFlag(t *testing.T) {
 		{[]string{"train", "--app", "mlr", "--hidden", "5"}, "--hidden is for --app nn, not mlr"},
 		{[]string{"train", "--app", "nn", "--hidden", "0"}, "--hidden 0: want one unit or more"},
 		{[]string{"worker", "--coordinator", "127.0.0.1:1", "--factors", "8"}, "--factors is for --app mf, not lr"},
+		// Flags some apps read and others ignored without a word.
+		{[]string{"train", "--app", "nn", "--l1", "0.1"}, "--l1 is for --app lr, lasso, not nn"},
+		{[]string{"train", "--app", "lasso", "--lr", "0.1"}, "--lr is for --app lr, mf, mlr, nn, not lasso"},
+		{[]string{"train", "--app", "lasso", "--l2", "0.1"}, "--l2 is for --app lr, mf, mlr, nn, not lasso"},
+		{[]string{"train", "--app", "mf", "--encoding", "fp16"}, "--encoding is for --app lr, mlr, nn, not mf"},
+		{[]string{"train", "--app", "mlr", "--significance", "0.1"}, "--significance is for --app lr, not mlr"},
 		{[]string{"train", "--consistency", "sspp:2"}, `--consistency "sspp:2"`},
 		{[]string{"train", "--partitions", "-1"}, "--partitions -1"},
 		{[]string{"train", "--coordinators", "3"}, "--coordinators needs --processes"},
