@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -101,6 +102,9 @@ func (a *appFlags) checkFiles() error {
 	if a.app == "lasso" && a.fs.Changed("l1") && !(a.l1 > 0) {
 		return fmt.Errorf("--l1 %v: lasso's lambda must be positive", a.l1)
 	}
+	if err := a.checkModelPath(); err != nil {
+		return err
+	}
 	files := []struct{ flag, path, def string }{{"train", a.train, defaultTrain}, {"test", a.test, defaultTest}, {"vocab", a.vocab, ""}}
 	if a.train != "" {
 		files[1].def = "" // lrTestPath
@@ -115,6 +119,28 @@ func (a *appFlags) checkFiles() error {
 		if err := dataFile(f.flag, f.path, f.def); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// checkModelPath refuses a --model file that could not be written once
+// the job is trained: it was found after the last pass, the training lost
+// ("evaluating pass 10: model: open ...: no such file or directory").
+// mf and lda write a directory, made with its parents.
+func (a *appFlags) checkModelPath() error {
+	if a.model == "" || a.app == "mf" || a.app == "lda" {
+		return nil
+	}
+	if st, err := os.Stat(a.model); err == nil && st.IsDir() {
+		return fmt.Errorf("--model %s is a directory: --app %s writes its model to a file", a.model, a.app)
+	}
+	dir := filepath.Dir(a.model)
+	st, err := os.Stat(dir)
+	switch {
+	case err != nil:
+		return fmt.Errorf("--model %s: its directory: %w", a.model, err)
+	case !st.IsDir():
+		return fmt.Errorf("--model %s: %s is not a directory", a.model, dir)
 	}
 	return nil
 }

@@ -36,6 +36,9 @@ func TestMistakesNameTheFlag(t *testing.T) {
 		{[]string{"train", "--app", "lasso", "--l2", "0.1"}, "--l2 is for --app lr, mf, mlr, nn, not lasso"},
 		{[]string{"train", "--app", "mf", "--encoding", "fp16"}, "--encoding is for --app lr, mlr, nn, not mf"},
 		{[]string{"train", "--app", "mlr", "--significance", "0.1"}, "--significance is for --app lr, not mlr"},
+		// Found only once every pass was trained, the training lost.
+		{append([]string{"train", "--app", "lasso", "--model", filepath.Join(dir, "none", "m")}, data...), "--model " + filepath.Join(dir, "none", "m") + ": its directory: "},
+		{append([]string{"train", "--model", dir}, data...), "--model " + dir + " is a directory"},
 		{[]string{"train", "--consistency", "sspp:2"}, `--consistency "sspp:2"`},
 		{[]string{"train", "--partitions", "-1"}, "--partitions -1"},
 		{[]string{"train", "--coordinators", "3"}, "--coordinators needs --processes"},
