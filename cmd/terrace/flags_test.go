@@ -71,3 +71,14 @@ func TestMistakesNameTheFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestExportTimeoutBoundsReach: export's --timeout bounds its wait for an
+// unreachable coordinator (--timeout 2s retried for 30 s).
+func TestExportTimeoutBoundsReach(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, terrace(t), "export", "--coordinator", "127.0.0.1:1", "--timeout", "2s", "--out", filepath.Join(t.TempDir(), "m")).CombinedOutput()
+	if err == nil || !bytes.Contains(out, []byte("coordinator unreachable")) || bytes.Contains(out, []byte("retrying for 30s")) {
+		t.Fatalf("export --timeout 2s from no coordinator: %v, want it unreachable within 2s:\n%s", err, out)
+	}
+}
