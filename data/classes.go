@@ -43,8 +43,14 @@ func ReadClasses(path string) (*Classes, error) {
 	if err != nil {
 		return nil, err
 	}
-	if magic, err := br.Peek(4); err == nil && magic[0] == 0 && magic[1] == 0 && magic[2] == 8 && magic[3] == 3 {
-		return readIDX(br, path)
+	if magic, err := br.Peek(4); err == nil && magic[0] == 0 && magic[1] == 0 && magic[2] == 8 {
+		switch magic[3] {
+		case 3:
+			return readIDX(br, path)
+		case 1:
+			// Read as LIBSVM it was "label \x00\x00\b\x01... is not a number".
+			return nil, idxError(path, `an IDX labels file: give the images file (train-images-idx3-ubyte.gz), whose labels are read from the labels file beside it`, nil)
+		}
 	}
 	x, err := parseLIBSVM(br, path, classLabels)
 	if err != nil {

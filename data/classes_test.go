@@ -68,6 +68,10 @@ func TestReadClassesBad(t *testing.T) {
 	if _, err := ReadClasses(other); err == nil || !strings.Contains(err.Error(), `no "images-idx3"`) {
 		t.Errorf("images file of another name: %v", err)
 	}
+	labels := strings.Replace(writeIDX(t, t.TempDir(), 2, true, 0), "images-idx3", "labels-idx1", 1)
+	if _, err := ReadClasses(labels); !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), "an IDX labels file: give the images file") {
+		t.Errorf("the labels file given for the images: %v", err)
+	}
 	fewer := writeIDX(t, t.TempDir(), 3, false, 0)
 	lab := binary.BigEndian.AppendUint32(nil, 0x801)
 	lab = binary.BigEndian.AppendUint32(lab, 2)

@@ -231,6 +231,8 @@ func TestParseLIBSVMMalformed(t *testing.T) {
 		{"gzip without trailer", string(noTrailer), lines + 1, "truncated or corrupt input: unexpected EOF"},
 		{"gzip bad checksum", string(badCRC), lines + 1, "gzip: invalid checksum"},
 		{"bad gzip header", "\x1f\x8b\x08\xff\x00", 0, "bad gzip header"},
+		{"MNIST's images", "\x00\x00\x08\x03\x00\x00\x27\x10\x00\x00\x00\x1c\x00\x00\x00\x1c\x00", 0, "an IDX file (MNIST's binary format), not lines of text"},
+		{"MNIST's labels, gzip", string(gzipped(t, []byte("\x00\x00\x08\x01\x00\x00\x00\x02\x07\x02"))), 0, "an IDX file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const name = "bad.txt"

@@ -45,6 +45,11 @@ func newLineReader(r io.Reader, name string) (*lineReader, error) {
 	if b, err := br.Peek(len(utf8BOM)); err == nil && string(b) == utf8BOM {
 		br.Discard(len(utf8BOM))
 	}
+	if magic, err := br.Peek(3); err == nil && magic[0] == 0 && magic[1] == 0 && magic[2] == 8 {
+		// MNIST's images given to lr, lasso or mf read as one line whose
+		// label was 40 bytes of binary "not a number".
+		return nil, idxError(name, "an IDX file (MNIST's binary format), not lines of text: --app mlr and nn read MNIST", nil)
+	}
 	return &lineReader{br: br, name: name}, nil
 }
 

@@ -72,7 +72,7 @@ func (c *Client) Steal(ctx context.Context, pass, partition, from int, loop Loop
 		return err
 	}
 	if err := c.train(ctx, l, &loop); err != nil {
-		return fmt.Errorf("ps: pass %d partition %d from row %d: %w", pass, partition, l.Start, err)
+		return fmt.Errorf("ps: pass %d partition %d from row %d: %w", pass+1, partition, l.Start, err)
 	}
 	return nil
 }
@@ -83,9 +83,9 @@ func (c *Client) split(ctx context.Context, s api.Split) (*Lease, error) {
 	g, err := c.ctl.Split(ctx, s)
 	switch {
 	case errors.Is(err, api.ErrNoSplit):
-		return nil, fmt.Errorf("%w: pass %d partition %d from row %d: %w", ErrNoSplit, s.Pass, s.Partition, s.From, err)
+		return nil, fmt.Errorf("%w: pass %d partition %d from row %d: %w", ErrNoSplit, s.Pass+1, s.Partition, s.From, err)
 	case err != nil:
-		return nil, fmt.Errorf("ps: split of pass %d partition %d: %w", s.Pass, s.Partition, err)
+		return nil, fmt.Errorf("ps: split of pass %d partition %d: %w", s.Pass+1, s.Partition, err)
 	}
 	return c.lease(ctx, s.Pass, g)
 }

@@ -130,7 +130,8 @@ func (c *Client) EachPartition(ctx context.Context, pass int, loop Loop) error {
 			return nil
 		}
 		if err := c.train(ctx, l, &loop); err != nil {
-			return fmt.Errorf("ps: pass %d partition %d: %w", pass, l.Partition, err)
+			// Counted from 1, as the apps, status and events count.
+			return fmt.Errorf("ps: pass %d partition %d: %w", pass+1, l.Partition, err)
 		}
 	}
 }

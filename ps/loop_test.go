@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -209,6 +210,11 @@ func TestLoopStepError(t *testing.T) {
 		}})
 	if !errors.Is(err, errBoom) {
 		t.Fatalf("got %v, want the step's error", err)
+	}
+	// The API's pass 0 is the first pass, "pass 1" wherever a person
+	// reads it (the app's error that wraps this one says "pass 1").
+	if !strings.Contains(err.Error(), "ps: pass 1 partition 0") {
+		t.Errorf("error %q does not name pass 1, counted from 1 as the apps and events count", err)
 	}
 	for i, f := range sent {
 		if !isDone(f) {

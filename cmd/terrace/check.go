@@ -6,6 +6,9 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/terrace-ml/terrace/table"
 )
@@ -22,6 +25,17 @@ func (a *appFlags) check() error {
 	return a.checkFiles()
 }
 
+// appOnlyFlags are the app flags that only some apps read.
+var appOnlyFlags = []struct {
+	name string
+	apps []string
+}{
+	{"factors", []string{"mf"}}, {"hidden", []string{"nn"}},
+	{"topics", []string{"lda"}}, {"alpha", []string{"lda"}}, {"beta", []string{"lda"}}, {"vocab", []string{"lda"}},
+	{"l1", []string{"lr", "lasso"}}, {"l2", []string{"lr", "mf", "mlr", "nn"}}, {"lr", []string{"lr", "mf", "mlr", "nn"}},
+	{"encoding", []string{"lr", "mlr", "nn"}}, {"significance", []string{"lr"}},
+}
+
 // checkFlags checks the flags' values, not the files they name.
 func (a *appFlags) checkFlags() error {
 	switch a.app {
@@ -32,10 +46,11 @@ func (a *appFlags) checkFlags() error {
 	if a.app == "nn" && a.hidden <= 0 {
 		return fmt.Errorf("--hidden %d: want one unit or more", a.hidden)
 	}
-	// An app's own flag given with another app was ignored without a word.
-	for _, f := range []struct{ name, app string }{{"factors", "mf"}, {"hidden", "nn"}, {"topics", "lda"}, {"alpha", "lda"}, {"beta", "lda"}, {"vocab", "lda"}} {
-		if a.fs != nil && a.fs.Changed(f.name) && a.app != f.app {
-			return fmt.Errorf("--%s is for --app %s, not %s", f.name, f.app, a.app)
+	// A flag given with an app that does not read it was ignored without
+	// a word (lda's --encoding and --significance: ldaConfig says why).
+	for _, f := range appOnlyFlags {
+		if a.fs != nil && a.fs.Changed(f.name) && !slices.Contains(f.apps, a.app) && (a.app != "lda" || f.name != "encoding" && f.name != "significance") {
+			return fmt.Errorf("--%s is for --app %s, not %s", f.name, strings.Join(f.apps, ", "), a.app)
 		}
 	}
 	for _, f := range []struct {
@@ -87,6 +102,9 @@ func (a *appFlags) checkFiles() error {
 	if a.app == "lasso" && a.fs.Changed("l1") && !(a.l1 > 0) {
 		return fmt.Errorf("--l1 %v: lasso's lambda must be positive", a.l1)
 	}
+	if err := a.checkModelPath(); err != nil {
+		return err
+	}
 	files := []struct{ flag, path, def string }{{"train", a.train, defaultTrain}, {"test", a.test, defaultTest}, {"vocab", a.vocab, ""}}
 	if a.train != "" {
 		files[1].def = "" // lrTestPath
@@ -101,6 +119,28 @@ func (a *appFlags) checkFiles() error {
 		if err := dataFile(f.flag, f.path, f.def); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// checkModelPath refuses a --model file that could not be written once
+// the job is trained: it was found after the last pass, the training lost
+// ("evaluating pass 10: model: open ...: no such file or directory").
+// mf and lda write a directory, made with its parents.
+func (a *appFlags) checkModelPath() error {
+	if a.model == "" || a.app == "mf" || a.app == "lda" {
+		return nil
+	}
+	if st, err := os.Stat(a.model); err == nil && st.IsDir() {
+		return fmt.Errorf("--model %s is a directory: --app %s writes its model to a file", a.model, a.app)
+	}
+	dir := filepath.Dir(a.model)
+	st, err := os.Stat(dir)
+	switch {
+	case err != nil:
+		return fmt.Errorf("--model %s: its directory: %w", a.model, err)
+	case !st.IsDir():
+		return fmt.Errorf("--model %s: %s is not a directory", a.model, dir)
 	}
 	return nil
 }

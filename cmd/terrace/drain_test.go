@@ -83,6 +83,43 @@ func startCoordinator(t *testing.T, ctx context.Context, args ...string) string 
 	return strings.TrimSuffix(f[slicesIndex(f, "on")+1], ",")
 }
 
+// TestServerInterruptSaysSo: a server given SIGINT (Ctrl-C) leaves at
+// once, and says that it did not drain (it exited without a word).
+func TestServerInterruptSaysSo(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	addr := startCoordinator(t, ctx, "--in-memory", "--servers", "1", "--workers", "1", "--replication", "1")
+	s, w := startWatched(t, ctx, "joined", "server", "--coordinator", addr, "--id", "s0")
+	w.await(t, ctx)
+	if err := s.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	s.Wait()
+	if !strings.Contains(w.String(), "terrace: server s0 stopped (interrupt signal received): left at once, not drained") {
+		t.Fatalf("a server given SIGINT said:\n%s", w)
+	}
+}
+
+// TestEventsFollowSaysCoordinatorGone: events --follow whose coordinator
+// goes says that it cannot reach it while it retries (30 s of silence,
+// then an error, before).
+func TestEventsFollowSaysCoordinatorGone(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	c, cw := startWatched(t, ctx, "listening on", "coordinator", "--listen", "127.0.0.1:0", "--in-memory", "--servers", "1", "--workers", "1", "--replication", "1")
+	cw.await(t, ctx)
+	f := strings.Fields(cw.String())
+	addr := strings.TrimSuffix(f[slicesIndex(f, "on")+1], ",")
+	ev, w := startWatched(t, ctx, "unreachable (", "events", "--coordinator", addr, "--follow")
+	defer func() { ev.Process.Kill(); ev.Wait() }()
+	c.Process.Kill()
+	c.Wait()
+	w.await(t, ctx)
+	if !strings.Contains(w.String(), "retrying for") {
+		t.Fatalf("events --follow after its coordinator went:\n%s", w)
+	}
+}
+
 // TestWorkerDrainsOnSIGTERM sends SIGTERM to one of two workers once
 // training is under way: it must record its progress, return its leases and
 // exit 0, and the other worker must train everything left.

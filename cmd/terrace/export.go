@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 	"slices"
 
 	"github.com/terrace-ml/terrace/apps/lasso"
@@ -251,6 +254,11 @@ func exportCheckpoint(ctx context.Context, w io.Writer, dir, train, out string) 
 	}
 	if train != "" {
 		j.Train = train
+	} else if _, err := os.Stat(j.Train); errors.Is(err, fs.ErrNotExist) {
+		// Every app's export reads the job's data (lr's scaling, mf's
+		// users and items, lda's words, the others' features): moved
+		// data said only "open PATH: no such file or directory".
+		return fmt.Errorf("export --checkpoint-dir %s: the job's training data %s is not there (moved? give --train, where it is now): %w", dir, j.Train, err)
 	}
 	if err := exportModel(ctx, checkpointSource{ck}, j, out); err != nil {
 		return err

@@ -65,6 +65,29 @@ func TestExportCheckpoint(t *testing.T) {
 			t.Fatalf("export from a directory without checkpoints: %v\n%s", err, out)
 		}
 	})
+	t.Run("moved data", func(t *testing.T) {
+		dir := t.TempDir()
+		ck, live, exported := filepath.Join(dir, "ck"), filepath.Join(dir, "live.model"), filepath.Join(dir, "ck.model")
+		raw, err := os.ReadFile(repoFile("datasets/a9a/a9a.gz"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		train, moved := filepath.Join(dir, "a9a.gz"), filepath.Join(dir, "moved.gz")
+		if err := os.WriteFile(train, raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		trainWithCheckpoint(t, ck, live, "--train", train, "--test", repoFile("datasets/a9a/a9a.t.gz"))
+		if err := os.Rename(train, moved); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(terrace(t), "export", "--checkpoint-dir", ck, "--out", exported).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "the job's training data "+train+" is not there (moved? give --train") {
+			t.Fatalf("export of a checkpoint whose data moved: %v\n%s", err, out)
+		}
+		if out, err := exec.Command(terrace(t), "export", "--checkpoint-dir", ck, "--out", exported, "--train", moved).CombinedOutput(); err != nil {
+			t.Fatalf("export --train with the data where it is now: %v\n%s", err, out)
+		}
+	})
 	t.Run("mf", func(t *testing.T) {
 		train, ok := data.SharedPath("ratings/ml-100k/u1.base")
 		test, ok2 := data.SharedPath("ratings/ml-100k/u1.test")

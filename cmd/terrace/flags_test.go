@@ -30,6 +30,15 @@ func TestMistakesNameTheFlag(t *testing.T) {
 		{[]string{"train", "--app", "mlr", "--hidden", "5"}, "--hidden is for --app nn, not mlr"},
 		{[]string{"train", "--app", "nn", "--hidden", "0"}, "--hidden 0: want one unit or more"},
 		{[]string{"worker", "--coordinator", "127.0.0.1:1", "--factors", "8"}, "--factors is for --app mf, not lr"},
+		// Flags some apps read and others ignored without a word.
+		{[]string{"train", "--app", "nn", "--l1", "0.1"}, "--l1 is for --app lr, lasso, not nn"},
+		{[]string{"train", "--app", "lasso", "--lr", "0.1"}, "--lr is for --app lr, mf, mlr, nn, not lasso"},
+		{[]string{"train", "--app", "lasso", "--l2", "0.1"}, "--l2 is for --app lr, mf, mlr, nn, not lasso"},
+		{[]string{"train", "--app", "mf", "--encoding", "fp16"}, "--encoding is for --app lr, mlr, nn, not mf"},
+		{[]string{"train", "--app", "mlr", "--significance", "0.1"}, "--significance is for --app lr, not mlr"},
+		// Found only once every pass was trained, the training lost.
+		{append([]string{"train", "--app", "lasso", "--model", filepath.Join(dir, "none", "m")}, data...), "--model " + filepath.Join(dir, "none", "m") + ": its directory: "},
+		{append([]string{"train", "--model", dir}, data...), "--model " + dir + " is a directory"},
 		{[]string{"train", "--consistency", "sspp:2"}, `--consistency "sspp:2"`},
 		{[]string{"train", "--partitions", "-1"}, "--partitions -1"},
 		{[]string{"train", "--coordinators", "3"}, "--coordinators needs --processes"},
@@ -60,5 +69,16 @@ func TestMistakesNameTheFlag(t *testing.T) {
 		if err == nil || !bytes.Contains(out, []byte(tc.want)) {
 			t.Errorf("terrace %q: %v, want an error containing %q:\n%s", tc.args, err, tc.want, out)
 		}
+	}
+}
+
+// TestExportTimeoutBoundsReach: export's --timeout bounds its wait for an
+// unreachable coordinator (--timeout 2s retried for 30 s).
+func TestExportTimeoutBoundsReach(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, terrace(t), "export", "--coordinator", "127.0.0.1:1", "--timeout", "2s", "--out", filepath.Join(t.TempDir(), "m")).CombinedOutput()
+	if err == nil || !bytes.Contains(out, []byte("coordinator unreachable")) || bytes.Contains(out, []byte("retrying for 30s")) {
+		t.Fatalf("export --timeout 2s from no coordinator: %v, want it unreachable within 2s:\n%s", err, out)
 	}
 }

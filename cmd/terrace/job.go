@@ -317,6 +317,13 @@ otherwise is refused, naming the flag.`,
 				fmt.Fprintf(cmd.OutOrStdout(), "terrace: job %d, the same, is already in force at %s: nothing changed: %s\n", after.Number, coordinator, describeJob(got))
 				return nil
 			}
+			if after, aerr := cc.JobStatus(cmd.Context()); berr == nil && aerr == nil && before.Job != nil && !before.Done && after.Number != before.Number {
+				// A job that trained nothing and has no live worker is
+				// replaced: say so, as the coordinator's events do.
+				fmt.Fprintf(cmd.OutOrStdout(), "terrace: job %d submitted to %s, replacing job %d (%s), which trained nothing and had no worker alive: %s\n",
+					after.Number, coordinator, before.Number, describeJob(*before.Job), describeJob(got))
+				return nil
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "terrace: job submitted to %s: %s\n", coordinator, describeJob(got))
 			return nil
 		},

@@ -102,6 +102,18 @@ func TestClusterRunsJobsOneAfterAnother(t *testing.T) {
 		t.Fatalf("the worker waiting after job 1, SIGTERMed: %v\n%s", err, lw)
 	}
 	runWorkers(2, "--app", "lda", "--train", repoFile("datasets/kos/doc_word_count.tsv.gz"), "--passes", "1")
+	// A job no worker has started is replaced by another, and submit
+	// says so (it said "job submitted" as of a first job).
+	if b, err := exec.CommandContext(ctx, terrace(t), "submit", "--coordinator", addr, jobFile).CombinedOutput(); err != nil || !bytes.Contains(b, []byte("job submitted")) {
+		t.Fatalf("submit job 3: %v\n%s", err, b)
+	}
+	other := dir + "/lr2.yaml"
+	if err := os.WriteFile(other, []byte(strings.Replace(job, "passes: 1", "passes: 2", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := exec.CommandContext(ctx, terrace(t), "submit", "--coordinator", addr, other).CombinedOutput(); err != nil || !bytes.Contains(b, []byte("job 4 submitted to "+addr+", replacing job 3 (lr on ")) {
+		t.Fatalf("submit a job over one never started: %v\n%s", err, b)
+	}
 	for _, s := range servers {
 		s.Process.Signal(syscall.SIGTERM)
 		if err := s.Wait(); err != nil {

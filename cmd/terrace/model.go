@@ -101,6 +101,9 @@ A job that ends its cluster writes its model itself: give the job
 			if err != nil {
 				return err
 			}
+			// --timeout bounds the wait for the coordinator too (a --timeout
+			// 3s export retried an unreachable one for 30 s).
+			cc.RetryFor = min(cc.RetryFor, timeout)
 			if err := reach(ctx, cc, cmd.ErrOrStderr(), cc.RetryFor); err != nil {
 				return fmt.Errorf("export from %s: %w", coordinator, err)
 			}
@@ -136,7 +139,7 @@ A job that ends its cluster writes its model itself: give the job
 	cmd.Flags().StringVar(&coordinator, "coordinator", "127.0.0.1:7070", "coordinator address(es), comma-separated")
 	cmd.Flags().StringVar(&out, "out", "", "file to write the model to")
 	cmd.Flags().StringVar(&ckptDir, "checkpoint-dir", "", "read the model from the newest committed checkpoint in this directory instead of a live cluster")
-	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "give up if no server of the cluster answers within this time")
+	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "give up if the coordinator, or then every server of the cluster, does not answer within this time")
 	cmd.Flags().StringVar(&train, "train", "", "with --checkpoint-dir: the training data (lr: for its feature scaling), if not where the checkpointed job says")
 	sec.register(cmd.Flags(), false)
 	addConfigFlag(cmd)

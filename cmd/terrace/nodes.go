@@ -253,7 +253,13 @@ func serverCmd() *cobra.Command {
 					}()
 				}
 			}
-			return node.RunServer(ctx, cfg)
+			err = node.RunServer(ctx, cfg)
+			if cause := context.Cause(cmd.Context()); err == nil && cause != nil {
+				// Ctrl-C ends a server at once: it exited 0 saying nothing,
+				// and the coordinator took it as failed.
+				fmt.Fprintf(cmd.ErrOrStderr(), "terrace: server %s stopped (%v): left at once, not drained; the coordinator takes it as failed (SIGTERM drains)\n", cfg.ID, cause)
+			}
+			return err
 		},
 	}
 	fs := cmd.Flags()

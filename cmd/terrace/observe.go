@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -141,7 +142,9 @@ func printStatus(w io.Writer, coordinator string, st *api.Status) {
 	pass := "-"
 	if d := st.Definition; d != nil && d.Job != nil {
 		pass = fmt.Sprint(j.Pass + 1)
-		if d.Done {
+		if d.Done || d.PassesDone >= d.Job.Passes {
+			// Every pass trained, a worker still to report: the
+			// progress is already past the last pass ("4/3").
 			pass = fmt.Sprint(d.PassesDone)
 		}
 		pass += fmt.Sprintf("/%d", d.Job.Passes)
@@ -201,8 +204,8 @@ func eventsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			cc.RetryFor = 2 * time.Second
 			if !follow {
-				cc.RetryFor = 2 * time.Second // a follower rides out a failover
 				if err := reach(ctx, cc, cmd.ErrOrStderr(), cc.RetryFor); err != nil {
 					return err
 				}
@@ -210,6 +213,13 @@ func eventsCmd() *cobra.Command {
 			out := cmd.OutOrStdout()
 			for {
 				evs, err := cc.Events(ctx, after, follow)
+				if errors.Is(err, api.ErrUnavailable) && follow && ctx.Err() == nil {
+					// A follower rides out a failover or a restart, saying
+					// so (it waited 30 s without a word, then failed).
+					if err = reach(ctx, cc, cmd.ErrOrStderr(), 30*time.Second); err == nil {
+						continue
+					}
+				}
 				if err != nil {
 					if ctx.Err() != nil {
 						return nil

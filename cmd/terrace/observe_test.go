@@ -45,7 +45,15 @@ func TestStatusTable(t *testing.T) {
 		}
 	}
 	st.Dollars, st.DollarsPerHour, st.StageReason = nil, nil, ""
-	st.Definition.Done, st.Definition.PassesDone, st.Job.Pass = true, 10, 10
+	// Every pass trained, one worker still to report: the progress's
+	// pass is past the last one, the screen's is not ("11/10").
+	st.Definition.PassesDone, st.Job.Pass = 10, 10
+	b.Reset()
+	printStatus(&b, "c", st)
+	if !strings.Contains(b.String(), "JOB  pass 10/10  ") {
+		t.Errorf("a job whose passes are all trained, a worker still to report, not at 10/10:\n%s", b.String())
+	}
+	st.Definition.Done = true
 	b.Reset()
 	printStatus(&b, "c", st)
 	if strings.Contains(b.String(), "cost") || strings.Contains(b.String(), "STAGE") {

@@ -124,6 +124,18 @@ func TestTierRevocationDrill(t *testing.T) {
 	}
 }
 
+// TestSummaryKilledWorkersExamples: a drill's summary says that its count
+// of examples leaves out killed workers' (107700 of 181500 audited read as
+// the whole job's).
+func TestSummaryKilledWorkersExamples(t *testing.T) {
+	var b bytes.Buffer
+	audited := int64(181500)
+	printSummary(&b, &trainReport{App: "nn", Examples: 107700, Report: &drill.Report{RunDir: "run", ExamplesAudited: &audited}})
+	if want := "the audit counts 181500 example trainings in all"; !strings.Contains(b.String(), want) {
+		t.Fatalf("summary:\n%s\nwant %q", b.String(), want)
+	}
+}
+
 // TestSummaryFaultsNotInjected: a planned fault the drill did not inject
 // (README's --add transient@2@6s when training ends at 5 s) is said on the
 // terminal, not only in the report's faults_not_injected.

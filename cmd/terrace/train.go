@@ -389,6 +389,11 @@ func printSummary(w io.Writer, r *trainReport) {
 		fmt.Fprintf(w, "terrace: lasso made %d coordinate updates in %.2fs (%d more skipped by its schedule)\n", r.CoordinateUpdates, r.Seconds, r.CoordinatesSkipped)
 	} else {
 		fmt.Fprintf(w, "terrace: %s trained %d examples in %.2fs (%.0f examples/s)\n", r.App, r.Examples, r.Seconds, r.ExamplesPerSecond)
+		if r.Report != nil && r.Report.ExamplesAudited != nil && *r.Report.ExamplesAudited > r.Examples {
+			// A killed worker never reports its count: a drill's summary
+			// read as if it had trained a third of the passes less.
+			fmt.Fprintf(w, "terrace: (counted by the workers that reported; the audit counts %d example trainings in all, killed workers' too)\n", *r.Report.ExamplesAudited)
+		}
 	}
 	switch {
 	case r.TestAUC != nil:

@@ -42,8 +42,8 @@ func (m *Machine) SubmitJob(id uint64, j api.Job) {
 	case l.JobDone:
 		m.nextJob(j)
 	case m.st.ResumedJob && len(m.st.Workers) == 0 && !sameModel(m.st.Job, &j):
-		m.reply(Reply{ID: id, Job: m.st.Job, Err: fmt.Errorf("%w: the checkpoint resumed from is of app %s on %s, not app %s on %s: this job cannot go on from its model",
-			api.ErrJobConflict, m.st.Job.App, m.st.Job.Train, j.App, j.Train)})
+		m.reply(Reply{ID: id, Job: m.st.Job, Err: fmt.Errorf("%w: the checkpoint resumed from is of %s, not %s: this job cannot go on from its model",
+			api.ErrJobConflict, modelOf(m.st.Job), modelOf(&j))})
 		return
 	case m.st.Job == nil, m.st.ResumedJob && len(m.st.Workers) == 0:
 		m.st.Job, m.st.ResumedJob = &j, false
@@ -94,7 +94,22 @@ func (m *Machine) unstarted() bool {
 // names: the checkpoint's were restored, unused, and b trained from
 // scratch after the checkpoint's passes, as if it had resumed.
 func sameModel(a, b *api.Job) bool {
-	return a.App == b.App && a.Train == b.Train
+	return a.App == b.App && a.Train == b.Train && a.Hidden == b.Hidden && a.Factors == b.Factors && a.Topics == b.Topics
+}
+
+// modelOf names a job's model for sameModel's refusal: its app, the
+// widths that shape its tables, and its data.
+func modelOf(j *api.Job) string {
+	s := "app " + j.App
+	for _, w := range []struct {
+		name string
+		v    int
+	}{{"hidden", j.Hidden}, {"factors", j.Factors}, {"topics", j.Topics}} {
+		if w.v != 0 {
+			s += fmt.Sprintf(" (--%s %d)", w.name, w.v)
+		}
+	}
+	return s + " on " + j.Train
 }
 
 // diffJobs names the first fields where b differs from the job a in force.

@@ -277,9 +277,16 @@ func TestResumedJob(t *testing.T) {
 		t.Errorf("another job once a worker joined: %v, want ErrJobConflict", rep.Err)
 	}
 
-	// Another app, or other data, cannot go on from the checkpoint's
-	// model: refused, the checkpoint's job kept.
-	for _, other := range []api.Job{{App: "lda", Passes: 20}, {App: "lr", Train: "other.gz", Passes: 20}} {
+	// Another app, other data, or tables of other widths (nn's --hidden:
+	// refused only by the table's create, in a worker, after the cluster
+	// formed) cannot go on from the checkpoint's model: refused, the
+	// checkpoint's job kept.
+	nn := api.Job{App: "nn", Train: "mnist.gz", Hidden: 32, Passes: 10}
+	for _, tc := range []struct{ ckpt, other api.Job }{
+		{ckpt, api.Job{App: "lda", Passes: 20}}, {ckpt, api.Job{App: "lr", Train: "other.gz", Passes: 20}},
+		{nn, api.Job{App: "nn", Train: "mnist.gz", Hidden: 64, Passes: 10}},
+	} {
+		ckpt, other := tc.ckpt, tc.other
 		m = NewMachine(Config{Servers: 2, Workers: 2, Partitions: 2, Replication: 2}, t0)
 		m.Resume(Resumed{Dir: "ckpt", Seq: 1, Pass: 4, Job: &ckpt})
 		r = &jobRig{t: t, m: m}

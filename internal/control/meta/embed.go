@@ -71,6 +71,9 @@ func StartEmbedded(ctx context.Context, c EmbedConfig) (*Embedded, error) {
 	if c.Dir == "" {
 		return nil, fmt.Errorf("meta: embedded etcd: %w: empty data directory", ErrInvalid)
 	}
+	if err := checkDirFree(c.Dir); err != nil {
+		return nil, err
+	}
 	if c.Name == "" {
 		c.Name = "terrace"
 	}

@@ -15,6 +15,7 @@ import (
 // prefix.
 var (
 	shared        *Embedded
+	sharedDir     string
 	sharedStarted time.Duration
 )
 
@@ -26,6 +27,7 @@ func TestMain(m *testing.M) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	start := time.Now()
+	sharedDir = dir
 	shared, err = StartEmbedded(ctx, EmbedConfig{Name: "shared", Dir: dir})
 	sharedStarted = time.Since(start)
 	cancel()

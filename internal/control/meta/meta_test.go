@@ -2,6 +2,7 @@ package meta
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -51,6 +52,27 @@ func TestEmbeddedStartAndRestart(t *testing.T) {
 	}
 	if len(got.Kvs) != 1 || string(got.Kvs[0].Value) != "w" {
 		t.Fatalf("after restart the key holds %v, want w", got.Kvs)
+	}
+}
+
+// TestEmbeddedDirInUse: a second member on a live member's data
+// directory is refused (etcd waited for the database's lock for good).
+func TestEmbeddedDirInUse(t *testing.T) {
+	errc := make(chan error, 1)
+	go func() {
+		e, err := StartEmbedded(t.Context(), EmbedConfig{Dir: sharedDir})
+		if err == nil {
+			e.Close()
+		}
+		errc <- err
+	}()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, ErrDirInUse) || !strings.Contains(err.Error(), sharedDir) {
+			t.Errorf("a second member on a live one's directory: %v, want ErrDirInUse naming it", err)
+		}
+	case <-time.After(20 * time.Second): // etcd logs "flocked by another process" at 10 s and waits on
+		t.Fatal("a second member on a live one's directory still starting: it waits for the lock")
 	}
 }
 

@@ -27,6 +27,9 @@ var (
 	// ErrNotLeader means a guarded write was refused because the writer's
 	// leadership is no longer current.
 	ErrNotLeader = errors.New("not the leader")
+	// ErrDirInUse means another process holds an embedded member's data
+	// directory open.
+	ErrDirInUse = errors.New("data directory in use")
 )
 
 // OpenTimeout bounds how long Open waits for etcd to answer.

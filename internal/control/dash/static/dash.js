@@ -191,7 +191,7 @@ async function pollStatus() {
       // Counted from 1, of the job's, as terrace status shows it (the
       // API's pass counts from 0, and is the job's length once it is done).
       const def = s.definition;
-      text("pass", def && def.job ? (def.done ? def.passes_done : s.job.pass + 1) + " / " + def.job.passes : "–");
+      text("pass", def && def.job ? (def.done || def.passes_done >= def.job.passes ? def.passes_done : s.job.pass + 1) + " / " + def.job.passes : "–");
       text("done", s.job.done + " / " + s.job.partitions);
       text("examples", fmtNum(s.job.examples));
       text("rate", fmtNum(s.job.rate));
