@@ -128,6 +128,19 @@ func (c *consistency[W, P]) advance(worker int, v int64) (counted, starts int64,
 	if enters && counted < wire.ClockIdle {
 		starts = max(counted, c.entry())
 	}
+	if !enters && counted < c.min {
+		// A worker counted at a real clock below the published minimum:
+		// it entered here without hearing where to start (the answer
+		// was lost: an install closed the connection it went out on, as
+		// the worker left waiting for work while this server stood by),
+		// and it pushes below the clock reads here were answered at. From
+		// now on reads wait for it; those answered did not owe its
+		// pushes, which come after them. The simulation's tiers seed
+		// 331209: a standby told the entering worker to start at 60, the
+		// worker trained on from 0, and, back on the ring, the server
+		// answered reads at clock 60 without the worker's clock 56.
+		c.min = counted
+	}
 	return counted, starts, c.next(), true
 }
 
@@ -165,7 +178,9 @@ func (c *consistency[W, P]) flushed(f *flush[P]) (ready []W, next *flush[P]) {
 	if f.upTo > c.min {
 		c.min = f.upTo
 		if f.upTo < wire.ClockIdle {
-			c.floor = f.upTo
+			// The highest published: a minimum that fell to a worker
+			// counted below it (advance) does not lower it.
+			c.floor = max(c.floor, f.upTo)
 		}
 		keep := c.waiters[:0]
 		for _, p := range c.waiters {
