@@ -156,8 +156,11 @@ const defaultTierSchedules = 40
 // and failed instead of waiting for the fallback's (ps.installWaiting);
 // 132665: a worker leaving idle as an install dialled a new head left the
 // head counting it idle, and the head answered a read without waiting for
-// its clock (fixed with ps.Client.tellMu and toldIdle).
-var tierRegressionSeeds = []uint64{88, 102, 232, 352, 2258, 143, 1341, 1670, 1704, 1721, 1911, 610, 611, 1608, 2605, 1377, 50074, 132665}
+// its clock (fixed with ps.Client.tellMu and toldIdle); 331209: a
+// standby's answer to a worker leaving idle ("start at 60") was lost, the
+// worker trained on from 0, and back on the ring the server answered
+// reads above the worker's clock (fixed in consistency.advance).
+var tierRegressionSeeds = []uint64{88, 102, 232, 352, 2258, 143, 1341, 1670, 1704, 1721, 1911, 610, 611, 1608, 2605, 1377, 50074, 132665, 331209}
 
 // TestTierSimulation runs the first seeded random schedules of tiers of
 // reliability (sim.RandomTiers: stage switches, bulk revocations with and
