@@ -151,9 +151,14 @@ func (a *appFlags) useJob(own, j api.Job) error {
 }
 
 // noJobSubmitted is a worker's error when its join timeout (ctx) ended
-// while it waited, with no job flags, for a job.
-func noJobSubmitted(ctx context.Context) error {
-	return fmt.Errorf("job: none was submitted before the join timeout (--join-timeout), and this worker was given no job flags to submit: %w", ctx.Err())
+// while it waited, with no job flags, for a job; done, if not 0, is the
+// cluster's job that had ended.
+func noJobSubmitted(ctx context.Context, done uint64) error {
+	what := "none was submitted"
+	if done > 0 {
+		what = fmt.Sprintf("job %d is done and no next one was submitted", done)
+	}
+	return fmt.Errorf("job: %s before the join timeout (--join-timeout), and this worker was given no job flags to submit: %w", what, ctx.Err())
 }
 
 // resolveJob takes the cluster's job from the coordinator, or submits
@@ -171,10 +176,11 @@ func (a *appFlags) resolveJob(ctx context.Context, cc *api.Client, out io.Writer
 	given := a.jobGiven()
 	var refused error
 	waited := false
+	var done uint64 // the cluster's job that ended, if one did
 	for tries := 0; tries < 3; {
 		st, err := cc.JobStatus(ctx)
 		if err != nil && !given && ctx.Err() != nil {
-			return api.Job{}, noJobSubmitted(ctx) // the join timeout ended while asking
+			return api.Job{}, noJobSubmitted(ctx, done) // the join timeout ended while asking
 		}
 		if err != nil {
 			return api.Job{}, fmt.Errorf("job: %w", err)
@@ -189,6 +195,9 @@ func (a *appFlags) resolveJob(ctx context.Context, cc *api.Client, out io.Writer
 			// A worker given no job trains the cluster's: it waits for
 			// one rather than submit the flags' defaults, which would race
 			// the worker started beside it with the job's flags.
+			if st.Job != nil {
+				done = st.Number
+			}
 			if !waited && out != nil {
 				if st.Job != nil {
 					fmt.Fprintf(out, "terrace: the cluster's job %d is done; waiting for the next (terrace submit, or a worker started with the job's flags)\n", st.Number)
@@ -199,7 +208,7 @@ func (a *appFlags) resolveJob(ctx context.Context, cc *api.Client, out io.Writer
 			waited = true
 			select {
 			case <-ctx.Done():
-				return api.Job{}, noJobSubmitted(ctx)
+				return api.Job{}, noJobSubmitted(ctx, done)
 			case <-time.After(jobPoll):
 			}
 			continue
