@@ -82,15 +82,8 @@ type Model struct {
 // lines) names a regression solver: L2R_L2LOSS_SVR, L2R_L2LOSS_SVR_DUAL or
 // L2R_L1LOSS_SVR_DUAL.
 func IsRegression(head []byte) bool {
-	for _, l := range strings.Split(string(head), "\n") {
-		if f := strings.Fields(l); len(f) == 2 && f[0] == "solver_type" {
-			return strings.Contains(f[1], "SVR")
-		}
-		if l == "w" {
-			break
-		}
-	}
-	return false
+	solver, ok := modelfile.HeaderValue(head, "solver_type")
+	return ok && strings.Contains(solver, "SVR")
 }
 
 // ReadLIBLINEAR reads a liblinear regression model file (name in errors,

@@ -22,6 +22,7 @@ import (
 	"github.com/terrace-ml/terrace/data"
 	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/control/auth"
+	"github.com/terrace-ml/terrace/internal/modelfile"
 	"github.com/terrace-ml/terrace/metrics"
 	"github.com/terrace-ml/terrace/ps"
 )
@@ -210,14 +211,15 @@ func predictCmd() *cobra.Command {
 				}
 				return predictClasses(cmd.OutOrStdout(), n, n.Classes, model, dataPath, out)
 			}
-			if head, _ := br.Peek(4096); lasso.IsRegression(head) {
+			head, _ := br.Peek(4096) // a liblinear file's header
+			if lasso.IsRegression(head) {
 				m, err := lasso.ReadLIBLINEAR(br, model)
 				if err != nil {
 					return fmt.Errorf("--model: %w", err)
 				}
 				return predictRegression(cmd.OutOrStdout(), m, dataPath, out)
 			}
-			if multiClass(br) {
+			if multiClass(head) {
 				m, err := mlr.ReadLIBLINEAR(br, model)
 				if err != nil {
 					return fmt.Errorf("--model: %w", err)
@@ -298,20 +300,12 @@ func writeOut(path string, write func(w *bufio.Writer)) error {
 	return nil
 }
 
-// multiClass says whether the liblinear file br opens has more than two
-// classes (mlr's), from its header.
-func multiClass(br *bufio.Reader) bool {
-	head, _ := br.Peek(4096)
-	for _, l := range strings.Split(string(head), "\n") {
-		if f := strings.Fields(l); len(f) == 2 && f[0] == "nr_class" {
-			k, err := strconv.Atoi(f[1])
-			return err == nil && k > 2
-		}
-		if l == "w" {
-			break
-		}
-	}
-	return false
+// multiClass says whether the liblinear file that head opens has more
+// than two classes (mlr's), from its header.
+func multiClass(head []byte) bool {
+	v, ok := modelfile.HeaderValue(head, "nr_class")
+	k, err := strconv.Atoi(v)
+	return ok && err == nil && k > 2
 }
 
 // classModel is a model of classes read back from its file: nn's, or

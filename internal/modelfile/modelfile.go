@@ -69,3 +69,19 @@ func (lr *Reader) Floats(dst []float32, fields []string) ([]float32, error) {
 	}
 	return dst, nil
 }
+
+// HeaderValue returns the value of key in the header of a liblinear
+// model file whose start is head (the lines "key value" before the line
+// "w"), and whether the header has it: how a reader tells one kind of
+// model file from another before reading it.
+func HeaderValue(head []byte, key string) (string, bool) {
+	for _, l := range strings.Split(string(head), "\n") {
+		if f := strings.Fields(l); len(f) == 2 && f[0] == key {
+			return f[1], true
+		}
+		if l == "w" {
+			break
+		}
+	}
+	return "", false
+}
