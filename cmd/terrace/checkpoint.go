@@ -87,19 +87,21 @@ Needs the admin role on a cluster with tokens.`,
 	fs.StringVar(&coordinator, "coordinator", "127.0.0.1:7070", "coordinator address (several, comma-separated, for replicas)")
 	fs.BoolVar(&wait, "wait", false, "wait until the checkpoint is committed, showing its progress")
 	fs.DurationVar(&timeout, "timeout", 0, "with --wait: give up after this long (0: wait as long as it takes)")
-	fs.BoolVar(&asJSON, "json", false, "print JSON: the checkpoint asked for, or with --wait the committed one (its pass counted from 0; no progress)")
+	fs.BoolVar(&asJSON, "json", false, "print JSON: the checkpoint asked for, or with --wait the committed one (pass counted from 0 as the API counts it, passes_done the passes it holds; no progress)")
 	sec.register(fs, false)
 	return cmd
 }
 
 // checkpointResult is a committed checkpoint, as --wait reports it. Its
-// Pass counts from 0, as the API's; the lines for people count from 1,
-// as train's progress does.
+// Pass counts from 0, as the API's; PassesDone is the number of passes
+// it holds (Pass+1), the figure the lines for people and train's
+// progress give.
 type checkpointResult struct {
-	Seq     uint64  `json:"seq"`
-	Pass    int     `json:"pass"`
-	Dir     string  `json:"dir"`
-	Seconds float64 `json:"seconds"`
+	Seq        uint64  `json:"seq"`
+	Pass       int     `json:"pass"`
+	PassesDone int     `json:"passes_done"`
+	Dir        string  `json:"dir"`
+	Seconds    float64 `json:"seconds"`
 }
 
 // checkpointStep is where a checkpoint stands: waiting for its pass
@@ -175,7 +177,7 @@ func waitCheckpoint(ctx context.Context, cc *api.Client, seq uint64, w io.Writer
 				return checkpointResult{}, err
 			}
 			c := st.Checkpoint
-			return checkpointResult{Seq: c.Committed, Pass: c.CommittedPass, Dir: c.Dir, Seconds: time.Since(start).Seconds()}, nil
+			return checkpointResult{Seq: c.Committed, Pass: c.CommittedPass, PassesDone: c.CommittedPass + 1, Dir: c.Dir, Seconds: time.Since(start).Seconds()}, nil
 		}
 		switch {
 		case quiet:

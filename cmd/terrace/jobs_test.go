@@ -136,8 +136,8 @@ func checkpointDoneJob(ctx context.Context, t *testing.T, addr, dir string) {
 	if err := json.Unmarshal(b, &res); err != nil {
 		t.Fatalf("checkpoint --wait --json printed %q: %v", b, err)
 	}
-	if res.Seq != 1 || res.Pass != 0 || res.Dir != dir {
-		t.Errorf("checkpoint --wait reported %+v, want checkpoint 1 after pass 0 in %s", res, dir)
+	if res.Seq != 1 || res.Pass != 0 || res.PassesDone != 1 || res.Dir != dir {
+		t.Errorf("checkpoint --wait reported %+v, want checkpoint 1 after pass 0 (1 pass done) in %s", res, dir)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "commit-0000000001")); err != nil {
 		t.Errorf("checkpoint --wait reported a commit that is not on disk: %v", err)
