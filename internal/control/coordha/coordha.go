@@ -82,6 +82,13 @@ func Run(ctx context.Context, cfg Config) error {
 			defer os.RemoveAll(dir)
 			cfg.Logger.Info("embedded etcd data in a temporary directory, removed on exit; pass --etcd-dir to keep it", "dir", dir)
 		}
+		if cfg.Embed.Waiting == nil && cfg.Embed.InitialCluster != "" {
+			members := len(strings.Split(cfg.Embed.InitialCluster, ","))
+			cfg.Embed.Waiting = func(waited time.Duration) {
+				cfg.Logger.Warn(fmt.Sprintf("embedded etcd member not ready after %s: a cluster of %d members serves once %d of them are up; start the other coordinators of --etcd-cluster (Ctrl-C or SIGTERM stops this one)",
+					waited, members, members/2+1), "member", cfg.Embed.Name)
+			}
+		}
 		e, err := meta.StartEmbedded(ctx, cfg.Embed)
 		if err != nil {
 			return fmt.Errorf("coordinator: embedded etcd: %w", err)

@@ -2,6 +2,7 @@ package meta
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -297,4 +298,46 @@ func TestExternalClusterLeaderKill(t *testing.T) {
 		t.Errorf("leader = %q, %v; want after", id, err)
 	}
 	after.Resign(ctx)
+}
+
+// One member of a cluster of three started alone never becomes ready (no
+// quorum): it says so while it waits, and a cancel (the coordinator's
+// SIGTERM or Ctrl-C) ends the wait. It hung in etcd's Close before,
+// whose listeners wait for the member to be ready.
+func TestMemberWithoutQuorumStops(t *testing.T) {
+	addrs := freeAddrs(t, 4)
+	ic := initialCluster(addrs[1:])
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	waited := make(chan time.Duration, 16)
+	done := make(chan error, 1)
+	go func() {
+		_, err := StartEmbedded(ctx, EmbedConfig{
+			Name: "m0", Dir: t.TempDir(), ClientAddr: addrs[0], PeerAddr: addrs[1], InitialCluster: ic,
+			WaitingEvery: 100 * time.Millisecond,
+			Waiting: func(d time.Duration) {
+				select {
+				case waited <- d:
+				default:
+				}
+			},
+		})
+		done <- err
+	}()
+	select {
+	case <-waited:
+	case err := <-done:
+		t.Fatalf("a member without a quorum returned %v, want it to wait", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("a member without a quorum did not say it was waiting")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("cancelled while waiting for a quorum: %v, want context.Canceled", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a member waiting for a quorum did not stop when cancelled")
+	}
 }

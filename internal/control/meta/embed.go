@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -54,6 +55,12 @@ type EmbedConfig struct {
 	// Logger receives etcd's log. If nil, errors (other than the routine
 	// ones of starting and closing) go to stderr and the rest is dropped.
 	Logger *zap.Logger
+	// Waiting, when set, is called every WaitingEvery (5 s if zero) while
+	// the member is not ready yet, with how long it has waited: a member
+	// of a cluster serves only once a quorum of its members is up, and
+	// until then nothing else says why nothing happens.
+	Waiting      func(waited time.Duration)
+	WaitingEvery time.Duration
 }
 
 // Embedded is a running embedded etcd member.
@@ -157,20 +164,42 @@ func startOnce(ctx context.Context, c EmbedConfig, closing *atomic.Bool) (_ *Emb
 	if err != nil {
 		return nil, picked, fmt.Errorf("meta: starting embedded etcd %s in %s: %w", c.Name, c.Dir, err)
 	}
-	select {
-	case <-e.Server.ReadyNotify():
-		return &Embedded{etcd: e, endpoints: []string{curl.String()}, closing: closing}, picked, nil
-	case err := <-e.Err():
-		closing.Store(true)
-		e.Close()
-		closing.Store(false)
-		return nil, picked, fmt.Errorf("meta: embedded etcd %s failed while starting: %w", c.Name, err)
-	case <-ctx.Done():
-		closing.Store(true)
-		e.Close()
-		closing.Store(false)
-		return nil, picked, fmt.Errorf("meta: embedded etcd %s not ready: %w", c.Name, ctx.Err())
+	every := c.WaitingEvery
+	if every <= 0 {
+		every = 5 * time.Second
 	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	start := time.Now()
+	for {
+		select {
+		case <-e.Server.ReadyNotify():
+			return &Embedded{etcd: e, endpoints: []string{curl.String()}, closing: closing}, picked, nil
+		case <-tick.C:
+			if c.Waiting != nil {
+				c.Waiting(time.Since(start).Round(time.Second))
+			}
+		case err := <-e.Err():
+			abandon(e, closing)
+			return nil, picked, fmt.Errorf("meta: embedded etcd %s failed while starting: %w", c.Name, err)
+		case <-ctx.Done():
+			abandon(e, closing)
+			return nil, picked, fmt.Errorf("meta: embedded etcd %s not ready: %w", c.Name, ctx.Err())
+		}
+	}
+}
+
+// abandon stops a member that never became ready. etcd's Close alone
+// waits for its client listeners to start serving, which they do only
+// once the member is ready: a member of a cluster without a quorum (the
+// other coordinators not started) then hung in Close, deaf to SIGTERM
+// and SIGINT. Stopping the server first ends that wait (its stopping
+// signal releases the listeners).
+func abandon(e *embed.Etcd, closing *atomic.Bool) {
+	closing.Store(true)
+	e.Server.Stop()
+	e.Close()
+	closing.Store(false)
 }
 
 // resolveAddr defaults addr and replaces port 0 by a free port. Advertised
