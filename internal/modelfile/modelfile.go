@@ -1,6 +1,7 @@
 // Package modelfile reads the text model files the apps write, line by
 // line, naming the file and the line in its errors and refusing a file
-// cut short or with bytes after its end.
+// cut short or with bytes after its end; and bounds the liblinear files
+// they write (MaxModelFeatures).
 package modelfile
 
 import (
