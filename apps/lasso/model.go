@@ -58,14 +58,13 @@ func SaveLIBLINEAR(path string, keys []uint64, w []float64, features uint64, int
 }
 
 // MaxModelFeatures bounds the largest feature index a model file is
-// written for: liblinear's format has a line for every index up to it
-// (a file of 2^27 lines is 1.5-3 GB, and liblinear reads it into as many
-// doubles), so hashed features (2^32) cannot have one.
-const MaxModelFeatures = 1 << 27
+// written for (modelfile.MaxModelFeatures, mlr's too).
+const MaxModelFeatures = modelfile.MaxModelFeatures
 
 // ErrModelTooWide refuses a model file for data whose indices reach
-// beyond MaxModelFeatures, before training.
-var ErrModelTooWide = errors.New("too wide for a liblinear model file")
+// beyond MaxModelFeatures, before training; mlr.ErrModelTooWide is the
+// same error.
+var ErrModelTooWide = modelfile.ErrModelTooWide
 
 // ErrBadModel is a model file ReadLIBLINEAR refuses: not a liblinear
 // regression model, or damaged.

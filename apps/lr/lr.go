@@ -139,12 +139,12 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 	if test != nil {
 		nkeys = max(nkeys, featureKey(test.NumFeatures))
 	}
-	var scale []float32
+	var scale Scale
 	if cfg.Scale {
-		scale = MaxAbsScale(train, nkeys)
-		ApplyScale(train, scale)
+		scale = MaxAbsScale(train)
+		scale.Apply(train)
 		if test != nil {
-			ApplyScale(test, scale)
+			scale.Apply(test)
 		}
 	}
 	w := newWorker(c, train, tbl, cfg.Consistency)

@@ -29,7 +29,7 @@ var ErrModelFormat = errors.New("lr: not a liblinear binary logistic regression 
 // PullModel pulls the weights from the servers and folds the feature
 // scaling into them (w_raw = w_scaled * s), so that the model scores raw
 // data.
-func PullModel(ctx context.Context, tbl *ps.Table, nkeys uint64, scale []float32) (*Model, error) {
+func PullModel(ctx context.Context, tbl *ps.Table, nkeys uint64, scale Scale) (*Model, error) {
 	w := make([]float32, nkeys)
 	if err := tbl.PullRange(keyspace.Range{Lo: 0, Hi: nkeys}, w).Wait(ctx); err != nil {
 		return nil, fmt.Errorf("lr: pull model: %w", err)
@@ -40,12 +40,8 @@ func PullModel(ctx context.Context, tbl *ps.Table, nkeys uint64, scale []float32
 // NewModel makes the model of the weights w, by key, as the servers hold
 // them (read from a checkpoint, say), folding the feature scaling into
 // them; it takes w over.
-func NewModel(w, scale []float32) *Model {
-	for k := range w {
-		if k < len(scale) {
-			w[k] *= scale[k]
-		}
-	}
+func NewModel(w []float32, scale Scale) *Model {
+	scale.Fold(w)
 	return &Model{W: w}
 }
 
@@ -187,17 +183,13 @@ func readWeights(sc *bufio.Scanner, nf int, bias float64, flip bool) (*Model, er
 
 // saveModel pulls the model, scores test (scaled like the training data)
 // with it, and writes it with the scaling folded in.
-func saveModel(ctx context.Context, tbl *ps.Table, nkeys uint64, scale []float32, test *data.Sparse, cfg Config) (acc, logloss, auc float64, err error) {
-	m, err := PullModel(ctx, tbl, nkeys, nil)
+func saveModel(ctx context.Context, tbl *ps.Table, nkeys uint64, scale Scale, test *data.Sparse, cfg Config) (acc, logloss, auc float64, err error) {
+	m, err := PullModel(ctx, tbl, nkeys, Scale{})
 	if err != nil {
 		return 0, 0, 0, err
 	}
 	acc, logloss, auc = evaluateWeights(m.W, test, nkeys)
-	for k := range m.W {
-		if k < len(scale) {
-			m.W[k] *= scale[k]
-		}
-	}
+	scale.Fold(m.W)
 	neg := cfg.NegLabel
 	if neg == "" {
 		neg = "-1"

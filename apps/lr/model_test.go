@@ -3,6 +3,7 @@ package lr
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -62,22 +63,48 @@ func TestScaleFoldsIntoModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nkeys := featureKey(raw.NumFeatures)
-	s := MaxAbsScale(raw, nkeys)
+	s := MaxAbsScale(raw)
 	scaled, _ := data.ParseLIBSVM(strings.NewReader("1 1:200 3:0.05\n-1 1:10 2:3\n"), "t")
-	ApplyScale(scaled, s)
+	s.Apply(scaled)
 	if _, v, _ := scaled.Row(0); v[0] != 1 || v[1] != 1 {
 		t.Fatalf("scaled row 0 %v, want every feature's maximum at 1", v)
 	}
 	w := []float32{0.1, 0, 2, -1, 3}
 	onScaled := &Model{W: w}
-	folded := &Model{W: make([]float32, len(w))}
-	for k := range w {
-		folded.W[k] = w[k] * s[k]
-	}
+	folded := NewModel(slices.Clone(w), s)
 	for i := range raw.Len() {
 		if a, b := onScaled.Score(scaled, i), folded.Score(raw, i); a-b > 1e-6 || b-a > 1e-6 {
 			t.Fatalf("row %d: %v on scaled data, %v with the folded model on raw data", i, a, b)
 		}
+	}
+}
+
+// TestScaleSparseIndices: the factors are kept for the features the
+// training data has, whatever its indices: at 10^12 an array up to the
+// largest index was 4 TB a worker. A test feature training lacks keeps
+// its value; folding scales the keys a model has and passes over the
+// others.
+func TestScaleSparseIndices(t *testing.T) {
+	train, err := data.ParseLIBSVM(strings.NewReader("1 3:4 1000000000000:-0.5\n-1 3:2 7:0\n"), "train")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := MaxAbsScale(train)
+	s.Apply(train)
+	if !slices.Equal(train.Vals, []float32{1, -1, 0.5, 0}) {
+		t.Errorf("scaled training values %v, want [1 -1 0.5 0]", train.Vals)
+	}
+	test, err := data.ParseLIBSVM(strings.NewReader("1 2:5 3:8 1000000000000:1 1000000000001:3\n"), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Apply(test)
+	if !slices.Equal(test.Vals, []float32{5, 2, 2, 3}) {
+		t.Errorf("scaled test values %v, want [5 2 2 3] (features 2 and 10^12+1 unseen in training)", test.Vals)
+	}
+	w := []float32{1, 1, 1, 1, 1, 1, 1, 1}
+	s.Fold(w)
+	if !slices.Equal(w, []float32{1, 1, 1, 1, 0.25, 1, 1, 1}) {
+		t.Errorf("folded weights %v, want feature 3's (key 4) by 0.25, the rest as they were", w)
 	}
 }

@@ -6,6 +6,18 @@ import (
 	"github.com/terrace-ml/terrace/data"
 )
 
+// Scale is MaxAbsScale's factor for each feature of a training set, kept
+// for the features the set has (data.NumberKeys), not as an array up to
+// its largest index: that was 200 MB a worker on a kdd12-like set of
+// 300,000 features with indices up to 50 million (docs/data.md). The zero
+// Scale leaves every value as it is.
+type Scale struct {
+	// features are the training set's features in increasing order;
+	// factors[i] is features[i]'s factor.
+	features []uint64
+	factors  []float32
+}
+
 // MaxAbsScale returns, for every feature of train, the factor that brings
 // its largest absolute value in train to 1 (1 for a feature never seen
 // non-zero). Every worker reads the whole training file, so each computes
@@ -14,31 +26,54 @@ import (
 // step size mean the same on pixels of 0-255 as on indicators of 0/1,
 // which raw FTRL does not (issue 13: a text corpus of raw counts lost 9
 // points of accuracy against liblinear).
-func MaxAbsScale(train *data.Sparse, nkeys uint64) []float32 {
-	maxAbs := make([]float32, nkeys)
-	for i, k := range train.Keys {
-		if a := float32(math.Abs(float64(train.Vals[i]))); a > maxAbs[featureKey(k)] {
-			maxAbs[featureKey(k)] = a
+func MaxAbsScale(train *data.Sparse) Scale {
+	features, local := data.NumberKeys(train)
+	maxAbs := make([]float32, len(features))
+	for j, li := range local {
+		if a := float32(math.Abs(float64(train.Vals[j]))); a > maxAbs[li] {
+			maxAbs[li] = a
 		}
 	}
-	s := maxAbs
-	for k, m := range maxAbs {
+	for i, m := range maxAbs {
 		if m > 0 && !math.IsInf(float64(m), 0) {
-			s[k] = 1 / m
+			maxAbs[i] = 1 / m
 		} else {
-			s[k] = 1
+			maxAbs[i] = 1
 		}
 	}
-	s[0] = 1 // the bias
-	return s
+	return Scale{features: features, factors: maxAbs}
 }
 
-// ApplyScale multiplies every value of d by its feature's factor, in
-// place; features beyond the factors (unseen in training) are left.
-func ApplyScale(d *data.Sparse, s []float32) {
-	for i, k := range d.Keys {
-		if fk := featureKey(k); fk < uint64(len(s)) {
-			d.Vals[i] *= s[fk]
+// Apply multiplies every value of d by its feature's factor, in place;
+// features s has none for (unseen in training) are left.
+func (s Scale) Apply(d *data.Sparse) {
+	if len(s.features) == 0 {
+		return
+	}
+	features, local := data.NumberKeys(d)
+	// Both lists increase: one merge finds each of d's features' factor.
+	f, i := make([]float32, len(features)), 0
+	for j, k := range features {
+		for i < len(s.features) && s.features[i] < k {
+			i++
+		}
+		f[j] = 1
+		if i < len(s.features) && s.features[i] == k {
+			f[j] = s.factors[i]
+		}
+	}
+	for j, li := range local {
+		d.Vals[j] *= f[li]
+	}
+}
+
+// Fold multiplies the weights w, by key (the bias key 0, feature f key
+// f+1), by their features' factors, so that a model trained on scaled
+// values scores raw ones.
+func (s Scale) Fold(w []float32) {
+	for i, f := range s.features {
+		if k := featureKey(f); k < uint64(len(w)) {
+			w[k] *= s.factors[i]
 		}
 	}
 }

@@ -81,8 +81,8 @@ func (m *mlp) step(ctx context.Context, rows []int) (float64, error) {
 	var loss float64
 	scale := 1 / float32(len(rows))
 	for _, i := range rows {
-		fk, fv, _ := m.train.X.Row(i)
-		places = m.places(places, fk, false)
+		_, fv, _ := m.train.X.Row(i)
+		places = m.places(places, i)
 		y := int(m.train.Class[i])
 		forward(a, p, w1, w2, m.h, m.k, places, fv)
 		loss -= math.Log(max(softmax(p)[y], 1e-15))
@@ -125,15 +125,17 @@ func (m *mlp) step(ctx context.Context, rows []int) (float64, error) {
 	return loss, nil
 }
 
-// evaluate pulls the whole network and scores test, having written it
-// to model if that is set.
+// evaluate pulls the network's weights of test's features (and with
+// model set, of the training data's, which it writes there) and scores
+// test.
 func (m *mlp) evaluate(ctx context.Context, test *data.Classes, model string) (acc, logloss float64, err error) {
-	w1, w2 := make([]float32, int(m.nkeys)*m.h), make([]float32, (m.h+1)*m.k)
-	if err := ps.All(m.hidden.Pull(m.allKeys(), w1), m.out.Pull(m.outputKeys(), w2)).Wait(ctx); err != nil {
+	keys, at := m.evalKeys(test, model)
+	w1, w2 := make([]float32, len(keys)*m.h), make([]float32, (m.h+1)*m.k)
+	if err := ps.All(m.hidden.Pull(keys, w1), m.out.Pull(m.outputKeys(), w2)).Wait(ctx); err != nil {
 		return 0, 0, fmt.Errorf("pull model: %w", err)
 	}
 	if model != "" {
-		n, err := NewNetwork(w1, w2, m.nkeys, m.h, m.k)
+		n, err := NewNetwork(keys, w1, w2, m.h, m.k)
 		if err != nil {
 			return 0, 0, err
 		}
@@ -143,8 +145,9 @@ func (m *mlp) evaluate(ctx context.Context, test *data.Classes, model string) (a
 	}
 	a := make([]float32, m.h)
 	var places []int
-	acc, logloss = score(test, m.k, func(p []float64, fk []uint64, fv []float32) {
-		places = m.places(places, fk, true)
+	acc, logloss = score(test, m.k, func(p []float64, i int) {
+		_, fv, _ := test.X.Row(i)
+		places = testPlaces(places, test, at, i)
 		forward(a, p, w1, w2, m.h, m.k, places, fv)
 	})
 	return acc, logloss, nil

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/terrace-ml/terrace/data"
+	"github.com/terrace-ml/terrace/internal/modelfile"
 	"github.com/terrace-ml/terrace/ps"
 	"github.com/terrace-ml/terrace/table"
 )
@@ -129,19 +130,29 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 	}
-	classes, nkeys := train.NumClasses, featureKey(train.X.NumFeatures)
+	classes := train.NumClasses
+	widest := train.X // the data of the largest index
 	if test != nil {
 		// The table's width is fixed at its creation: a class only the
 		// test data has would have no column.
 		if test.NumClasses > classes {
 			return nil, fmt.Errorf("%s: %s has class %d, and %s none above %d", name, cfg.Test, test.NumClasses-1, cfg.Train, classes-1)
 		}
-		nkeys = max(nkeys, featureKey(test.X.NumFeatures))
+		if test.X.NumFeatures > widest.NumFeatures {
+			widest = test.X
+		}
 	}
 	if classes < 2 {
 		return nil, fmt.Errorf("%s: %s: %d class(es); want two or more", name, cfg.Train, classes)
 	}
-	net, err := newNetwork(ctx, c, cfg, train, classes, nkeys)
+	if cfg.Hidden <= 0 && cfg.Model != "" && widest.NumFeatures > modelfile.MaxModelFeatures {
+		file := cfg.Train
+		if widest != train.X {
+			file = cfg.Test
+		}
+		return nil, fmt.Errorf("mlr: --model %s: %s: %w: its largest index is %d, and a liblinear model file holds a line for every index up to it (at most %d); train without --model", cfg.Model, file, ErrModelTooWide, widest.NumFeatures-1, modelfile.MaxModelFeatures)
+	}
+	net, err := newNetwork(ctx, c, cfg, train, classes)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
@@ -205,12 +216,13 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 }
 
 // newNetwork creates the tables of cfg's model and returns it.
-func newNetwork(ctx context.Context, c *ps.Client, cfg Config, train *data.Classes, classes int, nkeys uint64) (network, error) {
+func newNetwork(ctx context.Context, c *ps.Client, cfg Config, train *data.Classes, classes int) (network, error) {
 	rule := table.Rule{Kind: cfg.Optimizer, LR: cfg.LR, L2: cfg.L2}
 	spec := func(name string, width int, init table.Init) table.Spec {
 		return table.Spec{Name: name, Width: width, Rule: rule, Init: init, Consistency: cfg.Consistency, Encoding: cfg.Encoding}
 	}
-	keys := keyset{train: train, slot: make([]int32, nkeys), nkeys: nkeys}
+	f := numberFeatures(train.X)
+	keys := keyset{train: train, f: f, slot: make([]int32, len(f.keys))}
 	if cfg.Hidden <= 0 {
 		tbl, err := c.CreateTable(ctx, spec(TableName, classes, table.Init{}))
 		if err != nil {
@@ -245,11 +257,13 @@ type trainer struct {
 // keyset lists a minibatch's input keys and where each lies in the list.
 type keyset struct {
 	train *data.Classes
-	// slot maps a key to its place in the minibatch's keys (+1; 0: not
-	// in it), reset after each minibatch.
-	slot  []int32
-	keys  []uint64
-	nkeys uint64
+	// f numbers the training data's features; slot is by that number.
+	f features
+	// slot maps a feature to its place in the minibatch's keys (+1; 0:
+	// not in it), reset after each minibatch.
+	slot   []int32
+	locals []int32
+	keys   []uint64
 }
 
 // linear is softmax regression.
@@ -277,51 +291,63 @@ func (m *trainer) loopStep(ctx context.Context, b ps.Batch) (*ps.Future, error) 
 // gather lists the keys of rows in order (the bias, key 0, first), and
 // numbers them in slot; release forgets them.
 func (m *keyset) gather(rows []int) []uint64 {
-	m.keys = append(m.keys[:0], 0)
+	m.locals = append(m.locals[:0], 0)
 	m.slot[0] = 1
+	x := m.train.X
 	for _, i := range rows {
-		keys, _, _ := m.train.X.Row(i)
-		for _, f := range keys {
-			if k := featureKey(f); m.slot[k] == 0 {
-				m.keys = append(m.keys, k)
-				m.slot[k] = 1
+		for _, li := range m.f.local[x.RowPtr[i]:x.RowPtr[i+1]] {
+			if m.slot[li] == 0 {
+				m.locals = append(m.locals, li)
+				m.slot[li] = 1
 			}
 		}
 	}
-	slices.Sort(m.keys)
-	for i, k := range m.keys {
-		m.slot[k] = int32(i + 1)
+	slices.Sort(m.locals) // local numbers sort as their keys do
+	m.keys = m.keys[:0]
+	for i, li := range m.locals {
+		m.keys = append(m.keys, m.f.keys[li])
+		m.slot[li] = int32(i + 1)
 	}
 	return m.keys
 }
 
 func (m *keyset) release() {
-	for _, k := range m.keys {
-		m.slot[k] = 0
+	for _, li := range m.locals {
+		m.slot[li] = 0
 	}
 }
 
-// places lists where row i's features lie: in the minibatch's keys, or
-// with all set, in the whole key range.
-func (m *keyset) places(dst []int, fk []uint64, all bool) []int {
+// places lists where training row i's features lie in the minibatch's
+// keys.
+func (m *keyset) places(dst []int, i int) []int {
 	dst = dst[:0]
-	for _, f := range fk {
-		if all {
-			dst = append(dst, int(featureKey(f)))
-		} else {
-			dst = append(dst, int(m.slot[featureKey(f)]-1))
-		}
+	for _, li := range m.f.local[m.train.X.RowPtr[i]:m.train.X.RowPtr[i+1]] {
+		dst = append(dst, int(m.slot[li]-1))
 	}
 	return dst
 }
 
-// allKeys is every key from 0 to nkeys-1.
-func (m *keyset) allKeys() []uint64 {
-	keys := make([]uint64, m.nkeys)
-	for i := range keys {
-		keys[i] = uint64(i)
+// evalKeys are the keys an evaluation of test pulls (the bias, key 0,
+// first) and each of test's values' place among them: test's features,
+// and with a model to write, the training data's too, whose weights the
+// model holds. A feature only test has reads as the table's initial
+// value, as it did when evaluations pulled every key up to the largest.
+func (m *keyset) evalKeys(test *data.Classes, model string) ([]uint64, []int32) {
+	var also []uint64
+	if model != "" {
+		also = m.f.keys
 	}
-	return keys
+	return scoringKeys(test.X, also)
+}
+
+// testPlaces lists where test row i's features lie in the evaluation's
+// keys, given each value's place at.
+func testPlaces(dst []int, test *data.Classes, at []int32, i int) []int {
+	dst = dst[:0]
+	for _, p := range at[test.X.RowPtr[i]:test.X.RowPtr[i+1]] {
+		dst = append(dst, int(p))
+	}
+	return dst
 }
 
 // step trains one minibatch and returns its summed log loss.
@@ -339,8 +365,8 @@ func (m *linear) step(ctx context.Context, rows []int) (float64, error) {
 	var places []int
 	scale := 1 / float32(len(rows))
 	for _, i := range rows {
-		fk, fv, _ := m.train.X.Row(i)
-		places = m.places(places, fk, false)
+		_, fv, _ := m.train.X.Row(i)
+		places = m.places(places, i)
 		y := int(m.train.Class[i])
 		logits(p, w, places, fv, k)
 		loss -= math.Log(max(softmax(p)[y], 1e-15))
@@ -395,33 +421,35 @@ func softmax(p []float64) []float64 {
 	return p
 }
 
-// evaluate pulls the whole model and scores test.
+// evaluate pulls the model's weights of test's features (and with model
+// set, of the training data's, which it writes there) and scores test.
 func (m *linear) evaluate(ctx context.Context, test *data.Classes, model string) (acc, logloss float64, err error) {
-	w := make([]float32, int(m.nkeys)*m.k)
-	if err := m.tbl.Pull(m.allKeys(), w).Wait(ctx); err != nil {
+	keys, at := m.evalKeys(test, model)
+	w := make([]float32, len(keys)*m.k)
+	if err := m.tbl.Pull(keys, w).Wait(ctx); err != nil {
 		return 0, 0, fmt.Errorf("pull model: %w", err)
 	}
 	if model != "" {
-		if err := SaveLIBLINEAR(model, w, m.nkeys, m.k); err != nil {
+		if err := SaveLIBLINEAR(model, keys, w, m.k); err != nil {
 			return 0, 0, err
 		}
 	}
 	var places []int
-	acc, logloss = score(test, m.k, func(p []float64, fk []uint64, fv []float32) {
-		places = m.places(places, fk, true)
+	acc, logloss = score(test, m.k, func(p []float64, i int) {
+		_, fv, _ := test.X.Row(i)
+		places = testPlaces(places, test, at, i)
 		logits(p, w, places, fv, m.k)
 	})
 	return acc, logloss, nil
 }
 
 // score is the accuracy (the most probable class is the row's) and the
-// mean log loss over test, whose rows' class scores forward writes.
-func score(test *data.Classes, k int, forward func(p []float64, fk []uint64, fv []float32)) (acc, logloss float64) {
+// mean log loss over test, whose row i's class scores forward writes.
+func score(test *data.Classes, k int, forward func(p []float64, i int)) (acc, logloss float64) {
 	p := make([]float64, k)
 	var right int
 	for i := range test.Len() {
-		fk, fv, _ := test.X.Row(i)
-		forward(p, fk, fv)
+		forward(p, i)
 		y := int(test.Class[i])
 		if argmax(softmax(p)) == y {
 			right++

@@ -15,52 +15,72 @@ import (
 )
 
 // WriteLIBLINEAR writes softmax regression's weights w (key-major, k
-// classes a key: key 0 the biases, LIBSVM index i key i+1, nkeys keys) as
-// a liblinear multi-class model file (solver L2R_LR, labels 0 to k-1,
-// bias 1): liblinear's predict takes the class of the largest w_c . x + b_c,
-// which is the softmax's most probable class, so it predicts what this
-// model does. Its probabilities (-b 1) are liblinear's one-vs-rest ones,
-// not the softmax's. Of two classes liblinear keeps one column, the
-// decision value for the first label (class 0 where it is positive):
-// here w_0 - w_1, whose sign is which score is larger. Two columns, as
-// for more classes, were read by liblinear one value a row, misaligned.
-func WriteLIBLINEAR(out io.Writer, w []float32, nkeys uint64, k int) error {
+// classes a key) of keys (increasing, the biases' key 0 first; LIBSVM
+// index i is key i+1) as a liblinear multi-class model file (solver
+// L2R_LR, labels 0 to k-1, bias 1): liblinear's predict takes the class
+// of the largest w_c . x + b_c, which is the softmax's most probable
+// class, so it predicts what this model does. Its probabilities (-b 1)
+// are liblinear's one-vs-rest ones, not the softmax's. Of two classes
+// liblinear keeps one column, the decision value for the first label
+// (class 0 where it is positive): here w_0 - w_1, whose sign is which
+// score is larger. Two columns, as for more classes, were read by
+// liblinear one value a row, misaligned. liblinear's format is dense: the
+// file has a row for every index from 1 to the largest key's, and an
+// index keys lack weighs 0 (the table's initial value, which it holds).
+func WriteLIBLINEAR(out io.Writer, keys []uint64, w []float32, k int) error {
+	if len(keys) == 0 || keys[0] != 0 || len(w) != len(keys)*k {
+		return fmt.Errorf("mlr model: %d weights for %d keys (the biases' first) of %d classes", len(w), len(keys), k)
+	}
 	bw := bufio.NewWriter(out)
-	nf := max(int(nkeys)-2, 0) // keys 2.. are LIBSVM indices 1..; key 1 is index 0, which LIBSVM does not use
+	nf := max(keys[len(keys)-1], 1) - 1 // keys 2.. are LIBSVM indices 1..; key 1 is index 0, which LIBSVM does not use
 	fmt.Fprintf(bw, "solver_type L2R_LR\nnr_class %d\nlabel", k)
 	for c := range k {
 		fmt.Fprintf(bw, " %d", c)
 	}
 	fmt.Fprintf(bw, "\nnr_feature %d\nbias 1\nw\n", nf)
-	row := func(key int) {
+	zero := make([]float32, k)
+	row := func(v []float32) {
 		if k == 2 {
-			fmt.Fprintf(bw, "%.9g \n", w[key*2]-w[key*2+1])
+			fmt.Fprintf(bw, "%.9g \n", v[0]-v[1])
 			return
 		}
 		for c := range k {
-			fmt.Fprintf(bw, "%.9g ", w[key*k+c])
+			fmt.Fprintf(bw, "%.9g ", v[c])
 		}
 		bw.WriteByte('\n')
 	}
-	for idx := 1; idx <= nf; idx++ {
-		row(idx + 1)
+	i := 0
+	for key := uint64(2); key <= nf+1; key++ {
+		for i < len(keys) && keys[i] < key {
+			i++
+		}
+		if i < len(keys) && keys[i] == key {
+			row(w[i*k : i*k+k])
+		} else {
+			row(zero)
+		}
 	}
-	row(0)
+	row(w[:k])
 	return bw.Flush()
 }
 
 // SaveLIBLINEAR writes WriteLIBLINEAR's file to path.
-func SaveLIBLINEAR(path string, w []float32, nkeys uint64, k int) error {
+func SaveLIBLINEAR(path string, keys []uint64, w []float32, k int) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return fmt.Errorf("model: %w", err)
 	}
-	if err := WriteLIBLINEAR(f, w, nkeys, k); err != nil {
+	if err := WriteLIBLINEAR(f, keys, w, k); err != nil {
 		f.Close()
 		return fmt.Errorf("model %s: %w", path, err)
 	}
 	return f.Close()
 }
+
+// ErrModelTooWide refuses --model, a liblinear file of a line per index,
+// for data whose indices reach beyond modelfile.MaxModelFeatures (2^27),
+// before training; it is lasso.ErrModelTooWide.
+var ErrModelTooWide = modelfile.ErrModelTooWide
 
 // Softmax is softmax regression's model read back from its liblinear
 // file (ReadLIBLINEAR), its weights laid out as the mlr.weights table
@@ -194,12 +214,12 @@ func (m *Softmax) forward(s *rowScratch, p []float64, fk []uint64, fv []float32)
 // the most probable class, and the mean log loss.
 func (m *Softmax) Evaluate(d *data.Classes) (acc, logloss float64) {
 	var s rowScratch
-	return score(d, m.Classes, func(p []float64, fk []uint64, fv []float32) { m.forward(&s, p, fk, fv) })
+	return score(d, m.Classes, func(p []float64, i int) { fk, fv, _ := d.X.Row(i); m.forward(&s, p, fk, fv) })
 }
 
 // Predictions calls each with every row of d's most probable class and
 // its class probabilities (p, reused for the next row), in order.
 func (m *Softmax) Predictions(d *data.Classes, each func(class int, p []float64)) {
 	var s rowScratch
-	predictions(d, m.Classes, func(p []float64, fk []uint64, fv []float32) { m.forward(&s, p, fk, fv) }, each)
+	predictions(d, m.Classes, func(p []float64, i int) { fk, fv, _ := d.X.Row(i); m.forward(&s, p, fk, fv) }, each)
 }

@@ -110,29 +110,34 @@ func exportModel(ctx context.Context, src modelSource, j api.Job, out string) er
 }
 
 // exportClasses writes an mlr job's model as a liblinear model file, an
-// nn job's as an nn model file, as the job's --model writes them.
+// nn job's as an nn model file, as the job's --model writes them: over
+// the features of the job's training and test data (mlr.ModelKeys), the
+// keys its evaluation of the last pass pulled.
 func exportClasses(ctx context.Context, src modelSource, j api.Job, out string) error {
 	train, err := data.ReadClasses(j.Train)
 	if err != nil {
 		return fmt.Errorf("export: the job's training data (its features): %w", err)
 	}
-	nkeys := train.X.NumFeatures + 1 // the biases, then feature f at key f+1
+	var testX *data.Sparse
 	if j.Test != "" {
-		// The evaluation pulled the test data's features too.
 		if test, err := data.ReadClasses(j.Test); err == nil {
-			nkeys = max(nkeys, test.X.NumFeatures+1)
+			testX = test.X
 		}
 	}
+	keys := mlr.ModelKeys(train.X, testX)
 	if j.App == "mlr" {
+		if largest := keys[len(keys)-1]; largest > lasso.MaxModelFeatures {
+			return fmt.Errorf("export: %s: %w: its largest index is %d (a line per index, at most %d)", j.Train, mlr.ErrModelTooWide, largest-1, lasso.MaxModelFeatures)
+		}
 		k, err := src.width(ctx, mlr.TableName)
 		if err != nil {
 			return err
 		}
-		w := make([]float32, int(nkeys)*k)
-		if err := src.read(ctx, mlr.TableName, keyRange(nkeys), w); err != nil {
+		w := make([]float32, len(keys)*k)
+		if err := src.read(ctx, mlr.TableName, keys, w); err != nil {
 			return err
 		}
-		return mlr.SaveLIBLINEAR(out, w, nkeys, k)
+		return mlr.SaveLIBLINEAR(out, keys, w, k)
 	}
 	h, err := src.width(ctx, mlr.HiddenTable)
 	if err != nil {
@@ -142,14 +147,14 @@ func exportClasses(ctx context.Context, src modelSource, j api.Job, out string) 
 	if err != nil {
 		return err
 	}
-	w1, w2 := make([]float32, int(nkeys)*h), make([]float32, (h+1)*k)
-	if err := src.read(ctx, mlr.HiddenTable, keyRange(nkeys), w1); err != nil {
+	w1, w2 := make([]float32, len(keys)*h), make([]float32, (h+1)*k)
+	if err := src.read(ctx, mlr.HiddenTable, keys, w1); err != nil {
 		return err
 	}
 	if err := src.read(ctx, mlr.OutputTable, keyRange(uint64(h+1)), w2); err != nil {
 		return err
 	}
-	n, err := mlr.NewNetwork(w1, w2, nkeys, h, k)
+	n, err := mlr.NewNetwork(keys, w1, w2, h, k)
 	if err != nil {
 		return fmt.Errorf("export: %w", err)
 	}

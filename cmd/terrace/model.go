@@ -150,10 +150,10 @@ A job that ends its cluster writes its model itself: give the job
 // lrScaling is what an lr job's model is read with: its number of keys
 // and the scale of each feature, computed from the job's data as its
 // workers computed them.
-func lrScaling(j api.Job) (uint64, []float32, error) {
+func lrScaling(j api.Job) (uint64, lr.Scale, error) {
 	train, err := data.ReadLIBSVM(j.Train)
 	if err != nil {
-		return 0, nil, fmt.Errorf("export: the job's training data (for its feature scaling): %w", err)
+		return 0, lr.Scale{}, fmt.Errorf("export: the job's training data (for its feature scaling): %w", err)
 	}
 	nkeys := train.NumFeatures + 1
 	if j.Test != "" {
@@ -161,13 +161,9 @@ func lrScaling(j api.Job) (uint64, []float32, error) {
 			nkeys = max(nkeys, test.NumFeatures+1)
 		}
 	}
-	scale := make([]float32, nkeys)
+	var scale lr.Scale
 	if j.Scale != "none" {
-		scale = lr.MaxAbsScale(train, nkeys)
-	} else {
-		for i := range scale {
-			scale[i] = 1
-		}
+		scale = lr.MaxAbsScale(train)
 	}
 	return nkeys, scale, nil
 }

@@ -91,8 +91,8 @@ func TestNNModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, err = exec.Command(terrace(t), "predict", "--model", cut, "--data", test).CombinedOutput()
-	if err == nil || !strings.Contains(string(out), cut+":12: not a whole nn model file") {
-		t.Fatalf("predict with a model cut short: %v\n%s\nwant it refused at %s:12", err, out, cut)
+	if err == nil || !strings.Contains(string(out), cut+":11: not a whole nn model file") {
+		t.Fatalf("predict with a model cut short: %v\n%s\nwant it refused at %s:11 (the row of feature 3)", err, out, cut)
 	}
 }
 
@@ -107,13 +107,23 @@ func readString(t *testing.T, path string) string {
 
 // TestPredictMLR: predict scores mlr's liblinear file of three classes
 // exactly as the job's own last evaluation did (it was refused as not a
-// binary model), and --out gives each example's class and probabilities.
+// binary model), --out gives each example's class and probabilities,
+// and the model exported from the job's checkpoint is the same bytes.
 func TestPredictMLR(t *testing.T) {
 	dir := t.TempDir()
 	train, test, model := filepath.Join(dir, "train.svm"), filepath.Join(dir, "test.svm"), filepath.Join(dir, "mlr.model")
 	writeNoisyClasses(t, train, 600, 1, 0)
 	writeNoisyClasses(t, test, 300, 2, 12)
-	rep, _ := runTrain(t, filepath.Join(dir, "r.json"), "--app", "mlr", "--train", train, "--test", test, "--passes", "2", "--model", model)
+	ck, exported := filepath.Join(dir, "ck"), filepath.Join(dir, "ck.model")
+	rep := trainWithCheckpoint(t, ck, model, "--app", "mlr", "--train", train, "--test", test)
+	exportFrom(t, ck, exported)
+	a, err := os.ReadFile(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(exported); err != nil || !bytes.Equal(a, b) {
+		t.Fatalf("the model exported from the checkpoint differs from the job's --model (%v)", err)
+	}
 	acc, ll := rep["test_accuracy"].(float64), rep["test_logloss"].(float64)
 	if acc <= 0.5 || acc >= 1 {
 		t.Fatalf("the job's test accuracy %v: want one between 0.5 and 1, for the comparison below to mean something", acc)

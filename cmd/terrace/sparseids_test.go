@@ -44,3 +44,61 @@ func TestSparseIDsKeepTheModelSparse(t *testing.T) {
 		}
 	}
 }
+
+// TestSparseIDsClasses: nn on data whose indices reach 10^12 trains (its
+// workers' scratch and evaluations are the data's features: sized by the
+// largest index they asked for terabytes), its --model holds the 11
+// features the data has (feature 10^12 + 3 only the test file's, with
+// the hidden layer's initial weights), the model exported from its
+// checkpoint is the same bytes, and predict scores the test data as the
+// job did. mlr's --model, liblinear's line per index, is refused naming
+// the flag.
+func TestSparseIDsClasses(t *testing.T) {
+	dir := t.TempDir()
+	var train, test strings.Builder
+	for i := range 600 {
+		c := i % 3
+		b := &train
+		if i >= 450 {
+			b = &test
+		}
+		fmt.Fprintf(b, "%d", c)
+		for f := uint64(1); f <= 9; f++ {
+			v := 0.8 * float64((i*7+int(f)*13)%11-5) / 5
+			if int(f)%3 == c {
+				v += 1
+			}
+			fmt.Fprintf(b, " %d:%.3f", f*100_000_000_000, v)
+		}
+		if b == &test && i%4 == 0 {
+			fmt.Fprintf(b, " %d:0.5", uint64(1_000_000_000_003))
+		}
+		b.WriteByte('\n')
+	}
+	trainPath, testPath := filepath.Join(dir, "train.svm"), filepath.Join(dir, "test.svm")
+	for p, s := range map[string]string{trainPath: train.String(), testPath: test.String()} {
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ck, live, exported := filepath.Join(dir, "ck"), filepath.Join(dir, "live.model"), filepath.Join(dir, "ck.model")
+	rep := trainWithCheckpoint(t, ck, live, "--app", "nn", "--hidden", "8", "--train", trainPath, "--test", testPath)
+	exportFrom(t, ck, exported)
+	a := readString(t, live)
+	if b := readString(t, exported); a != b {
+		t.Fatalf("the model exported from the checkpoint differs from the job's --model")
+	}
+	if !strings.Contains(a, "\nfeatures 10\n") || !strings.Contains(a, "\nhidden 1000000000003 ") {
+		t.Errorf("the model file does not list the data's 10 features:\n%.300s", a)
+	}
+	acc, ll := rep["test_accuracy"].(float64), rep["test_logloss"].(float64)
+	out, err := exec.Command(terrace(t), "predict", "--model", live, "--data", testPath).CombinedOutput()
+	want := fmt.Sprintf("150 examples, accuracy %.4f (%d/150)  logloss %.4f", acc, int(acc*150+0.5), ll)
+	if err != nil || !strings.Contains(string(out), want) {
+		t.Fatalf("predict: %v\n%s\nwant %q (the job's last evaluation)", err, out, want)
+	}
+	out, err = exec.Command(terrace(t), "train", "--app", "mlr", "--train", trainPath, "--test", testPath, "--model", filepath.Join(dir, "mlr.model")).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--model") || !strings.Contains(string(out), "too wide for a liblinear model file") {
+		t.Fatalf("mlr --model of indices up to 10^12: %v\n%s\nwant it refused naming --model", err, out)
+	}
+}

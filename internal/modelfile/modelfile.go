@@ -1,16 +1,29 @@
 // Package modelfile reads the text model files the apps write, line by
 // line, naming the file and the line in its errors and refusing a file
-// cut short or with bytes after its end.
+// cut short or with bytes after its end; and bounds the liblinear files
+// they write (MaxModelFeatures).
 package modelfile
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"strconv"
 	"strings"
 )
+
+// MaxModelFeatures bounds the largest feature index a liblinear model
+// file is written for: liblinear's format has a line for every index up
+// to it (a file of 2^27 lines is 1.5-3 GB, and liblinear reads it into as
+// many doubles), so hashed features (2^32) cannot have one. lasso and
+// mlr, whose --model is such a file, refuse wider data before training.
+const MaxModelFeatures = 1 << 27
+
+// ErrModelTooWide refuses a liblinear model file for data whose indices
+// reach beyond MaxModelFeatures.
+var ErrModelTooWide = errors.New("too wide for a liblinear model file")
 
 // Reader reads a model file line by line, naming the file and the line
 // in its errors.
