@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/terrace-ml/terrace/data"
+	"github.com/terrace-ml/terrace/internal/modelfile"
 	"github.com/terrace-ml/terrace/metrics"
 	"github.com/terrace-ml/terrace/ps"
 	"github.com/terrace-ml/terrace/table"
@@ -138,6 +139,15 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 	nkeys := featureKey(train.NumFeatures)
 	if test != nil {
 		nkeys = max(nkeys, featureKey(test.NumFeatures))
+	}
+	if cfg.Model != "" {
+		widest, file := train.NumFeatures, cfg.Train
+		if test != nil && test.NumFeatures > widest {
+			widest, file = test.NumFeatures, cfg.Test
+		}
+		if widest > modelfile.MaxModelFeatures {
+			return nil, fmt.Errorf("lr: --model %s: %s: %w: its largest index is %d, and a liblinear model file holds a line for every index up to it (at most %d); train without --model", cfg.Model, file, modelfile.ErrModelTooWide, widest-1, modelfile.MaxModelFeatures)
+		}
 	}
 	var scale Scale
 	if cfg.Scale {

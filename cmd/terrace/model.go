@@ -161,6 +161,9 @@ func lrScaling(j api.Job) (uint64, lr.Scale, error) {
 			nkeys = max(nkeys, test.NumFeatures+1)
 		}
 	}
+	if nkeys-1 > modelfile.MaxModelFeatures {
+		return 0, lr.Scale{}, fmt.Errorf("export: %s: %w: its largest index is %d (a line per index, at most %d)", j.Train, modelfile.ErrModelTooWide, nkeys-2, modelfile.MaxModelFeatures)
+	}
 	var scale lr.Scale
 	if j.Scale != "none" {
 		scale = lr.MaxAbsScale(train)

@@ -102,3 +102,24 @@ func TestSparseIDsClasses(t *testing.T) {
 		t.Fatalf("mlr --model of indices up to 10^12: %v\n%s\nwant it refused naming --model", err, out)
 	}
 }
+
+// TestLRModelTooWide: lr's --model is liblinear's line per index, so data
+// whose indices reach 10^12 is refused before training, naming the flag,
+// as mlr's and lasso's are (it pulled and wrote every index up to the
+// largest).
+func TestLRModelTooWide(t *testing.T) {
+	var b strings.Builder
+	for i := range 40 {
+		fmt.Fprintf(&b, "%d 1:1 %d:0.5\n", 2*(i%2)-1, uint64(1_000_000_000_000)+uint64(i%3))
+	}
+	path := filepath.Join(t.TempDir(), "wide.svm")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, terrace(t), "train", "--train", path, "--test", path, "--passes", "1", "--model", filepath.Join(t.TempDir(), "lr.model")).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--model") || !strings.Contains(string(out), "too wide for a liblinear model file") {
+		t.Fatalf("lr --model of indices up to 10^12: %v\n%s\nwant it refused naming --model", err, out)
+	}
+}
