@@ -354,7 +354,9 @@ func predictMF(w io.Writer, dir, dataPath, out string) error {
 	if err != nil {
 		return fmt.Errorf("--model %s: %w", dir, err)
 	}
-	r, err := data.ReadRatings(dataPath)
+	// Numbered as the model's ids: a string id the model lacks is
+	// data.Unseen, which Predict counts with bias and factors 0.
+	r, err := data.ReadRatingsWith(dataPath, m.UserIDs, m.ItemIDs)
 	if err != nil {
 		return fmt.Errorf("--data: %w", err)
 	}
