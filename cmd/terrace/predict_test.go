@@ -55,3 +55,33 @@ func TestExportSaysWhichModel(t *testing.T) {
 		t.Errorf("done: %q", got)
 	}
 }
+
+// TestPredictMFStringIDs: predict reads a ratings file of string ids
+// with the model's dictionaries, so an id scores with its own row
+// whatever order the file names ids in, and one the model lacks with
+// bias and factors 0.
+func TestPredictMFStringIDs(t *testing.T) {
+	dir := t.TempDir()
+	model := filepath.Join(dir, "mf.model")
+	os.Mkdir(model, 0o755)
+	for name, body := range map[string]string{
+		"global.tsv": "version\t2\nmean\t3\nmin\t0\nmax\t10\nusers\tnumbers\nitems\tstrings\n",
+		"users.tsv":  "276725\t0.5\n276726\t-1\n",
+		"items.tsv":  "034545104X\t0.25\n0155061224\t2\n",
+	} {
+		os.WriteFile(filepath.Join(model, name), []byte(body), 0o644)
+	}
+	ratings := filepath.Join(dir, "bx.csv")
+	os.WriteFile(ratings, []byte("\"User-ID\";\"ISBN\";\"Book-Rating\"\n\"276726\";\"0155061224\";\"5\"\n\"276725\";\"034545104X\";\"0\"\n\"276725\";\"NEWISBN\";\"7\"\n"), 0o644)
+	out := filepath.Join(dir, "pred.txt")
+	c := predictCmd()
+	c.SetArgs([]string{"--model", model, "--data", ratings, "--out", out})
+	c.SetOut(io.Discard)
+	c.SetErr(io.Discard)
+	if err := c.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(out); err != nil || string(b) != "4.000000\n3.750000\n3.500000\n" {
+		t.Fatalf("--out holds %q, %v; want 3-1+2, 3+0.5+0.25 and 3+0.5", b, err)
+	}
+}
