@@ -2,6 +2,7 @@ package data
 
 import (
 	"bytes"
+	"hash/fnv"
 	"hash/maphash"
 	"math"
 )
@@ -45,6 +46,19 @@ func (d *IDs) bytes(n uint32) []byte {
 		start = d.ends[n-1]
 	}
 	return d.text[start:d.ends[n]]
+}
+
+// Digest returns a 64-bit FNV-1a hash of d's ids in the order of their
+// numbers, which two dictionaries share only if they number alike: the
+// workers of a job report it (mf's Report), so that a numbering that
+// differs between processes shows.
+func (d *IDs) Digest() uint64 {
+	h := fnv.New64a()
+	for n := range uint32(d.Len()) {
+		h.Write(d.bytes(n))
+		h.Write([]byte{0})
+	}
+	return h.Sum64()
 }
 
 // Lookup returns the number of id, if d holds it.

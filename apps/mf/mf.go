@@ -58,6 +58,28 @@ type Report struct {
 	TestRMSE          float64     `json:"test_rmse,omitempty"`
 	Refused           int64       `json:"refused_non_finite"`
 	Passes            []PassStats `json:"passes,omitempty"`
+	// UserIDs and ItemIDs describe how this worker numbered a column of
+	// string ids (nil: numbers, kept as given). Every worker of a job
+	// numbers the training file's ids on its own, and must report the
+	// same.
+	UserIDs *Numbering `json:"user_ids,omitempty"`
+	ItemIDs *Numbering `json:"item_ids,omitempty"`
+}
+
+// Numbering describes the numbering of a column of string ids.
+type Numbering struct {
+	Distinct int `json:"distinct"`
+	// Digest is data.IDs.Digest in hexadecimal: the ids in the order of
+	// their numbers.
+	Digest string `json:"digest"`
+}
+
+// numbering describes ids; nil for a column of numbers.
+func numbering(ids *data.IDs) *Numbering {
+	if ids == nil {
+		return nil
+	}
+	return &Numbering{Distinct: ids.Len(), Digest: fmt.Sprintf("%016x", ids.Digest())}
 }
 
 // progressEvery is how many minibatches pass between progress records: what
@@ -110,7 +132,7 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 	parts := data.Partition(train.Len(), c.Layout().Partitions)
 	m := &model{c: c, train: train, factors: factors, bias: bias, k: cfg.Rank, mu: float32(train.Mean())}
 	m.lo, m.hi = train.Range()
-	rep := &Report{App: "mf", Rank: c.Rank()}
+	rep := &Report{App: "mf", Rank: c.Rank(), UserIDs: numbering(train.UserIDs), ItemIDs: numbering(train.ItemIDs)}
 	evalAt := func(pass int, trainRMSE float64) ps.EvalFunc {
 		return func(ctx context.Context) (map[string]float64, error) {
 			rmse, err := m.evaluate(ctx, test)

@@ -248,7 +248,7 @@ func predictCmd() *cobra.Command {
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&model, "model", "", "model: a file (lr, lasso, mlr: liblinear format, liblinear-train's too; nn: docs/format/nn.md) or a directory (mf: the TSV files --model wrote)")
-	fs.StringVar(&dataPath, "data", "", "data to score (lr: LIBSVM, plain or gzip; lasso: LIBSVM lines of real targets; mlr, nn: MNIST's IDX images file, its labels beside it, or LIBSVM lines of class numbers; mf: user item rating lines)")
+	fs.StringVar(&dataPath, "data", "", "data to score (lr: LIBSVM, plain or gzip; lasso: LIBSVM lines of real targets; mlr, nn: MNIST's IDX images file, its labels beside it, or LIBSVM lines of class numbers; mf: user item rating lines, string ids numbered by the model's)")
 	fs.StringVar(&out, "out", "", "write each example's prediction, one a line, here (lr: the probability of label 1; lasso: the predicted target; mlr, nn: the most probable class, then each class's probability; mf: the rating)")
 	addConfigFlag(cmd)
 	return cmd
