@@ -29,7 +29,7 @@ type IDs struct {
 // Unseen is the number a ratings file read with another file's
 // dictionaries (ReadRatingsWith) gives an id the dictionary lacks: a user
 // or item the training data never rated.
-const Unseen = math.MaxUint32
+const Unseen uint32 = math.MaxUint32
 
 // maxIDText bounds the ids' bytes, whose offsets are 32-bit.
 const maxIDText = math.MaxUint32
@@ -84,7 +84,7 @@ func (d *IDs) Add(id []byte) (uint32, bool) {
 	if n, ok := d.Lookup(id); ok {
 		return n, true
 	}
-	if len(d.text)+len(id) > maxIDText {
+	if uint64(len(d.text))+uint64(len(id)) > maxIDText {
 		return 0, false
 	}
 	// At most 70% full: linear probing's hits then take about two probes.

@@ -11,7 +11,7 @@ import (
 // Ratings holds (user, item, rating) triples, such as MovieLens ratings,
 // in file order.
 type Ratings struct {
-	Users  []uint32 // ids as given in the file (MovieLens counts from 1)
+	Users  []uint32 // ids as given in the file (MovieLens counts from 1), or the numbers of string ids (UserIDs)
 	Items  []uint32
 	Values []float32
 	// NumUsers and NumItems are the largest id plus one (with a

@@ -350,3 +350,29 @@ func TestNumberingIsTheFiles(t *testing.T) {
 		t.Errorf("users %v..., id 1 %q; want 0, 1, \"U0007919\"", a.Users[:2], a.UserIDs.ID(1))
 	}
 }
+
+// BenchmarkParseRatings parses 100,000 lines of ratings.csv (ids kept as
+// numbers) and of Amazon's shape (string ids, numbered by dictionary).
+func BenchmarkParseRatings(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		line func(u, i int) string
+	}{
+		{"numbers", func(u, i int) string { return fmt.Sprintf("%d,%d,4.0,1365811200\n", u, i) }},
+		{"strings", func(u, i int) string { return fmt.Sprintf("A%013d,B%09d,4.0,1365811200\n", u*7919, i*104729) }},
+	} {
+		var in strings.Builder
+		for j := range 100_000 {
+			in.WriteString(tc.line((j*31)%20000, (j*17)%10000))
+		}
+		text := in.String()
+		b.Run(tc.name, func(b *testing.B) {
+			b.SetBytes(int64(len(text)))
+			for b.Loop() {
+				if _, err := ParseRatings(strings.NewReader(text), "in"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
