@@ -19,12 +19,19 @@ import (
 // and items.tsv hold "id bias f1 ... fk" for every user and item of the
 // training data, global.tsv the mean rating; a rating is predicted as
 // mean + user bias + item bias + the factors' dot product, clipped to
-// the training ratings' range (global.tsv's min and max).
+// the training ratings' range (global.tsv's min and max). The format is
+// docs/format/mf.md.
 func (m *model) export(ctx context.Context, dir string) error {
 	return Export(dir, m.train, m.k, func(keys []uint64, f, b []float32) error {
 		return ps.All(m.factors.Pull(keys, f), m.bias.Pull(keys, b)).Wait(ctx)
 	})
 }
+
+// FormatVersion is the version of the model directory Export writes
+// (docs/format/mf.md): 2 names its ids' kind in global.tsv, whose users
+// and items may be strings (Amazon's, Book-Crossing's). Version 1 files
+// (mean, min and max) and version 0 ones (the mean alone) have numbers.
+const FormatVersion = 2
 
 // Export writes the model of a job trained on train with rank factors to
 // dir, as a job's --model does; read fills the factors (rank a key) and
@@ -53,14 +60,23 @@ func Export(dir string, train *data.Ratings, rank int, read func(keys []uint64, 
 		closers = append(closers, fh)
 		files[uint64(kind)] = bufio.NewWriter(fh)
 	}
+	dicts := [2]*data.IDs{train.UserIDs, train.ItemIDs}
+	var line []byte
 	for i, k := range keys {
-		w := files[k&1] // users are even keys, items odd
-		w.WriteString(strconv.FormatUint(k>>1, 10))
-		w.WriteString("\t" + strconv.FormatFloat(float64(b[i]), 'g', -1, 32))
-		for _, v := range f[i*rank : (i+1)*rank] {
-			w.WriteString("\t" + strconv.FormatFloat(float64(v), 'g', -1, 32))
+		// Users are even keys, items odd; a string id is written as it
+		// was read, which the parser made sure holds no tab or newline.
+		if d := dicts[k&1]; d != nil {
+			line = append(line[:0], d.ID(uint32(k>>1))...)
+		} else {
+			line = strconv.AppendUint(line[:0], k>>1, 10)
 		}
-		w.WriteByte('\n')
+		line = append(line, '\t')
+		line = strconv.AppendFloat(line, float64(b[i]), 'g', -1, 32)
+		for _, v := range f[i*rank : (i+1)*rank] {
+			line = append(line, '\t')
+			line = strconv.AppendFloat(line, float64(v), 'g', -1, 32)
+		}
+		files[k&1].Write(append(line, '\n'))
 	}
 	for i, fh := range closers {
 		if err := files[uint64(i)].Flush(); err != nil {
@@ -72,7 +88,17 @@ func Export(dir string, train *data.Ratings, rank int, read func(keys []uint64, 
 		}
 	}
 	lo, hi := train.Range()
-	return os.WriteFile(filepath.Join(dir, "global.tsv"), fmt.Appendf(nil, "mean\t%g\nmin\t%g\nmax\t%g\n", float32(train.Mean()), lo, hi), 0o644)
+	global := fmt.Appendf(nil, "version\t%d\nmean\t%g\nmin\t%g\nmax\t%g\nusers\t%s\nitems\t%s\n",
+		FormatVersion, float32(train.Mean()), lo, hi, idKind(train.UserIDs), idKind(train.ItemIDs))
+	return os.WriteFile(filepath.Join(dir, "global.tsv"), global, 0o644)
+}
+
+// idKind names the kind of a column's ids in global.tsv.
+func idKind(ids *data.IDs) string {
+	if ids != nil {
+		return "strings"
+	}
+	return "numbers"
 }
 
 // ErrModel: a model directory's file is not one export wrote (cut
@@ -80,37 +106,38 @@ func Export(dir string, train *data.Ratings, rank int, read func(keys []uint64, 
 var ErrModel = errors.New("not a whole model file")
 
 // Model is an exported model read back (LoadModel): biases and factors
-// by user and item id, the mean rating and the ratings' range.
+// by user and item number, the mean rating and the ratings' range.
 type Model struct {
 	Mean, Min, Max float64
-	Users, Items   map[uint32][]float64 // bias, then the factors
+	Users, Items   map[uint32][]float32 // bias, then the factors
+	// UserIDs and ItemIDs number the users and items when the model's
+	// ids are strings (nil: numbers, the keys of Users and Items): read
+	// ratings to score with data.ReadRatingsWith(path, UserIDs, ItemIDs).
+	UserIDs, ItemIDs *data.IDs
 }
 
-// LoadModel reads a model that export wrote to dir. Every row of
-// users.tsv and items.tsv has the same number of values, and each file
-// ends with a whole line: a file cut short (a copy that failed, a full
-// disk) is refused, naming the file and the line, rather than read as
-// a model whose missing users and items predict the mean.
+// LoadModel reads a model that export wrote to dir, of any format
+// version. Every row of users.tsv and items.tsv has the same number of
+// values, and each file ends with a whole line: a file cut short (a
+// copy that failed, a full disk) is refused, naming the file and the
+// line, rather than read as a model whose missing users and items
+// predict the mean.
 func LoadModel(dir string) (*Model, error) {
 	m := &Model{}
-	g, err := os.ReadFile(filepath.Join(dir, "global.tsv"))
+	strs, err := m.readGlobal(filepath.Join(dir, "global.tsv"))
 	if err != nil {
-		return nil, fmt.Errorf("mf: model: %w", err)
-	}
-	// A model exported before the range was recorded has the mean line
-	// alone; it was trained on MovieLens's 1-5 scale, which the
-	// predictions were then clipped to.
-	m.Min, m.Max = 1, 5
-	n, err := fmt.Sscanf(string(g), "mean\t%g\nmin\t%g\nmax\t%g", &m.Mean, &m.Min, &m.Max)
-	if oldFormat := n == 1 && strings.Count(string(g), "\n") <= 1; err != nil && !oldFormat {
-		return nil, fmt.Errorf("mf: model %s/global.tsv: %w", dir, err)
+		return nil, err
 	}
 	width := 0
-	for _, t := range []struct {
+	for i, t := range []struct {
 		name string
-		dst  *map[uint32][]float64
-	}{{"users.tsv", &m.Users}, {"items.tsv", &m.Items}} {
-		rows, err := readTSV(filepath.Join(dir, t.name), &width)
+		dst  *map[uint32][]float32
+		ids  **data.IDs
+	}{{"users.tsv", &m.Users, &m.UserIDs}, {"items.tsv", &m.Items, &m.ItemIDs}} {
+		if strs[i] {
+			*t.ids = &data.IDs{}
+		}
+		rows, err := readTSV(filepath.Join(dir, t.name), &width, *t.ids)
 		if err != nil {
 			return nil, err
 		}
@@ -119,15 +146,79 @@ func LoadModel(dir string) (*Model, error) {
 	return m, nil
 }
 
+// readGlobal reads global.tsv, "key value" lines, into m and returns
+// whether the users' and the items' ids are strings. A model exported
+// before the range was recorded (version 0) has the mean line alone; it
+// was trained on MovieLens's 1-5 scale, which the predictions were then
+// clipped to. One without a version line is version 0 or 1, of numbers.
+func (m *Model) readGlobal(path string) (strs [2]bool, err error) {
+	g, err := os.ReadFile(path)
+	if err != nil {
+		return strs, fmt.Errorf("mf: model: %w", err)
+	}
+	m.Min, m.Max = 1, 5
+	seen := map[string]bool{}
+	for n, line := range strings.Split(strings.TrimSuffix(string(g), "\n"), "\n") {
+		key, val, ok := strings.Cut(line, "\t")
+		if !ok {
+			return strs, fmt.Errorf("mf: model %s:%d: %w: %q is not a key, a tab and a value", path, n+1, ErrModel, line)
+		}
+		if seen[key] {
+			return strs, fmt.Errorf("mf: model %s:%d: %w: %s again", path, n+1, ErrModel, key)
+		}
+		seen[key] = true
+		switch key {
+		case "version":
+			v, err := strconv.Atoi(val)
+			if err != nil || v < 0 || v > FormatVersion {
+				return strs, fmt.Errorf("mf: model %s:%d: %w %q (this terrace reads versions 0 to %d: a newer one wrote it?)", path, n+1, ErrVersion, val, FormatVersion)
+			}
+		case "mean", "min", "max":
+			// Written from float32s, whose shortest forms read back
+			// exactly as float32s.
+			v, err := strconv.ParseFloat(val, 32)
+			if err != nil {
+				return strs, fmt.Errorf("mf: model %s:%d: %s: %w", path, n+1, key, err)
+			}
+			switch key {
+			case "mean":
+				m.Mean = v
+			case "min":
+				m.Min = v
+			default:
+				m.Max = v
+			}
+		case "users", "items":
+			if val != "strings" && val != "numbers" {
+				return strs, fmt.Errorf("mf: model %s:%d: %w: %s are %q, not strings or numbers", path, n+1, ErrModel, key, val)
+			}
+			if key == "users" {
+				strs[0] = val == "strings"
+			} else {
+				strs[1] = val == "strings"
+			}
+		}
+	}
+	if !seen["mean"] {
+		return strs, fmt.Errorf("mf: model %s: %w: no mean", path, ErrModel)
+	}
+	return strs, nil
+}
+
+// ErrVersion: a model directory's global.tsv names a format version this
+// build does not read.
+var ErrVersion = errors.New("unknown format version")
+
 // readTSV reads the rows of path, each an id and *width values (set by
-// the first row read if 0).
-func readTSV(path string, width *int) (map[uint32][]float64, error) {
+// the first row read if 0). The ids are numbers, or with ids given
+// strings numbered into it in the order of the rows.
+func readTSV(path string, width *int, ids *data.IDs) (map[uint32][]float32, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("mf: model: %w", err)
 	}
 	defer f.Close()
-	out := map[uint32][]float64{}
+	out := map[uint32][]float32{}
 	r := bufio.NewReader(f)
 	for n := 1; ; n++ {
 		line, err := r.ReadString('\n')
@@ -147,17 +238,28 @@ func readTSV(path string, width *int) (map[uint32][]float64, error) {
 		if len(fields)-1 != *width || *width == 0 {
 			return nil, fmt.Errorf("mf: model %s:%d: %w: %d values, not %d", path, n, ErrModel, len(fields)-1, *width)
 		}
-		id, err := strconv.ParseUint(fields[0], 10, 32)
-		if err != nil {
-			return nil, fmt.Errorf("mf: model %s:%d: %w", path, n, err)
-		}
-		vals := make([]float64, *width)
-		for i, field := range fields[1:] {
-			if vals[i], err = strconv.ParseFloat(field, 64); err != nil {
+		var id uint32
+		if ids != nil {
+			before := ids.Len()
+			if id, _ = ids.Add([]byte(fields[0])); ids.Len() == before {
+				return nil, fmt.Errorf("mf: model %s:%d: %w: id %q again", path, n, ErrModel, fields[0])
+			}
+		} else {
+			v, err := strconv.ParseUint(fields[0], 10, 32)
+			if err != nil {
 				return nil, fmt.Errorf("mf: model %s:%d: %w", path, n, err)
 			}
+			id = uint32(v)
 		}
-		out[uint32(id)] = vals
+		vals := make([]float32, *width)
+		for i, field := range fields[1:] {
+			v, err := strconv.ParseFloat(field, 32)
+			if err != nil {
+				return nil, fmt.Errorf("mf: model %s:%d: %w", path, n, err)
+			}
+			vals[i] = float32(v)
+		}
+		out[id] = vals
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("mf: model %s: %w: no rows", path, ErrModel)
@@ -166,21 +268,20 @@ func readTSV(path string, width *int) (map[uint32][]float64, error) {
 }
 
 // Predict is the model's rating of item by user, clipped to the training
-// ratings' range; an
-// unknown user or item counts with bias and factors 0.
+// ratings' range, computed as the job's evaluation computes it; an
+// unknown user or item (data.Unseen among them) counts with bias and
+// factors 0.
 func (m *Model) Predict(user, item uint32) float64 {
-	p := m.Mean
-	u, it := m.Users[user], m.Items[item]
-	if len(u) > 0 {
-		p += u[0]
+	var bu, bi float32
+	var pu, qi []float32
+	if u := m.Users[user]; len(u) > 0 {
+		bu, pu = u[0], u[1:]
 	}
-	if len(it) > 0 {
-		p += it[0]
+	if it := m.Items[item]; len(it) > 0 {
+		bi, qi = it[0], it[1:]
 	}
-	if len(u) > 1 && len(it) == len(u) {
-		for j := 1; j < len(u); j++ {
-			p += u[j] * it[j]
-		}
+	if len(pu) == 0 || len(pu) != len(qi) {
+		pu, qi = nil, nil
 	}
-	return min(max(p, m.Min), m.Max)
+	return float64(predict(float32(m.Mean), bu, bi, pu, qi, float32(m.Min), float32(m.Max)))
 }

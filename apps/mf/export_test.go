@@ -38,7 +38,9 @@ func TestLoadModelCorrupt(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if got := m.Predict(1, 7); got != 3.5+0.5+0.25+0.1*1+0.2*2 {
+				// Summed in float32, as the job's evaluation sums.
+				want := float32(3.5) + float32(0.5) + float32(0.25) + (float32(0.1)*1 + float32(0.2)*2)
+				if got := m.Predict(1, 7); got != float64(want) {
 					t.Errorf("Predict(1, 7) = %v", got)
 				}
 				return
@@ -46,6 +48,61 @@ func TestLoadModelCorrupt(t *testing.T) {
 			want := filepath.Join(dir, tc.line)
 			if !errors.Is(err, ErrModel) || !strings.Contains(err.Error(), want) {
 				t.Fatalf("LoadModel: %v; want %v naming %s", err, ErrModel, want)
+			}
+		})
+	}
+}
+
+// TestLoadModelVersions: a version 1 model directory (global.tsv of the
+// mean, min and max, written before the version line) reads as numbers;
+// one of version 2 with string ids numbers them in its rows' order; a
+// version this build does not know, or a string id twice, is refused.
+func TestLoadModelVersions(t *testing.T) {
+	m, err := LoadModel("testdata/model-v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.UserIDs != nil || m.ItemIDs != nil || m.Mean != 3.5 || m.Min != 1 || m.Max != 5 || len(m.Users[2]) != 3 {
+		t.Fatalf("version 1: %+v", m)
+	}
+	want := float32(3.5) + float32(-0.5) + float32(0.25) + (float32(0.3)*1 + float32(0.4)*2)
+	if got := m.Predict(2, 7); got != float64(want) {
+		t.Errorf("version 1: Predict(2, 7) = %v, want %v", got, want)
+	}
+
+	global := "version\t2\nmean\t3\nmin\t1\nmax\t5\nusers\tstrings\nitems\tnumbers\n"
+	for _, tc := range []struct {
+		name, global, users string
+		err                 error
+	}{
+		{"strings", global, "AKM1MP6P0OYPR\t0.5\t1\nA2CX7LUOHB2NDG\t-0.5\t0.5\n", nil},
+		{"a string id twice", global, "AKM1MP6P0OYPR\t0.5\t1\nAKM1MP6P0OYPR\t-0.5\t2\n", ErrModel},
+		{"a newer version", strings.Replace(global, "version\t2", "version\t3", 1), "1\t0\t0\n", ErrVersion},
+		{"ids of no kind", strings.Replace(global, "items\tnumbers", "items\twords", 1), "1\t0\t0\n", ErrModel},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for name, body := range map[string]string{"global.tsv": tc.global, "users.tsv": tc.users, "items.tsv": "7\t0.25\t2\n"} {
+				if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			m, err := LoadModel(dir)
+			if tc.err != nil {
+				if !errors.Is(err, tc.err) {
+					t.Fatalf("LoadModel: %v, want %v", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			u, ok := m.UserIDs.Lookup([]byte("A2CX7LUOHB2NDG"))
+			if !ok || u != 1 || m.ItemIDs != nil {
+				t.Fatalf("user A2CX7LUOHB2NDG is %d, %v (item ids %v); want 1", u, ok, m.ItemIDs)
+			}
+			if got, want := m.Predict(u, 7), float32(3)+float32(-0.5)+float32(0.25)+float32(0.5)*2; got != float64(want) {
+				t.Errorf("Predict = %v, want %v", got, want)
 			}
 		})
 	}

@@ -58,6 +58,28 @@ type Report struct {
 	TestRMSE          float64     `json:"test_rmse,omitempty"`
 	Refused           int64       `json:"refused_non_finite"`
 	Passes            []PassStats `json:"passes,omitempty"`
+	// UserIDs and ItemIDs describe how this worker numbered a column of
+	// string ids (nil: numbers, kept as given). Every worker of a job
+	// numbers the training file's ids on its own, and must report the
+	// same.
+	UserIDs *Numbering `json:"user_ids,omitempty"`
+	ItemIDs *Numbering `json:"item_ids,omitempty"`
+}
+
+// Numbering describes the numbering of a column of string ids.
+type Numbering struct {
+	Distinct int `json:"distinct"`
+	// Digest is data.IDs.Digest in hexadecimal: the ids in the order of
+	// their numbers.
+	Digest string `json:"digest"`
+}
+
+// numbering describes ids; nil for a column of numbers.
+func numbering(ids *data.IDs) *Numbering {
+	if ids == nil {
+		return nil
+	}
+	return &Numbering{Distinct: ids.Len(), Digest: fmt.Sprintf("%016x", ids.Digest())}
 }
 
 // progressEvery is how many minibatches pass between progress records: what
@@ -88,7 +110,9 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 	// Every worker reads the test data: whichever is live when a pass
 	// ends evaluates it.
 	if cfg.Test != "" {
-		if test, err = data.ReadRatings(cfg.Test); err == nil {
+		// Numbered as the training's ids: a string id gets the same
+		// number in both files, and Unseen when training lacks it.
+		if test, err = data.ReadRatingsWith(cfg.Test, train.UserIDs, train.ItemIDs); err == nil {
 			err = data.CheckRows(cfg.Test, test.Len())
 		}
 		if err != nil {
@@ -108,7 +132,7 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 	parts := data.Partition(train.Len(), c.Layout().Partitions)
 	m := &model{c: c, train: train, factors: factors, bias: bias, k: cfg.Rank, mu: float32(train.Mean())}
 	m.lo, m.hi = train.Range()
-	rep := &Report{App: "mf", Rank: c.Rank()}
+	rep := &Report{App: "mf", Rank: c.Rank(), UserIDs: numbering(train.UserIDs), ItemIDs: numbering(train.ItemIDs)}
 	evalAt := func(pass int, trainRMSE float64) ps.EvalFunc {
 		return func(ctx context.Context) (map[string]float64, error) {
 			rmse, err := m.evaluate(ctx, test)
@@ -198,14 +222,28 @@ func (m *model) loopStep(ctx context.Context, b ps.Batch) (*ps.Future, error) {
 	return nil, nil
 }
 
+// ratingKeys returns the sorted keys of the users and items of rows,
+// but for those the training data lacks (unseen: data.Unseen, in a
+// column of string ids), which have no key.
 func ratingKeys(r *data.Ratings, rows []int) []uint64 {
 	keys := make([]uint64, 0, 2*len(rows))
 	for _, i := range rows {
-		keys = append(keys, userKey(r.Users[i]), itemKey(r.Items[i]))
+		if u := r.Users[i]; !unseen(u, r.UserIDs) {
+			keys = append(keys, userKey(u))
+		}
+		if it := r.Items[i]; !unseen(it, r.ItemIDs) {
+			keys = append(keys, itemKey(it))
+		}
 	}
 	slices.Sort(keys)
 	return slices.Compact(keys)
 }
+
+// unseen reports whether id, of a column numbered by ids, is one the
+// training data lacks. A column of numbers has none: a number training
+// never saw keeps its key, which reads as the tables' initial value, as
+// it always has.
+func unseen(id uint32, ids *data.IDs) bool { return ids != nil && id == data.Unseen }
 
 // pull fetches the factors and biases of keys.
 func (m *model) pull(ctx context.Context, keys []uint64) (f, b []float32, err error) {
@@ -272,12 +310,35 @@ func (m *model) evaluate(ctx context.Context, test *data.Ratings) (float64, erro
 	pred := make([]float64, test.Len())
 	truth := make([]float64, test.Len())
 	for i := range all {
-		u, it := pos[userKey(test.Users[i])], pos[itemKey(test.Items[i])]
-		p := m.mu + b[u] + b[it] + dot(f[u*m.k:(u+1)*m.k], f[it*m.k:(it+1)*m.k])
-		pred[i] = float64(min(max(p, m.lo), m.hi))
+		// A user or item training lacks counts with bias and factors 0,
+		// as in an exported model.
+		var bu, bi float32
+		var pu, qi []float32
+		if u := test.Users[i]; !unseen(u, test.UserIDs) {
+			j := pos[userKey(u)]
+			bu, pu = b[j], f[j*m.k:(j+1)*m.k]
+		}
+		if it := test.Items[i]; !unseen(it, test.ItemIDs) {
+			j := pos[itemKey(it)]
+			bi, qi = b[j], f[j*m.k:(j+1)*m.k]
+		}
+		pred[i] = float64(predict(m.mu, bu, bi, pu, qi, m.lo, m.hi))
 		truth[i] = float64(test.Values[i])
 	}
 	return metrics.RMSE(pred, truth), nil
+}
+
+// predict is a rating's prediction: the mean rating mu, plus the user's
+// and item's biases, plus their factors' dot product (when both have
+// factors), clipped to [lo, hi]. The job's evaluation and a loaded
+// model's Predict both compute it here, in float32 and in one order, so
+// that predict scores a test file exactly as the job did.
+func predict(mu, bu, bi float32, pu, qi []float32, lo, hi float32) float32 {
+	p := mu + bu + bi
+	if pu != nil && qi != nil {
+		p += dot(pu, qi)
+	}
+	return min(max(p, lo), hi)
 }
 
 func dot(a, b []float32) float32 {

@@ -42,7 +42,7 @@ func (a *appFlags) register(fs *pflag.FlagSet) {
 	a.fs = fs
 	fs.StringVar(&a.app, "app", "lr", "application: lr (sparse logistic regression), mf (matrix factorisation), mlr (multinomial logistic regression), nn (a small neural network: mlr with a hidden layer), lasso (L1 least squares by scheduled coordinate descent) or lda (topic model)")
 	fs.IntVar(&a.hidden, "hidden", 100, "nn: hidden ReLU units")
-	fs.StringVar(&a.train, "train", "", "training data (lr: LIBSVM, plain or gzip; mf: user item rating lines, or the Netflix Prize's item: blocks; mlr, nn: MNIST's IDX images file, its labels file beside it, or LIBSVM lines of class numbers; lasso: LIBSVM lines of real targets; lda: doc word count lines); lr and lasso default to "+defaultTrain+", lda to "+defaultLDATrain)
+	fs.StringVar(&a.train, "train", "", "training data (lr: LIBSVM, plain or gzip; mf: user item rating lines, ids numbers or strings (MovieLens, Amazon, Yelp, Book-Crossing's quoted ';' lines), or the Netflix Prize's item: blocks; mlr, nn: MNIST's IDX images file, its labels file beside it, or LIBSVM lines of class numbers; lasso: LIBSVM lines of real targets; lda: doc word count lines); lr and lasso default to "+defaultTrain+", lda to "+defaultLDATrain)
 	fs.StringVar(&a.test, "test", "", "test data, same format; lr defaults to "+defaultTest+" when --train is not given either (none with a --train of your own), lda holds out every 10th document of --train instead")
 	fs.StringVar(&a.vocab, "vocab", "", "lda: vocabulary, one word a line, to print topics' top words with; defaults to "+defaultLDAVocab+" with the default --train")
 	fs.IntVar(&a.topics, "topics", 20, "lda: number of topics K")

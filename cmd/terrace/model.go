@@ -247,7 +247,7 @@ func predictCmd() *cobra.Command {
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&model, "model", "", "model: a file (lr, lasso, mlr: liblinear format, liblinear-train's too; nn: docs/format/nn.md) or a directory (mf: the TSV files --model wrote)")
-	fs.StringVar(&dataPath, "data", "", "data to score (lr: LIBSVM, plain or gzip; lasso: LIBSVM lines of real targets; mlr, nn: MNIST's IDX images file, its labels beside it, or LIBSVM lines of class numbers; mf: user item rating lines)")
+	fs.StringVar(&dataPath, "data", "", "data to score (lr: LIBSVM, plain or gzip; lasso: LIBSVM lines of real targets; mlr, nn: MNIST's IDX images file, its labels beside it, or LIBSVM lines of class numbers; mf: user item rating lines, string ids numbered by the model's)")
 	fs.StringVar(&out, "out", "", "write each example's prediction, one a line, here (lr: the probability of label 1; lasso: the predicted target; mlr, nn: the most probable class, then each class's probability; mf: the rating)")
 	addConfigFlag(cmd)
 	return cmd
@@ -353,7 +353,9 @@ func predictMF(w io.Writer, dir, dataPath, out string) error {
 	if err != nil {
 		return fmt.Errorf("--model %s: %w", dir, err)
 	}
-	r, err := data.ReadRatings(dataPath)
+	// Numbered as the model's ids: a string id the model lacks is
+	// data.Unseen, which Predict counts with bias and factors 0.
+	r, err := data.ReadRatingsWith(dataPath, m.UserIDs, m.ItemIDs)
 	if err != nil {
 		return fmt.Errorf("--data: %w", err)
 	}

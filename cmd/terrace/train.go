@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/terrace-ml/terrace/apps/lr"
+	"github.com/terrace-ml/terrace/apps/mf"
 	"github.com/terrace-ml/terrace/data"
 	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/control/coord"
@@ -48,6 +49,10 @@ type trainReport struct {
 	NonZero            *float64 `json:"nonzero,omitempty"`
 	CoordinateUpdates  int64    `json:"coordinate_updates,omitempty"`
 	CoordinatesSkipped int64    `json:"coordinates_skipped,omitempty"`
+	// UserIDs and ItemIDs are mf's numbering of string ids, the same on
+	// every worker (buildReport checks); nil for numbers.
+	UserIDs *mf.Numbering `json:"user_ids,omitempty"`
+	ItemIDs *mf.Numbering `json:"item_ids,omitempty"`
 	// Passes holds every pass's evaluation, by whichever worker made it.
 	Passes  []map[string]any        `json:"passes,omitempty"`
 	Workers map[int]json.RawMessage `json:"workers"`
@@ -329,9 +334,17 @@ func buildReport(a appFlags, cmd *cobra.Command, secs float64, reps map[int]json
 			Skipped  int64            `json:"coordinates_skipped"`
 			Batch    int              `json:"batch"`
 			Passes   []map[string]any `json:"passes"`
+			UserIDs  *mf.Numbering    `json:"user_ids"`
+			ItemIDs  *mf.Numbering    `json:"item_ids"`
 		}
 		if err := json.Unmarshal(raw, &w); err != nil {
 			return nil, fmt.Errorf("report of rank %d: %w", rank, err)
+		}
+		if err := sameNumbering(&rep.UserIDs, w.UserIDs, "user", rank); err != nil {
+			return nil, err
+		}
+		if err := sameNumbering(&rep.ItemIDs, w.ItemIDs, "item", rank); err != nil {
+			return nil, err
 		}
 		if rep.Job != nil && rep.Job.Batch == 0 {
 			rep.Job.Batch = w.Batch // the app chose it (lr's AutoBatch): say which
@@ -355,6 +368,25 @@ func buildReport(a appFlags, cmd *cobra.Command, secs float64, reps map[int]json
 	}
 	rep.ExamplesPerSecond = float64(rep.Examples) / secs
 	return rep, nil
+}
+
+// sameNumbering keeps in *job the numbering of a column of string ids
+// the first worker reported, and returns an error if rank's differs:
+// every worker numbers the training file's ids on its own, so workers
+// that disagree read different files under one path.
+func sameNumbering(job **mf.Numbering, w *mf.Numbering, what string, rank int) error {
+	if w == nil {
+		return nil
+	}
+	if *job == nil {
+		*job = w
+		return nil
+	}
+	if **job != *w {
+		return fmt.Errorf("the workers numbered the training file's %s ids differently (%d ids, digest %s; rank %d: %d, %s): does every worker read the same file?",
+			what, (*job).Distinct, (*job).Digest, rank, w.Distinct, w.Digest)
+	}
+	return nil
 }
 
 func passOf(m map[string]any) float64 {
@@ -403,6 +435,14 @@ func printSummary(w io.Writer, r *trainReport) {
 	}
 	if r.Objective != nil && r.NonZero != nil {
 		fmt.Fprintf(w, "terrace: objective %.6f  nonzero weights %.0f\n", *r.Objective, *r.NonZero)
+	}
+	for _, c := range []struct {
+		what string
+		n    *mf.Numbering
+	}{{"user", r.UserIDs}, {"item", r.ItemIDs}} {
+		if c.n != nil {
+			fmt.Fprintf(w, "terrace: %s ids are strings: %d distinct, numbered in the order they first occur in the training file (digest %s)\n", c.what, c.n.Distinct, c.n.Digest)
+		}
 	}
 	if r.TestRMSE != nil {
 		fmt.Fprintf(w, "terrace: test RMSE %.4f\n", *r.TestRMSE)
