@@ -77,6 +77,9 @@ type Machine struct {
 	// rank's last reported clock (cluster.go; not saved).
 	machineOf map[string]string
 	clocks    map[int]int64
+	// noticed is the last eviction notice on the timeline of each node
+	// (noteNotice; not saved).
+	noticed map[string]string
 	// committing: the Commit of the checkpoint in progress was handed
 	// out, and its outcome (Committed) is awaited.
 	committing bool

@@ -220,6 +220,10 @@ func (m *Machine) current(role, id, inc string) bool {
 // the layout: its slots fall to the next servers of their chains, which
 // hold copies when the replication factor is above 1.
 func (m *Machine) ServerFailed(id uint64, server, addr string) {
+	if m.endedWithCluster(server) || m.leftLast(server) {
+		m.reply(Reply{ID: id})
+		return
+	}
 	removed := m.removeServer(server, addr)
 	if removed {
 		m.note(api.EventFailed, server, "server does not answer pings: its slots fall to their chains' next servers")

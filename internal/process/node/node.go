@@ -12,6 +12,7 @@ import (
 	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/control/coord"
 	"github.com/terrace-ml/terrace/internal/dataplane/transport"
+	"github.com/terrace-ml/terrace/internal/placement/layout"
 	"github.com/terrace-ml/terrace/internal/placement/tier"
 	"github.com/terrace-ml/terrace/internal/process/evict"
 	"github.com/terrace-ml/terrace/internal/server"
@@ -149,7 +150,10 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	report := func(what string, call func(ctx context.Context) error) {
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		if err := call(sctx); err != nil {
+		// A report cut short because the server is stopping is not news
+		// (a refused train --resume tore the cluster down as its servers
+		// restored the checkpoint, and each warned).
+		if err := call(sctx); err != nil && ctx.Err() == nil {
 			cfg.Logger.Warn("could not report to the coordinator", "what", what, "err", err)
 		}
 	}
@@ -192,10 +196,10 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 			select {
 			case n, ok := <-cfg.Notices:
 				if ok {
-					if end.done.Load() {
-						// The job is over: nothing to hand off, and nobody
-						// to hand it to once the coordinator is gone.
-						cfg.Logger.Info("job done: leaving at once", "source", n.Source)
+					if end.shutdown.Load() {
+						// The cluster ends with its job: the server exits
+						// by itself, and nothing is to move.
+						cfg.Logger.Info("the cluster ends with its job: leaving at once", "source", n.Source)
 						errc <- ErrDrained
 						return
 					}
@@ -220,7 +224,27 @@ func drainServer(ctx context.Context, cc *api.Client, s *server.Server, cfg Serv
 	cfg.Logger.Warn("eviction notice: leaving the layout", "source", n.Source, "deadline", n.Deadline)
 	dctx, cancel := context.WithDeadline(ctx, n.Deadline)
 	defer cancel()
-	if _, err := cc.DrainServer(dctx, cfg.ID, api.Notice{Source: n.Source, Detail: n.Detail, Deadline: n.Deadline}); err != nil {
+	if end.done.Load() {
+		// After the job the coordinator may be gone for good (stopped
+		// first): without it nobody takes the slots, so a short wait.
+		rctx, cancel := context.WithTimeout(dctx, afterJobReach)
+		err := cc.WaitReachable(rctx)
+		cancel()
+		if err != nil && dctx.Err() == nil {
+			cfg.Logger.Warn("the job is done and the coordinator does not answer: leaving without a handoff", "waited", afterJobReach)
+			return ErrDrained
+		}
+	}
+	l, err := leaveRing(dctx, cc, cfg, n, end)
+	if err == nil && l.LastAfterJob(cfg.ID) {
+		cfg.Logger.Warn("the last server on the ring leaves after the job: the job's model goes with it (export it, or take a checkpoint, before stopping the last server)")
+		return ErrDrained
+	}
+	if err == nil && l.JobDone && l.Shutdown {
+		cfg.Logger.Info("the cluster ends with its job: leaving at once")
+		return ErrDrained
+	}
+	if err != nil {
 		if errors.Is(err, api.ErrLastServer) && end.noTables.Load() {
 			// Its slots hold no table yet: nothing is lost, and serving
 			// on until the deadline kept a forming cluster's server
@@ -255,6 +279,29 @@ func drainServer(ctx context.Context, cc *api.Client, s *server.Server, cfg Serv
 	case <-dctx.Done():
 	}
 	return ErrDrained
+}
+
+// afterJobReach bounds the wait for a coordinator after the job, before
+// a server leaves without a handoff: a failover's new leader answers
+// within it.
+const afterJobReach = 5 * time.Second
+
+// leaveRing asks the coordinator to let the server leave. After the job a
+// refusal as the last server means another server is draining to it: it
+// asks again until that one is off the ring and it is the last itself
+// (Layout.LastAfterJob), which the coordinator records as such.
+func leaveRing(ctx context.Context, cc *api.Client, cfg ServerConfig, n evict.Notice, end *jobEnd) (*layout.Layout, error) {
+	for {
+		l, err := cc.DrainServer(ctx, cfg.ID, api.Notice{Source: n.Source, Detail: n.Detail, Deadline: n.Deadline})
+		if !errors.Is(err, api.ErrLastServer) || !end.done.Load() || end.noTables.Load() {
+			return l, err
+		}
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-ctx.Done():
+			return l, err
+		}
+	}
 }
 
 // followLayout installs every new layout the coordinator publishes. A
