@@ -147,16 +147,7 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	}
 	reg := register(ctx, l, api.RoleServer, cfg.ID, inc, addr, machineLabels(cfg.Machine, cfg.Class), cfg.Network, cfg.Logger)
 	defer reg.leave()
-	report := func(what string, call func(ctx context.Context) error) {
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		// A report cut short because the server is stopping is not news
-		// (a refused train --resume tore the cluster down as its servers
-		// restored the checkpoint, and each warned).
-		if err := call(sctx); err != nil && ctx.Err() == nil {
-			cfg.Logger.Warn("could not report to the coordinator", "what", what, "err", err)
-		}
-	}
+	report := func(what string, call func(ctx context.Context) error) { reportTo(ctx, cfg.Logger, what, call) }
 	s := server.New(server.Options{ID: cfg.ID, Logger: cfg.Logger, Network: cfg.Network, OnRebuilt: cfg.OnRebuilt,
 		Machine: cfg.Machine, Class: cfg.Class,
 		OnSynced: func(joiner string, version uint64) {
@@ -218,6 +209,19 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 		return nil
 	}
 	return err
+}
+
+// reportTo makes one report to the coordinator (what names it in the
+// log) within 10 s. One cut short because the server is stopping (ctx
+// ended) is not news: a refused train --resume tore its cluster down as
+// the servers restored the checkpoint, and each warned "context
+// canceled".
+func reportTo(ctx context.Context, log *slog.Logger, what string, call func(ctx context.Context) error) {
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := call(sctx); err != nil && ctx.Err() == nil {
+		log.Warn("could not report to the coordinator", "what", what, "err", err)
+	}
 }
 
 func drainServer(ctx context.Context, cc *api.Client, s *server.Server, cfg ServerConfig, n evict.Notice, end *jobEnd) error {
