@@ -279,10 +279,12 @@ func (m *Machine) leaveAtEnd(id uint64, server string) bool {
 	return true
 }
 
-// leftLast reports whether server is the last server of a cluster that
-// stays up and left after the job (leaveAtEnd): its exit is no failure.
+// leftLast reports whether server left yet stays on the ring: the last
+// server, which left after a job with the model (leaveAtEnd) until others
+// take its place (dropLeftRing), or one that exited with its cluster
+// (endedWithCluster). Its exit is no failure.
 func (m *Machine) leftLast(server string) bool {
-	return m.gone[server] == api.EventLeft && m.st.Layout.LastAfterJob(server)
+	return m.gone[server] == api.EventLeft && slices.ContainsFunc(m.st.Layout.Servers, func(s ring.Server) bool { return s.ID == server })
 }
 
 // endedWithCluster reports whether losing server is the cluster's planned

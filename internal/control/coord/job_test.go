@@ -270,6 +270,15 @@ func TestLeaveAfterJob(t *testing.T) {
 			t.Fatalf("status of the last server after it left: %q, want left", n.State)
 		}
 	}
+	// The next job on new servers: they take the ring of the server that
+	// left (the job waited for good for its copy).
+	r.step(func(m *Machine, id uint64) { m.Join(id, api.Join{Role: api.RoleServer, ID: "s3", Addr: "127.0.0.1:4"}) })
+	if rep := r.step(func(m *Machine, id uint64) { m.SubmitJob(id, api.Job{App: "lr", Passes: 1}) }); rep.Err != nil {
+		t.Fatal(rep.Err)
+	}
+	if l := r.m.published; len(l.Servers) != 1 || l.Servers[0].ID != "s3" || len(l.Joining) != 0 {
+		t.Fatalf("the next job's ring %v, joining %v; want s3 alone on the ring", l.Servers, l.Joining)
+	}
 }
 
 // TestExamplesAccount: each pass's examples account arrives with its

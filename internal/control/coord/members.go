@@ -72,6 +72,7 @@ func (m *Machine) joinServer(id uint64, j api.Join) {
 		m.note(api.EventJoin, j.ID, "server at "+j.Addr)
 	}
 	m.resetSync()
+	m.dropLeftRing()
 	m.publish()
 	m.replyLayout(id)
 }

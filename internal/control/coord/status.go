@@ -41,7 +41,7 @@ func (m *Machine) Status() api.Status {
 		case slices.Contains(l.Leaving, s.ID):
 			state = "leaving"
 		case m.leftLast(s.ID):
-			state, holds = goneState(api.EventLeft), "nothing: the finished job's model left with it"
+			state, holds = goneState(api.EventLeft), "nothing: it left with its slots"
 		}
 		st.Nodes = append(st.Nodes, api.NodeStatus{Role: api.RoleServer, ID: s.ID, Addr: s.Addr, State: state, Holds: holds})
 	}
