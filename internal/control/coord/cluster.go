@@ -24,9 +24,8 @@ func (m *Machine) noteNode(j *api.Join) {
 		m.machineOf = map[string]string{}
 	}
 	m.machineOf[j.Role+"/"+j.ID] = cmp.Or(j.Machine, j.ID)
-	if j.Role == api.RoleServer {
-		// A server that joins again under its ID is no longer gone.
-		delete(m.gone, j.ID)
+	if j.Role == api.RoleServer && m.lastLeft == j.ID {
+		m.lastLeft = "" // back under its ID: no longer gone
 	}
 }
 

@@ -267,7 +267,8 @@ func (m *Machine) leaveAtEnd(id uint64, server string) bool {
 	if !l.LastAfterJob(server) {
 		return false
 	}
-	if m.gone[server] == "" {
+	if m.lastLeft != server {
+		m.lastLeft = server
 		lost := fmt.Sprintf("the last server left after job %d: the job's model went with it (export it, or take a checkpoint, before stopping the last server)", l.Job+1)
 		if ck := m.st.Checkpoint; ck.Committed != 0 {
 			lost += fmt.Sprintf("; the newest checkpoint is %d", ck.Committed)
@@ -279,12 +280,11 @@ func (m *Machine) leaveAtEnd(id uint64, server string) bool {
 	return true
 }
 
-// leftLast reports whether server left yet stays on the ring: the last
-// server, which left after a job with the model (leaveAtEnd) until others
-// take its place (dropLeftRing), or one that exited with its cluster
-// (endedWithCluster). Its exit is no failure.
+// leftLast reports whether server is the last server, which left after a
+// job with the model (leaveAtEnd) and stays on the ring until others take
+// its place (dropLeftRing): its exit is no failure.
 func (m *Machine) leftLast(server string) bool {
-	return m.gone[server] == api.EventLeft && slices.ContainsFunc(m.st.Layout.Servers, func(s ring.Server) bool { return s.ID == server })
+	return server != "" && server == m.lastLeft && slices.ContainsFunc(m.st.Layout.Servers, func(s ring.Server) bool { return s.ID == server })
 }
 
 // endedWithCluster reports whether losing server is the cluster's planned

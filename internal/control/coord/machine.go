@@ -78,8 +78,11 @@ type Machine struct {
 	machineOf map[string]string
 	clocks    map[int]int64
 	// noticed is the last eviction notice on the timeline of each node
-	// (noteNotice; not saved).
-	noticed map[string]string
+	// (noteNotice), lastLeft the last server, which left after a job with
+	// the model and stays on the ring until others take its place
+	// (leaveAtEnd, dropLeftRing; neither saved).
+	noticed  map[string]string
+	lastLeft string
 	// committing: the Commit of the checkpoint in progress was handed
 	// out, and its outcome (Committed) is awaited.
 	committing bool

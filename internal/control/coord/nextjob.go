@@ -71,7 +71,7 @@ func (m *Machine) nextJob(j api.Job) {
 // copy from a server that was gone, and its workers timed out.
 func (m *Machine) dropLeftRing() {
 	l := &m.st.Layout
-	left := func(s ring.Server) bool { return m.gone[s.ID] == api.EventLeft }
+	left := func(s ring.Server) bool { return m.leftLast(s.ID) }
 	if l.JobDone || len(l.Tables) > 0 || !slices.ContainsFunc(l.Servers, left) {
 		return
 	}
@@ -84,7 +84,7 @@ func (m *Machine) dropLeftRing() {
 		delete(m.st.Synced, j.ID)
 		m.note(api.EventRing, j.ID, "on the ring in place of the server that left after the last job: nothing to copy")
 	}
-	l.Servers, l.Joining = servers, nil
+	l.Servers, l.Joining, m.lastLeft = servers, nil, ""
 	m.newEpoch()
 	m.resetSync()
 	m.publish()
