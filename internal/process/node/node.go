@@ -228,16 +228,9 @@ func drainServer(ctx context.Context, cc *api.Client, s *server.Server, cfg Serv
 	cfg.Logger.Warn("eviction notice: leaving the layout", "source", n.Source, "deadline", n.Deadline)
 	dctx, cancel := context.WithDeadline(ctx, n.Deadline)
 	defer cancel()
-	if end.done.Load() {
-		// After the job the coordinator may be gone for good (stopped
-		// first): without it nobody takes the slots, so a short wait.
-		rctx, cancel := context.WithTimeout(dctx, afterJobReach)
-		err := cc.WaitReachable(rctx)
-		cancel()
-		if err != nil && dctx.Err() == nil {
-			cfg.Logger.Warn("the job is done and the coordinator does not answer: leaving without a handoff", "waited", afterJobReach)
-			return ErrDrained
-		}
+	if end.done.Load() && coordinatorGone(dctx, cc) {
+		cfg.Logger.Warn("the job is done and the coordinator does not answer: leaving without a handoff", "waited", afterJobReach)
+		return ErrDrained
 	}
 	l, err := leaveRing(dctx, cc, cfg, n, end)
 	if err == nil && l.LastAfterJob(cfg.ID) {
@@ -289,6 +282,16 @@ func drainServer(ctx context.Context, cc *api.Client, s *server.Server, cfg Serv
 // a server leaves without a handoff: a failover's new leader answers
 // within it.
 const afterJobReach = 5 * time.Second
+
+// coordinatorGone reports whether no coordinator answers within
+// afterJobReach while ctx lasts. After the job it may be gone for good
+// (stopped first), and without it nobody takes the slots: a drain would
+// wait out the client's 30 s retry budget, then exit 1.
+func coordinatorGone(ctx context.Context, cc *api.Client) bool {
+	rctx, cancel := context.WithTimeout(ctx, afterJobReach)
+	defer cancel()
+	return cc.WaitReachable(rctx) != nil && ctx.Err() == nil
+}
 
 // leaveRing asks the coordinator to let the server leave. After the job a
 // refusal as the last server means another server is draining to it: it
