@@ -196,8 +196,14 @@ func (c *Client) install(ctx context.Context, l *layout.Layout) error {
 		if err != nil {
 			// A server that is down makes only its own requests wait for a
 			// layout without it; the rest of the cluster is usable. A dial
-			// cut short because the client is closing is not news.
-			if ctx.Err() == nil {
+			// cut short because the client is closing is not news, nor one
+			// refused by a cluster that ends with its job: its servers exit
+			// (a worker still finishing heard of them as they went).
+			switch {
+			case ctx.Err() != nil:
+			case l.JobDone && l.Shutdown:
+				c.log.Debug("server exited with the cluster", "server", s.ID, "addr", s.Addr, "err", err)
+			default:
 				c.log.Warn("server unreachable", "server", s.ID, "addr", s.Addr, "err", err)
 			}
 			dialErrs = append(dialErrs, fmt.Errorf("ps: server %s: %w", s.ID, err))

@@ -211,8 +211,16 @@ func eventsCmd() *cobra.Command {
 				}
 			}
 			out := cmd.OutOrStdout()
+			var end *api.Event // the cluster's planned end, once seen
 			for {
 				evs, err := cc.Events(ctx, after, follow)
+				if errors.Is(err, api.ErrUnavailable) && end != nil && ctx.Err() == nil {
+					// The coordinator exited with its job, as it said it
+					// would: nothing more will come (it was retried for
+					// 30 s, then an error).
+					fmt.Fprintf(cmd.ErrOrStderr(), "terrace: %s, and the coordinator is gone: the cluster shut down as planned\n", end.Cause)
+					return nil
+				}
 				if errors.Is(err, api.ErrUnavailable) && follow && ctx.Err() == nil {
 					// A follower rides out a failover or a restart, saying
 					// so (it waited 30 s without a word, then failed).
@@ -228,6 +236,9 @@ func eventsCmd() *cobra.Command {
 				}
 				for _, e := range evs {
 					after = max(after, e.Seq)
+					if e.Kind == api.EventEnd {
+						end = &e
+					}
 					if asJSON {
 						b, _ := json.Marshal(e)
 						fmt.Fprintf(out, "%s\n", b)

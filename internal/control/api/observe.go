@@ -38,7 +38,8 @@ const (
 	EventLeader     = "leader"     // a coordinator replica took over
 	EventPass       = "pass"       // every partition of a pass is trained
 	EventReported   = "reported"   // a worker finished and reported
-	EventJob        = "job"        // the next job started on a cluster that stayed up
+	EventJob        = "job"        // a job ended, or the next one started, on a cluster that stays up
+	EventEnd        = "end"        // the job is done and the cluster ends with it (--exit-when-done): its servers and coordinator exit
 	EventRefused    = "refused"    // a request without the token or role it needs
 	EventStage      = "stage"      // a stage switch began, ended, fell back or was abandoned
 	EventNotice     = "notice"     // a node got an eviction notice (a cloud's, a SIGTERM): it drains

@@ -24,6 +24,9 @@ func (m *Machine) noteNode(j *api.Join) {
 		m.machineOf = map[string]string{}
 	}
 	m.machineOf[j.Role+"/"+j.ID] = cmp.Or(j.Machine, j.ID)
+	if j.Role == api.RoleServer && m.lastLeft == j.ID {
+		m.lastLeft = "" // back under its ID: no longer gone
+	}
 }
 
 // noteClock records the clock worker rank reported.
@@ -208,9 +211,16 @@ func (m *Machine) Notice(id uint64, n api.Notice) {
 	m.reply(Reply{ID: id})
 }
 
-// noteNotice puts an eviction notice on the timeline, if there is one.
+// noteNotice puts an eviction notice on the timeline, if there is one,
+// once: a server that asks again to leave (after the job, while another
+// drains to it: node.leaveRing) sends the same notice each time.
 func (m *Machine) noteNotice(n *api.Notice) {
-	if n != nil {
-		m.note(api.EventNotice, n.ID, n.Cause())
+	if n == nil || m.noticed[n.ID] == n.Cause() {
+		return
 	}
+	if m.noticed == nil {
+		m.noticed = map[string]string{}
+	}
+	m.noticed[n.ID] = n.Cause()
+	m.note(api.EventNotice, n.ID, n.Cause())
 }

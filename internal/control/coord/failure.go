@@ -227,7 +227,7 @@ func (m *Machine) Probed(p Probe, alive bool) {
 		m.reply(Reply{ID: p.ReqID})
 		return
 	}
-	if !m.current(api.RoleServer, p.ID, p.Incarnation) {
+	if !m.current(api.RoleServer, p.ID, p.Incarnation) || m.endedWithCluster(p.ID) {
 		m.reply(Reply{ID: p.ReqID})
 		return
 	}
@@ -236,11 +236,7 @@ func (m *Machine) Probed(p Probe, alive bool) {
 		m.reply(Reply{ID: p.ReqID})
 		return
 	}
-	logf := m.log.Warn
-	if m.st.Layout.JobDone { // after the job's end servers leave on purpose
-		logf = m.log.Info
-	}
-	logf("server's etcd registration ended and it does not answer: removed from the layout", "server", p.ID, "addr", p.Addr)
+	m.log.Warn("server's etcd registration ended and it does not answer: removed from the layout", "server", p.ID, "addr", p.Addr)
 	m.note(api.EventFailed, p.ID, "server's etcd registration ended and it does not answer a dial")
 	m.reply(Reply{ID: p.ReqID, Removed: true})
 }

@@ -3,7 +3,6 @@ package coord
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"maps"
 	"net/http"
 	"reflect"
@@ -212,6 +211,11 @@ func (m *Machine) endJob() {
 		return
 	}
 	l.JobDone, l.Shutdown = true, m.cfg.ExitWhenDone
+	if l.Shutdown {
+		m.note(api.EventEnd, "", fmt.Sprintf("job %d done: the cluster ends with it (--exit-when-done)", l.Job+1))
+	} else {
+		m.note(api.EventJob, "", fmt.Sprintf("job %d done: the cluster stays up for the next", l.Job+1))
+	}
 	m.publish()
 }
 
@@ -234,35 +238,69 @@ func (m *Machine) JobStatus() api.JobStatus {
 	return st
 }
 
-// leaveAtEnd takes a server off the ring at once after the job: what it
-// holds is the job's result, already read, and no handoff is owed, not
-// even by the last server.
+// leaveAtEnd answers a server that asks to leave after the job. A
+// cluster that ends with its job (Shutdown) moves nothing: its servers
+// exit by themselves. A cluster that stays up keeps the finished job's
+// model for export or a checkpoint: a server leaving it drains like one
+// leaving mid-job (false: LeaveServer goes on), its slots shipped to the
+// servers that stay. Only the last server on the ring, which has nobody
+// to ship to, leaves at once (Layout.LastAfterJob), and the model goes with it:
+// said in the log and the timeline, not silently.
 //
-// Servers still draining leave with it: no handoff is owed to them either,
-// and a ring whose every server is leaving would have an empty final ring.
 // With tiers in stage 2 or 3 (or switching) the ActivePS hold the round
-// not yet streamed to the BackupPS, which stay: a notice that reaches the
-// coordinator after the job still drains, or switches to stage 1
-// (noticeTiered), so that the BackupPS end with the whole result.
+// not yet streamed to the BackupPS, which stay: the notice still drains,
+// or switches to stage 1 (noticeTiered), so that the BackupPS end with
+// the whole result.
 func (m *Machine) leaveAtEnd(id uint64, server string) bool {
 	l := &m.st.Layout
-	if !l.JobDone || m.cfg.Stage != 0 && (l.CurrentStage() != tier.Stage1 || l.Switch != nil) {
+	if !l.JobDone {
 		return false
 	}
-	if slices.ContainsFunc(l.Servers, func(s ring.Server) bool { return s.ID == server }) {
-		before := len(l.Servers)
-		l.Servers = slices.DeleteFunc(slices.Clone(l.Servers), func(s ring.Server) bool {
-			return s.ID == server || slices.Contains(l.Leaving, s.ID)
-		})
-		m.st.Removed += before - len(l.Servers)
-		for _, s := range l.Leaving {
-			delete(m.st.Synced, s)
+	if l.Shutdown {
+		m.endedWithCluster(server)
+		m.replyLayout(id)
+		return true
+	}
+	if m.cfg.Stage != 0 && (l.CurrentStage() != tier.Stage1 || l.Switch != nil) {
+		return false
+	}
+	if !l.LastAfterJob(server) {
+		return false
+	}
+	if m.lastLeft != server {
+		m.lastLeft = server
+		lost := fmt.Sprintf("the last server left after job %d: the job's model went with it (export it, or take a checkpoint, before stopping the last server)", l.Job+1)
+		if ck := m.st.Checkpoint; ck.Committed != 0 {
+			lost += fmt.Sprintf("; the newest checkpoint is %d", ck.Committed)
 		}
-		l.Leaving = nil
-		m.newEpoch()
-		m.publish()
+		m.log.Warn(lost, "server", server)
+		m.note(api.EventLeft, server, lost)
 	}
 	m.replyLayout(id)
+	return true
+}
+
+// leftLast reports whether server is the last server, which left after a
+// job with the model (leaveAtEnd) and stays on the ring until others take
+// its place (dropLeftRing): its exit is no failure.
+func (m *Machine) leftLast(server string) bool {
+	return server != "" && server == m.lastLeft && slices.ContainsFunc(m.st.Layout.Servers, func(s ring.Server) bool { return s.ID == server })
+}
+
+// endedWithCluster reports whether losing server is the cluster's planned
+// end: the job is done and the cluster ends with it (--exit-when-done),
+// so its servers exit by themselves. Nothing moves then (copying slots
+// again for a cluster that ends is waste, and the timeline and its plot
+// showed every server failed), and the timeline says each left.
+func (m *Machine) endedWithCluster(server string) bool {
+	l := &m.st.Layout
+	if !l.JobDone || !l.Shutdown {
+		return false
+	}
+	if m.gone[server] == "" && slices.ContainsFunc(l.AllServers(), func(s ring.Server) bool { return s.ID == server }) {
+		m.log.Info("server exited with the cluster", "server", server)
+		m.note(api.EventLeft, server, "exited with the cluster: the job is done (--exit-when-done)")
+	}
 	return true
 }
 
@@ -287,13 +325,4 @@ func (c *Coordinator) jobHandlers(mux *http.ServeMux) {
 		_, err := c.call(ctx, func(m *Machine, id uint64) { m.EvalResult(id, pr) })
 		return struct{}{}, err
 	})
-}
-
-// levelAfterJob is the level of a node's loss: a warning while the job
-// runs, news once it is done (servers then exit on purpose).
-func levelAfterJob(done bool) slog.Level {
-	if done {
-		return slog.LevelInfo
-	}
-	return slog.LevelWarn
 }

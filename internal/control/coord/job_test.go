@@ -2,10 +2,13 @@ package coord
 
 import (
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/terrace-ml/terrace/internal/control/api"
+	"github.com/terrace-ml/terrace/internal/placement/ring"
 )
 
 // jobRig drives a Machine as the driver does: each step's Ready is saved
@@ -20,9 +23,9 @@ type jobRig struct {
 
 func newJobRig(t *testing.T, cfg Config) *jobRig {
 	r := &jobRig{t: t, m: NewMachine(cfg, t0)}
-	for i, id := range []string{"s0", "s1"} {
+	for i := range max(cfg.Servers, 2) {
 		r.step(func(m *Machine, rid uint64) {
-			m.Join(rid, api.Join{Role: api.RoleServer, ID: id, Addr: "127.0.0.1:" + string(rune('1'+i))})
+			m.Join(rid, api.Join{Role: api.RoleServer, ID: fmt.Sprintf("s%d", i), Addr: fmt.Sprintf("127.0.0.1:%d", i+1)})
 		})
 	}
 	for _, id := range []string{"w0", "w1"} {
@@ -153,8 +156,11 @@ func TestEvalsFollowLiveWorkers(t *testing.T) {
 }
 
 // TestJobEnd: once every worker reported, the layout says the job is done
-// (and, with ExitWhenDone, that the cluster ends), and even the last
-// server may then leave.
+// and, with ExitWhenDone, that the cluster ends, which the timeline says.
+// The servers then exit by themselves: asked to leave, or found gone by
+// the pings, nothing moves (same ring, same epoch: the slots were copied
+// again, the epoch climbing 6 to 192 by hand) and each is recorded as
+// left, not failed.
 func TestJobEnd(t *testing.T) {
 	r := newJobRig(t, Config{Servers: 2, Workers: 2, Partitions: 2, Replication: 2, ExitWhenDone: true})
 	for rank := range 2 {
@@ -162,16 +168,116 @@ func TestJobEnd(t *testing.T) {
 			t.Fatal(rep.Err)
 		}
 	}
-	if l := r.m.published; !l.JobDone || !l.Shutdown {
+	l := r.m.published
+	if !l.JobDone || !l.Shutdown {
 		t.Fatalf("published layout after every report: job_done %v shutdown %v", l.JobDone, l.Shutdown)
 	}
-	for _, s := range []string{"s0", "s1"} {
-		if rep := r.step(func(m *Machine, id uint64) { m.LeaveServer(id, s) }); rep.Err != nil {
-			t.Fatalf("%s leaves after the job: %v", s, rep.Err)
+	if !slices.ContainsFunc(r.events, func(e api.Event) bool { return e.Kind == api.EventEnd }) {
+		t.Fatalf("events %v: no %q event", r.events, api.EventEnd)
+	}
+	if rep := r.step(func(m *Machine, id uint64) { m.LeaveServer(id, "s0") }); rep.Err != nil {
+		t.Fatalf("s0 leaves after the job: %v", rep.Err)
+	}
+	for _, s := range []string{"s1", "s0"} {
+		if rep := r.step(func(m *Machine, id uint64) { m.ServerFailed(id, s, "") }); rep.Removed {
+			t.Fatalf("%s exited with the cluster and was removed", s)
 		}
 	}
-	if n := len(r.m.published.Servers); n != 0 {
-		t.Fatalf("%d servers left on the ring", n)
+	if got := r.m.published; len(got.Servers) != 2 || got.Epoch != l.Epoch {
+		t.Fatalf("after the servers exited: %d servers, epoch %d; want the ring and epoch %d unchanged", len(got.Servers), got.Epoch, l.Epoch)
+	}
+	var left []string
+	for _, e := range r.events {
+		if e.Kind == api.EventFailed {
+			t.Fatalf("a planned exit recorded as a failure: %+v", e)
+		}
+		if e.Kind == api.EventLeft {
+			left = append(left, e.Node)
+		}
+	}
+	if !slices.Equal(left, []string{"s0", "s1"}) {
+		t.Fatalf("left events for %v, want s0 and s1 once each", left)
+	}
+}
+
+// TestLeaveAfterJob: on a cluster that stays up, a server that leaves
+// after the job drains as during it, its slots shipped to the servers
+// that stay (it left at once, and was then found dead and its slots
+// copied again from the one other copy); two that leave together go one
+// after the other; the last one leaves with the model, which the log and
+// the timeline say, and its exit is no failure.
+func TestLeaveAfterJob(t *testing.T) {
+	r := newJobRig(t, Config{Servers: 3, Workers: 2, Partitions: 2, Replication: 2})
+	for rank := range 2 {
+		r.step(func(m *Machine, id uint64) { m.Report(id, rank, []byte(`{}`)) })
+	}
+	if l := r.m.published; !l.JobDone || l.Shutdown || len(l.Servers) != 3 {
+		t.Fatalf("after the job: job_done %v shutdown %v, %d servers", l.JobDone, l.Shutdown, len(l.Servers))
+	}
+	leave := func(s string) error {
+		t.Helper()
+		return r.step(func(m *Machine, id uint64) { m.LeaveServer(id, s) }).Err
+	}
+	drained := func(leaver string) {
+		t.Helper()
+		l := r.m.published
+		for _, s := range l.Servers {
+			r.step(func(m *Machine, id uint64) { m.Synced(id, api.Synced{From: s.ID, Joiner: leaver, Version: l.Version}) })
+		}
+		if slices.ContainsFunc(r.m.published.Servers, func(s ring.Server) bool { return s.ID == leaver }) {
+			t.Fatalf("%s still on the ring once every head shipped its slots", leaver)
+		}
+	}
+	if err := leave("s0"); err != nil {
+		t.Fatal(err)
+	}
+	if l := r.m.published; !slices.Equal(l.Leaving, []string{"s0"}) || len(l.Servers) != 3 {
+		t.Fatalf("s0 asked to leave after the job: servers %v leaving %v; want it draining", l.Servers, l.Leaving)
+	}
+	drained("s0")
+	if err := leave("s1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := leave("s2"); !errors.Is(err, api.ErrLastServer) {
+		t.Fatalf("s2 asks while s1 drains to it: %v, want %v", err, api.ErrLastServer)
+	}
+	drained("s1")
+	before := *r.m.published
+	if err := leave("s2"); err != nil {
+		t.Fatalf("the last server leaves after the job: %v", err)
+	}
+	if l := r.m.published; len(l.Servers) != 1 || l.Epoch != before.Epoch || !l.LastAfterJob("s2") {
+		t.Fatalf("after the last server left: servers %v epoch %d (was %d)", l.Servers, l.Epoch, before.Epoch)
+	}
+	if rep := r.step(func(m *Machine, id uint64) { m.ServerFailed(id, "s2", "") }); rep.Removed {
+		t.Fatal("the last server, gone after leaving, was removed")
+	}
+	var kinds []string
+	for _, e := range r.events {
+		if strings.HasPrefix(e.Node, "s") && e.Kind != api.EventJoin {
+			kinds = append(kinds, e.Node+" "+e.Kind)
+		}
+		if e.Kind == api.EventLeft && e.Node == "s2" && !strings.Contains(e.Cause, "model went with it") {
+			t.Fatalf("the last server's leaving does not say the model went: %q", e.Cause)
+		}
+	}
+	want := []string{"s0 drain", "s0 left", "s1 drain", "s1 left", "s2 left"}
+	if !slices.Equal(kinds, want) {
+		t.Fatalf("events %v, want %v", kinds, want)
+	}
+	for _, n := range r.m.Status().Nodes {
+		if n.ID == "s2" && n.State != "left" {
+			t.Fatalf("status of the last server after it left: %q, want left", n.State)
+		}
+	}
+	// The next job on new servers: they take the ring of the server that
+	// left (the job waited for good for its copy).
+	r.step(func(m *Machine, id uint64) { m.Join(id, api.Join{Role: api.RoleServer, ID: "s3", Addr: "127.0.0.1:4"}) })
+	if rep := r.step(func(m *Machine, id uint64) { m.SubmitJob(id, api.Job{App: "lr", Passes: 1}) }); rep.Err != nil {
+		t.Fatal(rep.Err)
+	}
+	if l := r.m.published; len(l.Servers) != 1 || l.Servers[0].ID != "s3" || len(l.Joining) != 0 {
+		t.Fatalf("the next job's ring %v, joining %v; want s3 alone on the ring", l.Servers, l.Joining)
 	}
 }
 

@@ -77,6 +77,12 @@ type Machine struct {
 	// rank's last reported clock (cluster.go; not saved).
 	machineOf map[string]string
 	clocks    map[int]int64
+	// noticed is the last eviction notice on the timeline of each node
+	// (noteNotice), lastLeft the last server, which left after a job with
+	// the model and stays on the ring until others take its place
+	// (leaveAtEnd, dropLeftRing; neither saved).
+	noticed  map[string]string
+	lastLeft string
 	// committing: the Commit of the checkpoint in progress was handed
 	// out, and its outcome (Committed) is awaited.
 	committing bool

@@ -72,6 +72,7 @@ func (m *Machine) joinServer(id uint64, j api.Join) {
 		m.note(api.EventJoin, j.ID, "server at "+j.Addr)
 	}
 	m.resetSync()
+	m.dropLeftRing()
 	m.publish()
 	m.replyLayout(id)
 }
@@ -220,6 +221,10 @@ func (m *Machine) current(role, id, inc string) bool {
 // the layout: its slots fall to the next servers of their chains, which
 // hold copies when the replication factor is above 1.
 func (m *Machine) ServerFailed(id uint64, server, addr string) {
+	if m.endedWithCluster(server) || m.leftLast(server) {
+		m.reply(Reply{ID: id})
+		return
+	}
 	removed := m.removeServer(server, addr)
 	if removed {
 		m.note(api.EventFailed, server, "server does not answer pings: its slots fall to their chains' next servers")

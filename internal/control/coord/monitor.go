@@ -51,12 +51,12 @@ func (c *Coordinator) Monitor(ctx context.Context, log *slog.Logger) {
 			wctx, cancel := context.WithCancel(ctx)
 			watching[key] = cancel
 			go func(id, addr string) {
-				if c.watchServer(wctx, id, addr) {
-					// After the job's end servers leave on purpose.
-					log.Log(ctx, levelAfterJob(c.current().JobDone), "server failed", "server", id, "addr", addr)
-					if c.RemoveServer(ctx, id, addr) {
-						log.Log(ctx, levelAfterJob(c.current().JobDone), "server removed from the layout", "server", id)
-					}
+				// A server that exits on purpose (with a cluster that
+				// ends with its job, or the last one after the job) is
+				// not removed, nor news; the last one failing during
+				// the job is said by the machine (lastServerDown).
+				if c.watchServer(wctx, id, addr) && c.RemoveServer(ctx, id, addr) {
+					log.Warn("server failed: removed from the layout", "server", id, "addr", addr)
 				}
 			}(s.ID, s.Addr)
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/terrace-ml/terrace/internal/control/api"
+	"github.com/terrace-ml/terrace/internal/placement/ring"
 )
 
 // nextJob starts job j on a cluster whose job is done and that stays up:
@@ -58,6 +59,34 @@ func (m *Machine) nextJob(j api.Job) {
 	l.JobDone, l.Shutdown, l.Ready = false, false, false
 	m.note(api.EventJob, "", fmt.Sprintf("job %d: %s", l.Job+1, j.App))
 	m.newEpoch()
+	m.dropLeftRing()
+	m.publish()
+}
+
+// dropLeftRing takes the last server that left after a job (leaveAtEnd:
+// the layout kept it, as a ring is never empty) off the ring once the
+// next job has begun and other servers joined to take its place: they go
+// on the ring at once, as nothing is to be copied before the new job's
+// first table. The next job waited for good, its joiners waiting for a
+// copy from a server that was gone, and its workers timed out.
+func (m *Machine) dropLeftRing() {
+	l := &m.st.Layout
+	left := func(s ring.Server) bool { return m.leftLast(s.ID) }
+	if l.JobDone || len(l.Tables) > 0 || !slices.ContainsFunc(l.Servers, left) {
+		return
+	}
+	servers := append(slices.DeleteFunc(slices.Clone(l.Servers), left), l.Joining...)
+	if len(servers) == 0 {
+		return
+	}
+	m.st.Removed += len(l.Servers) + len(l.Joining) - len(servers)
+	for _, j := range l.Joining {
+		delete(m.st.Synced, j.ID)
+		m.note(api.EventRing, j.ID, "on the ring in place of the server that left after the last job: nothing to copy")
+	}
+	l.Servers, l.Joining, m.lastLeft = servers, nil, ""
+	m.newEpoch()
+	m.resetSync()
 	m.publish()
 }
 

@@ -36,12 +36,14 @@ func (m *Machine) Status() api.Status {
 	}
 	share := m.ringShare()
 	for _, s := range l.Servers {
-		state := "serving"
-		if slices.Contains(l.Leaving, s.ID) {
+		state, holds := "serving", fmt.Sprintf("%.0f%% of slots (primary)", 100*share[s.ID])
+		switch {
+		case slices.Contains(l.Leaving, s.ID):
 			state = "leaving"
+		case m.leftLast(s.ID):
+			state, holds = goneState(api.EventLeft), "nothing: it left with its slots"
 		}
-		st.Nodes = append(st.Nodes, api.NodeStatus{Role: api.RoleServer, ID: s.ID, Addr: s.Addr, State: state,
-			Holds: fmt.Sprintf("%.0f%% of slots (primary)", 100*share[s.ID])})
+		st.Nodes = append(st.Nodes, api.NodeStatus{Role: api.RoleServer, ID: s.ID, Addr: s.Addr, State: state, Holds: holds})
 	}
 	for _, s := range l.Joining {
 		st.Nodes = append(st.Nodes, api.NodeStatus{Role: api.RoleServer, ID: s.ID, Addr: s.Addr, State: "joining"})

@@ -228,6 +228,16 @@ func (l *Layout) Final() (*ring.Map, error) {
 	return ring.New(l.Epoch, append(servers, l.Joining...), l.VNodes)
 }
 
+// LastAfterJob reports whether server, leaving after the job on a
+// cluster that stays up, is the last server on the ring: nobody is there
+// to ship its slots to, so it leaves with them, and the layout keeps it
+// (a ring is never empty). The coordinator records it as left, and the
+// server reads the same from the layout that answers its leave.
+func (l *Layout) LastAfterJob(server string) bool {
+	return l.JobDone && !l.Shutdown && len(l.Servers) == 1 && l.Servers[0].ID == server &&
+		len(l.Leaving) == 0 && len(l.Joining) == 0
+}
+
 // K is the replication factor, at least 1.
 func (l *Layout) K() int { return max(1, l.Replication) }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/control/coord"
 	"github.com/terrace-ml/terrace/internal/dataplane/transport"
+	"github.com/terrace-ml/terrace/internal/placement/layout"
 	"github.com/terrace-ml/terrace/internal/placement/tier"
 	"github.com/terrace-ml/terrace/internal/process/evict"
 	"github.com/terrace-ml/terrace/internal/server"
@@ -146,13 +147,7 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	}
 	reg := register(ctx, l, api.RoleServer, cfg.ID, inc, addr, machineLabels(cfg.Machine, cfg.Class), cfg.Network, cfg.Logger)
 	defer reg.leave()
-	report := func(what string, call func(ctx context.Context) error) {
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		if err := call(sctx); err != nil {
-			cfg.Logger.Warn("could not report to the coordinator", "what", what, "err", err)
-		}
-	}
+	report := func(what string, call func(ctx context.Context) error) { reportTo(ctx, cfg.Logger, what, call) }
 	s := server.New(server.Options{ID: cfg.ID, Logger: cfg.Logger, Network: cfg.Network, OnRebuilt: cfg.OnRebuilt,
 		Machine: cfg.Machine, Class: cfg.Class,
 		OnSynced: func(joiner string, version uint64) {
@@ -192,10 +187,10 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 			select {
 			case n, ok := <-cfg.Notices:
 				if ok {
-					if end.done.Load() {
-						// The job is over: nothing to hand off, and nobody
-						// to hand it to once the coordinator is gone.
-						cfg.Logger.Info("job done: leaving at once", "source", n.Source)
+					if end.shutdown.Load() {
+						// The cluster ends with its job: the server exits
+						// by itself, and nothing is to move.
+						cfg.Logger.Info("the cluster ends with its job: leaving at once", "source", n.Source)
 						errc <- ErrDrained
 						return
 					}
@@ -216,11 +211,37 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	return err
 }
 
+// reportTo makes one report to the coordinator (what names it in the
+// log) within 10 s. One cut short because the server is stopping (ctx
+// ended) is not news: a refused train --resume tore its cluster down as
+// the servers restored the checkpoint, and each warned "context
+// canceled".
+func reportTo(ctx context.Context, log *slog.Logger, what string, call func(ctx context.Context) error) {
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := call(sctx); err != nil && ctx.Err() == nil {
+		log.Warn("could not report to the coordinator", "what", what, "err", err)
+	}
+}
+
 func drainServer(ctx context.Context, cc *api.Client, s *server.Server, cfg ServerConfig, n evict.Notice, end *jobEnd) error {
 	cfg.Logger.Warn("eviction notice: leaving the layout", "source", n.Source, "deadline", n.Deadline)
 	dctx, cancel := context.WithDeadline(ctx, n.Deadline)
 	defer cancel()
-	if _, err := cc.DrainServer(dctx, cfg.ID, api.Notice{Source: n.Source, Detail: n.Detail, Deadline: n.Deadline}); err != nil {
+	if end.done.Load() && coordinatorGone(dctx, cc) {
+		cfg.Logger.Warn("the job is done and the coordinator does not answer: leaving without a handoff", "waited", afterJobReach)
+		return ErrDrained
+	}
+	l, err := leaveRing(dctx, cc, cfg, n, end)
+	if err == nil && l.LastAfterJob(cfg.ID) {
+		cfg.Logger.Warn("the last server on the ring leaves after the job: the job's model goes with it (export it, or take a checkpoint, before stopping the last server)")
+		return ErrDrained
+	}
+	if err == nil && l.JobDone && l.Shutdown {
+		cfg.Logger.Info("the cluster ends with its job: leaving at once")
+		return ErrDrained
+	}
+	if err != nil {
 		if errors.Is(err, api.ErrLastServer) && end.noTables.Load() {
 			// Its slots hold no table yet: nothing is lost, and serving
 			// on until the deadline kept a forming cluster's server
@@ -255,6 +276,39 @@ func drainServer(ctx context.Context, cc *api.Client, s *server.Server, cfg Serv
 	case <-dctx.Done():
 	}
 	return ErrDrained
+}
+
+// afterJobReach bounds the wait for a coordinator after the job, before
+// a server leaves without a handoff: a failover's new leader answers
+// within it.
+const afterJobReach = 5 * time.Second
+
+// coordinatorGone reports whether no coordinator answers within
+// afterJobReach while ctx lasts. After the job it may be gone for good
+// (stopped first), and without it nobody takes the slots: a drain would
+// wait out the client's 30 s retry budget, then exit 1.
+func coordinatorGone(ctx context.Context, cc *api.Client) bool {
+	rctx, cancel := context.WithTimeout(ctx, afterJobReach)
+	defer cancel()
+	return cc.WaitReachable(rctx) != nil && ctx.Err() == nil
+}
+
+// leaveRing asks the coordinator to let the server leave. After the job a
+// refusal as the last server means another server is draining to it: it
+// asks again until that one is off the ring and it is the last itself
+// (Layout.LastAfterJob), which the coordinator records as such.
+func leaveRing(ctx context.Context, cc *api.Client, cfg ServerConfig, n evict.Notice, end *jobEnd) (*layout.Layout, error) {
+	for {
+		l, err := cc.DrainServer(ctx, cfg.ID, api.Notice{Source: n.Source, Detail: n.Detail, Deadline: n.Deadline})
+		if !errors.Is(err, api.ErrLastServer) || !end.done.Load() || end.noTables.Load() {
+			return l, err
+		}
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-ctx.Done():
+			return l, err
+		}
+	}
 }
 
 // followLayout installs every new layout the coordinator publishes. A
