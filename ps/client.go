@@ -107,7 +107,15 @@ type Client struct {
 	// server's entry clock too (enterClock).
 	tellMu   sync.Mutex
 	toldIdle map[*transport.Client]uint64
-	obs      *clientObs // metrics.go; nil in some tests
+	// asking are the connections a worker leaving idle asked for their
+	// entry clock and has not heard yet; linger, those of them, or of
+	// toldIdle, that a newer layout dropped: kept open until the worker
+	// has heard them (enterClock), since the install that drops a server
+	// would otherwise close the connection its answer comes back on. Under
+	// tellMu.
+	asking map[*transport.Client]bool
+	linger map[*transport.Client]bool
+	obs    *clientObs // metrics.go; nil in some tests
 
 	// drained is closed by Drain (made on first use: drainInit).
 	drained   chan struct{}
@@ -223,9 +231,17 @@ func (c *Client) install(ctx context.Context, l *layout.Layout) error {
 		return ErrClosed
 	}
 	for id, cc := range c.conns {
-		if conns[id] != cc {
-			cc.Close()
+		if conns[id] == cc {
+			continue
 		}
+		if _, told := c.toldIdle[cc]; told || c.asking[cc] {
+			if c.linger == nil {
+				c.linger = map[*transport.Client]bool{}
+			}
+			c.linger[cc] = true
+			continue
+		}
+		cc.Close()
 	}
 	if c.lay == nil || l.Version > c.lay.Version {
 		c.lay, c.rm = l, rm
@@ -451,6 +467,18 @@ func (c *Client) leaveIdle() {
 	defer c.tellMu.Unlock()
 	c.idle.Store(false)
 	c.toldIdle = nil
+	c.closeLingering()
+}
+
+// closeLingering closes the dropped connections no answer is awaited on
+// any more. Under tellMu.
+func (c *Client) closeLingering() {
+	for cc := range c.linger {
+		if _, told := c.toldIdle[cc]; !told && !c.asking[cc] {
+			cc.Close()
+			delete(c.linger, cc)
+		}
+	}
 }
 
 // clockToTell is the clock a server should count this worker at now:
@@ -468,10 +496,7 @@ func (c *Client) tellClock(cc *transport.Client, epoch uint64, v int64) {
 		return
 	}
 	if v == wire.ClockIdle {
-		if c.toldIdle == nil {
-			c.toldIdle = map[*transport.Client]uint64{}
-		}
-		c.toldIdle[cc] = epoch
+		c.noteToldIdle(cc, epoch)
 	}
 	c.callClock(cc, epoch, v, &transport.Call{
 		OnReply: func(h wire.Header, r *wire.Reader) error {
@@ -480,6 +505,26 @@ func (c *Client) tellClock(cc *transport.Client, epoch uint64, v int64) {
 		},
 		OnFail: func(error) {},
 	})
+}
+
+// noteToldIdle records that cc heard wire.ClockIdle under epoch: the
+// worker leaving idle asks it for its entry clock (enterClock) even if a
+// newer layout no longer holds it, and an install that drops it keeps the
+// connection open until then (linger). A server told idle answered reads
+// without this worker's clock, on the promise that it comes back at or
+// above the minimum those reads saw; the worker must hear that minimum
+// from every such server, not only from the ring it comes back to. The
+// simulation's tiers seed 381327: a worker told the stage-3 heads it
+// waited for work, one head, its minimum raised to 34 by the idle
+// message, answered a read at clock 34; the switch to stage 1 that
+// dropped the heads closed the connections their answer "start at 34"
+// came back on, and the worker went on from clock 30 on the new ring,
+// pushes the read had not waited for. Under tellMu.
+func (c *Client) noteToldIdle(cc *transport.Client, epoch uint64) {
+	if c.toldIdle == nil {
+		c.toldIdle = map[*transport.Client]uint64{}
+	}
+	c.toldIdle[cc] = epoch
 }
 
 // waitForWork tells every server that this worker waits for work
@@ -528,6 +573,10 @@ func (c *Client) enterClock(ctx context.Context, v int64) error {
 	wctx, cancel := context.WithTimeout(ctx, enterWait)
 	err := f.Wait(wctx)
 	cancel()
+	c.tellMu.Lock()
+	c.asking = nil
+	c.closeLingering()
+	c.tellMu.Unlock()
 	switch {
 	case ctx.Err() != nil:
 		return ctx.Err()
@@ -553,7 +602,8 @@ func (c *Client) sendClock(v int64) *Future { return c.sendClockFrom(v, nil, nil
 // sendClockFrom sends clock v to every server, and to the connections in
 // extra that are not the layout's (with the epoch each maps to); with high
 // not nil, it raises high to the clocks the servers answer they count this
-// worker at.
+// worker at. Sending wire.ClockIdle, or with high, the caller holds
+// tellMu.
 func (c *Client) sendClockFrom(v int64, high *atomic.Int64, extra map[*transport.Client]uint64) *Future {
 	if c.opts.Rank < 0 {
 		return failed(fmt.Errorf("%w: a client without a rank has no clock", ErrBadArgument))
@@ -579,6 +629,15 @@ func (c *Client) sendClockFrom(v int64, high *atomic.Int64, extra map[*transport
 		if cc == nil || cc.Err() != nil {
 			skip(nil)
 			return
+		}
+		if v == wire.ClockIdle {
+			c.noteToldIdle(cc, epoch)
+		}
+		if high != nil {
+			if c.asking == nil {
+				c.asking = map[*transport.Client]bool{}
+			}
+			c.asking[cc] = true
 		}
 		c.callClock(cc, epoch, v, &transport.Call{
 			OnReply: func(h wire.Header, r *wire.Reader) error {
@@ -626,6 +685,8 @@ func replyError(server string, h wire.Header, p []byte) error {
 
 // Close closes every connection; operations in flight fail.
 func (c *Client) Close() error {
+	c.tellMu.Lock() // before mu, as enterClock and install take them
+	defer c.tellMu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -641,5 +702,9 @@ func (c *Client) Close() error {
 			errs = append(errs, err)
 		}
 	}
+	for cc := range c.linger {
+		cc.Close()
+	}
+	c.linger = nil
 	return errors.Join(errs...)
 }

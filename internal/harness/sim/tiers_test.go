@@ -159,8 +159,13 @@ const defaultTierSchedules = 40
 // its clock (fixed with ps.Client.tellMu and toldIdle); 331209: a
 // standby's answer to a worker leaving idle ("start at 60") was lost, the
 // worker trained on from 0, and back on the ring the server answered
-// reads above the worker's clock (fixed in consistency.advance).
-var tierRegressionSeeds = []uint64{88, 102, 232, 352, 2258, 143, 1341, 1670, 1704, 1721, 1911, 610, 611, 1608, 2605, 1377, 50074, 132665, 331209}
+// reads above the worker's clock (fixed in consistency.advance); 381327:
+// a worker told the stage-3 heads it waited for work, one of them answered
+// a read at clock 34 on that promise, and the switch to stage 1 that
+// dropped those heads closed the connections their "start at 34" came
+// back on, so the worker went on from clock 30 (fixed with ps.Client's
+// lingering connections).
+var tierRegressionSeeds = []uint64{88, 102, 232, 352, 2258, 143, 1341, 1670, 1704, 1721, 1911, 610, 611, 1608, 2605, 1377, 50074, 132665, 331209, 381327}
 
 // TestTierSimulation runs the first seeded random schedules of tiers of
 // reliability (sim.RandomTiers: stage switches, bulk revocations with and
