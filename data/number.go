@@ -56,3 +56,27 @@ func numberBySorting(d *Sparse) ([]uint64, []int32) {
 	}
 	return keys, local
 }
+
+// Features are a data set's distinct features numbered after a bias, as
+// lr and mlr key their weights: Keys[0] is the bias's key, 0, and Keys[i]
+// (i ≥ 1) a feature's index plus one, in increasing order; Local[j] is
+// the number of d.Keys[j] (from 1). A worker's scratch space and an
+// evaluation's pull are then as large as the features the data has, not
+// as its largest index.
+type Features struct {
+	Keys  []uint64
+	Local []int32
+}
+
+// NumberFeatures numbers d's features after the bias (NumberKeys).
+func NumberFeatures(d *Sparse) Features {
+	keys, local := NumberKeys(d)
+	f := Features{Keys: make([]uint64, len(keys)+1), Local: local}
+	for i, k := range keys {
+		f.Keys[i+1] = k + 1
+	}
+	for j := range local {
+		local[j]++ // local 0 is the bias
+	}
+	return f
+}

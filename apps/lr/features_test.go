@@ -37,17 +37,18 @@ func sparseIDs(t *testing.T, rows int, maxIndex uint64) *data.Sparse {
 }
 
 // TestNumberFeatures: the training data's distinct keys in order, the
-// bias first, and each stored value's number.
+// bias first, and each stored value's number, keyed as lr keys its
+// weights (data.NumberFeatures).
 func TestNumberFeatures(t *testing.T) {
 	for _, maxIndex := range []uint64{100, 5000, 1 << 40} {
 		d := sparseIDs(t, 200, maxIndex)
-		f := numberFeatures(d)
-		if !slices.IsSorted(f.keys) || f.keys[0] != 0 || len(slices.Compact(slices.Clone(f.keys))) != len(f.keys) {
-			t.Fatalf("max index %d: keys %v not distinct and increasing from the bias", maxIndex, f.keys[:min(10, len(f.keys))])
+		f := data.NumberFeatures(d)
+		if !slices.IsSorted(f.Keys) || f.Keys[0] != 0 || len(slices.Compact(slices.Clone(f.Keys))) != len(f.Keys) {
+			t.Fatalf("max index %d: keys %v not distinct and increasing from the bias", maxIndex, f.Keys[:min(10, len(f.Keys))])
 		}
 		for j, k := range d.Keys {
-			if f.keys[f.local[j]] != featureKey(k) {
-				t.Fatalf("max index %d: value %d numbered %d, key %d, want key %d", maxIndex, j, f.local[j], f.keys[f.local[j]], featureKey(k))
+			if f.Keys[f.Local[j]] != featureKey(k) {
+				t.Fatalf("max index %d: value %d numbered %d, key %d, want key %d", maxIndex, j, f.Local[j], f.Keys[f.Local[j]], featureKey(k))
 			}
 		}
 	}

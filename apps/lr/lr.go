@@ -237,17 +237,17 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 // million for a test set of 300,000 features) filled the servers with
 // zeros and every evaluation with their copy.
 func Evaluate(ctx context.Context, tbl *ps.Table, test *data.Sparse, nkeys uint64) (acc, logloss, auc float64, err error) {
-	f := numberFeatures(test)
-	n, _ := slices.BinarySearch(f.keys, nkeys) // the features below nkeys
+	f := data.NumberFeatures(test)
+	n, _ := slices.BinarySearch(f.Keys, nkeys) // the features below nkeys
 	w := make([]float32, n)
-	if err := tbl.Pull(f.keys[:n], w).Wait(ctx); err != nil {
+	if err := tbl.Pull(f.Keys[:n], w).Wait(ctx); err != nil {
 		return 0, 0, 0, fmt.Errorf("lr: pull model: %w", err)
 	}
 	probs := make([]float64, test.Len())
 	for i := range probs {
 		lo, hi := test.RowPtr[i], test.RowPtr[i+1]
 		z := float64(w[0])
-		for j, li := range f.local[lo:hi] {
+		for j, li := range f.Local[lo:hi] {
 			if int(li) < n {
 				z += float64(w[li]) * float64(test.Vals[lo+j])
 			}
@@ -298,7 +298,7 @@ type worker struct {
 	// key list; every feature a batch reads is set before the batch uses
 	// it. stamp marks the features already collected for the batch being
 	// prepared (gen), so that only distinct ones are sorted.
-	f     features
+	f     data.Features
 	pos   []int32
 	stamp []uint32
 	gen   uint32
@@ -310,9 +310,9 @@ type worker struct {
 }
 
 func newWorker(c *ps.Client, train *data.Sparse, tbl *ps.Table, cons table.Consistency) *worker {
-	f := numberFeatures(train)
+	f := data.NumberFeatures(train)
 	return &worker{c: c, train: train, tbl: tbl, prefetch: cons.Bound() < 0, clocked: cons.Model != table.ASP,
-		f: f, pos: make([]int32, len(f.keys)), stamp: make([]uint32, len(f.keys))}
+		f: f, pos: make([]int32, len(f.Keys)), stamp: make([]uint32, len(f.Keys))}
 }
 
 // batch is one minibatch's key list (and the features' local numbers,
@@ -330,7 +330,7 @@ func (wk *worker) prepare(rows []int) *batch {
 	b := &batch{rows: rows, locals: []int32{0}}
 	wk.stamp[0] = wk.gen
 	for _, r := range rows {
-		for _, li := range wk.f.local[wk.train.RowPtr[r]:wk.train.RowPtr[r+1]] {
+		for _, li := range wk.f.Local[wk.train.RowPtr[r]:wk.train.RowPtr[r+1]] {
 			if wk.stamp[li] != wk.gen {
 				wk.stamp[li] = wk.gen
 				b.locals = append(b.locals, li)
@@ -340,7 +340,7 @@ func (wk *worker) prepare(rows []int) *batch {
 	slices.Sort(b.locals) // local numbers sort as their keys do
 	b.keys = make([]uint64, len(b.locals))
 	for i, li := range b.locals {
-		b.keys[i] = wk.f.keys[li]
+		b.keys[i] = wk.f.Keys[li]
 	}
 	b.w = make([]float32, len(b.keys))
 	b.pull = wk.tbl.Pull(b.keys, b.w)
@@ -407,7 +407,7 @@ func (wk *worker) gradient(cur *batch) ([]float32, float64) {
 	var loss float64
 	for _, r := range cur.rows {
 		lo, hi := wk.train.RowPtr[r], wk.train.RowPtr[r+1]
-		locals, vals, y := wk.f.local[lo:hi], wk.train.Vals[lo:hi], wk.train.Labels[r]
+		locals, vals, y := wk.f.Local[lo:hi], wk.train.Vals[lo:hi], wk.train.Labels[r]
 		z := float64(cur.w[0])
 		for j, li := range locals {
 			z += float64(cur.w[wk.pos[li]]) * float64(vals[j])

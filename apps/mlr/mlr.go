@@ -221,8 +221,8 @@ func newNetwork(ctx context.Context, c *ps.Client, cfg Config, train *data.Class
 	spec := func(name string, width int, init table.Init) table.Spec {
 		return table.Spec{Name: name, Width: width, Rule: rule, Init: init, Consistency: cfg.Consistency, Encoding: cfg.Encoding}
 	}
-	f := numberFeatures(train.X)
-	keys := keyset{train: train, f: f, slot: make([]int32, len(f.keys))}
+	f := data.NumberFeatures(train.X)
+	keys := keyset{train: train, f: f, slot: make([]int32, len(f.Keys))}
 	if cfg.Hidden <= 0 {
 		tbl, err := c.CreateTable(ctx, spec(TableName, classes, table.Init{}))
 		if err != nil {
@@ -258,7 +258,7 @@ type trainer struct {
 type keyset struct {
 	train *data.Classes
 	// f numbers the training data's features; slot is by that number.
-	f features
+	f data.Features
 	// slot maps a feature to its place in the minibatch's keys (+1; 0:
 	// not in it), reset after each minibatch.
 	slot   []int32
@@ -295,7 +295,7 @@ func (m *keyset) gather(rows []int) []uint64 {
 	m.slot[0] = 1
 	x := m.train.X
 	for _, i := range rows {
-		for _, li := range m.f.local[x.RowPtr[i]:x.RowPtr[i+1]] {
+		for _, li := range m.f.Local[x.RowPtr[i]:x.RowPtr[i+1]] {
 			if m.slot[li] == 0 {
 				m.locals = append(m.locals, li)
 				m.slot[li] = 1
@@ -305,7 +305,7 @@ func (m *keyset) gather(rows []int) []uint64 {
 	slices.Sort(m.locals) // local numbers sort as their keys do
 	m.keys = m.keys[:0]
 	for i, li := range m.locals {
-		m.keys = append(m.keys, m.f.keys[li])
+		m.keys = append(m.keys, m.f.Keys[li])
 		m.slot[li] = int32(i + 1)
 	}
 	return m.keys
@@ -321,7 +321,7 @@ func (m *keyset) release() {
 // keys.
 func (m *keyset) places(dst []int, i int) []int {
 	dst = dst[:0]
-	for _, li := range m.f.local[m.train.X.RowPtr[i]:m.train.X.RowPtr[i+1]] {
+	for _, li := range m.f.Local[m.train.X.RowPtr[i]:m.train.X.RowPtr[i+1]] {
 		dst = append(dst, int(m.slot[li]-1))
 	}
 	return dst
@@ -335,7 +335,7 @@ func (m *keyset) places(dst []int, i int) []int {
 func (m *keyset) evalKeys(test *data.Classes, model string) ([]uint64, []int32) {
 	var also []uint64
 	if model != "" {
-		also = m.f.keys
+		also = m.f.Keys
 	}
 	return scoringKeys(test.X, also)
 }
