@@ -53,7 +53,7 @@ type Local struct {
 
 	ctx    context.Context
 	cancel context.CancelFunc
-	kill   []context.CancelFunc // per server
+	kill   []func() // per server: stops it and waits until it has
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	errs   []error
@@ -100,10 +100,12 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 	}
 	srv := make(chan *server.Server, cfg.Servers)
 	for i := range cfg.Servers {
-		sctx, kill := context.WithCancel(ctx)
-		l.kill = append(l.kill, kill)
+		sctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		l.kill = append(l.kill, func() { cancel(); <-done })
 		id := fmt.Sprintf("server-%d", i)
 		l.goRun(func() error {
+			defer close(done)
 			return RunServer(sctx, ServerConfig{
 				ID: id, Listen: "127.0.0.1:0", Coordinator: l.CoordAddr, Network: l.network(id),
 				Logger: cfg.Logger, Ready: func(s *server.Server) { srv <- s },
@@ -153,12 +155,14 @@ func (l *Local) err() error {
 func (l *Local) AddServer(ctx context.Context) (*server.Server, error) {
 	l.mu.Lock()
 	i := len(l.kill)
-	sctx, kill := context.WithCancel(l.ctx)
-	l.kill = append(l.kill, kill)
+	sctx, cancel := context.WithCancel(l.ctx)
+	done := make(chan struct{})
+	l.kill = append(l.kill, func() { cancel(); <-done })
 	l.mu.Unlock()
 	ready := make(chan *server.Server, 1)
 	id := fmt.Sprintf("server-%d", i)
 	l.goRun(func() error {
+		defer close(done)
 		return RunServer(sctx, ServerConfig{
 			ID: id, Listen: "127.0.0.1:0", Coordinator: l.CoordAddr, Network: l.network(id),
 			Logger: l.cfg.Logger, Ready: func(s *server.Server) { ready <- s },
@@ -176,8 +180,15 @@ func (l *Local) AddServer(ctx context.Context) (*server.Server, error) {
 }
 
 // KillServer stops server i at once: its listener and connections close,
-// as a killed process's would.
-func (l *Local) KillServer(i int) { l.kill[i]() }
+// as a killed process's would, before it returns (a dial right after it
+// reached the server still closing, and TestExportNoServer exported from
+// it).
+func (l *Local) KillServer(i int) {
+	l.mu.Lock()
+	kill := l.kill[i]
+	l.mu.Unlock()
+	kill()
+}
 
 // RunWorkers runs job on every worker at once and returns their reports by
 // rank, or the first failure.
