@@ -5,6 +5,7 @@ import (
 	"hash/fnv"
 	"hash/maphash"
 	"math"
+	"slices"
 )
 
 // IDs numbers distinct string ids 0, 1, 2, ... in the order they are
@@ -127,7 +128,5 @@ func (d *IDs) grow() {
 // half of each, once no more ids will be added.
 func (d *IDs) trim() {
 	d.text = bytes.Clone(d.text)
-	ends := make([]uint32, len(d.ends))
-	copy(ends, d.ends)
-	d.ends = ends
+	d.ends = slices.Clone(d.ends)
 }
