@@ -35,10 +35,9 @@ var regressionSeeds = []uint64{71349, 71351}
 //	{"tiers", 29}: {[]string{sim.KindStall}, "stage 3 with no transient worker alive"},
 //
 // The last ones fixed (tiers 29, 143, 610, 611, 1341, 1377, 1608, 1670,
-// 1704, 1721, 1911, 2605, 50074, 132665, 331209, 381327) are
+// 1704, 1721, 1911, 2605, 50074, 132665, 331209, 381327, 400618) are
 // tierRegressionSeeds.
 var openSeeds = map[mixSeed]openFinding{
-	{"tiers", 400618}: {[]string{sim.KindLedger}, "the ledgers count 54 parts lost at a fallback after two server kills, where 31 increments were (thirteenth session)"},
 }
 
 // mixSeed names a schedule: its mix (TERRACE_SIM_MIX, "" for the default)

@@ -164,8 +164,11 @@ const defaultTierSchedules = 40
 // a read at clock 34 on that promise, and the switch to stage 1 that
 // dropped those heads closed the connections their "start at 34" came
 // back on, so the worker went on from clock 30 (fixed with ps.Client's
-// lingering connections).
-var tierRegressionSeeds = []uint64{88, 102, 232, 352, 2258, 143, 1341, 1670, 1704, 1721, 1911, 610, 611, 1608, 2605, 1377, 50074, 132665, 331209, 381327}
+// lingering connections); 400618: the final model was read 15 ms after a
+// server kill the coordinator had not detected yet, partly from heads
+// the fallback that followed put on standby, so the ledgers' rightful
+// count looked high (fixed in the harness: Cluster.settle).
+var tierRegressionSeeds = []uint64{88, 102, 232, 352, 2258, 143, 1341, 1670, 1704, 1721, 1911, 610, 611, 1608, 2605, 1377, 50074, 132665, 331209, 381327, 400618}
 
 // TestTierSimulation runs the first seeded random schedules of tiers of
 // reliability (sim.RandomTiers: stage switches, bulk revocations with and
