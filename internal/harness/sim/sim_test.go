@@ -37,8 +37,7 @@ var regressionSeeds = []uint64{71349, 71351}
 // The last ones fixed (tiers 29, 143, 610, 611, 1341, 1377, 1608, 1670,
 // 1704, 1721, 1911, 2605, 50074, 132665, 331209, 381327, 400618) are
 // tierRegressionSeeds.
-var openSeeds = map[mixSeed]openFinding{
-}
+var openSeeds = map[mixSeed]openFinding{}
 
 // mixSeed names a schedule: its mix (TERRACE_SIM_MIX, "" for the default)
 // and its seed.
