@@ -132,6 +132,9 @@ func Run(ctx context.Context, c *ps.Client, cfg Config) (*Report, error) {
 	parts := data.Partition(train.Len(), c.Layout().Partitions)
 	m := &model{c: c, train: train, factors: factors, bias: bias, k: cfg.Rank, mu: float32(train.Mean())}
 	m.lo, m.hi = train.Range()
+	if test != nil {
+		m.trained = trainedIn(train, test)
+	}
 	rep := &Report{App: "mf", Rank: c.Rank(), UserIDs: numbering(train.UserIDs), ItemIDs: numbering(train.ItemIDs)}
 	evalAt := func(pass int, trainRMSE float64) ps.EvalFunc {
 		return func(ctx context.Context) (map[string]float64, error) {
@@ -203,6 +206,9 @@ type model struct {
 	// clipped to.
 	lo, hi float32
 	pos    map[uint64]int
+	// trained marks the test ratings whose user, and whose item, training
+	// has (trainedIn).
+	trained trained
 	// sq and n sum the squared training error and the examples of the
 	// pass.
 	sq float64
@@ -222,28 +228,16 @@ func (m *model) loopStep(ctx context.Context, b ps.Batch) (*ps.Future, error) {
 	return nil, nil
 }
 
-// ratingKeys returns the sorted keys of the users and items of rows,
-// but for those the training data lacks (unseen: data.Unseen, in a
-// column of string ids), which have no key.
+// ratingKeys returns the sorted keys of the users and items of rows of
+// training ratings (test ratings may have ids training lacks: trainedIn).
 func ratingKeys(r *data.Ratings, rows []int) []uint64 {
 	keys := make([]uint64, 0, 2*len(rows))
 	for _, i := range rows {
-		if u := r.Users[i]; !unseen(u, r.UserIDs) {
-			keys = append(keys, userKey(u))
-		}
-		if it := r.Items[i]; !unseen(it, r.ItemIDs) {
-			keys = append(keys, itemKey(it))
-		}
+		keys = append(keys, userKey(r.Users[i]), itemKey(r.Items[i]))
 	}
 	slices.Sort(keys)
 	return slices.Compact(keys)
 }
-
-// unseen reports whether id, of a column numbered by ids, is one the
-// training data lacks. A column of numbers has none: a number training
-// never saw keeps its key, which reads as the tables' initial value, as
-// it always has.
-func unseen(id uint32, ids *data.IDs) bool { return ids != nil && id == data.Unseen }
 
 // pull fetches the factors and biases of keys.
 func (m *model) pull(ctx context.Context, keys []uint64) (f, b []float32, err error) {
@@ -294,11 +288,17 @@ func (m *model) step(ctx context.Context, rows []int) (float64, error) {
 }
 
 func (m *model) evaluate(ctx context.Context, test *data.Ratings) (float64, error) {
-	all := make([]int, test.Len())
-	for i := range all {
-		all[i] = i
+	keys := make([]uint64, 0, 2*test.Len())
+	for i := range test.Len() {
+		if m.trained.user[i] {
+			keys = append(keys, userKey(test.Users[i]))
+		}
+		if m.trained.item[i] {
+			keys = append(keys, itemKey(test.Items[i]))
+		}
 	}
-	keys := ratingKeys(test, all)
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
 	f, b, err := m.pull(ctx, keys)
 	if err != nil {
 		return 0, fmt.Errorf("mf: pull model: %w", err)
@@ -309,23 +309,72 @@ func (m *model) evaluate(ctx context.Context, test *data.Ratings) (float64, erro
 	}
 	pred := make([]float64, test.Len())
 	truth := make([]float64, test.Len())
-	for i := range all {
+	for i := range pred {
 		// A user or item training lacks counts with bias and factors 0,
 		// as in an exported model.
 		var bu, bi float32
 		var pu, qi []float32
-		if u := test.Users[i]; !unseen(u, test.UserIDs) {
-			j := pos[userKey(u)]
+		if m.trained.user[i] {
+			j := pos[userKey(test.Users[i])]
 			bu, pu = b[j], f[j*m.k:(j+1)*m.k]
 		}
-		if it := test.Items[i]; !unseen(it, test.ItemIDs) {
-			j := pos[itemKey(it)]
+		if m.trained.item[i] {
+			j := pos[itemKey(test.Items[i])]
 			bi, qi = b[j], f[j*m.k:(j+1)*m.k]
 		}
 		pred[i] = float64(predict(m.mu, bu, bi, pu, qi, m.lo, m.hi))
 		truth[i] = float64(test.Values[i])
 	}
 	return metrics.RMSE(pred, truth), nil
+}
+
+// trained marks, for each test rating, whether training has its user and
+// its item.
+type trained struct{ user, item []bool }
+
+// trainedIn marks the test ratings whose user, and whose item, training
+// has. An id training lacks has no factors or bias in an exported model
+// (Export writes training's ids), so the evaluation counts it with none
+// either, and predict scores the test file as the job did: a string id
+// numbered Unseen, and a number training never had, whose key would
+// otherwise read as the tables' random initial factors.
+func trainedIn(train, test *data.Ratings) trained {
+	return trained{user: occurs(train.Users, test.Users), item: occurs(train.Items, test.Items)}
+}
+
+// occurs marks which of ids occur in of, in one pass over of whose
+// memory follows ids, not of: a bitmap up to the largest of ids when
+// that is small, a set of them otherwise.
+func occurs(of, ids []uint32) []bool {
+	out := make([]bool, len(ids))
+	if len(ids) == 0 {
+		return out
+	}
+	if top := slices.Max(ids); top < 1<<27 {
+		seen := make([]uint64, top/64+1)
+		for _, id := range of {
+			if id <= top {
+				seen[id/64] |= 1 << (id % 64)
+			}
+		}
+		for i, id := range ids {
+			out[i] = seen[id/64]&(1<<(id%64)) != 0
+		}
+		return out
+	}
+	seen := make(map[uint32]bool, len(ids))
+	for _, id := range ids {
+		seen[id] = false
+	}
+	for _, id := range of {
+		if _, ok := seen[id]; ok {
+			seen[id] = true
+		}
+	}
+	for i, id := range ids {
+		out[i] = seen[id]
+	}
+	return out
 }
 
 // predict is a rating's prediction: the mean rating mu, plus the user's
