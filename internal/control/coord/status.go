@@ -30,6 +30,7 @@ func (m *Machine) Status() api.Status {
 	st.Stage = int(l.CurrentStage())
 	st.Checkpoint = m.checkpointStatus()
 	st.UpdatesLost, st.UpdatesAtRisk = m.st.Loss.UpdatesLost, m.st.Loss.UpdatesLostBound
+	st.CopiesLost, st.SlotLosses = m.st.CopiesLost, slices.Clone(m.st.SlotLosses)
 	if m.st.Job != nil {
 		js := m.JobStatus()
 		st.Definition = &js
