@@ -85,6 +85,11 @@ type Status struct {
 	// "Slots that lost every copy").
 	CopiesLost int        `json:"copies_lost,omitempty"`
 	SlotLosses []SlotLoss `json:"slot_losses,omitempty"`
+	// UnderReplicated is the share of the hash ring whose slots have fewer
+	// complete copies than their chains have members, as the coordinator
+	// knows: a rebuild not reported finished yet, or slots started again
+	// after a loss. One more failure there can lose every copy.
+	UnderReplicated float64 `json:"under_replicated,omitempty"`
 	// Machines counts the machines with a live node, by class.
 	Machines MachineCount `json:"machines"`
 	// DollarsPerHour is what those machines cost at the coordinator's
@@ -113,7 +118,8 @@ type SlotLoss struct {
 	// Epoch and Version are the layout's that took the last copies off.
 	Epoch   uint64 `json:"epoch"`
 	Version uint64 `json:"version"`
-	// Servers held the last copies.
+	// Servers held the copies lost: they left the layout (the last one
+	// at Epoch) before a new copy was complete.
 	Servers []string `json:"servers"`
 	// Spread lists, as ranges ("3, 7, 11-12"), the slots lost among the
 	// first 1,024 (keys below 65,536, placed one by one), SpreadCount how

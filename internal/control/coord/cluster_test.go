@@ -128,7 +128,7 @@ func (h *harness) printLost() {
 		if got := copies.SpreadSlots(arcs); len(got) != l.SpreadCount {
 			h.t.Errorf("loss at v%d: %d spread slots in its arcs, it says %d", l.Version, len(got), l.SpreadCount)
 		}
-		fmt.Fprintf(&h.out, "v%d epoch %d: servers %v held the last copies of %d slots of the first 1024 (%s), %.1f%% of the ring\n",
+		fmt.Fprintf(&h.out, "v%d epoch %d: servers %v held the copies of %d slots of the first 1024 (%s), %.1f%% of the ring\n",
 			l.Version, l.Epoch, l.Servers, l.SpreadCount, l.Spread, 100*l.Share)
 	}
 }

@@ -25,6 +25,10 @@ type Arc struct {
 	Lo      uint64   `json:"lo"`
 	Hi      uint64   `json:"hi"`
 	Holders []string `json:"holders,omitempty"`
+	// Gone are the servers that held a complete copy since the slots last
+	// had one on every member of their chains, and left the chain: with
+	// Holders, those whose failures a loss is of.
+	Gone []string `json:"gone,omitempty"`
 }
 
 // Placement is what of a layout places slots: the ring's servers, and
@@ -72,8 +76,9 @@ type rings struct {
 
 // Loss is what a layout's change took every copy of.
 type Loss struct {
-	// Arcs are the slots that lost every copy, with the servers that held
-	// their last copies.
+	// Arcs are the slots that lost every copy; their Holders are the
+	// servers that held the copies lost (the last ones, and those gone
+	// before them since the slots last had every copy).
 	Arcs []Arc
 }
 
@@ -214,15 +219,24 @@ func (a *Account) Layout(l *layout.Layout) (Loss, error) {
 		members := cur.members(arc.Hi)
 		had := arc.Holders
 		arc.Holders = slices.DeleteFunc(slices.Clone(had), func(id string) bool { return !slices.Contains(members, id) })
+		for _, id := range had {
+			if !slices.Contains(arc.Holders, id) && !slices.Contains(arc.Gone, id) {
+				arc.Gone = append(arc.Gone, id)
+				slices.Sort(arc.Gone)
+			}
+		}
 		if len(arc.Holders) > 0 || len(had) == 0 {
+			settle(arc, members)
 			continue
 		}
-		arc.Holders = []string{cur.head(arc.Hi)}
+		gone := arc.Gone
+		arc.Holders, arc.Gone = []string{cur.head(arc.Hi)}, nil
+		settle(arc, members)
 		if prev.Tiered || p.Tiered {
 			continue
 		}
 		lost := a.span(i)
-		lost.Holders = had
+		lost.Holders, lost.Gone = gone, nil
 		loss.Arcs = append(loss.Arcs, lost)
 	}
 	loss.Arcs = mergeArcs(loss.Arcs)
@@ -278,9 +292,17 @@ func (a *Account) Rebuilt(id string, version uint64) (bool, error) {
 				changed = true
 			}
 		}
+		settle(arc, now)
 	}
 	a.merge()
 	return changed, nil
+}
+
+// settle forgets the servers gone from arc once every member holds it.
+func settle(arc *Arc, members []string) {
+	if slices.Equal(arc.Holders, members) {
+		arc.Gone = nil
+	}
 }
 
 func (a *Account) latest() Placement { return a.placements[len(a.placements)-1] }
@@ -291,7 +313,7 @@ func (a *Account) span(i int) Arc {
 	if i > 0 {
 		lo = a.arcs[i-1].Hi + 1
 	}
-	return Arc{Lo: lo, Hi: a.arcs[i].Hi, Holders: slices.Clone(a.arcs[i].Holders)}
+	return Arc{Lo: lo, Hi: a.arcs[i].Hi, Holders: slices.Clone(a.arcs[i].Holders), Gone: slices.Clone(a.arcs[i].Gone)}
 }
 
 // refine splits the arcs so that each bound ends one.
@@ -304,7 +326,7 @@ func (a *Account) refine(bounds []uint64) {
 	for _, arc := range a.arcs {
 		for j < len(bounds) && bounds[j] < arc.Hi {
 			if n := len(out); n == 0 || out[n-1].Hi < bounds[j] {
-				out = append(out, Arc{Hi: bounds[j], Holders: slices.Clone(arc.Holders)})
+				out = append(out, Arc{Hi: bounds[j], Holders: slices.Clone(arc.Holders), Gone: slices.Clone(arc.Gone)})
 			}
 			j++
 		}
@@ -317,7 +339,7 @@ func (a *Account) refine(bounds []uint64) {
 func (a *Account) merge() {
 	out := a.arcs[:0]
 	for _, arc := range a.arcs {
-		if n := len(out); n > 0 && slices.Equal(out[n-1].Holders, arc.Holders) {
+		if n := len(out); n > 0 && slices.Equal(out[n-1].Holders, arc.Holders) && slices.Equal(out[n-1].Gone, arc.Gone) {
 			out[n-1].Hi = arc.Hi
 			continue
 		}
@@ -330,7 +352,7 @@ func (a *Account) merge() {
 func mergeArcs(arcs []Arc) []Arc {
 	var out []Arc
 	for _, arc := range arcs {
-		if n := len(out); n > 0 && out[n-1].Hi+1 == arc.Lo && slices.Equal(out[n-1].Holders, arc.Holders) {
+		if n := len(out); n > 0 && out[n-1].Hi+1 == arc.Lo && slices.Equal(out[n-1].Holders, arc.Holders) && slices.Equal(out[n-1].Gone, arc.Gone) {
 			out[n-1].Hi = arc.Hi
 			continue
 		}
@@ -393,7 +415,7 @@ func Restore(s Saved) (*Account, error) {
 		a.refine([]uint64{r.Hi})
 		for i := range a.arcs {
 			if sp := a.span(i); sp.Lo >= r.Lo && sp.Hi <= r.Hi {
-				a.arcs[i].Holders = slices.Clone(r.Holders)
+				a.arcs[i].Holders, a.arcs[i].Gone = slices.Clone(r.Holders), slices.Clone(r.Gone)
 			}
 		}
 	}
