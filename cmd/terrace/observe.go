@@ -91,7 +91,11 @@ func statusCmd() *cobra.Command {
 // of the ring with fewer copies than k.
 func printSlotLosses(w io.Writer, st *api.Status) {
 	if st.CopiesLost > 0 {
-		fmt.Fprintf(w, "LOST  every copy of some slots, %d times; their acknowledged updates are gone (terrace events: kind lost)\n", st.CopiesLost)
+		times := fmt.Sprintf("%d times", st.CopiesLost)
+		if st.CopiesLost == 1 {
+			times = "once"
+		}
+		fmt.Fprintf(w, "LOST  every copy of some slots, %s; their acknowledged updates are gone (terrace events: kind lost)\n", times)
 		if older := st.CopiesLost - len(st.SlotLosses); older > 0 {
 			fmt.Fprintf(w, "  %d older losses: see the timeline\n", older)
 		}

@@ -92,9 +92,10 @@ func TestKilledServersReportLostSlots(t *testing.T) {
 		t.Errorf("no lost event naming %d slots:\n%s", len(want), ev)
 	}
 	out, err := exec.CommandContext(ctx, terrace(t), "status", "--coordinator", addr).CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "LOST  every copy of some slots, 1 times") {
+	if err != nil || !strings.Contains(string(out), "LOST  every copy of some slots, once") {
 		t.Errorf("terrace status: %v\n%s", err, out)
 	}
+	t.Logf("terrace status:\n%s\nterrace events:\n%s", out, ev)
 	if !strings.Contains(cw.String(), "every copy of some slots is lost") {
 		t.Errorf("the coordinator logged no warning:\n%s", cw)
 	}

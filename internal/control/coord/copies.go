@@ -68,7 +68,7 @@ func describeSlotLoss(sl api.SlotLoss, k int) string {
 	if sl.SpreadCount > 0 {
 		slots = fmt.Sprintf("%d slots of the first 1024 (%s)", sl.SpreadCount, sl.Spread)
 	}
-	return fmt.Sprintf("every copy of %s and of %.2f%% of the ring beyond them is lost, with their acknowledged updates: %s held the copies (k=%d) and left the layout before a new copy was complete; their new heads start them empty",
+	return fmt.Sprintf("every copy of %s and of %.2f%% of the ring beyond them is lost, with the acknowledged updates they held: %s held the copies (k=%d) and left the layout before a new copy was complete; their new heads start them empty",
 		slots, 100*sl.Share, strings.Join(sl.Servers, " and "), k)
 }
 
