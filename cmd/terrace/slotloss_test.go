@@ -58,7 +58,7 @@ func TestKilledServersReportLostSlots(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	c, cw, addr, servers, sws := startJobCluster(t, ctx, 3)
+	c, cw, addr, servers, _ := startJobCluster(t, ctx, 3)
 	cw.await(t, ctx)
 	for _, s := range servers[:2] {
 		s.Process.Signal(syscall.SIGKILL)
@@ -69,24 +69,7 @@ func TestKilledServersReportLostSlots(t *testing.T) {
 	st := statusUntil(t, ctx, addr, func(st api.Status) bool {
 		return nodeState(st, "s0") == "dead" && nodeState(st, "s1") == "dead"
 	})
-	// The slots among the first 1024 whose two copies were on s0 and s1.
-	rm, err := ring.New(0, []ring.Server{{ID: "s0"}, {ID: "s1"}, {ID: "s2"}}, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var want []uint64
-	for sl := range uint64(keyspace.SpreadSlots) {
-		if !slices.Contains(rm.Chain(sl, 2, nil), 2) {
-			want = append(want, sl)
-		}
-	}
-	if st.CopiesLost != 1 || len(st.SlotLosses) != 1 {
-		t.Fatalf("status after s0 and s1 were killed: %d losses %+v, want one\ncoordinator:\n%s", st.CopiesLost, st.SlotLosses, cw)
-	}
-	if l := st.SlotLosses[0]; l.SpreadCount != len(want) || l.Share <= 0 || !slices.Equal(l.Servers, []string{"s0", "s1"}) {
-		t.Errorf("the loss names %d slots of the first 1024 and %.3f of the ring, held by %v; %d had both copies on s0 and s1",
-			l.SpreadCount, l.Share, l.Servers, len(want))
-	}
+	want := checkLoss(t, st, cw)
 	ev := events(t, ctx, addr)
 	if !lostEvent.MatchString(ev) || !strings.Contains(ev, fmt.Sprintf("every copy of %d slots of the first 1024", len(want))) {
 		t.Errorf("no lost event naming %d slots:\n%s", len(want), ev)
@@ -101,7 +84,69 @@ func TestKilledServersReportLostSlots(t *testing.T) {
 	}
 	servers[2].Process.Signal(syscall.SIGKILL)
 	servers[2].Wait()
-	_ = sws
+	c.Process.Signal(syscall.SIGTERM)
+	c.Wait()
+}
+
+// checkLoss checks that st reports one loss, of exactly the slots among
+// the first 1024 whose two copies were on s0 and s1 of s0, s1 and s2
+// (k = 2), and returns those slots.
+func checkLoss(t *testing.T, st api.Status, coordinator *lineWatcher) []uint64 {
+	t.Helper()
+	rm, err := ring.New(0, []ring.Server{{ID: "s0"}, {ID: "s1"}, {ID: "s2"}}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []uint64
+	for sl := range uint64(keyspace.SpreadSlots) {
+		if !slices.Contains(rm.Chain(sl, 2, nil), 2) {
+			want = append(want, sl)
+		}
+	}
+	if st.CopiesLost != 1 || len(st.SlotLosses) != 1 {
+		t.Fatalf("status after s0 and s1 were killed: %d losses %+v, want one\ncoordinator:\n%s", st.CopiesLost, st.SlotLosses, coordinator)
+	}
+	if l := st.SlotLosses[0]; l.SpreadCount != len(want) || l.Share <= 0 || !slices.Equal(l.Servers, []string{"s0", "s1"}) {
+		t.Errorf("the loss names %d slots of the first 1024 and %.3f of the ring, held by %v; %d had both copies on s0 and s1",
+			l.SpreadCount, l.Share, l.Servers, len(want))
+	}
+	return want
+}
+
+// TestRestartedServersReportLostSlots: two servers of three with k = 2
+// SIGKILLed and started again at once under their IDs, while the third
+// lives (docs/open.md): the slots whose copies were on both are lost,
+// and said so, though the new processes join again under the old IDs
+// (found by the coordinator's pings, or by their new incarnations,
+// whichever comes first).
+func TestRestartedServersReportLostSlots(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs seven processes")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	c, cw, addr, servers, _ := startJobCluster(t, ctx, 3)
+	cw.await(t, ctx)
+	for _, s := range servers[:2] {
+		s.Process.Signal(syscall.SIGKILL)
+	}
+	for _, s := range servers[:2] {
+		s.Wait()
+	}
+	var again []*exec.Cmd
+	for i := range 2 {
+		s, _ := startWatched(t, ctx, "joined", "server", "--coordinator", addr, "--id", fmt.Sprintf("s%d", i))
+		again = append(again, s)
+	}
+	st := statusUntil(t, ctx, addr, func(st api.Status) bool { return st.CopiesLost > 0 })
+	checkLoss(t, st, cw)
+	if ev := events(t, ctx, addr); !lostEvent.MatchString(ev) {
+		t.Errorf("no lost event:\n%s", ev)
+	}
+	for _, s := range append(again, servers[2]) {
+		s.Process.Signal(syscall.SIGKILL)
+		s.Wait()
+	}
 	c.Process.Signal(syscall.SIGTERM)
 	c.Wait()
 }

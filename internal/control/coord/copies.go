@@ -1,6 +1,7 @@
 package coord
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -24,20 +25,48 @@ const keepSlotLosses = 8
 // its arcs have them all.
 const maxRanges = 24
 
-// followCopies follows layout l, about to be handed out, in the account
-// of copies, and reports the slots it took the last copy of.
+// followCopies follows layout l, about to be handed out (nil if the
+// layout did not change), in the account of copies, and reports the
+// slots it took the last copy of, with those restarts took since the
+// last Ready: under l, the layout that takes the restarted servers off.
 func (m *Machine) followCopies(l *layout.Layout) {
-	loss, err := m.copies.Layout(l)
+	loss := m.restartLoss
+	m.restartLoss = copies.Loss{}
+	if l != nil {
+		more, err := m.copies.Layout(l)
+		if err != nil {
+			// A layout the machine built has a valid ring: this cannot happen.
+			m.log.Error("the account of copies cannot follow the layout: it counts nothing more", "version", l.Version, "err", err)
+		}
+		m.copiesChanged = true
+		loss.Arcs = append(loss.Arcs, more.Arcs...)
+	} else {
+		l = m.published
+	}
+	m.reportSlotLoss(loss, l)
+}
+
+// restartedCopies follows a server whose process restarted under its ID
+// (a new incarnation joined): it holds nothing, though it joins again.
+// What that lost is reported at the next Ready (followCopies).
+func (m *Machine) restartedCopies(server string) {
+	loss, err := m.copies.Restarted(server)
 	if err != nil {
-		// A layout the machine built has a valid ring: this cannot happen.
-		m.log.Error("the account of copies cannot follow the layout: it counts nothing more", "version", l.Version, "err", err)
+		m.log.Error("the account of copies cannot follow a restart", "server", server, "err", err)
 		return
 	}
-	m.copiesChanged = true
+	m.copiesChanged, m.dirty = true, true
+	m.restartLoss.Arcs = append(m.restartLoss.Arcs, loss.Arcs...)
+}
+
+// reportSlotLoss reports loss, found under layout l (its version and
+// epoch; a restart's loss is the published layout's until the next).
+func (m *Machine) reportSlotLoss(loss copies.Loss, l *layout.Layout) {
 	if len(loss.Arcs) == 0 {
 		return
 	}
 	m.dirty = true
+	slices.SortFunc(loss.Arcs, func(a, b copies.Arc) int { return cmp.Compare(a.Lo, b.Lo) })
 	var servers []string
 	var arcs []api.HashRange
 	for _, a := range loss.Arcs {

@@ -99,6 +99,9 @@ type Machine struct {
 	// when copiesChanged.
 	copies        *copies.Account
 	copiesChanged bool
+	// restartLoss is what restarts took every copy of since the last
+	// Ready (restartedCopies).
+	restartLoss copies.Loss
 
 	// What the next Ready carries.
 	dirty         bool // st changed since the last Ready
@@ -305,6 +308,8 @@ func (m *Machine) Ready() (Ready, bool) {
 	}
 	if m.layoutChanged {
 		m.followCopies(m.snapshot())
+	} else if len(m.restartLoss.Arcs) > 0 {
+		m.followCopies(nil)
 	}
 	rd := m.out
 	m.out = Ready{}

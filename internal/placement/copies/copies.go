@@ -212,36 +212,64 @@ func (a *Account) Layout(l *layout.Layout) (Loss, error) {
 		a.merge()
 		return Loss{}, nil
 	}
+	return a.drop(cur, prev.Tiered || p.Tiered, func(id string, members []string) bool { return !slices.Contains(members, id) }), nil
+}
+
+// Restarted follows a server whose process restarted under its ID (a new
+// incarnation joined): the new process holds nothing, though it may stay
+// a member of its chains (it joins again). It returns what that lost.
+func (a *Account) Restarted(id string) (Loss, error) {
+	if !a.ready || len(a.placements) == 0 || a.arcs == nil {
+		return Loss{}, nil
+	}
+	cur, err := a.ringsOf(a.latest())
+	if err != nil {
+		return Loss{}, err
+	}
+	return a.drop(cur, a.latest().Tiered, func(h string, _ []string) bool { return h == id }), nil
+}
+
+// drop takes the holders that gone selects off every arc, and returns the
+// arcs it left with no holder (not reported with tiers); their head under
+// cur starts them again.
+func (a *Account) drop(cur *rings, tiered bool, gone func(id string, members []string) bool) Loss {
 	a.refine(cur.bounds())
 	var loss Loss
 	for i := range a.arcs {
 		arc := &a.arcs[i]
 		members := cur.members(arc.Hi)
 		had := arc.Holders
-		arc.Holders = slices.DeleteFunc(slices.Clone(had), func(id string) bool { return !slices.Contains(members, id) })
+		arc.Holders = slices.DeleteFunc(slices.Clone(had), func(id string) bool { return gone(id, members) })
 		for _, id := range had {
 			if !slices.Contains(arc.Holders, id) && !slices.Contains(arc.Gone, id) {
 				arc.Gone = append(arc.Gone, id)
 				slices.Sort(arc.Gone)
 			}
 		}
-		if len(arc.Holders) > 0 || len(had) == 0 {
+		if len(arc.Holders) > 0 {
 			settle(arc, members)
 			continue
 		}
-		gone := arc.Gone
-		arc.Holders, arc.Gone = []string{cur.head(arc.Hi)}, nil
+		// A slot with no holder starts again at its head, which holds it
+		// from then on, unless the head is what is gone (a restarted
+		// server: the next layout takes it off the ring, and the slot
+		// starts at its new head then).
+		copies := arc.Gone
+		arc.Holders, arc.Gone = nil, nil
+		if h := cur.head(arc.Hi); !gone(h, members) {
+			arc.Holders = []string{h}
+		}
 		settle(arc, members)
-		if prev.Tiered || p.Tiered {
+		if tiered || len(had) == 0 {
 			continue
 		}
 		lost := a.span(i)
-		lost.Holders, lost.Gone = gone, nil
+		lost.Holders, lost.Gone = copies, nil
 		loss.Arcs = append(loss.Arcs, lost)
 	}
 	loss.Arcs = mergeArcs(loss.Arcs)
 	a.merge()
-	return loss, nil
+	return loss
 }
 
 // Rebuilt follows server id's report that its rebuild for layout version
