@@ -87,6 +87,31 @@ func statusCmd() *cobra.Command {
 	return cmd
 }
 
+// printSlotLosses prints the slots that lost every copy, and the share
+// of the ring with fewer copies than k.
+func printSlotLosses(w io.Writer, st *api.Status) {
+	if st.CopiesLost > 0 {
+		times := fmt.Sprintf("%d times", st.CopiesLost)
+		if st.CopiesLost == 1 {
+			times = "once"
+		}
+		fmt.Fprintf(w, "LOST  every copy of some slots, %s; their acknowledged updates are gone (terrace events: kind lost)\n", times)
+		if older := st.CopiesLost - len(st.SlotLosses); older > 0 {
+			fmt.Fprintf(w, "  %d older losses: see the timeline\n", older)
+		}
+		for _, l := range st.SlotLosses {
+			slots := "no slot of the first 1024"
+			if l.SpreadCount > 0 {
+				slots = fmt.Sprintf("%d slots of the first 1024 (%s)", l.SpreadCount, l.Spread)
+			}
+			fmt.Fprintf(w, "  epoch %d: %s held the only copies of %s and %.2f%% of the ring beyond\n", l.Epoch, strings.Join(l.Servers, " and "), slots, 100*l.Share)
+		}
+	}
+	if st.UnderReplicated > 0 {
+		fmt.Fprintf(w, "UNDER-REPLICATED  %.2f%% of the ring has fewer copies than k until its rebuild is reported\n", 100*st.UnderReplicated)
+	}
+}
+
 // printStatus prints st as kubectl prints resources: a summary line, then
 // a table of nodes.
 func printStatus(w io.Writer, coordinator string, st *api.Status) {
@@ -106,6 +131,7 @@ func printStatus(w io.Writer, coordinator string, st *api.Status) {
 	if st.UpdatesAtRisk > 0 {
 		fmt.Fprintf(w, "LOST  %d acknowledged updates at fallbacks (of %d at risk)\n", st.UpdatesLost, st.UpdatesAtRisk)
 	}
+	printSlotLosses(w, st)
 	if j := st.Job; j.Accounted > 0 {
 		fmt.Fprintf(w, "EXAMPLES  %d passes accounted: %d repeated, %d skipped\n", j.Accounted, j.Repeated, j.Skipped)
 	}

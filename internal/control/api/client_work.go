@@ -65,6 +65,11 @@ func (c *Client) Synced(ctx context.Context, from, joiner string, version uint64
 	return c.do(ctx, RouteSynced, "", Synced{From: from, Joiner: joiner, Version: version}, nil)
 }
 
+// Rebuilt reports that server from's rebuild for layout version ended.
+func (c *Client) Rebuilt(ctx context.Context, from string, version uint64) error {
+	return c.do(ctx, RouteRebuilt, "", Rebuilt{From: from, Version: version}, nil)
+}
+
 // Checkpointed reports that server from wrote its part of checkpoint seq
 // (err nil) or could not.
 func (c *Client) Checkpointed(ctx context.Context, from string, seq uint64, err error) error {

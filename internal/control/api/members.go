@@ -49,6 +49,15 @@ type Synced struct {
 	Version uint64 `json:"version"`
 }
 
+// Rebuilt reports that server From's rebuild for layout Version ended:
+// the full copies it owed the new members of the chains it heads under
+// that layout are acknowledged, so each holds every update From
+// acknowledged there.
+type Rebuilt struct {
+	From    string `json:"from"`
+	Version uint64 `json:"version"`
+}
+
 // Checkpointed reports that server From wrote (or loaded) its part of
 // cluster checkpoint Seq, or failed to (Error).
 type Checkpointed struct {

@@ -45,6 +45,7 @@ const (
 	EventNotice     = "notice"     // a node got an eviction notice (a cloud's, a SIGTERM): it drains
 	EventLoss       = "loss"       // a BackupPS counted the acknowledged updates a fallback lost
 	EventAccount    = "account"    // a pass's examples account found rows trained more or fewer times than once
+	EventLost       = "lost"       // every copy of some slots was gone before a new copy was complete
 )
 
 // Event is one entry of the coordinator's timeline: what happened, to
@@ -78,6 +79,17 @@ type Status struct {
 	// risk (docs/design/tiers.md).
 	UpdatesLost   int64 `json:"updates_lost,omitempty"`
 	UpdatesAtRisk int64 `json:"updates_at_risk,omitempty"`
+	// CopiesLost counts the times every copy of some slots was gone
+	// before a new copy was complete (k servers holding them failed
+	// together), SlotLosses the last of them (docs/design/resilience.md,
+	// "Slots that lost every copy").
+	CopiesLost int        `json:"copies_lost,omitempty"`
+	SlotLosses []SlotLoss `json:"slot_losses,omitempty"`
+	// UnderReplicated is the share of the hash ring whose slots have fewer
+	// complete copies than their chains have members, as the coordinator
+	// knows: a rebuild not reported finished yet, or slots started again
+	// after a loss. One more failure there can lose every copy.
+	UnderReplicated float64 `json:"under_replicated,omitempty"`
 	// Machines counts the machines with a live node, by class.
 	Machines MachineCount `json:"machines"`
 	// DollarsPerHour is what those machines cost at the coordinator's
@@ -95,6 +107,36 @@ type Status struct {
 	// Checkpoint is the state of cluster checkpoints; nil when the
 	// coordinator has no checkpoint directory.
 	Checkpoint *CheckpointStatus `json:"checkpoint,omitempty"`
+}
+
+// SlotLoss is one time every copy of some slots was gone: the servers
+// that held their last copies left the layout (failed, or drained) before
+// a new copy was complete, and the slots' new heads started them empty.
+// Their acknowledged updates are lost.
+type SlotLoss struct {
+	Time time.Time `json:"time"`
+	// Epoch and Version are the layout's that took the last copies off.
+	Epoch   uint64 `json:"epoch"`
+	Version uint64 `json:"version"`
+	// Servers held the copies lost: they left the layout (the last one
+	// at Epoch) before a new copy was complete.
+	Servers []string `json:"servers"`
+	// Spread lists, as ranges ("3, 7, 11-12"), the slots lost among the
+	// first 1,024 (keys below 65,536, placed one by one), SpreadCount how
+	// many; Share is the share of the hash ring lost, about the share of
+	// the slots beyond them (placed 64 at a time) that were lost.
+	Spread      string  `json:"spread,omitempty"`
+	SpreadCount int     `json:"spread_count"`
+	Share       float64 `json:"share"`
+	// Arcs are the lost slots exactly: those whose ring hash
+	// (ring.SlotHash) lies in one of them.
+	Arcs []HashRange `json:"arcs"`
+}
+
+// HashRange is the ring hashes [Lo, Hi].
+type HashRange struct {
+	Lo uint64 `json:"lo"`
+	Hi uint64 `json:"hi"`
 }
 
 // CheckpointStatus is the state of cluster checkpoints: the one in

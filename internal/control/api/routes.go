@@ -25,6 +25,7 @@ const (
 	RouteState        = "GET /v1/work/state" // ?partition=P&version=V -> the blob
 	RouteServerLeave  = "POST /v1/servers/leave"
 	RouteSynced       = "POST /v1/servers/synced"
+	RouteRebuilt      = "POST /v1/servers/rebuilt"
 	RouteCheckpointed = "POST /v1/servers/checkpointed"
 	RouteRestored     = "POST /v1/servers/restored"
 	RouteCheckpoint   = "POST /v1/checkpoint" // take a checkpoint at the next pass boundary

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/terrace-ml/terrace/internal/control/api"
+	"github.com/terrace-ml/terrace/internal/placement/copies"
 	"github.com/terrace-ml/terrace/internal/placement/tier"
 )
 
@@ -110,5 +111,24 @@ func TestNoticesOnTheTimeline(t *testing.T) {
 	}
 	if got, want := evs[1].Cause, "eviction notice from signal (received terminated)"; got != want {
 		t.Errorf("server's notice: %q, want %q", got, want)
+	}
+}
+
+// printLost prints what the status says of slots that lost every copy
+// (testdata/copies.txt), each loss with the slots of the first 1024 it
+// names checked against its arcs.
+func (h *harness) printLost() {
+	st := h.m.Status()
+	fmt.Fprintf(&h.out, "copies lost %d times\n", st.CopiesLost)
+	for _, l := range st.SlotLosses {
+		var arcs []copies.Arc
+		for _, a := range l.Arcs {
+			arcs = append(arcs, copies.Arc{Lo: a.Lo, Hi: a.Hi})
+		}
+		if got := copies.SpreadSlots(arcs); len(got) != l.SpreadCount {
+			h.t.Errorf("loss at v%d: %d spread slots in its arcs, it says %d", l.Version, len(got), l.SpreadCount)
+		}
+		fmt.Fprintf(&h.out, "v%d epoch %d: servers %v held the copies of %d slots of the first 1024 (%s), %.1f%% of the ring\n",
+			l.Version, l.Epoch, l.Servers, l.SpreadCount, l.Spread, 100*l.Share)
 	}
 }

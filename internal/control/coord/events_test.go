@@ -49,7 +49,8 @@ func kinds(evs []api.Event) []string {
 // them and notes that it took over.
 func TestTimeline(t *testing.T) {
 	store := &memEvents{put: make(chan struct{}, 64)}
-	c := New(Options{Servers: 2, Workers: 1, Partitions: 2})
+	// k = 2: s1's failure loses no slot (k = 1 would, and say so).
+	c := New(Options{Servers: 2, Workers: 1, Partitions: 2, Replication: 2})
 	if err := c.SetEventStore(t.Context(), store, "c0"); err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +107,7 @@ func TestTimeline(t *testing.T) {
 	}
 
 	// A successor restores the state and loads the timeline.
-	c2 := New(Options{Servers: 2, Workers: 1, Partitions: 2})
+	c2 := New(Options{Servers: 2, Workers: 1, Partitions: 2, Replication: 2})
 	c.mu.Lock()
 	blob, err := json.Marshal(c.m.st)
 	c.mu.Unlock()

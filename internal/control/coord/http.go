@@ -120,6 +120,10 @@ func (c *Coordinator) serverHandlers(mux *http.ServeMux) {
 		_, err := c.call(ctx, func(m *Machine, id uint64) { m.Synced(id, s) })
 		return struct{}{}, err
 	})
+	handle(mux, api.RouteRebuilt, func(ctx context.Context, r api.Rebuilt) (any, error) {
+		_, err := c.call(ctx, func(m *Machine, id uint64) { m.Rebuilt(id, r) })
+		return struct{}{}, err
+	})
 	handle(mux, api.RouteCheckpointed, func(ctx context.Context, ck api.Checkpointed) (any, error) {
 		_, err := c.call(ctx, func(m *Machine, id uint64) { m.Checkpointed(id, ck) })
 		return struct{}{}, err

@@ -221,6 +221,10 @@ func TestLeaveAfterJob(t *testing.T) {
 	drained := func(leaver string) {
 		t.Helper()
 		l := r.m.published
+		// As servers do: the rebuild's report, then the synced ones.
+		for _, s := range l.Servers {
+			r.step(func(m *Machine, id uint64) { m.Rebuilt(id, api.Rebuilt{From: s.ID, Version: l.Version}) })
+		}
 		for _, s := range l.Servers {
 			r.step(func(m *Machine, id uint64) { m.Synced(id, api.Synced{From: s.ID, Joiner: leaver, Version: l.Version}) })
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/terrace-ml/terrace/internal/control/api"
+	"github.com/terrace-ml/terrace/internal/placement/copies"
 	"github.com/terrace-ml/terrace/internal/placement/layout"
 	"github.com/terrace-ml/terrace/internal/placement/tier"
 )
@@ -94,6 +95,14 @@ type Machine struct {
 	paces    map[int]pace
 	rows     map[int]int
 
+	// copies is the account of copies (copies.go), saved as st.Copies
+	// when copiesChanged.
+	copies        *copies.Account
+	copiesChanged bool
+	// restartLoss is what restarts took every copy of since the last
+	// Ready (restartedCopies).
+	restartLoss copies.Loss
+
 	// What the next Ready carries.
 	dirty         bool // st changed since the last Ready
 	layoutChanged bool
@@ -172,7 +181,7 @@ type Probe struct {
 // yet, at time now.
 func NewMachine(cfg Config, now time.Time) *Machine {
 	cfg.Partitions = max(1, cfg.Partitions)
-	m := &Machine{cfg: cfg, log: cfg.Logger, st: newState(cfg), now: now}
+	m := &Machine{cfg: cfg, log: cfg.Logger, st: newState(cfg), now: now, copies: copies.New()}
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
 	}
@@ -196,6 +205,9 @@ func RestoreMachine(cfg Config, blob []byte, epoch uint64, now time.Time) (*Mach
 	}
 	m := NewMachine(cfg, now)
 	m.st = st
+	if m.copies, err = copies.Restore(st.Copies); err != nil {
+		return nil, fmt.Errorf("coord: saved state: %w", err)
+	}
 	l := &m.st.Layout
 	if epoch > 0 {
 		l.Epoch = epoch
@@ -294,9 +306,15 @@ func (m *Machine) Ready() (Ready, bool) {
 	if !m.hasReady() {
 		return Ready{}, false
 	}
+	if m.layoutChanged {
+		m.followCopies(m.snapshot())
+	} else if len(m.restartLoss.Arcs) > 0 {
+		m.followCopies(nil)
+	}
 	rd := m.out
 	m.out = Ready{}
 	if m.dirty {
+		m.saveCopies()
 		blob, err := json.Marshal(m.st)
 		if err != nil {
 			panic(fmt.Sprintf("coord: marshalling the state: %v", err)) // plain data: cannot fail
@@ -341,6 +359,7 @@ func (m *Machine) Advance(epoch uint64) error {
 		}
 		provisional, l := rd.Layout.Epoch, &m.st.Layout
 		rd.Layout.Epoch = epoch
+		m.numberSlotLoss(rd.Layout.Version, epoch)
 		if m.epochPending && l.PrevEpoch == provisional {
 			// Another epoch began while this one was being saved.
 			l.PrevEpoch, l.Epoch = epoch, epoch+1

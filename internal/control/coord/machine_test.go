@@ -129,6 +129,10 @@ var events = map[string]func(h *harness, td *datadriven.TestData){
 		v := uint64(h.int(td, "version", int(h.m.published.Version)))
 		h.m.Synced(h.id(), api.Synced{From: h.str(td, "from", ""), Joiner: h.str(td, "joiner", ""), Version: v})
 	},
+	"rebuilt": func(h *harness, td *datadriven.TestData) {
+		v := uint64(h.int(td, "version", int(h.m.published.Version)))
+		h.m.Rebuilt(h.id(), api.Rebuilt{From: h.str(td, "from", ""), Version: v})
+	},
 	"server-failed": func(h *harness, td *datadriven.TestData) { h.m.ServerFailed(h.id(), h.str(td, "id", ""), "") },
 	"member-gone": func(h *harness, td *datadriven.TestData) {
 		h.m.MemberGone(h.id(), h.str(td, "role", ""), h.str(td, "id", ""), h.str(td, "inc", ""))
@@ -184,6 +188,7 @@ var inspections = map[string]func(h *harness, td *datadriven.TestData){
 	"audit":  func(h *harness, td *datadriven.TestData) { h.audit() },
 	"states": func(h *harness, td *datadriven.TestData) { h.printStates() },
 	"status": func(h *harness, td *datadriven.TestData) { h.printStatus() },
+	"lost":   func(h *harness, td *datadriven.TestData) { h.printLost() },
 }
 
 func (h *harness) newMachine(td *datadriven.TestData) {

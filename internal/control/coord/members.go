@@ -35,6 +35,12 @@ func (m *Machine) joinServer(id uint64, j api.Join) {
 		return
 	}
 	restarted := m.incarnate(api.RoleServer, j.ID, j.Incarnation)
+	if restarted {
+		// Before any layout that keeps it a member: the new process
+		// holds nothing (docs/design/resilience.md, "Slots that lost
+		// every copy").
+		m.restartedCopies(j.ID)
+	}
 	srv := ring.Server{ID: j.ID, Addr: j.Addr, Machine: j.Machine, Class: j.Class}
 	if m.rejoinTiered(srv) || m.joinStandby(srv) {
 		m.replyLayout(id)

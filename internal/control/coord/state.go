@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/terrace-ml/terrace/internal/control/api"
+	"github.com/terrace-ml/terrace/internal/placement/copies"
 	"github.com/terrace-ml/terrace/internal/placement/layout"
 	"github.com/terrace-ml/terrace/internal/placement/tier"
 )
@@ -66,6 +67,12 @@ type State struct {
 	// LossSeen are the pushes the last fallbacks' reports counted, so
 	// that a new leader counts each once too (loss.go).
 	LossSeen []LossSeen `json:"loss_seen,omitempty"`
+	// Copies is the account of which servers hold a complete copy of
+	// which slots (copies.go); CopiesLost counts the times every copy of
+	// some slots was lost, SlotLosses the last keepSlotLosses of them.
+	Copies     copies.Saved   `json:"copies,omitzero"`
+	CopiesLost int            `json:"copies_lost,omitempty"`
+	SlotLosses []api.SlotLoss `json:"slot_losses,omitempty"`
 	// RankClass is the class of each worker rank's machine.
 	RankClass map[int]tier.Class `json:"rank_class,omitempty"`
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/terrace-ml/terrace/internal/control/api"
+	"github.com/terrace-ml/terrace/internal/placement/copies"
 	"github.com/terrace-ml/terrace/internal/placement/ring"
 )
 
@@ -30,6 +31,10 @@ func (m *Machine) Status() api.Status {
 	st.Stage = int(l.CurrentStage())
 	st.Checkpoint = m.checkpointStatus()
 	st.UpdatesLost, st.UpdatesAtRisk = m.st.Loss.UpdatesLost, m.st.Loss.UpdatesLostBound
+	st.CopiesLost, st.SlotLosses = m.st.CopiesLost, slices.Clone(m.st.SlotLosses)
+	if risk, err := m.copies.AtRisk(); err == nil {
+		st.UnderReplicated = copies.Share(risk)
+	}
 	if m.st.Job != nil {
 		js := m.JobStatus()
 		st.Definition = &js

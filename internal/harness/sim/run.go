@@ -63,7 +63,7 @@ const (
 
 // Kinds lists the harness's kinds of violation in the order reports
 // list them.
-var Kinds = []string{KindExactlyOnce, KindStale, KindLostState, KindLedger, KindNotice, KindStall, KindFailed, KindBroken}
+var Kinds = []string{KindExactlyOnce, KindStale, KindLostState, KindLedger, KindNotice, KindCopies, KindStall, KindFailed, KindBroken}
 
 // maxPerKind bounds the violations of one kind a report lists.
 const maxPerKind = 3
@@ -171,6 +171,7 @@ func Run(ctx context.Context, sc Scenario) *Report {
 		}
 	}
 	rep.Ledger = c.ledgerCount(ctx)
+	c.checkReportedLosses()
 	// Losses are counted up to here: stopping the cluster kills the rest.
 	rep.Losses.Slots = c.copies.Lost()
 	rep.UnknownCopies = c.copies.Unknown()

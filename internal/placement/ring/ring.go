@@ -93,10 +93,18 @@ func idHash(id string) uint64 {
 	return h.Sum64()
 }
 
+// SlotHash is where slot s lies on the ring: the hash of its placement
+// key. Slots whose hashes lie between the same two points of a map have
+// the same chain there.
+func SlotHash(s uint64) uint64 { return keyspace.Mix64(keyspace.PlacementKey(s)) }
+
 // first returns the index in m.points of the first virtual node clockwise
 // from the hash of slot s's placement key.
-func (m *Map) first(s uint64) int {
-	h := keyspace.Mix64(keyspace.PlacementKey(s))
+func (m *Map) first(s uint64) int { return m.firstAt(SlotHash(s)) }
+
+// firstAt returns the index in m.points of the first virtual node
+// clockwise from hash h.
+func (m *Map) firstAt(h uint64) int {
 	i, _ := slices.BinarySearchFunc(m.points, h, func(p point, h uint64) int {
 		return cmp.Compare(p.hash, h)
 	})
@@ -159,17 +167,36 @@ func (m *Map) OwnedRuns(r keyspace.Range, server int, fn func(lo, hi uint64)) {
 	}
 }
 
+// Bounds returns the hashes of the map's points, in order, each once:
+// the slots whose hashes lie in (b[i-1], b[i]] have one chain, and those
+// above the last bound or up to the first another.
+func (m *Map) Bounds() []uint64 {
+	out := make([]uint64, 0, len(m.points))
+	for _, p := range m.points {
+		if n := len(out); n == 0 || out[n-1] != p.hash {
+			out = append(out, p.hash)
+		}
+	}
+	return out
+}
+
 // Chain appends to dst the indexes of the k servers that hold slot s: the
 // owner (the head), then the next distinct servers clockwise. When the
 // head leaves the ring, its slots fall to the next of these, which already
 // holds them. Fewer than k are returned when the ring has fewer servers.
-func (m *Map) Chain(s uint64, k int, dst []int) []int {
+func (m *Map) Chain(s uint64, k int, dst []int) []int { return m.ChainAt(SlotHash(s), k, dst) }
+
+// ChainAt is Chain for the slots whose hash (SlotHash) is h.
+func (m *Map) ChainAt(h uint64, k int, dst []int) []int {
 	dst = dst[:0]
 	k = min(k, len(m.Servers))
-	if k <= 1 {
-		return append(dst, m.SlotOwner(s))
+	if len(m.Servers) == 1 {
+		return append(dst, 0)
 	}
-	i := m.first(s)
+	i := m.firstAt(h)
+	if k <= 1 {
+		return append(dst, m.points[i].server)
+	}
 	for n := 0; len(dst) < k && n < len(m.points); n++ {
 		srv := m.points[(i+n)%len(m.points)].server
 		if !slices.Contains(dst, srv) {

@@ -82,7 +82,8 @@ type ServerConfig struct {
 	Network transport.Network
 	// Token is the server's join token (none if empty).
 	Token string
-	// OnRebuilt: see server.Options.
+	// OnRebuilt: see server.Options. The server reports each rebuild to
+	// the coordinator too.
 	OnRebuilt func(version uint64)
 	// Metrics: see NodeMetrics.
 	Metrics NodeMetrics
@@ -148,8 +149,19 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	reg := register(ctx, l, api.RoleServer, cfg.ID, inc, addr, machineLabels(cfg.Machine, cfg.Class), cfg.Network, cfg.Logger)
 	defer reg.leave()
 	report := func(what string, call func(ctx context.Context) error) { reportTo(ctx, cfg.Logger, what, call) }
-	s := server.New(server.Options{ID: cfg.ID, Logger: cfg.Logger, Network: cfg.Network, OnRebuilt: cfg.OnRebuilt,
+	s := server.New(server.Options{ID: cfg.ID, Logger: cfg.Logger, Network: cfg.Network,
 		Machine: cfg.Machine, Class: cfg.Class,
+		// Before any synced report of the same rebuild (the server makes
+		// them in this order, and each waits for its answer): the
+		// coordinator then knows the new holders before a handoff it
+		// completes takes the old ones off (docs/design/resilience.md,
+		// "Slots that lost every copy").
+		OnRebuilt: func(version uint64) {
+			if cfg.OnRebuilt != nil {
+				cfg.OnRebuilt(version)
+			}
+			report("rebuild", func(ctx context.Context) error { return cc.Rebuilt(ctx, cfg.ID, version) })
+		},
 		OnSynced: func(joiner string, version uint64) {
 			report("joiner synced", func(ctx context.Context) error { return cc.Synced(ctx, cfg.ID, joiner, version) })
 		},
