@@ -41,6 +41,10 @@ func TestMistakesNameTheFlag(t *testing.T) {
 		{append([]string{"train", "--model", dir}, data...), "--model " + dir + " is a directory"},
 		{[]string{"train", "--consistency", "sspp:2"}, `--consistency "sspp:2"`},
 		{[]string{"train", "--partitions", "-1"}, "--partitions -1"},
+		// A million in-process servers grew past a gigabyte, and no signal stopped them.
+		{[]string{"train", "--servers", "1000000"}, "--servers 1000000: a cluster on this host takes at most 256"},
+		{[]string{"train", "--processes", "--workers", "100000"}, "--workers 100000: a cluster on this host takes at most 256"},
+		{[]string{"train", "--processes", "--reliable", "1", "--transient", "1000"}, "--reliable 1 --transient 1000 --workers-per-machine 1: a cluster on this host"},
 		{[]string{"train", "--coordinators", "3"}, "--coordinators needs --processes"},
 		{[]string{"train", "--timeout", "1m"}, "--timeout needs --processes"},
 		{[]string{"train", "--audit-every", "4"}, "--audit-every needs --processes"},
