@@ -46,6 +46,14 @@ func (a *appFlags) checkFlags() error {
 	if a.app == "nn" && a.hidden <= 0 {
 		return fmt.Errorf("--hidden %d: want one unit or more", a.hidden)
 	}
+	// Each is a table's width: out of range, every worker failed once the
+	// cluster had formed, naming the table, not the flag.
+	if a.app == "nn" && a.hidden > table.MaxWidth {
+		return fmt.Errorf("--hidden %d: want at most %d units", a.hidden, table.MaxWidth)
+	}
+	if a.app == "mf" && (a.rank < 1 || a.rank > table.MaxWidth) {
+		return fmt.Errorf("--factors %d: want 1 to %d", a.rank, table.MaxWidth)
+	}
 	// A flag given with an app that does not read it was ignored without
 	// a word (lda's --encoding and --significance: ldaConfig says why).
 	for _, f := range appOnlyFlags {

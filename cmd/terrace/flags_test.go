@@ -21,6 +21,13 @@ func TestMistakesNameTheFlag(t *testing.T) {
 		t.Fatal(err)
 	}
 	data := []string{"--train", repoFile("datasets/a9a/a9a.gz"), "--test", repoFile("datasets/a9a/a9a.t.gz")}
+	ratings := []string{"--train", filepath.Join(dir, "r.tsv"), "--test", filepath.Join(dir, "r.tsv")}
+	factors := filepath.Join(dir, "factors.yaml")
+	for name, body := range map[string]string{"r.tsv": "1 2 3\n", "factors.yaml": "app: mf\nfactors: -3\ntrain: " + ratings[1] + "\ntest: " + ratings[1] + "\n"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -29,6 +36,9 @@ func TestMistakesNameTheFlag(t *testing.T) {
 		{[]string{"train", "--topics", "5"}, "--topics is for --app lda, not lr"},
 		{[]string{"train", "--app", "mlr", "--hidden", "5"}, "--hidden is for --app nn, not mlr"},
 		{[]string{"train", "--app", "nn", "--hidden", "0"}, "--hidden 0: want one unit or more"},
+		{[]string{"train", "--app", "nn", "--hidden", "100000"}, "--hidden 100000: want at most 65536 units"},
+		{append([]string{"train", "--app", "mf", "--factors", "0"}, ratings...), "--factors 0: want 1 to 65536"},
+		{[]string{"submit", "--coordinator", "127.0.0.1:1", factors}, "--factors -3: want 1 to 65536"},
 		{[]string{"worker", "--coordinator", "127.0.0.1:1", "--factors", "8"}, "--factors is for --app mf, not lr"},
 		// Flags some apps read and others ignored without a word.
 		{[]string{"train", "--app", "nn", "--l1", "0.1"}, "--l1 is for --app lr, lasso, not nn"},
