@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -248,6 +249,14 @@ func (c *Client) WaitReachable(ctx context.Context) error {
 		start := time.Now()
 		resp, err := c.hc.Do(req)
 		if err != nil && tctx.Err() != nil {
+			if ctx.Err() != nil {
+				// The caller's time ran out, not this try's: the tries
+				// before say why. A worker whose coordinator refused
+				// every connection for 30 s was told it "accepts
+				// connections but does not answer" (no answer within 0s).
+				cancel()
+				return fmt.Errorf("%w: %s: %v", ErrUnavailable, strings.Join(c.bases, ","), cmp.Or(last, err))
+			}
 			err = fmt.Errorf("no answer within %v (it accepts connections but does not answer: stopped, or overloaded?)", time.Since(start).Round(100*time.Millisecond))
 			try = min(2*try, c.hc.Timeout)
 		}
