@@ -238,6 +238,15 @@ func (c *Client) WaitReachable(ctx context.Context) error {
 	try := healthTimeout
 	mismatched := 0 // consecutive tries that met a TLS mismatch
 	for i := 0; ; i++ {
+		if err := ctx.Err(); err != nil {
+			// The caller's time ran out while this waited (the select
+			// below may take the poll when both are ready): the tries
+			// before say why. A try begun now was said to find a
+			// coordinator that "accepts connections but does not
+			// answer" (no answer within 0s), one that had refused
+			// every connection for 30 s.
+			return fmt.Errorf("%w: %s: %v", ErrUnavailable, strings.Join(c.bases, ","), cmp.Or(last, err))
+		}
 		base := c.bases[i%len(c.bases)]
 		// A coordinator that accepts and never answers (stopped, or
 		// wedged) held each try for the client's whole timeout (40 s),
@@ -249,14 +258,6 @@ func (c *Client) WaitReachable(ctx context.Context) error {
 		start := time.Now()
 		resp, err := c.hc.Do(req)
 		if err != nil && tctx.Err() != nil {
-			if ctx.Err() != nil {
-				// The caller's time ran out, not this try's: the tries
-				// before say why. A worker whose coordinator refused
-				// every connection for 30 s was told it "accepts
-				// connections but does not answer" (no answer within 0s).
-				cancel()
-				return fmt.Errorf("%w: %s: %v", ErrUnavailable, strings.Join(c.bases, ","), cmp.Or(last, err))
-			}
 			err = fmt.Errorf("no answer within %v (it accepts connections but does not answer: stopped, or overloaded?)", time.Since(start).Round(100*time.Millisecond))
 			try = min(2*try, c.hc.Timeout)
 		}
