@@ -73,6 +73,9 @@ func TestMistakesNameTheFlag(t *testing.T) {
 		{[]string{"replay", "--prices", "p.csv", "--policy", "all", "--simulate", "--report", "r.json", "--train", "a9a.gz"}, "--train is for a real replay"},
 		{[]string{"status", "--coordinator", "127.0.0.1:1", "--watch", "--every", "0s"}, "--every 0s: want a positive interval"},
 		{[]string{"bench", "stragglers", "--staleness", "2,-1"}, "--staleness -1: want 0 or more clocks"},
+		{[]string{"bench", "stragglers", "--workers", "0"}, "--workers 0: need at least 1"},
+		{[]string{"bench", "stragglers", "--servers", "100000"}, "--servers 100000: a cluster on this host takes at most 256"},
+		{[]string{"bench", "stragglers", "--repeats", "-1"}, "--repeats -1: need at least 1"},
 		{[]string{"certs", "list", "--dir", filepath.Join(dir, "none")}, "--dir " + filepath.Join(dir, "none")},
 		// Not a flag's value, but the same silence: it waited 30 s, saying nothing.
 		{[]string{"checkpoint", "--coordinator", "127.0.0.1:1", "--timeout", "1s"}, "terrace: coordinator http://127.0.0.1:1 unreachable (Get "},
