@@ -288,6 +288,16 @@ func TestWireOptionsRefused(t *testing.T) {
 	}
 }
 
+// TestAppOptionsRefused: a negative scrape interval ran the benchmark
+// without its scraped side, as 0 does, without a word.
+func TestAppOptionsRefused(t *testing.T) {
+	for _, o := range []AppOptions{{Train: "a", Test: "b", ScrapeEvery: -time.Second}, {Train: "a", Test: "b", Epochs: -1}} {
+		if _, err := o.withDefaults(); err == nil {
+			t.Errorf("%+v: no error", o)
+		}
+	}
+}
+
 func TestWireSmall(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
