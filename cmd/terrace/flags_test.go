@@ -51,6 +51,11 @@ func TestMistakesNameTheFlag(t *testing.T) {
 		{append([]string{"train", "--model", dir}, data...), "--model " + dir + " is a directory"},
 		{[]string{"train", "--consistency", "sspp:2"}, `--consistency "sspp:2"`},
 		{[]string{"train", "--partitions", "-1"}, "--partitions -1"},
+		// Found once all the work was done, the report lost with it.
+		{[]string{"train", "--report", filepath.Join(dir, "none", "r.json")}, "--report " + filepath.Join(dir, "none", "r.json") + ": its directory: "},
+		{[]string{"train", "--report", dir}, "--report " + dir + " is a directory"},
+		{[]string{"coordinator", "--listen", "127.0.0.1:0", "--in-memory", "--events", filepath.Join(dir, "none", "e.json")}, "--events " + filepath.Join(dir, "none", "e.json") + ": its directory: "},
+		{[]string{"bench", "stragglers", "--plot", filepath.Join(dir, "none", "p.svg")}, "--plot " + filepath.Join(dir, "none", "p.svg") + ": its directory: "},
 		// A million in-process servers grew past a gigabyte, and no signal stopped them.
 		{[]string{"train", "--servers", "1000000"}, "--servers 1000000: a cluster on this host takes at most 256"},
 		{[]string{"train", "--processes", "--workers", "100000"}, "--workers 100000: a cluster on this host takes at most 256"},
