@@ -44,3 +44,19 @@ func TestLeaveRingCoordinatorGone(t *testing.T) {
 		t.Fatalf("leaveRing with the coordinator gone after the job: %v, want %v", err, errCoordinatorGone)
 	}
 }
+
+// TestDrainNoTablesCoordinatorGone: a server SIGTERMed before its job's
+// first table, its coordinator gone, holds nothing and leaves (exit 0);
+// it waited the client's 30 s retry budget, then exited 1 ("drain:
+// coordinator unreachable").
+func TestDrainNoTablesCoordinatorGone(t *testing.T) {
+	cc := api.NewClient("127.0.0.1:1", nil)
+	cc.RetryFor = 10 * time.Second
+	var end jobEnd
+	end.noTables.Store(true)
+	cfg := ServerConfig{ID: "s0", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	err := drainServer(t.Context(), cc, nil, cfg, evict.Notice{Source: "signal", Deadline: time.Now().Add(time.Minute)}, &end)
+	if !errors.Is(err, ErrDrained) {
+		t.Fatalf("drain with no table and no coordinator: %v, want %v", err, ErrDrained)
+	}
+}

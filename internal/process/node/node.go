@@ -228,8 +228,10 @@ func drainServer(ctx context.Context, cc *api.Client, s *server.Server, cfg Serv
 	cfg.Logger.Warn("eviction notice: leaving the layout", "source", n.Source, "deadline", n.Deadline)
 	dctx, cancel := context.WithDeadline(ctx, n.Deadline)
 	defer cancel()
-	if end.done.Load() && coordinatorGone(dctx, cc) {
-		cfg.Logger.Warn("the job is done and the coordinator does not answer: leaving without a handoff", "waited", afterJobReach)
+	// Before the job's first table the server holds nothing either: it
+	// waited the client's 30 s for a coordinator gone, then exited 1.
+	if (end.done.Load() || end.noTables.Load()) && coordinatorGone(dctx, cc) {
+		cfg.Logger.Warn("the job is done, or holds no table yet, and the coordinator does not answer: leaving without a handoff", "waited", afterJobReach)
 		return ErrDrained
 	}
 	l, err := leaveRing(dctx, cc, cfg, n, end)
