@@ -36,9 +36,11 @@ func (c *Client) RunPasses(ctx context.Context, p Passes) error {
 	// The examples account rides on the evaluations (one live worker
 	// takes each pass's, whatever dies): a job without an evaluation of
 	// its own still has each pass "evaluated", with no metrics, for its
-	// account. orders keeps each pass's Order for the account.
+	// account. orders keeps each pass's Order for the account, by pass
+	// as it runs (a slice of p.N made at the start ran out of memory at
+	// --passes 99999999999).
 	var account accountFunc
-	orders := make([]func(pass, partition int) []int, p.N)
+	orders := map[int]func(pass, partition int) []int{}
 	if c.keepAccount(ctx) {
 		account = func(ctx context.Context, pass int) (*api.ExamplesAccount, error) {
 			order := orders[pass-1]

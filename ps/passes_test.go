@@ -61,3 +61,22 @@ func TestRunPasses(t *testing.T) {
 		t.Errorf("got %v, want pass 1's error", err)
 	}
 }
+
+// TestRunPassesMany: a job of more passes than memory holds words runs
+// its passes one by one (RunPasses made a slice of N at the start, which
+// ran out of memory at --passes 99999999999).
+func TestRunPassesMany(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	boom := errors.New("boom")
+	err := bareClient(newFakeCoord(1), 0).RunPasses(ctx, Passes{N: 1 << 62, Loop: func(pass int) Loop {
+		step := func(context.Context, Batch) (*Future, error) { return nil, nil }
+		if pass == 1 {
+			step = func(context.Context, Batch) (*Future, error) { return nil, boom }
+		}
+		return Loop{Order: identity(10), Batch: 4, Step: step}
+	}})
+	if !errors.Is(err, boom) || !strings.HasPrefix(err.Error(), "pass 2: ") {
+		t.Errorf("got %v, want pass 2's error", err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -62,7 +63,9 @@ func Export(dir string, train *data.Ratings, rank int, read func(keys []uint64, 
 	}
 	dicts := [2]*data.IDs{train.UserIDs, train.ItemIDs}
 	var line []byte
+	var rows [2]int
 	for i, k := range keys {
+		rows[k&1]++
 		// Users are even keys, items odd; a string id is written as it
 		// was read, which the parser made sure holds no tab or newline.
 		if d := dicts[k&1]; d != nil {
@@ -88,8 +91,8 @@ func Export(dir string, train *data.Ratings, rank int, read func(keys []uint64, 
 		}
 	}
 	lo, hi := train.Range()
-	global := fmt.Appendf(nil, "version\t%d\nmean\t%g\nmin\t%g\nmax\t%g\nusers\t%s\nitems\t%s\n",
-		FormatVersion, float32(train.Mean()), lo, hi, idKind(train.UserIDs), idKind(train.ItemIDs))
+	global := fmt.Appendf(nil, "version\t%d\nmean\t%g\nmin\t%g\nmax\t%g\nusers\t%s\nitems\t%s\nuser_rows\t%d\nitem_rows\t%d\n",
+		FormatVersion, float32(train.Mean()), lo, hi, idKind(train.UserIDs), idKind(train.ItemIDs), rows[0], rows[1])
 	return os.WriteFile(filepath.Join(dir, "global.tsv"), global, 0o644)
 }
 
@@ -118,13 +121,14 @@ type Model struct {
 
 // LoadModel reads a model that export wrote to dir, of any format
 // version. Every row of users.tsv and items.tsv has the same number of
-// values, and each file ends with a whole line: a file cut short (a
-// copy that failed, a full disk) is refused, naming the file and the
-// line, rather than read as a model whose missing users and items
-// predict the mean.
+// finite values, each id once, and each file ends with a whole line and
+// holds as many rows as global.tsv says (when it says: user_rows and
+// item_rows): a file cut short (a copy that failed, a full disk), even
+// at a line's end, is refused, naming the file, rather than read as a
+// model whose missing users and items predict the mean.
 func LoadModel(dir string) (*Model, error) {
 	m := &Model{}
-	strs, err := m.readGlobal(filepath.Join(dir, "global.tsv"))
+	strs, rows, err := m.readGlobal(filepath.Join(dir, "global.tsv"))
 	if err != nil {
 		return nil, err
 	}
@@ -137,48 +141,55 @@ func LoadModel(dir string) (*Model, error) {
 		if strs[i] {
 			*t.ids = &data.IDs{}
 		}
-		rows, err := readTSV(filepath.Join(dir, t.name), &width, *t.ids)
+		path := filepath.Join(dir, t.name)
+		got, err := readTSV(path, &width, *t.ids)
 		if err != nil {
 			return nil, err
 		}
-		*t.dst = rows
+		if rows[i] >= 0 && len(got) != rows[i] {
+			return nil, fmt.Errorf("mf: model %s: %w: %d rows, global.tsv says %d", path, ErrModel, len(got), rows[i])
+		}
+		*t.dst = got
 	}
 	return m, nil
 }
 
 // readGlobal reads global.tsv, "key value" lines, into m and returns
-// whether the users' and the items' ids are strings. A model exported
+// whether the users' and the items' ids are strings, and how many rows
+// users.tsv and items.tsv hold (-1: not said, as before the fourteenth
+// session; lines end in \n or \r\n). A model exported
 // before the range was recorded (version 0) has the mean line alone; it
 // was trained on MovieLens's 1-5 scale, which the predictions were then
 // clipped to. One without a version line is version 0 or 1, of numbers.
-func (m *Model) readGlobal(path string) (strs [2]bool, err error) {
+func (m *Model) readGlobal(path string) (strs [2]bool, rows [2]int, err error) {
+	rows = [2]int{-1, -1}
 	g, err := os.ReadFile(path)
 	if err != nil {
-		return strs, fmt.Errorf("mf: model: %w", err)
+		return strs, rows, fmt.Errorf("mf: model: %w", err)
 	}
 	m.Min, m.Max = 1, 5
 	seen := map[string]bool{}
 	for n, line := range strings.Split(strings.TrimSuffix(string(g), "\n"), "\n") {
-		key, val, ok := strings.Cut(line, "\t")
+		key, val, ok := strings.Cut(strings.TrimSuffix(line, "\r"), "\t")
 		if !ok {
-			return strs, fmt.Errorf("mf: model %s:%d: %w: %q is not a key, a tab and a value", path, n+1, ErrModel, line)
+			return strs, rows, fmt.Errorf("mf: model %s:%d: %w: %q is not a key, a tab and a value", path, n+1, ErrModel, line)
 		}
 		if seen[key] {
-			return strs, fmt.Errorf("mf: model %s:%d: %w: %s again", path, n+1, ErrModel, key)
+			return strs, rows, fmt.Errorf("mf: model %s:%d: %w: %s again", path, n+1, ErrModel, key)
 		}
 		seen[key] = true
 		switch key {
 		case "version":
 			v, err := strconv.Atoi(val)
 			if err != nil || v < 0 || v > FormatVersion {
-				return strs, fmt.Errorf("mf: model %s:%d: %w %q (this terrace reads versions 0 to %d: a newer one wrote it?)", path, n+1, ErrVersion, val, FormatVersion)
+				return strs, rows, fmt.Errorf("mf: model %s:%d: %w %q (this terrace reads versions 0 to %d: a newer one wrote it?)", path, n+1, ErrVersion, val, FormatVersion)
 			}
 		case "mean", "min", "max":
 			// Written from float32s, whose shortest forms read back
 			// exactly as float32s.
 			v, err := strconv.ParseFloat(val, 32)
 			if err != nil {
-				return strs, fmt.Errorf("mf: model %s:%d: %s: %w", path, n+1, key, err)
+				return strs, rows, fmt.Errorf("mf: model %s:%d: %s: %w", path, n+1, key, err)
 			}
 			switch key {
 			case "mean":
@@ -188,9 +199,19 @@ func (m *Model) readGlobal(path string) (strs [2]bool, err error) {
 			default:
 				m.Max = v
 			}
+		case "user_rows", "item_rows":
+			v, err := strconv.Atoi(val)
+			if err != nil || v < 0 {
+				return strs, rows, fmt.Errorf("mf: model %s:%d: %w: %s %q", path, n+1, ErrModel, key, val)
+			}
+			if key == "user_rows" {
+				rows[0] = v
+			} else {
+				rows[1] = v
+			}
 		case "users", "items":
 			if val != "strings" && val != "numbers" {
-				return strs, fmt.Errorf("mf: model %s:%d: %w: %s are %q, not strings or numbers", path, n+1, ErrModel, key, val)
+				return strs, rows, fmt.Errorf("mf: model %s:%d: %w: %s are %q, not strings or numbers", path, n+1, ErrModel, key, val)
 			}
 			if key == "users" {
 				strs[0] = val == "strings"
@@ -200,9 +221,9 @@ func (m *Model) readGlobal(path string) (strs [2]bool, err error) {
 		}
 	}
 	if !seen["mean"] {
-		return strs, fmt.Errorf("mf: model %s: %w: no mean", path, ErrModel)
+		return strs, rows, fmt.Errorf("mf: model %s: %w: no mean", path, ErrModel)
 	}
-	return strs, nil
+	return strs, rows, nil
 }
 
 // ErrVersion: a model directory's global.tsv names a format version this
@@ -231,7 +252,7 @@ func readTSV(path string, width *int, ids *data.IDs) (map[uint32][]float32, erro
 		if err != nil {
 			return nil, fmt.Errorf("mf: model %s:%d: %w", path, n, err)
 		}
-		fields := strings.Split(strings.TrimSuffix(line, "\n"), "\t")
+		fields := strings.Split(strings.TrimSuffix(strings.TrimSuffix(line, "\n"), "\r"), "\t")
 		if *width == 0 {
 			*width = len(fields) - 1
 		}
@@ -250,12 +271,19 @@ func readTSV(path string, width *int, ids *data.IDs) (map[uint32][]float32, erro
 				return nil, fmt.Errorf("mf: model %s:%d: %w", path, n, err)
 			}
 			id = uint32(v)
+			if _, again := out[id]; again {
+				return nil, fmt.Errorf("mf: model %s:%d: %w: id %d again", path, n, ErrModel, id)
+			}
 		}
 		vals := make([]float32, *width)
 		for i, field := range fields[1:] {
 			v, err := strconv.ParseFloat(field, 32)
 			if err != nil {
 				return nil, fmt.Errorf("mf: model %s:%d: %w", path, n, err)
+			}
+			// Servers refuse non-finite updates, so no job exports one.
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				return nil, fmt.Errorf("mf: model %s:%d: %w: value %d is %s", path, n, ErrModel, i+1, field)
 			}
 			vals[i] = float32(v)
 		}

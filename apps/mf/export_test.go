@@ -107,3 +107,49 @@ func TestLoadModelVersions(t *testing.T) {
 		})
 	}
 }
+
+// TestLoadModelRefused: a model directory no export writes is refused,
+// naming the file: a file cut short at a line's end (global.tsv counts
+// each file's rows), a numeric id twice, a value not finite. A cut at a
+// line's end read as a smaller model, the second row of an id replaced
+// the first, and a NaN scored as an RMSE of NaN.
+func TestLoadModelRefused(t *testing.T) {
+	const global = "version\t2\nmean\t3.5\nmin\t1\nmax\t5\nusers\tnumbers\nitems\tnumbers\nuser_rows\t2\nitem_rows\t2\n"
+	const users = "1\t0.5\t0.1\t0.2\n2\t-0.5\t0.3\t0.4\n"
+	const items = "7\t0.25\t1\t2\n8\t0.75\t3\t4\n"
+	for _, tc := range []struct {
+		name, global, users, items string
+		file                       string // named by the error; "" for none
+	}{
+		{"whole", global, users, items, ""},
+		{"whole, CRLF", strings.ReplaceAll(global, "\n", "\r\n"), strings.ReplaceAll(users, "\n", "\r\n"), items, ""},
+		{"cut at a line's end", global, users, "7\t0.25\t1\t2\n", "items.tsv"},
+		{"a row more", global, users + "3\t0\t0\t0\n", items, "users.tsv"},
+		{"an id twice", global, "1\t0.5\t0.1\t0.2\n1\t-0.5\t0.3\t0.4\n", items, "users.tsv:2"},
+		{"NaN", global, users, "7\t0.25\tNaN\t2\n8\t0.75\t3\t4\n", "items.tsv:1"},
+		{"infinite", global, users, "7\t0.25\t1\t2\n8\t+Inf\t3\t4\n", "items.tsv:2"},
+		{"rows not a count", strings.Replace(global, "item_rows\t2", "item_rows\t-2", 1), users, items, "global.tsv:8"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for name, body := range map[string]string{"global.tsv": tc.global, "users.tsv": tc.users, "items.tsv": tc.items} {
+				if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			m, err := LoadModel(dir)
+			if tc.file == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(m.Users) != 2 || len(m.Items) != 2 {
+					t.Fatalf("%d users, %d items; want 2 and 2", len(m.Users), len(m.Items))
+				}
+				return
+			}
+			if want := filepath.Join(dir, tc.file); !errors.Is(err, ErrModel) || !strings.Contains(err.Error(), want) {
+				t.Fatalf("LoadModel: %v; want %v naming %s", err, ErrModel, want)
+			}
+		})
+	}
+}

@@ -46,7 +46,7 @@ func benchCmd() *cobra.Command {
 		},
 	}
 	wf := wire.Flags()
-	wf.IntVar(&wo.DenseBytes, "dense-bytes", 0, "bytes of the dense vector (64 MiB if 0)")
+	wf.IntVar(&wo.DenseBytes, "dense-bytes", 0, "bytes of the dense vector (64 MiB if 0; at most 1 GiB)")
 	wf.IntVar(&wo.Rounds, "rounds", 0, "timed rounds per figure; the median is reported (5 if 0)")
 	wf.IntVar(&wo.SparseKeys, "sparse-keys", 0, "keys per sparse operation (10,000 if 0)")
 	wf.StringVar(&wireReport, "report", "", "write the JSON report to this file")

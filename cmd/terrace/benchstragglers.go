@@ -37,6 +37,17 @@ over time under the first pattern, without and with reassignment.
   terrace bench stragglers --app mf --passes 5 --train ../shared/data/ratings/ml-100k/u1.base --test ../shared/data/ratings/ml-100k/u1.test`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// 0 or less took the defaults without a word, and a large count
+			// ran away as train's did (checkLocalCluster).
+			if err := checkCluster(o.Servers, o.Workers, 1); err != nil {
+				return err
+			}
+			if err := checkLocalCluster(o.Servers, o.Workers); err != nil {
+				return err
+			}
+			if o.Repeats < 1 {
+				return fmt.Errorf("--repeats %d: need at least 1", o.Repeats)
+			}
 			o.Patterns = []string{"one:4x", "random:3x", "machine:5x@2s-6s", "powerlaw:1.5"}
 			if patterns != "" {
 				o.Patterns = strings.Split(patterns, ",")

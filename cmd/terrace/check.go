@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/spf13/cobra"
+
 	"github.com/terrace-ml/terrace/table"
 )
 
@@ -45,6 +47,14 @@ func (a *appFlags) checkFlags() error {
 	}
 	if a.app == "nn" && a.hidden <= 0 {
 		return fmt.Errorf("--hidden %d: want one unit or more", a.hidden)
+	}
+	// Each is a table's width: out of range, every worker failed once the
+	// cluster had formed, naming the table, not the flag.
+	if a.app == "nn" && a.hidden > table.MaxWidth {
+		return fmt.Errorf("--hidden %d: want at most %d units", a.hidden, table.MaxWidth)
+	}
+	if a.app == "mf" && (a.rank < 1 || a.rank > table.MaxWidth) {
+		return fmt.Errorf("--factors %d: want 1 to %d", a.rank, table.MaxWidth)
 	}
 	// A flag given with an app that does not read it was ignored without
 	// a word (lda's --encoding and --significance: ldaConfig says why).
@@ -134,13 +144,44 @@ func (a *appFlags) checkModelPath() error {
 	if st, err := os.Stat(a.model); err == nil && st.IsDir() {
 		return fmt.Errorf("--model %s is a directory: --app %s writes its model to a file", a.model, a.app)
 	}
-	dir := filepath.Dir(a.model)
+	return checkOutDir("model", a.model)
+}
+
+// checkOutDir refuses a file that --flag names in a directory that is not
+// there.
+func checkOutDir(flag, path string) error {
+	dir := filepath.Dir(path)
 	st, err := os.Stat(dir)
 	switch {
 	case err != nil:
-		return fmt.Errorf("--model %s: its directory: %w", a.model, err)
+		return fmt.Errorf("--%s %s: its directory: %w", flag, path, err)
 	case !st.IsDir():
-		return fmt.Errorf("--model %s: %s is not a directory", a.model, dir)
+		return fmt.Errorf("--%s %s: %s is not a directory", flag, path, dir)
+	}
+	return nil
+}
+
+// outputFlags are the flags that name a file a command writes at its end.
+// Written there, a missing directory failed a train, a bench or a job's
+// coordinator once all the work was done ("report: open
+// /nonexistent/r.json.tmp"), and the work's report was lost.
+var outputFlags = []struct{ command, flag string }{
+	{"", "report"}, {"coordinator", "events"}, {"stragglers", "plot"}, {"replay", "plot"},
+}
+
+// checkOutputs checks the files cmd's output flags name before it runs.
+func checkOutputs(cmd *cobra.Command) error {
+	for _, o := range outputFlags {
+		f := cmd.Flags().Lookup(o.flag)
+		if f == nil || f.Value.Type() != "string" || f.Value.String() == "" || (o.command != "" && o.command != cmd.Name()) {
+			continue
+		}
+		if st, err := os.Stat(f.Value.String()); err == nil && st.IsDir() {
+			return fmt.Errorf("--%s %s is a directory: it names the file to write", o.flag, f.Value.String())
+		}
+		if err := checkOutDir(o.flag, f.Value.String()); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -21,6 +21,13 @@ func TestMistakesNameTheFlag(t *testing.T) {
 		t.Fatal(err)
 	}
 	data := []string{"--train", repoFile("datasets/a9a/a9a.gz"), "--test", repoFile("datasets/a9a/a9a.t.gz")}
+	ratings := []string{"--train", filepath.Join(dir, "r.tsv"), "--test", filepath.Join(dir, "r.tsv")}
+	factors := filepath.Join(dir, "factors.yaml")
+	for name, body := range map[string]string{"r.tsv": "1 2 3\n", "factors.yaml": "app: mf\nfactors: -3\ntrain: " + ratings[1] + "\ntest: " + ratings[1] + "\n"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -29,6 +36,9 @@ func TestMistakesNameTheFlag(t *testing.T) {
 		{[]string{"train", "--topics", "5"}, "--topics is for --app lda, not lr"},
 		{[]string{"train", "--app", "mlr", "--hidden", "5"}, "--hidden is for --app nn, not mlr"},
 		{[]string{"train", "--app", "nn", "--hidden", "0"}, "--hidden 0: want one unit or more"},
+		{[]string{"train", "--app", "nn", "--hidden", "100000"}, "--hidden 100000: want at most 65536 units"},
+		{append([]string{"train", "--app", "mf", "--factors", "0"}, ratings...), "--factors 0: want 1 to 65536"},
+		{[]string{"submit", "--coordinator", "127.0.0.1:1", factors}, "--factors -3: want 1 to 65536"},
 		{[]string{"worker", "--coordinator", "127.0.0.1:1", "--factors", "8"}, "--factors is for --app mf, not lr"},
 		// Flags some apps read and others ignored without a word.
 		{[]string{"train", "--app", "nn", "--l1", "0.1"}, "--l1 is for --app lr, lasso, not nn"},
@@ -41,6 +51,15 @@ func TestMistakesNameTheFlag(t *testing.T) {
 		{append([]string{"train", "--model", dir}, data...), "--model " + dir + " is a directory"},
 		{[]string{"train", "--consistency", "sspp:2"}, `--consistency "sspp:2"`},
 		{[]string{"train", "--partitions", "-1"}, "--partitions -1"},
+		// Found once all the work was done, the report lost with it.
+		{[]string{"train", "--report", filepath.Join(dir, "none", "r.json")}, "--report " + filepath.Join(dir, "none", "r.json") + ": its directory: "},
+		{[]string{"train", "--report", dir}, "--report " + dir + " is a directory"},
+		{[]string{"coordinator", "--listen", "127.0.0.1:0", "--in-memory", "--events", filepath.Join(dir, "none", "e.json")}, "--events " + filepath.Join(dir, "none", "e.json") + ": its directory: "},
+		{[]string{"bench", "stragglers", "--plot", filepath.Join(dir, "none", "p.svg")}, "--plot " + filepath.Join(dir, "none", "p.svg") + ": its directory: "},
+		// A million in-process servers grew past a gigabyte, and no signal stopped them.
+		{[]string{"train", "--servers", "1000000"}, "--servers 1000000: a cluster on this host takes at most 256"},
+		{[]string{"train", "--processes", "--workers", "100000"}, "--workers 100000: a cluster on this host takes at most 256"},
+		{[]string{"train", "--processes", "--reliable", "1", "--transient", "1000"}, "--reliable 1 --transient 1000 --workers-per-machine 1: a cluster on this host"},
 		{[]string{"train", "--coordinators", "3"}, "--coordinators needs --processes"},
 		{[]string{"train", "--timeout", "1m"}, "--timeout needs --processes"},
 		{[]string{"train", "--audit-every", "4"}, "--audit-every needs --processes"},
@@ -59,6 +78,9 @@ func TestMistakesNameTheFlag(t *testing.T) {
 		{[]string{"replay", "--prices", "p.csv", "--policy", "all", "--simulate", "--report", "r.json", "--train", "a9a.gz"}, "--train is for a real replay"},
 		{[]string{"status", "--coordinator", "127.0.0.1:1", "--watch", "--every", "0s"}, "--every 0s: want a positive interval"},
 		{[]string{"bench", "stragglers", "--staleness", "2,-1"}, "--staleness -1: want 0 or more clocks"},
+		{[]string{"bench", "stragglers", "--workers", "0"}, "--workers 0: need at least 1"},
+		{[]string{"bench", "stragglers", "--servers", "100000"}, "--servers 100000: a cluster on this host takes at most 256"},
+		{[]string{"bench", "stragglers", "--repeats", "-1"}, "--repeats -1: need at least 1"},
 		{[]string{"certs", "list", "--dir", filepath.Join(dir, "none")}, "--dir " + filepath.Join(dir, "none")},
 		// Not a flag's value, but the same silence: it waited 30 s, saying nothing.
 		{[]string{"checkpoint", "--coordinator", "127.0.0.1:1", "--timeout", "1s"}, "terrace: coordinator http://127.0.0.1:1 unreachable (Get "},

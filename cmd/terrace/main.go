@@ -34,6 +34,7 @@ func main() {
 			cancelOnTerm(c, &runCtx)
 		}
 	}
+	checkOutputsFirst(root)
 	err := root.ExecuteContext(ctx)
 	if errors.Is(err, node.ErrDrained) {
 		fmt.Fprintln(os.Stderr, "terrace: drained; exiting")
@@ -47,6 +48,26 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "terrace:", err)
 		os.Exit(1)
+	}
+}
+
+// checkOutputsFirst makes c and every command under it check its output
+// flags (checkOutputs) before it runs, once its --config is applied.
+func checkOutputsFirst(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		checkOutputsFirst(sub)
+	}
+	if c.RunE == nil {
+		return
+	}
+	prev := c.PreRunE
+	c.PreRunE = func(cmd *cobra.Command, args []string) error {
+		if prev != nil {
+			if err := prev(cmd, args); err != nil {
+				return err
+			}
+		}
+		return checkOutputs(cmd)
 	}
 }
 

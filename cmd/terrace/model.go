@@ -66,6 +66,28 @@ func negLabel(path string) (string, error) {
 // errNoServer: no server of a live cluster answered export.
 var errNoServer = errors.New("no server of the cluster answers")
 
+// errModelGone: every server of the cluster left or died, and the
+// job's model with them.
+var errModelGone = errors.New("every server of the cluster has left or died, and the job's model with them")
+
+// modelGone reports, from the coordinator's status, whether no server
+// holds the model any more: there were servers, and each left (the last
+// one after the job leaves with the model) or died. Export waited its
+// whole --timeout for one to answer, then said that none did.
+func modelGone(st *api.Status) bool {
+	servers := 0
+	for _, n := range st.Nodes {
+		if n.Role != api.RoleServer {
+			continue
+		}
+		if n.State != "left" && n.State != "dead" {
+			return false
+		}
+		servers++
+	}
+	return servers > 0
+}
+
 func exportCmd() *cobra.Command {
 	var coordinator, out, ckptDir, train string
 	var timeout time.Duration
@@ -114,6 +136,9 @@ A job that ends its cluster writes its model itself: give the job
 			}
 			if st.Job == nil {
 				return fmt.Errorf("export from %s: the cluster has no job", coordinator)
+			}
+			if cs, err := cc.Status(ctx); err == nil && modelGone(cs) {
+				return fmt.Errorf("export from %s: %w (--checkpoint-dir exports a checkpoint's)", coordinator, errModelGone)
 			}
 			// The servers hold the model: with none answering (the job's
 			// servers died after it) Connect waited for a newer layout for

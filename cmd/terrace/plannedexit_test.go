@@ -92,6 +92,13 @@ func TestServersDrainAfterJob(t *testing.T) {
 	if !strings.Contains(sws[2].String(), "the job's model goes with it") {
 		t.Errorf("the last server left after the job without saying the model went with it:\n%s", sws[2])
 	}
+	// The coordinator knows the model left with the last server: export
+	// says so at once (it waited its whole --timeout, then said that no
+	// server answered).
+	out, err := exec.CommandContext(ctx, terrace(t), "export", "--coordinator", addr, "--out", model+".2", "--timeout", "20s").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), errModelGone.Error()) {
+		t.Errorf("export after the last server left: %v, want %q:\n%s", err, errModelGone, out)
+	}
 	ev := events(t, ctx, addr)
 	for _, want := range []string{"s0: drained: left the ring", "s1: drained: left the ring", "s2: the last server left after job 1"} {
 		if !strings.Contains(ev, want) {

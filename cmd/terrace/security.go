@@ -107,7 +107,10 @@ func (f *securityFlags) client(addrs string, role auth.Role) (*api.Client, trans
 // was mistyped or the coordinator down.
 func reach(ctx context.Context, cc *api.Client, w io.Writer, within time.Duration) error {
 	if d, ok := ctx.Deadline(); ok {
-		within = min(within, time.Until(d).Round(time.Second))
+		// Not rounded: a deadline under half a second away rounded to
+		// 0, and checkpoint --wait --timeout 400ms said a live
+		// coordinator was unreachable.
+		within = min(within, time.Until(d))
 	}
 	until := time.Now().Add(within)
 	cc.Unreachable = func(addrs string, err error) {

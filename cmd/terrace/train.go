@@ -175,6 +175,9 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 			if err := checkCluster(servers, workers, replication); err != nil {
 				return err
 			}
+			if err := checkLocalCluster(servers, workers); err != nil {
+				return err
+			}
 			if err := checkCoordination(partitions, d.failAfter); err != nil {
 				return err
 			}

@@ -63,6 +63,8 @@ func (t *tierTrainFlags) check(fs *pflag.FlagSet, processes bool) (*drill.Tiers,
 		return nil, nil, fmt.Errorf("--workers-per-machine %d: must be >= 1", t.perMachine)
 	case t.syncInterval <= 0:
 		return nil, nil, fmt.Errorf("--sync-interval %v: must be positive", t.syncInterval)
+	case t.reliable+t.transient > maxLocalNodes || (t.reliable+t.transient)*t.perMachine > maxLocalNodes:
+		return nil, nil, fmt.Errorf("--reliable %d --transient %d --workers-per-machine %d: a cluster on this host takes at most %d servers and %d workers", t.reliable, t.transient, t.perMachine, maxLocalNodes, maxLocalNodes)
 	}
 	var links *tier.ByClass
 	if t.linkMbps != "" {

@@ -521,6 +521,13 @@ func (s *Server) serveConn(nc net.Conn) {
 	// A peer that connects and says nothing is dropped, not kept forever.
 	nc.SetReadDeadline(time.Now().Add(helloTimeout))
 	if err := s.greet(c); err != nil {
+		if errors.Is(err, io.EOF) {
+			// Closed before its first byte: a TCP health check, or a
+			// client that gave up before its hello (a worker whose data
+			// failed to parse), nothing to warn of.
+			s.log.Debug("refusing connection", "peer", nc.RemoteAddr(), "err", err)
+			return
+		}
 		s.log.Warn("refusing connection", "peer", nc.RemoteAddr(), "err", err)
 		return
 	}

@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -237,6 +238,15 @@ func (c *Client) WaitReachable(ctx context.Context) error {
 	try := healthTimeout
 	mismatched := 0 // consecutive tries that met a TLS mismatch
 	for i := 0; ; i++ {
+		if err := ctx.Err(); err != nil {
+			// The caller's time ran out while this waited (the select
+			// below may take the poll when both are ready): the tries
+			// before say why. A try begun now was said to find a
+			// coordinator that "accepts connections but does not
+			// answer" (no answer within 0s), one that had refused
+			// every connection for 30 s.
+			return fmt.Errorf("%w: %s: %v", ErrUnavailable, strings.Join(c.bases, ","), cmp.Or(last, err))
+		}
 		base := c.bases[i%len(c.bases)]
 		// A coordinator that accepts and never answers (stopped, or
 		// wedged) held each try for the client's whole timeout (40 s),

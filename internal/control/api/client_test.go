@@ -93,12 +93,19 @@ func TestStrangerOnACoordinatorsPort(t *testing.T) {
 	}
 }
 
+// TestUnreachable: a closed port is unreachable, and said to refuse, not
+// to be silent: a try begun as the caller's time ran out (or after) was
+// said to find a coordinator that "accepts connections but does not
+// answer" (no answer within 0s).
 func TestUnreachable(t *testing.T) {
 	cl := NewClient("127.0.0.1:1", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	if err := cl.WaitReachable(ctx); !errors.Is(err, ErrUnavailable) {
+	if err := cl.WaitReachable(ctx); !errors.Is(err, ErrUnavailable) || strings.Contains(err.Error(), "does not answer") {
 		t.Fatalf("reaching a closed port: %v", err)
+	}
+	if err := cl.WaitReachable(ctx); !errors.Is(err, ErrUnavailable) || strings.Contains(err.Error(), "does not answer") {
+		t.Fatalf("reaching a closed port once the time is out: %v", err)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/placement/ring"
+	"github.com/terrace-ml/terrace/table"
 )
 
 // jobRig drives a Machine as the driver does: each step's Ready is saved
@@ -413,5 +414,28 @@ func TestResumedJob(t *testing.T) {
 	r.step(func(m *Machine, id uint64) { m.Join(id, api.Join{Role: api.RoleWorker, ID: "w0"}) })
 	if rep := r.step(func(m *Machine, id uint64) { m.SubmitJob(id, more) }); !errors.Is(rep.Err, api.ErrJobConflict) {
 		t.Errorf("another job after a worker took the checkpoint's: %v, want ErrJobConflict", rep.Err)
+	}
+}
+
+// TestServerFailedSaysOnlyCopyLost: a server that fails while it holds
+// the only copy of its slots (--replication 1) is said to take them with
+// it; with k = 2 its slots fall to the copies. The timeline said they
+// fall to the next servers either way.
+func TestServerFailedSaysOnlyCopyLost(t *testing.T) {
+	for _, k := range []int{1, 2} {
+		r := newJobRig(t, Config{Servers: 3, Workers: 2, Partitions: 2, Replication: k})
+		if rep := r.step(func(m *Machine, id uint64) { m.CreateTable(id, table.Spec{Name: "w", Width: 1}) }); rep.Err != nil {
+			t.Fatal(rep.Err)
+		}
+		if rep := r.step(func(m *Machine, id uint64) { m.ServerFailed(id, "s1", "") }); !rep.Removed {
+			t.Fatalf("k=%d: s1 not removed", k)
+		}
+		i := slices.IndexFunc(r.events, func(e api.Event) bool { return e.Kind == api.EventFailed && e.Node == "s1" })
+		if i < 0 {
+			t.Fatalf("k=%d: no failed event for s1: %v", k, r.events)
+		}
+		if lost := strings.Contains(r.events[i].Cause, "only copy"); lost != (k == 1) {
+			t.Errorf("k=%d: %q", k, r.events[i].Cause)
+		}
 	}
 }

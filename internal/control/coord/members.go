@@ -231,10 +231,21 @@ func (m *Machine) ServerFailed(id uint64, server, addr string) {
 		m.reply(Reply{ID: id})
 		return
 	}
+	l := &m.st.Layout
+	// A chain of one server (--replication 1, or one server left of k)
+	// holds the only copy of its slots: the next servers serve them from
+	// empty. The timeline said they "fall to their chains' next servers",
+	// as if nothing were lost.
+	lone := m.cfg.Stage == 0 && len(l.Tables) > 0 && min(l.K(), len(l.Servers)) == 1
 	removed := m.removeServer(server, addr)
-	if removed {
+	switch {
+	case removed && lone:
+		lost := "server does not answer pings: it held the only copy of its slots (one server a chain), which is lost; the next servers serve them from empty (a checkpoint has them: --resume)"
+		m.log.Error(lost, "server", server)
+		m.note(api.EventFailed, server, lost)
+	case removed:
 		m.note(api.EventFailed, server, "server does not answer pings: its slots fall to their chains' next servers")
-	} else {
+	default:
 		m.lastServerDown(server, "does not answer pings")
 	}
 	m.reply(Reply{ID: id, Removed: removed})

@@ -166,3 +166,22 @@ func TestReplaceUnstartedJob(t *testing.T) {
 		t.Fatalf("a job that trained a row replaced: %v, want ErrJobConflict", err)
 	}
 }
+
+// TestNextJobForgetsGoneWorkers: the old job's workers that left or
+// died are not listed by the next job's status. Its server list took
+// every gone node that was not one of the current job's workers, so the
+// old job's gone workers showed as dead or left servers.
+func TestNextJobForgetsGoneWorkers(t *testing.T) {
+	r := newJobRig(t, Config{Servers: 2, Workers: 2, Partitions: 2, Replication: 2})
+	j := api.Job{App: "lr", Train: "a9a", Passes: 5, Consistency: "ssp:2"}
+	runJob(t, r, j)
+	j.Passes = 2
+	if rep := r.step(func(m *Machine, id uint64) { m.SubmitJob(id, j) }); rep.Err != nil {
+		t.Fatalf("the next job: %v", rep.Err)
+	}
+	for _, n := range r.m.Status().Nodes {
+		if n.Role != api.RoleServer || n.ID == "w0" || n.ID == "w1" {
+			t.Errorf("the next job's status lists %s %s (%s), a worker of the old job", n.Role, n.ID, n.State)
+		}
+	}
+}

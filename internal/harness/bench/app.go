@@ -63,6 +63,10 @@ func (o AppOptions) withDefaults() (AppOptions, error) {
 	if o.Epochs < 1 || o.Batch < 1 || o.Repeats < 1 {
 		return o, fmt.Errorf("bench: epochs %d, batch %d and repeats %d must be positive", o.Epochs, o.Batch, o.Repeats)
 	}
+	if o.ScrapeEvery < 0 {
+		// It ran without the scraped side, as if 0, without a word.
+		return o, fmt.Errorf("bench: scrape interval %v: want a positive interval, or 0 for no scraping", o.ScrapeEvery)
+	}
 	return o, nil
 }
 

@@ -274,6 +274,30 @@ func TestFreshKeys(t *testing.T) {
 	}
 }
 
+// TestWireOptionsRefused: sizes the run cannot hold or measure are
+// refused before anything runs; a dense vector of 100 TB was allocated
+// and the process died out of memory.
+func TestWireOptionsRefused(t *testing.T) {
+	for _, o := range []WireOptions{{DenseBytes: 3}, {DenseBytes: MaxDenseBytes + 4}, {DenseBytes: 99999999999996}, {Rounds: -1}} {
+		if _, err := o.withDefaults(); err == nil {
+			t.Errorf("%+v: no error", o)
+		}
+	}
+	if _, err := (WireOptions{DenseBytes: MaxDenseBytes}).withDefaults(); err != nil {
+		t.Errorf("the largest dense size: %v", err)
+	}
+}
+
+// TestAppOptionsRefused: a negative scrape interval ran the benchmark
+// without its scraped side, as 0 does, without a word.
+func TestAppOptionsRefused(t *testing.T) {
+	for _, o := range []AppOptions{{Train: "a", Test: "b", ScrapeEvery: -time.Second}, {Train: "a", Test: "b", Epochs: -1}} {
+		if _, err := o.withDefaults(); err == nil {
+			t.Errorf("%+v: no error", o)
+		}
+	}
+}
+
 func TestWireSmall(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -44,6 +44,12 @@ func (o WireOptions) step(done int) {
 	}
 }
 
+// MaxDenseBytes bounds WireOptions.DenseBytes, 16 times the default: the
+// worker's vector, its pull destination, the server's table and the raw
+// baseline's buffers are each of that size (--dense-bytes 99999999999996
+// died with "fatal error: runtime: out of memory").
+const MaxDenseBytes = 1 << 30
+
 func (o WireOptions) withDefaults() (WireOptions, error) {
 	if o.DenseBytes == 0 {
 		o.DenseBytes = 64 << 20
@@ -66,6 +72,8 @@ func (o WireOptions) withDefaults() (WireOptions, error) {
 	switch {
 	case o.DenseBytes < 4 || o.DenseBytes%4 != 0:
 		return o, fmt.Errorf("bench: dense size %d is not a positive multiple of 4 bytes", o.DenseBytes)
+	case o.DenseBytes > MaxDenseBytes:
+		return o, fmt.Errorf("bench: dense size %d is over %d bytes (the run holds several copies of the vector)", o.DenseBytes, MaxDenseBytes)
 	case o.Rounds < 1 || o.SparseOps < 1 || o.SparseKeys < 1:
 		return o, fmt.Errorf("bench: rounds %d, sparse ops %d and sparse keys %d must be positive", o.Rounds, o.SparseOps, o.SparseKeys)
 	case uint64(o.SparseKeys) > o.SparseSpace/2:

@@ -237,7 +237,10 @@ func (b *builder) done() (*Prices, error) {
 	return p, nil
 }
 
-// readAll reads a file, gunzipping it if it is gzip.
+// readAll reads a file, gunzipping it if it is gzip, without the UTF-8
+// byte order mark a spreadsheet's "CSV UTF-8" export starts with (a CSV
+// so saved was refused: its header had no column "timestamp", and a JSON
+// file was read as a CSV).
 func readAll(path string) ([]byte, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
@@ -253,7 +256,7 @@ func readAll(path string) ([]byte, error) {
 			return nil, fmt.Errorf("%s: gunzip: %w", path, err)
 		}
 	}
-	return raw, nil
+	return bytes.TrimPrefix(raw, []byte("\xef\xbb\xbf")), nil
 }
 
 // ReadPrices reads a price trace in either published form: AWS's JSON if

@@ -45,6 +45,33 @@ func TestReadPricesCSV(t *testing.T) {
 	}
 }
 
+// TestReadPricesBOM: a trace saved with a UTF-8 byte order mark (a
+// spreadsheet's "CSV UTF-8") reads as without. The CSV was refused, its
+// header having no column "timestamp"; the JSON was read as a CSV.
+func TestReadPricesBOM(t *testing.T) {
+	for _, name := range []string{"prices.csv", "prices.json"} {
+		raw, err := os.ReadFile(filepath.Join("testdata", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := ReadPrices(filepath.Join("testdata", name), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(t.TempDir(), name)
+		if err := os.WriteFile(path, append([]byte("\xef\xbb\xbf"), raw...), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		p, err := ReadPrices(path, "")
+		if err != nil {
+			t.Fatalf("%s with a byte order mark: %v", name, err)
+		}
+		if len(p.Series) != len(want.Series) || !slices.Equal(p.Series[0].Points, want.Series[0].Points) {
+			t.Errorf("%s with a byte order mark: %+v, want %+v", name, p.Series, want.Series)
+		}
+	}
+}
+
 func TestReadPricesJSON(t *testing.T) {
 	p, err := ReadPrices("testdata/prices.json", "")
 	if err != nil {

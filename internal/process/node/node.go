@@ -240,11 +240,17 @@ func drainServer(ctx context.Context, cc *api.Client, s *server.Server, cfg Serv
 	cfg.Logger.Warn("eviction notice: leaving the layout", "source", n.Source, "deadline", n.Deadline)
 	dctx, cancel := context.WithDeadline(ctx, n.Deadline)
 	defer cancel()
-	if end.done.Load() && coordinatorGone(dctx, cc) {
-		cfg.Logger.Warn("the job is done and the coordinator does not answer: leaving without a handoff", "waited", afterJobReach)
+	// Before the job's first table the server holds nothing either: it
+	// waited the client's 30 s for a coordinator gone, then exited 1.
+	if (end.done.Load() || end.noTables.Load()) && coordinatorGone(dctx, cc) {
+		cfg.Logger.Warn("the job is done, or holds no table yet, and the coordinator does not answer: leaving without a handoff", "waited", afterJobReach)
 		return ErrDrained
 	}
 	l, err := leaveRing(dctx, cc, cfg, n, end)
+	if errors.Is(err, errCoordinatorGone) {
+		cfg.Logger.Warn("the job is done and the coordinator does not answer: leaving without a handoff", "waited", afterJobReach)
+		return ErrDrained
+	}
 	if err == nil && l.LastAfterJob(cfg.ID) {
 		cfg.Logger.Warn("the last server on the ring leaves after the job: the job's model goes with it (export it, or take a checkpoint, before stopping the last server)")
 		return ErrDrained
@@ -305,10 +311,17 @@ func coordinatorGone(ctx context.Context, cc *api.Client) bool {
 	return cc.WaitReachable(rctx) != nil && ctx.Err() == nil
 }
 
+// errCoordinatorGone: after the job, the coordinator stopped answering
+// while this server waited to leave.
+var errCoordinatorGone = errors.New("the job is done and the coordinator does not answer")
+
 // leaveRing asks the coordinator to let the server leave. After the job a
 // refusal as the last server means another server is draining to it: it
 // asks again until that one is off the ring and it is the last itself
-// (Layout.LastAfterJob), which the coordinator records as such.
+// (Layout.LastAfterJob), which the coordinator records as such. A
+// coordinator gone meanwhile (SIGTERMed with its servers) answers no
+// more: errCoordinatorGone once coordinatorGone says so, where the next
+// ask waited out the client's 30 s retry budget, then exited 1.
 func leaveRing(ctx context.Context, cc *api.Client, cfg ServerConfig, n evict.Notice, end *jobEnd) (*layout.Layout, error) {
 	for {
 		l, err := cc.DrainServer(ctx, cfg.ID, api.Notice{Source: n.Source, Detail: n.Detail, Deadline: n.Deadline})
@@ -319,6 +332,9 @@ func leaveRing(ctx context.Context, cc *api.Client, cfg ServerConfig, n evict.No
 		case <-time.After(200 * time.Millisecond):
 		case <-ctx.Done():
 			return l, err
+		}
+		if coordinatorGone(ctx, cc) {
+			return nil, errCoordinatorGone
 		}
 	}
 }
