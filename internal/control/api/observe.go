@@ -48,6 +48,18 @@ const (
 	EventLost       = "lost"       // every copy of some slots was gone before a new copy was complete
 )
 
+// RoutineEvent reports whether events of kind come with every piece of
+// work (grants and splits, many a second on a busy job). The timeline
+// keeps its newest MaxEvents of them apart from its newest MaxEvents of
+// the others, so that they do not push a failure, a drain or a loss out
+// of it within seconds.
+func RoutineEvent(kind string) bool { return kind == EventGrant || kind == EventSplit }
+
+// EventsKept is where a bounded timeline starts: the number of the oldest
+// routine event it keeps and of the oldest other one (0: none of that
+// class is kept yet, and none is to be forgotten).
+type EventsKept struct{ Routine, Other uint64 }
+
 // Event is one entry of the coordinator's timeline: what happened, to
 // which node, why, and the epoch of the layout it produced (the epoch in
 // force when nothing moved).

@@ -13,18 +13,20 @@ import (
 
 // The event timeline (docs/design/observe.md): the Machine notes what
 // happened in its Ready; the driver numbers the events, stamps the epoch
-// it publishes with them, keeps the last MaxEvents and hands them to an
-// EventStore once the state they describe is saved.
+// it publishes with them, keeps the last MaxEvents of each class
+// (api.RoutineEvent) and hands them to an EventStore once the state they
+// describe is saved.
 
-// MaxEvents bounds the timeline kept in memory and in the store.
+// MaxEvents bounds each class of the timeline kept in memory and in the
+// store: the routine events (grants and splits) and the others.
 const MaxEvents = 1000
 
 // EventStore keeps the timeline where a coordinator's successor finds it
 // (etcd, under coordha). PutEvents adds events, numbered in order, and
-// may forget those MaxEvents or more older than the newest; Events
-// returns those it holds, oldest first.
+// forgets those of each class older than kept says (writing none of
+// them); Events returns those it holds, oldest first.
 type EventStore interface {
-	PutEvents(ctx context.Context, evs []api.Event) error
+	PutEvents(ctx context.Context, evs []api.Event, kept api.EventsKept) error
 	Events(ctx context.Context) ([]api.Event, error)
 }
 
@@ -59,8 +61,9 @@ func (m *Machine) passOf(w *Pass) int {
 	return -1
 }
 
-// eventLog is the timeline in memory: the last MaxEvents events, and a
-// channel closed whenever more arrive, for followers.
+// eventLog is the timeline in memory: the last MaxEvents events of each
+// class, in order, and a channel closed whenever more arrive, for
+// followers.
 type eventLog struct {
 	mu      sync.Mutex
 	evs     []api.Event
@@ -81,9 +84,7 @@ func (l *eventLog) add(evs []api.Event, epoch uint64) []api.Event {
 		out[i] = e
 	}
 	l.evs = append(l.evs, out...)
-	if n := len(l.evs) - MaxEvents; n > 0 {
-		l.evs = slices.Delete(l.evs, 0, n)
-	}
+	l.trim()
 	close(l.changed)
 	l.changed = make(chan struct{})
 	return out
@@ -94,12 +95,58 @@ func (l *eventLog) load(evs []api.Event) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.evs = slices.Clone(evs)
-	if len(l.evs) > MaxEvents {
-		l.evs = l.evs[len(l.evs)-MaxEvents:]
-	}
+	l.trim()
 	if n := len(l.evs); n > 0 {
 		l.next = max(l.next, l.evs[n-1].Seq+1)
 	}
+}
+
+// trim forgets the oldest events of each class beyond MaxEvents; l.mu is
+// held.
+func (l *eventLog) trim() {
+	var routine, other int
+	for _, e := range l.evs {
+		if api.RoutineEvent(e.Kind) {
+			routine++
+		} else {
+			other++
+		}
+	}
+	routine, other = routine-MaxEvents, other-MaxEvents
+	if routine <= 0 && other <= 0 {
+		return
+	}
+	// In order, so the oldest of each class go first.
+	l.evs = slices.DeleteFunc(l.evs, func(e api.Event) bool {
+		n := &other
+		if api.RoutineEvent(e.Kind) {
+			n = &routine
+		}
+		if *n > 0 {
+			*n--
+			return true
+		}
+		return false
+	})
+}
+
+// kept returns where each class of the log starts.
+func (l *eventLog) kept() api.EventsKept {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var k api.EventsKept
+	for _, e := range l.evs {
+		switch {
+		case api.RoutineEvent(e.Kind) && k.Routine == 0:
+			k.Routine = e.Seq
+		case !api.RoutineEvent(e.Kind) && k.Other == 0:
+			k.Other = e.Seq
+		}
+		if k.Routine != 0 && k.Other != 0 {
+			break
+		}
+	}
+	return k
 }
 
 // after returns the events numbered above seq, waiting for one until ctx
@@ -236,7 +283,7 @@ func (c *Coordinator) saveEvents(ctx context.Context, evs []api.Event) {
 	}
 	sctx, cancel := context.WithTimeout(ctx, saveTimeout)
 	defer cancel()
-	if err := s.PutEvents(sctx, evs); err != nil && ctx.Err() == nil {
+	if err := s.PutEvents(sctx, evs, c.events.kept()); err != nil && ctx.Err() == nil {
 		c.log.Warn("could not save events to the timeline's store", "events", len(evs), "err", err)
 	}
 }

@@ -4,9 +4,11 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/terrace-ml/terrace/internal/control/api"
 )
@@ -19,10 +21,16 @@ type memEvents struct {
 	put chan struct{}
 }
 
-func (s *memEvents) PutEvents(_ context.Context, evs []api.Event) error {
+func (s *memEvents) PutEvents(_ context.Context, evs []api.Event, kept api.EventsKept) error {
 	s.mu.Lock()
 	s.evs = append(s.evs, evs...)
 	slices.SortFunc(s.evs, func(a, b api.Event) int { return cmp.Compare(a.Seq, b.Seq) })
+	s.evs = slices.DeleteFunc(s.evs, func(e api.Event) bool {
+		if api.RoutineEvent(e.Kind) {
+			return e.Seq < kept.Routine
+		}
+		return e.Seq < kept.Other
+	})
 	s.mu.Unlock()
 	s.put <- struct{}{}
 	return nil
@@ -127,5 +135,69 @@ func TestTimeline(t *testing.T) {
 	}
 	if len(all) < 5 || all[4].Kind != api.EventLeader || all[4].Node != "c1" || all[4].Seq != 5 {
 		t.Fatalf("successor's timeline %v", kinds(all))
+	}
+}
+
+// TestTimelineKeepsRareEvents: a busy job's grants do not push a server's
+// failure out of the timeline, in memory or in the store a successor
+// loads: each class keeps its newest MaxEvents. Before, one bound of
+// MaxEvents for all kept the failure about 15 s on a busy job.
+func TestTimelineKeepsRareEvents(t *testing.T) {
+	store := &memEvents{put: make(chan struct{}, 8*MaxEvents)}
+	c := New(Options{Servers: 2, Workers: 1, Partitions: 2, Replication: 2})
+	if err := c.SetEventStore(t.Context(), store, "c0"); err != nil {
+		t.Fatal(err)
+	}
+	cl := serve(t, c)
+	ctx := t.Context()
+	for _, s := range []string{"s0", "s1"} {
+		if _, err := cl.JoinServer(ctx, s, "127.0.0.1:1", ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.call(ctx, func(m *Machine, id uint64) { m.ServerFailed(id, "s1", "") }); err != nil {
+		t.Fatal(err)
+	}
+	const grants = 3 * MaxEvents
+	for i := range grants {
+		c.event(func(m *Machine) { m.note(api.EventGrant, "w0", fmt.Sprintf("piece %d", i)) })
+	}
+	count := func(evs []api.Event) (routine, failed int) {
+		for _, e := range evs {
+			if api.RoutineEvent(e.Kind) {
+				routine++
+			}
+			if e.Kind == api.EventFailed && e.Node == "s1" {
+				failed++
+			}
+		}
+		return routine, failed
+	}
+	last := fmt.Sprintf("piece %d", grants-1)
+	var evs []api.Event
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var err error
+		if evs, err = cl.Events(ctx, 0, false); err != nil {
+			t.Fatal(err)
+		}
+		if evs[len(evs)-1].Cause == last || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if r, f := count(evs); r != MaxEvents || f != 1 || evs[len(evs)-1].Cause != last {
+		t.Fatalf("the timeline kept %d grants and %d failures of s1 (want %d and 1), last %+v", r, f, MaxEvents, evs[len(evs)-1])
+	}
+	// The store holds the same once every write is in.
+	for {
+		got, _ := store.Events(ctx)
+		if r, f := count(got); r == MaxEvents && f == 1 && len(got) == len(evs) && got[len(got)-1].Seq == evs[len(evs)-1].Seq {
+			break
+		}
+		select {
+		case <-store.put:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the store holds %d events, the timeline %d", len(got), len(evs))
+		}
 	}
 }

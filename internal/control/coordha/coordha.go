@@ -374,8 +374,8 @@ type eventStore struct {
 	lead *meta.Leadership
 }
 
-func (e eventStore) PutEvents(ctx context.Context, evs []api.Event) error {
-	return e.st.PutEvents(ctx, e.lead, evs, coord.MaxEvents)
+func (e eventStore) PutEvents(ctx context.Context, evs []api.Event, kept api.EventsKept) error {
+	return e.st.PutEvents(ctx, e.lead, evs, kept)
 }
 
 func (e eventStore) Events(ctx context.Context) ([]api.Event, error) { return e.st.Events(ctx) }

@@ -1,9 +1,11 @@
 package meta
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -11,34 +13,46 @@ import (
 )
 
 // The coordinator's event timeline (docs/design/observe.md) is kept one
-// key per event, P/events/<seq, 20 digits>, so that a write carries only
-// the new events, and the keys sort in order. Each write deletes the
-// events keep or more below its newest, so the timeline stays bounded.
+// key per event, so that a write carries only the new events, and the
+// keys sort in order: P/events/<seq, 20 digits>, and the routine events
+// (api.RoutineEvent: grants and splits) apart, under P/events-routine/,
+// so that each class is bounded on its own. Each write deletes the events
+// of each class below where the coordinator's timeline now starts.
 
-func (s *Store) eventsKey() string { return s.key("events") + "/" }
+func (s *Store) eventsKey(routine bool) string {
+	if routine {
+		return s.key("events-routine") + "/"
+	}
+	return s.key("events") + "/"
+}
 
-func (s *Store) eventKey(seq uint64) string { return fmt.Sprintf("%s%020d", s.eventsKey(), seq) }
+func (s *Store) eventKey(routine bool, seq uint64) string {
+	return fmt.Sprintf("%s%020d", s.eventsKey(routine), seq)
+}
 
 // PutEvents adds evs to the timeline while lead is current, and forgets
-// those keep or more older than the newest of evs.
-func (s *Store) PutEvents(ctx context.Context, lead *Leadership, evs []api.Event, keep int) error {
+// the events of each class older than kept says (not writing those of
+// evs).
+func (s *Store) PutEvents(ctx context.Context, lead *Leadership, evs []api.Event, kept api.EventsKept) error {
 	if len(evs) == 0 {
 		return nil
 	}
-	ops := make([]clientv3.Op, 0, len(evs)+1)
-	newest := newestOf(evs)
+	ops := make([]clientv3.Op, 0, len(evs)+2)
 	for _, e := range evs {
-		if e.Seq+uint64(keep) <= newest {
+		routine := api.RoutineEvent(e.Kind)
+		if from := fromOf(kept, routine); e.Seq < from {
 			continue // forgotten in this very write
 		}
 		b, err := json.Marshal(e)
 		if err != nil {
 			return fmt.Errorf("meta: put events: %w", err)
 		}
-		ops = append(ops, clientv3.OpPut(s.eventKey(e.Seq), string(b)))
+		ops = append(ops, clientv3.OpPut(s.eventKey(routine, e.Seq), string(b)))
 	}
-	if newest > uint64(keep) {
-		ops = append(ops, clientv3.OpDelete(s.eventsKey(), clientv3.WithRange(s.eventKey(newest-uint64(keep)+1))))
+	for _, routine := range []bool{false, true} {
+		if from := fromOf(kept, routine); from > 0 {
+			ops = append(ops, clientv3.OpDelete(s.eventsKey(routine), clientv3.WithRange(s.eventKey(routine, from))))
+		}
 	}
 	if _, err := s.retryGuarded(ctx, lead, ops...); err != nil {
 		return fmt.Errorf("meta: put events: %w", err)
@@ -46,27 +60,30 @@ func (s *Store) PutEvents(ctx context.Context, lead *Leadership, evs []api.Event
 	return nil
 }
 
-func newestOf(evs []api.Event) uint64 {
-	var n uint64
-	for _, e := range evs {
-		n = max(n, e.Seq)
+// fromOf is where kept starts the class of routine events, or the other.
+func fromOf(kept api.EventsKept, routine bool) uint64 {
+	if routine {
+		return kept.Routine
 	}
-	return n
+	return kept.Other
 }
 
-// Events returns the timeline, oldest first; an entry that does not
-// decode is skipped.
+// Events returns the timeline, both classes, oldest first; an entry that
+// does not decode is skipped.
 func (s *Store) Events(ctx context.Context) ([]api.Event, error) {
-	resp, err := s.cli.Get(ctx, s.eventsKey(), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
-	if err != nil {
-		return nil, fmt.Errorf("meta: events: %w", err)
-	}
-	evs := make([]api.Event, 0, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		var e api.Event
-		if json.Unmarshal(kv.Value, &e) == nil {
-			evs = append(evs, e)
+	var evs []api.Event
+	for _, routine := range []bool{false, true} {
+		resp, err := s.cli.Get(ctx, s.eventsKey(routine), clientv3.WithPrefix())
+		if err != nil {
+			return nil, fmt.Errorf("meta: events: %w", err)
+		}
+		for _, kv := range resp.Kvs {
+			var e api.Event
+			if json.Unmarshal(kv.Value, &e) == nil {
+				evs = append(evs, e)
+			}
 		}
 	}
+	slices.SortFunc(evs, func(a, b api.Event) int { return cmp.Compare(a.Seq, b.Seq) })
 	return evs, nil
 }

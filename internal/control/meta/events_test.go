@@ -2,14 +2,17 @@ package meta
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/terrace-ml/terrace/internal/control/api"
 )
 
-// TestEventsBounded: the timeline keeps the newest keep events, in order,
-// and a deposed leader cannot add to it.
+// TestEventsBounded: the timeline keeps each class of events from where
+// the coordinator's starts it (api.EventsKept), in order, the routine
+// events (grants) apart from the rest, and a deposed leader cannot add to
+// it.
 func TestEventsBounded(t *testing.T) {
 	s := open(t)
 	ctx := ctxT(t, 15*time.Second)
@@ -17,14 +20,22 @@ func TestEventsBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const keep = 5
+	// Seqs 1-12: a failure at 2, a join at 7, grants otherwise.
 	for batch := range 4 {
 		var evs []api.Event
 		for i := range 3 {
 			seq := uint64(batch*3 + i + 1)
-			evs = append(evs, api.Event{Seq: seq, Kind: api.EventGrant, Epoch: seq})
+			kind := api.EventGrant
+			switch seq {
+			case 2:
+				kind = api.EventFailed
+			case 7:
+				kind = api.EventJoin
+			}
+			evs = append(evs, api.Event{Seq: seq, Kind: kind, Epoch: seq})
 		}
-		if err := s.PutEvents(ctx, l, evs, keep); err != nil {
+		// The grants from 8 on, the others all.
+		if err := s.PutEvents(ctx, l, evs, api.EventsKept{Routine: 8, Other: 2}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -32,24 +43,30 @@ func TestEventsBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != keep || got[0].Seq != 8 || got[keep-1].Seq != 12 {
-		t.Fatalf("kept %+v, want seqs 8..12", got)
+	if want := []uint64{2, 7, 8, 9, 10, 11, 12}; !slices.Equal(seqs(got), want) {
+		t.Fatalf("kept %v, want %v", seqs(got), want)
 	}
-	// A batch larger than keep writes only its newest keep.
-	var big []api.Event
-	for i := range 12 {
-		big = append(big, api.Event{Seq: uint64(13 + i), Kind: api.EventJoin})
-	}
-	if err := s.PutEvents(ctx, l, big, keep); err != nil {
+	// A batch whose older events are forgotten already writes only the
+	// rest; the failure goes when the others' start passes it.
+	big := []api.Event{{Seq: 13, Kind: api.EventGrant}, {Seq: 14, Kind: api.EventJoin}, {Seq: 15, Kind: api.EventGrant}}
+	if err := s.PutEvents(ctx, l, big, api.EventsKept{Routine: 15, Other: 7}); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ = s.Events(ctx); len(got) != keep || got[0].Seq != 20 {
-		t.Fatalf("after a large batch kept %d from %d, want %d from 20", len(got), got[0].Seq, keep)
+	if got, _ = s.Events(ctx); !slices.Equal(seqs(got), []uint64{7, 14, 15}) {
+		t.Fatalf("after a second batch kept %v, want [7 14 15]", seqs(got))
 	}
 	if err := l.Resign(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.PutEvents(ctx, l, []api.Event{{Seq: 99}}, keep); !errors.Is(err, ErrNotLeader) {
+	if err := s.PutEvents(ctx, l, []api.Event{{Seq: 99}}, api.EventsKept{}); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("a resigned leader wrote events: %v", err)
 	}
+}
+
+func seqs(evs []api.Event) []uint64 {
+	out := make([]uint64, len(evs))
+	for i, e := range evs {
+		out[i] = e.Seq
+	}
+	return out
 }

@@ -467,7 +467,7 @@ func TestForgetState(t *testing.T) {
 	if err := s.PutPartState(ctx, lead, 3, 7, []byte("state")); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.PutEvents(ctx, lead, []api.Event{{Seq: 1, Kind: api.EventJoin}}, 10); err != nil {
+	if err := s.PutEvents(ctx, lead, []api.Event{{Seq: 1, Kind: api.EventJoin}}, api.EventsKept{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.ForgetState(ctx, nil); !errors.Is(err, ErrNotLeader) {
