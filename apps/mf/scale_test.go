@@ -1,18 +1,13 @@
 package mf_test
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/terrace-ml/terrace/apps/mf"
-	"github.com/terrace-ml/terrace/internal/process/node"
-	"github.com/terrace-ml/terrace/ps"
 )
 
 // TestRatingScale trains on ratings of a 1-10 scale, all from 7 up (the
@@ -38,28 +33,7 @@ func TestRatingScale(t *testing.T) {
 	cfg := mf.DefaultConfig()
 	cfg.Train, cfg.Test, cfg.Passes, cfg.Rank = filepath.Join(dir, "train.csv"), filepath.Join(dir, "test.csv"), 2, 4
 	cfg.Model = filepath.Join(dir, "model")
-	for path, body := range map[string]string{cfg.Train: train.String(), cfg.Test: test.String()} {
-		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	l, err := node.StartLocal(ctx, node.LocalConfig{Servers: 1, Workers: 1, Replication: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	var rmse float64
-	if _, err = l.RunWorkers(ctx, func(ctx context.Context, c *ps.Client) (any, error) {
-		rep, err := mf.Run(ctx, c, cfg)
-		if err == nil {
-			rmse = rep.TestRMSE
-		}
-		return rep, err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	rmse := runJob(t, cfg, map[string]string{cfg.Train: train.String(), cfg.Test: test.String()}, 1, 1)
 	// Predicting the mean, 8.5, everywhere scores 1.12; clipped to 5, 3.67.
 	if rmse > 1.5 {
 		t.Errorf("test RMSE %.3f on ratings 7-10, want at most 1.5", rmse)

@@ -1,20 +1,15 @@
 package mf_test
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/terrace-ml/terrace/apps/mf"
 	"github.com/terrace-ml/terrace/data"
-	"github.com/terrace-ml/terrace/internal/process/node"
 	"github.com/terrace-ml/terrace/metrics"
-	"github.com/terrace-ml/terrace/ps"
 )
 
 // TestStringIDs trains on Amazon-like ratings, string user and item ids,
@@ -62,31 +57,8 @@ func TestStringIDs(t *testing.T) {
 	cfg := mf.DefaultConfig()
 	cfg.Train, cfg.Test, cfg.Model = filepath.Join(dir, "train.csv"), filepath.Join(dir, "test.csv"), filepath.Join(dir, "model")
 	cfg.Passes, cfg.Rank, cfg.LR = 8, 4, 0.05
-	for path, body := range map[string]string{cfg.Train: train.String(), cfg.Test: test.String()} {
-		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	run := func(workers int) float64 {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		l, err := node.StartLocal(ctx, node.LocalConfig{Servers: 2, Workers: workers, Replication: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		var rmse float64
-		if _, err = l.RunWorkers(ctx, func(ctx context.Context, c *ps.Client) (any, error) {
-			rep, err := mf.Run(ctx, c, cfg)
-			if err == nil && c.Rank() == 0 {
-				rmse = rep.TestRMSE
-			}
-			return rep, err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		return rmse
-	}
+	files := map[string]string{cfg.Train: train.String(), cfg.Test: test.String()}
+	run := func(workers int) float64 { return runJob(t, cfg, files, 2, workers) }
 	// Predicting the training mean everywhere scores about 1.1.
 	if rmse := run(2); rmse == 0 || rmse > 0.5 {
 		t.Errorf("test RMSE %.3f with two workers, want at most 0.5: did they number the ids alike?", rmse)

@@ -1,20 +1,15 @@
 package mf_test
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/terrace-ml/terrace/apps/mf"
 	"github.com/terrace-ml/terrace/data"
-	"github.com/terrace-ml/terrace/internal/process/node"
 	"github.com/terrace-ml/terrace/metrics"
-	"github.com/terrace-ml/terrace/ps"
 )
 
 // TestUnseenNumbersScoreAsExported: in a column of numbers, a test user
@@ -41,28 +36,7 @@ func TestUnseenNumbersScoreAsExported(t *testing.T) {
 	cfg := mf.DefaultConfig()
 	cfg.Train, cfg.Test, cfg.Model = filepath.Join(dir, "u.base"), filepath.Join(dir, "u.test"), filepath.Join(dir, "model")
 	cfg.Passes, cfg.Rank = 3, 8
-	for path, body := range map[string]string{cfg.Train: train.String(), cfg.Test: test.String()} {
-		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	l, err := node.StartLocal(ctx, node.LocalConfig{Servers: 1, Workers: 1, Replication: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	var rmse float64
-	if _, err = l.RunWorkers(ctx, func(ctx context.Context, c *ps.Client) (any, error) {
-		rep, err := mf.Run(ctx, c, cfg)
-		if err == nil {
-			rmse = rep.TestRMSE
-		}
-		return rep, err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	rmse := runJob(t, cfg, map[string]string{cfg.Train: train.String(), cfg.Test: test.String()}, 1, 1)
 	m, err := mf.LoadModel(cfg.Model)
 	if err != nil {
 		t.Fatal(err)
