@@ -60,12 +60,7 @@ func TestKilledServersReportLostSlots(t *testing.T) {
 	defer cancel()
 	c, cw, addr, servers, _ := startJobCluster(t, ctx, 3)
 	cw.await(t, ctx)
-	for _, s := range servers[:2] {
-		s.Process.Signal(syscall.SIGKILL)
-	}
-	for _, s := range servers[:2] {
-		s.Wait()
-	}
+	killAll(servers[:2]...)
 	st := statusUntil(t, ctx, addr, func(st api.Status) bool {
 		return nodeState(st, "s0") == "dead" && nodeState(st, "s1") == "dead"
 	})
@@ -82,10 +77,19 @@ func TestKilledServersReportLostSlots(t *testing.T) {
 	if !strings.Contains(cw.String(), "every copy of some slots is lost") {
 		t.Errorf("the coordinator logged no warning:\n%s", cw)
 	}
-	servers[2].Process.Signal(syscall.SIGKILL)
-	servers[2].Wait()
+	killAll(servers[2])
 	c.Process.Signal(syscall.SIGTERM)
 	c.Wait()
+}
+
+// killAll SIGKILLs every process of cmds at once, then waits for each.
+func killAll(cmds ...*exec.Cmd) {
+	for _, c := range cmds {
+		c.Process.Signal(syscall.SIGKILL)
+	}
+	for _, c := range cmds {
+		c.Wait()
+	}
 }
 
 // checkLoss checks that st reports one loss, of exactly the slots among
@@ -127,12 +131,7 @@ func TestRestartedServersReportLostSlots(t *testing.T) {
 	defer cancel()
 	c, cw, addr, servers, _ := startJobCluster(t, ctx, 3)
 	cw.await(t, ctx)
-	for _, s := range servers[:2] {
-		s.Process.Signal(syscall.SIGKILL)
-	}
-	for _, s := range servers[:2] {
-		s.Wait()
-	}
+	killAll(servers[:2]...)
 	var again []*exec.Cmd
 	for i := range 2 {
 		s, _ := startWatched(t, ctx, "joined", "server", "--coordinator", addr, "--id", fmt.Sprintf("s%d", i))
@@ -143,10 +142,7 @@ func TestRestartedServersReportLostSlots(t *testing.T) {
 	if ev := events(t, ctx, addr); !lostEvent.MatchString(ev) {
 		t.Errorf("no lost event:\n%s", ev)
 	}
-	for _, s := range append(again, servers[2]) {
-		s.Process.Signal(syscall.SIGKILL)
-		s.Wait()
-	}
+	killAll(append(again, servers[2])...)
 	c.Process.Signal(syscall.SIGTERM)
 	c.Wait()
 }
@@ -162,15 +158,13 @@ func TestRebuiltServersReportNothing(t *testing.T) {
 	defer cancel()
 	c, cw, addr, servers, _ := startJobCluster(t, ctx, 3)
 	cw.await(t, ctx)
-	servers[0].Process.Signal(syscall.SIGKILL)
-	servers[0].Wait()
+	killAll(servers[0])
 	// The rebuilds are reported: no part of the ring has fewer copies
 	// than k (2, on the two servers left).
 	statusUntil(t, ctx, addr, func(st api.Status) bool {
 		return nodeState(st, "s0") == "dead" && st.UnderReplicated == 0
 	})
-	servers[1].Process.Signal(syscall.SIGKILL)
-	servers[1].Wait()
+	killAll(servers[1])
 	st := statusUntil(t, ctx, addr, func(st api.Status) bool { return nodeState(st, "s1") == "dead" })
 	ev := events(t, ctx, addr)
 	if st.CopiesLost != 0 || lostEvent.MatchString(ev) {
@@ -179,8 +173,7 @@ func TestRebuiltServersReportNothing(t *testing.T) {
 	if !strings.Contains(ev, "s1: ") {
 		t.Errorf("s1's failure is not on the timeline:\n%s", ev)
 	}
-	servers[2].Process.Signal(syscall.SIGKILL)
-	servers[2].Wait()
+	killAll(servers[2])
 	c.Process.Signal(syscall.SIGTERM)
 	c.Wait()
 }

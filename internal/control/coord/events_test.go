@@ -50,6 +50,24 @@ func kinds(evs []api.Event) []string {
 	return ks
 }
 
+// timelineCluster serves a coordinator that keeps its timeline in store,
+// and joins servers s0 and s1 (k = 2: s1's failure loses no slot; k = 1
+// would, and say so).
+func timelineCluster(t *testing.T, store EventStore) (*Coordinator, *api.Client) {
+	t.Helper()
+	c := New(Options{Servers: 2, Workers: 1, Partitions: 2, Replication: 2})
+	if err := c.SetEventStore(t.Context(), store, "c0"); err != nil {
+		t.Fatal(err)
+	}
+	cl := serve(t, c)
+	for _, s := range []string{"s0", "s1"} {
+		if _, err := cl.JoinServer(t.Context(), s, "127.0.0.1:1", ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c, cl
+}
+
 // TestTimeline: joins and a server's failure are on the timeline, in
 // order, numbered, with the epoch each produced; a follower waiting for
 // the next event gets it; status shows the dead server; the store has
@@ -57,18 +75,8 @@ func kinds(evs []api.Event) []string {
 // them and notes that it took over.
 func TestTimeline(t *testing.T) {
 	store := &memEvents{put: make(chan struct{}, 64)}
-	// k = 2: s1's failure loses no slot (k = 1 would, and say so).
-	c := New(Options{Servers: 2, Workers: 1, Partitions: 2, Replication: 2})
-	if err := c.SetEventStore(t.Context(), store, "c0"); err != nil {
-		t.Fatal(err)
-	}
-	cl := serve(t, c)
+	c, cl := timelineCluster(t, store)
 	ctx := t.Context()
-	for _, s := range []string{"s0", "s1"} {
-		if _, err := cl.JoinServer(ctx, s, "127.0.0.1:1", ""); err != nil {
-			t.Fatal(err)
-		}
-	}
 	if _, err := cl.JoinWorker(ctx, "w0", ""); err != nil {
 		t.Fatal(err)
 	}
@@ -144,17 +152,8 @@ func TestTimeline(t *testing.T) {
 // MaxEvents for all kept the failure about 15 s on a busy job.
 func TestTimelineKeepsRareEvents(t *testing.T) {
 	store := &memEvents{put: make(chan struct{}, 8*MaxEvents)}
-	c := New(Options{Servers: 2, Workers: 1, Partitions: 2, Replication: 2})
-	if err := c.SetEventStore(t.Context(), store, "c0"); err != nil {
-		t.Fatal(err)
-	}
-	cl := serve(t, c)
+	c, cl := timelineCluster(t, store)
 	ctx := t.Context()
-	for _, s := range []string{"s0", "s1"} {
-		if _, err := cl.JoinServer(ctx, s, "127.0.0.1:1", ""); err != nil {
-			t.Fatal(err)
-		}
-	}
 	if _, err := c.call(ctx, func(m *Machine, id uint64) { m.ServerFailed(id, "s1", "") }); err != nil {
 		t.Fatal(err)
 	}
