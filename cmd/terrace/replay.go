@@ -23,7 +23,7 @@ import (
 
 type replayFlags struct {
 	prices, preemptions, onDemand, marketName, provider, product string
-	policy, app, from, span, plot, report, calibration           string
+	policy, app, from, span, plot, report, calibration, design   string
 	passes, speedup, bid                                         float64
 	simulate                                                     bool
 	starts                                                       int
@@ -48,6 +48,7 @@ func replayCmd() *cobra.Command {
 	fs.StringVar(&f.provider, "provider", "aws", "the per-second market's cloud: aws (120 s notice) or gcp (30 s)")
 	fs.StringVar(&f.product, "product", "", "keep only price rows of this product description (e.g. Linux/UNIX)")
 	fs.StringVar(&f.policy, "policy", "", "ondemand, checkpoint, tiers, bidbrain or all")
+	fs.StringVar(&f.design, "design", policy.DesignAuto, "BidBrain's design: auto (chosen by its objective at the start), tiers (a reliable tier, Proteus's) or elastic (none: every machine a server that drains on notice, with checkpoints; --simulate only)")
 	fs.StringVar(&f.app, "app", "lr", "the app whose work the calibration file describes")
 	fs.Float64Var(&f.passes, "passes", 10, "passes over the app's data")
 	fs.Float64Var(&f.passes, "epochs", 10, "alias of --passes")
@@ -119,6 +120,8 @@ func (f replayFlags) check() error {
 		return errors.New("--policy is required: ondemand, checkpoint, tiers, bidbrain or all")
 	case f.bid < 0:
 		return fmt.Errorf("--bid %g: a bid below zero", f.bid)
+	case !slices.Contains(policy.Designs, f.design):
+		return fmt.Errorf("--design %q: want %s", f.design, strings.Join(policy.Designs, ", "))
 	case f.starts < 1:
 		return fmt.Errorf("--starts %d: want at least 1", f.starts)
 	case f.plot != "" && !slices.Contains([]string{".svg", ".png"}, strings.ToLower(filepath.Ext(f.plot))):
@@ -221,7 +224,7 @@ func (f replayFlags) config(note io.Writer) (replay.Config, []string, error) {
 		return cfg, nil, fmt.Errorf("%s: no market of the job's instance type %s (calibration reference_type): give a --calibration file that names one of the trace's types, with its work rate, e.g. {\"reference_type\": \"%s\", \"ecu\": {\"%s\": ECU}}", f.prices, cal.ReferenceType, prices.Series[0].Market.Type, prices.Series[0].Market.Type)
 	}
 	cfg = replay.Config{Prices: prices, Avail: avail, Model: model, Cal: cal, Updates: f.passes * app.UpdatesPerPass,
-		Bid: f.bid, Estimator: history.NewEstimator(model.Period()), Every: 5 * time.Second, Sample: 10 * time.Minute}
+		Bid: f.bid, Design: f.design, Estimator: history.NewEstimator(model.Period()), Every: 5 * time.Second, Sample: 10 * time.Minute}
 	return cfg, names, nil
 }
 

@@ -83,6 +83,7 @@ func TestReplayBadInput(t *testing.T) {
 		{"on-demand price of no market", append(base, "--ondemand-prices", "c3.xlarge=0.21,c3.xlage=0.2"), "c3.xlage"},
 		{"from not a time", append(base, "--from", "yesterday"), `--from "yesterday": want a time`},
 		{"plot neither svg nor png", append(base, "--plot", "cost.pdf"), "--plot cost.pdf: want a .svg or .png file"},
+		{"unknown design", append(base, "--design", "flat"), `--design "flat": want auto, tiers, elastic`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -109,6 +110,7 @@ func TestReplayBadInput(t *testing.T) {
 		{"real: several starts", append(real, "--policy", "tiers", "--for", "1h", "--starts", "2"), "--starts"},
 		{"real: part of a pass", append(real, "--policy", "tiers", "--for", "1h", "--passes", "1.5"), "--passes"},
 		{"real: plot", append(real, "--policy", "tiers", "--for", "1h", "--plot", "cost.svg"), "--plot cost.svg without --simulate"},
+		{"real: elastic", append(real, "--policy", "bidbrain", "--for", "1h", "--design", "elastic"), "--design elastic without --simulate"},
 		// 2 h of the 4 h trace are the past: a 3 h segment outlasts it.
 		{"real: segment past the preemption trace", append(append(real, tiers...), "--market", "persecond", "--preemptions", short, "--for", "3h"), "--for 3h: the segment ends at 2015-03-15T03:00:00Z, after the preemption trace " + short},
 	} {

@@ -69,6 +69,8 @@ func (f replayFlags) checkReal() error {
 		}
 	}
 	switch {
+	case f.design == policy.DesignElastic:
+		return errors.New("--design elastic without --simulate: BidBrain without a reliable tier is built in the model only; on processes it keeps the tier (--design auto runs as tiers)")
 	case f.span == "":
 		return fmt.Errorf("--for is required without --simulate: a real replay runs a segment of the trace in compressed time, each trace hour %v of wall time at --speedup %g", time.Duration(float64(time.Hour)/f.speedup).Round(time.Millisecond), f.speedup)
 	case f.starts != 1:

@@ -21,6 +21,15 @@ const (
 	// job, which restarts from its last checkpoint once it has Need
 	// machines again.
 	Flat
+	// Elastic: no reliable tier; every machine is a server and a worker
+	// (Terrace without tiers). A machine on notice drains its slots to
+	// the others before its deadline and the job goes on; a machine lost
+	// without a drain costs the failure timeout, and the job's state is
+	// lost only when no machine is left to hold it (the last one gone, or
+	// k lost at once without a drain): the job then rolls back to its
+	// last checkpoint and restarts once a machine works again
+	// (docs/design/market.md, "BidBrain without a reliable tier").
+	Elastic
 )
 
 // Switch is one stage switch.
@@ -51,10 +60,11 @@ type Job struct {
 	// revoked counts transient machines revoked without enough notice
 	// since the last switch; fellBack says the job fell back to stage 1
 	// and waits for a transient machine to join before it switches up.
-	revoked  int
-	fellBack bool
-	members  map[market.MachineID]*member
-	finished time.Time
+	revoked   int
+	revokedAt time.Time // elastic: the instant revoked counts in
+	fellBack  bool
+	members   map[market.MachineID]*member
+	finished  time.Time
 
 	Switches []Switch
 	// Revocations counts machines lost without enough notice to drain,
@@ -70,6 +80,9 @@ type member struct {
 	rate     float64
 	workFrom time.Time
 	leaveAt  time.Time // zero: not leaving
+	// undrained: an elastic job's machine whose notice was too short to
+	// drain; it is lost when it goes.
+	undrained bool
 }
 
 // New returns a job of total updates starting at start. need is the
@@ -80,6 +93,9 @@ func New(cal Calibration, mode Mode, need int, total float64, start time.Time) *
 	j.pausedUntil = j.started
 	if mode == Tiered {
 		j.stage = 1
+	}
+	if mode == Elastic {
+		j.need = 1
 	}
 	return j
 }
@@ -95,18 +111,18 @@ func (j *Job) Status() rm.JobStatus {
 }
 
 // ErrCheckpointNotFlat: a checkpoint asked of a tiered job.
-var ErrCheckpointNotFlat = errors.New("checkpoints are for flat jobs")
+var ErrCheckpointNotFlat = errors.New("checkpoints are for flat and elastic jobs")
 
 // Checkpoint pauses the job while it saves its state; the saved work
 // counts once the save ends.
 func (j *Job) Checkpoint(context.Context) error {
-	if j.mode != Flat {
+	if j.mode == Tiered {
 		return ErrCheckpointNotFlat
 	}
 	if j.rate() == 0 || !j.ckptEnd.IsZero() {
 		return nil // nothing to save now, or a save is under way
 	}
-	j.ckptEnd = j.now.Add(j.cal.Transfer(j.need))
+	j.ckptEnd = j.now.Add(j.cal.Transfer(j.writers()))
 	j.ckptValue = j.done
 	j.pausedUntil = later(j.pausedUntil, j.ckptEnd)
 	return nil
@@ -137,7 +153,10 @@ func (j *Job) Handle(ev market.Event) error {
 			return nil // a flat job does not drain: it learns of the loss when the machine is gone
 		}
 		m.leaveAt = ev.Deadline.Add(-seconds(j.cal.DrainSeconds))
-		if m.leaveAt.Before(j.now) {
+		if m.leaveAt.Before(j.now) && j.mode == Elastic {
+			// Too short to drain: it stops now and is lost when it goes.
+			m.leaveAt, m.undrained = j.now, true
+		} else if m.leaveAt.Before(j.now) {
 			// The notice is shorter than the drain: the machine is lost
 			// as if revoked without one.
 			j.loseUnstreamed(m)
@@ -153,6 +172,8 @@ func (j *Job) Handle(ev market.Event) error {
 		switch {
 		case j.mode == Flat && ev.By == market.ByProvider:
 			j.crash()
+		case j.mode == Elastic:
+			j.goneElastic(ev, m)
 		case j.mode == Tiered && ev.By == market.ByProvider && (m.leaveAt.IsZero() || ev.At.Before(m.leaveAt)):
 			j.loseUnstreamed(m)
 			j.revoke(m)
@@ -194,6 +215,50 @@ func (j *Job) revoke(m *member) {
 	}
 }
 
+// goneElastic applies machine m's departure from an elastic job. A
+// machine that drained (its notice, or a release, came at least a drain
+// before it went) handed its slots over, unless no other machine was on
+// the ring to take them: the last server cannot drain. One lost without
+// a drain costs the failure timeout; its chains' other copies keep its
+// slots unless it was the last machine or the k-th lost in the same
+// instant (chains of k).
+func (j *Job) goneElastic(ev market.Event, m *member) {
+	if m.workFrom.After(j.now) {
+		return // still booting or joining: it held nothing
+	}
+	alone := j.onRing() == 0
+	if drained := !m.undrained && (!m.leaveAt.IsZero() && !ev.At.Before(m.leaveAt) || ev.By != market.ByProvider); drained {
+		if alone && j.finished.IsZero() {
+			j.crash()
+		}
+		return
+	}
+	j.Revocations++
+	if !ev.At.Equal(j.revokedAt) {
+		j.revokedAt, j.revoked = ev.At, 0
+	}
+	j.revoked++
+	j.pausedUntil = later(j.pausedUntil, j.now.Add(j.cal.Revocation()))
+	if alone || j.revoked >= j.cal.K() {
+		j.crash()
+	}
+}
+
+// onRing counts the machines that hold slots at the job's clock: joined
+// and not yet drained away.
+func (j *Job) onRing() int {
+	m := j.working()
+	return int(m.Reliable + m.Transient)
+}
+
+// writers is how many machines write a checkpoint (each its shard).
+func (j *Job) writers() int {
+	if j.mode == Flat {
+		return j.need
+	}
+	return max(1, j.onRing())
+}
+
 func (j *Job) crash() {
 	j.Lost += j.done - j.ckpt
 	j.done = j.ckpt
@@ -230,7 +295,7 @@ func (j *Job) rate() float64 {
 		return 0
 	}
 	m := j.working()
-	if j.mode == Flat {
+	if j.mode != Tiered {
 		if m.Reliable+m.Transient < float64(j.need) || j.restart {
 			return 0
 		}
@@ -249,12 +314,12 @@ func (j *Job) replanJoined(joined bool) {
 		return // the machines given back after the end change no stage
 	}
 	m := j.working()
-	if j.mode == Flat {
+	if j.mode != Tiered {
 		if j.restart && m.Reliable+m.Transient >= float64(j.need) {
 			// A restart starts the job's processes again (its start)
 			// and reads the checkpoint back.
 			j.restart = false
-			j.pausedUntil = later(j.pausedUntil, j.now.Add(seconds(j.cal.StartSeconds)+j.cal.Transfer(j.need)))
+			j.pausedUntil = later(j.pausedUntil, j.now.Add(seconds(j.cal.StartSeconds)+j.cal.Transfer(j.writers())))
 		}
 		return
 	}

@@ -21,7 +21,26 @@ import (
 // hour ends it releases the allocation if its work per dollar has fallen
 // below the rest's or a new machine's (docs/design/market.md, "BidBrain's
 // objective").
-type BidBrain struct{ c Config }
+//
+// At the job's start it also chooses how the job survives evictions:
+// with the reliable tier (Proteus's design), or without one, every
+// machine a server and a worker that drains on notice, with periodic
+// checkpoints for the case that no machine is left to drain to
+// (docs/design/market.md, "BidBrain without a reliable tier"): whichever
+// the objective expects to do an update for less.
+type BidBrain struct {
+	c      Config
+	design design
+}
+
+// design is how a BidBrain job survives losing machines.
+type design int
+
+const (
+	undecided design = iota
+	tiered
+	elastic
+)
 
 func (p *BidBrain) Name() string { return "bidbrain" }
 
@@ -67,6 +86,7 @@ func (p *BidBrain) outlook(r history.Risk, price float64, setupLeft time.Duratio
 // to cost and contribute over the period.
 type unit struct {
 	class    market.Class
+	evicted  float64   // P(an eviction notice within the period), of each machine
 	since    time.Time // when the allocation was requested: its billing hours start there
 	count    float64   // machines
 	rate     float64   // their worker updates per hour
@@ -81,9 +101,19 @@ type footprint struct {
 	nR, nT, wR, wT, up, cost float64
 	// left is the job's remaining work: no footprint can do more.
 	left float64
+	// elastic: the job has no reliable tier; allGone is then the chance
+	// that every transient allocation gets its eviction notice within
+	// the period, read as that of the allocation least likely to (as if
+	// evictions were perfectly correlated: it never under-states the
+	// risk); 1 with none held.
+	elastic bool
+	allGone float64
 }
 
 func (f *footprint) add(u unit, sign float64) {
+	if f.elastic && u.class == market.Transient && sign > 0 {
+		f.allGone = min(f.allGone, u.evicted)
+	}
 	if u.class == market.Reliable {
 		f.nR += sign * u.count
 		f.wR += sign * u.rate
@@ -103,18 +133,104 @@ func (p *BidBrain) Decide(s rm.State) rm.Plan {
 	if !ok {
 		return rm.Plan{}
 	}
-	plan := rm.Plan{Acquire: topUp(s.Held, market.Reliable, p.c.Reliable, rel, 0)}
-	units := p.held(s, rel)
-	fp := footprint{left: s.Job.Total - s.Job.Done}
+	el := p.Elastic(s)
+	var plan rm.Plan
+	if !el {
+		plan.Acquire = topUp(s.Held, market.Reliable, p.c.Reliable, rel, 0)
+	}
+	units := p.held(s, rel, el)
+	fp := p.footprint(s, units, el)
+	cands := p.candidates(s)
+	n := live(s.Held, market.Transient)
+	var hold bool
+	plan.Release, hold = p.release(s, units, &fp, cands, n)
+	plan.Acquire = append(plan.Acquire, p.acquire(n-len(plan.Release), &fp, cands)...)
+	plan.Wake = p.nextDue(s)
+	if el && s.Job.Working {
+		every := Daly(p.c.Checkpoint, p.untilAllGone(fp.allGone))
+		next := s.Job.CheckpointAt.Add(every)
+		if hold {
+			// Ask again once the checkpoint is written, within the
+			// release window.
+			next = s.View.Now.Add(p.c.Checkpoint + (p.c.Drain-2*p.c.Checkpoint)/2)
+		}
+		if hold || !s.View.Now.Before(next) {
+			plan.Checkpoint = true
+			if !hold {
+				next = s.View.Now.Add(every)
+			}
+		}
+		if plan.Wake.IsZero() || next.Before(plan.Wake) {
+			plan.Wake = next
+		}
+	}
+	return plan
+}
+
+// footprint sums the units held.
+func (p *BidBrain) footprint(s rm.State, units []unit, el bool) footprint {
+	fp := footprint{left: s.Job.Total - s.Job.Done, elastic: el, allGone: 1}
 	for _, u := range units {
 		fp.add(u, 1)
 	}
-	cands := p.candidates(s)
-	n := live(s.Held, market.Transient)
-	plan.Release = p.release(s, units, &fp, cands, n)
-	plan.Acquire = append(plan.Acquire, p.acquire(n-len(plan.Release), &fp, cands)...)
-	plan.Wake = p.nextDue(s)
-	return plan
+	return fp
+}
+
+// Elastic says whether the job runs without the reliable tier, choosing
+// once, at the first decision, the design whose footprint the objective
+// expects to do an update for less (Config.Elastic nil or Config.Design
+// DesignTiers: always tiered; DesignElastic: never). The choice is kept:
+// a running job does not change how it holds its state.
+func (p *BidBrain) Elastic(s rm.State) bool {
+	if p.design == undecided {
+		p.design = tiered
+		switch {
+		case p.c.Elastic == nil || p.c.Design == DesignTiers:
+		case p.c.Design == DesignElastic:
+			p.design = elastic
+		default:
+			rel, ok := reliableMarket(s.View, p.c.Reference)
+			cands := p.candidates(s)
+			n := live(s.Held, market.Transient)
+			if ok {
+				withTier, _ := p.choose(p.footprint(s, p.held(s, rel, false), false), cands, n)
+				without, _ := p.choose(p.footprint(s, p.held(s, rel, true), true), cands, n)
+				if without < withTier || math.IsNaN(withTier) && !math.IsNaN(without) {
+					p.design = elastic
+				}
+			}
+		}
+	}
+	return p.design == elastic
+}
+
+// untilAllGone is the mean time until every machine of an elastic job is
+// gone at once, from the chance allGone that it happens within the
+// period (a Poisson process's rate); the checkpoint policy's long
+// default when it is nil.
+func (p *BidBrain) untilAllGone(allGone float64) time.Duration {
+	if allGone <= 0 {
+		return 2 * history.Window
+	}
+	rate := -math.Log1p(-min(allGone, 0.999)) / p.c.Period.Hours()
+	return time.Duration(float64(time.Hour) / rate)
+}
+
+// kept is the share of its work an elastic job keeps: it loses, per
+// total loss, the work since its last checkpoint and the time to read the
+// checkpoint back, and pays for each checkpoint δ; at Young's interval
+// √(2δM) the first and the checkpoints together cost √(2δ/M) of the time,
+// the read back δ/M (M the mean time to a total loss).
+func (f footprint) kept(c Config) float64 {
+	if !f.elastic {
+		return 1
+	}
+	if f.allGone <= 0 {
+		return 1
+	}
+	rate := -math.Log1p(-min(f.allGone, 0.999)) / c.Period.Hours() // total losses per hour
+	d := c.Checkpoint.Hours()
+	return max(0, 1-math.Sqrt(2*d*rate)-d*rate)
 }
 
 // work is the expected updates over the period: the planner's throughput
@@ -127,16 +243,28 @@ func (f footprint) work(c Config) float64 {
 	if f.wR+f.wT <= 0 {
 		return 0
 	}
-	return min(f.left, c.Throughput(f.nR, f.nT, f.wR, f.wT)*c.Period.Hours()*f.up/(f.wR+f.wT))
+	return min(f.left, f.rate(c, f.nT, f.wT)*c.Period.Hours()*f.up/(f.wR+f.wT)*f.kept(c))
 }
 
-// held turns the machines held into units: the reliable tier as one, each
-// transient allocation as one, each machine read at its (fixed) bid
-// against the current price.
-func (p *BidBrain) held(s rm.State, rel *history.Market) []unit {
-	relRate, _ := p.c.Rate(p.c.Reference)
-	n := float64(p.c.Reliable)
-	units := []unit{{class: market.Reliable, count: n, rate: n * relRate, upRate: n * relRate, cost: n * rel.OnDemand * p.c.Period.Hours()}}
+// rate is the planner's throughput with the footprint's reliable
+// machines and nT transient ones of summed worker rate wT.
+func (f footprint) rate(c Config, nT, wT float64) float64 {
+	if f.elastic {
+		return c.Elastic(nT, wT)
+	}
+	return c.Throughput(f.nR, nT, f.wR, wT)
+}
+
+// held turns the machines held into units: the reliable tier as one
+// (none when the job is elastic), each transient allocation as one, each
+// machine read at its (fixed) bid against the current price.
+func (p *BidBrain) held(s rm.State, rel *history.Market, el bool) []unit {
+	var units []unit
+	if !el {
+		relRate, _ := p.c.Rate(p.c.Reference)
+		n := float64(p.c.Reliable)
+		units = append(units, unit{class: market.Reliable, count: n, rate: n * relRate, upRate: n * relRate, cost: n * rel.OnDemand * p.c.Period.Hours()})
+	}
 	byAlloc := map[int64]*unit{}
 	// Machines of one market, bid and request time look alike: read each
 	// such group's risk once.
@@ -172,6 +300,7 @@ func (p *BidBrain) held(s rm.State, rel *history.Market) []unit {
 			seen[k] = o
 		}
 		u.count++
+		u.evicted = o.evicted
 		u.rate += rate
 		u.upRate += rate * o.work
 		u.cost += o.cost
@@ -190,13 +319,34 @@ func (p *BidBrain) held(s rm.State, rel *history.Market) []unit {
 
 // release drops the allocations that are due (their charged time about
 // to be extended) that no longer pay their way at the cost per update the
-// job can reach (dropping them lowers it), or that a run of new machines
-// in their place would beat (replacing them lowers it more).
-func (p *BidBrain) release(s rm.State, units []unit, fp *footprint, cands []candidate, held int) []market.MachineID {
-	var out []market.MachineID
+// job can reach (dropping them lowers it), that a run of new machines in
+// their place would beat (replacing them lowers it more), or whose
+// updates would cost more than on demand (during a spike the footprint
+// held is dear as a whole, and the ratio it reaches would keep them).
+//
+// An elastic job's last working machines hold its state: they go only
+// from a checkpoint taken within their release window, so that little
+// is rolled back (the job restarts from it on the machines bought in
+// their place). When they are due and no such checkpoint exists, hold
+// says so (the plan then checkpoints, and the policy is asked again
+// once the checkpoint is written); when a checkpoint is too slow to fit
+// in the window (Config.Checkpoint at least half the drain), they stay.
+func (p *BidBrain) release(s rm.State, units []unit, fp *footprint, cands []candidate, held int) (out []market.MachineID, hold bool) {
 	lambda := math.NaN()
-	for _, u := range units {
+	gone := make([]bool, len(units))
+	running := map[market.MachineID]bool{}
+	for _, h := range s.Held {
+		if h.Class == market.Transient && h.Running() {
+			running[h.ID] = true
+		}
+	}
+	ceiling := p.ceiling(s.View)
+	for i, u := range units {
 		if u.class != market.Transient || !p.due(s.View.Now, u.since) {
+			continue
+		}
+		last := fp.elastic && !p.othersHold(units, gone, i, running)
+		if last && (2*p.c.Checkpoint >= p.c.Drain || hold) {
 			continue
 		}
 		if math.IsNaN(lambda) {
@@ -204,14 +354,43 @@ func (p *BidBrain) release(s rm.State, units []unit, fp *footprint, cands []cand
 		}
 		rest := *fp
 		rest.add(u, -1)
+		if rest.elastic {
+			rest.allGone = 1
+			for k, o := range units {
+				if k != i && !gone[k] && o.class == market.Transient {
+					rest.allGone = min(rest.allGone, o.evicted)
+				}
+			}
+		}
 		own := (lambda*(fp.work(p.c)-rest.work(p.c)) - u.cost) / u.count
-		if _, _, best := p.bestRun(&rest, cands, held-int(u.count), lambda); own < 0 || best > own {
+		if _, _, best := p.bestRun(&rest, cands, held-int(u.count), lambda); own < 0 || best > own || u.cost > ceiling*u.upRate {
+			if last && s.Job.CheckpointAt.Before(s.View.Now.Add(-p.c.Drain)) {
+				hold = true // checkpoint first
+				continue
+			}
 			*fp = rest
 			held -= int(u.count)
+			gone[i] = true
 			out = append(out, u.machines...)
 		}
 	}
-	return out
+	return out, hold
+}
+
+// othersHold says whether, with unit i released (and those gone), an
+// elastic job still has a working machine to take its slots.
+func (p *BidBrain) othersHold(units []unit, gone []bool, i int, running map[market.MachineID]bool) bool {
+	for k, u := range units {
+		if k == i || gone[k] {
+			continue
+		}
+		for _, id := range u.machines {
+			if running[id] {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // due says an allocation requested at since may be released now without
@@ -266,12 +445,23 @@ func (p *BidBrain) nextDue(s rm.State) time.Time {
 // ratio objective under the job's parallelism: when machines are what is
 // short, a machine that does much work a little dearer beats one that
 // does little work a little cheaper.
+//
+// An elastic job has no fixed cost to spread over its machines: its cost
+// per update is the same on one machine as on a hundred of a kind, and
+// Dinkelbach's method, which adds only what lowers it, would stop at
+// one. At equal cost per update the job is better off finishing sooner,
+// so for an elastic footprint a run that saves nothing (within a
+// rounding tolerance) is taken too.
 func (p *BidBrain) bestRun(fp *footprint, cands []candidate, held int, lambda float64) (int, int, float64) {
 	best, bestK, bestSave := -1, 0, math.Inf(-1)
+	floor := 0.0
+	if fp.elastic {
+		floor = -1e-12
+	}
 	for i, c := range cands {
 		for k := 1; k <= p.c.Max-held; k *= 2 {
 			g := p.gain(fp, c, float64(k))
-			if save := (lambda*g - float64(k)*c.cost) / float64(k); g > 0 && save > 0 && save > bestSave+1e-12 {
+			if save := (lambda*g - float64(k)*c.cost) / float64(k); g > 0 && save > floor && save > bestSave+1e-12 {
 				best, bestK, bestSave = i, k, save
 			}
 		}
@@ -319,6 +509,17 @@ type run struct{ cand, k int }
 func (p *BidBrain) choose(fp footprint, cands []candidate, held int) (float64, []run) {
 	lambda := fp.cost / fp.work(p.c)
 	var runs []run
+	if fp.work(p.c) <= 0 && held < p.c.Max {
+		// Nothing held works (an elastic job's start, or after a total
+		// loss): start from the best lone machine, a footprint whose
+		// ratio Dinkelbach's method can start from.
+		lambda = math.Inf(1)
+		for i, c := range cands {
+			if g := p.gain(&fp, c, 1); g > 0 && (fp.cost+c.cost)/g < lambda {
+				lambda, runs = (fp.cost+c.cost)/g, []run{{i, 1}}
+			}
+		}
+	}
 	// Lambda falls strictly from pass to pass, so no choice of runs comes
 	// back; the bound is only a guard.
 	for range 2 * (len(cands) + 1) {
@@ -334,6 +535,11 @@ func (p *BidBrain) choose(fp footprint, cands []candidate, held int) (float64, [
 			chosen = append(chosen, run{best, k})
 		}
 		next := trial.cost / trial.work(p.c)
+		if fp.elastic && len(chosen) > 0 && next <= lambda*(1+1e-9) && !(next < lambda*(1-1e-9)) {
+			// Machines that keep the cost per update where it is
+			// (bestRun): taken, and the search ends.
+			return next, append(runs[:0:0], chosen...)
+		}
 		if !(next < lambda*(1-1e-9)) {
 			break
 		}
@@ -348,6 +554,13 @@ func (p *BidBrain) choose(fp footprint, cands []candidate, held int) (float64, [
 // expected working share, less the re-plans their arrival causes and
 // their eviction may cause (each a stage-switch pause of the whole job).
 func (p *BidBrain) gain(fp *footprint, c candidate, k float64) float64 {
+	if fp.elastic {
+		// No stage to switch: a machine joins and drains without
+		// stopping the job.
+		more := *fp
+		more.add(c.unit(k), 1)
+		return more.work(p.c) - fp.work(p.c)
+	}
 	now := p.c.Throughput(fp.nR, fp.nT, fp.wR, fp.wT)
 	more := p.c.Throughput(fp.nR, fp.nT+k, fp.wR, fp.wT+k*c.rate)
 	base := fp.work(p.c)
@@ -356,19 +569,24 @@ func (p *BidBrain) gain(fp *footprint, c candidate, k float64) float64 {
 }
 
 func (c candidate) unit(k float64) unit {
-	return unit{class: market.Transient, count: k, rate: k * c.rate, upRate: k * c.rate * c.work, cost: k * c.cost}
+	return unit{class: market.Transient, count: k, rate: k * c.rate, upRate: k * c.rate * c.work, cost: k * c.cost, evicted: c.evicted}
 }
 
 // candidates lists every market with a known rate and enough past, at
-// every bid of the grid (bid markets) or at the spot price.
+// every bid of the grid (bid markets) or at the spot price, priced at
+// most at its on-demand price and expected to do an update for no more
+// than an on-demand machine does: during a spike a machine dearer than
+// on demand is never worth buying, although the footprint held then may
+// make the ratio the job can reach that high.
 func (p *BidBrain) candidates(s rm.State) []candidate {
 	var out []candidate
+	ceiling := p.ceiling(s.View)
 	for i := range s.View.Markets {
 		m := &s.View.Markets[i]
 		price, ok := m.Price()
 		rate, err := p.c.Rate(m.Market.Type)
-		if !ok || err != nil || price <= 0 || m.Available() == 0 {
-			continue
+		if !ok || err != nil || price <= 0 || m.Available() == 0 || m.OnDemand > 0 && price > m.OnDemand {
+			continue // a machine dearer than on demand is not bought
 		}
 		bids := []float64{0}
 		if p.c.BidEvicts {
@@ -382,12 +600,25 @@ func (p *BidBrain) candidates(s rm.State) []candidate {
 			if r.Samples < minSamples && p.c.BidEvicts || r.Samples == 0 {
 				continue
 			}
-			if o := p.outlook(r, price, p.c.Setup, true); o.work > 0 {
+			if o := p.outlook(r, price, p.c.Setup, true); o.work > 0 && o.cost <= ceiling*rate*o.work {
 				out = append(out, candidate{m: m, bid: bid, rate: rate, outlook: o})
 			}
 		}
 	}
 	return out
+}
+
+// ceiling is the dollars an update costs on demand, on the type with the
+// lowest on-demand price per update: what no transient machine is bought
+// or kept above.
+func (p *BidBrain) ceiling(v history.View) float64 {
+	c := math.Inf(1)
+	for _, m := range v.Markets {
+		if r, err := p.c.Rate(m.Market.Type); err == nil && r > 0 && m.OnDemand > 0 {
+			c = min(c, m.OnDemand/r)
+		}
+	}
+	return c
 }
 
 // risk is a machine's eviction risk in market m at bid (bid markets) or

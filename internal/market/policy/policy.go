@@ -25,7 +25,14 @@ type Config struct {
 	// and transient machines working (counts may be fractional), at the
 	// best stage: the planner's answer.
 	Throughput func(reliable, transient, reliableRate, transientRate float64) float64
-	Estimator  *history.Estimator
+	// Elastic is the job's updates per hour without tiers, every machine
+	// a server and a worker; nil: BidBrain keeps the reliable tier.
+	Elastic func(machines, rate float64) float64
+	// Design is BidBrain's design: DesignAuto (or "") chooses by the
+	// objective, DesignTiers keeps the reliable tier, DesignElastic
+	// drops it (with Elastic set).
+	Design    string
+	Estimator *history.Estimator
 	// BidEvicts, Period, Terms and Notice describe the market model:
 	// whether bids evict, the billing period (the planning horizon), how
 	// transient machines are charged, and the notice before an eviction.
@@ -43,6 +50,16 @@ type Config struct {
 	// long a checkpoint takes.
 	Setup, Drain, SwitchPause, Checkpoint time.Duration
 }
+
+// BidBrain's designs (Config.Design).
+const (
+	DesignAuto    = "auto"
+	DesignTiers   = "tiers"
+	DesignElastic = "elastic"
+)
+
+// Designs are the values Config.Design takes.
+var Designs = []string{DesignAuto, DesignTiers, DesignElastic}
 
 // New returns the policy called name.
 func New(name string, c Config) (rm.Policy, error) {

@@ -11,8 +11,10 @@ import (
 
 // PolicyConfig is what the policies of a replay are built with, for a
 // replay on real processes (internal/harness/realreplay) to build the
-// same policies.
-func (c Config) PolicyConfig() policy.Config { return c.policyConfig() }
+// same policies, but for BidBrain's elastic design: on processes it keeps
+// the reliable tier (docs/design/market.md, "BidBrain without a reliable
+// tier").
+func (c Config) PolicyConfig() policy.Config { return c.tieredConfig() }
 
 // Source is what a run from start replays (the prices, the preemption
 // traces placed for start), for a replay on real processes.

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -325,7 +327,26 @@ func medianResult(rs []Result) Result {
 		UpdatesLost:     pick(func(r Result) float64 { return r.UpdatesLost }),
 		FreeShare:       pick(func(r Result) float64 { return r.FreeShare }),
 		DoneShare:       1,
+		Design:          designs(rs),
 	}
+}
+
+// designs names the design the runs used, or each design with its count
+// of runs ("elastic 15, tiers 5") when they differ.
+func designs(rs []Result) string {
+	n := map[string]int{}
+	for _, r := range rs {
+		n[r.Design]++
+	}
+	if len(n) == 1 {
+		return rs[0].Design
+	}
+	names := slices.Sorted(maps.Keys(n))
+	parts := make([]string, len(names))
+	for i, d := range names {
+		parts[i] = fmt.Sprintf("%s %d", d, n[d])
+	}
+	return strings.Join(parts, ", ")
 }
 
 // Summary writes the one-screen table comparing the policies.
@@ -336,18 +357,18 @@ func (rep *Report) Summary(w io.Writer, policies []string) {
 	}
 	fmt.Fprintf(w, "%s market, %.3g updates, %s\n", rep.Market, rep.Updates, what)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tdollars\tvs on-demand\thours\tevictions\tacquisitions\tstage switches\tupdates lost\tfree compute\t")
+	fmt.Fprintln(tw, "policy\tdollars\tvs on-demand\thours\tevictions\tacquisitions\tstage switches\tupdates lost\tfree compute\tdesign\t")
 	for _, name := range policies {
 		r := rep.Policies[name]
 		if r.Unfinished {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t-\t\n", name)
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t\n", name)
 			continue
 		}
 		vs := "-"
 		if r.OnDemandDollars > 0 {
 			vs = fmt.Sprintf("%.1f%%", 100*r.Dollars/r.OnDemandDollars)
 		}
-		fmt.Fprintf(tw, "%s\t%.2f\t%s\t%.1f\t%d\t%d\t%d\t%.0f\t%.0f%%\t\n", name, r.Dollars, vs, r.Hours, r.Evictions, r.Acquisitions, r.StageSwitches, r.UpdatesLost, 100*r.FreeShare)
+		fmt.Fprintf(tw, "%s\t%.2f\t%s\t%.1f\t%d\t%d\t%d\t%.0f\t%.0f%%\t%s\t\n", name, r.Dollars, vs, r.Hours, r.Evictions, r.Acquisitions, r.StageSwitches, r.UpdatesLost, 100*r.FreeShare, r.Design)
 	}
 	tw.Flush()
 	line := func(label string, med, worst *float64) {

@@ -38,6 +38,8 @@ type Config struct {
 	Updates float64
 	// Bid is the checkpoint and tiers policies' fixed bid (0: on-demand).
 	Bid float64
+	// Design is BidBrain's (policy.Config.Design).
+	Design string
 	// Progress receives a plain line per finished run, and one at most
 	// every Every of wall time within a long run.
 	Progress io.Writer
@@ -66,6 +68,11 @@ type Result struct {
 	Acquisitions    int       `json:"acquisitions"`
 	StageSwitches   int       `json:"stage_switches"`
 	UpdatesLost     float64   `json:"updates_lost"`
+	// Design is how the job survived evictions: "tiers" (a reliable
+	// tier), "elastic" (BidBrain without one: drains, and a checkpoint
+	// for the case that no machine is left), "checkpoint" (restarts from
+	// a checkpoint) or "ondemand" (never evicted).
+	Design string `json:"design"`
 	// FreeShare is the share of the compute held (machine-hours weighted
 	// by each type's worker rate) that was not charged.
 	FreeShare float64 `json:"free_compute_share"`
@@ -100,6 +107,16 @@ func mode(name string, c jobsim.Calibration) (jobsim.Mode, int) {
 }
 
 func (c Config) policyConfig() policy.Config {
+	pc := c.tieredConfig()
+	flow := jobsim.FlowOf(c.Cal)
+	pc.Elastic = func(n, rate float64) float64 { return flow.Stage(0, jobsim.Mix{Transient: n, TransientRate: rate}) }
+	pc.Design = c.Design
+	return pc
+}
+
+// tieredConfig is policyConfig without the elastic design: BidBrain
+// keeps the reliable tier.
+func (c Config) tieredConfig() policy.Config {
 	flow := jobsim.FlowOf(c.Cal)
 	return policy.Config{
 		Reference: c.Cal.ReferenceType, Machines: c.Cal.Machines, Reliable: c.Cal.ReliableMachines, Max: c.Cal.MaxMachines,
@@ -205,13 +222,32 @@ func Run(ctx context.Context, cfg Config, name string, start time.Time) (Result,
 	return runWith(ctx, cfg, pol, start)
 }
 
+// designer is a policy that chooses, before the job starts, whether it
+// runs without the reliable tier (BidBrain).
+type designer interface {
+	Elastic(s rm.State) bool
+}
+
 func runWith(ctx context.Context, cfg Config, pol rm.Policy, start time.Time) (Result, error) {
 	name := pol.Name()
 	md, need := mode(name, cfg.Cal)
-	r := &run{ctx: ctx, cfg: cfg, name: name, start: start, job: jobsim.New(cfg.Cal, md, need, cfg.Updates, start)}
+	r := &run{ctx: ctx, cfg: cfg, name: name, start: start}
 	r.prov = traceprov.New(traceprov.Config{Source: cfg.source(start), Model: cfg.Model, Boot: cfg.Cal.Boot(), Start: start, Handler: r.handle})
+	r.res = Result{Policy: name, Start: start, Design: "tiers"}
+	switch d, ok := pol.(designer); {
+	case md == jobsim.Flat:
+		r.res.Design = name
+	case ok:
+		v, err := r.prov.Past(ctx)
+		if err != nil {
+			return r.res, err
+		}
+		if d.Elastic(rm.State{View: v, Job: rm.JobStatus{Total: cfg.Updates}}) {
+			md, r.res.Design = jobsim.Elastic, "elastic"
+		}
+	}
+	r.job = jobsim.New(cfg.Cal, md, need, cfg.Updates, start)
 	r.mgr = rm.NewManager(r.prov, pol, r.job)
-	r.res = Result{Policy: name, Start: start}
 	if err := r.mgr.Start(ctx); err != nil {
 		return r.res, err
 	}
