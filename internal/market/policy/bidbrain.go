@@ -108,6 +108,9 @@ type footprint struct {
 	// risk); 1 with none held.
 	elastic bool
 	allGone float64
+	// unpaid is the part of cost an elastic footprint does not pay: the
+	// tier it does without (BidBrain.footprint).
+	unpaid float64
 }
 
 func (f *footprint) add(u unit, sign float64) {
@@ -168,8 +171,21 @@ func (p *BidBrain) Decide(s rm.State) rm.Plan {
 }
 
 // footprint sums the units held.
+//
+// An elastic footprint carries the tier it does without as a cost it does
+// not pay: the job's hours are worth what the tier would cost. Without
+// it the cost per update would not fall with more machines (there is no
+// fixed cost to spread), and one machine that needs no setup and is
+// seldom evicted would do an update for less than any machine bought
+// beside it: the job ran on it alone for sixteen hours (the 4-node
+// us-east-2a trace). With it BidBrain sizes the job as it does with the
+// tier, and the design choice compares the two on the same footing.
 func (p *BidBrain) footprint(s rm.State, units []unit, el bool) footprint {
 	fp := footprint{left: s.Job.Total - s.Job.Done, elastic: el, allGone: 1}
+	if rel, ok := reliableMarket(s.View, p.c.Reference); el && ok {
+		fp.unpaid = float64(p.c.Reliable) * rel.OnDemand * p.c.Period.Hours()
+		fp.cost = fp.unpaid
+	}
 	for _, u := range units {
 		fp.add(u, 1)
 	}
@@ -194,7 +210,14 @@ func (p *BidBrain) Elastic(s rm.State) bool {
 			n := live(s.Held, market.Transient)
 			if ok {
 				withTier, _ := p.choose(p.footprint(s, p.held(s, rel, false), false), cands, n)
-				without, _ := p.choose(p.footprint(s, p.held(s, rel, true), true), cands, n)
+				fp := p.footprint(s, p.held(s, rel, true), true)
+				_, runs := p.choose(fp, cands, n)
+				for _, r := range runs {
+					fp.add(cands[r.cand].unit(float64(r.k)), 1)
+				}
+				// What the elastic footprint is expected to pay per
+				// update, its unpaid tier left out.
+				without := (fp.cost - fp.unpaid) / fp.work(p.c)
 				if without < withTier || math.IsNaN(withTier) && !math.IsNaN(without) {
 					p.design = elastic
 				}

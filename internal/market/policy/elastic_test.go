@@ -182,3 +182,20 @@ func TestElasticLastGoAfterACheckpoint(t *testing.T) {
 		t.Errorf("after the checkpoint: released %d of 8", len(plan.Release))
 	}
 }
+
+// TestElasticSizesAsTheTier: an elastic job holding one machine bought
+// an hour ago (no setup left, seldom evicted) buys more beside it: the
+// tier it does without is counted as the value of its hours, so the
+// lone machine's lower cost per update does not hold the job to it.
+func TestElasticSizesAsTheTier(t *testing.T) {
+	now := t0.Add(10 * 24 * time.Hour)
+	at := now.Add(-30 * time.Minute)
+	held := []rm.Holding{{Machine: market.Machine{ID: 1, Market: cheap, Class: market.Transient, Bid: 0.21, Alloc: 1, Requested: at.Add(-5 * time.Minute), Ready: at}}}
+	flat := &history.Source{Prices: &trace.Prices{Series: []*trace.Series{source().Prices.Series[0]}}}
+	s := state(now, held...)
+	s.View = flat.Cut(now)
+	plan := (&BidBrain{c: elasticConfig(), design: elastic}).Decide(s)
+	if n := count(plan, cheap, market.Transient); n < 32 {
+		t.Errorf("bought %d machines beside the one held, want the job's parallelism", n)
+	}
+}
