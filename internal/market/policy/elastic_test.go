@@ -75,24 +75,32 @@ func TestBidBrainDesign(t *testing.T) {
 	}
 }
 
-// TestElasticKeepsAHolder: an elastic job's allocation due for release
-// is kept if no other working machine would be left to take its slots
-// (the last servers cannot drain), and released when one would.
-func TestElasticKeepsAHolder(t *testing.T) {
-	c := elasticConfig()
+// dearAllocation is eight machines of the dear zone bought together 90
+// minutes before 10 days into the trace, the job's only machines, and
+// the moment they are due for release (their drain before the end of
+// their second hour).
+func dearAllocation(c Config) ([]rm.Holding, time.Time) {
 	now := t0.Add(10 * 24 * time.Hour)
 	requested := now.Add(-90 * time.Minute)
 	var held []rm.Holding
 	for i := 0; i < 8; i++ {
 		held = append(held, rm.Holding{Machine: market.Machine{ID: market.MachineID(10 + i), Market: dear, Class: market.Transient, Bid: 0.06, Alloc: 10, Requested: requested, Ready: requested.Add(2 * time.Minute)}})
 	}
-	due := requested.Add(2*time.Hour - c.Drain)
+	return held, requested.Add(2*time.Hour - c.Drain)
+}
+
+// TestElasticKeepsAHolder: an elastic job's allocation due for release
+// is kept if no other working machine would be left to take its slots
+// (the last servers cannot drain), and released when one would.
+func TestElasticKeepsAHolder(t *testing.T) {
+	c := elasticConfig()
+	held, due := dearAllocation(c)
 	p := &BidBrain{c: c, design: elastic}
 	if plan := p.Decide(state(due, held...)); len(plan.Release) != 0 {
 		t.Errorf("released %d of the 8 machines that hold the job's state", len(plan.Release))
 	}
 	for i := 0; i < 4; i++ {
-		at := now.Add(-5 * time.Hour)
+		at := due.Add(-5 * time.Hour)
 		held = append(held, rm.Holding{Machine: market.Machine{ID: market.MachineID(30 + i), Market: cheap, Class: market.Transient, Bid: 0.21, Alloc: 30, Requested: at.Add(-30 * time.Minute), Ready: at}})
 	}
 	if plan := p.Decide(state(due, held...)); len(plan.Release) != 8 {
@@ -162,13 +170,7 @@ func TestElasticFillsTheJob(t *testing.T) {
 func TestElasticLastGoAfterACheckpoint(t *testing.T) {
 	c := elasticConfig()
 	c.Checkpoint = time.Second
-	now := t0.Add(10 * 24 * time.Hour)
-	requested := now.Add(-90 * time.Minute)
-	var held []rm.Holding
-	for i := 0; i < 8; i++ {
-		held = append(held, rm.Holding{Machine: market.Machine{ID: market.MachineID(10 + i), Market: dear, Class: market.Transient, Bid: 0.06, Alloc: 10, Requested: requested, Ready: requested.Add(2 * time.Minute)}})
-	}
-	due := requested.Add(2*time.Hour - c.Drain)
+	held, due := dearAllocation(c)
 	p := &BidBrain{c: c, design: elastic}
 	s := state(due, held...)
 	s.Job.CheckpointAt = due.Add(-time.Hour)
