@@ -323,12 +323,19 @@ func (f replayFlags) startTimes(p *trace.Prices) ([]time.Time, error) {
 		}
 		span = d
 	}
+	if most := int64(span / minStartGap); int64(f.starts) > max(most, 1) {
+		return nil, fmt.Errorf("--starts %d: over the segment's %v they would be %v apart; at most %d (one a %v: price traces move by the minute, closer starts replay the same prices)",
+			f.starts, span.Round(time.Minute), (span / time.Duration(f.starts)).Round(time.Millisecond), max(most, 1), minStartGap)
+	}
 	starts := make([]time.Time, f.starts)
 	for i := range starts {
 		starts[i] = from.Add(time.Duration(int64(span) / int64(f.starts) * int64(i)))
 	}
 	return starts, nil
 }
+
+// minStartGap is the closest two starts of a sweep may be.
+const minStartGap = time.Minute
 
 // parseSpan reads a Go duration or a number of days ("30d").
 func parseSpan(s string) (time.Duration, error) {

@@ -84,6 +84,7 @@ func TestReplayBadInput(t *testing.T) {
 		{"from not a time", append(base, "--from", "yesterday"), `--from "yesterday": want a time`},
 		{"plot neither svg nor png", append(base, "--plot", "cost.pdf"), "--plot cost.pdf: want a .svg or .png file"},
 		{"unknown design", append(base, "--design", "flat"), `--design "flat": want auto, tiers, elastic`},
+		{"starts closer than a minute", append(base, "--starts", "1000000000"), "--starts 1000000000: over the segment's"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
