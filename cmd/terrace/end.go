@@ -29,6 +29,19 @@ func checkCluster(servers, workers, replication int) error {
 	return nil
 }
 
+// checkTierReplication refuses a k above the servers of a cluster on
+// machines of two classes, each of which runs one server, as
+// checkCluster refuses it above --servers.
+func checkTierReplication(replication, reliable, transient int) error {
+	switch servers := reliable + transient; {
+	case replication < 1:
+		return fmt.Errorf("--replication %d: every key needs at least 1 copy", replication)
+	case replication > servers:
+		return fmt.Errorf("--replication %d with --reliable %d --transient %d: each key would need more copies than there are servers (%d, one a machine)", replication, reliable, transient, servers)
+	}
+	return nil
+}
+
 // maxLocalNodes bounds the servers, and the workers, of a cluster that
 // train starts on this host. At 400 servers one pass of a9a took 7 s; at
 // 2,000 the cluster did not form in 100 s and took 26 s to stop after

@@ -51,6 +51,11 @@ func TestMistakesNameTheFlag(t *testing.T) {
 		{append([]string{"train", "--model", dir}, data...), "--model " + dir + " is a directory"},
 		{[]string{"train", "--consistency", "sspp:2"}, `--consistency "sspp:2"`},
 		{[]string{"train", "--partitions", "-1"}, "--partitions -1"},
+		// plan took any k and planned as with the machines' count; train
+		// named --servers 2, which it refuses beside --reliable.
+		{[]string{"plan", "--reliable", "2", "--transient", "2", "--replication", "9"}, "--replication 9 with --reliable 2 --transient 2: each key would need more copies than there are servers (4, one a machine)"},
+		{[]string{"train", "--processes", "--reliable", "2", "--transient", "2", "--replication", "9"}, "--replication 9 with --reliable 2 --transient 2: each key would need more copies than there are servers (4, one a machine)"},
+		{[]string{"train", "--processes", "--reliable", "1", "--replication", "0"}, "--replication 0: every key needs at least 1 copy"},
 		// Found once all the work was done, the report lost with it.
 		{[]string{"train", "--report", filepath.Join(dir, "none", "r.json")}, "--report " + filepath.Join(dir, "none", "r.json") + ": its directory: "},
 		{[]string{"train", "--report", dir}, "--report " + dir + " is a directory"},

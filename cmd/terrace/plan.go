@@ -118,6 +118,9 @@ func runPlan(f planFlags, cal *calibrationReport) (*planReport, error) {
 	if f.replication < 1 || f.workersPerMachine < 1 {
 		return nil, fmt.Errorf("--replication %d, --workers-per-machine %d: both must be at least 1", f.replication, f.workersPerMachine)
 	}
+	if err := checkTierReplication(f.replication, f.reliable, f.transient); err != nil {
+		return nil, err
+	}
 	if f.sync <= 0 {
 		return nil, fmt.Errorf("--sync-interval %v: must be positive", f.sync)
 	}

@@ -172,7 +172,13 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 			if err != nil {
 				return err
 			}
-			if err := checkCluster(servers, workers, replication); err != nil {
+			if tiers.on() {
+				// Every machine runs a server; --servers is refused below.
+				err = checkTierReplication(replication, tiers.reliable, tiers.transient)
+			} else {
+				err = checkCluster(servers, workers, replication)
+			}
+			if err != nil {
 				return err
 			}
 			if err := checkLocalCluster(servers, workers); err != nil {
