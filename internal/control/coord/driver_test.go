@@ -530,3 +530,47 @@ func TestResumeReadsEpochRecords(t *testing.T) {
 		t.Fatalf("resumed %+v, passes done before %d; want after pass 4", r, done)
 	}
 }
+
+// TestResumeKeepsJobNumber: a cluster's third job, checkpointed and
+// resumed by a new coordinator, is job 3 there too (it was job 1 whatever
+// its number: in status, events and export); a record written before the
+// number was kept resumes as job 1.
+func TestResumeKeepsJobNumber(t *testing.T) {
+	dir := t.TempDir()
+	m := NewMachine(Config{Servers: 1, Workers: 1, Partitions: 2, Replication: 1, CheckpointDir: dir}, t0)
+	m.st.Layout.Job = 2 // the cluster's third job
+	m.st.Layout.Checkpoint = &layout.Checkpoint{Dir: dir, Seq: 1, Pass: 2, Servers: []string{"s0"}}
+	m.st.Checkpoint.Reported = map[string]bool{"s0": true}
+	m.commitIfReported()
+	ck := m.out.Commit
+	if ck == nil || ck.JobNumber != 3 {
+		t.Fatalf("commit %+v; want job number 3", ck)
+	}
+	writePart(t, dir, "s0", 1)
+	w, err := Open(Options{Servers: 1, Workers: 1, Partitions: 2, CheckpointDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.commit(t.Context(), ck); err != nil {
+		t.Fatal(err)
+	}
+	resumedNumber := func() uint64 {
+		t.Helper()
+		c, err := Open(Options{Servers: 1, Workers: 1, Partitions: 2, CheckpointDir: dir, Resume: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.m.JobStatus().Number
+	}
+	if n := resumedNumber(); n != 3 {
+		t.Fatalf("resumed as job %d, want 3", n)
+	}
+	writePart(t, dir, "s0", 2)
+	old := `{"seq":2,"pass":3,"servers":["s0"],"tables":[],"partitions":2,"time":"2026-01-01T00:00:00Z"}`
+	if err := checkpoint.CommitCluster(dir, 2, []byte(old)); err != nil {
+		t.Fatal(err)
+	}
+	if n := resumedNumber(); n != 1 {
+		t.Fatalf("a record without a job number resumed as job %d, want 1", n)
+	}
+}
