@@ -121,7 +121,9 @@ address, comma-separated.`,
 					if view != nil {
 						view.lead(cur)
 					}
-					job = cur.JobStatus().Number
+					st := cur.JobStatus()
+					shown.lead(cmd.OutOrStdout(), st)
+					job = st.Number
 					done = cur.JobEnded(job)
 				case <-tick.C:
 					if cur != nil {
