@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 
 	"github.com/terrace-ml/terrace/apps/lasso"
@@ -238,6 +239,30 @@ func (s checkpointSource) read(ctx context.Context, name string, keys []uint64, 
 	return nil
 }
 
+// useTrain points j at train, the training data export was given, if
+// set; else it refuses a job whose training data is not where it says.
+// Every app's export reads it (lr's scaling, mf's users and items, lda's
+// words, the others' features): moved data said only "open PATH: no such
+// file or directory", and so did a relative path, which the job's workers
+// read from their own directories, from another directory.
+func useTrain(j *api.Job, train string) error {
+	if train != "" {
+		j.Train = train
+		return nil
+	}
+	if j.Train == "" {
+		return nil // the app's export says what it lacks
+	}
+	_, err := os.Stat(j.Train)
+	switch {
+	case !errors.Is(err, fs.ErrNotExist):
+		return nil
+	case !filepath.IsAbs(j.Train):
+		return fmt.Errorf("the job's training data %s is not here: its workers read that path from their directories, and export from this one (run export there, or give --train): %w", j.Train, err)
+	}
+	return fmt.Errorf("the job's training data %s is not there (moved? give --train, where it is now): %w", j.Train, err)
+}
+
 // exportCheckpoint writes the model of the newest committed checkpoint
 // under dir that is intact to out, saying why it passed over newer ones, as the live export does: no cluster is needed, and
 // the model is the one of the pass the checkpoint was taken after.
@@ -257,13 +282,8 @@ func exportCheckpoint(ctx context.Context, w io.Writer, dir, train, out string) 
 	} else if train == "" {
 		return fmt.Errorf("export --checkpoint-dir %s: checkpoint %d names no job (written before commit records did): give --train, the job's training data", dir, ck.Seq)
 	}
-	if train != "" {
-		j.Train = train
-	} else if _, err := os.Stat(j.Train); errors.Is(err, fs.ErrNotExist) {
-		// Every app's export reads the job's data (lr's scaling, mf's
-		// users and items, lda's words, the others' features): moved
-		// data said only "open PATH: no such file or directory".
-		return fmt.Errorf("export --checkpoint-dir %s: the job's training data %s is not there (moved? give --train, where it is now): %w", dir, j.Train, err)
+	if err := useTrain(&j, train); err != nil {
+		return fmt.Errorf("export --checkpoint-dir %s: %w", dir, err)
 	}
 	if err := exportModel(ctx, checkpointSource{ck}, j, out); err != nil {
 		return err
