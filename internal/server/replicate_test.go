@@ -128,3 +128,57 @@ func TestRoundReadsStateWhilePushesGoOn(t *testing.T) {
 		t.Fatalf("round carries pairs %v and state %v; want both pushes' pairs and the second push's effect", pairs, read)
 	}
 }
+
+// TestNoCopiesBeforeTheClusterForms: a server that holds state before its
+// cluster has formed (a resume restores the checkpoint's slots under the
+// first layout that asks) copies nothing to a server that joins while it
+// forms: that server restores its own slots. The copies it began were
+// sent under each later layout of the forming cluster, which could make
+// another server their slots' head; the peer refused them for good, and
+// the job hung.
+func TestNoCopiesBeforeTheClusterForms(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go io.Copy(io.Discard, c) // confirms no copy
+		}
+	}()
+	rebuilt := make(chan uint64, 4)
+	s := New(Options{ID: "a", OnRebuilt: func(v uint64) { rebuilt <- v }})
+	own, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables := []layout.Table{{ID: 1, Spec: mustSpec(t)}}
+	a := ring.Server{ID: "a", Addr: own.Addr().String()}
+	serve(t, s, own, &layout.Layout{Version: 1, Epoch: 3, Workers: 1, Replication: 2, Servers: []ring.Server{a}, Tables: tables})
+	keys := make([]uint64, 64)
+	for i := range keys {
+		keys[i] = keyspace.SlotStart(uint64(i))
+	}
+	s.tables[1].store.Push(keys, make([]float32, len(keys)*s.tables[1].spec.Width))
+	if err := s.Configure(&layout.Layout{Version: 2, Epoch: 5, PrevEpoch: 3, Workers: 1, Replication: 2,
+		Servers: []ring.Server{a, {ID: "b", Addr: ln.Addr().String()}}, Tables: tables}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	for {
+		select {
+		case v := <-rebuilt:
+			if v == 2 {
+				return
+			}
+		case <-ctx.Done():
+			t.Fatal("the rebuild of a layout of a cluster still forming waits for copies to a joiner")
+		}
+	}
+}
