@@ -63,6 +63,8 @@ func TestGuard(t *testing.T) {
 		{"admin asks for a checkpoint", api.RouteCheckpoint, adminTok, "", nil},
 		{"worker reports synced", api.RouteSynced, workerTok, "{}", api.ErrForbidden},
 		{"server reports synced", api.RouteSynced, serverTok, "{}", nil},
+		{"server reports rebuilt", api.RouteRebuilt, serverTok, "{}", nil},
+		{"worker reports rebuilt", api.RouteRebuilt, workerTok, "{}", api.ErrForbidden},
 		{"server acquires work", api.RouteAcquire, serverTok, "{}", api.ErrForbidden},
 		{"unknown POST needs admin", "POST /v1/drain", serverTok, "", api.ErrForbidden},
 		{"unknown POST by admin", "POST /v1/drain", adminTok, "", nil},
