@@ -414,6 +414,11 @@ const noticeTimeout = 2 * time.Second
 // departure; the command exits 0 on it.
 var ErrDrained = errors.New("node drained")
 
+// ErrNotFormed is a worker's error when its cluster did not form (every
+// server and worker its coordinator expects joined) within its join
+// timeout.
+var ErrNotFormed = errors.New("the cluster did not form")
+
 // RunWorker joins the coordinator, connects to the servers, runs job and
 // reports its result to the coordinator.
 //
@@ -490,6 +495,12 @@ func runWorker(ctx context.Context, cfg WorkerConfig, cc *api.Client, metrics *p
 			// (a worker that left is not given work again).
 			cfg.Logger.Warn("notice before the cluster formed: leaving, with nothing to hand off")
 			return nil, ErrDrained
+		}
+		if errors.Is(jctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
+			// It said only "ps: waiting for the cluster layout: ...
+			// context deadline exceeded".
+			return nil, fmt.Errorf("worker %s: %w within the join timeout (%v, --join-timeout): it waits for every server and worker its coordinator expects (terrace status lists who joined): %w",
+				cfg.ID, ErrNotFormed, cfg.JoinTimeout, err)
 		}
 		return nil, fmt.Errorf("worker %s: %w", cfg.ID, err)
 	}
