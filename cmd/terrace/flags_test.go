@@ -28,6 +28,12 @@ func TestMistakesNameTheFlag(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if err := os.MkdirAll(filepath.Join(dir, "lda"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "lda", "topic_word_counts.tsv"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -51,6 +57,8 @@ func TestMistakesNameTheFlag(t *testing.T) {
 		{append([]string{"train", "--model", dir}, data...), "--model " + dir + " is a directory"},
 		{[]string{"train", "--consistency", "sspp:2"}, `--consistency "sspp:2"`},
 		{[]string{"train", "--partitions", "-1"}, "--partitions -1"},
+		{[]string{"predict", "--model", filepath.Join(dir, "lda"), "--data", filepath.Join(dir, "r.tsv")}, "is an lda model: predict scores lr, lasso, mlr, nn and mf models"},
+		{[]string{"predict", "--model", filepath.Join(dir, "lda"), "--data", dir}, "--data " + dir + " is a directory: give a data file"},
 		// plan took any k and planned as with the machines' count; train
 		// named --servers 2, which it refuses beside --reliable.
 		{[]string{"plan", "--reliable", "2", "--transient", "2", "--replication", "9"}, "--replication 9 with --reliable 2 --transient 2: each key would need more copies than there are servers (4, one a machine)"},

@@ -218,9 +218,12 @@ func predictCmd() *cobra.Command {
 			if model == "" || dataPath == "" {
 				return errors.New("predict needs --model (a model terrace export or --model wrote) and --data")
 			}
+			if st, err := os.Stat(dataPath); err == nil && st.IsDir() {
+				return fmt.Errorf("--data %s is a directory: give a data file", dataPath) // read as one, it was "DIR:1: read: ... is a directory"
+			}
 			if st, err := os.Stat(model); err == nil && st.IsDir() {
 				if _, err := os.Stat(filepath.Join(model, "topic_word_counts.tsv")); err == nil {
-					return fmt.Errorf("--model %s is an lda model: predict scores lr and mf models (an lda model's topics are its TSV files)", model)
+					return fmt.Errorf("--model %s is an lda model: predict scores lr, lasso, mlr, nn and mf models (an lda model's topics are its TSV files)", model)
 				}
 				return predictMF(cmd.OutOrStdout(), model, dataPath, out)
 			}
