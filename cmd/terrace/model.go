@@ -182,6 +182,9 @@ func lrScaling(j api.Job) (uint64, lr.Scale, error) {
 	if err != nil {
 		return 0, lr.Scale{}, fmt.Errorf("export: the job's training data (for its feature scaling): %w", err)
 	}
+	if train.Len() == 0 {
+		return 0, lr.Scale{}, noRows(j)
+	}
 	nkeys := train.NumFeatures + 1
 	if j.Test != "" {
 		if test, err := data.ReadLIBSVM(j.Test); err == nil {
