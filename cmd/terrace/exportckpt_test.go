@@ -156,3 +156,26 @@ func TestExportCheckpoint(t *testing.T) {
 		}
 	})
 }
+
+// TestCheckpointDirOfAnotherJob: a job given a checkpoint directory that
+// holds another job's checkpoints numbers its own after them, so that
+// export (and --resume) take its newest. Numbered from 1, lr's checkpoint
+// 1 replaced lasso's commit record 1, and export took lasso's checkpoint
+// 2 as the newest.
+func TestCheckpointDirOfAnotherJob(t *testing.T) {
+	dir := t.TempDir()
+	ck := filepath.Join(dir, "ck")
+	train := func(args ...string) {
+		t.Helper()
+		args = append([]string{"train", "--checkpoint-dir", ck, "--checkpoint-every", "1", "--train", repoFile(defaultTrain), "--test", repoFile(defaultTest)}, args...)
+		if out, err := exec.Command(terrace(t), args...).CombinedOutput(); err != nil {
+			t.Fatalf("train: %v\n%s", err, out)
+		}
+	}
+	train("--app", "lasso", "--passes", "2")
+	train("--app", "lr", "--passes", "1")
+	out, err := exec.Command(terrace(t), "export", "--checkpoint-dir", ck, "--out", filepath.Join(dir, "m")).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "exported the lr model of checkpoint 3 ") {
+		t.Fatalf("export after lasso's two checkpoints and lr's one: %v\n%s", err, out)
+	}
+}

@@ -574,3 +574,34 @@ func TestResumeKeepsJobNumber(t *testing.T) {
 		t.Fatalf("a record without a job number resumed as job %d, want 1", n)
 	}
 }
+
+// TestCheckpointsNumberedAfterTheDirectory: a new cluster given a
+// checkpoint directory that holds another job's checkpoints numbers its
+// own after them. Numbered from 1, its first replaced that job's commit
+// record 1, and a resume or an export took that job's checkpoint 2 as
+// the newest.
+func TestCheckpointsNumberedAfterTheDirectory(t *testing.T) {
+	dir := t.TempDir()
+	for seq := uint64(1); seq <= 2; seq++ {
+		writePart(t, dir, "s0", seq)
+		meta := fmt.Sprintf(`{"seq":%d,"pass":%d,"servers":["s0"],"tables":[],"partitions":2,"time":"2026-01-01T00:00:00Z"}`, seq, seq)
+		if err := checkpoint.CommitCluster(dir, seq, []byte(meta)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writePart(t, dir, "s1", 5) // a server's part of a checkpoint never committed
+	c, err := Open(Options{Servers: 1, Workers: 1, Partitions: 2, CheckpointDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seq := c.m.st.Checkpoint.Seq + 1; seq != 6 {
+		t.Fatalf("the first checkpoint is numbered %d, want 6 (after everything under the directory)", seq)
+	}
+	c, err = Open(Options{Servers: 1, Workers: 1, Partitions: 2, CheckpointDir: filepath.Join(dir, "new")})
+	if err != nil {
+		t.Fatalf("a directory not made yet: %v", err)
+	}
+	if c.m.st.Checkpoint.Seq != 0 {
+		t.Fatalf("a directory not made yet: last checkpoint %d, want none", c.m.st.Checkpoint.Seq)
+	}
+}
