@@ -57,6 +57,10 @@ func TestMistakesNameTheFlag(t *testing.T) {
 		{append([]string{"train", "--model", dir}, data...), "--model " + dir + " is a directory"},
 		{[]string{"train", "--consistency", "sspp:2"}, `--consistency "sspp:2"`},
 		{[]string{"train", "--partitions", "-1"}, "--partitions -1"},
+		// A port that is not a number panicked every node and client.
+		{[]string{"worker", "--coordinator", "127.0.0.1:127.0.0.1"}, "--coordinator: 127.0.0.1:127.0.0.1: not a coordinator address"},
+		{[]string{"events", "--coordinator", "h:1,127.0.0.1:x"}, "--coordinator: 127.0.0.1:x: not a coordinator address"},
+		{[]string{"server", "--coordinator", " , "}, "--coordinator: not a coordinator address: none given"},
 		{[]string{"predict", "--model", filepath.Join(dir, "lda"), "--data", filepath.Join(dir, "r.tsv")}, "is an lda model: predict scores lr, lasso, mlr, nn and mf models"},
 		{[]string{"predict", "--model", filepath.Join(dir, "lda"), "--data", dir}, "--data " + dir + " is a directory: give a data file"},
 		// plan took any k and planned as with the machines' count; train
