@@ -57,6 +57,9 @@ func TestMistakesNameTheFlag(t *testing.T) {
 		{append([]string{"train", "--model", dir}, data...), "--model " + dir + " is a directory"},
 		{[]string{"train", "--consistency", "sspp:2"}, `--consistency "sspp:2"`},
 		{[]string{"train", "--partitions", "-1"}, "--partitions -1"},
+		// Taken into the layout; every worker then failed to dial it.
+		{[]string{"server", "--coordinator", "127.0.0.1:1", "--advertise", "nonsense"}, "--advertise nonsense: want HOST:PORT"},
+		{[]string{"server", "--coordinator", "127.0.0.1:1", "--advertise", "h:0"}, "--advertise h:0: want HOST:PORT with a host and a port from 1 to 65535"},
 		// A port that is not a number panicked every node and client.
 		{[]string{"worker", "--coordinator", "127.0.0.1:127.0.0.1"}, "--coordinator: 127.0.0.1:127.0.0.1: not a coordinator address"},
 		{[]string{"events", "--coordinator", "h:1,127.0.0.1:x"}, "--coordinator: 127.0.0.1:x: not a coordinator address"},
