@@ -29,9 +29,9 @@ func checkCluster(servers, workers, replication int) error {
 	return nil
 }
 
-// checkTierReplication refuses a k above the servers of a cluster on
-// machines of two classes, each of which runs one server, as
-// checkCluster refuses it above --servers.
+// checkTierReplication refuses a --replication given above the servers
+// of a cluster on machines of two classes, each of which runs one server,
+// as checkCluster refuses it above --servers.
 func checkTierReplication(replication, reliable, transient int) error {
 	switch servers := reliable + transient; {
 	case replication < 1:

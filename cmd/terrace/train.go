@@ -174,7 +174,11 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 			}
 			if tiers.on() {
 				// Every machine runs a server; --servers is refused below.
-				err = checkTierReplication(replication, tiers.reliable, tiers.transient)
+				// The default k on one machine is capped, as the cluster
+				// caps it; a k asked for above the machines is refused.
+				if cmd.Flags().Changed("replication") {
+					err = checkTierReplication(replication, tiers.reliable, tiers.transient)
+				}
 			} else {
 				err = checkCluster(servers, workers, replication)
 			}

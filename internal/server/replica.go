@@ -31,8 +31,11 @@ func (s *Server) handleReplicate(c *conn, h wire.Header, p []byte) (wire.Code, e
 	// epoch's) may send under it before this server has it: wait, as a
 	// data request does. Refused at once for a table not known yet, a
 	// new table's first replication warned "replication failed;
-	// retrying" in 1 run of 4 of a 5-row file.
-	s.catchUp(func() bool { return s.ring != nil && s.ring.Epoch >= h.Epoch && tablesKnown(round, s.tables) })
+	// retrying" in 1 run of 4 of a 5-row file. A round of an older epoch
+	// (an earlier job's tables, dropped since) waits for nothing.
+	s.catchUp(func() bool {
+		return s.ring != nil && (s.ring.Epoch > h.Epoch || s.ring.Epoch == h.Epoch && tablesKnown(round, s.tables))
+	})
 	// Check and import under the layout lock: a new layout (which may make
 	// this server the head of these slots) cannot be installed in between,
 	// so a deposed head's late state never overwrites newer pushes.
