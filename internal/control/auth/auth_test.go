@@ -149,6 +149,13 @@ func TestReadToken(t *testing.T) {
 	if tok, _ := ReadToken("", RoleWorker, env); tok != "from-env" {
 		t.Errorf("token from the environment: %q", tok)
 	}
+	// A directory given for the file was said to be open to others.
+	if _, err := ReadToken(dir, RoleWorker, nil); err == nil || !strings.Contains(err.Error(), dir+" is a directory") {
+		t.Errorf("ReadToken of a directory: %v", err)
+	}
+	if _, err := LoadTokens(dir); err == nil || !strings.Contains(err.Error(), dir+" is a directory") {
+		t.Errorf("LoadTokens of a directory: %v", err)
+	}
 	for _, bad := range []string{"", "king abcdefghijklmnopq\n", "worker short\n", "worker a b\n"} {
 		if _, err := ParseTokens(strings.NewReader(bad)); !errors.Is(err, ErrInvalid) {
 			t.Errorf("ParseTokens(%q): %v, want ErrInvalid", bad, err)
