@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/table"
 )
 
@@ -182,6 +183,21 @@ func checkOutputs(cmd *cobra.Command) error {
 		if err := checkOutDir(o.flag, f.Value.String()); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// checkCoordinatorFlag refuses a --coordinator that names no address a
+// request can be made to: a port that is not a number panicked every
+// node and client command ("invalid memory address or nil pointer
+// dereference").
+func checkCoordinatorFlag(cmd *cobra.Command) error {
+	f := cmd.Flags().Lookup("coordinator")
+	if f == nil || f.Value.Type() != "string" {
+		return nil
+	}
+	if err := api.CheckAddrs(f.Value.String()); err != nil {
+		return fmt.Errorf("--coordinator: %w", err)
 	}
 	return nil
 }

@@ -258,6 +258,16 @@ func TestLastServerWithoutTablesLeavesAtOnce(t *testing.T) {
 	if err := server.Wait(); err != nil || !strings.Contains(srv.String(), "holds no table yet") {
 		t.Fatalf("server exit %v, want 0 at once:\n%s", err, srv)
 	}
+	// A server that joins takes its place, and the job trains. The layout
+	// kept the one that left as serving: the new one waited for a copy
+	// from it for good, and the worker gave up at its join timeout.
+	next, _ := startWatched(t, ctx, "joined", "server", "--coordinator", addr, "--id", "s1", "--log-level", "warn")
+	t.Cleanup(func() { next.Process.Kill(); next.Wait() })
+	out, err := exec.CommandContext(ctx, terrace(t), "worker", "--coordinator", addr, "--id", "w0", "--join-timeout", "20s", "--log-level", "warn",
+		"--train", repoFile(defaultTrain), "--test", repoFile(defaultTest), "--passes", "1").CombinedOutput()
+	if err != nil {
+		t.Fatalf("a worker after the last server left before any table and another joined: %v\n%s", err, out)
+	}
 }
 
 // TestSIGTERMBeforeJoining: a server waiting for its coordinator, and a

@@ -29,6 +29,19 @@ func checkCluster(servers, workers, replication int) error {
 	return nil
 }
 
+// checkTierReplication refuses a --replication given above the servers
+// of a cluster on machines of two classes, each of which runs one server,
+// as checkCluster refuses it above --servers.
+func checkTierReplication(replication, reliable, transient int) error {
+	switch servers := reliable + transient; {
+	case replication < 1:
+		return fmt.Errorf("--replication %d: every key needs at least 1 copy", replication)
+	case replication > servers:
+		return fmt.Errorf("--replication %d with --reliable %d --transient %d: each key would need more copies than there are servers (%d, one a machine)", replication, reliable, transient, servers)
+	}
+	return nil
+}
+
 // maxLocalNodes bounds the servers, and the workers, of a cluster that
 // train starts on this host. At 400 servers one pass of a9a took 7 s; at
 // 2,000 the cluster did not form in 100 s and took 26 s to stop after
@@ -64,6 +77,32 @@ func checkCoordination(partitions int, failAfter time.Duration) error {
 type jobProgress struct {
 	job     uint64
 	printed []int
+	led     bool
+}
+
+// lead starts p at a coordinator's first term in this process: the passes
+// evaluated before it (by this coordinator before a restart on its
+// --etcd-dir, or by another that led) are said in one line instead of
+// one line each, printed again as if new. Passes restored from a
+// checkpoint are left to show, which says so.
+func (p *jobProgress) lead(w io.Writer, st api.JobStatus) {
+	if p.led {
+		return
+	}
+	p.led, p.job = true, st.Number
+	var before []int
+	for _, r := range st.Results {
+		if !r.Restored {
+			before = append(before, r.Pass)
+		}
+	}
+	p.printed = append(p.printed, before...)
+	switch n := len(before); {
+	case n == 1:
+		fmt.Fprintf(w, "terrace coordinator: pass %d of job %d was evaluated before this coordinator led (terrace status --json has its metrics)\n", before[0], st.Number)
+	case n > 1:
+		fmt.Fprintf(w, "terrace coordinator: %d passes (%d-%d) of job %d were evaluated before this coordinator led (terrace status --json has their metrics)\n", n, before[0], before[n-1], st.Number)
+	}
 }
 
 func (p *jobProgress) show(w io.Writer, st api.JobStatus) {

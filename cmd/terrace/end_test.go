@@ -27,3 +27,28 @@ func TestJobProgressLines(t *testing.T) {
 		t.Errorf("printed\n%s\nwant\n%s", b.String(), want)
 	}
 }
+
+// TestJobProgressLead: a coordinator's first term says in one line the
+// passes evaluated before it, and prints only the later ones (a
+// coordinator restarted on its --etcd-dir printed every earlier pass
+// again); restored passes still say so.
+func TestJobProgressLead(t *testing.T) {
+	var p jobProgress
+	var b bytes.Buffer
+	st := api.JobStatus{Number: 2, Results: []api.PassResult{
+		{Pass: 1, Rank: -1, Restored: true},
+		{Pass: 2, Rank: 0, Metrics: map[string]float64{"test_auc": 0.8}},
+		{Pass: 3, Rank: 1, Metrics: map[string]float64{"test_auc": 0.85}},
+	}}
+	p.lead(&b, st)
+	p.show(&b, st)
+	st.Results = append(st.Results, api.PassResult{Pass: 4, Rank: 0, Metrics: map[string]float64{"test_auc": 0.9}})
+	p.lead(&b, st) // a later term in the same process: nothing
+	p.show(&b, st)
+	want := "terrace coordinator: 2 passes (2-3) of job 2 were evaluated before this coordinator led (terrace status --json has their metrics)\n" +
+		"terrace coordinator: pass 1 restored from the checkpoint (evaluated in the run that trained it)\n" +
+		"terrace coordinator: pass 4 evaluated by rank 0:  test_auc 0.9000\n"
+	if b.String() != want {
+		t.Errorf("printed\n%s\nwant\n%s", b.String(), want)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 
 	"github.com/terrace-ml/terrace/apps/lasso"
@@ -38,6 +39,16 @@ type modelSource interface {
 // lasso a liblinear model file, nn an nn model file, mf and lda a
 // directory of TSV files, as the job's --model writes them.
 func exportModel(ctx context.Context, src modelSource, j api.Job, out string) error {
+	if j.App != "mf" && j.App != "lda" {
+		// Found once the data was read and the tables pulled, and said
+		// as "lr: model: open OUT: ...".
+		if st, err := os.Stat(out); err == nil && st.IsDir() {
+			return fmt.Errorf("--out %s is a directory: an %s model is a file", out, j.App)
+		}
+		if err := checkOutDir("out", out); err != nil {
+			return err
+		}
+	}
 	switch j.App {
 	case "lr":
 		nkeys, scale, err := lrScaling(j)
@@ -54,6 +65,9 @@ func exportModel(ctx context.Context, src modelSource, j api.Job, out string) er
 		if err != nil {
 			return fmt.Errorf("export: the job's training data (its users, items and mean): %w", err)
 		}
+		if len(train.Values) == 0 {
+			return noRows(j)
+		}
 		rank, err := src.width(ctx, mf.FactorsTable)
 		if err != nil {
 			return err
@@ -68,6 +82,9 @@ func exportModel(ctx context.Context, src modelSource, j api.Job, out string) er
 		corpus, err := data.ReadDocWords(j.Train)
 		if err != nil {
 			return fmt.Errorf("export: the job's training data (its words): %w", err)
+		}
+		if len(corpus.IDs) == 0 {
+			return noRows(j)
 		}
 		var vocab []string
 		if j.Vocab != "" {
@@ -91,6 +108,9 @@ func exportModel(ctx context.Context, src modelSource, j api.Job, out string) er
 		train, err := data.ReadRegression(j.Train)
 		if err != nil {
 			return fmt.Errorf("export: the job's training data (its features and mean): %w", err)
+		}
+		if train.Len() == 0 {
+			return noRows(j)
 		}
 		if train.NumFeatures > lasso.MaxModelFeatures {
 			return fmt.Errorf("export: %s: %w: its largest index is %d (a line per index, at most %d)", j.Train, lasso.ErrModelTooWide, train.NumFeatures-1, lasso.MaxModelFeatures)
@@ -117,6 +137,9 @@ func exportClasses(ctx context.Context, src modelSource, j api.Job, out string) 
 	train, err := data.ReadClasses(j.Train)
 	if err != nil {
 		return fmt.Errorf("export: the job's training data (its features): %w", err)
+	}
+	if train.Len() == 0 {
+		return noRows(j)
 	}
 	var testX *data.Sparse
 	if j.Test != "" {
@@ -238,6 +261,40 @@ func (s checkpointSource) read(ctx context.Context, name string, keys []uint64, 
 	return nil
 }
 
+// noRows is export's error for training data with no rows: the model
+// read with it was the job's read at no scale, or over no users, items,
+// words or features, and written without a word.
+func noRows(j api.Job) error {
+	return fmt.Errorf("export: the job's training data %s has no rows: %w (export reads the model with what the data holds: lr's scaling, mf's users and items, lda's words, the others' features)", j.Train, errNoRows)
+}
+
+// errNoRows is noRows's sentinel.
+var errNoRows = errors.New("nothing to read the model with")
+
+// useTrain points j at train, the training data export was given, if
+// set; else it refuses a job whose training data is not where it says.
+// Every app's export reads it (lr's scaling, mf's users and items, lda's
+// words, the others' features): moved data said only "open PATH: no such
+// file or directory", and so did a relative path, which the job's workers
+// read from their own directories, from another directory.
+func useTrain(j *api.Job, train string) error {
+	if train != "" {
+		j.Train = train
+		return nil
+	}
+	if j.Train == "" {
+		return nil // the app's export says what it lacks
+	}
+	_, err := os.Stat(j.Train)
+	switch {
+	case !errors.Is(err, fs.ErrNotExist):
+		return nil
+	case !filepath.IsAbs(j.Train):
+		return fmt.Errorf("the job's training data %s is not here: its workers read that path from their directories, and export from this one (run export there, or give --train): %w", j.Train, err)
+	}
+	return fmt.Errorf("the job's training data %s is not there (moved? give --train, where it is now): %w", j.Train, err)
+}
+
 // exportCheckpoint writes the model of the newest committed checkpoint
 // under dir that is intact to out, saying why it passed over newer ones, as the live export does: no cluster is needed, and
 // the model is the one of the pass the checkpoint was taken after.
@@ -257,13 +314,8 @@ func exportCheckpoint(ctx context.Context, w io.Writer, dir, train, out string) 
 	} else if train == "" {
 		return fmt.Errorf("export --checkpoint-dir %s: checkpoint %d names no job (written before commit records did): give --train, the job's training data", dir, ck.Seq)
 	}
-	if train != "" {
-		j.Train = train
-	} else if _, err := os.Stat(j.Train); errors.Is(err, fs.ErrNotExist) {
-		// Every app's export reads the job's data (lr's scaling, mf's
-		// users and items, lda's words, the others' features): moved
-		// data said only "open PATH: no such file or directory".
-		return fmt.Errorf("export --checkpoint-dir %s: the job's training data %s is not there (moved? give --train, where it is now): %w", dir, j.Train, err)
+	if err := useTrain(&j, train); err != nil {
+		return fmt.Errorf("export --checkpoint-dir %s: %w", dir, err)
 	}
 	if err := exportModel(ctx, checkpointSource{ck}, j, out); err != nil {
 		return err

@@ -87,6 +87,25 @@ func TestExportCheckpoint(t *testing.T) {
 		if out, err := exec.Command(terrace(t), "export", "--checkpoint-dir", ck, "--out", exported, "--train", moved).CombinedOutput(); err != nil {
 			t.Fatalf("export --train with the data where it is now: %v\n%s", err, out)
 		}
+		// An empty --train read the model at no scale, and an --out that
+		// could not be written was found after the model was read.
+		empty := filepath.Join(dir, "empty.svm")
+		if err := os.WriteFile(empty, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"--out", exported, "--train", empty}, "the job's training data " + empty + " has no rows"},
+			{[]string{"--out", dir, "--train", moved}, "--out " + dir + " is a directory"},
+			{[]string{"--out", filepath.Join(dir, "none", "m"), "--train", moved}, "--out " + filepath.Join(dir, "none", "m") + ": its directory: "},
+		} {
+			out, err := exec.Command(terrace(t), append([]string{"export", "--checkpoint-dir", ck}, tc.args...)...).CombinedOutput()
+			if err == nil || !strings.Contains(string(out), tc.want) {
+				t.Errorf("export %v: %v\n%s\nwant %q", tc.args, err, out, tc.want)
+			}
+		}
 	})
 	t.Run("mf", func(t *testing.T) {
 		train, ok := data.SharedPath("ratings/ml-100k/u1.base")
@@ -114,6 +133,13 @@ func TestExportCheckpoint(t *testing.T) {
 		dir := t.TempDir()
 		ck, live, exported := filepath.Join(dir, "ck"), filepath.Join(dir, "live"), filepath.Join(dir, "exported")
 		trainWithCheckpoint(t, ck, live, "--app", "lda", "--train", repoFile("datasets/kos/doc_word_count.tsv.gz"), "--vocab", repoFile("datasets/kos/dictionary.txt"))
+		empty := filepath.Join(dir, "empty.tsv")
+		if err := os.WriteFile(empty, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command(terrace(t), "export", "--checkpoint-dir", ck, "--out", exported, "--train", empty).CombinedOutput(); err == nil || !strings.Contains(string(out), "has no rows") {
+			t.Fatalf("export of lda with an empty --train: %v\n%s", err, out)
+		}
 		exportFrom(t, ck, exported)
 		for _, f := range []string{"topic_word_counts.tsv", "top_words.tsv"} {
 			a, err := os.ReadFile(filepath.Join(live, f))
@@ -129,4 +155,27 @@ func TestExportCheckpoint(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestCheckpointDirOfAnotherJob: a job given a checkpoint directory that
+// holds another job's checkpoints numbers its own after them, so that
+// export (and --resume) take its newest. Numbered from 1, lr's checkpoint
+// 1 replaced lasso's commit record 1, and export took lasso's checkpoint
+// 2 as the newest.
+func TestCheckpointDirOfAnotherJob(t *testing.T) {
+	dir := t.TempDir()
+	ck := filepath.Join(dir, "ck")
+	train := func(args ...string) {
+		t.Helper()
+		args = append([]string{"train", "--checkpoint-dir", ck, "--checkpoint-every", "1", "--train", repoFile(defaultTrain), "--test", repoFile(defaultTest)}, args...)
+		if out, err := exec.Command(terrace(t), args...).CombinedOutput(); err != nil {
+			t.Fatalf("train: %v\n%s", err, out)
+		}
+	}
+	train("--app", "lasso", "--passes", "2")
+	train("--app", "lr", "--passes", "1")
+	out, err := exec.Command(terrace(t), "export", "--checkpoint-dir", ck, "--out", filepath.Join(dir, "m")).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "exported the lr model of checkpoint 3 ") {
+		t.Fatalf("export after lasso's two checkpoints and lr's one: %v\n%s", err, out)
+	}
 }

@@ -8,9 +8,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/terrace-ml/terrace/apps/lr"
 	"github.com/terrace-ml/terrace/apps/mlr"
 	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/process/node"
@@ -83,5 +85,60 @@ func TestExportLiveNN(t *testing.T) {
 	}
 	if b, err := os.ReadFile(exported); err != nil || !bytes.Equal(a, b) {
 		t.Fatalf("the model exported from the cluster differs from the job's --model (%v)", err)
+	}
+}
+
+// TestExportLiveRelativeTrain: a job's relative training path is its
+// workers', read from their directories; export from another directory
+// says so and takes --train, and writes the job's own --model's bytes.
+// --train was refused with --coordinator, and the failure was only "open
+// PATH: no such file or directory".
+func TestExportLiveRelativeTrain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	rel := repoFile(defaultTrain) // relative to this package's directory
+	abs, err := filepath.Abs(rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := node.StartLocal(ctx, node.LocalConfig{Servers: 2, Workers: 1, Replication: 1,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	live, exported := filepath.Join(dir, "live.model"), filepath.Join(dir, "exported.model")
+	cfg := lr.DefaultConfig()
+	test, err := filepath.Abs(repoFile(defaultTest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Train, cfg.Test, cfg.Passes, cfg.Model = abs, test, 1, live
+	if _, err := api.NewClient(l.CoordAddr, nil).SubmitJob(ctx, api.Job{App: "lr", Train: rel, Passes: 1, Scale: "max", Model: live}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.RunWorkers(ctx, func(ctx context.Context, c *ps.Client) (any, error) { return lr.Run(ctx, c, cfg) }); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	export := func(args ...string) error {
+		cmd := exportCmd()
+		cmd.SetArgs(append([]string{"--coordinator", l.CoordAddr, "--out", exported}, args...))
+		cmd.SetOut(io.Discard)
+		return cmd.ExecuteContext(ctx)
+	}
+	if err := export(); err == nil || !strings.Contains(err.Error(), "the job's training data "+rel+" is not here: its workers read that path from their directories") {
+		t.Fatalf("export from another directory: %v; want it to say the path is the workers'", err)
+	}
+	if err := export("--train", abs); err != nil {
+		t.Fatal(err)
+	}
+	a, err := os.ReadFile(live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(exported); err != nil || !bytes.Equal(a, b) {
+		t.Fatalf("the model exported with --train differs from the job's --model (%v)", err)
 	}
 }

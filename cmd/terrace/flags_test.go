@@ -28,6 +28,12 @@ func TestMistakesNameTheFlag(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if err := os.MkdirAll(filepath.Join(dir, "lda"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "lda", "topic_word_counts.tsv"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -51,6 +57,20 @@ func TestMistakesNameTheFlag(t *testing.T) {
 		{append([]string{"train", "--model", dir}, data...), "--model " + dir + " is a directory"},
 		{[]string{"train", "--consistency", "sspp:2"}, `--consistency "sspp:2"`},
 		{[]string{"train", "--partitions", "-1"}, "--partitions -1"},
+		// Taken into the layout; every worker then failed to dial it.
+		{[]string{"server", "--coordinator", "127.0.0.1:1", "--advertise", "nonsense"}, "--advertise nonsense: want HOST:PORT"},
+		{[]string{"server", "--coordinator", "127.0.0.1:1", "--advertise", "h:0"}, "--advertise h:0: want HOST:PORT with a host and a port from 1 to 65535"},
+		// A port that is not a number panicked every node and client.
+		{[]string{"worker", "--coordinator", "127.0.0.1:127.0.0.1"}, "--coordinator: 127.0.0.1:127.0.0.1: not a coordinator address"},
+		{[]string{"events", "--coordinator", "h:1,127.0.0.1:x"}, "--coordinator: 127.0.0.1:x: not a coordinator address"},
+		{[]string{"server", "--coordinator", " , "}, "--coordinator: not a coordinator address: none given"},
+		{[]string{"predict", "--model", filepath.Join(dir, "lda"), "--data", filepath.Join(dir, "r.tsv")}, "is an lda model: predict scores lr, lasso, mlr, nn and mf models"},
+		{[]string{"predict", "--model", filepath.Join(dir, "lda"), "--data", dir}, "--data " + dir + " is a directory: give a data file"},
+		// plan took any k and planned as with the machines' count; train
+		// named --servers 2, which it refuses beside --reliable.
+		{[]string{"plan", "--reliable", "2", "--transient", "2", "--replication", "9"}, "--replication 9 with --reliable 2 --transient 2: each key would need more copies than there are servers (4, one a machine)"},
+		{[]string{"train", "--processes", "--reliable", "2", "--transient", "2", "--replication", "9"}, "--replication 9 with --reliable 2 --transient 2: each key would need more copies than there are servers (4, one a machine)"},
+		{[]string{"train", "--processes", "--reliable", "1", "--replication", "0"}, "--replication 0: every key needs at least 1 copy"},
 		// Found once all the work was done, the report lost with it.
 		{[]string{"train", "--report", filepath.Join(dir, "none", "r.json")}, "--report " + filepath.Join(dir, "none", "r.json") + ": its directory: "},
 		{[]string{"train", "--report", dir}, "--report " + dir + " is a directory"},

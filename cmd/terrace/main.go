@@ -52,7 +52,8 @@ func main() {
 }
 
 // checkOutputsFirst makes c and every command under it check its output
-// flags (checkOutputs) before it runs, once its --config is applied.
+// flags (checkOutputs) and its --coordinator (checkCoordinatorFlag) before
+// it runs, once its --config is applied.
 func checkOutputsFirst(c *cobra.Command) {
 	for _, sub := range c.Commands() {
 		checkOutputsFirst(sub)
@@ -67,7 +68,10 @@ func checkOutputsFirst(c *cobra.Command) {
 				return err
 			}
 		}
-		return checkOutputs(cmd)
+		if err := checkOutputs(cmd); err != nil {
+			return err
+		}
+		return checkCoordinatorFlag(cmd)
 	}
 }
 

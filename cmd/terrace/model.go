@@ -105,7 +105,8 @@ and items.tsv: id, bias, factors; global.tsv: the mean rating and the
 ratings' range, which predictions are clipped to); for lda a directory
 holding topic_word_counts.tsv and top_words.tsv. The job's data files must
 be readable here (lr's feature scaling, mlr's and nn's features, mf's
-users and items, lda's words).
+users and items, lda's words): a relative path is the workers', read from
+their directories; from another, give --train.
 A job that ends its cluster writes its model itself: give the job
 --model PATH.`,
 		Args: cobra.NoArgs,
@@ -116,9 +117,6 @@ A job that ends its cluster writes its model itself: give the job
 			ctx := cmd.Context()
 			if ckptDir != "" {
 				return exportCheckpoint(ctx, cmd.OutOrStdout(), ckptDir, train, out)
-			}
-			if cmd.Flags().Changed("train") {
-				return errors.New("--train is for --checkpoint-dir: a live cluster's job names its data")
 			}
 			cc, nw, err := sec.client(coordinator, auth.RoleRead)
 			if err != nil {
@@ -137,6 +135,10 @@ A job that ends its cluster writes its model itself: give the job
 			if st.Job == nil {
 				return fmt.Errorf("export from %s: the cluster has no job", coordinator)
 			}
+			j := *st.Job
+			if err := useTrain(&j, train); err != nil {
+				return fmt.Errorf("export from %s: %w", coordinator, err)
+			}
 			if cs, err := cc.Status(ctx); err == nil && modelGone(cs) {
 				return fmt.Errorf("export from %s: %w (--checkpoint-dir exports a checkpoint's)", coordinator, errModelGone)
 			}
@@ -153,7 +155,7 @@ A job that ends its cluster writes its model itself: give the job
 				return fmt.Errorf("export: %w", err)
 			}
 			defer c.Close()
-			if err := exportModel(ctx, liveSource{c}, *st.Job, out); err != nil {
+			if err := exportModel(ctx, liveSource{c}, j, out); err != nil {
 				return err
 			}
 			// Say which model: a cluster that stays up may be training
@@ -166,7 +168,7 @@ A job that ends its cluster writes its model itself: give the job
 	cmd.Flags().StringVar(&out, "out", "", "file to write the model to")
 	cmd.Flags().StringVar(&ckptDir, "checkpoint-dir", "", "read the model from the newest committed checkpoint in this directory instead of a live cluster")
 	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "give up if the coordinator, or then every server of the cluster, does not answer within this time")
-	cmd.Flags().StringVar(&train, "train", "", "with --checkpoint-dir: the training data (lr: for its feature scaling), if not where the checkpointed job says")
+	cmd.Flags().StringVar(&train, "train", "", "the job's training data (lr: for its feature scaling), if not where the job says (moved, or a relative path of workers in another directory)")
 	sec.register(cmd.Flags(), false)
 	addConfigFlag(cmd)
 	return cmd
@@ -179,6 +181,9 @@ func lrScaling(j api.Job) (uint64, lr.Scale, error) {
 	train, err := data.ReadLIBSVM(j.Train)
 	if err != nil {
 		return 0, lr.Scale{}, fmt.Errorf("export: the job's training data (for its feature scaling): %w", err)
+	}
+	if train.Len() == 0 {
+		return 0, lr.Scale{}, noRows(j)
 	}
 	nkeys := train.NumFeatures + 1
 	if j.Test != "" {
@@ -216,9 +221,12 @@ func predictCmd() *cobra.Command {
 			if model == "" || dataPath == "" {
 				return errors.New("predict needs --model (a model terrace export or --model wrote) and --data")
 			}
+			if st, err := os.Stat(dataPath); err == nil && st.IsDir() {
+				return fmt.Errorf("--data %s is a directory: give a data file", dataPath) // read as one, it was "DIR:1: read: ... is a directory"
+			}
 			if st, err := os.Stat(model); err == nil && st.IsDir() {
 				if _, err := os.Stat(filepath.Join(model, "topic_word_counts.tsv")); err == nil {
-					return fmt.Errorf("--model %s is an lda model: predict scores lr and mf models (an lda model's topics are its TSV files)", model)
+					return fmt.Errorf("--model %s is an lda model: predict scores lr, lasso, mlr, nn and mf models (an lda model's topics are its TSV files)", model)
 				}
 				return predictMF(cmd.OutOrStdout(), model, dataPath, out)
 			}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -121,7 +123,9 @@ address, comma-separated.`,
 					if view != nil {
 						view.lead(cur)
 					}
-					job = cur.JobStatus().Number
+					st := cur.JobStatus()
+					shown.lead(cmd.OutOrStdout(), st)
+					job = st.Number
 					done = cur.JobEnded(job)
 				case <-tick.C:
 					if cur != nil {
@@ -215,6 +219,9 @@ func serverCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
+			if err := checkAdvertise(cfg.Advertise); err != nil {
+				return err
+			}
 			if cfg.Machine, cfg.Class, err = machine.parse(); err != nil {
 				return err
 			}
@@ -399,4 +406,21 @@ func whereStateIs(inMemory bool, etcd, etcdDir string) string {
 		return "its state is in --etcd-dir " + etcdDir + ": start the coordinator again with it, and the cluster goes on"
 	}
 	return "its embedded etcd's temporary directory is removed with it, and so is its state (give --etcd-dir to keep it; a checkpoint resumes with --resume)"
+}
+
+// checkAdvertise refuses an --advertise that workers could not dial: it
+// was taken into the layout, and every worker then failed to reach the
+// server ("missing port in address") until its join timeout.
+func checkAdvertise(addr string) error {
+	if addr == "" {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--advertise %s: want HOST:PORT, the address workers dial: %w", addr, err)
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 || host == "" {
+		return fmt.Errorf("--advertise %s: want HOST:PORT with a host and a port from 1 to 65535, the address workers dial", addr)
+	}
+	return nil
 }

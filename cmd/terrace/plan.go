@@ -66,6 +66,14 @@ links of --link-mbps, a few seconds in each stage, and plans from what it measur
   terrace plan --reliable 2 --transient 6 --link-mbps reliable=50,transient=1000 --report plan.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// A k asked for above the machines planned as the machines'
+			// count; the default 2 on one machine is capped, as the
+			// cluster caps it.
+			if cmd.Flags().Changed("replication") {
+				if err := checkTierReplication(f.replication, f.reliable, f.transient); err != nil {
+					return err
+				}
+			}
 			var cal *calibrationReport
 			if f.measure {
 				// Every flag is checked before the job runs.

@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,5 +24,22 @@ func TestReachShortDeadline(t *testing.T) {
 	defer cancel()
 	if err := reach(ctx, api.NewClient(srv.URL, nil), io.Discard, 30*time.Second); err != nil {
 		t.Fatalf("reach with 480ms left: %v", err)
+	}
+}
+
+// TestWorkerClusterNotFormed: a worker whose cluster does not form (its
+// coordinator waits for a second worker) within its join timeout says so
+// and names the flag. It said "ps: waiting for the cluster layout: ...
+// context deadline exceeded".
+func TestWorkerClusterNotFormed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	addr := startCoordinator(t, ctx, "--in-memory", "--servers", "1", "--workers", "2", "--replication", "1")
+	_, s := startWatched(t, ctx, "joined", "server", "--coordinator", addr, "--id", "s0")
+	s.await(t, ctx)
+	out, err := exec.CommandContext(ctx, terrace(t), "worker", "--coordinator", addr, "--join-timeout", "2s", "--log-level", "warn",
+		"--train", repoFile(defaultTrain), "--test", repoFile(defaultTest), "--passes", "1").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "the cluster did not form within the join timeout (2s, --join-timeout)") {
+		t.Fatalf("a worker of a cluster that never formed: %v\n%s", err, out)
 	}
 }

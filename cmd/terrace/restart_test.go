@@ -136,4 +136,12 @@ func TestCoordinatorRestartKeepsState(t *testing.T) {
 	if strings.Contains(co2.String(), "resuming from the newest checkpoint") {
 		t.Errorf("the restarted coordinator went back to the checkpoint with its server alive:\n%s", co2)
 	}
+	// The passes evaluated before the restart are one line, not printed
+	// again one by one as if new.
+	if !strings.Contains(co1.String(), "pass 1 evaluated") {
+		t.Fatalf("the first coordinator never printed pass 1:\n%s", co1)
+	}
+	if strings.Contains(co2.String(), "pass 1 evaluated") || !strings.Contains(co2.String(), "evaluated before this coordinator led") {
+		t.Errorf("the restarted coordinator printed the earlier passes again:\n%s", co2)
+	}
 }

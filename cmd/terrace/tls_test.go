@@ -127,7 +127,14 @@ func TestTLSClusterRefusesStrangers(t *testing.T) {
 	_, line, _ := strings.Cut(coordLog.String(), "dashboard (read-only, plain HTTP) on ")
 	view, _, _ := strings.Cut(line, "/\n")
 	addr := strings.TrimSuffix(f[slicesIndex(f, "on")+1], ",")
-	_, sout := start(t, ctx, "server", "--coordinator", addr, "--id", "s0", "--tls-dir", c.node("s0"), "--token-file", c.tokens, "--log-level", "warn")
+	// The server holds its role's line alone, as the README says: with
+	// every role's file it reported as admin, and no test saw that its
+	// own token could not report a rebuild.
+	serverToken := filepath.Join(c.dir, "server.token")
+	if err := os.WriteFile(serverToken, []byte("server "+c.token(t, auth.RoleServer)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, sout := start(t, ctx, "server", "--coordinator", addr, "--id", "s0", "--tls-dir", c.node("s0"), "--token-file", serverToken, "--log-level", "warn")
 	tlsWaitFor(t, sout, &serverLog, "joined")
 
 	t.Run("dashboard view without a certificate, read-only", func(t *testing.T) {
@@ -353,6 +360,9 @@ func TestTLSClusterRefusesStrangers(t *testing.T) {
 	}
 	if !strings.Contains(serverLog.String(), "refused connection") {
 		t.Errorf("the server's log shows no refusal:\n%s", serverLog.String())
+	}
+	if strings.Contains(serverLog.String(), "could not report") {
+		t.Errorf("the server's own token could not report to the coordinator:\n%s", serverLog.String())
 	}
 	if testing.Verbose() {
 		t.Logf("coordinator:\n%s\nserver:\n%s", coordLog.String(), serverLog.String())

@@ -172,7 +172,17 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 			if err != nil {
 				return err
 			}
-			if err := checkCluster(servers, workers, replication); err != nil {
+			if tiers.on() {
+				// Every machine runs a server; --servers is refused below.
+				// The default k on one machine is capped, as the cluster
+				// caps it; a k asked for above the machines is refused.
+				if cmd.Flags().Changed("replication") {
+					err = checkTierReplication(replication, tiers.reliable, tiers.transient)
+				}
+			} else {
+				err = checkCluster(servers, workers, replication)
+			}
+			if err != nil {
 				return err
 			}
 			if err := checkLocalCluster(servers, workers); err != nil {

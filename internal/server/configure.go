@@ -47,6 +47,8 @@ type installed struct {
 	prevRebuild, rebuilt chan struct{}
 	checkpoint, resume   *layout.Checkpoint
 	finished             []int
+	// ready: the layout's cluster has formed (layout.Ready).
+	ready bool
 	// lossEpoch is the epoch of a fallback whose loss this server counts.
 	lossEpoch uint64
 	// flush are the streams to the BackupPS that a 2 -> 1 switch flushes
@@ -128,7 +130,7 @@ func (s *Server) install(l *layout.Layout, rm *ring.Map, ch chains) (installed, 
 		s.restoredSeq = r.Seq
 		a.resume = r
 	}
-	a.finished = l.Finished
+	a.finished, a.ready = l.Finished, l.Ready
 	return a, nil
 }
 
@@ -193,6 +195,18 @@ func (s *Server) follow(a installed) {
 			case <-ctx.Done():
 				return
 			}
+		}
+		if !a.ready {
+			// Before the cluster forms a server holds nothing, or (a
+			// resume) the checkpoint's slots of the first layout that
+			// asked, a superset of what it will hold as more servers
+			// join: there is nothing to copy. A copy begun anyway could
+			// outlive its sender's term as head under the next layout
+			// of the forming cluster; its peer refused it for good and
+			// the job hung (mf resumed with more servers than wrote the
+			// checkpoint, 2 runs of 3).
+			s.reportSynced(a.cur)
+			return
 		}
 		s.rebuild(ctx, a.old, a.cur, a.flush)
 	})

@@ -27,9 +27,15 @@ func (s *Server) handleReplicate(c *conn, h wire.Header, p []byte) (wire.Code, e
 	if err != nil || !complete {
 		return code, err
 	}
-	if e := s.Epoch(); h.Epoch > e {
-		s.awaitLayout(h.Epoch, -1)
-	}
+	// A head that installed a layout first (a new table's, or a new
+	// epoch's) may send under it before this server has it: wait, as a
+	// data request does. Refused at once for a table not known yet, a
+	// new table's first replication warned "replication failed;
+	// retrying" in 1 run of 4 of a 5-row file. A round of an older epoch
+	// (an earlier job's tables, dropped since) waits for nothing.
+	s.catchUp(func() bool {
+		return s.ring != nil && (s.ring.Epoch > h.Epoch || s.ring.Epoch == h.Epoch && tablesKnown(round, s.tables))
+	})
 	// Check and import under the layout lock: a new layout (which may make
 	// this server the head of these slots) cannot be installed in between,
 	// so a deposed head's late state never overwrites newer pushes.
@@ -52,6 +58,28 @@ func (s *Server) handleReplicate(c *conn, h wire.Header, p []byte) (wire.Code, e
 	s.stats.replicated.Add(int64(len(p)))
 	s.replyOK(c, h.ReqID, rm.Epoch)
 	return 0, nil
+}
+
+// tablesKnown reports whether every table round names is in tables.
+func tablesKnown(round []wire.Replicate, tables map[uint32]*tableState) bool {
+	for _, m := range round {
+		for _, r := range m.Replace {
+			if tables[r.Table] == nil {
+				return false
+			}
+		}
+		for _, d := range m.Deferred {
+			if tables[d.Pair.Table] == nil {
+				return false
+			}
+		}
+		for _, st := range m.States {
+			if tables[st.Table] == nil {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // stage returns the round that message p completes, or complete false

@@ -1,9 +1,13 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"io"
+	"log/slog"
 	"net"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -127,4 +131,137 @@ func TestRoundReadsStateWhilePushesGoOn(t *testing.T) {
 	if len(pairs) != 2 || read[key+1] == 0 {
 		t.Fatalf("round carries pairs %v and state %v; want both pushes' pairs and the second push's effect", pairs, read)
 	}
+}
+
+// TestNoCopiesBeforeTheClusterForms: a server that holds state before its
+// cluster has formed (a resume restores the checkpoint's slots under the
+// first layout that asks) copies nothing to a server that joins while it
+// forms: that server restores its own slots. The copies it began were
+// sent under each later layout of the forming cluster, which could make
+// another server their slots' head; the peer refused them for good, and
+// the job hung.
+func TestNoCopiesBeforeTheClusterForms(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go io.Copy(io.Discard, c) // confirms no copy
+		}
+	}()
+	rebuilt := make(chan uint64, 4)
+	s := New(Options{ID: "a", OnRebuilt: func(v uint64) { rebuilt <- v }})
+	own, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables := []layout.Table{{ID: 1, Spec: mustSpec(t)}}
+	a := ring.Server{ID: "a", Addr: own.Addr().String()}
+	serve(t, s, own, &layout.Layout{Version: 1, Epoch: 3, Workers: 1, Replication: 2, Servers: []ring.Server{a}, Tables: tables})
+	keys := make([]uint64, 64)
+	for i := range keys {
+		keys[i] = keyspace.SlotStart(uint64(i))
+	}
+	s.tables[1].store.Push(keys, make([]float32, len(keys)*s.tables[1].spec.Width))
+	if err := s.Configure(&layout.Layout{Version: 2, Epoch: 5, PrevEpoch: 3, Workers: 1, Replication: 2,
+		Servers: []ring.Server{a, {ID: "b", Addr: ln.Addr().String()}}, Tables: tables}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	for {
+		select {
+		case v := <-rebuilt:
+			if v == 2 {
+				return
+			}
+		case <-ctx.Done():
+			t.Fatal("the rebuild of a layout of a cluster still forming waits for copies to a joiner")
+		}
+	}
+}
+
+// TestReplicationWaitsForANewTable: a head that installed the layout with
+// a new table before its peer replicates to it at once; the peer waits
+// for that layout, as a data request does, instead of refusing the
+// round (the head warned "replication failed; retrying" for a table the
+// peer was about to learn).
+func TestReplicationWaitsForANewTable(t *testing.T) {
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	a := New(Options{ID: "a", Logger: slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &mu}, nil))})
+	b := New(Options{ID: "b"})
+	waiting := make(chan struct{})
+	var once sync.Once
+	b.onCatchUp = func() { once.Do(func() { close(waiting) }) }
+	la, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	servers := []ring.Server{{ID: "a", Addr: la.Addr().String()}, {ID: "b", Addr: lb.Addr().String()}}
+	before := &layout.Layout{Version: 1, Epoch: 3, Workers: 1, Replication: 2, Servers: servers}
+	after := &layout.Layout{Version: 2, Epoch: 3, Workers: 1, Replication: 2, Servers: servers, Tables: []layout.Table{{ID: 1, Spec: mustSpec(t)}}}
+	serve(t, b, lb, before)
+	serve(t, a, la, after)
+	sl := uint64(0)
+	for a.ring.Servers[a.ring.SlotOwner(sl)].ID != "a" {
+		sl++
+	}
+	r := newReplicator(a, servers[1], 0, AckChain)
+	acked := make(chan error, 1)
+	r.add(entry{items: []item{{t: a.tables[1], keys: keyspace.KeyList([]uint64{keyspace.SlotStart(sl)})}}}, func(err error) { acked <- err })
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		r.run(ctx)
+	}()
+	defer func() {
+		r.leave()
+		cancel()
+		<-stopped
+	}()
+	select {
+	case <-waiting:
+	case <-ctx.Done():
+		t.Fatal("the peer did not wait for the layout with the table")
+	}
+	if err := b.Configure(after); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-acked:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the push was never replicated")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Contains(logs.String(), "replication failed") {
+		t.Errorf("the head warned:\n%s", logs.String())
+	}
+}
+
+type lockedWriter struct {
+	w  io.Writer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

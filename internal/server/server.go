@@ -156,6 +156,9 @@ type Server struct {
 	// onRoundRead, when set (by tests), runs as a replicator starts reading
 	// a round's state.
 	onRoundRead func()
+	// onCatchUp, when set (by tests), runs as a connection starts waiting
+	// for this server to catch up with a layout (catchUp).
+	onCatchUp func()
 }
 
 type tableState struct {
@@ -216,6 +219,9 @@ func (s *Server) catchUp(ready func() bool) {
 		s.mu.RUnlock()
 		if ok {
 			return
+		}
+		if s.onCatchUp != nil {
+			s.onCatchUp()
 		}
 		select {
 		case <-ch:

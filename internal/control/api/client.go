@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -85,6 +86,38 @@ func NewClient(addrs string, d Dialer) *Client {
 		c.bases = append(c.bases, strings.TrimRight(a, "/"))
 	}
 	return c
+}
+
+// ErrBadAddress is a client's error for a coordinator address no request
+// can be made to.
+var ErrBadAddress = errors.New("not a coordinator address")
+
+// CheckAddrs reports whether addrs, NewClient's comma-separated list,
+// names at least one coordinator, each an address or a URL a request can
+// be made to.
+func CheckAddrs(addrs string) error {
+	n := 0
+	for _, a := range strings.Split(addrs, ",") {
+		if a = strings.TrimSpace(a); a == "" {
+			continue
+		}
+		n++
+		u := a
+		if !strings.Contains(u, "://") {
+			u = "http://" + u
+		}
+		p, err := url.Parse(u)
+		if err != nil {
+			return fmt.Errorf("%s: %w (%w)", a, ErrBadAddress, err)
+		}
+		if p.Host == "" {
+			return fmt.Errorf("%s: %w (no host)", a, ErrBadAddress)
+		}
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: none given", ErrBadAddress)
+	}
+	return nil
 }
 
 // Error is a coordinator's refusal; it unwraps to the sentinel of its
@@ -254,7 +287,11 @@ func (c *Client) WaitReachable(ctx context.Context) error {
 		// out doubles the next one's time: a slow coordinator (a loaded
 		// host, a TLS handshake) is still reached.
 		tctx, cancel := context.WithTimeout(ctx, try)
-		req, _ := http.NewRequestWithContext(tctx, "GET", base+path, nil)
+		req, err := http.NewRequestWithContext(tctx, "GET", base+path, nil)
+		if err != nil {
+			cancel()
+			return fmt.Errorf("%w: %w", ErrBadAddress, err) // a nil request panicked in Do
+		}
 		start := time.Now()
 		resp, err := c.hc.Do(req)
 		if err != nil && tctx.Err() != nil {

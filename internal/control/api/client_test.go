@@ -212,3 +212,22 @@ func TestTLSMismatchFailsAtOnce(t *testing.T) {
 		t.Fatalf("a mismatched coordinator beside a good one: %v", err)
 	}
 }
+
+// TestBadAddress: an address no request can be made to is named by
+// CheckAddrs, and WaitReachable returns ErrBadAddress for it; it
+// panicked on the nil request.
+func TestBadAddress(t *testing.T) {
+	for _, a := range []string{"127.0.0.1:127.0.0.1", "h:1,127.0.0.1:x", "http://", " , "} {
+		if err := CheckAddrs(a); !errors.Is(err, ErrBadAddress) {
+			t.Errorf("CheckAddrs(%q): %v, want ErrBadAddress", a, err)
+		}
+	}
+	for _, a := range []string{"127.0.0.1:7070", "h0:7070,h1:7070", "https://coord.example:443"} {
+		if err := CheckAddrs(a); err != nil {
+			t.Errorf("CheckAddrs(%q): %v", a, err)
+		}
+	}
+	if err := NewClient("127.0.0.1:127.0.0.1", nil).WaitReachable(t.Context()); !errors.Is(err, ErrBadAddress) {
+		t.Fatalf("WaitReachable: %v, want ErrBadAddress", err)
+	}
+}

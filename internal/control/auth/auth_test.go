@@ -63,6 +63,8 @@ func TestGuard(t *testing.T) {
 		{"admin asks for a checkpoint", api.RouteCheckpoint, adminTok, "", nil},
 		{"worker reports synced", api.RouteSynced, workerTok, "{}", api.ErrForbidden},
 		{"server reports synced", api.RouteSynced, serverTok, "{}", nil},
+		{"server reports rebuilt", api.RouteRebuilt, serverTok, "{}", nil},
+		{"worker reports rebuilt", api.RouteRebuilt, workerTok, "{}", api.ErrForbidden},
 		{"server acquires work", api.RouteAcquire, serverTok, "{}", api.ErrForbidden},
 		{"unknown POST needs admin", "POST /v1/drain", serverTok, "", api.ErrForbidden},
 		{"unknown POST by admin", "POST /v1/drain", adminTok, "", nil},
@@ -146,6 +148,13 @@ func TestReadToken(t *testing.T) {
 	}
 	if tok, _ := ReadToken("", RoleWorker, env); tok != "from-env" {
 		t.Errorf("token from the environment: %q", tok)
+	}
+	// A directory given for the file was said to be open to others.
+	if _, err := ReadToken(dir, RoleWorker, nil); err == nil || !strings.Contains(err.Error(), dir+" is a directory") {
+		t.Errorf("ReadToken of a directory: %v", err)
+	}
+	if _, err := LoadTokens(dir); err == nil || !strings.Contains(err.Error(), dir+" is a directory") {
+		t.Errorf("LoadTokens of a directory: %v", err)
 	}
 	for _, bad := range []string{"", "king abcdefghijklmnopq\n", "worker short\n", "worker a b\n"} {
 		if _, err := ParseTokens(strings.NewReader(bad)); !errors.Is(err, ErrInvalid) {

@@ -46,6 +46,7 @@ var policy = map[string]Role{
 
 	api.RouteServerLeave:  RoleServer,
 	api.RouteSynced:       RoleServer,
+	api.RouteRebuilt:      RoleServer,
 	api.RouteCheckpointed: RoleServer,
 	api.RouteRestored:     RoleServer,
 	api.RouteLoss:         RoleServer,

@@ -104,6 +104,9 @@ func openPrivate(path, what string) (*os.File, error) {
 	switch {
 	case err != nil:
 		err = fmt.Errorf("auth: %w", err)
+	case fi.IsDir():
+		// It was said to be open to others ("chmod 600 DIR").
+		err = fmt.Errorf("auth: %s: %s is a directory: give the file", what, path)
 	case fi.Mode().Perm()&0o077 != 0:
 		err = fmt.Errorf("%w: %s has mode %04o: chmod 600 %s (a Kubernetes secret volume: defaultMode 0400; or give the token in $TERRACE_TOKEN)", ErrExposed, path, fi.Mode().Perm(), path)
 	}

@@ -31,6 +31,8 @@ type Commit struct {
 	// Job is the job trained (nil if none was submitted): what terrace
 	// export needs to read the model (its data, for lr's scaling).
 	Job *api.Job
+	// JobNumber numbers that job among the cluster's, from 1.
+	JobNumber uint64
 }
 
 // CheckpointStat describes a committed checkpoint.
@@ -127,7 +129,7 @@ func (m *Machine) commitIfReported() {
 	m.committing = true
 	m.out.Commit = &Commit{Dir: ck.Dir, Seq: ck.Seq, Pass: ck.Pass, Servers: slices.Clone(ck.Servers),
 		Tables: slices.Clone(m.st.Layout.Tables), Partitions: m.st.Layout.Partitions, MaxClock: m.st.MaxClock,
-		States: m.partStates(), Job: m.st.Job}
+		States: m.partStates(), Job: m.st.Job, JobNumber: m.st.Layout.Job + 1}
 }
 
 // partStates copies the partitions' states.
@@ -199,6 +201,11 @@ type Resumed struct {
 	States     map[int]int
 	// Job is the job the checkpoint was written by (nil if unknown).
 	Job *api.Job
+	// JobNumber numbers it among its cluster's jobs, from 1 (0 if
+	// unknown: the first). The resumed job keeps it: a status, an event
+	// or an export that says "job 1" of a cluster's third job names
+	// another job.
+	JobNumber uint64
 	// Next is the smallest sequence number nothing under Dir uses (a
 	// newer checkpoint passed over, or torn before its commit, may hold
 	// some): the next checkpoint is numbered from it (0: after Seq). Numbered
@@ -220,6 +227,9 @@ func (m *Machine) Resume(r Resumed) map[int][]uint64 {
 	if r.Job != nil {
 		j := *r.Job
 		m.st.Job, m.st.ResumedJob = &j, true
+	}
+	if r.JobNumber > 0 {
+		m.st.Layout.Job = r.JobNumber - 1
 	}
 	// Passes (numbered from 1) before the checkpoint's last are not
 	// evaluated again: every worker would report the restored model under

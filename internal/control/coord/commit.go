@@ -29,6 +29,9 @@ type commitMeta struct {
 	// state file is their concatenation, in row order.
 	StatePieces map[int][]int `json:"state_pieces,omitempty"`
 	Job         *api.Job      `json:"job,omitempty"`
+	// JobNumber numbers the job among the cluster's, from 1 (0 in a
+	// record written before it was kept: the cluster's first).
+	JobNumber uint64 `json:"job_number,omitempty"`
 }
 
 // commit writes checkpoint ck's partition states and then its commit
@@ -36,7 +39,7 @@ type commitMeta struct {
 // while no worker reports progress, so the versions it reads stay named.
 func (c *Coordinator) commit(ctx context.Context, ck *Commit) error {
 	m := commitMeta{Seq: ck.Seq, Pass: ck.Pass, Servers: ck.Servers, Tables: ck.Tables,
-		Partitions: ck.Partitions, MaxClock: ck.MaxClock, Time: time.Now().UTC(), Job: ck.Job}
+		Partitions: ck.Partitions, MaxClock: ck.MaxClock, Time: time.Now().UTC(), Job: ck.Job, JobNumber: ck.JobNumber}
 	if len(ck.States) > 0 {
 		blobs, pieces, err := c.readStates(ctx, ck.States)
 		if err != nil {
@@ -139,7 +142,7 @@ func (c *Coordinator) resume(dir string) error {
 		counts[p] = max(1, len(m.StatePieces[p]))
 	}
 	vers := c.m.Resume(Resumed{Dir: dir, Seq: m.Seq, Pass: m.Pass, Servers: m.Servers, Tables: m.Tables,
-		Partitions: m.Partitions, MaxClock: m.MaxClock, States: counts, Job: m.Job, Next: next})
+		Partitions: m.Partitions, MaxClock: m.MaxClock, States: counts, Job: m.Job, JobNumber: m.JobNumber, Next: next})
 	for p, blob := range states {
 		for i, v := range vers[p] {
 			piece := blob

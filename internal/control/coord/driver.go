@@ -3,7 +3,9 @@ package coord
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -14,6 +16,7 @@ import (
 	"github.com/terrace-ml/terrace/internal/dataplane/transport"
 	"github.com/terrace-ml/terrace/internal/placement/layout"
 	"github.com/terrace-ml/terrace/internal/placement/tier"
+	"github.com/terrace-ml/terrace/internal/storage/checkpoint"
 )
 
 // Options configure a Coordinator.
@@ -168,6 +171,18 @@ func Open(o Options) (*Coordinator, error) {
 	if o.Resume {
 		if err := c.resume(o.CheckpointDir); err != nil {
 			return nil, err
+		}
+	} else if o.CheckpointDir != "" {
+		// Numbered from 1, a new cluster's first checkpoint replaced the
+		// commit record 1 of another job's checkpoints in the directory,
+		// and a resume or an export then took that job's newer ones.
+		next, err := checkpoint.NextClusterSeq(o.CheckpointDir)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+		case err != nil:
+			return nil, fmt.Errorf("coord: checkpoint directory: %w", err)
+		default:
+			c.m.st.Checkpoint.Seq = next - 1
 		}
 	}
 	return c, nil

@@ -530,3 +530,78 @@ func TestResumeReadsEpochRecords(t *testing.T) {
 		t.Fatalf("resumed %+v, passes done before %d; want after pass 4", r, done)
 	}
 }
+
+// TestResumeKeepsJobNumber: a cluster's third job, checkpointed and
+// resumed by a new coordinator, is job 3 there too (it was job 1 whatever
+// its number: in status, events and export); a record written before the
+// number was kept resumes as job 1.
+func TestResumeKeepsJobNumber(t *testing.T) {
+	dir := t.TempDir()
+	m := NewMachine(Config{Servers: 1, Workers: 1, Partitions: 2, Replication: 1, CheckpointDir: dir}, t0)
+	m.st.Layout.Job = 2 // the cluster's third job
+	m.st.Layout.Checkpoint = &layout.Checkpoint{Dir: dir, Seq: 1, Pass: 2, Servers: []string{"s0"}}
+	m.st.Checkpoint.Reported = map[string]bool{"s0": true}
+	m.commitIfReported()
+	ck := m.out.Commit
+	if ck == nil || ck.JobNumber != 3 {
+		t.Fatalf("commit %+v; want job number 3", ck)
+	}
+	writePart(t, dir, "s0", 1)
+	w, err := Open(Options{Servers: 1, Workers: 1, Partitions: 2, CheckpointDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.commit(t.Context(), ck); err != nil {
+		t.Fatal(err)
+	}
+	resumedNumber := func() uint64 {
+		t.Helper()
+		c, err := Open(Options{Servers: 1, Workers: 1, Partitions: 2, CheckpointDir: dir, Resume: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.m.JobStatus().Number
+	}
+	if n := resumedNumber(); n != 3 {
+		t.Fatalf("resumed as job %d, want 3", n)
+	}
+	writePart(t, dir, "s0", 2)
+	old := `{"seq":2,"pass":3,"servers":["s0"],"tables":[],"partitions":2,"time":"2026-01-01T00:00:00Z"}`
+	if err := checkpoint.CommitCluster(dir, 2, []byte(old)); err != nil {
+		t.Fatal(err)
+	}
+	if n := resumedNumber(); n != 1 {
+		t.Fatalf("a record without a job number resumed as job %d, want 1", n)
+	}
+}
+
+// TestCheckpointsNumberedAfterTheDirectory: a new cluster given a
+// checkpoint directory that holds another job's checkpoints numbers its
+// own after them. Numbered from 1, its first replaced that job's commit
+// record 1, and a resume or an export took that job's checkpoint 2 as
+// the newest.
+func TestCheckpointsNumberedAfterTheDirectory(t *testing.T) {
+	dir := t.TempDir()
+	for seq := uint64(1); seq <= 2; seq++ {
+		writePart(t, dir, "s0", seq)
+		meta := fmt.Sprintf(`{"seq":%d,"pass":%d,"servers":["s0"],"tables":[],"partitions":2,"time":"2026-01-01T00:00:00Z"}`, seq, seq)
+		if err := checkpoint.CommitCluster(dir, seq, []byte(meta)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writePart(t, dir, "s1", 5) // a server's part of a checkpoint never committed
+	c, err := Open(Options{Servers: 1, Workers: 1, Partitions: 2, CheckpointDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seq := c.m.st.Checkpoint.Seq + 1; seq != 6 {
+		t.Fatalf("the first checkpoint is numbered %d, want 6 (after everything under the directory)", seq)
+	}
+	c, err = Open(Options{Servers: 1, Workers: 1, Partitions: 2, CheckpointDir: filepath.Join(dir, "new")})
+	if err != nil {
+		t.Fatalf("a directory not made yet: %v", err)
+	}
+	if c.m.st.Checkpoint.Seq != 0 {
+		t.Fatalf("a directory not made yet: last checkpoint %d, want none", c.m.st.Checkpoint.Seq)
+	}
+}

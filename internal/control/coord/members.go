@@ -321,6 +321,9 @@ func (m *Machine) LeaveServer(id uint64, server string) {
 		m.fail(id, fmt.Errorf("%w: server %s is not on the ring", api.ErrBadRequest, server))
 		return
 	}
+	if len(l.Servers)-len(l.Leaving) <= 1 && !slices.Contains(l.Leaving, server) && m.leaveBeforeTables(id, server) {
+		return
+	}
 	if len(l.Servers)-len(l.Leaving) <= 1 && !slices.Contains(l.Leaving, server) {
 		m.fail(id, fmt.Errorf("%w: %s: its slots have nowhere to go (a checkpoint keeps them: terrace checkpoint --wait)", api.ErrLastServer, server))
 		return
@@ -333,6 +336,26 @@ func (m *Machine) LeaveServer(id uint64, server string) {
 		m.publish()
 	}
 	m.replyLayout(id)
+}
+
+// leaveBeforeTables lets the last server on the ring leave at once before
+// the job's first table, when it holds nothing: it stays on the ring, as
+// after a job (leftLast), until a server that joins takes its place
+// (dropLeftRing). Refused, it left anyway and the layout kept it as
+// serving: the next server to join waited for good for a copy from it,
+// and the cluster never formed.
+func (m *Machine) leaveBeforeTables(id uint64, server string) bool {
+	l := &m.st.Layout
+	if len(l.Tables) > 0 || l.JobDone || m.cfg.Stage != 0 || len(l.Servers) != 1 || l.Servers[0].ID != server {
+		return false
+	}
+	if m.lastLeft != server {
+		m.lastLeft = server
+		m.note(api.EventLeft, server, "the last server left before the job's first table, holding nothing: the next server to join takes its place")
+	}
+	m.dropLeftRing()
+	m.replyLayout(id)
+	return true
 }
 
 // resetSync forgets every joiner's synced reports: the ring or the joiners

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,6 +14,7 @@ import (
 	"github.com/terrace-ml/terrace/internal/control/coord"
 	"github.com/terrace-ml/terrace/internal/dataplane/transport"
 	"github.com/terrace-ml/terrace/internal/placement/layout"
+	"github.com/terrace-ml/terrace/internal/placement/ring"
 	"github.com/terrace-ml/terrace/internal/placement/tier"
 	"github.com/terrace-ml/terrace/internal/process/evict"
 	"github.com/terrace-ml/terrace/internal/server"
@@ -255,6 +257,13 @@ func drainServer(ctx context.Context, cc *api.Client, s *server.Server, cfg Serv
 		cfg.Logger.Warn("the last server on the ring leaves after the job: the job's model goes with it (export it, or take a checkpoint, before stopping the last server)")
 		return ErrDrained
 	}
+	if err == nil && end.noTables.Load() && onlyOrOff(l.Servers, cfg.ID) {
+		// The coordinator let the last server go before the job's
+		// first table (nothing to hand off): a server that joins takes
+		// its place.
+		cfg.Logger.Info("the last server on the ring holds no table yet: leaving at once")
+		return ErrDrained
+	}
 	if err == nil && l.JobDone && l.Shutdown {
 		cfg.Logger.Info("the cluster ends with its job: leaving at once")
 		return ErrDrained
@@ -294,6 +303,11 @@ func drainServer(ctx context.Context, cc *api.Client, s *server.Server, cfg Serv
 	case <-dctx.Done():
 	}
 	return ErrDrained
+}
+
+// onlyOrOff reports whether servers, a ring, is id alone or lacks it.
+func onlyOrOff(servers []ring.Server, id string) bool {
+	return len(servers) == 1 && servers[0].ID == id || !slices.ContainsFunc(servers, func(s ring.Server) bool { return s.ID == id })
 }
 
 // afterJobReach bounds the wait for a coordinator after the job, before
@@ -414,6 +428,11 @@ const noticeTimeout = 2 * time.Second
 // departure; the command exits 0 on it.
 var ErrDrained = errors.New("node drained")
 
+// ErrNotFormed is a worker's error when its cluster did not form (every
+// server and worker its coordinator expects joined) within its join
+// timeout.
+var ErrNotFormed = errors.New("the cluster did not form")
+
 // RunWorker joins the coordinator, connects to the servers, runs job and
 // reports its result to the coordinator.
 //
@@ -490,6 +509,12 @@ func runWorker(ctx context.Context, cfg WorkerConfig, cc *api.Client, metrics *p
 			// (a worker that left is not given work again).
 			cfg.Logger.Warn("notice before the cluster formed: leaving, with nothing to hand off")
 			return nil, ErrDrained
+		}
+		if errors.Is(jctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
+			// It said only "ps: waiting for the cluster layout: ...
+			// context deadline exceeded".
+			return nil, fmt.Errorf("worker %s: %w within the join timeout (%v, --join-timeout): it waits for every server and worker its coordinator expects (terrace status lists who joined): %w",
+				cfg.ID, ErrNotFormed, cfg.JoinTimeout, err)
 		}
 		return nil, fmt.Errorf("worker %s: %w", cfg.ID, err)
 	}
