@@ -67,6 +67,7 @@ type realPolicy struct {
 	TestAccuracy *float64 `json:"test_accuracy"`
 	UpdatesLost  *float64 `json:"updates_lost"`
 	PeakMachines int      `json:"peak_machines"`
+	Design       string   `json:"design"`
 	// checkpoint-restart's
 	CheckpointRequests   []time.Time `json:"checkpoint_requests"`
 	CheckpointsCommitted int         `json:"checkpoints_committed"`
@@ -144,6 +145,8 @@ func TestRealReplay(t *testing.T) {
 		t.Errorf("dollars %v, hours %v", r.Dollars, r.Hours)
 	case r.UpdatesLost == nil:
 		t.Errorf("updates_lost null: want the audit's count\n%s", out)
+	case r.Design != "tiers":
+		t.Errorf("design %q, want tiers", r.Design)
 	}
 	t.Logf("tiers: %d evictions, updates_lost %s", r.Evictions, fmtOpt(r.UpdatesLost))
 

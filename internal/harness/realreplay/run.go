@@ -152,7 +152,12 @@ type run struct {
 // done, then releases every machine and stops every process (also on
 // error and when ctx ends).
 func Run(ctx context.Context, cfg Config, name string, start time.Time) (Result, error) {
-	res := Result{Result: replay.Result{Policy: name, Start: start}, Speedup: cfg.Speedup}
+	// On processes BidBrain keeps the tier (replay.PolicyConfig).
+	design := "tiers"
+	if name == "checkpoint" || name == "ondemand" {
+		design = name
+	}
+	res := Result{Result: replay.Result{Policy: name, Start: start, Design: design}, Speedup: cfg.Speedup}
 	if err := Check(name); err != nil {
 		return res, err
 	}
