@@ -62,17 +62,7 @@ func TestReplicationToAMutePeerGivesUp(t *testing.T) {
 	r := newReplicator(s, s.ring.Servers[s.ring.Index("b")], 0, AckChain)
 	acked := make(chan error, 1)
 	r.add(entry{items: []item{{t: s.tables[1], keys: keyspace.KeyList([]uint64{key})}}}, func(err error) { acked <- err })
-	ctx, cancel := context.WithCancel(t.Context())
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		r.run(ctx)
-	}()
-	defer func() {
-		r.leave()
-		cancel()
-		<-stopped
-	}()
+	defer runReplicator(t.Context(), r)()
 	for i := range 2 {
 		select {
 		case <-accepted:
@@ -222,16 +212,7 @@ func TestReplicationWaitsForANewTable(t *testing.T) {
 	r.add(entry{items: []item{{t: a.tables[1], keys: keyspace.KeyList([]uint64{keyspace.SlotStart(sl)})}}}, func(err error) { acked <- err })
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		r.run(ctx)
-	}()
-	defer func() {
-		r.leave()
-		cancel()
-		<-stopped
-	}()
+	defer runReplicator(ctx, r)()
 	select {
 	case <-waiting:
 	case <-ctx.Done():
@@ -252,6 +233,22 @@ func TestReplicationWaitsForANewTable(t *testing.T) {
 	defer mu.Unlock()
 	if strings.Contains(logs.String(), "replication failed") {
 		t.Errorf("the head warned:\n%s", logs.String())
+	}
+}
+
+// runReplicator runs r until ctx ends or the returned stop is called,
+// which makes r leave and waits for it.
+func runReplicator(ctx context.Context, r *replicator) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		r.run(ctx)
+	}()
+	return func() {
+		r.leave()
+		cancel()
+		<-stopped
 	}
 }
 

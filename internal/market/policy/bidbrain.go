@@ -229,14 +229,18 @@ func (p *BidBrain) Elastic(s rm.State) bool {
 
 // untilAllGone is the mean time until every machine of an elastic job is
 // gone at once, from the chance allGone that it happens within the
-// period (a Poisson process's rate); the checkpoint policy's long
-// default when it is nil.
+// period; the checkpoint policy's long default when it is nil.
 func (p *BidBrain) untilAllGone(allGone float64) time.Duration {
 	if allGone <= 0 {
 		return 2 * history.Window
 	}
-	rate := -math.Log1p(-min(allGone, 0.999)) / p.c.Period.Hours()
-	return time.Duration(float64(time.Hour) / rate)
+	return time.Duration(float64(time.Hour) / lossesPerHour(allGone, p.c.Period))
+}
+
+// lossesPerHour is the rate of a Poisson process of total losses that
+// happens within period with chance allGone (capped below 1).
+func lossesPerHour(allGone float64, period time.Duration) float64 {
+	return -math.Log1p(-min(allGone, 0.999)) / period.Hours()
 }
 
 // kept is the share of its work an elastic job keeps: it loses, per
@@ -245,14 +249,10 @@ func (p *BidBrain) untilAllGone(allGone float64) time.Duration {
 // √(2δM) the first and the checkpoints together cost √(2δ/M) of the time,
 // the read back δ/M (M the mean time to a total loss).
 func (f footprint) kept(c Config) float64 {
-	if !f.elastic {
+	if !f.elastic || f.allGone <= 0 {
 		return 1
 	}
-	if f.allGone <= 0 {
-		return 1
-	}
-	rate := -math.Log1p(-min(f.allGone, 0.999)) / c.Period.Hours() // total losses per hour
-	d := c.Checkpoint.Hours()
+	rate, d := lossesPerHour(f.allGone, c.Period), c.Checkpoint.Hours()
 	return max(0, 1-math.Sqrt(2*d*rate)-d*rate)
 }
 
@@ -357,9 +357,9 @@ func (p *BidBrain) held(s rm.State, rel *history.Market, el bool) []unit {
 func (p *BidBrain) release(s rm.State, units []unit, fp *footprint, cands []candidate, held int) (out []market.MachineID, hold bool) {
 	lambda := math.NaN()
 	gone := make([]bool, len(units))
-	running := map[market.MachineID]bool{}
+	running := map[market.MachineID]bool{} // what othersHold looks for
 	for _, h := range s.Held {
-		if h.Class == market.Transient && h.Running() {
+		if fp.elastic && h.Class == market.Transient && h.Running() {
 			running[h.ID] = true
 		}
 	}
