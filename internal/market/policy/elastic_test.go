@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/terrace-ml/terrace/internal/market"
+	"github.com/terrace-ml/terrace/internal/market/billing"
 	"github.com/terrace-ml/terrace/internal/market/history"
 	"github.com/terrace-ml/terrace/internal/market/jobsim"
 	"github.com/terrace-ml/terrace/internal/market/rm"
@@ -141,7 +142,7 @@ func TestBidBrainNotAboveOnDemand(t *testing.T) {
 	}
 	s := state(now)
 	s.View = src.Cut(now)
-	for _, c := range (&BidBrain{c: elasticConfig()}).candidates(s) {
+	for _, c := range (&BidBrain{c: elasticConfig()}).candidates(s, false) {
 		if c.m.Market == spiky {
 			t.Fatalf("zone c at 0.25, above on-demand, is a candidate (bid %v, expected cost %v)", c.bid, c.cost)
 		}
@@ -199,5 +200,45 @@ func TestElasticSizesAsTheTier(t *testing.T) {
 	plan := (&BidBrain{c: elasticConfig(), design: elastic}).Decide(s)
 	if n := count(plan, cheap, market.Transient); n < 32 {
 		t.Errorf("bought %d machines beside the one held, want the job's parallelism", n)
+	}
+}
+
+// TestElasticChosenInAnOutage: a per-second market with an availability
+// trace, at a start inside an outage (no machine to be had for the last
+// hour; two outages of an hour before). Neither design can buy a
+// transient machine until it ends, so the choice is made on the market's
+// price and risk: BidBrain drops the tier (the market seldom takes
+// machines back, as where capacity is at hand) and buys nothing meanwhile.
+// Compared on what could be bought at once, the elastic footprint was
+// empty and the tier won by default, training alone at on-demand's cost
+// per update through the outage.
+func TestElasticChosenInAnOutage(t *testing.T) {
+	now := t0.Add(10 * 24 * time.Hour)
+	a := &trace.Availability{
+		Offsets: []time.Duration{0, 3 * 24 * time.Hour, 3*24*time.Hour + time.Hour, 6 * 24 * time.Hour, 6*24*time.Hour + time.Hour, now.Sub(t0) - time.Hour},
+		Counts:  []int{64, 0, 64, 0, 64, 0},
+		Size:    64,
+		End:     20 * 24 * time.Hour,
+	}
+	src := &history.Source{
+		Prices: &trace.Prices{Series: []*trace.Series{{Market: cheap, OnDemand: 0.21, Points: []trace.Point{{At: t0, Price: 0.03}}}}},
+		Avail:  map[market.Market]*history.Timeline{cheap: history.Place(a, t0)},
+	}
+	c := elasticConfig()
+	c.BidEvicts, c.Terms = false, billing.PerSecond{}.Terms()
+	s := rm.State{View: src.Cut(now), Job: rm.JobStatus{Total: 1e9, Rate: 1e5, Working: true, CheckpointAt: now}}
+	p := &BidBrain{c: c}
+	if !p.Elastic(s) {
+		t.Fatal("kept the reliable tier at a start inside an outage of a market that seldom takes machines back")
+	}
+	if plan := p.Decide(s); len(plan.Acquire) != 0 {
+		t.Errorf("bought %+v in an outage", plan.Acquire)
+	}
+	// Once it ends, the job buys.
+	a.Offsets, a.Counts = append(a.Offsets, now.Sub(t0)+time.Hour), append(a.Counts, 64)
+	src.Avail[cheap] = history.Place(a, t0)
+	s.View = src.Cut(now.Add(time.Hour + time.Minute))
+	if plan := p.Decide(s); count(plan, cheap, market.Transient) == 0 || count(plan, cheap, market.Reliable) != 0 {
+		t.Errorf("after the outage: bought %+v, want transient machines of zone a only", plan.Acquire)
 	}
 }

@@ -87,7 +87,7 @@ func TestBidBrainPrefersFreeHours(t *testing.T) {
 func TestBidBrainCountsFreeHours(t *testing.T) {
 	p := &BidBrain{c: config()}
 	cost := map[string]outlook{}
-	for _, c := range p.candidates(state(t0.Add(10 * 24 * time.Hour))) {
+	for _, c := range p.candidates(state(t0.Add(10*24*time.Hour)), false) {
 		cost[fmt.Sprintf("%s@%.2f", c.m.Market.Zone, c.bid)] = c.outlook
 	}
 	atPrice, above, flat := cost["c@0.03"], cost["c@0.06"], cost["a@0.03"]
