@@ -46,11 +46,12 @@ func Check(name string) error {
 }
 
 // Bound is the most machines policy name runs as processes at once under
-// calibration cal, and the calibration fields that set it. ondemand,
-// checkpoint and tiers hold at most machines transient (or on-demand)
-// and reliable_machines reliable ones. BidBrain holds reliable_machines
-// and at most max_machines transient machines not on notice, over all
-// its markets together (BidBrain.acquire stops at max_machines: how many
+// calibration cal (BidBrain in design, policy.Designs), and the
+// calibration fields that set it. ondemand, checkpoint and tiers hold at
+// most machines transient (or on-demand) and reliable_machines reliable
+// ones. BidBrain holds reliable_machines (none in the elastic design;
+// auto may choose either) and at most max_machines transient machines
+// not on notice, over all its markets together (BidBrain.acquire stops at max_machines: how many
 // markets it uses at once does not change the count). A machine it
 // releases drains in wall time while the one it buys in its place in the
 // same decision starts boot_seconds of trace later, and a noticed machine
@@ -58,8 +59,11 @@ func Check(name string) error {
 // max_machines may run twice over for a moment: a server's drain took
 // about 0.6 s of wall time after its release (2026-11-27), a boot at 900x
 // is 0.33 s. The machines running at once are in Result.PeakMachines.
-func Bound(name string, cal jobsim.Calibration) (int, string) {
-	if name == "bidbrain" {
+func Bound(name, design string, cal jobsim.Calibration) (int, string) {
+	switch {
+	case name == "bidbrain" && design == policy.DesignElastic:
+		return 2 * cal.MaxMachines, fmt.Sprintf("twice max_machines %d (the elastic design holds no reliable machine)", cal.MaxMachines)
+	case name == "bidbrain":
 		return cal.ReliableMachines + 2*cal.MaxMachines, fmt.Sprintf("reliable_machines %d and twice max_machines %d", cal.ReliableMachines, cal.MaxMachines)
 	}
 	return cal.Machines + cal.ReliableMachines, fmt.Sprintf("machines %d and reliable_machines %d", cal.Machines, cal.ReliableMachines)
@@ -67,8 +71,8 @@ func Bound(name string, cal jobsim.Calibration) (int, string) {
 
 // CheckBound refuses a policy whose Bound exceeds MaxMachines, naming the
 // calibration fields.
-func CheckBound(name string, cal jobsim.Calibration) error {
-	if n, fields := Bound(name, cal); n > MaxMachines {
+func CheckBound(name, design string, cal jobsim.Calibration) error {
+	if n, fields := Bound(name, design, cal); n > MaxMachines {
 		return fmt.Errorf("%s holds up to %d machines at once (%s), each a server and workers on this host: %w (at most %d)", name, n, fields, ErrTooMany, MaxMachines)
 	}
 	return nil
@@ -138,30 +142,27 @@ type run struct {
 	cluster *drill.Cluster
 	job     *job
 	err     error
-	flat    *flat // checkpoint-restart (flat.go); nil otherwise
+	flat    *flat // checkpoint-restart and BidBrain's elastic design (flat.go); nil otherwise
 	// checkpoints are the trace times of the policy's checkpoint
 	// requests; askedSeq the checkpoint the last one was told it serves.
 	checkpoints []time.Time
 	askedSeq    uint64
 	// peak is the most machines running at once in the clusters a
-	// checkpoint-restart job has stopped.
+	// flat job has stopped.
 	peak int
+	// runDir is the first cluster's run directory.
+	runDir string
 }
 
 // Run replays policy name from start on real processes until the job is
 // done, then releases every machine and stops every process (also on
 // error and when ctx ends).
 func Run(ctx context.Context, cfg Config, name string, start time.Time) (Result, error) {
-	// On processes BidBrain keeps the tier (replay.PolicyConfig).
-	design := "tiers"
-	if name == "checkpoint" || name == "ondemand" {
-		design = name
-	}
-	res := Result{Result: replay.Result{Policy: name, Start: start, Design: design}, Speedup: cfg.Speedup}
+	res := Result{Result: replay.Result{Policy: name, Start: start, Design: name}, Speedup: cfg.Speedup}
 	if err := Check(name); err != nil {
 		return res, err
 	}
-	if err := CheckBound(name, cfg.Replay.Cal); err != nil {
+	if err := CheckBound(name, cfg.Replay.Design, cfg.Replay.Cal); err != nil {
 		return res, err
 	}
 	if !(cfg.Speedup > 0) {
@@ -179,14 +180,20 @@ func Run(ctx context.Context, cfg Config, name string, start time.Time) (Result,
 	// lacks only the acknowledgements it had not yet written.
 	cfg.Cluster.Audit = &drill.Audit{Passes: cfg.Passes, Every: 1}
 	r := &run{ctx: ctx, cfg: cfg, name: name, job: &job{total: cfg.Replay.Updates, of: cfg.Passes, ckptAt: start}}
-	if name == "checkpoint" {
-		r.flat = &flat{aliases: map[string]string{}}
-		r.job.ask = r.checkpoint
-	}
 	machines := &clusterMachines{r: r}
 	r.prov = localprov.New(ctx, localprov.Config{
 		Trace:    traceprov.Config{Source: cfg.Replay.Source(start), Model: cfg.Replay.Model, Boot: cfg.Replay.Cal.Boot(), Start: start},
 		Machines: machines, Handler: r.handle})
+	// BidBrain chooses its design at the start, as in the simulation.
+	if d, err := replay.ChooseDesign(ctx, pol, r.prov.Past, cfg.Replay.Updates); err != nil {
+		return res, err
+	} else if d != "" {
+		res.Design = d
+	}
+	if res.Design == "checkpoint" || res.Design == "elastic" {
+		r.flat = &flat{held: map[string]*machine{}, elastic: res.Design == "elastic", k: cfg.Replay.Cal.K()}
+		r.job.ask = r.checkpoint
+	}
 	r.mgr = rm.NewManager(r.prov, pol, r.job)
 	if err := r.mgr.Start(ctx); err != nil {
 		return res, err
@@ -197,21 +204,27 @@ func Run(ctx context.Context, cfg Config, name string, start time.Time) (Result,
 	}
 	if r.flat != nil {
 		// The policy's footprint, which it may not hold yet (a market
-		// with no capacity at the start): the cluster forms when it does.
+		// with no capacity at the start): the cluster forms when it does
+		// (an elastic job: with its first machine).
 		cc, err = r.flat.configure(cc, cfg.Replay.Cal.Machines)
 		if err != nil {
 			return res, err
 		}
 	}
-	r.cluster, err = drill.StartCluster(ctx, cc)
-	if err != nil {
-		return res, err
-	}
-	defer func() { r.cluster.Close() }()
 	if r.flat != nil {
 		defer r.flat.close()
 	}
-	res.RunDir = r.cluster.RunDir()
+	if r.flat == nil || !r.flat.down {
+		if r.cluster, err = drill.StartCluster(ctx, cc); err != nil {
+			return res, err
+		}
+		r.runDir = r.cluster.RunDir()
+	}
+	defer func() {
+		if r.cluster != nil {
+			r.cluster.Close()
+		}
+	}()
 	r.job.passes, r.job.now, r.job.working = r.passes, r.prov.Trace().Now, r.working
 	wall0 := cfg.Clock.Now()
 	fin, err := r.loop(ctx, start, wall0)
@@ -219,6 +232,10 @@ func Run(ctx context.Context, cfg Config, name string, start time.Time) (Result,
 		return res, fmt.Errorf("%s from %s: %w", name, start.Format(time.RFC3339), err)
 	}
 	machines.done = true
+	if r.flat != nil {
+		r.flat.over = true
+	}
+	res.RunDir = r.runDir
 	return r.finish(ctx, res, start, fin, wall0)
 }
 
@@ -248,7 +265,7 @@ func (r *run) firstPlan(cc drill.ClusterConfig) (drill.ClusterConfig, error) {
 	cc.Servers, cc.Workers, cc.Stage = reliable, reliable*per, "1"
 	// Four partitions for each worker of the largest footprint, as the
 	// coordinator gives each worker of its formation.
-	bound, _ := Bound(r.name, r.cfg.Replay.Cal)
+	bound, _ := Bound(r.name, r.cfg.Replay.Design, r.cfg.Replay.Cal)
 	cc.Partitions = 4 * per * max(bound, len(held))
 	if r.name == "tiers" || r.name == "bidbrain" {
 		cal := r.cfg.Replay.Cal
@@ -320,7 +337,8 @@ func (r *run) loop(ctx context.Context, start, wall0 time.Time) (time.Time, erro
 }
 
 // checkpoint asks the running coordinator for a checkpoint at the next
-// pass boundary: the checkpoint policy's decision at its interval.
+// pass boundary: the checkpoint policy's decision at its interval, or
+// an elastic BidBrain's.
 func (r *run) checkpoint(ctx context.Context) error {
 	if r.flat == nil || r.flat.down || r.cluster == nil {
 		return nil // nothing runs to checkpoint
@@ -341,11 +359,16 @@ func (r *run) checkpoint(ctx context.Context) error {
 }
 
 // working says the job makes progress: its cluster has formed and
-// trained (its first push acknowledged), and, for checkpoint-restart, it
-// is not stopped waiting for machines or starting again. The simulated
-// job is not working during its start (start_seconds) either.
+// trained (its first push acknowledged), and, for a flat job, it is not
+// stopped waiting for machines or starting again. The simulated job is
+// not working during its start (start_seconds) either.
 func (r *run) working() bool {
-	if r.flat != nil && r.flat.down {
+	return !(r.flat != nil && r.flat.down) && r.training()
+}
+
+// training says the running cluster has formed and trained.
+func (r *run) training() bool {
+	if r.cluster == nil {
 		return false
 	}
 	select {
@@ -357,6 +380,9 @@ func (r *run) working() bool {
 }
 
 func (r *run) failed() error {
+	if r.cluster == nil {
+		return errors.Join(r.err, r.prov.Err())
+	}
 	return errors.Join(r.err, r.prov.Err(), r.cluster.Err())
 }
 
@@ -478,32 +504,44 @@ func class(c market.Class) drill.Role {
 }
 
 func (m *clusterMachines) Start(_ context.Context, c market.Class) (string, error) {
-	if m.done || m.r.cluster == nil {
+	switch {
+	case m.done:
 		return "", nil
-	}
-	if m.r.flat != nil {
+	case m.r.flat != nil:
 		return m.r.flat.start(m.r.cluster)
+	case m.r.cluster == nil:
+		return "", nil
 	}
 	return m.r.cluster.StartMachine(class(c))
 }
 
 func (m *clusterMachines) Notice(_ context.Context, name string) error {
 	if m.r.flat != nil {
-		return nil // checkpoint-restart does not use the notice
+		return m.r.flat.notice(m.r.cluster, name)
 	}
 	return m.r.cluster.Notice(name)
 }
 
 func (m *clusterMachines) Kill(ctx context.Context, name string) error {
 	if m.r.flat != nil {
-		return m.r.flat.kill(ctx, m.r.cluster, name)
+		return m.stopIf(ctx)(m.r.flat.kill(m.r.cluster, name, m.r.prov.Now(), m.r.training()))
 	}
 	return m.r.cluster.Kill(name)
 }
 
-func (m *clusterMachines) Drain(_ context.Context, name string) error {
+func (m *clusterMachines) Drain(ctx context.Context, name string) error {
 	if m.r.flat != nil {
-		return m.r.flat.drain(m.r.cluster, name)
+		return m.stopIf(ctx)(m.r.flat.drain(m.r.cluster, name, m.r.training()))
 	}
 	return m.r.cluster.Drain(name)
+}
+
+// stopIf stops the flat job when a kill or a drain took its state.
+func (m *clusterMachines) stopIf(ctx context.Context) func(bool, error) error {
+	return func(lost bool, err error) error {
+		if err != nil || !lost {
+			return err
+		}
+		return m.r.stop(ctx)
+	}
 }

@@ -39,22 +39,27 @@ func TestBound(t *testing.T) {
 	}
 	local, bb := load("local-lr-a9a.json"), load("local-lr-a9a-bidbrain.json")
 	for _, c := range []struct {
-		policy string
-		cal    jobsim.Calibration
-		want   int
-		fields string // named in the refusal; "" if it runs
+		policy, design string
+		cal            jobsim.Calibration
+		want           int
+		fields         string // named in the refusal; "" if it runs
 	}{
-		{"tiers", local, 3, ""},
-		{"bidbrain", local, 9, "reliable_machines 1 and twice max_machines 4"},
-		{"bidbrain", bb, 7, ""},
-		{"ondemand", bb, 3, ""},
-		{"bidbrain", jobsim.DefaultCalibration(), jobsim.DefaultCalibration().ReliableMachines + 2*128, "max_machines 128"},
-		{"tiers", jobsim.DefaultCalibration(), jobsim.DefaultCalibration().Machines + jobsim.DefaultCalibration().ReliableMachines, "machines 32"},
+		{"tiers", "auto", local, 3, ""},
+		{"bidbrain", "auto", local, 9, "reliable_machines 1 and twice max_machines 4"},
+		{"bidbrain", "tiers", local, 9, "reliable_machines 1 and twice max_machines 4"},
+		// The elastic design holds no reliable machine.
+		{"bidbrain", "elastic", local, 8, ""},
+		{"bidbrain", "auto", bb, 7, ""},
+		{"bidbrain", "elastic", bb, 6, ""},
+		{"ondemand", "elastic", bb, 3, ""},
+		{"bidbrain", "auto", jobsim.DefaultCalibration(), jobsim.DefaultCalibration().ReliableMachines + 2*128, "max_machines 128"},
+		{"bidbrain", "elastic", jobsim.DefaultCalibration(), 2 * 128, "twice max_machines 128"},
+		{"tiers", "auto", jobsim.DefaultCalibration(), jobsim.DefaultCalibration().Machines + jobsim.DefaultCalibration().ReliableMachines, "machines 32"},
 	} {
-		if n, _ := Bound(c.policy, c.cal); n != c.want {
-			t.Errorf("%s, max_machines %d: bound %d, want %d", c.policy, c.cal.MaxMachines, n, c.want)
+		if n, _ := Bound(c.policy, c.design, c.cal); n != c.want {
+			t.Errorf("%s (%s), max_machines %d: bound %d, want %d", c.policy, c.design, c.cal.MaxMachines, n, c.want)
 		}
-		err := CheckBound(c.policy, c.cal)
+		err := CheckBound(c.policy, c.design, c.cal)
 		switch {
 		case c.fields == "" && err != nil:
 			t.Errorf("%s, max_machines %d: %v", c.policy, c.cal.MaxMachines, err)
@@ -64,7 +69,7 @@ func TestBound(t *testing.T) {
 	}
 	// One more transient machine than the host allows is refused.
 	bb.MaxMachines = (MaxMachines-bb.ReliableMachines)/2 + 1
-	if err := CheckBound("bidbrain", bb); !errors.Is(err, ErrTooMany) {
+	if err := CheckBound("bidbrain", "auto", bb); !errors.Is(err, ErrTooMany) {
 		t.Errorf("max_machines %d: %v, want ErrTooMany", bb.MaxMachines, err)
 	}
 }
