@@ -285,7 +285,7 @@ func (r *run) handle(ev market.Event) {
 		return
 	}
 	if r.cfg.Progress != nil && ev.Kind != market.PriceChange {
-		fmt.Fprintf(r.cfg.Progress, "replay: %s %s: %s machine %d (%s) %s\n", r.name, ev.At.Format(time.RFC3339), ev.Kind, ev.Machine.ID, ev.Machine.Class, r.prov.Machine(ev.Machine.ID))
+		fmt.Fprintf(r.cfg.Progress, "replay: %s %s: %s machine %d (%s, %s) %s\n", r.name, ev.At.Format(time.RFC3339), ev.Kind, ev.Machine.ID, ev.Machine.Class, ev.Machine.Market, r.prov.Machine(ev.Machine.ID))
 	}
 	r.err = r.mgr.Handle(r.ctx, ev)
 }
@@ -508,7 +508,7 @@ func (m *clusterMachines) Start(_ context.Context, c market.Class) (string, erro
 	case m.done:
 		return "", nil
 	case m.r.flat != nil:
-		return m.r.flat.start(m.r.cluster)
+		return m.r.flat.start(m.machines())
 	case m.r.cluster == nil:
 		return "", nil
 	}
@@ -517,23 +517,43 @@ func (m *clusterMachines) Start(_ context.Context, c market.Class) (string, erro
 
 func (m *clusterMachines) Notice(_ context.Context, name string) error {
 	if m.r.flat != nil {
-		return m.r.flat.notice(m.r.cluster, name)
+		return m.r.flat.notice(m.machines(), name)
 	}
-	return m.r.cluster.Notice(name)
+	return m.machines().Notice(name)
 }
 
 func (m *clusterMachines) Kill(ctx context.Context, name string) error {
 	if m.r.flat != nil {
-		return m.stopIf(ctx)(m.r.flat.kill(m.r.cluster, name, m.r.prov.Now(), m.r.training()))
+		return m.stopIf(ctx)(m.r.flat.kill(m.machines(), name, m.r.prov.Now(), m.r.training()))
 	}
-	return m.r.cluster.Kill(name)
+	return m.machines().Kill(name)
 }
 
 func (m *clusterMachines) Drain(ctx context.Context, name string) error {
 	if m.r.flat != nil {
-		return m.stopIf(ctx)(m.r.flat.drain(m.r.cluster, name, m.r.training()))
+		return m.stopIf(ctx)(m.r.flat.drain(m.machines(), name, m.r.training()))
 	}
-	return m.r.cluster.Drain(name)
+	return m.machines().Drain(name)
+}
+
+// machines is the running cluster, as the provider's events reach it.
+func (m *clusterMachines) machines() cluster { return dropping{m.r.cluster} }
+
+// dropping is a cluster that takes a machine it dropped before it
+// started (noticed while it waited for the formation: the drill forgets
+// it) as stopped already: its kill or drain at the end of its notice
+// failed the replay ("no such machine").
+type dropping struct{ *drill.Cluster }
+
+func (c dropping) Notice(name string) error { return dropped(c.Cluster.Notice(name)) }
+func (c dropping) Kill(name string) error   { return dropped(c.Cluster.Kill(name)) }
+func (c dropping) Drain(name string) error  { return dropped(c.Cluster.Drain(name)) }
+
+func dropped(err error) error {
+	if errors.Is(err, drill.ErrUnknownMachine) {
+		return nil
+	}
+	return err
 }
 
 // stopIf stops the flat job when a kill or a drain took its state.
