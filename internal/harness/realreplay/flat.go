@@ -315,10 +315,9 @@ func (r *run) restart(ctx context.Context) error {
 		f.chains = cc.Replication
 	}
 	if !first {
+		// Under the first cluster's directory, a temporary one too.
 		f.Restarts++
-		if cc.RunDir != "" {
-			cc.RunDir = filepath.Join(cc.RunDir, fmt.Sprintf("restart-%d", f.Restarts))
-		}
+		cc.RunDir = filepath.Join(r.runDir, fmt.Sprintf("restart-%d", f.Restarts))
 	}
 	if f.resumed != nil {
 		// With no committed checkpoint the job starts again from

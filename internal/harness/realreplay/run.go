@@ -62,7 +62,7 @@ func Check(name string) error {
 func Bound(name, design string, cal jobsim.Calibration) (int, string) {
 	switch {
 	case name == "bidbrain" && design == policy.DesignElastic:
-		return 2 * cal.MaxMachines, fmt.Sprintf("twice max_machines %d (the elastic design holds no reliable machine)", cal.MaxMachines)
+		return 2 * cal.MaxMachines, fmt.Sprintf("twice max_machines %d, no reliable machine in the elastic design", cal.MaxMachines)
 	case name == "bidbrain":
 		return cal.ReliableMachines + 2*cal.MaxMachines, fmt.Sprintf("reliable_machines %d and twice max_machines %d", cal.ReliableMachines, cal.MaxMachines)
 	}
