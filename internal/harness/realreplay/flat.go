@@ -266,6 +266,7 @@ func (f *flat) ready() []string {
 func (r *run) stop(ctx context.Context) error {
 	f := r.flat
 	f.passes = max(f.passes, r.cluster.Passes())
+	r.job.pending = 0 // asked of a coordinator that is gone
 	r.cluster.Close()
 	return f.rollBack(ctx, r.cluster)
 }

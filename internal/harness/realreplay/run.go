@@ -17,6 +17,7 @@ import (
 	"github.com/terrace-ml/terrace/internal/market/replay"
 	"github.com/terrace-ml/terrace/internal/market/rm"
 	"github.com/terrace-ml/terrace/internal/market/traceprov"
+	"github.com/terrace-ml/terrace/internal/storage/checkpoint"
 )
 
 // Errors callers can test with errors.Is.
@@ -193,6 +194,9 @@ func Run(ctx context.Context, cfg Config, name string, start time.Time) (Result,
 	if res.Design == "checkpoint" || res.Design == "elastic" {
 		r.flat = &flat{held: map[string]*machine{}, elastic: res.Design == "elastic", k: cfg.Replay.Cal.K()}
 		r.job.ask = r.checkpoint
+		if r.flat.elastic {
+			r.job.committed = r.committed
+		}
 	}
 	r.mgr = rm.NewManager(r.prov, pol, r.job)
 	if err := r.mgr.Start(ctx); err != nil {
@@ -339,13 +343,13 @@ func (r *run) loop(ctx context.Context, start, wall0 time.Time) (time.Time, erro
 // checkpoint asks the running coordinator for a checkpoint at the next
 // pass boundary: the checkpoint policy's decision at its interval, or
 // an elastic BidBrain's.
-func (r *run) checkpoint(ctx context.Context) error {
+func (r *run) checkpoint(ctx context.Context) (uint64, error) {
 	if r.flat == nil || r.flat.down || r.cluster == nil {
-		return nil // nothing runs to checkpoint
+		return 0, nil // nothing runs to checkpoint
 	}
 	seq, err := r.cluster.RequestCheckpoint(ctx)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	at := r.prov.Trace().Now()
 	r.checkpoints = append(r.checkpoints, at)
@@ -355,7 +359,16 @@ func (r *run) checkpoint(ctx context.Context) error {
 		r.askedSeq = seq
 		fmt.Fprintf(r.cfg.Progress, "replay: %s %s: checkpoint %d asked for (at the next pass boundary)\n", r.name, at.Format(time.RFC3339), seq)
 	}
-	return nil
+	return seq, nil
+}
+
+// committed is the newest committed checkpoint's number (0 if none).
+func (r *run) committed() uint64 {
+	seq, _, _, err := checkpoint.LatestCommit(r.flat.dir, nil)
+	if err != nil {
+		return 0
+	}
+	return seq
 }
 
 // working says the job makes progress: its cluster has formed and
@@ -440,26 +453,44 @@ func (r *run) finish(ctx context.Context, res Result, start, fin, wall0 time.Tim
 }
 
 // job is the real job as the manager sees it: its progress in passes,
-// as rank 0 reports them, and for checkpoint-restart when it last asked
-// for a checkpoint.
+// as rank 0 reports them, and for a flat job its last checkpoint.
 type job struct {
 	total  float64
 	passes func() int
 	of     int // passes asked for
-	// ask asks the coordinator for a checkpoint (checkpoint-restart
-	// only); now is the trace time; working says the job makes progress
-	// (run.working; always before the cluster starts).
-	ask     func(context.Context) error
+	// ask asks the coordinator for a checkpoint and returns its number
+	// (flat jobs only); now is the trace time; working says the job
+	// makes progress (run.working; always before the cluster starts).
+	ask     func(context.Context) (uint64, error)
 	now     func() time.Time
 	working func() bool
-	// ckptAt is when the last checkpoint was asked for (the job's start
-	// before the first), ckptDone the work done then: the policy's
-	// interval runs from it.
+	// committed, when set, is the newest committed checkpoint's number:
+	// the job then dates a checkpoint by its commit, as the simulated
+	// job does, and asks for none while one is pending (BidBrain's
+	// elastic design, whose last machines go only from a checkpoint
+	// written within their release window: dated by the request, one
+	// was released before the pass boundary that commits it, and the
+	// restart rolled back 30 passes). Without it (checkpoint-restart)
+	// a checkpoint is dated by its request.
+	committed func() uint64
+	// pending is the checkpoint asked for and not yet committed,
+	// pendingDone the work done at the request.
+	pending     uint64
+	pendingDone float64
+	// ckptAt is the last checkpoint's date (the job's start before the
+	// first), ckptDone the work done then: the policy's interval runs
+	// from it.
 	ckptAt   time.Time
 	ckptDone float64
 }
 
 func (j *job) Status() rm.JobStatus {
+	if j.pending != 0 && j.committed() >= j.pending {
+		j.pending, j.ckptDone = 0, j.pendingDone
+		if j.now != nil {
+			j.ckptAt = j.now()
+		}
+	}
 	st := rm.JobStatus{Total: j.total, Working: j.working == nil || j.working(), Checkpointed: j.ckptDone, CheckpointAt: j.ckptAt}
 	if j.passes != nil && j.of > 0 {
 		st.Done = j.total * float64(j.passes()) / float64(j.of)
@@ -468,8 +499,7 @@ func (j *job) Status() rm.JobStatus {
 }
 
 // Checkpoint asks the running coordinator for a checkpoint at the next
-// pass boundary. The interval is counted from the request: the
-// checkpoint follows within a pass, and its time is the job's own.
+// pass boundary. The checkpoint follows within a pass.
 func (j *job) Checkpoint(ctx context.Context) error {
 	if j.ask == nil {
 		return fmt.Errorf("checkpoint %w", ErrNotReal)
@@ -478,8 +508,16 @@ func (j *job) Checkpoint(ctx context.Context) error {
 		return nil // nothing to save now
 	}
 	done := j.Status().Done
-	if err := j.ask(ctx); err != nil {
+	if j.pending != 0 {
+		return nil // one is under way
+	}
+	seq, err := j.ask(ctx)
+	if err != nil {
 		return err
+	}
+	if j.committed != nil {
+		j.pending, j.pendingDone = seq, done
+		return nil
 	}
 	if j.now != nil {
 		j.ckptAt = j.now()

@@ -94,7 +94,7 @@ func TestJobCheckpoint(t *testing.T) {
 	start := time.Date(2015, 3, 2, 0, 0, 0, 0, time.UTC)
 	now, down, asked := start, false, 0
 	j := &job{total: 4000, of: 10, ckptAt: start, passes: func() int { return 3 },
-		ask: func(context.Context) error { asked++; return nil }, now: func() time.Time { return now }, working: func() bool { return !down }}
+		ask: func(context.Context) (uint64, error) { asked++; return uint64(asked), nil }, now: func() time.Time { return now }, working: func() bool { return !down }}
 	if st := j.Status(); !st.CheckpointAt.Equal(start) || !st.Working {
 		t.Fatalf("at the start: %+v", st)
 	}
@@ -111,5 +111,37 @@ func TestJobCheckpoint(t *testing.T) {
 	}
 	if err := (&job{}).Checkpoint(context.Background()); !errors.Is(err, ErrNotReal) {
 		t.Errorf("a job that cannot checkpoint: %v", err)
+	}
+}
+
+// TestJobCheckpointCommitted: an elastic job dates a checkpoint by its
+// commit, not its request, and asks for none while one is pending:
+// BidBrain lets its last machines go only from a checkpoint written, and
+// one dated by its request was released before the commit.
+func TestJobCheckpointCommitted(t *testing.T) {
+	start := time.Date(2015, 3, 2, 0, 0, 0, 0, time.UTC)
+	now, asked, committed := start, 0, uint64(0)
+	passes := 3
+	j := &job{total: 4000, of: 10, ckptAt: start, passes: func() int { return passes },
+		ask:       func(context.Context) (uint64, error) { asked++; return uint64(asked), nil },
+		now:       func() time.Time { return now },
+		committed: func() uint64 { return committed }}
+	now = start.Add(25 * time.Minute)
+	if err := j.Checkpoint(context.Background()); err != nil || asked != 1 {
+		t.Fatalf("checkpoint: %v, %d requests", err, asked)
+	}
+	now, passes = start.Add(27*time.Minute), 4
+	if err := j.Checkpoint(context.Background()); err != nil || asked != 1 {
+		t.Errorf("asked again while one is pending: %v, %d requests", err, asked)
+	}
+	if st := j.Status(); !st.CheckpointAt.Equal(start) || st.Checkpointed != 0 {
+		t.Errorf("before the commit: checkpoint at %v with %v done, want the start's", st.CheckpointAt, st.Checkpointed)
+	}
+	committed, now = 1, start.Add(28*time.Minute)
+	if st := j.Status(); !st.CheckpointAt.Equal(now) || st.Checkpointed != 1200 {
+		t.Errorf("after the commit: checkpoint at %v with %v done, want %v and 1200 (the work at the request)", st.CheckpointAt, st.Checkpointed, now)
+	}
+	if err := j.Checkpoint(context.Background()); err != nil || asked != 2 {
+		t.Errorf("after the commit: %v, %d requests, want a second", err, asked)
 	}
 }
