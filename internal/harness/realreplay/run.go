@@ -52,8 +52,9 @@ func Check(name string) error {
 // most machines transient (or on-demand) and reliable_machines reliable
 // ones. BidBrain holds reliable_machines (none in the elastic design;
 // auto may choose either) and at most max_machines transient machines
-// not on notice, over all its markets together (BidBrain.acquire stops at max_machines: how many
-// markets it uses at once does not change the count). A machine it
+// not on notice, over all its markets together (BidBrain.acquire stops
+// at max_machines: how many markets it uses at once does not change the
+// count). A machine it
 // releases drains in wall time while the one it buys in its place in the
 // same decision starts boot_seconds of trace later, and a noticed machine
 // is no longer counted while it runs out its notice, so each of the
@@ -116,10 +117,10 @@ type Result struct {
 	// PeakMachines is the most machines that had a process running at
 	// once (a draining machine counts): what the host ran, against Bound.
 	PeakMachines int `json:"peak_machines"`
-	// Restarts counts a checkpoint-restart job's restarts from its
-	// checkpoint.
+	// Restarts counts a flat job's restarts from its checkpoint
+	// (checkpoint-restart, or BidBrain's elastic design).
 	Restarts int `json:"restarts,omitempty"`
-	// CheckpointRequests are the trace times at which checkpoint-restart's
+	// CheckpointRequests are the trace times at which a flat job's
 	// policy asked the coordinator for a checkpoint (at its interval τ);
 	// CheckpointsCommitted is the newest committed checkpoint's number at
 	// the end (numbers go on across restarts).
