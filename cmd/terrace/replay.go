@@ -48,7 +48,7 @@ func replayCmd() *cobra.Command {
 	fs.StringVar(&f.provider, "provider", "aws", "the per-second market's cloud: aws (120 s notice) or gcp (30 s)")
 	fs.StringVar(&f.product, "product", "", "keep only price rows of this product description (e.g. Linux/UNIX)")
 	fs.StringVar(&f.policy, "policy", "", "ondemand, checkpoint, tiers, bidbrain or all")
-	fs.StringVar(&f.design, "design", policy.DesignAuto, "BidBrain's design: auto (chosen by its objective at the start), tiers (a reliable tier, Proteus's) or elastic (none: every machine a server that drains on notice, with checkpoints; --simulate only)")
+	fs.StringVar(&f.design, "design", policy.DesignAuto, "BidBrain's design: auto (chosen by its objective at the start), tiers (a reliable tier, Proteus's) or elastic (none: every machine a server that drains on notice, with checkpoints)")
 	fs.StringVar(&f.app, "app", "lr", "the app whose work the calibration file describes")
 	fs.Float64Var(&f.passes, "passes", 10, "passes over the app's data")
 	fs.Float64Var(&f.passes, "epochs", 10, "alias of --passes")

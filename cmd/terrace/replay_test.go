@@ -111,7 +111,7 @@ func TestReplayBadInput(t *testing.T) {
 		{"real: several starts", append(real, "--policy", "tiers", "--for", "1h", "--starts", "2"), "--starts"},
 		{"real: part of a pass", append(real, "--policy", "tiers", "--for", "1h", "--passes", "1.5"), "--passes"},
 		{"real: plot", append(real, "--policy", "tiers", "--for", "1h", "--plot", "cost.svg"), "--plot cost.svg without --simulate"},
-		{"real: elastic", append(real, "--policy", "bidbrain", "--for", "1h", "--design", "elastic"), "--design elastic without --simulate"},
+		{"real: bidbrain elastic, default calibration", append(real, "--policy", "bidbrain", "--for", "1h", "--design", "elastic"), "twice max_machines 128, no reliable machine"},
 		// 2 h of the 4 h trace are the past: a 3 h segment outlasts it.
 		{"real: segment past the preemption trace", append(append(real, tiers...), "--market", "persecond", "--preemptions", short, "--for", "3h"), "--for 3h: the segment ends at 2015-03-15T03:00:00Z, after the preemption trace " + short},
 	} {

@@ -69,8 +69,6 @@ func (f replayFlags) checkReal() error {
 		}
 	}
 	switch {
-	case f.design == policy.DesignElastic:
-		return errors.New("--design elastic without --simulate: BidBrain without a reliable tier is built in the model only; on processes it keeps the tier (--design auto runs as tiers)")
 	case f.span == "":
 		return fmt.Errorf("--for is required without --simulate: a real replay runs a segment of the trace in compressed time, each trace hour %v of wall time at --speedup %g", time.Duration(float64(time.Hour)/f.speedup).Round(time.Millisecond), f.speedup)
 	case f.starts != 1:
@@ -98,7 +96,7 @@ func runRealReplay(cmd *cobra.Command, f replayFlags, cfg replay.Config, names [
 	out := cmd.ErrOrStderr()
 	d, _ := parseSpan(f.span) // checked by checkReal
 	for _, name := range names {
-		if err := realreplay.CheckBound(name, cfg.Cal); err != nil {
+		if err := realreplay.CheckBound(name, cfg.Design, cfg.Cal); err != nil {
 			example := "local-lr-a9a.json"
 			if name == "bidbrain" {
 				example = "local-lr-a9a-bidbrain.json"
@@ -142,7 +140,7 @@ func runRealReplay(cmd *cobra.Command, f replayFlags, cfg replay.Config, names [
 		rep.Policies[name] = res
 		fmt.Fprintf(cmd.OutOrStdout(), "%-9s $%.2f  %.2f h  %d evictions  %d acquisitions  %d stage switches  %s updates lost  test accuracy %s  AUC %s  (%.1f s wall, at most %d machines running at once; logs in %s)\n",
 			name, res.Dollars, res.Hours, res.Evictions, res.Acquisitions, res.StageSwitches, fmtCount(res.UpdatesLost), fmtOpt(res.TestAccuracy), fmtOpt(res.TestAUC), res.WallSeconds, res.PeakMachines, res.RunDir)
-		if name == "checkpoint" {
+		if res.Design == "checkpoint" || res.Design == "elastic" {
 			fmt.Fprintf(cmd.OutOrStdout(), "%-9s %d restarts, %d checkpoint requests at the policy's interval, newest committed checkpoint %d\n",
 				"", res.Restarts, len(res.CheckpointRequests), res.CheckpointsCommitted)
 		}

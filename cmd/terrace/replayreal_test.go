@@ -242,7 +242,7 @@ func TestRealReplayBidBrain(t *testing.T) {
 	if os.Getenv("TERRACE_REAL_REPLAY") == "" {
 		t.Skip("set TERRACE_REAL_REPLAY=1")
 	}
-	r, out := replayForReal(t, terrace(t), "bidbrain", 90*time.Minute, "--speedup", "900", "--passes", "150",
+	r, out := replayForReal(t, terrace(t), "bidbrain", 90*time.Minute, "--speedup", "900", "--passes", "150", "--design", "tiers",
 		"--calibration", repoFile("internal/harness/realreplay/testdata/local-lr-a9a-bidbrain.json"))
 	t.Logf("%d acquisitions, %d evictions, updates_lost %s, at most %d machines at once, $%.2f, %.2f h", r.Acquisitions, r.Evictions, fmtOpt(r.UpdatesLost), r.PeakMachines, r.Dollars, r.Hours)
 	switch {

@@ -17,6 +17,7 @@ import (
 	"github.com/terrace-ml/terrace/internal/market/replay"
 	"github.com/terrace-ml/terrace/internal/market/rm"
 	"github.com/terrace-ml/terrace/internal/market/traceprov"
+	"github.com/terrace-ml/terrace/internal/storage/checkpoint"
 )
 
 // Errors callers can test with errors.Is.
@@ -46,20 +47,25 @@ func Check(name string) error {
 }
 
 // Bound is the most machines policy name runs as processes at once under
-// calibration cal, and the calibration fields that set it. ondemand,
-// checkpoint and tiers hold at most machines transient (or on-demand)
-// and reliable_machines reliable ones. BidBrain holds reliable_machines
-// and at most max_machines transient machines not on notice, over all
-// its markets together (BidBrain.acquire stops at max_machines: how many
-// markets it uses at once does not change the count). A machine it
+// calibration cal (BidBrain in design, policy.Designs), and the
+// calibration fields that set it. ondemand, checkpoint and tiers hold at
+// most machines transient (or on-demand) and reliable_machines reliable
+// ones. BidBrain holds reliable_machines (none in the elastic design;
+// auto may choose either) and at most max_machines transient machines
+// not on notice, over all its markets together (BidBrain.acquire stops
+// at max_machines: how many markets it uses at once does not change the
+// count). A machine it
 // releases drains in wall time while the one it buys in its place in the
 // same decision starts boot_seconds of trace later, and a noticed machine
 // is no longer counted while it runs out its notice, so each of the
 // max_machines may run twice over for a moment: a server's drain took
 // about 0.6 s of wall time after its release (2026-11-27), a boot at 900x
 // is 0.33 s. The machines running at once are in Result.PeakMachines.
-func Bound(name string, cal jobsim.Calibration) (int, string) {
-	if name == "bidbrain" {
+func Bound(name, design string, cal jobsim.Calibration) (int, string) {
+	switch {
+	case name == "bidbrain" && design == policy.DesignElastic:
+		return 2 * cal.MaxMachines, fmt.Sprintf("twice max_machines %d, no reliable machine in the elastic design", cal.MaxMachines)
+	case name == "bidbrain":
 		return cal.ReliableMachines + 2*cal.MaxMachines, fmt.Sprintf("reliable_machines %d and twice max_machines %d", cal.ReliableMachines, cal.MaxMachines)
 	}
 	return cal.Machines + cal.ReliableMachines, fmt.Sprintf("machines %d and reliable_machines %d", cal.Machines, cal.ReliableMachines)
@@ -67,8 +73,8 @@ func Bound(name string, cal jobsim.Calibration) (int, string) {
 
 // CheckBound refuses a policy whose Bound exceeds MaxMachines, naming the
 // calibration fields.
-func CheckBound(name string, cal jobsim.Calibration) error {
-	if n, fields := Bound(name, cal); n > MaxMachines {
+func CheckBound(name, design string, cal jobsim.Calibration) error {
+	if n, fields := Bound(name, design, cal); n > MaxMachines {
 		return fmt.Errorf("%s holds up to %d machines at once (%s), each a server and workers on this host: %w (at most %d)", name, n, fields, ErrTooMany, MaxMachines)
 	}
 	return nil
@@ -111,10 +117,10 @@ type Result struct {
 	// PeakMachines is the most machines that had a process running at
 	// once (a draining machine counts): what the host ran, against Bound.
 	PeakMachines int `json:"peak_machines"`
-	// Restarts counts a checkpoint-restart job's restarts from its
-	// checkpoint.
+	// Restarts counts a flat job's restarts from its checkpoint
+	// (checkpoint-restart, or BidBrain's elastic design).
 	Restarts int `json:"restarts,omitempty"`
-	// CheckpointRequests are the trace times at which checkpoint-restart's
+	// CheckpointRequests are the trace times at which a flat job's
 	// policy asked the coordinator for a checkpoint (at its interval τ);
 	// CheckpointsCommitted is the newest committed checkpoint's number at
 	// the end (numbers go on across restarts).
@@ -138,30 +144,27 @@ type run struct {
 	cluster *drill.Cluster
 	job     *job
 	err     error
-	flat    *flat // checkpoint-restart (flat.go); nil otherwise
+	flat    *flat // checkpoint-restart and BidBrain's elastic design (flat.go); nil otherwise
 	// checkpoints are the trace times of the policy's checkpoint
 	// requests; askedSeq the checkpoint the last one was told it serves.
 	checkpoints []time.Time
 	askedSeq    uint64
 	// peak is the most machines running at once in the clusters a
-	// checkpoint-restart job has stopped.
+	// flat job has stopped.
 	peak int
+	// runDir is the first cluster's run directory.
+	runDir string
 }
 
 // Run replays policy name from start on real processes until the job is
 // done, then releases every machine and stops every process (also on
 // error and when ctx ends).
 func Run(ctx context.Context, cfg Config, name string, start time.Time) (Result, error) {
-	// On processes BidBrain keeps the tier (replay.PolicyConfig).
-	design := "tiers"
-	if name == "checkpoint" || name == "ondemand" {
-		design = name
-	}
-	res := Result{Result: replay.Result{Policy: name, Start: start, Design: design}, Speedup: cfg.Speedup}
+	res := Result{Result: replay.Result{Policy: name, Start: start, Design: name}, Speedup: cfg.Speedup}
 	if err := Check(name); err != nil {
 		return res, err
 	}
-	if err := CheckBound(name, cfg.Replay.Cal); err != nil {
+	if err := CheckBound(name, cfg.Replay.Design, cfg.Replay.Cal); err != nil {
 		return res, err
 	}
 	if !(cfg.Speedup > 0) {
@@ -179,14 +182,23 @@ func Run(ctx context.Context, cfg Config, name string, start time.Time) (Result,
 	// lacks only the acknowledgements it had not yet written.
 	cfg.Cluster.Audit = &drill.Audit{Passes: cfg.Passes, Every: 1}
 	r := &run{ctx: ctx, cfg: cfg, name: name, job: &job{total: cfg.Replay.Updates, of: cfg.Passes, ckptAt: start}}
-	if name == "checkpoint" {
-		r.flat = &flat{aliases: map[string]string{}}
-		r.job.ask = r.checkpoint
-	}
 	machines := &clusterMachines{r: r}
 	r.prov = localprov.New(ctx, localprov.Config{
 		Trace:    traceprov.Config{Source: cfg.Replay.Source(start), Model: cfg.Replay.Model, Boot: cfg.Replay.Cal.Boot(), Start: start},
 		Machines: machines, Handler: r.handle})
+	// BidBrain chooses its design at the start, as in the simulation.
+	if d, err := replay.ChooseDesign(ctx, pol, r.prov.Past, cfg.Replay.Updates); err != nil {
+		return res, err
+	} else if d != "" {
+		res.Design = d
+	}
+	if res.Design == "checkpoint" || res.Design == "elastic" {
+		r.flat = &flat{held: map[string]*machine{}, elastic: res.Design == "elastic", k: cfg.Replay.Cal.K()}
+		r.job.ask = r.checkpoint
+		if r.flat.elastic {
+			r.job.committed = r.committed
+		}
+	}
 	r.mgr = rm.NewManager(r.prov, pol, r.job)
 	if err := r.mgr.Start(ctx); err != nil {
 		return res, err
@@ -197,21 +209,27 @@ func Run(ctx context.Context, cfg Config, name string, start time.Time) (Result,
 	}
 	if r.flat != nil {
 		// The policy's footprint, which it may not hold yet (a market
-		// with no capacity at the start): the cluster forms when it does.
+		// with no capacity at the start): the cluster forms when it does
+		// (an elastic job: with its first machine).
 		cc, err = r.flat.configure(cc, cfg.Replay.Cal.Machines)
 		if err != nil {
 			return res, err
 		}
 	}
-	r.cluster, err = drill.StartCluster(ctx, cc)
-	if err != nil {
-		return res, err
-	}
-	defer func() { r.cluster.Close() }()
 	if r.flat != nil {
 		defer r.flat.close()
 	}
-	res.RunDir = r.cluster.RunDir()
+	if r.flat == nil || !r.flat.down {
+		if r.cluster, err = drill.StartCluster(ctx, cc); err != nil {
+			return res, err
+		}
+		r.runDir = r.cluster.RunDir()
+	}
+	defer func() {
+		if r.cluster != nil {
+			r.cluster.Close()
+		}
+	}()
 	r.job.passes, r.job.now, r.job.working = r.passes, r.prov.Trace().Now, r.working
 	wall0 := cfg.Clock.Now()
 	fin, err := r.loop(ctx, start, wall0)
@@ -219,6 +237,10 @@ func Run(ctx context.Context, cfg Config, name string, start time.Time) (Result,
 		return res, fmt.Errorf("%s from %s: %w", name, start.Format(time.RFC3339), err)
 	}
 	machines.done = true
+	if r.flat != nil {
+		r.flat.over = true
+	}
+	res.RunDir = r.runDir
 	return r.finish(ctx, res, start, fin, wall0)
 }
 
@@ -248,7 +270,7 @@ func (r *run) firstPlan(cc drill.ClusterConfig) (drill.ClusterConfig, error) {
 	cc.Servers, cc.Workers, cc.Stage = reliable, reliable*per, "1"
 	// Four partitions for each worker of the largest footprint, as the
 	// coordinator gives each worker of its formation.
-	bound, _ := Bound(r.name, r.cfg.Replay.Cal)
+	bound, _ := Bound(r.name, r.cfg.Replay.Design, r.cfg.Replay.Cal)
 	cc.Partitions = 4 * per * max(bound, len(held))
 	if r.name == "tiers" || r.name == "bidbrain" {
 		cal := r.cfg.Replay.Cal
@@ -268,7 +290,7 @@ func (r *run) handle(ev market.Event) {
 		return
 	}
 	if r.cfg.Progress != nil && ev.Kind != market.PriceChange {
-		fmt.Fprintf(r.cfg.Progress, "replay: %s %s: %s machine %d (%s) %s\n", r.name, ev.At.Format(time.RFC3339), ev.Kind, ev.Machine.ID, ev.Machine.Class, r.prov.Machine(ev.Machine.ID))
+		fmt.Fprintf(r.cfg.Progress, "replay: %s %s: %s machine %d (%s, %s) %s\n", r.name, ev.At.Format(time.RFC3339), ev.Kind, ev.Machine.ID, ev.Machine.Class, ev.Machine.Market, r.prov.Machine(ev.Machine.ID))
 	}
 	r.err = r.mgr.Handle(r.ctx, ev)
 }
@@ -320,14 +342,15 @@ func (r *run) loop(ctx context.Context, start, wall0 time.Time) (time.Time, erro
 }
 
 // checkpoint asks the running coordinator for a checkpoint at the next
-// pass boundary: the checkpoint policy's decision at its interval.
-func (r *run) checkpoint(ctx context.Context) error {
+// pass boundary: the checkpoint policy's decision at its interval, or
+// an elastic BidBrain's.
+func (r *run) checkpoint(ctx context.Context) (uint64, error) {
 	if r.flat == nil || r.flat.down || r.cluster == nil {
-		return nil // nothing runs to checkpoint
+		return 0, nil // nothing runs to checkpoint
 	}
 	seq, err := r.cluster.RequestCheckpoint(ctx)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	at := r.prov.Trace().Now()
 	r.checkpoints = append(r.checkpoints, at)
@@ -337,15 +360,29 @@ func (r *run) checkpoint(ctx context.Context) error {
 		r.askedSeq = seq
 		fmt.Fprintf(r.cfg.Progress, "replay: %s %s: checkpoint %d asked for (at the next pass boundary)\n", r.name, at.Format(time.RFC3339), seq)
 	}
-	return nil
+	return seq, nil
+}
+
+// committed is the newest committed checkpoint's number (0 if none).
+func (r *run) committed() uint64 {
+	seq, _, _, err := checkpoint.LatestCommit(r.flat.dir, nil)
+	if err != nil {
+		return 0
+	}
+	return seq
 }
 
 // working says the job makes progress: its cluster has formed and
-// trained (its first push acknowledged), and, for checkpoint-restart, it
-// is not stopped waiting for machines or starting again. The simulated
-// job is not working during its start (start_seconds) either.
+// trained (its first push acknowledged), and, for a flat job, it is not
+// stopped waiting for machines or starting again. The simulated job is
+// not working during its start (start_seconds) either.
 func (r *run) working() bool {
-	if r.flat != nil && r.flat.down {
+	return !(r.flat != nil && r.flat.down) && r.training()
+}
+
+// training says the running cluster has formed and trained.
+func (r *run) training() bool {
+	if r.cluster == nil {
 		return false
 	}
 	select {
@@ -357,6 +394,9 @@ func (r *run) working() bool {
 }
 
 func (r *run) failed() error {
+	if r.cluster == nil {
+		return errors.Join(r.err, r.prov.Err())
+	}
 	return errors.Join(r.err, r.prov.Err(), r.cluster.Err())
 }
 
@@ -414,26 +454,44 @@ func (r *run) finish(ctx context.Context, res Result, start, fin, wall0 time.Tim
 }
 
 // job is the real job as the manager sees it: its progress in passes,
-// as rank 0 reports them, and for checkpoint-restart when it last asked
-// for a checkpoint.
+// as rank 0 reports them, and for a flat job its last checkpoint.
 type job struct {
 	total  float64
 	passes func() int
 	of     int // passes asked for
-	// ask asks the coordinator for a checkpoint (checkpoint-restart
-	// only); now is the trace time; working says the job makes progress
-	// (run.working; always before the cluster starts).
-	ask     func(context.Context) error
+	// ask asks the coordinator for a checkpoint and returns its number
+	// (flat jobs only); now is the trace time; working says the job
+	// makes progress (run.working; always before the cluster starts).
+	ask     func(context.Context) (uint64, error)
 	now     func() time.Time
 	working func() bool
-	// ckptAt is when the last checkpoint was asked for (the job's start
-	// before the first), ckptDone the work done then: the policy's
-	// interval runs from it.
+	// committed, when set, is the newest committed checkpoint's number:
+	// the job then dates a checkpoint by its commit, as the simulated
+	// job does, and asks for none while one is pending (BidBrain's
+	// elastic design, whose last machines go only from a checkpoint
+	// written within their release window: dated by the request, one
+	// was released before the pass boundary that commits it, and the
+	// restart rolled back 30 passes). Without it (checkpoint-restart)
+	// a checkpoint is dated by its request.
+	committed func() uint64
+	// pending is the checkpoint asked for and not yet committed,
+	// pendingDone the work done at the request.
+	pending     uint64
+	pendingDone float64
+	// ckptAt is the last checkpoint's date (the job's start before the
+	// first), ckptDone the work done then: the policy's interval runs
+	// from it.
 	ckptAt   time.Time
 	ckptDone float64
 }
 
 func (j *job) Status() rm.JobStatus {
+	if j.pending != 0 && j.committed() >= j.pending {
+		j.pending, j.ckptDone = 0, j.pendingDone
+		if j.now != nil {
+			j.ckptAt = j.now()
+		}
+	}
 	st := rm.JobStatus{Total: j.total, Working: j.working == nil || j.working(), Checkpointed: j.ckptDone, CheckpointAt: j.ckptAt}
 	if j.passes != nil && j.of > 0 {
 		st.Done = j.total * float64(j.passes()) / float64(j.of)
@@ -442,8 +500,7 @@ func (j *job) Status() rm.JobStatus {
 }
 
 // Checkpoint asks the running coordinator for a checkpoint at the next
-// pass boundary. The interval is counted from the request: the
-// checkpoint follows within a pass, and its time is the job's own.
+// pass boundary. The checkpoint follows within a pass.
 func (j *job) Checkpoint(ctx context.Context) error {
 	if j.ask == nil {
 		return fmt.Errorf("checkpoint %w", ErrNotReal)
@@ -452,8 +509,16 @@ func (j *job) Checkpoint(ctx context.Context) error {
 		return nil // nothing to save now
 	}
 	done := j.Status().Done
-	if err := j.ask(ctx); err != nil {
+	if j.pending != 0 {
+		return nil // one is under way
+	}
+	seq, err := j.ask(ctx)
+	if err != nil {
 		return err
+	}
+	if j.committed != nil {
+		j.pending, j.pendingDone = seq, done
+		return nil
 	}
 	if j.now != nil {
 		j.ckptAt = j.now()
@@ -478,32 +543,64 @@ func class(c market.Class) drill.Role {
 }
 
 func (m *clusterMachines) Start(_ context.Context, c market.Class) (string, error) {
-	if m.done || m.r.cluster == nil {
+	switch {
+	case m.done:
 		return "", nil
-	}
-	if m.r.flat != nil {
-		return m.r.flat.start(m.r.cluster)
+	case m.r.flat != nil:
+		return m.r.flat.start(m.machines())
+	case m.r.cluster == nil:
+		return "", nil
 	}
 	return m.r.cluster.StartMachine(class(c))
 }
 
 func (m *clusterMachines) Notice(_ context.Context, name string) error {
 	if m.r.flat != nil {
-		return nil // checkpoint-restart does not use the notice
+		return m.r.flat.notice(m.machines(), name)
 	}
-	return m.r.cluster.Notice(name)
+	return m.machines().Notice(name)
 }
 
 func (m *clusterMachines) Kill(ctx context.Context, name string) error {
 	if m.r.flat != nil {
-		return m.r.flat.kill(ctx, m.r.cluster, name)
+		return m.stopIf(ctx)(m.r.flat.kill(m.machines(), name, m.r.prov.Now(), m.r.training()))
 	}
-	return m.r.cluster.Kill(name)
+	return m.machines().Kill(name)
 }
 
-func (m *clusterMachines) Drain(_ context.Context, name string) error {
+func (m *clusterMachines) Drain(ctx context.Context, name string) error {
 	if m.r.flat != nil {
-		return m.r.flat.drain(m.r.cluster, name)
+		return m.stopIf(ctx)(m.r.flat.drain(m.machines(), name, m.r.training()))
 	}
-	return m.r.cluster.Drain(name)
+	return m.machines().Drain(name)
+}
+
+// machines is the running cluster, as the provider's events reach it.
+func (m *clusterMachines) machines() cluster { return dropping{m.r.cluster} }
+
+// dropping is a cluster that takes a machine it dropped before it
+// started (noticed while it waited for the formation: the drill forgets
+// it) as stopped already: its kill or drain at the end of its notice
+// failed the replay ("no such machine").
+type dropping struct{ *drill.Cluster }
+
+func (c dropping) Notice(name string) error { return dropped(c.Cluster.Notice(name)) }
+func (c dropping) Kill(name string) error   { return dropped(c.Cluster.Kill(name)) }
+func (c dropping) Drain(name string) error  { return dropped(c.Cluster.Drain(name)) }
+
+func dropped(err error) error {
+	if errors.Is(err, drill.ErrUnknownMachine) {
+		return nil
+	}
+	return err
+}
+
+// stopIf stops the flat job when a kill or a drain took its state.
+func (m *clusterMachines) stopIf(ctx context.Context) func(bool, error) error {
+	return func(lost bool, err error) error {
+		if err != nil || !lost {
+			return err
+		}
+		return m.r.stop(ctx)
+	}
 }

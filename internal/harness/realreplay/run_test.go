@@ -39,22 +39,27 @@ func TestBound(t *testing.T) {
 	}
 	local, bb := load("local-lr-a9a.json"), load("local-lr-a9a-bidbrain.json")
 	for _, c := range []struct {
-		policy string
-		cal    jobsim.Calibration
-		want   int
-		fields string // named in the refusal; "" if it runs
+		policy, design string
+		cal            jobsim.Calibration
+		want           int
+		fields         string // named in the refusal; "" if it runs
 	}{
-		{"tiers", local, 3, ""},
-		{"bidbrain", local, 9, "reliable_machines 1 and twice max_machines 4"},
-		{"bidbrain", bb, 7, ""},
-		{"ondemand", bb, 3, ""},
-		{"bidbrain", jobsim.DefaultCalibration(), jobsim.DefaultCalibration().ReliableMachines + 2*128, "max_machines 128"},
-		{"tiers", jobsim.DefaultCalibration(), jobsim.DefaultCalibration().Machines + jobsim.DefaultCalibration().ReliableMachines, "machines 32"},
+		{"tiers", "auto", local, 3, ""},
+		{"bidbrain", "auto", local, 9, "reliable_machines 1 and twice max_machines 4"},
+		{"bidbrain", "tiers", local, 9, "reliable_machines 1 and twice max_machines 4"},
+		// The elastic design holds no reliable machine.
+		{"bidbrain", "elastic", local, 8, ""},
+		{"bidbrain", "auto", bb, 7, ""},
+		{"bidbrain", "elastic", bb, 6, ""},
+		{"ondemand", "elastic", bb, 3, ""},
+		{"bidbrain", "auto", jobsim.DefaultCalibration(), jobsim.DefaultCalibration().ReliableMachines + 2*128, "max_machines 128"},
+		{"bidbrain", "elastic", jobsim.DefaultCalibration(), 2 * 128, "twice max_machines 128"},
+		{"tiers", "auto", jobsim.DefaultCalibration(), jobsim.DefaultCalibration().Machines + jobsim.DefaultCalibration().ReliableMachines, "machines 32"},
 	} {
-		if n, _ := Bound(c.policy, c.cal); n != c.want {
-			t.Errorf("%s, max_machines %d: bound %d, want %d", c.policy, c.cal.MaxMachines, n, c.want)
+		if n, _ := Bound(c.policy, c.design, c.cal); n != c.want {
+			t.Errorf("%s (%s), max_machines %d: bound %d, want %d", c.policy, c.design, c.cal.MaxMachines, n, c.want)
 		}
-		err := CheckBound(c.policy, c.cal)
+		err := CheckBound(c.policy, c.design, c.cal)
 		switch {
 		case c.fields == "" && err != nil:
 			t.Errorf("%s, max_machines %d: %v", c.policy, c.cal.MaxMachines, err)
@@ -64,7 +69,7 @@ func TestBound(t *testing.T) {
 	}
 	// One more transient machine than the host allows is refused.
 	bb.MaxMachines = (MaxMachines-bb.ReliableMachines)/2 + 1
-	if err := CheckBound("bidbrain", bb); !errors.Is(err, ErrTooMany) {
+	if err := CheckBound("bidbrain", "auto", bb); !errors.Is(err, ErrTooMany) {
 		t.Errorf("max_machines %d: %v, want ErrTooMany", bb.MaxMachines, err)
 	}
 }
@@ -89,7 +94,7 @@ func TestJobCheckpoint(t *testing.T) {
 	start := time.Date(2015, 3, 2, 0, 0, 0, 0, time.UTC)
 	now, down, asked := start, false, 0
 	j := &job{total: 4000, of: 10, ckptAt: start, passes: func() int { return 3 },
-		ask: func(context.Context) error { asked++; return nil }, now: func() time.Time { return now }, working: func() bool { return !down }}
+		ask: func(context.Context) (uint64, error) { asked++; return uint64(asked), nil }, now: func() time.Time { return now }, working: func() bool { return !down }}
 	if st := j.Status(); !st.CheckpointAt.Equal(start) || !st.Working {
 		t.Fatalf("at the start: %+v", st)
 	}
@@ -106,5 +111,37 @@ func TestJobCheckpoint(t *testing.T) {
 	}
 	if err := (&job{}).Checkpoint(context.Background()); !errors.Is(err, ErrNotReal) {
 		t.Errorf("a job that cannot checkpoint: %v", err)
+	}
+}
+
+// TestJobCheckpointCommitted: an elastic job dates a checkpoint by its
+// commit, not its request, and asks for none while one is pending:
+// BidBrain lets its last machines go only from a checkpoint written, and
+// one dated by its request was released before the commit.
+func TestJobCheckpointCommitted(t *testing.T) {
+	start := time.Date(2015, 3, 2, 0, 0, 0, 0, time.UTC)
+	now, asked, committed := start, 0, uint64(0)
+	passes := 3
+	j := &job{total: 4000, of: 10, ckptAt: start, passes: func() int { return passes },
+		ask:       func(context.Context) (uint64, error) { asked++; return uint64(asked), nil },
+		now:       func() time.Time { return now },
+		committed: func() uint64 { return committed }}
+	now = start.Add(25 * time.Minute)
+	if err := j.Checkpoint(context.Background()); err != nil || asked != 1 {
+		t.Fatalf("checkpoint: %v, %d requests", err, asked)
+	}
+	now, passes = start.Add(27*time.Minute), 4
+	if err := j.Checkpoint(context.Background()); err != nil || asked != 1 {
+		t.Errorf("asked again while one is pending: %v, %d requests", err, asked)
+	}
+	if st := j.Status(); !st.CheckpointAt.Equal(start) || st.Checkpointed != 0 {
+		t.Errorf("before the commit: checkpoint at %v with %v done, want the start's", st.CheckpointAt, st.Checkpointed)
+	}
+	committed, now = 1, start.Add(28*time.Minute)
+	if st := j.Status(); !st.CheckpointAt.Equal(now) || st.Checkpointed != 1200 {
+		t.Errorf("after the commit: checkpoint at %v with %v done, want %v and 1200 (the work at the request)", st.CheckpointAt, st.Checkpointed, now)
+	}
+	if err := j.Checkpoint(context.Background()); err != nil || asked != 2 {
+		t.Errorf("after the commit: %v, %d requests, want a second", err, asked)
 	}
 }

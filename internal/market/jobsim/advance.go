@@ -27,6 +27,9 @@ func (j *Job) Next() time.Time {
 	}
 	if r := j.rate(); r > 0 {
 		consider(j.now.Add(time.Duration((j.total - j.done) / r * float64(time.Hour))).Add(time.Nanosecond))
+		if j.ckptNext > 0 {
+			consider(j.now.Add(time.Duration((j.ckptNext - j.done) / r * float64(time.Hour))).Add(time.Nanosecond))
+		}
 	}
 	return next
 }
@@ -53,6 +56,11 @@ func (j *Job) AdvanceTo(t time.Time) {
 		j.now = step
 		if !j.ckptEnd.IsZero() && !j.now.Before(j.ckptEnd) {
 			j.ckpt, j.ckptAt, j.ckptEnd = j.ckptValue, j.ckptEnd, time.Time{}
+		}
+		if j.ckptNext > 0 && j.done >= j.ckptNext*(1-passSlack) {
+			// The pass boundary: the checkpoint asked for is taken.
+			j.done, j.ckptNext = max(j.done, j.ckptNext), 0
+			j.save()
 		}
 		if j.working() != before {
 			j.replanJoined(j.joinedNow())

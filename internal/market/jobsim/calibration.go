@@ -86,6 +86,12 @@ type Calibration struct {
 	// storage, each machine its shard, all in parallel.
 	ModelStateBytes       float64 `json:"model_state_bytes"`
 	StorageBytesPerSecond float64 `json:"storage_bytes_per_second"`
+	// CheckpointPassUpdates, when positive, is the job's updates per
+	// pass, and a checkpoint asked for is taken at the next pass
+	// boundary (a multiple of it), as the real coordinator takes it; 0
+	// (the default) takes it at once, inside a pass (docs/design/market.md,
+	// "The elastic design on processes").
+	CheckpointPassUpdates float64 `json:"checkpoint_pass_updates,omitempty"`
 	// Hysteresis is the relative gain a stage switch must bring.
 	Hysteresis float64 `json:"hysteresis"`
 	// Stage is the stage a tiered job is asked for, as the coordinator's

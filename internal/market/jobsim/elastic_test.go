@@ -87,3 +87,45 @@ func TestElasticKLostAtOnce(t *testing.T) {
 		t.Errorf("two lost at once with k=2: lost %v done %v; want the work since the start rolled back", j.Lost, j.done)
 	}
 }
+
+// TestCheckpointAtPassBoundary: with checkpoint_pass_updates a
+// checkpoint asked for inside a pass is taken at the pass's end, as the
+// real coordinator takes it; the last machine lost before that boundary
+// rolls the job back to the checkpoint before (here the start), and one
+// lost after it to the boundary.
+func TestCheckpointAtPassBoundary(t *testing.T) {
+	c := quiet()
+	c.Replication = 2
+	rate := 14 * 3600.0 // one machine's updates an hour
+	c.CheckpointPassUpdates = rate
+	for _, lostAt := range []time.Duration{45 * time.Minute, 90 * time.Minute} {
+		j := New(c, Elastic, 0, 1e12, t0)
+		step(j, 0, event(market.Ready, 0, machine(1, market.Transient)))
+		j.AdvanceTo(t0.Add(30 * time.Minute)) // half a pass
+		if err := j.Checkpoint(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		j.AdvanceTo(t0.Add(lostAt))
+		before := j.done
+		step(j, lostAt, event(market.Gone, lostAt, machine(1, market.Transient)))
+		saved := 0.0
+		if lostAt > time.Hour {
+			saved = rate
+		}
+		if math.Abs(j.done-saved) > 1e-6 || math.Abs(j.Lost-(before-saved)) > 1e-6 {
+			t.Errorf("lost at %v: done %v, lost %v; want the checkpoint at %v and %v lost", lostAt, j.done, j.Lost, saved, before-saved)
+		}
+	}
+	// Without the option the checkpoint is of the half pass.
+	c.CheckpointPassUpdates = 0
+	j := New(c, Elastic, 0, 1e12, t0)
+	step(j, 0, event(market.Ready, 0, machine(1, market.Transient)))
+	j.AdvanceTo(t0.Add(30 * time.Minute))
+	if err := j.Checkpoint(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	j.AdvanceTo(t0.Add(90 * time.Minute))
+	if st := j.Status(); math.Abs(st.Checkpointed-rate/2) > 1e-6 {
+		t.Errorf("inside the pass: checkpointed %v, want %v", st.Checkpointed, rate/2)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/terrace-ml/terrace/internal/market"
@@ -47,12 +48,15 @@ type Job struct {
 	need  int
 	total float64
 
-	now         time.Time
-	done        float64
-	ckpt        float64
-	ckptAt      time.Time
-	ckptEnd     time.Time // a checkpoint in progress ends then
-	ckptValue   float64
+	now       time.Time
+	done      float64
+	ckpt      float64
+	ckptAt    time.Time
+	ckptEnd   time.Time // a checkpoint in progress ends then
+	ckptValue float64
+	// ckptNext > 0: a checkpoint asked for is to be taken once done
+	// reaches it (a pass boundary, Calibration.CheckpointPassUpdates).
+	ckptNext    float64
 	pausedUntil time.Time
 	restart     bool // flat: restart from the checkpoint once Need machines work
 	stage       int
@@ -114,18 +118,34 @@ func (j *Job) Status() rm.JobStatus {
 var ErrCheckpointNotFlat = errors.New("checkpoints are for flat and elastic jobs")
 
 // Checkpoint pauses the job while it saves its state; the saved work
-// counts once the save ends.
+// counts once the save ends. With Calibration.CheckpointPassUpdates the
+// save starts at the next pass boundary.
 func (j *Job) Checkpoint(context.Context) error {
 	if j.mode == Tiered {
 		return ErrCheckpointNotFlat
 	}
-	if j.rate() == 0 || !j.ckptEnd.IsZero() {
+	if j.rate() == 0 || !j.ckptEnd.IsZero() || j.ckptNext > 0 {
 		return nil // nothing to save now, or a save is under way
 	}
+	if p := j.cal.CheckpointPassUpdates; p > 0 {
+		if next := math.Ceil(j.done/p-passSlack) * p; next > j.done {
+			j.ckptNext = next
+			return nil
+		}
+	}
+	j.save()
+	return nil
+}
+
+// passSlack absorbs the rounding of a pass boundary reached in whole
+// nanoseconds of trace time.
+const passSlack = 1e-9
+
+// save starts writing the checkpoint of the work done now.
+func (j *Job) save() {
 	j.ckptEnd = j.now.Add(j.cal.Transfer(j.writers()))
 	j.ckptValue = j.done
 	j.pausedUntil = later(j.pausedUntil, j.ckptEnd)
-	return nil
 }
 
 // Handle applies a provider event at the job's clock.
@@ -262,7 +282,7 @@ func (j *Job) writers() int {
 func (j *Job) crash() {
 	j.Lost += j.done - j.ckpt
 	j.done = j.ckpt
-	j.ckptEnd = time.Time{}
+	j.ckptEnd, j.ckptNext = time.Time{}, 0
 	j.restart = true
 }
 

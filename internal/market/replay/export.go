@@ -1,20 +1,39 @@
 package replay
 
 import (
+	"context"
 	"time"
 
 	"github.com/terrace-ml/terrace/internal/market"
 	"github.com/terrace-ml/terrace/internal/market/history"
 	"github.com/terrace-ml/terrace/internal/market/jobsim"
 	"github.com/terrace-ml/terrace/internal/market/policy"
+	"github.com/terrace-ml/terrace/internal/market/rm"
 )
 
 // PolicyConfig is what the policies of a replay are built with, for a
 // replay on real processes (internal/harness/realreplay) to build the
-// same policies, but for BidBrain's elastic design: on processes it keeps
-// the reliable tier (docs/design/market.md, "BidBrain without a reliable
-// tier").
-func (c Config) PolicyConfig() policy.Config { return c.tieredConfig() }
+// same policies.
+func (c Config) PolicyConfig() policy.Config { return c.policyConfig() }
+
+// ChooseDesign asks pol, before its job starts, how the job survives
+// evictions, from the trace's past at the start (past) and the job's
+// work: "elastic" when a designer (BidBrain) drops the reliable tier,
+// "tiers" when it keeps it, "" for a policy that chooses nothing.
+func ChooseDesign(ctx context.Context, pol rm.Policy, past func(context.Context) (history.View, error), total float64) (string, error) {
+	d, ok := pol.(designer)
+	if !ok {
+		return "", nil
+	}
+	v, err := past(ctx)
+	if err != nil {
+		return "", err
+	}
+	if d.Elastic(rm.State{View: v, Job: rm.JobStatus{Total: total}}) {
+		return "elastic", nil
+	}
+	return "tiers", nil
+}
 
 // Source is what a run from start replays (the prices, the preemption
 // traces placed for start), for a replay on real processes.

@@ -107,20 +107,11 @@ func mode(name string, c jobsim.Calibration) (jobsim.Mode, int) {
 }
 
 func (c Config) policyConfig() policy.Config {
-	pc := c.tieredConfig()
-	flow := jobsim.FlowOf(c.Cal)
-	pc.Elastic = func(n, rate float64) float64 { return flow.Stage(0, jobsim.Mix{Transient: n, TransientRate: rate}) }
-	pc.Design = c.Design
-	return pc
-}
-
-// tieredConfig is policyConfig without the elastic design: BidBrain
-// keeps the reliable tier.
-func (c Config) tieredConfig() policy.Config {
 	flow := jobsim.FlowOf(c.Cal)
 	return policy.Config{
 		Reference: c.Cal.ReferenceType, Machines: c.Cal.Machines, Reliable: c.Cal.ReliableMachines, Max: c.Cal.MaxMachines,
 		Rate: c.Cal.Rate, Throughput: flow.BestRate, Estimator: c.Estimator,
+		Elastic: func(n, rate float64) float64 { return flow.Stage(0, jobsim.Mix{Transient: n, TransientRate: rate}) }, Design: c.Design,
 		BidEvicts: c.Model.BidEvicts(), Period: c.Model.Period(), Terms: c.Model.Terms(), Notice: c.Model.Notice(), Bid: c.Bid,
 		Setup: c.Cal.Setup(), Drain: c.Cal.Drain(), SwitchPause: c.Cal.SwitchPause(), Checkpoint: c.Cal.Transfer(c.Cal.Machines),
 	}
@@ -234,16 +225,15 @@ func runWith(ctx context.Context, cfg Config, pol rm.Policy, start time.Time) (R
 	r := &run{ctx: ctx, cfg: cfg, name: name, start: start}
 	r.prov = traceprov.New(traceprov.Config{Source: cfg.source(start), Model: cfg.Model, Boot: cfg.Cal.Boot(), Start: start, Handler: r.handle})
 	r.res = Result{Policy: name, Start: start, Design: "tiers"}
-	switch d, ok := pol.(designer); {
-	case md == jobsim.Flat:
+	if md == jobsim.Flat {
 		r.res.Design = name
-	case ok:
-		v, err := r.prov.Past(ctx)
+	} else {
+		d, err := ChooseDesign(ctx, pol, r.prov.Past, cfg.Updates)
 		if err != nil {
 			return r.res, err
 		}
-		if d.Elastic(rm.State{View: v, Job: rm.JobStatus{Total: cfg.Updates}}) {
-			md, r.res.Design = jobsim.Elastic, "elastic"
+		if d == "elastic" {
+			md, r.res.Design = jobsim.Elastic, d
 		}
 	}
 	r.job = jobsim.New(cfg.Cal, md, need, cfg.Updates, start)
