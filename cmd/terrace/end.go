@@ -29,6 +29,20 @@ func checkCluster(servers, workers, replication int) error {
 	return nil
 }
 
+// checkCoordinatorCluster is checkCluster for a coordinator, whose
+// cluster grows as servers join after it forms. Without tiers a
+// --replication above --servers is taken: chains hold every server on
+// the ring until k do, and grow to k as servers join (a job that starts
+// on one machine and adds more; with --replication 1 it would hold one
+// copy of everything for good). With tiers it is refused as train
+// refuses it: a stage counts its ActivePS lost against k.
+func checkCoordinatorCluster(servers, workers, replication int, tiered bool) error {
+	if !tiered && servers >= 1 && replication > servers {
+		replication = servers
+	}
+	return checkCluster(servers, workers, replication)
+}
+
 // checkTierReplication refuses a --replication given above the servers
 // of a cluster on machines of two classes, each of which runs one server,
 // as checkCluster refuses it above --servers.

@@ -52,3 +52,22 @@ func TestJobProgressLead(t *testing.T) {
 		t.Errorf("printed\n%s\nwant\n%s", b.String(), want)
 	}
 }
+
+// TestCoordinatorReplicationAboveServers: a coordinator without tiers
+// takes --replication above --servers (its chains grow to k as servers
+// join: ps.TestChainsGrowToK); with tiers, and for train's fixed
+// clusters, it is refused.
+func TestCoordinatorReplicationAboveServers(t *testing.T) {
+	if err := checkCoordinatorCluster(1, 1, 2, false); err != nil {
+		t.Errorf("--servers 1 --replication 2 without tiers: %v", err)
+	}
+	if err := checkCoordinatorCluster(1, 1, 2, true); err == nil {
+		t.Error("--servers 1 --replication 2 with tiers: taken")
+	}
+	if err := checkCoordinatorCluster(1, 1, 0, false); err == nil {
+		t.Error("--replication 0: taken")
+	}
+	if err := checkCluster(1, 1, 2); err == nil {
+		t.Error("train --servers 1 --replication 2: taken")
+	}
+}

@@ -60,7 +60,7 @@ address, comma-separated.`,
 					return fmt.Errorf("--%s with --in-memory: an in-memory coordinator keeps no state in etcd", f)
 				}
 			}
-			if err := checkCluster(o.Servers, o.Workers, o.Replication); err != nil {
+			if err := checkCoordinatorCluster(o.Servers, o.Workers, o.Replication, o.Stage != 0); err != nil {
 				return err
 			}
 			if err := checkCoordination(o.Partitions, o.FailureTimeout); err != nil {
@@ -95,6 +95,9 @@ address, comma-separated.`,
 					fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator leading again on %s, from its saved state\n", addr)
 				} else {
 					fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator listening on %s, waiting for %d server(s) and %d worker(s)\n", addr, o.Servers, o.Workers)
+					if o.Replication > o.Servers {
+						fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator: each key on every server until %d are on the ring (--replication %d): chains grow as servers join\n", o.Replication, o.Replication)
+					}
 				}
 				led = true
 				terms <- c
@@ -180,7 +183,7 @@ address, comma-separated.`,
 	fs.IntVar(&o.Servers, "servers", 2, "servers to wait for")
 	fs.IntVar(&o.Workers, "workers", 2, "workers to wait for")
 	fs.IntVar(&o.Partitions, "partitions", 0, "data partitions (4 per worker if 0)")
-	fs.IntVar(&o.Replication, "replication", 2, "servers holding each key slot (k)")
+	fs.IntVar(&o.Replication, "replication", 2, "servers holding each key slot (k); without --stage it may exceed --servers, and chains grow to k as servers join")
 	fs.BoolVar(&o.Account, "account", false, "workers keep the examples account: one more push per minibatch, for the rows each pass trained more or fewer times than once (terrace status, /metrics)")
 	fs.DurationVar(&o.FailureTimeout, "failure-timeout", coord.DefaultFailureTimeout, "declare a node dead after this long without a heartbeat or an answer to pings; also the lease of its etcd registration")
 	fs.StringVar(&reportPath, "report", "", "write the workers' reports to this JSON file once all have reported (each job's replaces the last's)")

@@ -36,18 +36,16 @@ import (
 // killed in the same instant (chains of k), or when a machine of the
 // cluster's formation goes before it has formed. It starts, and
 // restarts, as soon as one machine not on notice is held, formed with
-// every such machine and chains of the calibration's k (fewer if fewer
-// machines form it: the coordinator's --replication is fixed at the
-// formation and at most its servers); machines bought while it runs
-// join it.
+// every such machine and chains of the calibration's k (every machine
+// while fewer are on the ring: the chains grow to k as machines join);
+// machines bought while it runs join it.
 type flat struct {
 	dir  string              // the checkpoints, shared by every cluster
 	base drill.ClusterConfig // the first cluster's
 	need int                 // machines a restart waits for
-	// elastic is BidBrain's elastic design; k its chains' length, and
-	// chains the running cluster's (k, or its formation if smaller).
-	elastic   bool
-	k, chains int
+	// elastic is BidBrain's elastic design; k its chains' length.
+	elastic bool
+	k       int
 	// held maps the provider's name for a machine to the machine in
 	// the running cluster. The provider keeps its names across
 	// restarts; clusters name anew.
@@ -181,7 +179,7 @@ func (f *flat) kill(c cluster, alias string, at time.Time, training bool) (bool,
 		f.killedAt, f.killed = at, 0
 	}
 	f.killed++
-	if !f.elastic || f.alone(m, training) || training && f.killed >= f.chains {
+	if !f.elastic || f.alone(m, training) || training && f.killed >= f.k {
 		return true, f.killAll(c, m.name)
 	}
 	return false, c.Kill(m.name)
@@ -312,8 +310,7 @@ func (r *run) restart(ctx context.Context) error {
 	if f.elastic {
 		per := max(1, cc.WorkersPerMachine)
 		cc.Servers, cc.Workers = len(aliases), len(aliases)*per
-		cc.Replication = min(f.k, cc.Servers)
-		f.chains = cc.Replication
+		cc.Replication = f.k
 	}
 	if !first {
 		// Under the first cluster's directory, a temporary one too.

@@ -31,7 +31,7 @@ func (c *fakeCluster) did(what, name string) error {
 // machine-0 to machine-(n-1), each reliable-i in the fake cluster.
 func running(t *testing.T, n, k int) (*flat, *fakeCluster) {
 	t.Helper()
-	f := &flat{held: map[string]*machine{}, elastic: true, k: k, chains: k, need: 1, servers: n}
+	f := &flat{held: map[string]*machine{}, elastic: true, k: k, need: 1, servers: n}
 	c := &fakeCluster{}
 	for range n {
 		if _, err := f.start(c); err != nil {
@@ -124,10 +124,10 @@ func TestElasticKilledAtOnce(t *testing.T) {
 			t.Errorf("restart on %v, want the survivor machine-2", f.ready())
 		}
 	}
-	// Chains of one (a cluster that formed with one machine): any kill
+	// Chains of one (a calibration with k = 1): any kill
 	// loses the machine's slots.
 	f, c := running(t, 2, 2)
-	f.chains = 1
+	f.k = 1
 	if lost, _ := f.kill(c, "machine-0", t0, true); !lost {
 		t.Errorf("chains of one: a kill lost nothing")
 	}
