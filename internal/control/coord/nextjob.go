@@ -53,7 +53,7 @@ func (m *Machine) nextJob(j api.Job) {
 	st.Job = &j
 	m.beats, m.cutSince = map[int]time.Time{}, map[cutKey]time.Time{}
 	m.suspects = nil
-	m.jobFrom = m.trained
+	st.Trained, st.TrainedFrom = 0, 0
 	for _, w := range m.waiting {
 		m.fail(w.id, fmt.Errorf("%w: the job ended", api.ErrLeaseLost))
 	}

@@ -22,8 +22,8 @@ const statusSlots = 4096
 func (m *Machine) Status() api.Status {
 	l := &m.st.Layout
 	st := api.Status{Time: m.now, Epoch: l.Epoch, Version: l.Version, Ready: l.Ready}
-	st.Job = api.Progress{Pass: m.st.DoneBefore, Partitions: l.Partitions, Examples: m.trained - m.jobFrom,
-		Reported: len(m.st.Reports), Workers: len(m.st.Workers)}
+	st.Job = api.Progress{Pass: m.st.DoneBefore, Partitions: l.Partitions, Reported: len(m.st.Reports), Workers: len(m.st.Workers),
+		Examples: m.st.Trained, ExamplesFrom: m.st.TrainedFrom * l.Partitions}
 	if w := m.st.Passes[m.st.DoneBefore]; w != nil {
 		st.Job.Done = l.Partitions - w.left()
 	}
@@ -187,7 +187,11 @@ func etas(p api.Progress, passes int) (pass, job time.Duration) {
 	if p.Rate <= 0 || left <= 0 || p.Done <= 0 || p.Examples <= 0 {
 		return 0, 0
 	}
-	perPart := float64(p.Examples) / float64(p.Pass*p.Partitions+p.Done)
+	counted := p.Pass*p.Partitions + p.Done - p.ExamplesFrom
+	if counted <= 0 {
+		return 0, 0
+	}
+	perPart := float64(p.Examples) / float64(counted)
 	at := func(parts int) time.Duration {
 		return time.Duration(float64(parts) * perPart / p.Rate * float64(time.Second))
 	}
