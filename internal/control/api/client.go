@@ -321,6 +321,13 @@ func (c *Client) WaitReachable(ctx context.Context) error {
 		if mismatched >= len(c.bases) {
 			return fmt.Errorf("%w: %s: %w", ErrTLSMismatch, base, err)
 		}
+		if (i+1)%len(c.bases) != 0 {
+			continue // the next coordinator of the round, at once
+		}
+		// Only a round that every coordinator failed is said: a standby
+		// listed first refuses connections while the leader after it
+		// answers, and every node of a replicated coordinator warned
+		// that its coordinator was unreachable as it joined.
 		if c.Unreachable != nil && time.Since(noticed) >= reachableNotice {
 			noticed = time.Now()
 			c.Unreachable(strings.Join(c.bases, ","), err)

@@ -109,6 +109,22 @@ func TestUnreachable(t *testing.T) {
 	}
 }
 
+// TestReachableStandbyFirst: a leader listed after a standby (which
+// listens on no port) is reached without a word; every node of a
+// replicated coordinator, given the README's list, warned at its start
+// that the coordinator was unreachable.
+func TestReachableStandbyFirst(t *testing.T) {
+	leader := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+	defer leader.Close()
+	cl := NewClient("127.0.0.1:1,"+strings.TrimPrefix(leader.URL, "http://"), nil)
+	cl.Unreachable = func(addrs string, err error) { t.Errorf("said unreachable (%s): %v", addrs, err) }
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := cl.WaitReachable(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestUnreachableSilent: a coordinator that accepts connections and never
 // answers (SIGSTOPped) is said to be so after one bounded try, while the
 // caller's budget still runs; each try used to last the HTTP client's
