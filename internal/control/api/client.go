@@ -113,6 +113,11 @@ func CheckAddrs(addrs string) error {
 		if p.Host == "" {
 			return fmt.Errorf("%s: %w (no host)", a, ErrBadAddress)
 		}
+		// A bare host was dialled on port 80 ("connection refused"); a
+		// URL says its port by its scheme.
+		if p.Port() == "" && u != a {
+			return fmt.Errorf("%s: %w (no port: HOST:PORT, the coordinator's --listen)", a, ErrBadAddress)
+		}
 	}
 	if n == 0 {
 		return fmt.Errorf("%w: none given", ErrBadAddress)

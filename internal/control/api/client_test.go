@@ -233,7 +233,7 @@ func TestTLSMismatchFailsAtOnce(t *testing.T) {
 // CheckAddrs, and WaitReachable returns ErrBadAddress for it; it
 // panicked on the nil request.
 func TestBadAddress(t *testing.T) {
-	for _, a := range []string{"127.0.0.1:127.0.0.1", "h:1,127.0.0.1:x", "http://", " , "} {
+	for _, a := range []string{"127.0.0.1:127.0.0.1", "h:1,127.0.0.1:x", "http://", " , ", "localhost", "h0:7070,h1"} { // the last two were dialled on port 80
 		if err := CheckAddrs(a); !errors.Is(err, ErrBadAddress) {
 			t.Errorf("CheckAddrs(%q): %v, want ErrBadAddress", a, err)
 		}
