@@ -71,3 +71,24 @@ func TestExamplesSurviveFailover(t *testing.T) {
 		t.Fatalf("a new leader counts %d examples, want the 300 trained before it took over", ex)
 	}
 }
+
+// TestTrainingRate: the rate counts from the last sample before training
+// began in the window; an idle minute before the job diluted it.
+func TestTrainingRate(t *testing.T) {
+	at := func(sec int, rows int64) sample { return sample{t0.Add(time.Duration(sec) * time.Second), rows} }
+	for _, tc := range []struct {
+		name    string
+		samples []sample
+		want    float64
+	}{
+		{"training throughout", []sample{at(0, 0), at(1, 100), at(4, 400)}, 100},
+		{"idle before the job", []sample{at(0, 5000), at(20, 5000), at(56, 5000), at(57, 5100), at(60, 5400)}, 100},
+		{"a stall inside", []sample{at(0, 0), at(1, 100), at(3, 100), at(4, 200)}, 50},
+		{"idle throughout", []sample{at(0, 7), at(30, 7)}, 0},
+		{"one sample", []sample{at(0, 7)}, 0},
+	} {
+		if got := trainingRate(tc.samples); got != tc.want {
+			t.Errorf("%s: rate %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -145,6 +145,26 @@ func (c *Coordinator) sampleLocked(now time.Time) {
 	c.meter.record(c.statusLocked(now))
 }
 
+// trainingRate is the rows a second of samples, from the last sample
+// before training began in them: the wait for a job's workers (the idle
+// minute before a cluster's next job) is not the job's. A second job's
+// rate, 4 s in, was 12,480 rows/s of about 140,000, and its ETA 1m31s for
+// the 6 s it took.
+func trainingRate(samples []sample) float64 {
+	a := 0
+	for a+1 < len(samples) && samples[a+1].trained == samples[a].trained {
+		a++
+	}
+	if a >= len(samples)-1 {
+		return 0
+	}
+	first, last := samples[a], samples[len(samples)-1]
+	if dt := last.at.Sub(first.at).Seconds(); dt > 0 {
+		return float64(last.trained-first.trained) / dt
+	}
+	return 0
+}
+
 // Status returns the cluster's status, with the training rate over the
 // last minute and the ETA of the pass in progress at that rate.
 func (c *Coordinator) Status() api.Status {
@@ -158,12 +178,7 @@ func (c *Coordinator) Status() api.Status {
 func (c *Coordinator) statusLocked(now time.Time) api.Status {
 	c.m.SetNow(now)
 	st := c.m.Status()
-	if n := len(c.samples); n >= 2 {
-		a, b := c.samples[0], c.samples[n-1]
-		if dt := b.at.Sub(a.at).Seconds(); dt > 0 {
-			st.Job.Rate = float64(b.trained-a.trained) / dt
-		}
-	}
+	st.Job.Rate = trainingRate(c.samples)
 	passes := 0
 	if d := st.Definition; d != nil && d.Job != nil && !d.Done {
 		passes = d.Job.Passes
