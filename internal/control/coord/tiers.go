@@ -126,6 +126,46 @@ func (m *Machine) arrangeTiers() {
 	m.st.StageIntact = stage >= tier.Stage2
 }
 
+// leaveTiered lets a tiered cluster's server that is off the data ring
+// leave on notice, and reports whether it answered: a standby (it holds
+// nothing), a BackupPS whose slots other BackupPS hold, and a reliable
+// server joining the ring in a switch to stage 1 beside others, each at
+// once, as its failure would take it out (removeTiered, removeServer),
+// but as a planned exit. The only BackupPS, or the only reliable joiner,
+// is refused as the last server on the ring is: it holds the one
+// authoritative copy. Refused as "not on the ring", each exited 1 and
+// was recorded as failed (a BackupPS SIGTERMed in stage 2).
+func (m *Machine) leaveTiered(id uint64, server string) bool {
+	l := &m.st.Layout
+	is := func(s ring.Server) bool { return s.ID == server }
+	reliableJoiners := 0
+	if sw := l.Switch; sw != nil && sw.To == tier.Stage1 {
+		for _, s := range l.Joining {
+			if s.Class == tier.Reliable {
+				reliableJoiners++
+			}
+		}
+	}
+	var why string
+	switch {
+	case slices.ContainsFunc(l.Standby, is):
+		why = "standby server left: it held nothing"
+	case slices.ContainsFunc(l.Backup, is) && len(l.Backup) > 1:
+		why = "BackupPS left: the other BackupPS hold its slots' authoritative copies"
+	case slices.ContainsFunc(l.Backup, is) || reliableJoiners == 1 && slices.ContainsFunc(l.Joining, is):
+		m.fail(id, fmt.Errorf("%w: %s: it holds the only authoritative copy of the slots (the last BackupPS)", api.ErrLastServer, server))
+		return true
+	case reliableJoiners > 1 && slices.ContainsFunc(l.Joining, is):
+		why = "reliable server left the switch to stage 1: the other reliable servers take its slots"
+	default:
+		return false
+	}
+	m.removeServer(server, "")
+	m.note(api.EventLeft, server, why)
+	m.replyLayout(id)
+	return true
+}
+
 // removeTiered takes a failed server out when the tiers are involved, and
 // reports whether it handled it: a BackupPS or a standby server leaves its
 // list; losing an ActivePS without notice falls back to stage 1 once k of
