@@ -147,3 +147,19 @@ func TestSummaryFaultsNotInjected(t *testing.T) {
 		t.Fatalf("summary:\n%s\nwant the line %q", b.String(), want)
 	}
 }
+
+// TestTierReplicationCapped: the default k on tiers of one machine is 1,
+// as a cluster of one server caps it; passed on as 2, the coordinator of
+// train --processes --reliable 1 --transient 0 --stage 1 (and of plan
+// --measure's calibration) exited at start. A k given is checked.
+func TestTierReplicationCapped(t *testing.T) {
+	if k, err := tierReplication(false, 2, 1, 0); k != 1 || err != nil {
+		t.Errorf("the default on one machine: k %d, %v; want 1", k, err)
+	}
+	if k, err := tierReplication(false, 2, 2, 4); k != 2 || err != nil {
+		t.Errorf("the default on six machines: k %d, %v; want 2", k, err)
+	}
+	if _, err := tierReplication(true, 2, 1, 0); err == nil || !strings.Contains(err.Error(), "--replication 2 with --reliable 1 --transient 0") {
+		t.Errorf("--replication 2 given on one machine: %v, want it refused by name", err)
+	}
+}

@@ -176,9 +176,7 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 				// Every machine runs a server; --servers is refused below.
 				// The default k on one machine is capped, as the cluster
 				// caps it; a k asked for above the machines is refused.
-				if cmd.Flags().Changed("replication") {
-					err = checkTierReplication(replication, tiers.reliable, tiers.transient)
-				}
+				replication, err = tierReplication(cmd.Flags().Changed("replication"), replication, tiers.reliable, tiers.transient)
 			} else {
 				err = checkCluster(servers, workers, replication)
 			}
