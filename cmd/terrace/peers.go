@@ -26,7 +26,7 @@ type peerFlags struct {
 }
 
 func (p *peerFlags) register(fs *pflag.FlagSet) {
-	p.straggleFlags.register(fs)
+	p.straggleFlags.register(fs, " (give every worker of the job the same: each slows itself when the pattern picks its rank)")
 	fs.StringVar(&p.addr, "peer-addr", "", "with --reassign: where to listen for peers' progress messages (port 0 on the address this worker reaches the coordinator from if empty)")
 }
 

@@ -56,6 +56,9 @@ func (m *measureFlags) register(fs *pflag.FlagSet) {
 			fs.AddFlag(f)
 		}
 	})
+	// --epochs, which the help names, was refused ("unknown flag"): the
+	// alias was the app flag set's, not plan's.
+	fs.SetNormalizeFunc(passesAlias)
 	m.app.fs = fs
 }
 

@@ -283,7 +283,7 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 	a.register(fs)
 	d.register(fs)
 	tiers.register(fs)
-	sf.register(fs)
+	sf.register(fs, "; turns --audit on")
 	fs.IntVar(&servers, "servers", 2, "number of servers")
 	fs.IntVar(&workers, "workers", 2, "number of workers")
 	fs.IntVar(&partitions, "partitions", 0, "data partitions (4 per worker if 0)")
