@@ -70,10 +70,8 @@ type Machine struct {
 	ckptDone []CheckpointStat
 	// trained counts the rows recorded as trained since this machine
 	// started, every job's (the metric and the rate; the job's own count
-	// is State.Trained), and gone the servers taken out, for status (not
-	// saved).
+	// is State.Trained; not saved).
 	trained int64
-	gone    map[string]string
 	// machineOf is each node's machine by "role/id", clocks each worker
 	// rank's last reported clock (cluster.go; not saved).
 	machineOf map[string]string

@@ -95,6 +95,10 @@ type State struct {
 	// the rows it saw alone against every partition of the job.
 	Trained     int64 `json:"trained,omitempty"`
 	TrainedFrom int   `json:"trained_from,omitempty"`
+	// Gone is how each node taken out went (api.EventLeft or
+	// EventFailed), for status: a new leader that did not know showed
+	// every drained worker as dead, and no server that had left.
+	Gone map[string]string `json:"gone,omitempty"`
 }
 
 // StageChange is one stage switch: started at Started, published (the

@@ -60,7 +60,7 @@ func (m *Machine) Status() api.Status {
 	for _, s := range l.Standby {
 		st.Nodes = append(st.Nodes, api.NodeStatus{Role: api.RoleServer, ID: s.ID, Addr: s.Addr, State: "standby"})
 	}
-	for id, how := range m.gone {
+	for id, how := range m.st.Gone {
 		if slices.ContainsFunc(st.Nodes, func(n api.NodeStatus) bool { return n.ID == id }) {
 			continue
 		}
@@ -77,7 +77,7 @@ func (m *Machine) Status() api.Status {
 		case reported:
 			n.State = "finished"
 		case m.finished(r):
-			n.State = goneState(m.gone[id])
+			n.State = goneState(m.st.Gone[id])
 		case len(held[r]) > 0:
 			n.State = "training"
 		}
