@@ -148,6 +148,17 @@ func TestSummaryFaultsNotInjected(t *testing.T) {
 	}
 }
 
+// TestSummaryReassignments: train's summary says what rapid
+// reassignment did; a run with --reassign said nothing of it on the
+// terminal.
+func TestSummaryReassignments(t *testing.T) {
+	var b bytes.Buffer
+	printSummary(&b, &trainReport{App: "lr", straggleReport: &straggleReport{Straggle: "one:4x", Reassignments: 3, ExamplesReassigned: 3982}})
+	if want := "terrace: stragglers one:4x: 3 reassignments, 3982 examples reassigned, 0 splits refused\n"; !strings.Contains(b.String(), want) {
+		t.Fatalf("summary:\n%s\nwant the line %q", b.String(), want)
+	}
+}
+
 // TestTierReplicationCapped: the default k on tiers of one machine is 1,
 // as a cluster of one server caps it; passed on as 2, the coordinator of
 // train --processes --reliable 1 --transient 0 --stage 1 (and of plan

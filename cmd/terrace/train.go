@@ -473,6 +473,12 @@ func printSummary(w io.Writer, r *trainReport) {
 	if a := r.Account; a != nil {
 		fmt.Fprintf(w, "terrace: examples account: %d passes, %d examples repeated, %d skipped\n", a.Passes, a.Repeated, a.Skipped)
 	}
+	if s := r.straggleReport; s != nil {
+		// --reassign said nothing on the terminal: whether a tail was
+		// taken was in the report alone.
+		fmt.Fprintf(w, "terrace: stragglers %s: %d reassignments, %d examples reassigned, %d splits refused\n",
+			cmp.Or(s.Straggle, "none"), s.Reassignments, s.ExamplesReassigned, s.SplitsRefused)
+	}
 	if d := r.Report; d != nil {
 		if d.RunDir != "" {
 			fmt.Fprintf(w, "terrace: drill: %d fault(s) injected; logs in %s\n", len(d.Faults), d.RunDir)
