@@ -146,6 +146,9 @@ func (m *Machine) leaveTiered(id uint64, server string) bool {
 			}
 		}
 	}
+	if sw := l.Switch; sw != nil && sw.From == tier.Stage1 && slices.Contains(l.Leaving, server) {
+		return m.leaveSwitchFromStage1(id, server)
+	}
 	var why string
 	switch {
 	case slices.ContainsFunc(l.Standby, is):
@@ -162,6 +165,36 @@ func (m *Machine) leaveTiered(id uint64, server string) bool {
 	}
 	m.removeServer(server, "")
 	m.note(api.EventLeft, server, why)
+	m.replyLayout(id)
+	return true
+}
+
+// leaveSwitchFromStage1 answers a reliable server that asks to leave while
+// a switch from stage 1 makes it a BackupPS: it is noticed, and leaves
+// when the switch ends (promoteSwitch), if another BackupPS stays. Told
+// that it was leaving already, it became a BackupPS, found itself off
+// the ring and exited, to be found failed (or, the only one, kept in the
+// layout as the authoritative copy it no longer held).
+func (m *Machine) leaveSwitchFromStage1(id uint64, server string) bool {
+	l := &m.st.Layout
+	staying := 0
+	for _, s := range l.Servers {
+		if slices.Contains(l.Leaving, s.ID) && s.ID != server && !m.st.Noticed[s.ID] {
+			staying++
+		}
+	}
+	if staying == 0 {
+		m.fail(id, fmt.Errorf("%w: %s: it will hold the only authoritative copy of the slots (the last BackupPS of the switch to stage %d)", api.ErrLastServer, server, l.Switch.To))
+		return true
+	}
+	if m.st.Noticed == nil {
+		m.st.Noticed = map[string]bool{}
+	}
+	if !m.st.Noticed[server] {
+		m.st.Noticed[server] = true
+		m.note(api.EventDrain, server, fmt.Sprintf("server asked to leave during the switch to stage %d: it leaves when the switch ends", l.Switch.To))
+		m.dirty = true
+	}
 	m.replyLayout(id)
 	return true
 }
@@ -452,7 +485,15 @@ func (m *Machine) promoteSwitch(done func(string) bool) bool {
 	}
 	l.Servers = slices.Clone(l.Joining)
 	if l.Switch.To >= tier.Stage2 {
-		l.Backup = leavers
+		l.Backup = nil
+		for _, s := range leavers {
+			if m.st.Noticed[s.ID] {
+				m.st.Removed++
+				m.note(api.EventLeft, s.ID, "server left as the switch ended: the other BackupPS hold its slots")
+				continue
+			}
+			l.Backup = append(l.Backup, s)
+		}
 	} else {
 		for _, s := range leavers {
 			if m.st.Noticed[s.ID] {
