@@ -106,6 +106,7 @@ address, comma-separated.`,
 					return
 				}
 				ha.Listen, ha.Options, ha.Logger, ha.Ready = listen, o, log, ready
+				ha.SteppedDown = func() { terms <- nil }
 				if etcd != "" {
 					ha.Endpoints = strings.Split(etcd, ",")
 				}
@@ -122,6 +123,10 @@ address, comma-separated.`,
 				case cur = <-terms:
 					if view != nil {
 						view.lead(cur)
+					}
+					if cur == nil {
+						done = nil // stepped down: the next term tells
+						continue
 					}
 					st := cur.JobStatus()
 					shown.lead(cmd.OutOrStdout(), st)
