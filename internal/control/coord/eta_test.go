@@ -25,6 +25,8 @@ func TestETAs(t *testing.T) {
 		{"passes unknown", p, 0, 5 * time.Second, 0},
 		{"no rate yet", api.Progress{Pass: 2, Partitions: 8, Done: 3, Examples: 1900}, 10, 0, 0},
 		{"no partition done yet", api.Progress{Pass: 0, Partitions: 8, Examples: 50, Rate: 100}, 10, 0, 0},
+		// A pass boundary: 24 partitions of 100 rows done before it.
+		{"pass boundary", api.Progress{Pass: 3, Partitions: 8, Examples: 2400, Rate: 100}, 10, 8 * time.Second, (8 + 6*8) * time.Second},
 		// Resumed from a checkpoint of 2 passes: the same 19 partitions
 		// counted, after 16 that were not.
 		{"resumed", api.Progress{Pass: 4, Partitions: 8, Done: 3, Examples: 1900, ExamplesFrom: 16, Rate: 100}, 12, 5 * time.Second, (5 + 7*8) * time.Second},

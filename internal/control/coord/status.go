@@ -199,7 +199,10 @@ func (c *Coordinator) statusLocked(now time.Time) api.Status {
 // trained so far, in this pass and before.
 func etas(p api.Progress, passes int) (pass, job time.Duration) {
 	left := p.Partitions - p.Done
-	if p.Rate <= 0 || left <= 0 || p.Done <= 0 || p.Examples <= 0 {
+	// At a pass boundary (no partition of the pass done yet) the passes
+	// before still tell the rows a partition holds: the ETAs were unknown
+	// there, and lr's passes of a tenth of a second showed "-" mostly.
+	if p.Rate <= 0 || left <= 0 || p.Examples <= 0 {
 		return 0, 0
 	}
 	counted := p.Pass*p.Partitions + p.Done - p.ExamplesFrom
