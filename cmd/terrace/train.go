@@ -475,9 +475,14 @@ func printSummary(w io.Writer, r *trainReport) {
 	}
 	if s := r.straggleReport; s != nil {
 		// --reassign said nothing on the terminal: whether a tail was
-		// taken was in the report alone.
-		fmt.Fprintf(w, "terrace: stragglers %s: %d reassignments, %d examples reassigned, %d splits refused\n",
-			cmp.Or(s.Straggle, "none"), s.Reassignments, s.ExamplesReassigned, s.SplitsRefused)
+		// taken was in the report alone. Worker processes count their
+		// own, and one killed or stopped reports none.
+		by := ""
+		if r.Report != nil && r.Report.RunDir != "" {
+			by = " (counted by the workers that reported)"
+		}
+		fmt.Fprintf(w, "terrace: stragglers %s: %d reassignments, %d examples reassigned, %d splits refused%s\n",
+			cmp.Or(s.Straggle, "none"), s.Reassignments, s.ExamplesReassigned, s.SplitsRefused, by)
 	}
 	if d := r.Report; d != nil {
 		if d.RunDir != "" {
