@@ -356,7 +356,8 @@ func tlsMismatch(err error) bool {
 	return errors.As(err, &verify) || errors.As(err, &record) || (errors.As(err, &op) && op.Op == "remote error")
 }
 
-// reachablePoll is WaitReachable's interval; reachableNotice how often
+// reachablePoll is WaitReachable's interval between rounds of every
+// coordinator (each tried at once after the last); reachableNotice how often
 // Unreachable hears of a coordinator that still does not answer;
 // healthTimeout bounds one try (the health route answers at once).
 const reachablePoll, reachableNotice, healthTimeout = 100 * time.Millisecond, 5 * time.Second, 2 * time.Second
