@@ -60,6 +60,15 @@ const HeaderJob = "Terrace-Job"
 // it once it has joined (Layout.Job).
 func (c *Client) SetJob(job uint64) { c.job.Store(int64(job)) }
 
+// Current is the coordinator the client asks first, the one that last
+// answered: of several, the leader once one has ("" without any).
+func (c *Client) Current() string {
+	if len(c.bases) == 0 {
+		return ""
+	}
+	return c.bases[int(c.cur.Load())%len(c.bases)]
+}
+
 // NewClient returns a client for the coordinators at addrs, a
 // comma-separated list of host:port or URLs, dialled with d (TCP if nil).
 func NewClient(addrs string, d Dialer) *Client {

@@ -123,6 +123,9 @@ func TestReachableStandbyFirst(t *testing.T) {
 	if err := cl.WaitReachable(ctx); err != nil {
 		t.Fatal(err)
 	}
+	if got := cl.Current(); got != leader.URL {
+		t.Errorf("the client asks %s first, want the leader %s", got, leader.URL)
+	}
 }
 
 // TestUnreachableSilent: a coordinator that accepts connections and never
