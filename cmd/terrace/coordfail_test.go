@@ -135,3 +135,20 @@ func waitAny(ctx context.Context, t *testing.T, ws []*lineWatcher) int {
 	}
 	return -1
 }
+
+// TestStoppedReplicaSaysWhoGoesOn: one of three coordinators that form
+// their own etcd cluster, SIGTERMed mid-job, said to start it again for
+// the cluster to go on (or, without --etcd-dir, that its state was gone)
+// while another had already taken over; it says the others go on.
+func TestStoppedReplicaSaysWhoGoesOn(t *testing.T) {
+	const members = "c0=http://h0:2380,c1=http://h1:2380,c2=http://h2:2380"
+	for _, dir := range []string{"/var/lib/terrace", ""} {
+		got := whereStateIs(false, "", dir, members)
+		if !strings.Contains(got, "the other coordinators of --etcd-cluster hold its state") || !strings.Contains(got, "2 of the 3") {
+			t.Errorf("--etcd-dir %q: %q, want the other coordinators named, 2 of the 3", dir, got)
+		}
+	}
+	if got := whereStateIs(false, "", "/var/lib/terrace", ""); !strings.Contains(got, "start the coordinator again") {
+		t.Errorf("a lone coordinator: %q", got)
+	}
+}

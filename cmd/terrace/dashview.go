@@ -33,9 +33,14 @@ type dashView struct {
 	h  http.Handler // the current term's API; nil until this replica leads
 }
 
-// lead points the view at c, the coordinator of this replica's new term.
+// lead points the view at c, the coordinator of this replica's new term,
+// or at nothing (nil) once the term ends: the old term's API refused
+// every read ("state not persisted").
 func (d *dashView) lead(c *coord.Coordinator) {
-	h := c.Handler()
+	var h http.Handler
+	if c != nil {
+		h = c.Handler()
+	}
 	d.mu.Lock()
 	d.h = h
 	d.mu.Unlock()

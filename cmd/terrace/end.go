@@ -46,6 +46,19 @@ func checkCoordinatorCluster(servers, workers, replication int, tiered bool) err
 // checkTierReplication refuses a --replication given above the servers
 // of a cluster on machines of two classes, each of which runs one server,
 // as checkCluster refuses it above --servers.
+// tierReplication is the k of a cluster of reliable and transient
+// machines, each one server: one given (changed) is checked, the default
+// capped at the machines, as a cluster of servers caps it. Passed on
+// uncapped, the default 2 on one machine (train --processes --reliable 1
+// --transient 0 --stage 1, plan --measure of it) made the coordinator
+// exit at start.
+func tierReplication(changed bool, replication, reliable, transient int) (int, error) {
+	if changed {
+		return replication, checkTierReplication(replication, reliable, transient)
+	}
+	return max(1, min(replication, reliable+transient)), nil
+}
+
 func checkTierReplication(replication, reliable, transient int) error {
 	switch servers := reliable + transient; {
 	case replication < 1:

@@ -109,6 +109,7 @@ address, comma-separated.`,
 					return
 				}
 				ha.Listen, ha.Options, ha.Logger, ha.Ready = listen, o, log, ready
+				ha.SteppedDown = func() { terms <- nil }
 				if etcd != "" {
 					ha.Endpoints = strings.Split(etcd, ",")
 				}
@@ -125,6 +126,10 @@ address, comma-separated.`,
 				case cur = <-terms:
 					if view != nil {
 						view.lead(cur)
+					}
+					if cur == nil {
+						done = nil // stepped down: the next term tells
+						continue
 					}
 					st := cur.JobStatus()
 					shown.lead(cmd.OutOrStdout(), st)
@@ -168,9 +173,9 @@ address, comma-separated.`,
 						if js := cur.JobStatus(); js.Done {
 							// Between jobs: "during job 2, 150 passes done"
 							// read as if job 2 had run.
-							fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator: stopped after job %d was done, before another was submitted: %s\n", js.Number, whereStateIs(inMemory, etcd, ha.Embed.Dir))
+							fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator: stopped after job %d was done, before another was submitted: %s\n", js.Number, whereStateIs(inMemory, etcd, ha.Embed.Dir, ha.Embed.InitialCluster))
 						} else {
-							fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator: stopped during job %d, %d pass(es) done: %s\n", job, js.PassesDone, whereStateIs(inMemory, etcd, ha.Embed.Dir))
+							fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator: stopped during job %d, %d pass(es) done: %s\n", job, js.PassesDone, whereStateIs(inMemory, etcd, ha.Embed.Dir, ha.Embed.InitialCluster))
 						}
 					}
 					return err
@@ -399,8 +404,14 @@ func workerCmd() *cobra.Command {
 
 // whereStateIs tells a coordinator stopped mid-job how the cluster can go
 // on: from the state it saved, where it saved it (a stop said nothing).
-func whereStateIs(inMemory bool, etcd, etcdDir string) string {
+// One of the coordinators that form their own etcd cluster (members, the
+// --etcd-cluster list) was told to start again for the cluster to go on,
+// or that its state was gone, while another already led it.
+func whereStateIs(inMemory bool, etcd, etcdDir, members string) string {
 	switch {
+	case members != "":
+		n := len(strings.Split(members, ","))
+		return fmt.Sprintf("the other coordinators of --etcd-cluster hold its state, and one of them leads the cluster on while %d of the %d are up", n/2+1, n)
 	case inMemory:
 		return "an in-memory coordinator keeps no state: its servers and workers cannot go on without it"
 	case etcd != "":

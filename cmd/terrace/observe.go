@@ -64,7 +64,7 @@ func statusCmd() *cobra.Command {
 					case watch && n > 0:
 						fmt.Fprintln(out) // a log or a pipe keeps every table, without escapes
 					}
-					printStatus(out, coordinator, st)
+					printStatus(out, answered(coordinator, cc.Current()), st)
 				}
 				if !watch {
 					return nil
@@ -110,6 +110,18 @@ func printSlotLosses(w io.Writer, st *api.Status) {
 	if st.UnderReplicated > 0 {
 		fmt.Fprintf(w, "UNDER-REPLICATED  %.2f%% of the ring has fewer copies than k until its rebuild is reported\n", 100*st.UnderReplicated)
 	}
+}
+
+// answered names the coordinator that answered, of several given: after a
+// failover the status named the whole list, not which replica leads.
+func answered(given, current string) string {
+	if !strings.Contains(given, ",") || current == "" {
+		return given
+	}
+	if _, host, ok := strings.Cut(current, "://"); ok {
+		current = host
+	}
+	return current + " (leading, of " + given + ")"
 }
 
 // printStatus prints st as kubectl prints resources: a summary line, then

@@ -130,3 +130,15 @@ func TestStatusSilentCoordinator(t *testing.T) {
 		t.Fatalf("status of a silent coordinator: %v; want %v", err, api.ErrUnavailable)
 	}
 }
+
+// TestStatusNamesTheLeader: of several coordinators given, the status
+// names the one that answered; it named the list, and after a failover
+// nothing said which replica led.
+func TestStatusNamesTheLeader(t *testing.T) {
+	if got := answered("h0:7070,h1:7070,h2:7070", "https://h1:7070"); got != "h1:7070 (leading, of h0:7070,h1:7070,h2:7070)" {
+		t.Errorf("three given: %q", got)
+	}
+	if got := answered("h0:7070", "http://h0:7070"); got != "h0:7070" {
+		t.Errorf("one given: %q", got)
+	}
+}

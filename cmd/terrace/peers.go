@@ -26,7 +26,7 @@ type peerFlags struct {
 }
 
 func (p *peerFlags) register(fs *pflag.FlagSet) {
-	p.straggleFlags.register(fs)
+	p.straggleFlags.register(fs, " (give every worker of the job the same: each slows itself when the pattern picks its rank)")
 	fs.StringVar(&p.addr, "peer-addr", "", "with --reassign: where to listen for peers' progress messages (port 0 on the address this worker reaches the coordinator from if empty)")
 }
 
@@ -81,6 +81,9 @@ func (p *peerFlags) start(ctx context.Context, cfg *node.WorkerConfig, seed uint
 		if pat.Kind != straggle.None || p.work > 0 {
 			c.Pace(straggle.NewPacer(pat, seed, c, time.Now()).WithWork(p.work))
 		}
+		if note := slowedWorker(pat, seed, c.Rank(), c.Layout().Workers); note != "" {
+			cfg.Logger.Warn(note, "straggle", pat.String(), "rank", c.Rank())
+		}
 		if ep != nil {
 			ep.Bind(c.Rank(), peernet.FromLayout(c.Layout))
 			rctx, cancel := context.WithCancel(ctx)
@@ -124,6 +127,17 @@ func withReassign(rep any, st ps.ReassignStats, peers *peernet.Stats) (any, erro
 		m["peer_messages"] = peers
 	}
 	return m, nil
+}
+
+// slowedWorker says, for the worker of rank among workers that a pattern
+// slowing one worker (one:, machine:) picks, that it is slowed on purpose;
+// "" for every other worker and pattern. Every worker process was silent,
+// and which was the straggler had to be read off their rates.
+func slowedWorker(p straggle.Pattern, seed uint64, rank, workers int) string {
+	if (p.Kind != straggle.One && p.Kind != straggle.Machine) || rank != straggle.Victim(seed, workers) {
+		return ""
+	}
+	return "this worker is the one --straggle slows, on purpose"
 }
 
 // straggleArgs passes train's straggler and reassignment flags on to the

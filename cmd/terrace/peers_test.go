@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/terrace-ml/terrace/internal/harness/straggle"
 )
 
 // TestReassignAcrossProcesses runs the straggler drill with every node
@@ -67,5 +69,24 @@ func TestReassignAcrossProcesses(t *testing.T) {
 	}
 	if rep.Reassignments == 0 || rep.ExamplesReassigned == 0 {
 		t.Errorf("reassignments %d, examples reassigned %d: no tail moved across processes", rep.Reassignments, rep.ExamplesReassigned)
+	}
+}
+
+// TestSlowedWorkerSays: the worker a one: or machine: pattern picks says
+// so in its log, and no other does.
+func TestSlowedWorkerSays(t *testing.T) {
+	one, err := straggle.Parse("one:4x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	random, _ := straggle.Parse("random:3x")
+	victim := straggle.Victim(1, 4)
+	for rank := range 4 {
+		if got := slowedWorker(one, 1, rank, 4); (got != "") != (rank == victim) {
+			t.Errorf("one:4x, rank %d of 4 (victim %d): %q", rank, victim, got)
+		}
+		if got := slowedWorker(random, 1, rank, 4); got != "" {
+			t.Errorf("random:3x, rank %d: %q, want nothing (every worker is slowed in turn)", rank, got)
+		}
 	}
 }

@@ -69,11 +69,11 @@ links of --link-mbps, a few seconds in each stage, and plans from what it measur
 			// A k asked for above the machines planned as the machines'
 			// count; the default 2 on one machine is capped, as the
 			// cluster caps it.
-			if cmd.Flags().Changed("replication") {
-				if err := checkTierReplication(f.replication, f.reliable, f.transient); err != nil {
-					return err
-				}
+			k, err := tierReplication(cmd.Flags().Changed("replication"), f.replication, f.reliable, f.transient)
+			if err != nil {
+				return err
 			}
+			f.replication = k
 			var cal *calibrationReport
 			if f.measure {
 				// Every flag is checked before the job runs.

@@ -56,6 +56,9 @@ func (m *measureFlags) register(fs *pflag.FlagSet) {
 			fs.AddFlag(f)
 		}
 	})
+	// --epochs, which the help names, was refused ("unknown flag"): the
+	// alias was the app flag set's, not plan's.
+	fs.SetNormalizeFunc(passesAlias)
 	m.app.fs = fs
 }
 
@@ -128,9 +131,11 @@ func measureJob(ctx context.Context, f planFlags, fs *pflag.FlagSet, out io.Writ
 		sample, dir, notes, err := measureStage(ctx, f, s, links, args, out)
 		rep.Notes = append(rep.Notes, notes...)
 		if err != nil {
-			if dir != "" {
-				rep.RunDirs = append(rep.RunDirs, dir)
+			if dir == "" {
+				// The cluster did not start: its error names the log.
+				return rep, fmt.Errorf("--measure: stage %d: %w", s, err)
 			}
+			rep.RunDirs = append(rep.RunDirs, dir)
 			return rep, fmt.Errorf("--measure: stage %d: %w (logs in %s)", s, err, dir)
 		}
 		if mf.keepRuns {

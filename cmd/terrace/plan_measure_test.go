@@ -157,10 +157,17 @@ func TestTrainPlanFlag(t *testing.T) {
 	if err := os.WriteFile(empty, []byte(`{"stage": 1}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// A plan made without --measure: its measurements are the planner's
+	// defaults, which --stage auto took as a calibration.
+	unmeasured := filepath.Join(t.TempDir(), "unmeasured.json")
+	if out, err := exec.Command(terrace(t), "plan", "--reliable", "1", "--transient", "1", "--report", unmeasured).CombinedOutput(); err != nil {
+		t.Fatalf("plan: %v\n%s", err, out)
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
+		{[]string{"train", "--processes", "--reliable", "1", "--transient", "1", "--stage", "auto", "--plan", unmeasured}, "made without --measure"},
 		{[]string{"train", "--plan", "x"}, "--plan needs --reliable and --transient"},
 		{[]string{"train", "--processes", "--reliable", "1", "--transient", "1", "--stage", "2", "--plan", "x"}, "--plan needs --stage auto"},
 		{[]string{"train", "--processes", "--reliable", "1", "--transient", "1", "--stage", "auto", "--plan", filepath.Join(t.TempDir(), "none.json")}, "--plan: open"},

@@ -67,6 +67,9 @@ func (f *securityFlags) network(inner transport.Network, log *slog.Logger) (*tls
 	if err != nil {
 		return nil, fmt.Errorf("tls: %w", err)
 	}
+	src.Warn = func(err error) {
+		log.Warn("tls: the certificate files changed but are not used: new connections present the last good pair", "err", err)
+	}
 	return tlsnet.New(inner, src, log), nil
 }
 

@@ -19,8 +19,10 @@ type straggleFlags struct {
 	parsed   straggle.Pattern
 }
 
-func (s *straggleFlags) register(fs *pflag.FlagSet) {
-	fs.StringVar(&s.pattern, "straggle", "", "slow workers on purpose, reproducibly from --seed: one:4x, random:3x, machine:5x@2s-6s or powerlaw:1.5; turns --audit on")
+// register adds the flags to fs; note ends --straggle's help (train's:
+// it turns the audit on).
+func (s *straggleFlags) register(fs *pflag.FlagSet, note string) {
+	fs.StringVar(&s.pattern, "straggle", "", "slow workers on purpose, reproducibly from --seed: one:4x, random:3x, machine:5x@2s-6s or powerlaw:1.5"+note)
 	fs.DurationVar(&s.work, "straggle-work", 0, "emulated compute per example, slowed with the rest, so that workers sharing this machine's cores behave as if each had its own (e.g. 100us)")
 	fs.BoolVar(&s.reassign, "reassign", false, "rapid reassignment: workers tell peers their progress and take the tails of slow peers' pieces")
 }

@@ -147,3 +147,30 @@ func TestSummaryFaultsNotInjected(t *testing.T) {
 		t.Fatalf("summary:\n%s\nwant the line %q", b.String(), want)
 	}
 }
+
+// TestSummaryReassignments: train's summary says what rapid
+// reassignment did; a run with --reassign said nothing of it on the
+// terminal.
+func TestSummaryReassignments(t *testing.T) {
+	var b bytes.Buffer
+	printSummary(&b, &trainReport{App: "lr", straggleReport: &straggleReport{Straggle: "one:4x", Reassignments: 3, ExamplesReassigned: 3982}})
+	if want := "terrace: stragglers one:4x: 3 reassignments, 3982 examples reassigned, 0 splits refused\n"; !strings.Contains(b.String(), want) {
+		t.Fatalf("summary:\n%s\nwant the line %q", b.String(), want)
+	}
+}
+
+// TestTierReplicationCapped: the default k on tiers of one machine is 1,
+// as a cluster of one server caps it; passed on as 2, the coordinator of
+// train --processes --reliable 1 --transient 0 --stage 1 (and of plan
+// --measure's calibration) exited at start. A k given is checked.
+func TestTierReplicationCapped(t *testing.T) {
+	if k, err := tierReplication(false, 2, 1, 0); k != 1 || err != nil {
+		t.Errorf("the default on one machine: k %d, %v; want 1", k, err)
+	}
+	if k, err := tierReplication(false, 2, 2, 4); k != 2 || err != nil {
+		t.Errorf("the default on six machines: k %d, %v; want 2", k, err)
+	}
+	if _, err := tierReplication(true, 2, 1, 0); err == nil || !strings.Contains(err.Error(), "--replication 2 with --reliable 1 --transient 0") {
+		t.Errorf("--replication 2 given on one machine: %v, want it refused by name", err)
+	}
+}

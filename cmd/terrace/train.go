@@ -176,9 +176,7 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 				// Every machine runs a server; --servers is refused below.
 				// The default k on one machine is capped, as the cluster
 				// caps it; a k asked for above the machines is refused.
-				if cmd.Flags().Changed("replication") {
-					err = checkTierReplication(replication, tiers.reliable, tiers.transient)
-				}
+				replication, err = tierReplication(cmd.Flags().Changed("replication"), replication, tiers.reliable, tiers.transient)
 			} else {
 				err = checkCluster(servers, workers, replication)
 			}
@@ -285,7 +283,7 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 	a.register(fs)
 	d.register(fs)
 	tiers.register(fs)
-	sf.register(fs)
+	sf.register(fs, "; turns --audit on")
 	fs.IntVar(&servers, "servers", 2, "number of servers")
 	fs.IntVar(&workers, "workers", 2, "number of workers")
 	fs.IntVar(&partitions, "partitions", 0, "data partitions (4 per worker if 0)")
@@ -474,6 +472,17 @@ func printSummary(w io.Writer, r *trainReport) {
 	}
 	if a := r.Account; a != nil {
 		fmt.Fprintf(w, "terrace: examples account: %d passes, %d examples repeated, %d skipped\n", a.Passes, a.Repeated, a.Skipped)
+	}
+	if s := r.straggleReport; s != nil {
+		// --reassign said nothing on the terminal: whether a tail was
+		// taken was in the report alone. Worker processes count their
+		// own, and one killed or stopped reports none.
+		by := ""
+		if r.Report != nil && r.Report.RunDir != "" {
+			by = " (counted by the workers that reported)"
+		}
+		fmt.Fprintf(w, "terrace: stragglers %s: %d reassignments, %d examples reassigned, %d splits refused%s\n",
+			cmp.Or(s.Straggle, "none"), s.Reassignments, s.ExamplesReassigned, s.SplitsRefused, by)
 	}
 	if d := r.Report; d != nil {
 		if d.RunDir != "" {

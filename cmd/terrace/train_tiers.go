@@ -143,12 +143,19 @@ func readPlanMeasurements(path string) (*planner.Measurements, error) {
 	}
 	var rep struct {
 		Measurements *planner.Measurements `json:"measurements"`
+		Measured     bool                  `json:"measured"`
 	}
 	if err := json.Unmarshal(b, &rep); err != nil {
 		return nil, fmt.Errorf("--plan %s: not a report of terrace plan: %w", path, err)
 	}
 	if rep.Measurements == nil {
 		return nil, fmt.Errorf("--plan %s: no measurements: want the report of terrace plan --measure", path)
+	}
+	// A plan made without --measure lists the planner's defaults: taken
+	// as a calibration, --stage auto planned from them alone, where
+	// without --plan it plans from the rates the job runs at.
+	if !rep.Measured {
+		return nil, fmt.Errorf("--plan %s: the planner's default measurements (a plan made without --measure): want the report of terrace plan --measure, or no --plan to plan from the job's own rates", path)
 	}
 	if err := rep.Measurements.Validate(); err != nil {
 		return nil, fmt.Errorf("--plan %s: %w", path, err)

@@ -60,6 +60,15 @@ const HeaderJob = "Terrace-Job"
 // it once it has joined (Layout.Job).
 func (c *Client) SetJob(job uint64) { c.job.Store(int64(job)) }
 
+// Current is the coordinator the client asks first, the one that last
+// answered: of several, the leader once one has ("" without any).
+func (c *Client) Current() string {
+	if len(c.bases) == 0 {
+		return ""
+	}
+	return c.bases[int(c.cur.Load())%len(c.bases)]
+}
+
 // NewClient returns a client for the coordinators at addrs, a
 // comma-separated list of host:port or URLs, dialled with d (TCP if nil).
 func NewClient(addrs string, d Dialer) *Client {
@@ -112,6 +121,11 @@ func CheckAddrs(addrs string) error {
 		}
 		if p.Host == "" {
 			return fmt.Errorf("%s: %w (no host)", a, ErrBadAddress)
+		}
+		// A bare host was dialled on port 80 ("connection refused"); a
+		// URL says its port by its scheme.
+		if p.Port() == "" && u != a {
+			return fmt.Errorf("%s: %w (no port: HOST:PORT, the coordinator's --listen)", a, ErrBadAddress)
 		}
 	}
 	if n == 0 {
@@ -321,6 +335,13 @@ func (c *Client) WaitReachable(ctx context.Context) error {
 		if mismatched >= len(c.bases) {
 			return fmt.Errorf("%w: %s: %w", ErrTLSMismatch, base, err)
 		}
+		if (i+1)%len(c.bases) != 0 {
+			continue // the next coordinator of the round, at once
+		}
+		// Only a round that every coordinator failed is said: a standby
+		// listed first refuses connections while the leader after it
+		// answers, and every node of a replicated coordinator warned
+		// that its coordinator was unreachable as it joined.
 		if c.Unreachable != nil && time.Since(noticed) >= reachableNotice {
 			noticed = time.Now()
 			c.Unreachable(strings.Join(c.bases, ","), err)
@@ -344,7 +365,8 @@ func tlsMismatch(err error) bool {
 	return errors.As(err, &verify) || errors.As(err, &record) || (errors.As(err, &op) && op.Op == "remote error")
 }
 
-// reachablePoll is WaitReachable's interval; reachableNotice how often
+// reachablePoll is WaitReachable's interval between rounds of every
+// coordinator (each tried at once after the last); reachableNotice how often
 // Unreachable hears of a coordinator that still does not answer;
 // healthTimeout bounds one try (the health route answers at once).
 const reachablePoll, reachableNotice, healthTimeout = 100 * time.Millisecond, 5 * time.Second, 2 * time.Second

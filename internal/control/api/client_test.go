@@ -109,6 +109,25 @@ func TestUnreachable(t *testing.T) {
 	}
 }
 
+// TestReachableStandbyFirst: a leader listed after a standby (which
+// listens on no port) is reached without a word; every node of a
+// replicated coordinator, given the README's list, warned at its start
+// that the coordinator was unreachable.
+func TestReachableStandbyFirst(t *testing.T) {
+	leader := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+	defer leader.Close()
+	cl := NewClient("127.0.0.1:1,"+strings.TrimPrefix(leader.URL, "http://"), nil)
+	cl.Unreachable = func(addrs string, err error) { t.Errorf("said unreachable (%s): %v", addrs, err) }
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := cl.WaitReachable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := cl.Current(); got != leader.URL {
+		t.Errorf("the client asks %s first, want the leader %s", got, leader.URL)
+	}
+}
+
 // TestUnreachableSilent: a coordinator that accepts connections and never
 // answers (SIGSTOPped) is said to be so after one bounded try, while the
 // caller's budget still runs; each try used to last the HTTP client's
@@ -217,7 +236,7 @@ func TestTLSMismatchFailsAtOnce(t *testing.T) {
 // CheckAddrs, and WaitReachable returns ErrBadAddress for it; it
 // panicked on the nil request.
 func TestBadAddress(t *testing.T) {
-	for _, a := range []string{"127.0.0.1:127.0.0.1", "h:1,127.0.0.1:x", "http://", " , "} {
+	for _, a := range []string{"127.0.0.1:127.0.0.1", "h:1,127.0.0.1:x", "http://", " , ", "localhost", "h0:7070,h1"} { // the last two were dialled on port 80
 		if err := CheckAddrs(a); !errors.Is(err, ErrBadAddress) {
 			t.Errorf("CheckAddrs(%q): %v, want ErrBadAddress", a, err)
 		}

@@ -178,17 +178,19 @@ type Progress struct {
 	Pass       int `json:"pass"`
 	Partitions int `json:"partitions"`
 	Done       int `json:"done"`
-	// Examples counts the rows recorded as trained since this coordinator
-	// took over; Rate is rows per second over the last minute, ETA the
+	// Examples counts the job's rows recorded as trained (a resumed job's
+	// since its checkpoint, whose ExamplesFrom partitions were complete
+	// before); Rate is rows per second over the last minute, ETA the
 	// time the pass in progress would take to finish at that rate, and
 	// JobETA the time the job's remaining passes would (each 0 when
 	// unknown).
-	Examples int64         `json:"examples"`
-	Rate     float64       `json:"rate"`
-	ETA      time.Duration `json:"eta"`
-	JobETA   time.Duration `json:"job_eta"`
-	Reported int           `json:"reported"`
-	Workers  int           `json:"workers"`
+	Examples     int64         `json:"examples"`
+	ExamplesFrom int           `json:"examples_from,omitempty"`
+	Rate         float64       `json:"rate"`
+	ETA          time.Duration `json:"eta"`
+	JobETA       time.Duration `json:"job_eta"`
+	Reported     int           `json:"reported"`
+	Workers      int           `json:"workers"`
 	// Staleness is the spread of the training workers' clocks (the
 	// fastest's last reported clock less the slowest's): how far behind
 	// the fastest worker the slowest one's updates are.

@@ -224,6 +224,7 @@ func (m *Machine) Resume(r Resumed) map[int][]uint64 {
 		m.st.Layout.Partitions = r.Partitions
 	}
 	m.st.Passes, m.st.DoneBefore, m.st.MaxClock = map[int]*Pass{}, r.Pass+1, r.MaxClock
+	m.st.Trained, m.st.TrainedFrom = 0, m.st.DoneBefore
 	if r.Job != nil {
 		j := *r.Job
 		m.st.Job, m.st.ResumedJob = &j, true

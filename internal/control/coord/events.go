@@ -34,10 +34,10 @@ type EventStore interface {
 func (m *Machine) note(kind, node, cause string) {
 	m.out.Events = append(m.out.Events, api.Event{Time: m.now, Kind: kind, Node: node, Cause: cause})
 	if kind == api.EventFailed || kind == api.EventLeft {
-		if m.gone == nil {
-			m.gone = map[string]string{}
+		if m.st.Gone == nil {
+			m.st.Gone = map[string]string{}
 		}
-		m.gone[node] = kind
+		m.st.Gone[node] = kind
 	}
 }
 

@@ -297,7 +297,7 @@ func (m *Machine) endedWithCluster(server string) bool {
 	if !l.JobDone || !l.Shutdown {
 		return false
 	}
-	if m.gone[server] == "" && slices.ContainsFunc(l.AllServers(), func(s ring.Server) bool { return s.ID == server }) {
+	if m.st.Gone[server] == "" && slices.ContainsFunc(l.AllServers(), func(s ring.Server) bool { return s.ID == server }) {
 		m.log.Info("server exited with the cluster", "server", server)
 		m.note(api.EventLeft, server, "exited with the cluster: the job is done (--exit-when-done)")
 	}

@@ -69,11 +69,9 @@ type Machine struct {
 	waiting  []waiter // requests parked until they can be answered
 	ckptDone []CheckpointStat
 	// trained counts the rows recorded as trained since this machine
-	// started, jobFrom what it was when the current job began (the job's
-	// examples, and its ETA, are the difference), and gone the servers
-	// taken out, for status (not saved).
-	trained, jobFrom int64
-	gone             map[string]string
+	// started, every job's (the metric and the rate; the job's own count
+	// is State.Trained; not saved).
+	trained int64
 	// machineOf is each node's machine by "role/id", clocks each worker
 	// rank's last reported clock (cluster.go; not saved).
 	machineOf map[string]string

@@ -317,6 +317,9 @@ func (m *Machine) LeaveServer(id uint64, server string) {
 		m.replyLayout(id)
 		return
 	}
+	if m.leaveTiered(id, server) {
+		return
+	}
 	if !slices.ContainsFunc(l.Servers, func(s ring.Server) bool { return s.ID == server }) {
 		m.fail(id, fmt.Errorf("%w: server %s is not on the ring", api.ErrBadRequest, server))
 		return

@@ -42,7 +42,7 @@ func (m *Machine) nextJob(j api.Job) {
 	// The old job's workers that left or died are not the new job's:
 	// status listed them as gone servers.
 	for id := range st.Workers {
-		delete(m.gone, id)
+		delete(m.st.Gone, id)
 	}
 	st.Passes, st.DoneBefore, st.MaxClock, st.PartStates = map[int]*Pass{}, 0, 0, map[int][]uint64{}
 	st.Workers, st.Reports, st.Evals, st.RankClass = map[string]int{}, map[int]json.RawMessage{}, map[int]*Eval{}, nil
@@ -53,7 +53,7 @@ func (m *Machine) nextJob(j api.Job) {
 	st.Job = &j
 	m.beats, m.cutSince = map[int]time.Time{}, map[cutKey]time.Time{}
 	m.suspects = nil
-	m.jobFrom = m.trained
+	st.Trained, st.TrainedFrom = 0, 0
 	for _, w := range m.waiting {
 		m.fail(w.id, fmt.Errorf("%w: the job ended", api.ErrLeaseLost))
 	}

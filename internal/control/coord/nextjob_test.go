@@ -47,7 +47,7 @@ func TestNextJob(t *testing.T) {
 
 	second := first
 	second.Passes = 2
-	r.m.trained = 400000 // the first job's rows (runJob records no progress)
+	r.m.st.Trained = 400000 // the first job's rows (runJob records no progress)
 	if rep := r.step(func(m *Machine, id uint64) { m.SubmitJob(id, second) }); rep.Err != nil || *rep.Job != second {
 		t.Fatalf("the next job: %v, %+v", rep.Err, rep.Job)
 	}

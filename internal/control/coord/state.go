@@ -88,6 +88,17 @@ type State struct {
 	// job's tables are numbered after it, so that no server mistakes an
 	// old job's table for a new one's (nextjob.go).
 	TableBase uint32 `json:"table_base,omitempty"`
+	// Trained counts the job's rows recorded as trained (progress
+	// reports), TrainedFrom the passes complete before they began to
+	// count (a checkpoint's, on a resume): the status's examples
+	// and ETA. Saved, so that a new leader's ETA is not estimated from
+	// the rows it saw alone against every partition of the job.
+	Trained     int64 `json:"trained,omitempty"`
+	TrainedFrom int   `json:"trained_from,omitempty"`
+	// Gone is how each node taken out went (api.EventLeft or
+	// EventFailed), for status: a new leader that did not know showed
+	// every drained worker as dead, and no server that had left.
+	Gone map[string]string `json:"gone,omitempty"`
 }
 
 // StageChange is one stage switch: started at Started, published (the

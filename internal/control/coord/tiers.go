@@ -126,6 +126,79 @@ func (m *Machine) arrangeTiers() {
 	m.st.StageIntact = stage >= tier.Stage2
 }
 
+// leaveTiered lets a tiered cluster's server that is off the data ring
+// leave on notice, and reports whether it answered: a standby (it holds
+// nothing), a BackupPS whose slots other BackupPS hold, and a reliable
+// server joining the ring in a switch to stage 1 beside others, each at
+// once, as its failure would take it out (removeTiered, removeServer),
+// but as a planned exit. The only BackupPS, or the only reliable joiner,
+// is refused as the last server on the ring is: it holds the one
+// authoritative copy. Refused as "not on the ring", each exited 1 and
+// was recorded as failed (a BackupPS SIGTERMed in stage 2).
+func (m *Machine) leaveTiered(id uint64, server string) bool {
+	l := &m.st.Layout
+	is := func(s ring.Server) bool { return s.ID == server }
+	reliableJoiners := 0
+	if sw := l.Switch; sw != nil && sw.To == tier.Stage1 {
+		for _, s := range l.Joining {
+			if s.Class == tier.Reliable {
+				reliableJoiners++
+			}
+		}
+	}
+	if sw := l.Switch; sw != nil && sw.From == tier.Stage1 && slices.Contains(l.Leaving, server) {
+		return m.leaveSwitchFromStage1(id, server)
+	}
+	var why string
+	switch {
+	case slices.ContainsFunc(l.Standby, is):
+		why = "standby server left: it held nothing"
+	case slices.ContainsFunc(l.Backup, is) && len(l.Backup) > 1:
+		why = "BackupPS left: the other BackupPS hold its slots' authoritative copies"
+	case slices.ContainsFunc(l.Backup, is) || reliableJoiners == 1 && slices.ContainsFunc(l.Joining, is):
+		m.fail(id, fmt.Errorf("%w: %s: it holds the only authoritative copy of the slots (the last BackupPS)", api.ErrLastServer, server))
+		return true
+	case reliableJoiners > 1 && slices.ContainsFunc(l.Joining, is):
+		why = "reliable server left the switch to stage 1: the other reliable servers take its slots"
+	default:
+		return false
+	}
+	m.removeServer(server, "")
+	m.note(api.EventLeft, server, why)
+	m.replyLayout(id)
+	return true
+}
+
+// leaveSwitchFromStage1 answers a reliable server that asks to leave while
+// a switch from stage 1 makes it a BackupPS: it is noticed, and leaves
+// when the switch ends (promoteSwitch), if another BackupPS stays. Told
+// that it was leaving already, it became a BackupPS, found itself off
+// the ring and exited, to be found failed (or, the only one, kept in the
+// layout as the authoritative copy it no longer held).
+func (m *Machine) leaveSwitchFromStage1(id uint64, server string) bool {
+	l := &m.st.Layout
+	staying := 0
+	for _, s := range l.Servers {
+		if slices.Contains(l.Leaving, s.ID) && s.ID != server && !m.st.Noticed[s.ID] {
+			staying++
+		}
+	}
+	if staying == 0 {
+		m.fail(id, fmt.Errorf("%w: %s: it will hold the only authoritative copy of the slots (the last BackupPS of the switch to stage %d)", api.ErrLastServer, server, l.Switch.To))
+		return true
+	}
+	if m.st.Noticed == nil {
+		m.st.Noticed = map[string]bool{}
+	}
+	if !m.st.Noticed[server] {
+		m.st.Noticed[server] = true
+		m.note(api.EventDrain, server, fmt.Sprintf("server asked to leave during the switch to stage %d: it leaves when the switch ends", l.Switch.To))
+		m.dirty = true
+	}
+	m.replyLayout(id)
+	return true
+}
+
 // removeTiered takes a failed server out when the tiers are involved, and
 // reports whether it handled it: a BackupPS or a standby server leaves its
 // list; losing an ActivePS without notice falls back to stage 1 once k of
@@ -412,7 +485,15 @@ func (m *Machine) promoteSwitch(done func(string) bool) bool {
 	}
 	l.Servers = slices.Clone(l.Joining)
 	if l.Switch.To >= tier.Stage2 {
-		l.Backup = leavers
+		l.Backup = nil
+		for _, s := range leavers {
+			if m.st.Noticed[s.ID] {
+				m.st.Removed++
+				m.note(api.EventLeft, s.ID, "server left as the switch ended: the other BackupPS hold its slots")
+				continue
+			}
+			l.Backup = append(l.Backup, s)
+		}
 	} else {
 		for _, s := range leavers {
 			if m.st.Noticed[s.ID] {

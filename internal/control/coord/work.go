@@ -181,6 +181,7 @@ func (m *Machine) Progress(id uint64, u api.Update, head, tail uint64) {
 		m.unref(u.Partition, head)
 	} else {
 		m.trained += int64(u.Offset - pc.Offset)
+		m.st.Trained += int64(u.Offset - pc.Offset)
 		pc.Offset = u.Offset
 		if u.HasState {
 			old := pc.States

@@ -42,8 +42,11 @@ type Config struct {
 	// Prefix separates clusters sharing one etcd.
 	Prefix string
 	Logger *slog.Logger
-	// Ready, when set, is told once this replica leads and listens.
-	Ready func(c *coord.Coordinator, addr string)
+	// Ready, when set, is told once this replica leads and listens;
+	// SteppedDown, when set, once a term ends and the replica campaigns
+	// again (what Ready handed out no longer serves).
+	Ready       func(c *coord.Coordinator, addr string)
+	SteppedDown func()
 	// Network is what the HTTP API listens on and, unless
 	// Options.Network is set, what the failure detector dials (TCP if nil).
 	Network transport.Network
@@ -128,6 +131,9 @@ func Run(ctx context.Context, cfg Config) error {
 				return err // no later term can listen either
 			}
 			cfg.Logger.Warn("stepped down as coordinator; campaigning again", "id", cfg.ID, "err", err)
+			if cfg.SteppedDown != nil {
+				cfg.SteppedDown()
+			}
 			select {
 			case <-time.After(200 * time.Millisecond):
 			case <-ctx.Done():

@@ -200,12 +200,14 @@ func TestNextTermListensWhereTheFirstDid(t *testing.T) {
 	defer cancel()
 	e := embedded(ctx, t)
 	addrs := make(chan string, 4)
+	stepped := make(chan struct{}, 4)
 	done := make(chan error, 1)
 	rctx, stop := context.WithCancel(ctx)
 	go func() {
 		done <- coordha.Run(rctx, coordha.Config{ID: "a", Listen: "127.0.0.1:0", Endpoints: e.Endpoints(), Prefix: "/terms-test",
-			Options: coord.Options{Servers: 1, Workers: 1, FailureTimeout: time.Minute},
-			Ready:   func(_ *coord.Coordinator, addr string) { addrs <- addr }})
+			Options:     coord.Options{Servers: 1, Workers: 1, FailureTimeout: time.Minute},
+			Ready:       func(_ *coord.Coordinator, addr string) { addrs <- addr },
+			SteppedDown: func() { stepped <- struct{}{} }})
 	}()
 	first := <-addrs
 	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 5 * time.Second})
@@ -222,6 +224,12 @@ func TestNextTermListensWhereTheFirstDid(t *testing.T) {
 	}
 	select {
 	case again := <-addrs:
+		// The dashboard view of a replica that stepped down served the
+		// old term's API, which refused every read ("state not
+		// persisted"): the step-down is told before the next term.
+		if len(stepped) != 1 {
+			t.Errorf("%d step-downs told before the second term, want 1", len(stepped))
+		}
 		if again != first {
 			t.Errorf("the second term listens on %s, the first on %s", again, first)
 		}

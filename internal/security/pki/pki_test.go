@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -100,13 +101,22 @@ func TestSourceReloads(t *testing.T) {
 	if got := src.Leaf().Subject.CommonName; got != "b" {
 		t.Fatalf("after rotation the leaf is %q, want b", got)
 	}
+	// A broken rotation is told once (it was silent: the node served
+	// its old certificate until it expired), however often it is used.
+	var warned []error
+	src.Warn = func(err error) { warned = append(warned, err) }
 	if err := os.WriteFile(filepath.Join(a, NodeKey), []byte("garbage"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	for range 3 {
+		if got := src.Leaf().Subject.CommonName; got != "b" {
+			t.Fatalf("after a bad rotation the leaf is %q, want the last good one", got)
+		}
+	}
+	if len(warned) != 1 || !strings.Contains(warned[0].Error(), NodeKey) {
+		t.Fatalf("told %v, want the bad key once", warned)
+	}
 	if err := src.Reload(); err == nil {
 		t.Fatal("reloading a garbage key succeeded")
-	}
-	if got := src.Leaf().Subject.CommonName; got != "b" {
-		t.Fatalf("after a bad rotation the leaf is %q, want the last good one", got)
 	}
 }

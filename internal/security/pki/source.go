@@ -20,12 +20,17 @@ var ErrExpired = errors.New("pki: certificate expired")
 // (checked at most once per checkEvery), so that rotated certificates are
 // used by the next handshake without a restart. A rotation that leaves
 // unreadable or mismatched files keeps the last good pair and reports the
-// error to the caller of Reload.
+// error to the caller of Reload, and to Warn once for each new error.
 type Source struct {
 	files Files
 	every time.Duration // checkEvery; 0 in tests, to check at every use
+	// Warn, when set (before the source is used), is told why the files
+	// changed on disk are not used: a broken rotation was silent, and
+	// the node served its old certificate until it expired.
+	Warn func(error)
 
 	mu      sync.Mutex
+	warned  string // the last error told to Warn, "" since a good load
 	checked time.Time
 	stamp   [3]stamp
 	cert    *tls.Certificate
@@ -96,7 +101,7 @@ func (s *Source) reloadLocked(force bool) error {
 	for _, c := range cas {
 		pool.AddCert(c)
 	}
-	s.cert, s.pool, s.stamp = &cert, pool, st
+	s.cert, s.pool, s.stamp, s.warned = &cert, pool, st, ""
 	return nil
 }
 
@@ -106,7 +111,10 @@ func (s *Source) current() (*tls.Certificate, *x509.CertPool) {
 	defer s.mu.Unlock()
 	// A failed reload keeps the last good pair: a half-done rotation must
 	// not take the node off the cluster.
-	_ = s.reloadLocked(false)
+	if err := s.reloadLocked(false); err != nil && s.Warn != nil && err.Error() != s.warned {
+		s.warned = err.Error()
+		s.Warn(err)
+	}
 	return s.cert, s.pool
 }
 
