@@ -43,9 +43,6 @@ func checkCoordinatorCluster(servers, workers, replication int, tiered bool) err
 	return checkCluster(servers, workers, replication)
 }
 
-// checkTierReplication refuses a --replication given above the servers
-// of a cluster on machines of two classes, each of which runs one server,
-// as checkCluster refuses it above --servers.
 // tierReplication is the k of a cluster of reliable and transient
 // machines, each one server: one given (changed) is checked, the default
 // capped at the machines, as a cluster of servers caps it. Passed on
@@ -59,6 +56,9 @@ func tierReplication(changed bool, replication, reliable, transient int) (int, e
 	return max(1, min(replication, reliable+transient)), nil
 }
 
+// checkTierReplication refuses a --replication given above the servers
+// of a cluster on machines of two classes, each of which runs one server,
+// as checkCluster refuses it above --servers.
 func checkTierReplication(replication, reliable, transient int) error {
 	switch servers := reliable + transient; {
 	case replication < 1:
