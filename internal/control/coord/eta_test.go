@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/terrace-ml/terrace/internal/control/api"
-	"github.com/terrace-ml/terrace/table"
 )
 
 // TestETAs: the pass's ETA counts the partitions it has left, the job's
@@ -49,19 +48,7 @@ func TestExamplesSurviveFailover(t *testing.T) {
 	if rep := r.step(func(m *Machine, id uint64) { m.SubmitJob(id, api.Job{App: "lr", Passes: 3}) }); rep.Err != nil {
 		t.Fatal(rep.Err)
 	}
-	if rep := r.step(func(m *Machine, id uint64) { m.CreateTable(id, table.Spec{Name: "w", Width: 1}) }); rep.Err != nil {
-		t.Fatal(rep.Err)
-	}
-	rep := r.step(func(m *Machine, id uint64) { m.Acquire(id, api.Acquire{Rank: 0, Pass: 0}) })
-	if rep.Err != nil || rep.Grant.Partition < 0 {
-		t.Fatalf("acquire: %v, %+v", rep.Err, rep.Grant)
-	}
-	g := rep.Grant
-	if rep := r.step(func(m *Machine, id uint64) {
-		m.Progress(id, api.Update{Rank: 0, Pass: 0, Partition: g.Partition, Offset: g.Offset + 300, Lease: g.Lease}, 0, 0)
-	}); rep.Err != nil {
-		t.Fatalf("progress: %v", rep.Err)
-	}
+	trainRows(t, r, 300)
 	if ex := r.m.Status().Job.Examples; ex != 300 {
 		t.Fatalf("the leader counts %d examples, want 300", ex)
 	}

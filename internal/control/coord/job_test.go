@@ -439,3 +439,22 @@ func TestServerFailedSaysOnlyCopyLost(t *testing.T) {
 		}
 	}
 }
+
+// trainRows creates table w and records n rows of rank 0's first grant
+// of pass 0 trained.
+func trainRows(t *testing.T, r *jobRig, n int) {
+	t.Helper()
+	if rep := r.step(func(m *Machine, id uint64) { m.CreateTable(id, table.Spec{Name: "w", Width: 1}) }); rep.Err != nil {
+		t.Fatal(rep.Err)
+	}
+	rep := r.step(func(m *Machine, id uint64) { m.Acquire(id, api.Acquire{Rank: 0, Pass: 0}) })
+	if rep.Err != nil || rep.Grant.Partition < 0 {
+		t.Fatalf("acquire: %v, %+v", rep.Err, rep.Grant)
+	}
+	g := rep.Grant
+	if rep := r.step(func(m *Machine, id uint64) {
+		m.Progress(id, api.Update{Rank: 0, Pass: 0, Partition: g.Partition, Offset: g.Offset + n, Lease: g.Lease}, 0, 0)
+	}); rep.Err != nil {
+		t.Fatalf("progress: %v", rep.Err)
+	}
+}

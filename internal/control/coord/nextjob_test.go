@@ -147,19 +147,7 @@ func TestReplaceUnstartedJob(t *testing.T) {
 	if err := submit(r, bad); err != nil {
 		t.Fatal(err)
 	}
-	if rep := r.step(func(m *Machine, id uint64) { m.CreateTable(id, table.Spec{Name: "w", Width: 1}) }); rep.Err != nil {
-		t.Fatal(rep.Err)
-	}
-	rep := r.step(func(m *Machine, id uint64) { m.Acquire(id, api.Acquire{Rank: 0, Pass: 0}) })
-	if rep.Err != nil || rep.Grant.Partition < 0 {
-		t.Fatalf("acquire: %v, %+v", rep.Err, rep.Grant)
-	}
-	g := rep.Grant
-	if rep := r.step(func(m *Machine, id uint64) {
-		m.Progress(id, api.Update{Rank: 0, Pass: 0, Partition: g.Partition, Offset: g.Offset + 1, Lease: g.Lease}, 0, 0)
-	}); rep.Err != nil {
-		t.Fatalf("progress: %v", rep.Err)
-	}
+	trainRows(t, r, 1)
 	r.step(func(m *Machine, id uint64) { m.Leave(id, 0) })
 	r.step(func(m *Machine, id uint64) { m.Leave(id, 1) })
 	if err := submit(r, good); !errors.Is(err, api.ErrJobConflict) {
