@@ -342,13 +342,13 @@ func (r *run) restart(ctx context.Context) error {
 	switch {
 	case r.cfg.Progress == nil:
 	case first:
-		fmt.Fprintf(r.cfg.Progress, "replay: %s started on %d machines (chains of %d)\n", r.name, len(aliases), cc.Replication)
+		fmt.Fprintf(r.cfg.Progress, "replay: %s started on %d machine(s) (chains of %d)\n", r.name, len(aliases), cc.Replication)
 	default:
 		from := fmt.Sprintf("from the checkpoint after pass %d", f.passes)
 		if f.resumed == nil {
 			from = "from scratch (no checkpoint committed)"
 		}
-		fmt.Fprintf(r.cfg.Progress, "replay: %s restarted %s on %d machines (restart %d; %d acknowledged updates rolled back so far)\n", r.name, from, len(aliases), f.Restarts, f.Lost)
+		fmt.Fprintf(r.cfg.Progress, "replay: %s restarted %s on %d machine(s) (restart %d; %d acknowledged updates rolled back so far)\n", r.name, from, len(aliases), f.Restarts, f.Lost)
 	}
 	return nil
 }
