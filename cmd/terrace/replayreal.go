@@ -140,7 +140,7 @@ func runRealReplay(cmd *cobra.Command, f replayFlags, cfg replay.Config, names [
 		rep.Policies[name] = res
 		fmt.Fprintf(cmd.OutOrStdout(), "%-9s $%.2f  %.2f h  %d evictions  %d acquisitions  %d stage switches  %s updates lost  test accuracy %s  AUC %s  (%.1f s wall, at most %d machines running at once; logs in %s)\n",
 			name, res.Dollars, res.Hours, res.Evictions, res.Acquisitions, res.StageSwitches, fmtCount(res.UpdatesLost), fmtOpt(res.TestAccuracy), fmtOpt(res.TestAUC), res.WallSeconds, res.PeakMachines, res.RunDir)
-		if res.Design == "checkpoint" || res.Design == "elastic" {
+		if res.Design == "checkpoint" || res.Design == policy.DesignElastic {
 			fmt.Fprintf(cmd.OutOrStdout(), "%-9s %d restarts, %d checkpoint requests at the policy's interval, newest committed checkpoint %d\n",
 				"", res.Restarts, len(res.CheckpointRequests), res.CheckpointsCommitted)
 		}

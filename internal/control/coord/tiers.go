@@ -137,6 +137,9 @@ func (m *Machine) arrangeTiers() {
 // was recorded as failed (a BackupPS SIGTERMed in stage 2).
 func (m *Machine) leaveTiered(id uint64, server string) bool {
 	l := &m.st.Layout
+	if sw := l.Switch; sw != nil && sw.From == tier.Stage1 && slices.Contains(l.Leaving, server) {
+		return m.leaveSwitchFromStage1(id, server)
+	}
 	is := func(s ring.Server) bool { return s.ID == server }
 	reliableJoiners := 0
 	if sw := l.Switch; sw != nil && sw.To == tier.Stage1 {
@@ -145,9 +148,6 @@ func (m *Machine) leaveTiered(id uint64, server string) bool {
 				reliableJoiners++
 			}
 		}
-	}
-	if sw := l.Switch; sw != nil && sw.From == tier.Stage1 && slices.Contains(l.Leaving, server) {
-		return m.leaveSwitchFromStage1(id, server)
 	}
 	var why string
 	switch {

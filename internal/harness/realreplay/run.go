@@ -192,8 +192,8 @@ func Run(ctx context.Context, cfg Config, name string, start time.Time) (Result,
 	} else if d != "" {
 		res.Design = d
 	}
-	if res.Design == "checkpoint" || res.Design == "elastic" {
-		r.flat = &flat{held: map[string]*machine{}, elastic: res.Design == "elastic", k: cfg.Replay.Cal.K()}
+	if res.Design == "checkpoint" || res.Design == policy.DesignElastic {
+		r.flat = &flat{held: map[string]*machine{}, elastic: res.Design == policy.DesignElastic, k: cfg.Replay.Cal.K()}
 		r.job.ask = r.checkpoint
 		if r.flat.elastic {
 			r.job.committed = r.committed

@@ -173,10 +173,12 @@ func (j *Job) Handle(ev market.Event) error {
 			return nil // a flat job does not drain: it learns of the loss when the machine is gone
 		}
 		m.leaveAt = ev.Deadline.Add(-seconds(j.cal.DrainSeconds))
-		if m.leaveAt.Before(j.now) && j.mode == Elastic {
+		switch {
+		case !m.leaveAt.Before(j.now):
+		case j.mode == Elastic:
 			// Too short to drain: it stops now and is lost when it goes.
 			m.leaveAt, m.undrained = j.now, true
-		} else if m.leaveAt.Before(j.now) {
+		default:
 			// The notice is shorter than the drain: the machine is lost
 			// as if revoked without one.
 			j.loseUnstreamed(m)

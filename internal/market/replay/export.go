@@ -30,9 +30,9 @@ func ChooseDesign(ctx context.Context, pol rm.Policy, past func(context.Context)
 		return "", err
 	}
 	if d.Elastic(rm.State{View: v, Job: rm.JobStatus{Total: total}}) {
-		return "elastic", nil
+		return policy.DesignElastic, nil
 	}
-	return "tiers", nil
+	return policy.DesignTiers, nil
 }
 
 // Source is what a run from start replays (the prices, the preemption

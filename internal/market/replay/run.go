@@ -224,7 +224,7 @@ func runWith(ctx context.Context, cfg Config, pol rm.Policy, start time.Time) (R
 	md, need := mode(name, cfg.Cal)
 	r := &run{ctx: ctx, cfg: cfg, name: name, start: start}
 	r.prov = traceprov.New(traceprov.Config{Source: cfg.source(start), Model: cfg.Model, Boot: cfg.Cal.Boot(), Start: start, Handler: r.handle})
-	r.res = Result{Policy: name, Start: start, Design: "tiers"}
+	r.res = Result{Policy: name, Start: start, Design: policy.DesignTiers}
 	if md == jobsim.Flat {
 		r.res.Design = name
 	} else {
@@ -232,7 +232,7 @@ func runWith(ctx context.Context, cfg Config, pol rm.Policy, start time.Time) (R
 		if err != nil {
 			return r.res, err
 		}
-		if d == "elastic" {
+		if d == policy.DesignElastic {
 			md, r.res.Design = jobsim.Elastic, d
 		}
 	}
