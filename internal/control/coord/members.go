@@ -328,7 +328,7 @@ func (m *Machine) LeaveServer(id uint64, server string) {
 		return
 	}
 	if len(l.Servers)-len(l.Leaving) <= 1 && !slices.Contains(l.Leaving, server) {
-		m.fail(id, fmt.Errorf("%w: %s: its slots have nowhere to go (a checkpoint keeps them: terrace checkpoint --wait)", api.ErrLastServer, server))
+		m.fail(id, fmt.Errorf("%w: %s: its slots have nowhere to go%s", api.ErrLastServer, server, m.checkpointLastServer(server)))
 		return
 	}
 	if !slices.Contains(l.Leaving, server) {

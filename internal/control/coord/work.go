@@ -76,10 +76,10 @@ func (m *Machine) Acquire(id uint64, a api.Acquire) {
 
 // tryAcquire answers an Acquire if it can, and reports whether it did.
 func (m *Machine) tryAcquire(id uint64, rank, e int) bool {
-	if ck := m.st.Layout.Checkpoint; ck != nil && e >= ck.Pass {
+	if ck := m.st.Layout.Checkpoint; ck != nil && m.st.Checkpoint.MidPass == nil && e >= ck.Pass {
 		// The pass's end (its barrier) and the next pass wait until the
 		// checkpoint is committed, so that a run that ends right after it
-		// does not cut it short.
+		// does not cut it short. One begun inside a pass holds nothing.
 		return false
 	}
 	w := m.pass(e)

@@ -131,16 +131,16 @@ func RolledBack(base, acked map[int]int64, saved Saved) int64 {
 }
 
 // RequestCheckpoint asks the coordinator for a cluster checkpoint at the
-// next pass boundary (POST /v1/checkpoint; the coordinator needs
-// --checkpoint-dir, ClusterConfig.CoordArgs) and returns the sequence
-// number of the checkpoint that will serve it.
-func (c *Cluster) RequestCheckpoint(ctx context.Context) (uint64, error) {
+// next pass boundary, or with now inside the pass (POST /v1/checkpoint;
+// the coordinator needs --checkpoint-dir, ClusterConfig.CoordArgs) and
+// returns the sequence number of the checkpoint that will serve it.
+func (c *Cluster) RequestCheckpoint(ctx context.Context, now bool) (uint64, error) {
 	c.mu.Lock()
 	addr := c.d.coord
 	c.mu.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	seq, err := api.NewClient(addr, nil).RequestCheckpoint(cctx)
+	seq, err := api.NewClient(addr, nil).RequestCheckpoint(cctx, now)
 	if err != nil {
 		return 0, fmt.Errorf("drill: checkpoint request: %w", err)
 	}
