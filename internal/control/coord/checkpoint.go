@@ -8,6 +8,7 @@ import (
 
 	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/placement/layout"
+	"github.com/terrace-ml/terrace/internal/placement/ring"
 )
 
 // Cluster checkpoints are taken at pass boundaries: when every partition
@@ -192,24 +193,54 @@ func (m *Machine) savedPieces(w *Pass) []SavedPiece {
 	return out
 }
 
-// checkpointLastServer begins a checkpoint inside the pass when server,
-// the last on the ring, asks to leave (its notice, or a SIGTERM) while
-// the job trains: nobody can take its slots, and a checkpoint at the
-// next boundary may come after the machine is gone. It says, for the
-// refusal, what keeps the slots.
-func (m *Machine) checkpointLastServer(server string) string {
+// checkpointOnLeave begins a checkpoint inside the pass when server asks
+// to leave (its eviction notice, or a SIGTERM) while the job trains in a
+// cluster without tiers, and the servers that stay are fewer than the
+// chains' length: last, when nobody can take its slots, or when the
+// slots keep one copy fewer than k once it goes, and a kill before the
+// handoff ends (the notice's deadline), or another failure, loses them.
+// A checkpoint at the next boundary may come after the machine is gone.
+// It says, for a refusal, what keeps the slots.
+func (m *Machine) checkpointOnLeave(server string, last bool) string {
 	l := &m.st.Layout
 	switch {
 	case m.cfg.CheckpointDir == "":
 		return " (nothing keeps them: the coordinator has no --checkpoint-dir)"
-	case len(l.Tables) == 0 || l.JobDone || l.Resume != nil:
+	case len(l.Tables) == 0 || l.JobDone || l.Resume != nil || l.Stage != 0:
 		return " (a checkpoint keeps them: terrace checkpoint --wait)"
 	case l.Checkpoint != nil && m.st.Checkpoint.MidPass != nil:
 		return fmt.Sprintf(" (checkpoint %d, begun inside the pass, keeps them)", l.Checkpoint.Seq)
 	}
 	seq := m.st.Checkpoint.Seq + 1
-	m.checkpointNow(fmt.Sprintf("server %s, the last on the ring, is leaving", server))
+	why := fmt.Sprintf("server %s is leaving, and fewer servers than the chains' %d stay", server, l.Replication)
+	if last {
+		why = fmt.Sprintf("server %s, the last on the ring, is leaving", server)
+	}
+	m.checkpointNow(why)
 	return fmt.Sprintf(" (checkpoint %d, inside the pass, keeps them)", seq)
+}
+
+// abandonIfServerGone abandons the checkpoint in progress when a server
+// it names left the ring (failed, restarted, or drained) before it
+// reported its part: nothing would commit it, and one at a boundary would
+// hold the next pass for good; the slots that server headed are in no
+// part (a drained server's went to servers that may have written first).
+func (m *Machine) abandonIfServerGone() {
+	ck := m.st.Layout.Checkpoint
+	if ck == nil || m.committing {
+		return
+	}
+	for _, id := range ck.Servers {
+		if m.st.Checkpoint.Reported[id] || slices.ContainsFunc(m.st.Layout.Servers, func(s ring.Server) bool { return s.ID == id }) {
+			continue
+		}
+		why := fmt.Sprintf("server %s left the ring before writing its part", id)
+		m.log.Warn("checkpoint abandoned", "seq", ck.Seq, "server", id, "err", why)
+		m.note(api.EventCheckpoint, id, fmt.Sprintf("checkpoint %d abandoned: %s", ck.Seq, why))
+		m.st.Checkpoint.Abandoned, m.st.Checkpoint.Why = ck.Seq, why
+		m.endCheckpoint()
+		return
+	}
 }
 
 // RequestCheckpoint asks for a checkpoint at the next pass boundary, or,
