@@ -200,7 +200,8 @@ func (m *Machine) savedPieces(w *Pass) []SavedPiece {
 // slots keep one copy fewer than k once it goes, and a kill before the
 // handoff ends (the notice's deadline), or another failure, loses them.
 // A checkpoint at the next boundary may come after the machine is gone.
-// It says, for a refusal, what keeps the slots.
+// It says, for a refusal, what keeps the slots: the checkpoint begun, or
+// the next to begin.
 func (m *Machine) checkpointOnLeave(server string, last bool) string {
 	l := &m.st.Layout
 	switch {
@@ -208,9 +209,10 @@ func (m *Machine) checkpointOnLeave(server string, last bool) string {
 		return " (nothing keeps them: the coordinator has no --checkpoint-dir)"
 	case len(l.Tables) == 0 || l.JobDone || l.Resume != nil || l.Stage != 0:
 		return " (a checkpoint keeps them: terrace checkpoint --wait)"
-	case l.Checkpoint != nil && m.st.Checkpoint.MidPass != nil:
-		return fmt.Sprintf(" (checkpoint %d, begun inside the pass, keeps them)", l.Checkpoint.Seq)
 	}
+	// One in progress may never commit (a server it names died: it is
+	// abandoned only once the coordinator takes that server off), so
+	// another is asked for after it rather than counted on.
 	seq := m.st.Checkpoint.Seq + 1
 	why := fmt.Sprintf("server %s is leaving, and fewer servers than the chains' %d stay", server, l.Replication)
 	if last {

@@ -23,8 +23,11 @@ var ErrNoAuditTable = errors.New("drill: the job ran no audit")
 // starts with these counts on its servers; work acknowledged after them
 // is rolled back.
 type Saved struct {
-	Seq    uint64
-	Pass   int // the last pass completed, from 0 (-1: no checkpoint)
+	Seq  uint64
+	Pass int // the last pass completed, from 0 (-1: no checkpoint)
+	// Inside: the checkpoint was taken inside pass Pass+1 (the last
+	// server's notice, or one asked for now), not at its boundary.
+	Inside bool
 	ByRank map[int]int64
 }
 
@@ -51,7 +54,7 @@ func CheckpointAudit(ctx context.Context, dir string) (Saved, error) {
 	if err != nil {
 		return s, fmt.Errorf("drill: audit of checkpoint under %s: %w", dir, err)
 	}
-	s.Seq, s.Pass = ck.Seq, ck.Pass
+	s.Seq, s.Pass, s.Inside = ck.Seq, ck.Pass, ck.InPass != nil
 	for _, t := range ck.Tables {
 		if t.Spec.Name != AuditTable {
 			continue
