@@ -81,11 +81,7 @@ Needs the admin role on a cluster with tokens.`,
 				fmt.Fprintf(out, "%s\n", b)
 				return nil
 			}
-			when := fmt.Sprintf("after pass %d", res.Pass+1)
-			if now {
-				when = fmt.Sprintf("inside pass %d", res.Pass+2)
-			}
-			fmt.Fprintf(out, "terrace: checkpoint %d committed %s in %s (%s)\n", res.Seq, when,
+			fmt.Fprintf(out, "terrace: checkpoint %d committed %s in %s (%s)\n", res.Seq, checkpointWhere(res.Pass, res.Inside),
 				time.Duration(res.Seconds*float64(time.Second)).Round(time.Millisecond), res.Dir)
 			return nil
 		},
@@ -105,11 +101,14 @@ Needs the admin role on a cluster with tokens.`,
 // it holds (Pass+1), the figure the lines for people and train's
 // progress give.
 type checkpointResult struct {
-	Seq        uint64  `json:"seq"`
-	Pass       int     `json:"pass"`
-	PassesDone int     `json:"passes_done"`
-	Dir        string  `json:"dir"`
-	Seconds    float64 `json:"seconds"`
+	Seq        uint64 `json:"seq"`
+	Pass       int    `json:"pass"`
+	PassesDone int    `json:"passes_done"`
+	// Inside: taken inside pass Pass+1 (--now), holding what its workers
+	// had recorded of it.
+	Inside  bool    `json:"inside,omitempty"`
+	Dir     string  `json:"dir"`
+	Seconds float64 `json:"seconds"`
 }
 
 // checkpointStep is where a checkpoint stands: waiting for its pass
@@ -147,7 +146,7 @@ func stepOf(st *api.Status, seq uint64) (step checkpointStep, finished bool, err
 	}
 	parts := st.Job.Partitions
 	if c.InProgress && c.Seq == seq {
-		return checkpointStep{fmt.Sprintf("checkpoint %d after pass %d: servers writing %d/%d", seq, c.Pass+1, c.Written, c.Servers),
+		return checkpointStep{fmt.Sprintf("checkpoint %d %s: servers writing %d/%d", seq, checkpointWhere(c.Pass, c.Inside), c.Written, c.Servers),
 			parts + c.Written, parts + c.Servers}, false, nil
 	}
 	return checkpointStep{fmt.Sprintf("checkpoint %d: waiting for pass %d to end (%d/%d partitions)", seq, st.Job.Pass+1, st.Job.Done, parts),
@@ -185,7 +184,8 @@ func waitCheckpoint(ctx context.Context, cc *api.Client, seq uint64, w io.Writer
 				return checkpointResult{}, err
 			}
 			c := st.Checkpoint
-			return checkpointResult{Seq: c.Committed, Pass: c.CommittedPass, PassesDone: c.CommittedPass + 1, Dir: c.Dir, Seconds: time.Since(start).Seconds()}, nil
+			return checkpointResult{Seq: c.Committed, Pass: c.CommittedPass, PassesDone: c.CommittedPass + 1, Inside: c.CommittedInside,
+				Dir: c.Dir, Seconds: time.Since(start).Seconds()}, nil
 		}
 		switch {
 		case quiet:

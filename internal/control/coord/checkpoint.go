@@ -361,6 +361,8 @@ func (m *Machine) Committed(seq uint64, err error) {
 	} else {
 		m.ckptDone = append(m.ckptDone, CheckpointStat{Seq: seq, Pass: ck.Pass, Seconds: m.now.Sub(m.st.Checkpoint.Started).Seconds()})
 		m.st.Checkpoint.Committed, m.st.Checkpoint.CommittedPass = seq, ck.Pass
+		mp := m.st.Checkpoint.MidPass
+		m.st.Checkpoint.CommittedInside = mp != nil && len(mp.Pieces) > 0 // as its record says
 		m.note(api.EventCheckpoint, "", fmt.Sprintf("checkpoint %d committed", seq))
 	}
 	m.endCheckpoint()
@@ -398,9 +400,9 @@ func (m *Machine) checkpointStatus() *api.CheckpointStatus {
 	}
 	ck := &m.st.Checkpoint
 	cs := &api.CheckpointStatus{Dir: m.cfg.CheckpointDir, Requested: ck.Requested, Seq: ck.Seq,
-		Committed: ck.Committed, CommittedPass: ck.CommittedPass, Abandoned: ck.Abandoned, Why: ck.Why}
+		Committed: ck.Committed, CommittedPass: ck.CommittedPass, CommittedInside: ck.CommittedInside, Abandoned: ck.Abandoned, Why: ck.Why}
 	if l := m.st.Layout.Checkpoint; l != nil {
-		cs.InProgress, cs.Pass, cs.Servers = true, l.Pass, len(l.Servers)
+		cs.InProgress, cs.Pass, cs.Servers, cs.Inside = true, l.Pass, len(l.Servers), ck.MidPass != nil
 		for _, s := range l.Servers {
 			if ck.Reported[s] {
 				cs.Written++

@@ -155,10 +155,11 @@ type Checkpointing struct {
 	// Committed is the last checkpoint committed, Abandoned the last one
 	// abandoned and Why the reason: what a waiting `terrace checkpoint
 	// --wait` learns its checkpoint's fate from, after a failover too.
-	Committed     uint64 `json:"committed,omitempty"`
-	CommittedPass int    `json:"committed_pass,omitempty"`
-	Abandoned     uint64 `json:"abandoned,omitempty"`
-	Why           string `json:"why,omitempty"`
+	Committed       uint64 `json:"committed,omitempty"`
+	CommittedPass   int    `json:"committed_pass,omitempty"`
+	CommittedInside bool   `json:"committed_inside,omitempty"`
+	Abandoned       uint64 `json:"abandoned,omitempty"`
+	Why             string `json:"why,omitempty"`
 }
 
 // contains reports whether row lies in the piece.
