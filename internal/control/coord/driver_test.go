@@ -625,6 +625,7 @@ func TestResumeInsidePass(t *testing.T) {
 	}{
 		{"inside a pass", inside(2, good), 2, "4: [0,end)@40 | [0,20)@10 [20,end)@20 done"},
 		{"a boundary", boundary, 2, ""},
+		{"inside the first pass", strings.NewReplacer(`"pass":3`, `"pass":-1`, `"pass":4`, `"pass":0`).Replace(inside(2, good)), 2, "0: [0,end)@40 | [0,20)@10 [20,end)@20 done"},
 		{"a gap", inside(2, `{"partition":0,"start":0,"offset":0,"end":-1},{"partition":1,"start":0,"offset":0,"end":20},{"partition":1,"start":30,"offset":30,"end":-1}`), 1, ""},
 		{"a partition missing", inside(2, `{"partition":0,"start":0,"offset":0,"end":-1}`), 1, ""},
 		{"an offset outside its piece", inside(2, `{"partition":0,"start":0,"offset":30,"end":20},{"partition":0,"start":20,"offset":20,"end":-1},{"partition":1,"start":0,"offset":0,"end":-1}`), 1, ""},

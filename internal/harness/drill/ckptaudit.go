@@ -24,7 +24,7 @@ var ErrNoAuditTable = errors.New("drill: the job ran no audit")
 // is rolled back.
 type Saved struct {
 	Seq  uint64
-	Pass int // the last pass completed, from 0 (-1: no checkpoint)
+	Pass int // the last pass completed, from 0 (-1: none, or no checkpoint: Seq 0)
 	// Inside: the checkpoint was taken inside pass Pass+1 (the last
 	// server's notice, or one asked for now), not at its boundary.
 	Inside bool
@@ -43,7 +43,7 @@ func (s Saved) Total() int64 {
 // CheckpointAudit reads the audit table of the newest committed
 // checkpoint under dir that is intact (the one a coordinator --resume
 // loads). A directory with no committed checkpoint saved nothing: it
-// returns Pass -1 and no error. A checkpoint without the audit table (a
+// returns Seq 0, Pass -1 and no error. A checkpoint without the audit table (a
 // job that ran no audit) is an error.
 func CheckpointAudit(ctx context.Context, dir string) (Saved, error) {
 	s := Saved{Pass: -1, ByRank: map[int]int64{}}

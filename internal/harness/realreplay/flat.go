@@ -291,13 +291,19 @@ func (f *flat) rollBack(ctx context.Context, c *drill.Cluster) error {
 		return err
 	}
 	f.Lost += drill.RolledBack(f.resumed, acked, saved)
-	// The job's progress goes back to the checkpoint, as the simulated
-	// job's does at a crash.
+	f.rollTo(saved)
+	return nil
+}
+
+// rollTo moves the job's progress back to saved, the checkpoint a restart
+// resumes from (as the simulated job's goes back at a crash): from
+// scratch if none was committed. One taken inside the first pass has no
+// pass complete and is resumed all the same.
+func (f *flat) rollTo(saved drill.Saved) {
 	f.passes, f.resumed, f.inside = saved.Pass+1, nil, saved.Inside
-	if saved.Pass >= 0 {
+	if saved.Seq > 0 {
 		f.resumed = saved.ByRank
 	}
-	return nil
 }
 
 // restart starts a new cluster that resumes from the newest checkpoint
