@@ -19,8 +19,9 @@ import (
 // and then hands the driver a Commit, whose record the driver writes last
 // (checkpoint.CommitCluster) and reports with Committed.
 //
-// A checkpoint asked for now (RequestCheckpoint's now, or the last
-// server's notice) is taken inside the pass, holding nothing
+// A checkpoint asked for now (RequestCheckpoint's now, or a server's
+// leave that leaves fewer servers than the chains' length) is taken
+// inside the pass, holding only its end (checkpointHolds)
 // (docs/design/resilience.md, "Checkpoints inside a pass"): the machine
 // records the pieces' offsets as it asks (a worker reports an offset only
 // once the pushes of the rows before it are acknowledged), so every part,
