@@ -23,15 +23,18 @@ var (
 
 func checkpointCmd() *cobra.Command {
 	var coordinator string
-	var wait, asJSON bool
+	var wait, asJSON, now bool
 	var timeout time.Duration
 	var sec securityFlags
 	cmd := &cobra.Command{
 		Use:   "checkpoint",
-		Short: "Take a cluster checkpoint at the next pass boundary (at once if the job is done); --wait follows it to its commit",
+		Short: "Take a cluster checkpoint at the next pass boundary, or --now inside the pass (at once if the job is done); --wait follows it to its commit",
 		Long: `Asks the coordinator for a cluster checkpoint into its --checkpoint-dir. Checkpoints are
 taken at pass boundaries, when the model is consistent; a finished job's model is
-checkpointed at once. With --wait, the command shows the pass it waits for and the
+checkpointed at once. With --now the checkpoint is taken inside the pass in progress,
+holding no work: a resume from it trains the pass's rows from the offsets the workers
+had recorded when it began, and may train again some rows after them (the model may
+hold their updates already). With --wait, the command shows the pass it waits for and the
 servers writing (a progress bar on a terminal, a line per step otherwise) and exits
 0 once the checkpoint is committed, non-zero if it is abandoned or cannot be taken.
 Needs the admin role on a cluster with tokens.`,
@@ -51,7 +54,7 @@ Needs the admin role on a cluster with tokens.`,
 			if err := reach(ctx, cc, cmd.ErrOrStderr(), cc.RetryFor); err != nil {
 				return fmt.Errorf("checkpoint: %w", err)
 			}
-			seq, err := cc.RequestCheckpoint(ctx)
+			seq, err := cc.RequestCheckpoint(ctx, now)
 			if err != nil {
 				return fmt.Errorf("checkpoint: %w", err)
 			}
@@ -78,13 +81,14 @@ Needs the admin role on a cluster with tokens.`,
 				fmt.Fprintf(out, "%s\n", b)
 				return nil
 			}
-			fmt.Fprintf(out, "terrace: checkpoint %d committed after pass %d in %s (%s)\n", res.Seq, res.Pass+1,
+			fmt.Fprintf(out, "terrace: checkpoint %d committed %s in %s (%s)\n", res.Seq, checkpointWhere(res.Pass, res.Inside),
 				time.Duration(res.Seconds*float64(time.Second)).Round(time.Millisecond), res.Dir)
 			return nil
 		},
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&coordinator, "coordinator", "127.0.0.1:7070", "coordinator address (several, comma-separated, for replicas)")
+	fs.BoolVar(&now, "now", false, "checkpoint inside the pass in progress, not at its end")
 	fs.BoolVar(&wait, "wait", false, "wait until the checkpoint is committed, showing its progress")
 	fs.DurationVar(&timeout, "timeout", 0, "with --wait: give up after this long (0: wait as long as it takes)")
 	fs.BoolVar(&asJSON, "json", false, "print JSON: the checkpoint asked for, or with --wait the committed one (pass counted from 0 as the API counts it, passes_done the passes it holds; no progress)")
@@ -97,11 +101,14 @@ Needs the admin role on a cluster with tokens.`,
 // it holds (Pass+1), the figure the lines for people and train's
 // progress give.
 type checkpointResult struct {
-	Seq        uint64  `json:"seq"`
-	Pass       int     `json:"pass"`
-	PassesDone int     `json:"passes_done"`
-	Dir        string  `json:"dir"`
-	Seconds    float64 `json:"seconds"`
+	Seq        uint64 `json:"seq"`
+	Pass       int    `json:"pass"`
+	PassesDone int    `json:"passes_done"`
+	// Inside: taken inside pass Pass+1 (--now), holding what its workers
+	// had recorded of it.
+	Inside  bool    `json:"inside,omitempty"`
+	Dir     string  `json:"dir"`
+	Seconds float64 `json:"seconds"`
 }
 
 // checkpointStep is where a checkpoint stands: waiting for its pass
@@ -139,7 +146,7 @@ func stepOf(st *api.Status, seq uint64) (step checkpointStep, finished bool, err
 	}
 	parts := st.Job.Partitions
 	if c.InProgress && c.Seq == seq {
-		return checkpointStep{fmt.Sprintf("checkpoint %d after pass %d: servers writing %d/%d", seq, c.Pass+1, c.Written, c.Servers),
+		return checkpointStep{fmt.Sprintf("checkpoint %d %s: servers writing %d/%d", seq, checkpointWhere(c.Pass, c.Inside), c.Written, c.Servers),
 			parts + c.Written, parts + c.Servers}, false, nil
 	}
 	return checkpointStep{fmt.Sprintf("checkpoint %d: waiting for pass %d to end (%d/%d partitions)", seq, st.Job.Pass+1, st.Job.Done, parts),
@@ -177,7 +184,8 @@ func waitCheckpoint(ctx context.Context, cc *api.Client, seq uint64, w io.Writer
 				return checkpointResult{}, err
 			}
 			c := st.Checkpoint
-			return checkpointResult{Seq: c.Committed, Pass: c.CommittedPass, PassesDone: c.CommittedPass + 1, Dir: c.Dir, Seconds: time.Since(start).Seconds()}, nil
+			return checkpointResult{Seq: c.Committed, Pass: c.CommittedPass, PassesDone: c.CommittedPass + 1, Inside: c.CommittedInside,
+				Dir: c.Dir, Seconds: time.Since(start).Seconds()}, nil
 		}
 		switch {
 		case quiet:

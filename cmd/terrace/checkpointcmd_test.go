@@ -23,6 +23,7 @@ func TestCheckpointSteps(t *testing.T) {
 		{"no checkpoint directory", nil, running, true, errCheckpointNever, ""},
 		{"pass boundary ahead", &api.CheckpointStatus{Seq: 2, Requested: true, Committed: 2}, running, false, nil, "waiting for pass 4 to end (1/4 partitions)"},
 		{"writing", &api.CheckpointStatus{Seq: 3, InProgress: true, Pass: 2, Servers: 2, Written: 1, Committed: 2}, running, false, nil, "checkpoint 3 after pass 3: servers writing 1/2"},
+		{"writing inside a pass", &api.CheckpointStatus{Seq: 3, InProgress: true, Inside: true, Pass: 2, Servers: 2, Written: 1, Committed: 2}, running, false, nil, "checkpoint 3 inside pass 4: servers writing 1/2"},
 		{"committed", &api.CheckpointStatus{Seq: 3, Committed: 3}, running, true, nil, ""},
 		{"a later one committed", &api.CheckpointStatus{Seq: 5, Committed: 5}, running, true, nil, ""},
 		{"abandoned", &api.CheckpointStatus{Seq: 3, Committed: 2, Abandoned: 3, Why: "disk full"}, running, true, errCheckpointAbandoned, ""},

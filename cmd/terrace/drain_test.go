@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/terrace-ml/terrace/data"
+	"github.com/terrace-ml/terrace/internal/control/coord"
 )
 
 // lineWatcher copies a process's output and signals when a line contains want.
@@ -305,4 +306,37 @@ func TestSIGTERMBeforeJoining(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLastServerCheckpointsOnNotice: the last server on the ring,
+// SIGTERMed (its notice) while the job trains with a checkpoint
+// directory, cannot drain, so the coordinator takes a checkpoint inside
+// the pass at once; it is committed before the server's deadline, and
+// names the pass in progress.
+func TestLastServerCheckpointsOnNotice(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs three processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	addr := startCoordinator(t, ctx, "--servers", "1", "--workers", "1", "--replication", "1", "--checkpoint-dir", dir)
+	server, srv := startWatched(t, ctx, "cannot drain", "server", "--coordinator", addr, "--id", "s0", "--grace", "3s", "--log-level", "warn")
+	worker, wk := startWatched(t, ctx, "pass  1/", "worker", "--coordinator", addr, "--id", "w0",
+		"--train", repoFile("datasets/a9a/a9a.gz"), "--test", repoFile("datasets/a9a/a9a.t.gz"), "--epochs", "1000", "--log-level", "warn")
+	t.Cleanup(func() { worker.Process.Kill(); worker.Wait() })
+	wk.await(t, ctx) // training started
+	if err := server.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	srv.await(t, ctx)
+	server.Wait()
+	ck, err := coord.LatestCommitted(ctx, dir)
+	if err != nil {
+		t.Fatalf("no checkpoint committed after the last server's notice: %v\n%s", err, srv)
+	}
+	if ck.InPass == nil || ck.InPass.Pass != ck.Pass+1 || len(ck.InPass.Pieces) == 0 {
+		t.Fatalf("checkpoint %d after pass %d names no pass in progress: %+v", ck.Seq, ck.Pass, ck.InPass)
+	}
+	t.Logf("checkpoint %d inside pass %d (counted from 0): %+v", ck.Seq, ck.InPass.Pass, ck.InPass.Pieces)
 }

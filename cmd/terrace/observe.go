@@ -166,7 +166,7 @@ func printStatus(w io.Writer, coordinator string, st *api.Status) {
 		fmt.Fprintf(w, "CHECKPOINTS  %s  last committed %s", c.Dir, or(committedString(c), "none"))
 		switch {
 		case c.InProgress:
-			fmt.Fprintf(w, "  checkpoint %d after pass %d: %d/%d servers written", c.Seq, c.Pass+1, c.Written, c.Servers)
+			fmt.Fprintf(w, "  checkpoint %d %s: %d/%d servers written", c.Seq, checkpointWhere(c.Pass, c.Inside), c.Written, c.Servers)
 		case c.Requested:
 			fmt.Fprint(w, "  one requested at the next pass boundary")
 		}
@@ -224,7 +224,16 @@ func committedString(c *api.CheckpointStatus) string {
 	if c.Committed == 0 {
 		return ""
 	}
-	return fmt.Sprintf("%d (after pass %d)", c.Committed, c.CommittedPass+1)
+	return fmt.Sprintf("%d (%s)", c.Committed, checkpointWhere(c.CommittedPass, c.CommittedInside))
+}
+
+// checkpointWhere says where in training a checkpoint was taken: after
+// pass (from 0), or inside the next; counted from 1, as people read it.
+func checkpointWhere(pass int, inside bool) string {
+	if inside {
+		return fmt.Sprintf("inside pass %d", pass+2)
+	}
+	return fmt.Sprintf("after pass %d", pass+1)
 }
 
 func eventsCmd() *cobra.Command {

@@ -176,8 +176,8 @@ func TestTLSClusterRefusesStrangers(t *testing.T) {
 	}{
 		{"valid certificate, no token", "", func(cl *api.Client) error { _, err := cl.JoinWorker(ctx, "intruder", ""); return err }, api.ErrUnauthenticated},
 		{"worker token asks for the server role", auth.RoleWorker, func(cl *api.Client) error { _, err := cl.JoinServer(ctx, "intruder", "127.0.0.1:1", ""); return err }, api.ErrForbidden},
-		{"read token asks for a checkpoint", auth.RoleRead, func(cl *api.Client) error { _, err := cl.RequestCheckpoint(ctx); return err }, api.ErrForbidden},
-		{"server token asks for a checkpoint", auth.RoleServer, func(cl *api.Client) error { _, err := cl.RequestCheckpoint(ctx); return err }, api.ErrForbidden},
+		{"read token asks for a checkpoint", auth.RoleRead, func(cl *api.Client) error { _, err := cl.RequestCheckpoint(ctx, false); return err }, api.ErrForbidden},
+		{"server token asks for a checkpoint", auth.RoleServer, func(cl *api.Client) error { _, err := cl.RequestCheckpoint(ctx, false); return err }, api.ErrForbidden},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tok := ""

@@ -429,11 +429,16 @@ func (c *Client) Reports(ctx context.Context) (map[int]json.RawMessage, error) {
 }
 
 // RequestCheckpoint asks for a cluster checkpoint at the next pass
-// boundary (at once when the job is done) and returns its sequence
-// number: Status's Checkpoint follows it to its commit.
-func (c *Client) RequestCheckpoint(ctx context.Context) (uint64, error) {
+// boundary, or with now inside the pass in progress (at once either way
+// when the job is done), and returns its sequence number: Status's
+// Checkpoint follows it to its commit.
+func (c *Client) RequestCheckpoint(ctx context.Context, now bool) (uint64, error) {
 	var t CheckpointTicket
-	return t.Seq, c.do(ctx, RouteCheckpoint, "", nil, &t)
+	query := ""
+	if now {
+		query = "?now=true"
+	}
+	return t.Seq, c.do(ctx, RouteCheckpoint, query, nil, &t)
 }
 
 // CheckpointTicket answers a checkpoint request: Seq is the checkpoint

@@ -158,18 +158,22 @@ type CheckpointStatus struct {
 	// Requested: a checkpoint is asked for at the next pass boundary.
 	Requested bool `json:"requested"`
 	// Seq is the last checkpoint begun; while InProgress, it is taken
-	// after pass Pass, and Written of its Servers have written their part.
+	// after pass Pass (Inside: inside pass Pass+1, holding no work of it),
+	// and Written of its Servers have written their part.
 	Seq        uint64 `json:"seq"`
 	InProgress bool   `json:"in_progress"`
 	Pass       int    `json:"pass"`
+	Inside     bool   `json:"inside,omitempty"`
 	Servers    int    `json:"servers"`
 	Written    int    `json:"written"`
 	// Committed is the last checkpoint committed, taken after pass
-	// CommittedPass; Abandoned the last one abandoned, and Why the reason.
-	Committed     uint64 `json:"committed"`
-	CommittedPass int    `json:"committed_pass"`
-	Abandoned     uint64 `json:"abandoned,omitempty"`
-	Why           string `json:"why,omitempty"`
+	// CommittedPass (CommittedInside: inside the next); Abandoned the last
+	// one abandoned, and Why the reason.
+	Committed       uint64 `json:"committed"`
+	CommittedPass   int    `json:"committed_pass"`
+	CommittedInside bool   `json:"committed_inside,omitempty"`
+	Abandoned       uint64 `json:"abandoned,omitempty"`
+	Why             string `json:"why,omitempty"`
 }
 
 // Progress is the training's progress: passes are numbered from 0, and

@@ -28,7 +28,7 @@ const (
 	RouteRebuilt      = "POST /v1/servers/rebuilt"
 	RouteCheckpointed = "POST /v1/servers/checkpointed"
 	RouteRestored     = "POST /v1/servers/restored"
-	RouteCheckpoint   = "POST /v1/checkpoint" // take a checkpoint at the next pass boundary
+	RouteCheckpoint   = "POST /v1/checkpoint" // take a checkpoint at the next pass boundary (?now=true: inside the pass)
 	RouteHealth       = "GET /healthz"
 	RouteJob          = "POST /v1/job"        // Job -> the Job in force
 	RouteJobStatus    = "GET /v1/job"         // -> JobStatus

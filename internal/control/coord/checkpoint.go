@@ -1,12 +1,14 @@
 package coord
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
 
 	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/placement/layout"
+	"github.com/terrace-ml/terrace/internal/placement/ring"
 )
 
 // Cluster checkpoints are taken at pass boundaries: when every partition
@@ -16,6 +18,16 @@ import (
 // through the layout (Layout.Checkpoint), collects the servers' reports,
 // and then hands the driver a Commit, whose record the driver writes last
 // (checkpoint.CommitCluster) and reports with Committed.
+//
+// A checkpoint asked for now (RequestCheckpoint's now, or a server's
+// leave that leaves fewer servers than the chains' length) is taken
+// inside the pass, holding only its end (checkpointHolds)
+// (docs/design/resilience.md, "Checkpoints inside a pass"): the machine
+// records the pieces' offsets as it asks (a worker reports an offset only
+// once the pushes of the rows before it are acknowledged), so every part,
+// written after, holds at least the rows before them. A resume puts the
+// pieces back at those offsets; rows after them that the parts hold too
+// are trained again.
 
 // Commit asks the driver to write checkpoint Seq's commit record, with
 // the partitions' states (versions in row order, by partition).
@@ -33,6 +45,68 @@ type Commit struct {
 	Job *api.Job
 	// JobNumber numbers that job among the cluster's, from 1.
 	JobNumber uint64
+	// InPass, for a checkpoint taken inside a pass, is that pass's
+	// pieces as they were when it began (nil at a pass boundary).
+	InPass *InPass
+}
+
+// InPass is a pass in progress when a checkpoint began inside it: its
+// pieces, by partition in row order.
+type InPass struct {
+	Pass   int          `json:"pass"` // the pass in progress, from 0
+	Pieces []SavedPiece `json:"pieces"`
+}
+
+// SavedPiece is a piece of a pass in progress, as a checkpoint keeps it:
+// the rows [Start, End) of Partition (End api.ToEnd: to its end), those
+// before Offset trained and their pushes acknowledged.
+type SavedPiece struct {
+	Partition int  `json:"partition"`
+	Start     int  `json:"start"`
+	Offset    int  `json:"offset"`
+	End       int  `json:"end"`
+	Done      bool `json:"done,omitempty"`
+}
+
+// ErrBadPieces: a commit record's pieces of the pass in progress do not
+// tile its partitions.
+var ErrBadPieces = errors.New("coord: the checkpoint's pieces of the pass in progress do not tile its partitions")
+
+// check says whether ip's pieces tile each of partitions partitions from
+// row 0 to its end, in order, each offset inside its piece, and ip
+// follows pass, the last pass complete.
+func (ip *InPass) check(pass, partitions int) error {
+	if ip.Pass != pass+1 {
+		return fmt.Errorf("%w: pass %d in progress after pass %d", ErrBadPieces, ip.Pass, pass)
+	}
+	next := make([]int, partitions) // where each partition's next piece starts; -2 once it reached the end
+	for i, pc := range ip.Pieces {
+		switch p := pc.Partition; {
+		case p < 0 || p >= partitions:
+			return fmt.Errorf("%w: piece %d is of partition %d of %d", ErrBadPieces, i, p, partitions)
+		case next[p] < 0 || pc.Start != next[p]:
+			return fmt.Errorf("%w: piece %d of partition %d starts at row %d", ErrBadPieces, i, p, pc.Start)
+		case pc.End != api.ToEnd && pc.End <= pc.Start || pc.Offset < pc.Start || pc.End != api.ToEnd && pc.Offset > pc.End:
+			return fmt.Errorf("%w: piece %d of partition %d: rows [%d,%d) at offset %d", ErrBadPieces, i, p, pc.Start, pc.End, pc.Offset)
+		case pc.End == api.ToEnd:
+			next[p] = -2
+		default:
+			next[p] = pc.End
+		}
+	}
+	if p := slices.IndexFunc(next, func(n int) bool { return n != -2 }); p >= 0 {
+		return fmt.Errorf("%w: partition %d does not run to its end", ErrBadPieces, p)
+	}
+	return nil
+}
+
+// MidPass is what a checkpoint begun inside a pass recorded as it began:
+// the pieces of the pass in progress (none if no pass was), and the
+// partitions' states and the clock, which its commit record names.
+type MidPass struct {
+	InPass
+	States   map[int][]uint64 `json:"states,omitempty"`
+	MaxClock int64            `json:"max_clock"`
 }
 
 // CheckpointStat describes a committed checkpoint.
@@ -46,33 +120,155 @@ type CheckpointStat struct {
 func (m *Machine) startCheckpoint(e int) {
 	ck := &m.st.Checkpoint
 	due := ck.Requested || m.cfg.CheckpointEvery > 0 && (e+1)%m.cfg.CheckpointEvery == 0
-	if m.cfg.CheckpointDir == "" || !due || m.st.Layout.Checkpoint != nil {
+	if m.cfg.CheckpointDir == "" || !due {
+		return
+	}
+	if m.st.Layout.Checkpoint != nil {
+		if ck.MidPass != nil && !ck.Requested {
+			// One begun inside the pass is still being written: the
+			// next boundary takes this one.
+			ck.Requested, m.dirty = true, true
+		}
 		return
 	}
 	ck.Requested = false
+	m.beginCheckpoint(e, nil)
+	m.note(api.EventCheckpoint, "", fmt.Sprintf("checkpoint %d after pass %d begins", ck.Seq, e+1)) // counted from 1, as people read it
+}
+
+// beginCheckpoint asks every ring server to write checkpoint Seq+1,
+// after pass e; mp is what one begun inside a pass recorded (nil at a
+// boundary).
+func (m *Machine) beginCheckpoint(e int, mp *MidPass) {
+	ck := &m.st.Checkpoint
 	ck.Seq++
 	var ids []string
 	for _, s := range m.st.Layout.Servers {
 		ids = append(ids, s.ID)
 	}
 	m.st.Layout.Checkpoint = &layout.Checkpoint{Dir: m.cfg.CheckpointDir, Seq: ck.Seq, Pass: e, Servers: ids}
-	ck.Reported, ck.Started = map[string]bool{}, m.now
+	ck.Reported, ck.Started, ck.MidPass = map[string]bool{}, m.now, mp
 	m.dirty = true
-	m.note(api.EventCheckpoint, "", fmt.Sprintf("checkpoint %d after pass %d begins", ck.Seq, e+1)) // counted from 1, as people read it
 }
 
-// RequestCheckpoint asks for a checkpoint at the next pass boundary, or
-// at once when the job is done (its servers are quiescent and still hold
-// the trained model). It replies the sequence number of the checkpoint
-// that will serve the request: the next one to begin, since one already
-// in progress began at a boundary before the request.
-func (m *Machine) RequestCheckpoint(id uint64) {
+// checkpointNow begins a checkpoint inside the pass in progress, holding
+// no work, or, while another is being written, asks for one to begin
+// once it ends. why is for the timeline.
+func (m *Machine) checkpointNow(why string) {
+	ck := &m.st.Checkpoint
+	if m.st.Layout.Checkpoint != nil {
+		if !ck.Now {
+			ck.Now, m.dirty = true, true
+		}
+		return
+	}
+	ck.Now = false
+	e := m.st.DoneBefore - 1
+	mp := &MidPass{MaxClock: m.st.MaxClock, States: m.partStates()}
+	if w := m.st.Passes[m.st.DoneBefore]; w != nil {
+		mp.InPass = InPass{Pass: m.st.DoneBefore, Pieces: m.savedPieces(w)}
+	}
+	m.beginCheckpoint(e, mp)
+	m.note(api.EventCheckpoint, "", fmt.Sprintf("checkpoint %d inside pass %d begins: %s", ck.Seq, e+2, why))
+	m.publish()
+}
+
+// savedPieces lists w's pieces as a checkpoint inside it keeps them. A
+// partition whose pieces carry state (lda) and is not complete is kept
+// as one piece from its first row, which a resume trains with the state
+// of its last complete pass (the partition's): a piece's state is not
+// written into the checkpoint, and the rows a worker trained after its
+// grant changed the model under a state the resume would not have.
+func (m *Machine) savedPieces(w *Pass) []SavedPiece {
+	var out []SavedPiece
+	for p, pcs := range w.Parts {
+		stateful := len(m.st.PartStates[p]) > 0 || slices.ContainsFunc(pcs, func(pc Piece) bool { return len(pc.States) > 0 })
+		if stateful && !w.complete(p) {
+			out = append(out, SavedPiece{Partition: p, End: api.ToEnd})
+			continue
+		}
+		for _, pc := range pcs {
+			out = append(out, SavedPiece{Partition: p, Start: pc.Start, Offset: pc.Offset, End: pc.End, Done: pc.Done})
+		}
+	}
+	return out
+}
+
+// checkpointOnLeave begins a checkpoint inside the pass when server asks
+// to leave (its eviction notice, or a SIGTERM) while the job trains in a
+// cluster without tiers, and the servers that stay are fewer than the
+// chains' length: last, when nobody can take its slots, or when the
+// slots keep one copy fewer than k once it goes, and a kill before the
+// handoff ends (the notice's deadline), or another failure, loses them.
+// A checkpoint at the next boundary may come after the machine is gone.
+// It says, for a refusal, what keeps the slots: the checkpoint begun, or
+// the next to begin.
+func (m *Machine) checkpointOnLeave(server string, last bool) string {
+	l := &m.st.Layout
+	switch {
+	case m.cfg.CheckpointDir == "":
+		return " (nothing keeps them: the coordinator has no --checkpoint-dir)"
+	case len(l.Tables) == 0 || l.JobDone || l.Resume != nil || l.Stage != 0:
+		return " (a checkpoint keeps them: terrace checkpoint --wait)"
+	}
+	// One in progress may never commit (a server it names died: it is
+	// abandoned only once the coordinator takes that server off), so
+	// another is asked for after it rather than counted on.
+	seq := m.st.Checkpoint.Seq + 1
+	why := fmt.Sprintf("server %s is leaving, and fewer servers than the chains' %d stay", server, l.Replication)
+	if last {
+		why = fmt.Sprintf("server %s, the last on the ring, is leaving", server)
+	}
+	m.checkpointNow(why)
+	return fmt.Sprintf(" (checkpoint %d, inside the pass, keeps them)", seq)
+}
+
+// abandonIfServerGone abandons the checkpoint in progress when a server
+// it names left the ring (failed, restarted, or drained) before it
+// reported its part: nothing would commit it, and one at a boundary would
+// hold the next pass for good; the slots that server headed are in no
+// part (a drained server's went to servers that may have written first).
+func (m *Machine) abandonIfServerGone() {
+	ck := m.st.Layout.Checkpoint
+	if ck == nil || m.committing {
+		return
+	}
+	for _, id := range ck.Servers {
+		if m.st.Checkpoint.Reported[id] || slices.ContainsFunc(m.st.Layout.Servers, func(s ring.Server) bool { return s.ID == id }) {
+			continue
+		}
+		why := fmt.Sprintf("server %s left the ring before writing its part", id)
+		m.log.Warn("checkpoint abandoned", "seq", ck.Seq, "server", id, "err", why)
+		m.note(api.EventCheckpoint, id, fmt.Sprintf("checkpoint %d abandoned: %s", ck.Seq, why))
+		m.st.Checkpoint.Abandoned, m.st.Checkpoint.Why = ck.Seq, why
+		m.endCheckpoint()
+		return
+	}
+}
+
+// RequestCheckpoint asks for a checkpoint at the next pass boundary, or,
+// with now, inside the pass in progress (checkpointNow), and at once
+// either way when the job is done (its servers are quiescent and still
+// hold the trained model). It replies the sequence number of the
+// checkpoint that will serve the request: the next one to begin, since
+// one already in progress began before the request.
+func (m *Machine) RequestCheckpoint(id uint64, now bool) {
+	l := &m.st.Layout
 	switch {
 	case m.cfg.CheckpointDir == "":
 		m.fail(id, fmt.Errorf("%w: the coordinator has no checkpoint directory (--checkpoint-dir)", api.ErrBadRequest))
 		return
-	case m.st.Layout.Shutdown:
+	case l.Shutdown:
 		m.fail(id, fmt.Errorf("%w: the job is done and its servers are shutting down", api.ErrBadRequest))
+		return
+	case now && l.Resume != nil:
+		m.fail(id, fmt.Errorf("%w: the servers are still loading checkpoint %d", api.ErrBadRequest, l.Resume.Seq))
+		return
+	}
+	if now && !l.JobDone {
+		seq := m.st.Checkpoint.Seq + 1 // begun now, or next, after the one in progress
+		m.checkpointNow("asked for")
+		m.reply(Reply{ID: id, Seq: seq})
 		return
 	}
 	if !m.st.Checkpoint.Requested {
@@ -106,9 +302,7 @@ func (m *Machine) Checkpointed(id uint64, c api.Checkpointed) {
 		m.log.Warn("checkpoint abandoned", "seq", c.Seq, "server", c.From, "err", c.Error)
 		m.note(api.EventCheckpoint, c.From, fmt.Sprintf("checkpoint %d abandoned: %s", c.Seq, c.Error))
 		m.st.Checkpoint.Abandoned, m.st.Checkpoint.Why = c.Seq, fmt.Sprintf("server %s: %s", c.From, c.Error)
-		m.st.Layout.Checkpoint = nil
-		m.publish()
-		m.checkpointIfDone()
+		m.endCheckpoint()
 		return
 	}
 	if !m.st.Checkpoint.Reported[c.From] {
@@ -127,9 +321,20 @@ func (m *Machine) commitIfReported() {
 		return
 	}
 	m.committing = true
-	m.out.Commit = &Commit{Dir: ck.Dir, Seq: ck.Seq, Pass: ck.Pass, Servers: slices.Clone(ck.Servers),
+	c := &Commit{Dir: ck.Dir, Seq: ck.Seq, Pass: ck.Pass, Servers: slices.Clone(ck.Servers),
 		Tables: slices.Clone(m.st.Layout.Tables), Partitions: m.st.Layout.Partitions, MaxClock: m.st.MaxClock,
 		States: m.partStates(), Job: m.st.Job, JobNumber: m.st.Layout.Job + 1}
+	if mp := m.st.Checkpoint.MidPass; mp != nil {
+		// As recorded when it began: the states stay named until it
+		// ends (referenced), though the partitions move on.
+		c.MaxClock, c.States = mp.MaxClock, maps.Clone(mp.States)
+		if len(mp.Pieces) > 0 {
+			ip := mp.InPass
+			ip.Pieces = slices.Clone(ip.Pieces)
+			c.InPass = &ip
+		}
+	}
+	m.out.Commit = c
 }
 
 // partStates copies the partitions' states.
@@ -157,11 +362,34 @@ func (m *Machine) Committed(seq uint64, err error) {
 	} else {
 		m.ckptDone = append(m.ckptDone, CheckpointStat{Seq: seq, Pass: ck.Pass, Seconds: m.now.Sub(m.st.Checkpoint.Started).Seconds()})
 		m.st.Checkpoint.Committed, m.st.Checkpoint.CommittedPass = seq, ck.Pass
+		mp := m.st.Checkpoint.MidPass
+		m.st.Checkpoint.CommittedInside = mp != nil && len(mp.Pieces) > 0 // as its record says
 		m.note(api.EventCheckpoint, "", fmt.Sprintf("checkpoint %d committed", seq))
 	}
+	m.endCheckpoint()
+}
+
+// endCheckpoint forgets the checkpoint in progress, committed or
+// abandoned, drops the states only it named, and begins the one asked
+// for meanwhile.
+func (m *Machine) endCheckpoint() {
+	ck := &m.st.Checkpoint
+	mp := ck.MidPass
 	m.st.Layout.Checkpoint = nil
-	m.st.Checkpoint.Reported = nil
+	ck.Reported, ck.MidPass = nil, nil
+	if mp != nil {
+		for _, p := range slices.Sorted(maps.Keys(mp.States)) {
+			m.unref(p, mp.States[p]...)
+		}
+	}
 	m.publish()
+	if ck.Now && m.st.Layout.JobDone {
+		ck.Now, ck.Requested = false, true // a finished job's is taken at once
+	}
+	if ck.Now {
+		m.checkpointNow("asked for while another was written")
+		return
+	}
 	m.checkpointIfDone()
 }
 
@@ -173,9 +401,9 @@ func (m *Machine) checkpointStatus() *api.CheckpointStatus {
 	}
 	ck := &m.st.Checkpoint
 	cs := &api.CheckpointStatus{Dir: m.cfg.CheckpointDir, Requested: ck.Requested, Seq: ck.Seq,
-		Committed: ck.Committed, CommittedPass: ck.CommittedPass, Abandoned: ck.Abandoned, Why: ck.Why}
+		Committed: ck.Committed, CommittedPass: ck.CommittedPass, CommittedInside: ck.CommittedInside, Abandoned: ck.Abandoned, Why: ck.Why}
 	if l := m.st.Layout.Checkpoint; l != nil {
-		cs.InProgress, cs.Pass, cs.Servers = true, l.Pass, len(l.Servers)
+		cs.InProgress, cs.Pass, cs.Servers, cs.Inside = true, l.Pass, len(l.Servers), ck.MidPass != nil
 		for _, s := range l.Servers {
 			if ck.Reported[s] {
 				cs.Written++
@@ -212,6 +440,10 @@ type Resumed struct {
 	// Seq+1 instead, the first checkpoint after a resume from a torn
 	// newest one was refused by every server and abandoned.
 	Next uint64
+	// InPass is the pass in progress when a checkpoint inside a pass
+	// began (nil for one at a boundary): its pieces go back to the pool
+	// at their offsets.
+	InPass *InPass
 }
 
 // Resume starts a machine that nothing has joined from checkpoint r: its
@@ -246,6 +478,9 @@ func (m *Machine) Resume(r Resumed) map[int][]uint64 {
 		}
 	}
 	m.st.PartStates = vers
+	if r.InPass != nil {
+		m.resumePass(r.InPass, vers)
+	}
 	m.st.Checkpoint.Seq = r.Seq
 	if r.Next > r.Seq+1 {
 		m.st.Checkpoint.Seq = r.Next - 1 // the next one begun is numbered Next
@@ -254,6 +489,23 @@ func (m *Machine) Resume(r Resumed) map[int][]uint64 {
 	m.st.Checkpoint.Restored = map[string]bool{}
 	m.dirty = true
 	return vers
+}
+
+// resumePass puts the pieces of a checkpoint's pass in progress back,
+// free at their offsets; the first piece of a partition not complete
+// starts from the partition's state, as a new pass's does (a partition
+// with state was kept as one piece from its first row: savedPieces).
+func (m *Machine) resumePass(ip *InPass, vers map[int][]uint64) {
+	w := &Pass{Parts: make([][]Piece, m.st.Layout.Partitions)}
+	for _, sp := range ip.Pieces {
+		w.Parts[sp.Partition] = append(w.Parts[sp.Partition], Piece{Start: sp.Start, End: sp.End, Offset: sp.Offset, Rank: -1, Done: sp.Done})
+	}
+	for p, pcs := range w.Parts {
+		if !w.complete(p) {
+			pcs[0].States = slices.Clone(vers[p])
+		}
+	}
+	m.st.Passes[ip.Pass] = w
 }
 
 // Restored records that a server has loaded its slots of the checkpoint

@@ -34,10 +34,16 @@ func (h *harness) printStatus() {
 	}
 	if c := st.Checkpoint; c != nil {
 		fmt.Fprintf(&h.out, "checkpoint: requested %v, last begun %d", c.Requested, c.Seq)
-		if c.InProgress {
+		switch {
+		case c.InProgress && c.Inside:
+			fmt.Fprintf(&h.out, " (inside pass %d, %d of %d servers written)", c.Pass+1, c.Written, c.Servers)
+		case c.InProgress:
 			fmt.Fprintf(&h.out, " (after pass %d, %d of %d servers written)", c.Pass, c.Written, c.Servers)
 		}
 		fmt.Fprintf(&h.out, ", committed %d", c.Committed)
+		if c.CommittedInside {
+			fmt.Fprintf(&h.out, " (inside pass %d)", c.CommittedPass+1)
+		}
 		if c.Abandoned != 0 {
 			fmt.Fprintf(&h.out, ", abandoned %d: %s", c.Abandoned, c.Why)
 		}

@@ -32,14 +32,20 @@ type commitMeta struct {
 	// JobNumber numbers the job among the cluster's, from 1 (0 in a
 	// record written before it was kept: the cluster's first).
 	JobNumber uint64 `json:"job_number,omitempty"`
+	// InPass, in a checkpoint taken inside a pass, is the pass in
+	// progress and its pieces (absent at a pass boundary, and in records
+	// written before the seventeenth session).
+	InPass *InPass `json:"in_pass,omitempty"`
 }
 
 // commit writes checkpoint ck's partition states and then its commit
-// record, which makes the checkpoint count. It runs at a pass boundary,
-// while no worker reports progress, so the versions it reads stay named.
+// record, which makes the checkpoint count. The versions it reads stay
+// named until Committed: at a pass boundary no worker reports progress,
+// and inside a pass the checkpoint in progress names them (referenced).
 func (c *Coordinator) commit(ctx context.Context, ck *Commit) error {
 	m := commitMeta{Seq: ck.Seq, Pass: ck.Pass, Servers: ck.Servers, Tables: ck.Tables,
-		Partitions: ck.Partitions, MaxClock: ck.MaxClock, Time: time.Now().UTC(), Job: ck.Job, JobNumber: ck.JobNumber}
+		Partitions: ck.Partitions, MaxClock: ck.MaxClock, Time: time.Now().UTC(), Job: ck.Job, JobNumber: ck.JobNumber,
+		InPass: ck.InPass}
 	if len(ck.States) > 0 {
 		blobs, pieces, err := c.readStates(ctx, ck.States)
 		if err != nil {
@@ -142,7 +148,8 @@ func (c *Coordinator) resume(dir string) error {
 		counts[p] = max(1, len(m.StatePieces[p]))
 	}
 	vers := c.m.Resume(Resumed{Dir: dir, Seq: m.Seq, Pass: m.Pass, Servers: m.Servers, Tables: m.Tables,
-		Partitions: m.Partitions, MaxClock: m.MaxClock, States: counts, Job: m.Job, JobNumber: m.JobNumber, Next: next})
+		Partitions: m.Partitions, MaxClock: m.MaxClock, States: counts, Job: m.Job, JobNumber: m.JobNumber, Next: next,
+		InPass: m.InPass})
 	for p, blob := range states {
 		for i, v := range vers[p] {
 			piece := blob
@@ -157,7 +164,9 @@ func (c *Coordinator) resume(dir string) error {
 }
 
 // decodeCommit reads a commit record; one written before the training
-// pass was named "pass" calls it "epoch".
+// pass was named "pass" calls it "epoch". A record whose pieces of the
+// pass in progress do not tile its partitions is refused (ErrBadPieces),
+// as a damaged one is.
 func decodeCommit(raw []byte, m *commitMeta) error {
 	var old struct {
 		Pass  *int `json:"pass"`
@@ -168,6 +177,9 @@ func decodeCommit(raw []byte, m *commitMeta) error {
 	}
 	if err := json.Unmarshal(raw, &old); err == nil && old.Pass == nil && old.Epoch != nil {
 		m.Pass = *old.Epoch
+	}
+	if m.InPass != nil {
+		return m.InPass.check(m.Pass, m.Partitions)
 	}
 	return nil
 }

@@ -20,6 +20,8 @@ type Committed struct {
 	Tables  []layout.Table
 	// Job is nil in checkpoints written before commit records named it.
 	Job *api.Job
+	// InPass is the pass in progress, if it was taken inside one.
+	InPass *InPass
 	// Skipped says why each newer checkpoint was passed over.
 	Skipped []error
 }
@@ -39,5 +41,5 @@ func LatestCommitted(ctx context.Context, dir string) (Committed, error) {
 	if err != nil {
 		return Committed{Skipped: skipped}, err
 	}
-	return Committed{Dir: dir, Seq: seq, Pass: m.Pass, Servers: m.Servers, Tables: m.Tables, Job: m.Job, Skipped: skipped}, nil
+	return Committed{Dir: dir, Seq: seq, Pass: m.Pass, Servers: m.Servers, Tables: m.Tables, Job: m.Job, InPass: m.InPass, Skipped: skipped}, nil
 }

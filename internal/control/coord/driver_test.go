@@ -605,3 +605,69 @@ func TestCheckpointsNumberedAfterTheDirectory(t *testing.T) {
 		t.Fatalf("a directory not made yet: last checkpoint %d, want none", c.m.st.Checkpoint.Seq)
 	}
 }
+
+// TestResumeInsidePass: a commit record of a checkpoint taken inside a
+// pass resumes with that pass's pieces at their offsets; one whose pieces
+// do not tile the partitions is passed over as a damaged record is, for
+// the previous checkpoint; a record without pieces (a pass boundary's, or
+// one written before they were kept) resumes as before.
+func TestResumeInsidePass(t *testing.T) {
+	const boundary = `{"seq":1,"pass":2,"servers":["s0"],"tables":[],"partitions":2,"time":"2026-01-01T00:00:00Z"}`
+	inside := func(seq int, pieces string) string {
+		return fmt.Sprintf(`{"seq":%d,"pass":3,"servers":["s0"],"tables":[],"partitions":2,"time":"2026-01-01T00:00:00Z","in_pass":{"pass":4,"pieces":[%s]}}`, seq, pieces)
+	}
+	const good = `{"partition":0,"start":0,"offset":40,"end":-1},{"partition":1,"start":0,"offset":10,"end":20},{"partition":1,"start":20,"offset":20,"end":-1,"done":true}`
+	for _, tc := range []struct {
+		name   string
+		newest string
+		seq    uint64
+		pieces string // the resumed pass's, as printed below
+	}{
+		{"inside a pass", inside(2, good), 2, "4: [0,end)@40 | [0,20)@10 [20,end)@20 done"},
+		{"a boundary", boundary, 2, ""},
+		{"inside the first pass", strings.NewReplacer(`"pass":3`, `"pass":-1`, `"pass":4`, `"pass":0`).Replace(inside(2, good)), 2, "0: [0,end)@40 | [0,20)@10 [20,end)@20 done"},
+		{"a gap", inside(2, `{"partition":0,"start":0,"offset":0,"end":-1},{"partition":1,"start":0,"offset":0,"end":20},{"partition":1,"start":30,"offset":30,"end":-1}`), 1, ""},
+		{"a partition missing", inside(2, `{"partition":0,"start":0,"offset":0,"end":-1}`), 1, ""},
+		{"an offset outside its piece", inside(2, `{"partition":0,"start":0,"offset":30,"end":20},{"partition":0,"start":20,"offset":20,"end":-1},{"partition":1,"start":0,"offset":0,"end":-1}`), 1, ""},
+		{"a partition out of range", inside(2, good+`,{"partition":2,"start":0,"offset":0,"end":-1}`), 1, ""},
+		{"another pass", strings.Replace(inside(2, good), `"pass":4`, `"pass":5`, 1), 1, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			writePart(t, dir, "s0", 1)
+			writePart(t, dir, "s0", 2)
+			newest := strings.Replace(tc.newest, `"seq":1`, `"seq":2`, 1)
+			for seq, meta := range map[uint64]string{1: boundary, 2: newest} {
+				if err := checkpoint.CommitCluster(dir, seq, []byte(meta)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c, err := Open(Options{Servers: 1, Workers: 1, Partitions: 2, CheckpointDir: dir, Resume: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.m.st.Layout.Resume.Seq; got != tc.seq {
+				t.Fatalf("resumed checkpoint %d; want %d", got, tc.seq)
+			}
+			var got []string
+			for _, e := range c.m.passNumbers() {
+				var parts []string
+				for _, pcs := range c.m.st.Passes[e].Parts {
+					var s []string
+					for _, pc := range pcs {
+						x := fmt.Sprintf("%s@%d", pc.String(), pc.Offset)
+						if pc.Done {
+							x += " done"
+						}
+						s = append(s, x)
+					}
+					parts = append(parts, strings.Join(s, " "))
+				}
+				got = append(got, fmt.Sprintf("%d: %s", e, strings.Join(parts, " | ")))
+			}
+			if strings.Join(got, "; ") != tc.pieces {
+				t.Fatalf("resumed pieces %q; want %q", strings.Join(got, "; "), tc.pieces)
+			}
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package coord
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -133,7 +134,12 @@ func (c *Coordinator) serverHandlers(mux *http.ServeMux) {
 		return struct{}{}, err
 	})
 	mux.HandleFunc(api.RouteCheckpoint, func(w http.ResponseWriter, r *http.Request) {
-		rep, err := c.call(r.Context(), func(m *Machine, id uint64) { m.RequestCheckpoint(id) })
+		now, err := strconv.ParseBool(cmp.Or(r.URL.Query().Get("now"), "false"))
+		if err != nil {
+			reply(w, nil, fmt.Errorf("%w: now=%q: %v", api.ErrBadRequest, r.URL.Query().Get("now"), err))
+			return
+		}
+		rep, err := c.call(r.Context(), func(m *Machine, id uint64) { m.RequestCheckpoint(id, now) })
 		reply(w, api.CheckpointTicket{Seq: rep.Seq}, err)
 	})
 }

@@ -305,6 +305,7 @@ func (m *Machine) Ready() (Ready, bool) {
 		return Ready{}, false
 	}
 	if m.layoutChanged {
+		m.abandonIfServerGone()
 		m.followCopies(m.snapshot())
 	} else if len(m.restartLoss.Arcs) > 0 {
 		m.followCopies(nil)

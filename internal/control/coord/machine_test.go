@@ -138,7 +138,7 @@ var events = map[string]func(h *harness, td *datadriven.TestData){
 		h.m.MemberGone(h.id(), h.str(td, "role", ""), h.str(td, "id", ""), h.str(td, "inc", ""))
 	},
 	"probed":     (*harness).probed,
-	"checkpoint": func(h *harness, td *datadriven.TestData) { h.m.RequestCheckpoint(h.id()) },
+	"checkpoint": func(h *harness, td *datadriven.TestData) { h.m.RequestCheckpoint(h.id(), td.HasArg("now")) },
 	"checkpointed": func(h *harness, td *datadriven.TestData) {
 		h.m.Checkpointed(h.id(), api.Checkpointed{From: h.str(td, "from", ""), Seq: uint64(h.int(td, "seq", 1)), Error: h.str(td, "error", "")})
 	},
@@ -333,8 +333,49 @@ func (h *harness) restore(td *datadriven.TestData) {
 	h.m, h.rd, h.holding, h.probes = m, nil, false, nil
 }
 
+// savedPieces prints a checkpoint's pieces as the resume command takes
+// them: partition/start/offset/end, /done if done, joined by +.
+func savedPieces(ps []SavedPiece) string {
+	var out []string
+	for _, sp := range ps {
+		s := fmt.Sprintf("%d/%d/%d/%s", sp.Partition, sp.Start, sp.Offset, endString(sp.End))
+		if sp.Done {
+			s += "/done"
+		}
+		out = append(out, s)
+	}
+	return strings.Join(out, "+")
+}
+
+// parsePieces reads what savedPieces prints ("open" for the end).
+func (h *harness) parsePieces(td *datadriven.TestData, s string) []SavedPiece {
+	var out []SavedPiece
+	for _, f := range strings.Split(s, "+") {
+		parts := strings.Split(f, "/")
+		if len(parts) < 4 {
+			h.t.Fatalf("%s: piece %q: want partition/start/offset/end", td.Pos, f)
+		}
+		var n [4]int
+		for i, x := range parts[:4] {
+			if i == 3 && x == "open" {
+				n[i] = api.ToEnd
+				continue
+			}
+			v, err := strconv.Atoi(x)
+			if err != nil {
+				h.t.Fatalf("%s: piece %q: %v", td.Pos, f, err)
+			}
+			n[i] = v
+		}
+		out = append(out, SavedPiece{Partition: n[0], Start: n[1], Offset: n[2], End: n[3], Done: len(parts) > 4 && parts[4] == "done"})
+	}
+	return out
+}
+
 // resume starts a new machine from a checkpoint: blob is the states of
-// its partitions, p=blob,blob (pieces of one partition joined by +).
+// its partitions, p=blob,blob (pieces of one partition joined by +);
+// pieces=, those of the pass in progress of one taken inside it (as the
+// commit prints them).
 func (h *harness) resume(td *datadriven.TestData) {
 	h.m = NewMachine(h.cfg, h.now)
 	counts, blobs := map[int]int{}, map[int][]string{}
@@ -344,8 +385,15 @@ func (h *harness) resume(td *datadriven.TestData) {
 			counts[p] = len(blobs[p])
 		}
 	}
-	vers := h.m.Resume(Resumed{Dir: "ckpt", Seq: uint64(h.int(td, "seq", 1)), Pass: h.int(td, "pass", 0),
-		Servers: strings.Split(h.str(td, "servers", "s0"), "+"), Partitions: h.cfg.Partitions, States: counts})
+	r := Resumed{Dir: "ckpt", Seq: uint64(h.int(td, "seq", 1)), Pass: h.int(td, "pass", 0),
+		Servers: strings.Split(h.str(td, "servers", "s0"), "+"), Partitions: h.cfg.Partitions, States: counts}
+	if s := h.str(td, "pieces", ""); s != "" {
+		r.InPass = &InPass{Pass: r.Pass + 1, Pieces: h.parsePieces(td, s)}
+		if err := r.InPass.check(r.Pass, r.Partitions); err != nil {
+			h.t.Fatalf("%s: %v", td.Pos, err)
+		}
+	}
+	vers := h.m.Resume(r)
 	for p, vs := range vers {
 		for i, v := range vs {
 			h.put(p, v, []byte(blobs[p][i]))
@@ -418,6 +466,9 @@ func (h *harness) printReady(rd *Ready) {
 	}
 	if c := rd.Commit; c != nil {
 		fmt.Fprintf(&h.out, "commit: seq %d pass %d servers %v states %v\n", c.Seq, c.Pass, c.Servers, c.States)
+		if ip := c.InPass; ip != nil {
+			fmt.Fprintf(&h.out, "commit: inside pass %d: %s\n", ip.Pass, savedPieces(ip.Pieces))
+		}
 	}
 	for _, p := range rd.Probes {
 		fmt.Fprintf(&h.out, "probe: %s at %s\n", p.ID, p.Addr)
@@ -511,7 +562,9 @@ func (h *harness) printLayout(what string, l *layout.Layout) {
 	if len(l.Tables) > 0 {
 		fmt.Fprintf(&h.out, " tables %d", len(l.Tables))
 	}
-	if c := l.Checkpoint; c != nil {
+	if c := l.Checkpoint; c != nil && h.m.st.Checkpoint.MidPass != nil && h.m.st.Checkpoint.Seq == c.Seq {
+		fmt.Fprintf(&h.out, " checkpoint %d inside pass %d", c.Seq, c.Pass+1)
+	} else if c != nil {
 		fmt.Fprintf(&h.out, " checkpoint %d after pass %d", c.Seq, c.Pass)
 	}
 	if c := l.Resume; c != nil {

@@ -328,7 +328,7 @@ func (m *Machine) LeaveServer(id uint64, server string) {
 		return
 	}
 	if len(l.Servers)-len(l.Leaving) <= 1 && !slices.Contains(l.Leaving, server) {
-		m.fail(id, fmt.Errorf("%w: %s: its slots have nowhere to go (a checkpoint keeps them: terrace checkpoint --wait)", api.ErrLastServer, server))
+		m.fail(id, fmt.Errorf("%w: %s: its slots have nowhere to go%s", api.ErrLastServer, server, m.checkpointOnLeave(server, true)))
 		return
 	}
 	if !slices.Contains(l.Leaving, server) {
@@ -336,6 +336,9 @@ func (m *Machine) LeaveServer(id uint64, server string) {
 		l.Leaving = append(slices.Clone(l.Leaving), server)
 		m.st.Synced[server] = map[string]bool{}
 		m.resetSync()
+		if len(l.Servers)-len(l.Leaving) < l.Replication {
+			m.checkpointOnLeave(server, false)
+		}
 		m.publish()
 	}
 	m.replyLayout(id)

@@ -139,8 +139,13 @@ type PendingCut struct {
 // Checkpointing is the state of cluster checkpoints (docs/design/control.md).
 type Checkpointing struct {
 	Seq uint64 `json:"seq"` // the last checkpoint begun (or resumed from)
-	// Requested: a checkpoint is asked for at the next pass boundary.
+	// Requested: a checkpoint is asked for at the next pass boundary;
+	// Now: one inside the pass, once the one in progress ends.
 	Requested bool `json:"requested,omitempty"`
+	Now       bool `json:"now,omitempty"`
+	// MidPass is what the checkpoint in progress recorded, if it began
+	// inside a pass (nil at a boundary).
+	MidPass *MidPass `json:"mid_pass,omitempty"`
 	// Reported lists the servers that wrote their part of the checkpoint
 	// in progress (Layout.Checkpoint), Restored those that loaded the one
 	// resumed from (Layout.Resume).
@@ -150,10 +155,11 @@ type Checkpointing struct {
 	// Committed is the last checkpoint committed, Abandoned the last one
 	// abandoned and Why the reason: what a waiting `terrace checkpoint
 	// --wait` learns its checkpoint's fate from, after a failover too.
-	Committed     uint64 `json:"committed,omitempty"`
-	CommittedPass int    `json:"committed_pass,omitempty"`
-	Abandoned     uint64 `json:"abandoned,omitempty"`
-	Why           string `json:"why,omitempty"`
+	Committed       uint64 `json:"committed,omitempty"`
+	CommittedPass   int    `json:"committed_pass,omitempty"`
+	CommittedInside bool   `json:"committed_inside,omitempty"`
+	Abandoned       uint64 `json:"abandoned,omitempty"`
+	Why             string `json:"why,omitempty"`
 }
 
 // contains reports whether row lies in the piece.

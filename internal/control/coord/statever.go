@@ -45,6 +45,15 @@ func (m *Machine) StateCurrent(p int, ver uint64) bool { return ver != 0 && m.re
 // leader keeps when it sweeps its store.
 func (m *Machine) StateVersions() map[int][]uint64 {
 	out := maps.Clone(m.st.PartStates)
+	if mp := m.st.Checkpoint.MidPass; mp != nil {
+		for p, vs := range mp.States {
+			for _, v := range vs {
+				if !slices.Contains(out[p], v) {
+					out[p] = append(slices.Clone(out[p]), v)
+				}
+			}
+		}
+	}
 	for _, w := range m.st.Passes {
 		for p, pcs := range w.Parts {
 			for _, pc := range pcs {
@@ -59,9 +68,14 @@ func (m *Machine) StateVersions() map[int][]uint64 {
 	return out
 }
 
-// referenced reports whether a piece or partition p names version v.
+// referenced reports whether a piece or partition p names version v, or
+// the checkpoint in progress does (one begun inside a pass names the
+// states as it began, which its commit writes).
 func (m *Machine) referenced(p int, v uint64) bool {
 	if slices.Contains(m.st.PartStates[p], v) {
+		return true
+	}
+	if mp := m.st.Checkpoint.MidPass; mp != nil && slices.Contains(mp.States[p], v) {
 		return true
 	}
 	for _, w := range m.st.Passes {

@@ -76,10 +76,7 @@ func (m *Machine) Acquire(id uint64, a api.Acquire) {
 
 // tryAcquire answers an Acquire if it can, and reports whether it did.
 func (m *Machine) tryAcquire(id uint64, rank, e int) bool {
-	if ck := m.st.Layout.Checkpoint; ck != nil && e >= ck.Pass {
-		// The pass's end (its barrier) and the next pass wait until the
-		// checkpoint is committed, so that a run that ends right after it
-		// does not cut it short.
+	if m.checkpointHolds(e) {
 		return false
 	}
 	w := m.pass(e)
@@ -95,6 +92,28 @@ func (m *Machine) tryAcquire(id uint64, rank, e int) bool {
 		return false
 	}
 	m.reply(Reply{ID: id, Grant: m.grant(w, p, i, rank)})
+	return true
+}
+
+// checkpointHolds says whether the checkpoint in progress holds the work
+// of pass e. One at a boundary holds that pass's end (its barrier) and
+// the next pass until it is committed, so that a run that ends right
+// after it does not cut it short. One begun inside a pass holds no piece
+// of it, only its end and what follows: the same reason, and the parts
+// then hold no row of a later pass, which a resume would train again.
+func (m *Machine) checkpointHolds(e int) bool {
+	ck := m.st.Layout.Checkpoint
+	switch {
+	case ck == nil || e < ck.Pass:
+		return false
+	case m.st.Checkpoint.MidPass == nil:
+		return true
+	case e == ck.Pass:
+		return false
+	case e == ck.Pass+1:
+		w := m.pass(e)
+		return w == nil || w.left() == 0
+	}
 	return true
 }
 

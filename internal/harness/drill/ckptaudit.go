@@ -23,8 +23,11 @@ var ErrNoAuditTable = errors.New("drill: the job ran no audit")
 // starts with these counts on its servers; work acknowledged after them
 // is rolled back.
 type Saved struct {
-	Seq    uint64
-	Pass   int // the last pass completed, from 0 (-1: no checkpoint)
+	Seq  uint64
+	Pass int // the last pass completed, from 0 (-1: none, or no checkpoint: Seq 0)
+	// Inside: the checkpoint was taken inside pass Pass+1 (the last
+	// server's notice, or one asked for now), not at its boundary.
+	Inside bool
 	ByRank map[int]int64
 }
 
@@ -40,7 +43,7 @@ func (s Saved) Total() int64 {
 // CheckpointAudit reads the audit table of the newest committed
 // checkpoint under dir that is intact (the one a coordinator --resume
 // loads). A directory with no committed checkpoint saved nothing: it
-// returns Pass -1 and no error. A checkpoint without the audit table (a
+// returns Seq 0, Pass -1 and no error. A checkpoint without the audit table (a
 // job that ran no audit) is an error.
 func CheckpointAudit(ctx context.Context, dir string) (Saved, error) {
 	s := Saved{Pass: -1, ByRank: map[int]int64{}}
@@ -51,7 +54,7 @@ func CheckpointAudit(ctx context.Context, dir string) (Saved, error) {
 	if err != nil {
 		return s, fmt.Errorf("drill: audit of checkpoint under %s: %w", dir, err)
 	}
-	s.Seq, s.Pass = ck.Seq, ck.Pass
+	s.Seq, s.Pass, s.Inside = ck.Seq, ck.Pass, ck.InPass != nil
 	for _, t := range ck.Tables {
 		if t.Spec.Name != AuditTable {
 			continue
@@ -131,16 +134,16 @@ func RolledBack(base, acked map[int]int64, saved Saved) int64 {
 }
 
 // RequestCheckpoint asks the coordinator for a cluster checkpoint at the
-// next pass boundary (POST /v1/checkpoint; the coordinator needs
-// --checkpoint-dir, ClusterConfig.CoordArgs) and returns the sequence
-// number of the checkpoint that will serve it.
-func (c *Cluster) RequestCheckpoint(ctx context.Context) (uint64, error) {
+// next pass boundary, or with now inside the pass (POST /v1/checkpoint;
+// the coordinator needs --checkpoint-dir, ClusterConfig.CoordArgs) and
+// returns the sequence number of the checkpoint that will serve it.
+func (c *Cluster) RequestCheckpoint(ctx context.Context, now bool) (uint64, error) {
 	c.mu.Lock()
 	addr := c.d.coord
 	c.mu.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	seq, err := api.NewClient(addr, nil).RequestCheckpoint(cctx)
+	seq, err := api.NewClient(addr, nil).RequestCheckpoint(cctx, now)
 	if err != nil {
 		return 0, fmt.Errorf("drill: checkpoint request: %w", err)
 	}

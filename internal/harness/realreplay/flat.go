@@ -30,7 +30,11 @@ import (
 // Elastic: a machine on notice drains (the coordinator takes its slots
 // off it), one released drains, one killed is just killed while other
 // machines hold the state (its chains' other copies keep its slots,
-// after the failure timeout). The job's state is lost, and the job
+// after the failure timeout). A notice that leaves fewer servers than
+// the chains' length (the last server's among them) makes the
+// coordinator checkpoint inside the pass at once (docs/design/
+// resilience.md, "Checkpoints inside a pass"), so a total loss at the
+// notice's end rolls back to it if it was committed in time. The job's state is lost, and the job
 // stopped and rolled back as above, when the last machine goes (killed,
 // or released: the last server cannot drain), when k machines are
 // killed in the same instant (chains of k), or when a machine of the
@@ -63,6 +67,10 @@ type flat struct {
 	// back, the last one too, with nothing to save.
 	over   bool
 	passes int // rank 0's passes before the last stop
+	// inside: the checkpoint the job rolls back to was taken inside a
+	// pass (the coordinator's, at a notice that left fewer servers than
+	// the chains' length).
+	inside bool
 	// Restarts counts the job's restarts from a checkpoint.
 	Restarts int
 	// Lost counts the acknowledged updates the restarts rolled back.
@@ -283,13 +291,19 @@ func (f *flat) rollBack(ctx context.Context, c *drill.Cluster) error {
 		return err
 	}
 	f.Lost += drill.RolledBack(f.resumed, acked, saved)
-	// The job's progress goes back to the checkpoint, as the simulated
-	// job's does at a crash.
-	f.passes, f.resumed = saved.Pass+1, nil
-	if saved.Pass >= 0 {
+	f.rollTo(saved)
+	return nil
+}
+
+// rollTo moves the job's progress back to saved, the checkpoint a restart
+// resumes from (as the simulated job's goes back at a crash): from
+// scratch if none was committed. One taken inside the first pass has no
+// pass complete and is resumed all the same.
+func (f *flat) rollTo(saved drill.Saved) {
+	f.passes, f.resumed, f.inside = saved.Pass+1, nil, saved.Inside
+	if saved.Seq > 0 {
 		f.resumed = saved.ByRank
 	}
-	return nil
 }
 
 // restart starts a new cluster that resumes from the newest checkpoint
@@ -345,6 +359,9 @@ func (r *run) restart(ctx context.Context) error {
 		fmt.Fprintf(r.cfg.Progress, "replay: %s started on %d machine(s) (chains of %d)\n", r.name, len(aliases), cc.Replication)
 	default:
 		from := fmt.Sprintf("from the checkpoint after pass %d", f.passes)
+		if f.inside {
+			from = fmt.Sprintf("from the checkpoint inside pass %d", f.passes+1)
+		}
 		if f.resumed == nil {
 			from = "from scratch (no checkpoint committed)"
 		}

@@ -186,3 +186,19 @@ func TestElasticFormation(t *testing.T) {
 		t.Errorf("a machine of the formation lost before it formed: lost %v, down %v", lost, f.down)
 	}
 }
+
+// TestRollToInsideFirstPass: a checkpoint taken inside the first pass (a
+// notice before any pass ended) completes no pass but is resumed; only a
+// directory with none committed starts the job from scratch. The restart
+// took such a checkpoint for none and trained again from scratch.
+func TestRollToInsideFirstPass(t *testing.T) {
+	f := &flat{}
+	f.rollTo(drill.Saved{Seq: 1, Pass: -1, Inside: true, ByRank: map[int]int64{0: 5}})
+	if f.resumed == nil || f.passes != 0 || !f.inside {
+		t.Fatalf("inside the first pass: resumed %v, passes %d, inside %v; want resumed, 0, inside", f.resumed, f.passes, f.inside)
+	}
+	f.rollTo(drill.Saved{Pass: -1, ByRank: map[int]int64{}})
+	if f.resumed != nil || f.passes != 0 {
+		t.Fatalf("nothing committed: resumed %v, passes %d; want from scratch", f.resumed, f.passes)
+	}
+}

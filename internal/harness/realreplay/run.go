@@ -348,7 +348,7 @@ func (r *run) checkpoint(ctx context.Context) (uint64, error) {
 	if r.flat == nil || r.flat.down || r.cluster == nil {
 		return 0, nil // nothing runs to checkpoint
 	}
-	seq, err := r.cluster.RequestCheckpoint(ctx)
+	seq, err := r.cluster.RequestCheckpoint(ctx, false)
 	if err != nil {
 		return 0, err
 	}
