@@ -159,7 +159,7 @@ func (f *TokenFile) current() *Tokens {
 		return f.tokens
 	}
 	f.fi, f.tokens, f.warned = fi, t, ""
-	f.log.Info("tokens file reloaded: its tokens count from this request on", "file", f.path, "tokens", len(t.roles))
+	f.log.Warn("tokens file reloaded: its tokens count from this request on", "file", f.path, "tokens", len(t.roles))
 	return t
 }
 

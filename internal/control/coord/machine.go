@@ -270,6 +270,7 @@ func (m *Machine) newEpoch() {
 	l := &m.st.Layout
 	if !m.epochPending {
 		l.PrevEpoch = l.Epoch
+		m.st.Epochs++
 	}
 	l.Epoch = l.PrevEpoch + 1
 	m.epochPending = true
