@@ -131,8 +131,9 @@ func (m *Machine) arrangeTiers() {
 // nothing), a BackupPS whose slots other BackupPS hold, and a reliable
 // server joining the ring in a switch to stage 1 beside others, each at
 // once, as its failure would take it out (removeTiered, removeServer),
-// but as a planned exit. The only BackupPS, or the only reliable joiner,
-// is refused as the last server on the ring is: it holds the one
+// but as a planned exit. The only BackupPS takes the cluster out of the
+// tiers as it goes (leaveTiers); the only reliable joiner of a switch to
+// stage 1 is refused as the last server on the ring is: it holds the one
 // authoritative copy. Refused as "not on the ring", each exited 1 and
 // was recorded as failed (a BackupPS SIGTERMed in stage 2).
 func (m *Machine) leaveTiered(id uint64, server string) bool {
@@ -181,10 +182,10 @@ func (m *Machine) leaveTiered(id uint64, server string) bool {
 // its chain has it), so nothing is lost; they stop streaming to the
 // server and release the acknowledgements that waited for its ledger
 // (dropReplicators) before it goes. Refused instead, it served to its
-// notice's deadline and left with an error, and the ActivePS then held
-// their acknowledgements for it until the failure detector took it out
-// of the layout: the job ran at half speed meanwhile. A switch back
-// into the tiers needs a reliable ring (switchStage).
+// notice's deadline and left with an error, kept in the layout as the
+// last BackupPS is when it dies (removeTiered), and the ActivePS held
+// their acknowledgements for it for good: the job stood still. A switch
+// back into the tiers needs a reliable ring (switchStage).
 func (m *Machine) leaveTiers(server string) {
 	l := &m.st.Layout
 	from := l.CurrentStage()
