@@ -40,7 +40,7 @@ type Control interface {
 	// State fetches a version of a partition's worker state.
 	State(ctx context.Context, partition int, version uint64) ([]byte, error)
 	// Heartbeat keeps a worker's pieces leased to it.
-	Heartbeat(ctx context.Context, rank int) error
+	Heartbeat(ctx context.Context, rank int, clock int64) error
 	// Leave ends a worker's membership: its pieces return to the pool.
 	Leave(ctx context.Context, rank int) error
 }

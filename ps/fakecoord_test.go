@@ -260,7 +260,7 @@ func (f *fakeCoord) CreateTable(context.Context, table.Spec) (*layout.Layout, er
 	return nil, errors.New("fake coordinator: no tables")
 }
 
-func (f *fakeCoord) Heartbeat(context.Context, int) error { return nil }
+func (f *fakeCoord) Heartbeat(context.Context, int, int64) error { return nil }
 
 func (f *fakeCoord) Leave(_ context.Context, rank int) error {
 	f.release(rank)

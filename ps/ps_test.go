@@ -450,8 +450,8 @@ func (s staticControl) Split(context.Context, api.Split) (api.Grant, error) {
 func (s staticControl) State(context.Context, int, uint64) ([]byte, error) {
 	return nil, api.ErrNoState
 }
-func (s staticControl) Heartbeat(context.Context, int) error { return nil }
-func (s staticControl) Leave(context.Context, int) error     { return nil }
+func (s staticControl) Heartbeat(context.Context, int, int64) error { return nil }
+func (s staticControl) Leave(context.Context, int) error            { return nil }
 
 func blackHole(t *testing.T, closeConns bool) string {
 	t.Helper()

@@ -35,7 +35,7 @@ func (c *Client) heartbeat(ctx context.Context) {
 		case <-t.C:
 		}
 		bctx, cancel := context.WithTimeout(ctx, every*4)
-		if err := c.ctl.Heartbeat(bctx, c.opts.Rank); err != nil && ctx.Err() == nil {
+		if err := c.ctl.Heartbeat(bctx, c.opts.Rank, c.clock.Load()); err != nil && ctx.Err() == nil {
 			c.log.Warn("heartbeat failed", "err", err)
 		}
 		c.restateClock(bctx)

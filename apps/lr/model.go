@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -153,14 +154,16 @@ func readWeights(sc *bufio.Scanner, nf int, bias float64, flip bool) (*Model, er
 	if bias >= 0 {
 		n++
 	}
-	ws := make([]float32, 0, n)
+	// Not n at once: a corrupt nr_feature of 1e11 panicked allocating.
+	ws := make([]float32, 0, min(n, 1<<20))
 	for len(ws) < n && sc.Scan() {
 		f := strings.Fields(sc.Text())
 		if len(f) != 1 {
 			return nil, fmt.Errorf("%w: weight line %q", ErrModelFormat, sc.Text())
 		}
 		v, err := strconv.ParseFloat(f[0], 32)
-		if err != nil {
+		if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+			// NaN scored every example NaN (logloss NaN, AUC 0.66).
 			return nil, fmt.Errorf("%w: weight %q", ErrModelFormat, f[0])
 		}
 		if flip {
@@ -168,8 +171,23 @@ func readWeights(sc *bufio.Scanner, nf int, bias float64, flip bool) (*Model, er
 		}
 		ws = append(ws, float32(v))
 	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
 	if len(ws) < n {
 		return nil, fmt.Errorf("%w: %d weights, want %d", ErrModelFormat, len(ws), n)
+	}
+	// Weights beyond nr_feature (and the bias) mean the header does not
+	// describe them: a smaller nr_feature, or no bias line, scored with
+	// the weights shifted (a9a at 0.55 accuracy, without a word).
+	extra := 0
+	for sc.Scan() {
+		if strings.TrimSpace(sc.Text()) != "" {
+			extra++
+		}
+	}
+	if extra > 0 {
+		return nil, fmt.Errorf("%w: %d weight lines beyond the %d that nr_feature %d and bias %g make", ErrModelFormat, extra, n, nf, bias)
 	}
 	m := &Model{W: make([]float32, nf+2)}
 	for idx := 1; idx <= nf; idx++ {

@@ -49,6 +49,14 @@ func TestLIBLINEARBadFiles(t *testing.T) {
 		"short":      "solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nnr_feature 2\nbias 1\nw\n1\n",
 		"bad weight": "solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nnr_feature 1\nbias -1\nw\nx\n",
 		"empty":      "",
+		// Taken before (seventeenth session's walkthrough): a header that
+		// does not describe its weights scored with them shifted, a NaN
+		// weight scored NaN, and a huge nr_feature panicked allocating.
+		"nr_feature below the weights": "solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nnr_feature 1\nbias 1\nw\n1\n2\n3\n",
+		"no bias line":                 "solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nnr_feature 2\nw\n1\n2\n3\n",
+		"NaN weight":                   "solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nnr_feature 1\nbias 1\nw\nNaN\n1\n",
+		"infinite weight":              "solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nnr_feature 1\nbias 1\nw\n+Inf\n1\n",
+		"huge nr_feature":              "solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nnr_feature 100000000000\nbias 1\nw\n1\n",
 	} {
 		if _, err := ReadLIBLINEAR(strings.NewReader(in)); !errors.Is(err, ErrModelFormat) {
 			t.Errorf("%s: %v, want ErrModelFormat", name, err)

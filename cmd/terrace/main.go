@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -35,7 +36,8 @@ func main() {
 		}
 	}
 	checkOutputsFirst(root)
-	err := root.ExecuteContext(ctx)
+	start := time.Now()
+	cmd, err := root.ExecuteContextC(ctx)
 	if errors.Is(err, node.ErrDrained) {
 		fmt.Fprintln(os.Stderr, "terrace: drained; exiting")
 		return
@@ -43,12 +45,32 @@ func main() {
 	if cause := context.Cause(runCtx); err != nil && cause != nil && cause != context.Canceled { // a signal's cause Is Canceled too
 		// A signal ended the run: what failed then failed because of it
 		// ("context canceled" deep in a worker's error did not say so).
-		err = fmt.Errorf("stopped before the end (%v): %w", cause, err)
+		err = fmt.Errorf("stopped before the end (%v%s): %w", cause, unwritten(cmd, start), err)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "terrace:", err)
 		os.Exit(1)
 	}
+}
+
+// unwritten says, for a command stopped by a signal, that its --report
+// was not written in this run: a replay or bench stopped midway said only
+// "stopped before the end", and whether a partial report had been left
+// was anyone's guess (none is: reports are written at the end).
+func unwritten(c *cobra.Command, start time.Time) string {
+	f := c.Flags().Lookup("report")
+	if f == nil || f.Value.String() == "" {
+		return ""
+	}
+	path := f.Value.String()
+	fi, err := os.Stat(path)
+	switch {
+	case err != nil:
+		return "; no report written to " + path
+	case fi.ModTime().Before(start):
+		return "; no report written: " + path + " is an earlier run's"
+	}
+	return ""
 }
 
 // checkOutputsFirst makes c and every command under it check its output

@@ -571,3 +571,33 @@ func TestFlagTypesInHelp(t *testing.T) {
 		walk(c)
 	}
 }
+
+// TestStoppedSaysNoReport: a command stopped by a signal said only
+// "stopped before the end"; whether its --report had been written, in
+// part or at all, was left to guess. It says none was written in this run.
+func TestStoppedSaysNoReport(t *testing.T) {
+	dir := t.TempDir()
+	old, fresh := filepath.Join(dir, "old.json"), filepath.Join(dir, "fresh.json")
+	os.WriteFile(old, []byte("{}"), 0o644)
+	start := time.Now()
+	os.Chtimes(old, start.Add(-time.Hour), start.Add(-time.Hour))
+	os.WriteFile(fresh, []byte("{}"), 0o644)
+	os.Chtimes(fresh, start.Add(time.Second), start.Add(time.Second))
+	for _, tc := range []struct{ report, want string }{
+		{"", ""},
+		{filepath.Join(dir, "none.json"), "; no report written to " + filepath.Join(dir, "none.json")},
+		{old, "; no report written: " + old + " is an earlier run's"},
+		{fresh, ""},
+	} {
+		c := replayCmd()
+		if tc.report != "" {
+			c.Flags().Set("report", tc.report)
+		}
+		if got := unwritten(c, start); got != tc.want {
+			t.Errorf("--report %q: %q, want %q", tc.report, got, tc.want)
+		}
+	}
+	if got := unwritten(statusCmd(), start); got != "" {
+		t.Errorf("a command without --report: %q", got)
+	}
+}

@@ -124,6 +124,19 @@ func answered(given, current string) string {
 	return current + " (leading, of " + given + ")"
 }
 
+// epochOf says what the status's epoch number is: under etcd (every
+// coordinator process) a revision, which orders placements and does not
+// count them, and a reader took 2,360 for that many changes.
+func epochOf(st *api.Status) string {
+	switch {
+	case st.Epoch == st.Epochs:
+		return fmt.Sprint(st.Epoch)
+	case st.Epochs == 0: // a state saved before epochs were counted
+		return fmt.Sprintf("%d (an etcd revision: it orders placements, it does not count them)", st.Epoch)
+	}
+	return fmt.Sprintf("%d (placement %d; numbered by etcd revision)", st.Epoch, st.Epochs)
+}
+
 // printStatus prints st as kubectl prints resources: a summary line, then
 // a table of nodes.
 func printStatus(w io.Writer, coordinator string, st *api.Status) {
@@ -132,7 +145,7 @@ func printStatus(w io.Writer, coordinator string, st *api.Status) {
 	if !st.Ready {
 		ready = "forming"
 	}
-	fmt.Fprintf(w, "COORDINATOR %s  epoch %d  stage %d  %s  events %d\n", coordinator, st.Epoch, st.Stage, ready, st.Events)
+	fmt.Fprintf(w, "COORDINATOR %s  epoch %s  stage %d  %s  events %d\n", coordinator, epochOf(st), st.Stage, ready, st.Events)
 	if st.StageReason != "" || st.Switching != "" {
 		sw := ""
 		if st.Switching != "" {

@@ -142,3 +142,24 @@ func TestStatusNamesTheLeader(t *testing.T) {
 		t.Errorf("one given: %q", got)
 	}
 }
+
+// TestStatusSaysWhatTheEpochIs: under etcd (every coordinator process)
+// the epoch is a revision, 8 before a second job and 2,360 after it, and
+// nothing told the reader of status that it is not a count of placement
+// changes; status says how many there were.
+func TestStatusSaysWhatTheEpochIs(t *testing.T) {
+	for _, tc := range []struct {
+		st   api.Status
+		want string
+	}{
+		{api.Status{Epoch: 7, Epochs: 7}, "epoch 7  stage"},
+		{api.Status{Epoch: 2360, Epochs: 11}, "epoch 2360 (placement 11; numbered by etcd revision)  stage"},
+		{api.Status{Epoch: 2360}, "epoch 2360 (an etcd revision: it orders placements, it does not count them)  stage"},
+	} {
+		var b strings.Builder
+		printStatus(&b, "h0:7070", &tc.st)
+		if !strings.Contains(b.String(), tc.want) {
+			t.Errorf("epoch %d of %d: %q, want %q", tc.st.Epoch, tc.st.Epochs, strings.SplitN(b.String(), "\n", 2)[0], tc.want)
+		}
+	}
+}

@@ -123,8 +123,12 @@ func runPlan(f planFlags, cal *calibrationReport) (*planReport, error) {
 	if f.transient < 0 {
 		return nil, fmt.Errorf("--transient %d: cannot be negative", f.transient)
 	}
-	if f.replication < 1 || f.workersPerMachine < 1 {
-		return nil, fmt.Errorf("--replication %d, --workers-per-machine %d: both must be at least 1", f.replication, f.workersPerMachine)
+	if f.replication < 1 {
+		return nil, fmt.Errorf("--replication %d: must be at least 1", f.replication)
+	}
+	if f.workersPerMachine < 1 {
+		// Named with --replication before, which was not given.
+		return nil, fmt.Errorf("--workers-per-machine %d: must be at least 1", f.workersPerMachine)
 	}
 	if f.sync <= 0 {
 		return nil, fmt.Errorf("--sync-interval %v: must be positive", f.sync)

@@ -76,6 +76,7 @@ func TestPlanBadInput(t *testing.T) {
 		{[]string{"--price", "transient=0", "--transient", "2"}, "--price transient=0"},
 		{[]string{"--consistency", "eventual"}, "--consistency"},
 		{[]string{"--sync-interval", "0s"}, "--sync-interval"},
+		{[]string{"--workers-per-machine", "0"}, "--workers-per-machine 0: must be at least 1"},
 		{[]string{"--measure-window", "5s"}, "--measure-window needs --measure"},
 		{[]string{"--app", "mf"}, "--app needs --measure"},
 		{[]string{"--measure", "--measure-window", "0s"}, "--measure-window 0s"},

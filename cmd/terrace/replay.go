@@ -120,15 +120,21 @@ func (f replayFlags) check() error {
 		return errors.New("--policy is required: ondemand, checkpoint, tiers, bidbrain or all")
 	case f.bid < 0:
 		return fmt.Errorf("--bid %g: a bid below zero", f.bid)
+	case math.IsNaN(f.bid) || math.IsInf(f.bid, 0):
+		// NaN passed every comparison, and the replay ran on it.
+		return fmt.Errorf("--bid %g: want dollars per hour", f.bid)
+	case f.provider != "aws" && f.provider != "gcp":
+		// Taken without a word in the bid2015 market, which has none.
+		return fmt.Errorf("--provider %q: want aws or gcp", f.provider)
 	case !slices.Contains(policy.Designs, f.design):
 		return fmt.Errorf("--design %q: want %s", f.design, strings.Join(policy.Designs, ", "))
 	case f.starts < 1:
 		return fmt.Errorf("--starts %d: want at least 1", f.starts)
 	case f.plot != "" && !slices.Contains([]string{".svg", ".png"}, strings.ToLower(filepath.Ext(f.plot))):
 		return fmt.Errorf("--plot %s: want a .svg or .png file", f.plot)
-	case !(f.speedup > 0):
+	case !(f.speedup > 0) || math.IsInf(f.speedup, 0):
 		return fmt.Errorf("--speedup %g: want a positive factor", f.speedup)
-	case !(f.passes > 0):
+	case !(f.passes > 0) || math.IsInf(f.passes, 0):
 		return fmt.Errorf("--passes %g: want a positive count", f.passes)
 	case f.marketName == "persecond" && f.preemptions == "":
 		return errors.New("--market persecond needs --preemptions: its evictions come from a preemption trace")

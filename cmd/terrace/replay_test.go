@@ -85,6 +85,13 @@ func TestReplayBadInput(t *testing.T) {
 		{"plot neither svg nor png", append(base, "--plot", "cost.pdf"), "--plot cost.pdf: want a .svg or .png file"},
 		{"unknown design", append(base, "--design", "flat"), `--design "flat": want auto, tiers, elastic`},
 		{"starts closer than a minute", append(base, "--starts", "1000000000"), "--starts 1000000000: over the segment's"},
+		// Taken before (seventeenth session's walkthrough): the replay ran
+		// on a bid of NaN or +Inf, and on a provider of no cloud.
+		{"bid not a number", append(base, "--bid", "NaN"), "--bid NaN"},
+		{"bid infinite", append(base, "--bid", "+Inf"), "--bid +Inf"},
+		{"unknown provider", append(base, "--provider", "azure"), `--provider "azure": want aws or gcp`},
+		{"infinite speedup", append(base, "--speedup", "+Inf"), "--speedup +Inf"},
+		{"infinite passes", append(base, "--passes", "+Inf"), "--passes +Inf"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

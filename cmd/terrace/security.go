@@ -134,7 +134,7 @@ func (f *securityFlags) coordinator(listen string, o *coord.Options, ha *coordha
 		return nil, err
 	}
 	if f.tokens != "" {
-		toks, err := auth.LoadTokens(f.tokens)
+		toks, err := auth.OpenTokens(f.tokens, log)
 		if err != nil {
 			return nil, err
 		}

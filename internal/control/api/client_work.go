@@ -41,9 +41,10 @@ func (c *Client) State(ctx context.Context, p int, ver uint64) ([]byte, error) {
 	return blob, c.do(ctx, RouteState, fmt.Sprintf("?partition=%d&version=%d", p, ver), nil, &blob)
 }
 
-// Heartbeat keeps a worker's pieces leased to it.
-func (c *Client) Heartbeat(ctx context.Context, rank int) error {
-	return c.do(ctx, RouteHeartbeat, "", Rank{Rank: rank}, nil)
+// Heartbeat keeps a worker's pieces leased to it, and tells the
+// coordinator the worker's clock (0: none).
+func (c *Client) Heartbeat(ctx context.Context, rank int, clock int64) error {
+	return c.do(ctx, RouteHeartbeat, "", Beat{Rank: rank, Clock: clock}, nil)
 }
 
 // Leave ends a worker's membership (a drained departure): its pieces

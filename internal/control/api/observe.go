@@ -74,10 +74,15 @@ type Event struct {
 
 // Status is the cluster at a glance: the job's progress and every node.
 type Status struct {
-	Time    time.Time `json:"time"`
-	Epoch   uint64    `json:"epoch"`
-	Version uint64    `json:"version"`
-	Ready   bool      `json:"ready"`
+	Time time.Time `json:"time"`
+	// Epoch numbers the placement in force; Epochs counts the epochs the
+	// cluster has begun. Under etcd an epoch is numbered by the revision
+	// of the write that began it, which orders epochs without counting
+	// them (docs/design/meta.md), so the two differ.
+	Epoch   uint64 `json:"epoch"`
+	Epochs  uint64 `json:"epochs,omitempty"`
+	Version uint64 `json:"version"`
+	Ready   bool   `json:"ready"`
 	// Stage is the tiers' stage (1, 2 or 3; docs/design/tiers.md).
 	Stage int `json:"stage"`
 	// StageReason says why the cluster runs its stage: the reason of the

@@ -118,3 +118,13 @@ type Split struct {
 type Rank struct {
 	Rank int `json:"rank"`
 }
+
+// Beat is a worker's heartbeat: its rank, and its clock now (0 if it
+// has none), so that the clock spread status shows is the workers' own
+// and not that of their last progress records, which a slowed worker
+// makes seconds apart (it read 146 clocks under ssp:128, against a true
+// spread under 100).
+type Beat struct {
+	Rank  int   `json:"rank"`
+	Clock int64 `json:"clock,omitempty"`
+}

@@ -9,8 +9,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/terrace-ml/terrace/internal/control/api"
 )
@@ -214,4 +216,95 @@ func TestTokenFileOpenToOthers(t *testing.T) {
 	if _, err := ReadToken(path, RoleWorker, nil); !errors.Is(err, ErrExposed) {
 		t.Errorf("ReadToken of a 0644 file: %v, want ErrInvalid", err)
 	}
+}
+
+// TestTokenFileReloads: a token revoked or added by editing the
+// coordinator's tokens file counts from the next request, through the
+// guard, with no restart (a rotation was a restart); a change that
+// leaves the file invalid, open to others or gone warns once and keeps
+// the tokens in force.
+func TestTokenFileReloads(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens")
+	stamp := time.Now()
+	write := func(body string) {
+		t.Helper()
+		// In place, as an editor does: a new modification time is set
+		// apart from the last one (the file system's clock may be
+		// coarser than two writes a test makes).
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		stamp = stamp.Add(time.Second)
+		if err := os.Chtimes(path, stamp, stamp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const newWorker = "worker-token-abcdefghij"
+	write("admin " + adminTok + "\nworker " + workerTok + "\n")
+	var log bytes.Buffer
+	f, err := OpenTokens(path, slog.New(slog.NewTextHandler(&log, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := NewGuard(f, slog.New(slog.NewTextHandler(io.Discard, nil))).Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	status := func(tok string) int {
+		r := httptest.NewRequest("GET", "/v1/layout", nil)
+		r.Header.Set("Authorization", "Bearer "+tok)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	check := func(when string, want map[string]int) {
+		t.Helper()
+		for tok, code := range want {
+			if got := status(tok); got != code {
+				t.Errorf("%s: token %s: status %d, want %d", when, tok, got, code)
+			}
+		}
+	}
+	check("at start", map[string]int{adminTok: 200, workerTok: 200, newWorker: 401})
+
+	write("admin " + adminTok + "\nworker " + newWorker + "\n")
+	check("worker's token replaced", map[string]int{adminTok: 200, workerTok: 401, newWorker: 200})
+	if !strings.Contains(log.String(), "tokens file reloaded") {
+		t.Errorf("a reload is not logged:\n%s", log.String())
+	}
+
+	for _, bad := range []struct{ name, body string }{
+		{"empty", ""},
+		{"malformed", "admin\n"},
+		{"unknown role", "admin " + adminTok + "\nroot " + adminTok + "\n"},
+	} {
+		log.Reset()
+		write(bad.body)
+		check(bad.name, map[string]int{adminTok: 200, newWorker: 200, workerTok: 401})
+		check(bad.name+", again", map[string]int{adminTok: 200})
+		if n := strings.Count(log.String(), "tokens file changed but not taken"); n != 1 {
+			t.Errorf("%s: warned %d times, want once:\n%s", bad.name, n, log.String())
+		}
+	}
+
+	write("admin " + adminTok + "\n")
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	check("open to others", map[string]int{adminTok: 200, newWorker: 200})
+	if !strings.Contains(log.String(), "chmod 600") {
+		t.Errorf("a file open to others is not named:\n%s", log.String())
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	check("removed", map[string]int{adminTok: 200, newWorker: 200})
+
+	// Replaced by a rename over it (a Kubernetes secret volume's swap):
+	// another file, whatever its time and size.
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, []byte("admin "+adminTok+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+	check("renamed over", map[string]int{adminTok: 200, newWorker: 401})
 }

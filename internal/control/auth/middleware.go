@@ -63,7 +63,7 @@ var policy = map[string]Role{
 
 // Guard checks tokens in front of a coordinator's handler.
 type Guard struct {
-	tokens *Tokens
+	tokens TokenSet
 	log    *slog.Logger
 	// refused, when set, hears every refusal too (the coordinator's event
 	// timeline).
@@ -76,7 +76,7 @@ type Guard struct {
 
 // NewGuard returns a Guard that admits the holders of tokens and logs
 // refusals to log (slog.Default if nil).
-func NewGuard(tokens *Tokens, log *slog.Logger) *Guard {
+func NewGuard(tokens TokenSet, log *slog.Logger) *Guard {
 	if log == nil {
 		log = slog.Default()
 	}

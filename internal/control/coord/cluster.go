@@ -30,9 +30,17 @@ func (m *Machine) noteNode(j *api.Join) {
 }
 
 // noteClock records the clock worker rank reported.
-func (m *Machine) noteClock(rank int, clock int64) {
+func (m *Machine) noteClock(rank int, clock int64, beat bool) {
 	if m.clocks == nil {
-		m.clocks = map[int]int64{}
+		m.clocks, m.beatClocks = map[int]int64{}, map[int]bool{}
+	}
+	if beat {
+		m.beatClocks[rank] = true
+	} else if m.beatClocks[rank] {
+		// A progress record's clock is the one it was made at, sent
+		// once its pushes were acknowledged: older than the rank's
+		// heartbeats, and seconds old from a slowed worker.
+		return
 	}
 	m.clocks[rank] = clock
 }

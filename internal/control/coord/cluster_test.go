@@ -22,6 +22,9 @@ func (h *harness) printStatus() {
 		fmt.Fprintf(&h.out, " switching %s", st.Switching)
 	}
 	fmt.Fprintf(&h.out, " (%s)\nmachines reliable %d transient %d, staleness %d\n", st.StageReason, st.Machines.Reliable, st.Machines.Transient, st.Job.Staleness)
+	if st.Epoch != st.Epochs {
+		fmt.Fprintf(&h.out, "epoch %d, %d begun\n", st.Epoch, st.Epochs)
+	}
 	for _, n := range st.Nodes {
 		fmt.Fprintf(&h.out, "%s %s %s on %s (%s)", n.Role, n.ID, n.State, n.Machine, n.Class)
 		if n.Tier != "" {

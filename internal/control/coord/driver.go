@@ -273,14 +273,14 @@ func (c *Coordinator) Checkpoints() []CheckpointStat {
 // Heartbeat records that worker rank is alive. It is answered at once,
 // even while a save is in flight: a heartbeat that waited for a save
 // would make its worker look silent.
-func (c *Coordinator) Heartbeat(rank int) error {
+func (c *Coordinator) Heartbeat(rank int, clock int64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.failed != nil {
 		return c.failed
 	}
 	c.m.SetNow(time.Now())
-	return c.m.Heartbeat(rank)
+	return c.m.Heartbeat(rank, clock)
 }
 
 // call steps the machine with a request and waits for its reply, which

@@ -92,18 +92,18 @@ func TestHTTP(t *testing.T) {
 	if _, err := cl.CreateTable(ctx, table.Spec{Name: "bad"}); !errors.Is(err, table.ErrInvalid) {
 		t.Fatalf("invalid table: %v", err)
 	}
-	if err := cl.Heartbeat(ctx, 9); !errors.Is(err, api.ErrBadRequest) {
+	if err := cl.Heartbeat(ctx, 9, 0); !errors.Is(err, api.ErrBadRequest) {
 		t.Fatalf("heartbeat of rank 9: %v", err)
 	}
 	// A worker of another job (one declared dead that outlived its job)
 	// is refused whatever its rank; one of this job is heard.
 	stale := serveAgain(t, c)
 	stale.SetJob(3)
-	if err := stale.Heartbeat(ctx, 0); !errors.Is(err, api.ErrLeaseLost) {
+	if err := stale.Heartbeat(ctx, 0, 0); !errors.Is(err, api.ErrLeaseLost) {
 		t.Fatalf("heartbeat of a worker of job 4: %v, want %v", err, api.ErrLeaseLost)
 	}
 	stale.SetJob(0)
-	if err := stale.Heartbeat(ctx, 0); err != nil {
+	if err := stale.Heartbeat(ctx, 0, 0); err != nil {
 		t.Fatalf("heartbeat of a worker of this job: %v", err)
 	}
 	if _, err := cl.Split(ctx, api.Split{Rank: 1, Partition: 1, From: 10}); err != nil {
@@ -210,7 +210,7 @@ func TestHeartbeatsNotBehindSave(t *testing.T) {
 		}()
 		for range 14 { // heartbeats, every timeout/5, through the save
 			time.Sleep(timeout / 5)
-			if err := c.Heartbeat(0); err != nil {
+			if err := c.Heartbeat(0, 0); err != nil {
 				t.Fatalf("heartbeat during the save: %v", err)
 			}
 			select {
@@ -251,7 +251,7 @@ func TestFailedSaveStops(t *testing.T) {
 	if _, err := cl.Layout(ctx, 0); !errors.Is(err, api.ErrNotPersisted) {
 		t.Fatalf("layout after a failed save: %v", err)
 	}
-	if err := c.Heartbeat(0); !errors.Is(err, api.ErrNotPersisted) {
+	if err := c.Heartbeat(0, 0); !errors.Is(err, api.ErrNotPersisted) {
 		t.Fatalf("heartbeat after a failed save: %v", err)
 	}
 }

@@ -50,11 +50,14 @@ func (m *Machine) Tick(now time.Time) {
 // Heartbeat records that rank is alive. It is answered at once: it
 // changes nothing that is saved, and a heartbeat that waited for a save
 // would make its worker look silent.
-func (m *Machine) Heartbeat(rank int) error {
+func (m *Machine) Heartbeat(rank int, clock int64) error {
 	if err := m.checkRank(rank); err != nil {
 		return err
 	}
 	m.beat(rank)
+	if clock > 0 {
+		m.noteClock(rank, clock, true)
+	}
 	return nil
 }
 

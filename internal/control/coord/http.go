@@ -32,8 +32,8 @@ func (c *Coordinator) Handler() http.Handler {
 	mux.HandleFunc(api.RouteReport, c.serveReport)
 	mux.HandleFunc(api.RouteReports, func(w http.ResponseWriter, r *http.Request) { reply(w, c.Reports(), nil) })
 	mux.HandleFunc(api.RouteHealth, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
-	handle(mux, api.RouteHeartbeat, func(_ context.Context, r api.Rank) (any, error) {
-		return struct{}{}, c.Heartbeat(r.Rank)
+	handle(mux, api.RouteHeartbeat, func(_ context.Context, b api.Beat) (any, error) {
+		return struct{}{}, c.Heartbeat(b.Rank, b.Clock)
 	})
 	handle(mux, api.RouteLeave, func(ctx context.Context, r api.Rank) (any, error) {
 		_, err := c.call(ctx, func(m *Machine, id uint64) { m.Leave(id, r.Rank) })

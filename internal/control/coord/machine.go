@@ -73,9 +73,12 @@ type Machine struct {
 	// is State.Trained; not saved).
 	trained int64
 	// machineOf is each node's machine by "role/id", clocks each worker
-	// rank's last reported clock (cluster.go; not saved).
-	machineOf map[string]string
-	clocks    map[int]int64
+	// rank's last reported clock, from its heartbeats once one carried
+	// it (beatClocks), else from its progress records (cluster.go; not
+	// saved).
+	machineOf  map[string]string
+	clocks     map[int]int64
+	beatClocks map[int]bool
 	// noticed is the last eviction notice on the timeline of each node
 	// (noteNotice), lastLeft the last server, which left after a job with
 	// the model and stays on the ring until others take its place
@@ -270,6 +273,7 @@ func (m *Machine) newEpoch() {
 	l := &m.st.Layout
 	if !m.epochPending {
 		l.PrevEpoch = l.Epoch
+		m.st.Epochs++
 	}
 	l.Epoch = l.PrevEpoch + 1
 	m.epochPending = true

@@ -119,7 +119,7 @@ var events = map[string]func(h *harness, td *datadriven.TestData){
 		h.m.Split(h.id(), api.Split{Rank: h.int(td, "rank", 0), Pass: h.int(td, "pass", 0), Partition: h.int(td, "part", 0), From: h.int(td, "from", 0), AnyFree: td.HasArg("any-free")})
 	},
 	"heartbeat": func(h *harness, td *datadriven.TestData) {
-		if err := h.m.Heartbeat(h.int(td, "rank", 0)); err != nil {
+		if err := h.m.Heartbeat(h.int(td, "rank", 0), int64(h.int(td, "clock", 0))); err != nil {
 			fmt.Fprintf(&h.out, "heartbeat: %v\n", err)
 		}
 	},

@@ -68,7 +68,7 @@ func TestNextJob(t *testing.T) {
 		t.Fatalf("state of the next job: %+v; reports %v passes %v evals %v beats %v", st, r.m.st.Reports, r.m.st.Passes, r.m.st.Evals, r.m.beats)
 	}
 	// A heartbeat late from the old job's rank 1 starts no failure timeout.
-	if err := r.m.Heartbeat(1); !errors.Is(err, api.ErrBadRequest) {
+	if err := r.m.Heartbeat(1, 0); !errors.Is(err, api.ErrBadRequest) {
 		t.Fatalf("heartbeat of a rank nobody holds: %v, want ErrBadRequest", err)
 	}
 

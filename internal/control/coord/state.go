@@ -27,7 +27,12 @@ type State struct {
 	Metrics map[string]string `json:"metrics,omitempty"`
 	// Removed counts servers removed after failures or departures: they no
 	// longer count towards readiness.
-	Removed int                     `json:"removed"`
+	Removed int `json:"removed"`
+	// Epochs counts the epochs begun: the layout's Epoch numbers the
+	// last, but under etcd by a revision, which orders epochs and does
+	// not count them (8 before a second job, 2,360 after it), so status
+	// says how many there were.
+	Epochs  uint64                  `json:"epochs,omitempty"`
 	Reports map[int]json.RawMessage `json:"reports,omitempty"`
 	// Synced records, by joining or leaving server, the ring servers that
 	// shipped it their copies; reports for layout versions below SyncFrom

@@ -21,7 +21,7 @@ const statusSlots = 4096
 // driver's (they need samples over time).
 func (m *Machine) Status() api.Status {
 	l := &m.st.Layout
-	st := api.Status{Time: m.now, Epoch: l.Epoch, Version: l.Version, Ready: l.Ready}
+	st := api.Status{Time: m.now, Epoch: l.Epoch, Epochs: m.st.Epochs, Version: l.Version, Ready: l.Ready}
 	st.Job = api.Progress{Pass: m.st.DoneBefore, Partitions: l.Partitions, Reported: len(m.st.Reports), Workers: len(m.st.Workers),
 		Examples: m.st.Trained, ExamplesFrom: m.st.TrainedFrom * l.Partitions}
 	if w := m.st.Passes[m.st.DoneBefore]; w != nil {

@@ -131,8 +131,9 @@ func (m *Machine) arrangeTiers() {
 // nothing), a BackupPS whose slots other BackupPS hold, and a reliable
 // server joining the ring in a switch to stage 1 beside others, each at
 // once, as its failure would take it out (removeTiered, removeServer),
-// but as a planned exit. The only BackupPS, or the only reliable joiner,
-// is refused as the last server on the ring is: it holds the one
+// but as a planned exit. The only BackupPS takes the cluster out of the
+// tiers as it goes (leaveTiers); the only reliable joiner of a switch to
+// stage 1 is refused as the last server on the ring is: it holds the one
 // authoritative copy. Refused as "not on the ring", each exited 1 and
 // was recorded as failed (a BackupPS SIGTERMed in stage 2).
 func (m *Machine) leaveTiered(id uint64, server string) bool {
@@ -155,6 +156,11 @@ func (m *Machine) leaveTiered(id uint64, server string) bool {
 		why = "standby server left: it held nothing"
 	case slices.ContainsFunc(l.Backup, is) && len(l.Backup) > 1:
 		why = "BackupPS left: the other BackupPS hold its slots' authoritative copies"
+	case slices.ContainsFunc(l.Backup, is) && l.Switch == nil:
+		m.leaveTiers(server)
+		m.note(api.EventLeft, server, "the last BackupPS left after the cluster left the tiers: the ActivePS hold every acknowledged update")
+		m.replyLayout(id)
+		return true
 	case slices.ContainsFunc(l.Backup, is) || reliableJoiners == 1 && slices.ContainsFunc(l.Joining, is):
 		m.fail(id, fmt.Errorf("%w: %s: it holds the only authoritative copy of the slots (the last BackupPS)", api.ErrLastServer, server))
 		return true
@@ -167,6 +173,32 @@ func (m *Machine) leaveTiered(id uint64, server string) bool {
 	m.note(api.EventLeft, server, why)
 	m.replyLayout(id)
 	return true
+}
+
+// leaveTiers takes the cluster out of the tiers when server, its last
+// BackupPS, leaves on notice: stage 1 on the ActivePS ring as it stands,
+// without BackupPS, in one epoch. The ActivePS hold every acknowledged
+// update, chain-replicated (an ActivePS acknowledges a push only once
+// its chain has it), so nothing is lost; they stop streaming to the
+// server and release the acknowledgements that waited for its ledger
+// (dropReplicators) before it goes. Refused instead, it served to its
+// notice's deadline and left with an error, kept in the layout as the
+// last BackupPS is when it dies (removeTiered), and the ActivePS held
+// their acknowledgements for it for good: the job stood still. A switch
+// back into the tiers needs a reliable ring (switchStage).
+func (m *Machine) leaveTiers(server string) {
+	l := &m.st.Layout
+	from := l.CurrentStage()
+	reason := "eviction notice of the last BackupPS " + server
+	l.Backup, l.Stage = nil, tier.Stage1
+	m.st.StageIntact = false
+	m.st.Removed++
+	m.st.StageHistory = append(m.st.StageHistory, StageChange{From: from, To: tier.Stage1, Reason: reason, Started: m.now, Done: m.now})
+	m.note(api.EventStage, server, fmt.Sprintf("left the tiers %d -> 1: %s; the ActivePS are the ring, with nothing reliable behind them until a reliable server joins", from, reason))
+	m.log.Warn("leaving the tiers: the last BackupPS is leaving; the ActivePS serve as stage 1's ring, with no reliable copy", "from", from, "server", server)
+	m.newEpoch()
+	m.resetSync()
+	m.publish()
 }
 
 // leaveSwitchFromStage1 answers a reliable server that asks to leave while
@@ -372,6 +404,11 @@ func (m *Machine) switchStage(to tier.Stage, reason string) error {
 		m.note(api.EventStage, "", fmt.Sprintf("switched %d -> %d: %s", from, to, reason))
 		m.publish()
 		return nil
+	case from == tier.Stage1 && slices.ContainsFunc(l.Servers, func(s ring.Server) bool { return s.Class == tier.Transient }):
+		// Left the tiers when the last BackupPS went (leaveTiers), or
+		// formed without a reliable server: its ring would become the
+		// BackupPS, on machines that may go at once.
+		return fmt.Errorf("%w: the ring holds transient servers: no reliable ring to become the BackupPS", ErrStage)
 	case from == tier.Stage1:
 		var tra []ring.Server
 		for _, s := range l.Standby {

@@ -188,7 +188,7 @@ func (m *Machine) Progress(id uint64, u api.Update, head, tail uint64) {
 		return
 	}
 	m.st.MaxClock = max(m.st.MaxClock, u.Clock)
-	m.noteClock(u.Rank, u.Clock)
+	m.noteClock(u.Rank, u.Clock, false)
 	lazy := m.periodic(u, head, tail, &w.Parts[u.Partition][i])
 	if u.Cut != nil {
 		m.cut(u.Pass, w, u.Partition, i, u.Cut, tail)

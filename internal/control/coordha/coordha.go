@@ -107,6 +107,13 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("coordinator: %w", err)
 	}
 	defer st.Close()
+	back := "a majority of the etcd cluster's members is up again"
+	if n := len(strings.Split(cfg.Embed.InitialCluster, ",")); len(cfg.Endpoints) == 0 && n > 1 {
+		back = fmt.Sprintf("%d of the %d coordinators of --etcd-cluster are up again (start the stopped ones with their --etcd-dir)", n/2+1, n)
+	}
+	qctx, qcancel := context.WithCancel(ctx)
+	defer qcancel()
+	go watchQuorum(qctx, st.Quorum, &quorumWatch{log: cfg.Logger.With("id", cfg.ID), back: back})
 	// A replica that loses the lead (its etcd session lapsed, say while
 	// etcd re-elects its own leader) steps down and campaigns again: it
 	// must not exit, since its embedded etcd member is part of the quorum.

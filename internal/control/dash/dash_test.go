@@ -75,7 +75,7 @@ func TestScriptReadsWhatTheAPISends(t *testing.T) {
 		t.Fatal(err)
 	}
 	dollars := 0.5
-	st := api.Status{Time: time.Now(), Stage: 2, StageReason: "planner", Switching: "2 -> 1", Dollars: &dollars, DollarsPerHour: &dollars,
+	st := api.Status{Time: time.Now(), Epoch: 9, Epochs: 2, Stage: 2, StageReason: "planner", Switching: "2 -> 1", Dollars: &dollars, DollarsPerHour: &dollars,
 		Nodes: []api.NodeStatus{{Role: api.RoleServer, ID: "s", Rank: 1, Addr: "a", State: "serving", Machine: "m", Class: tier.Transient,
 			Tier: "activeps", Clock: 3, Holds: "h", Metrics: "x"}},
 		Definition: &api.JobStatus{Results: []api.PassResult{{Pass: 1, Metrics: map[string]float64{"test_auc": 0.9}}}}}

@@ -79,6 +79,15 @@ func Open(ctx context.Context, endpoints []string, prefix string, opts ...OpenOp
 	return &Store{cli: cli, prefix: prefix}, nil
 }
 
+// Quorum reports whether a quorum of etcd answers within ctx, by the
+// linearizable read Open makes (ErrUnavailable if not).
+func (s *Store) Quorum(ctx context.Context) error {
+	if _, err := s.cli.Get(ctx, s.prefix+"/", clientv3.WithCountOnly()); err != nil {
+		return fmt.Errorf("meta: %w: %w", ErrUnavailable, err)
+	}
+	return nil
+}
+
 // Close closes the connection without revoking anything: leases of
 // members registered through it expire after their TTL, as if the
 // process had died. Use Member.Leave for a planned departure.

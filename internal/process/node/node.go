@@ -562,7 +562,7 @@ func runWorker(ctx context.Context, cfg WorkerConfig, cc *api.Client, metrics *p
 		// The job may fail on what being declared dead did first (a
 		// server fencing the rank's pushes): ask the coordinator.
 		hctx, cancel := context.WithTimeout(ctx, noticeTimeout)
-		if herr := cc.Heartbeat(hctx, rank); errors.Is(herr, api.ErrDeclaredDead) {
+		if herr := cc.Heartbeat(hctx, rank, 0); errors.Is(herr, api.ErrDeclaredDead) {
 			err = fmt.Errorf("%w (%w)", herr, err)
 		}
 		cancel()

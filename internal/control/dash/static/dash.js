@@ -187,7 +187,9 @@ async function pollStatus() {
       const r = await fetch("/v1/status", { cache: "no-store" });
       if (!r.ok) throw new Error(r.status);
       const s = await r.json();
-      text("epoch", s.epoch);
+      // Under etcd the epoch is a revision, which orders placements
+      // without counting them: say how many there were, as status does.
+      text("epoch", s.epochs && s.epochs !== s.epoch ? s.epoch + " (placement " + s.epochs + ")" : s.epoch);
       // Counted from 1, of the job's, as terrace status shows it (the
       // API's pass counts from 0, and is the job's length once it is done).
       const def = s.definition;
