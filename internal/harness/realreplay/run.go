@@ -341,14 +341,19 @@ func (r *run) loop(ctx context.Context, start, wall0 time.Time) (time.Time, erro
 	}
 }
 
-// checkpoint asks the running coordinator for a checkpoint at the next
-// pass boundary: the checkpoint policy's decision at its interval, or
-// an elastic BidBrain's.
+// checkpoint asks the running coordinator for a checkpoint: the
+// checkpoint policy's decision at its interval, taken at the next pass
+// boundary (its interval τ counts passes), or an elastic BidBrain's,
+// taken at once, inside the pass (docs/design/resilience.md,
+// "Checkpoints inside a pass"), as its model and Daly's interval assume:
+// at a boundary it came up to a pass late, and BidBrain's release of its
+// last machine waited for it.
 func (r *run) checkpoint(ctx context.Context) (uint64, error) {
 	if r.flat == nil || r.flat.down || r.cluster == nil {
 		return 0, nil // nothing runs to checkpoint
 	}
-	seq, err := r.cluster.RequestCheckpoint(ctx, false)
+	now := r.flat.elastic
+	seq, err := r.cluster.RequestCheckpoint(ctx, now)
 	if err != nil {
 		return 0, err
 	}
@@ -358,7 +363,11 @@ func (r *run) checkpoint(ctx context.Context) (uint64, error) {
 	// interval shorter than a pass): the first is told.
 	if r.cfg.Progress != nil && seq != r.askedSeq {
 		r.askedSeq = seq
-		fmt.Fprintf(r.cfg.Progress, "replay: %s %s: checkpoint %d asked for (at the next pass boundary)\n", r.name, at.Format(time.RFC3339), seq)
+		when := "at the next pass boundary"
+		if now {
+			when = "inside the pass"
+		}
+		fmt.Fprintf(r.cfg.Progress, "replay: %s %s: checkpoint %d asked for (%s)\n", r.name, at.Format(time.RFC3339), seq, when)
 	}
 	return seq, nil
 }
@@ -499,8 +508,8 @@ func (j *job) Status() rm.JobStatus {
 	return st
 }
 
-// Checkpoint asks the running coordinator for a checkpoint at the next
-// pass boundary. The checkpoint follows within a pass.
+// Checkpoint asks the running coordinator for a checkpoint (run.checkpoint:
+// at the next pass boundary, or at once for the elastic design).
 func (j *job) Checkpoint(ctx context.Context) error {
 	if j.ask == nil {
 		return fmt.Errorf("checkpoint %w", ErrNotReal)
