@@ -11,7 +11,7 @@ import (
 // A push of a range spread over servers sends each server the runs it
 // owns, 16 KiB and up, that alternate with the other servers' in the
 // caller's vector. Summed frame by frame, each writer's CRC32C skipped
-// through the vector run by run, which took 1.5-1.7x the processor time
+// through the vector run by run, which took 1.4-1.7x the processor time
 // of the same bytes read in a row (docs/design/dataplane.md, "Two
 // servers: one pass over the caller's memory"). A spreadPlan sums them in
 // the order of the vector instead: it is cut into regions of about
