@@ -176,6 +176,9 @@ type op struct {
 	root  *op
 	seqMu sync.Mutex
 	seqs  []uint64
+	// sums are the running CRC32Cs of a push spread over servers, summed
+	// in the order of vals (spreadPlan).
+	sums *spreadSums
 }
 
 func (o *op) n() int {
@@ -226,6 +229,9 @@ func (t *Table) run(o *op) {
 		return
 	}
 	pl := t.plans.get(t, rm, o)
+	if pl.spread != nil && o.vals != nil {
+		o.sums = pl.spread.start(o.vals)
+	}
 	o.f.remaining.Add(int64(len(pl.parts)))
 	for _, p := range pl.parts {
 		var seq uint64
@@ -300,6 +306,9 @@ func (t *Table) send(o *op, rm *ring.Map, conns map[string]*transport.Client, pl
 	// here, a round's frames were all read once from memory for the sum,
 	// and again, out of the cache by then, for the copy.
 	fr := wire.NewFrameOn(wire.Header{Type: o.typ, Epoch: rm.Epoch, ReqID: id}, cc.Authenticated() || o.vals != nil && p.count*w >= minWriterSum, parts...)
+	if views != nil && o.sums != nil && p.spread != nil {
+		fr.SumTailWith(len(p.runs), func(crc uint32) uint32 { return o.sums.extend(p.spread, crc) })
+	}
 	cc.Call(fr, id, &transport.Call{
 		OnReply: func(h wire.Header, r *wire.Reader) error { return t.onReply(o, p, srv.ID, rm.Epoch, seq, h, r) },
 		// The server may have applied a push before the connection broke;
@@ -514,6 +523,8 @@ type plan struct {
 	keys  []uint64 // the key list, to tell a hash collision from a hit
 	rng   keyspace.Range
 	parts []*part
+	// spread sums a push's parts in the order of the caller's vector.
+	spread *spreadPlan
 	// reuse turns on key caching once a key list is seen a second time, so
 	// that one-off lists do not fill the servers' caches.
 	reuse atomic.Bool
@@ -528,6 +539,9 @@ type part struct {
 	lo, hi   uint64   // range parts
 	cacheID  uint32
 	cachedOn atomic.Pointer[transport.Client]
+	// spread is the part's share of each region of its plan's spread, if
+	// its writer sums it that way.
+	spread []spreadShare
 }
 
 // maxPartKeys is how many keys one frame carries: FrameTarget bytes of
@@ -579,6 +593,9 @@ func (t *Table) buildPlan(rm *ring.Map, o *op) *plan {
 		}
 	}
 	pl.parts = interleave(t.cutParts(runs, limit, align, brk))
+	if o.isRange && len(rm.Servers) > 1 {
+		pl.spread = newSpreadPlan(pl.parts, t.spec.Width)
+	}
 	for _, p := range pl.parts {
 		if o.isRange {
 			p.lo = o.rng.Lo + uint64(p.runs[0][0])

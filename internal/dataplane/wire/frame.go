@@ -163,6 +163,9 @@ func headerCRC(b []byte) uint32 { return crc32c.Update(0, b[:HeaderSize-4]) }
 type Frame struct {
 	hdr   [HeaderSize]byte
 	parts net.Buffers
+	// tailSum, if set, sums the payload's last tail parts (SumTailWith).
+	tail    int
+	tailSum func(crc uint32) uint32
 }
 
 // NewFrame builds a frame of the given parts, its payload summed in its
@@ -194,13 +197,26 @@ func (f *Frame) ResetOn(h Header, authenticated bool, parts ...[]byte) {
 	if authenticated {
 		h.Flags |= FlagUnsummed
 	}
-	buildHeader(h, !authenticated, &f.hdr, parts)
+	buildHeader(h, !authenticated, &f.hdr, parts, 0, nil)
 	f.setParts(parts)
+	f.tail, f.tailSum = 0, nil
+}
+
+// SumTailWith has the writer of an unsummed frame (AppendSummedTo) sum
+// its payload's last k parts with sum, which takes the CRC32C of the
+// header and the payload before them and returns it after them: a push
+// spread over several servers has its runs summed in the order of the
+// caller's memory, each into the frame that carries it, by whichever
+// writer comes first (ps.spreadSums), instead of run by run per frame.
+// The parts must be non-empty.
+func (f *Frame) SumTailWith(k int, sum func(crc uint32) uint32) {
+	f.tail, f.tailSum = k, sum
 }
 
 // buildHeader writes h into hdr with the payload's length and the CRC of
-// the header and, if summed, the payload.
-func buildHeader(h Header, summed bool, hdr *[HeaderSize]byte, parts [][]byte) {
+// the header and, if summed, the payload: its last tail parts by tailSum
+// if set.
+func buildHeader(h Header, summed bool, hdr *[HeaderSize]byte, parts [][]byte, tail int, tailSum func(uint32) uint32) {
 	n := 0
 	for _, p := range parts {
 		n += len(p)
@@ -210,8 +226,14 @@ func buildHeader(h Header, summed bool, hdr *[HeaderSize]byte, parts [][]byte) {
 	h.put(hdr[:])
 	crc := headerCRC(hdr[:])
 	if summed {
-		for _, p := range parts {
+		if tailSum == nil {
+			tail = 0
+		}
+		for _, p := range parts[:len(parts)-tail] {
 			crc = crc32c.Update(crc, p)
+		}
+		if tail > 0 {
+			crc = tailSum(crc)
 		}
 	}
 	binary.LittleEndian.PutUint32(hdr[28:], crc)
@@ -255,7 +277,7 @@ func (f *Frame) AppendSummedTo(bufs net.Buffers, hdr *[HeaderSize]byte) net.Buff
 	h, _ := ParseHeader(f.hdr[:], math.MaxInt32)
 	h.Flags &^= FlagUnsummed
 	payload := f.parts[1:]
-	buildHeader(h, true, hdr, payload)
+	buildHeader(h, true, hdr, payload, f.tail, f.tailSum)
 	return append(append(bufs, hdr[:]), payload...)
 }
 

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net"
 	"testing"
+
+	"github.com/terrace-ml/terrace/internal/crc32c"
 )
 
 // unsummedBytes is an unsummed frame as a connection that authenticates
@@ -76,5 +78,46 @@ func TestUnsummedFrames(t *testing.T) {
 	var w bytes.Buffer
 	if _, err := f.WriteTo(&w); err != nil || !bytes.Equal(w.Bytes(), frameBytes(t, h, payload)) {
 		t.Fatalf("WriteTo of an unsummed frame must write it summed: %v", err)
+	}
+}
+
+// TestSumTailWith: a writer that sums an unsummed frame's last parts with
+// the frame's tail sum (a push spread over servers, ps.spreadSums) writes
+// the frame built summed; the tail sum gets the CRC32C of the header and
+// the parts before, and a wrong one is caught by the reader.
+func TestSumTailWith(t *testing.T) {
+	payload := bytes.Repeat([]byte{7, 1, 2}, 700)
+	h := Header{Type: TPush, Epoch: 3, ReqID: 9}
+	parts := [][]byte{payload[:10], payload[10:600], payload[600:1500], payload[1500:]}
+	for _, bad := range []bool{false, true} {
+		f := NewFrameOn(h, true, parts...)
+		f.SumTailWith(2, func(crc uint32) uint32 {
+			for _, p := range parts[2:] {
+				crc = crc32c.Update(crc, p)
+			}
+			if bad {
+				crc ^= 1
+			}
+			return crc
+		})
+		var hdr [HeaderSize]byte
+		var b bytes.Buffer
+		bufs := f.AppendSummedTo(nil, &hdr)
+		bufs.WriteTo(&b)
+		p, err := readOne(b.Bytes(), false)
+		switch {
+		case bad && !errors.Is(err, ErrChecksum):
+			t.Fatalf("a wrong tail sum: %v, want %v", err, ErrChecksum)
+		case !bad && (err != nil || !bytes.Equal(p, payload) || !bytes.Equal(b.Bytes(), frameBytes(t, h, payload))):
+			t.Fatalf("summed with its tail sum: %v; differs from the frame built summed", err)
+		}
+	}
+	// Rebuilt, the frame forgets the tail sum.
+	f := NewFrameOn(h, true, parts...)
+	f.SumTailWith(2, func(uint32) uint32 { return 0 })
+	f.ResetOn(h, true, parts...)
+	var w bytes.Buffer
+	if _, err := f.WriteTo(&w); err != nil || !bytes.Equal(w.Bytes(), frameBytes(t, h, payload)) {
+		t.Fatalf("a reset frame kept its tail sum: %v", err)
 	}
 }
