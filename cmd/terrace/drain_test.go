@@ -312,7 +312,8 @@ func TestSIGTERMBeforeJoining(t *testing.T) {
 // SIGTERMed (its notice) while the job trains with a checkpoint
 // directory, cannot drain, so the coordinator takes a checkpoint inside
 // the pass at once; it is committed before the server's deadline, and
-// names the pass in progress.
+// names the pass in progress (or none, when the notice fell between two
+// passes).
 func TestLastServerCheckpointsOnNotice(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs three processes")
@@ -335,8 +336,15 @@ func TestLastServerCheckpointsOnNotice(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no checkpoint committed after the last server's notice: %v\n%s", err, srv)
 	}
-	if ck.InPass == nil || ck.InPass.Pass != ck.Pass+1 || len(ck.InPass.Pieces) == 0 {
-		t.Fatalf("checkpoint %d after pass %d names no pass in progress: %+v", ck.Seq, ck.Pass, ck.InPass)
+	if ck.InPass == nil {
+		// The notice fell between two passes (under load, a pass of
+		// lr on a9a is about as long as the gap between passes): the
+		// checkpoint taken at once is then a boundary's.
+		t.Logf("checkpoint %d at the boundary after pass %d", ck.Seq, ck.Pass)
+		return
+	}
+	if ck.InPass.Pass != ck.Pass+1 || len(ck.InPass.Pieces) == 0 {
+		t.Fatalf("checkpoint %d after pass %d names the pass in progress wrongly: %+v", ck.Seq, ck.Pass, ck.InPass)
 	}
 	t.Logf("checkpoint %d inside pass %d (counted from 0): %+v", ck.Seq, ck.InPass.Pass, ck.InPass.Pieces)
 }
