@@ -73,6 +73,35 @@ func TestBackupLossDrill(t *testing.T) {
 	}
 }
 
+// TestLastBackupLossDrill kills the only reliable machine in stage 2: the
+// last BackupPS and its worker. Kept in the layout, the dead BackupPS
+// stood the job still for good (the ActivePS held their acknowledgements
+// for its ledger; the drill timed out); now the cluster leaves the tiers
+// for stage 1 on the ActivePS ring, and the job trains to its end
+// without losing an acknowledged push.
+func TestLastBackupLossDrill(t *testing.T) {
+	if os.Getenv("TERRACE_TIERS_DRILL") == "" {
+		t.Skip("set TERRACE_TIERS_DRILL=1")
+	}
+	rep := runDrill(t, "--reliable", "1", "--transient", "2", "--stage", "2", "--audit-every", "1",
+		"--failure-timeout", "2s", "--passes", "60", "--kill", "reliable@1@3s")
+	if len(rep.Faults) == 0 {
+		t.Fatal("the job ended before its fault: nothing was killed")
+	}
+	if rep.AckedUpdatesLost == nil || *rep.AckedUpdatesLost != 0 {
+		t.Errorf("acked_updates_lost %v, want 0", ptr(rep.AckedUpdatesLost))
+	}
+	if rep.AckedUpdatesDuplicated == nil || *rep.AckedUpdatesDuplicated != 0 {
+		t.Errorf("applied twice %v, want 0", ptr(rep.AckedUpdatesDuplicated))
+	}
+	if rep.Stage != 1 {
+		t.Errorf("stage %d at the end, want 1 (out of the tiers)", rep.Stage)
+	}
+	if n := finishedWorkers(rep); n != 2 {
+		t.Errorf("%d workers finished, want the 2 not killed", n)
+	}
+}
+
 // TestTierRevocationDrill revokes every transient machine of a stage-2
 // cluster at once, without notice and then with notice: training goes on
 // from the BackupPS; without notice the loss is at most one sync

@@ -40,6 +40,7 @@ func (m *Machine) joinServer(id uint64, j api.Join) {
 		// holds nothing (docs/design/resilience.md, "Slots that lost
 		// every copy").
 		m.restartedCopies(j.ID)
+		m.restartedBackup(j.ID)
 	}
 	srv := ring.Server{ID: j.ID, Addr: j.Addr, Machine: j.Machine, Class: j.Class}
 	if m.rejoinTiered(srv) || m.joinStandby(srv) {

@@ -67,6 +67,26 @@ func (m *Machine) rejoinTiered(s ring.Server) bool {
 	return false
 }
 
+// restartedBackup takes a BackupPS whose process restarted (a new
+// incarnation joins under its ID) out of the backup ring, as its death
+// would: the new process holds nothing, so it joins again as a new
+// reliable server (on standby in stages 2 and 3, on the ring in stage 1).
+// Kept (when it restarted before the failure detector found it), it was
+// the BackupPS of slots it did not hold: a fallback would make its state,
+// the rounds streamed since it started, the model.
+func (m *Machine) restartedBackup(server string) {
+	l := &m.st.Layout
+	switch {
+	case !slices.ContainsFunc(l.Backup, func(s ring.Server) bool { return s.ID == server }):
+		return
+	case len(l.Backup) == 1:
+		m.leaveTiers(server, "the last BackupPS "+server+" restarted")
+	default:
+		m.removeTiered(server, "")
+	}
+	m.note(api.EventFailed, server, "BackupPS restarted: it holds nothing, so it leaves the backup ring and joins again")
+}
+
 // joinStandby puts a server that joins a running tiered cluster on
 // standby when its class has no data role in the stage: a transient one
 // in stage 1, a reliable one in stages 2 and 3 (a new BackupPS would miss
@@ -157,7 +177,7 @@ func (m *Machine) leaveTiered(id uint64, server string) bool {
 	case slices.ContainsFunc(l.Backup, is) && len(l.Backup) > 1:
 		why = "BackupPS left: the other BackupPS hold its slots' authoritative copies"
 	case slices.ContainsFunc(l.Backup, is) && l.Switch == nil:
-		m.leaveTiers(server)
+		m.leaveTiers(server, "eviction notice of the last BackupPS "+server)
 		m.note(api.EventLeft, server, "the last BackupPS left after the cluster left the tiers: the ActivePS hold every acknowledged update")
 		m.replyLayout(id)
 		return true
@@ -176,26 +196,35 @@ func (m *Machine) leaveTiered(id uint64, server string) bool {
 }
 
 // leaveTiers takes the cluster out of the tiers when server, its last
-// BackupPS, leaves on notice: stage 1 on the ActivePS ring as it stands,
-// without BackupPS, in one epoch. The ActivePS hold every acknowledged
+// BackupPS, goes (for reason: its notice, its death, its restart): stage
+// 1 on the ActivePS ring as it stands, without BackupPS, in one epoch;
+// reliable servers on standby join that ring.
+// Durability is lost, and said so. The ActivePS hold every acknowledged
 // update, chain-replicated (an ActivePS acknowledges a push only once
 // its chain has it), so nothing is lost; they stop streaming to the
 // server and release the acknowledgements that waited for its ledger
-// (dropReplicators) before it goes. Refused instead, it served to its
-// notice's deadline and left with an error, kept in the layout as the
-// last BackupPS is when it dies (removeTiered), and the ActivePS held
-// their acknowledgements for it for good: the job stood still. A switch
-// back into the tiers needs a reliable ring (switchStage).
-func (m *Machine) leaveTiers(server string) {
+// (dropReplicators), the pushes applied once. Kept in the layout
+// instead (refused on notice, or dead), the ActivePS held their
+// acknowledgements for it for good: the job stood still. A switch back
+// into the tiers needs a reliable ring (switchStage).
+func (m *Machine) leaveTiers(server, reason string) {
 	l := &m.st.Layout
 	from := l.CurrentStage()
-	reason := "eviction notice of the last BackupPS " + server
 	l.Backup, l.Stage = nil, tier.Stage1
 	m.st.StageIntact = false
+	// Reliable servers waiting on standby for a switch to stage 1 join
+	// its ring by the ordinary join.
+	var standby []ring.Server
+	for _, s := range l.Standby {
+		if s.Class != tier.Reliable || m.addServer(s) != nil {
+			standby = append(standby, s)
+		}
+	}
+	l.Standby = standby
 	m.st.Removed++
 	m.st.StageHistory = append(m.st.StageHistory, StageChange{From: from, To: tier.Stage1, Reason: reason, Started: m.now, Done: m.now})
-	m.note(api.EventStage, server, fmt.Sprintf("left the tiers %d -> 1: %s; the ActivePS are the ring, with nothing reliable behind them until a reliable server joins", from, reason))
-	m.log.Warn("leaving the tiers: the last BackupPS is leaving; the ActivePS serve as stage 1's ring, with no reliable copy", "from", from, "server", server)
+	m.note(api.EventStage, server, fmt.Sprintf("left the tiers %d -> 1: %s; durability lost: the ActivePS are the ring, with nothing reliable behind them until a reliable server joins", from, reason))
+	m.log.Warn("leaving the tiers: the last BackupPS is gone; durability lost: the ActivePS serve as stage 1's ring, with no reliable copy", "from", from, "server", server, "reason", reason)
 	m.newEpoch()
 	m.resetSync()
 	m.publish()
@@ -247,11 +276,12 @@ func (m *Machine) removeTiered(id, addr string) (handled, removed bool) {
 	}
 	if i := slices.IndexFunc(l.Backup, match); i >= 0 {
 		if len(l.Backup) == 1 {
-			// The last authoritative copy: keep it in the layout, so that
-			// a restarted process under its ID takes its place. That
-			// process holds nothing: a switch to stage 1 must copy.
-			m.st.StageIntact = false
-			return true, false
+			// The last one: out of the tiers, as on its notice. Kept in
+			// the layout for a process restarted under its ID (which
+			// would hold nothing), it stood the job still: the ActivePS
+			// held their acknowledgements for it for good.
+			m.leaveTiers(id, "the last BackupPS "+id+" failed")
+			return true, true
 		}
 		l.Backup = slices.Delete(slices.Clone(l.Backup), i, i+1)
 		m.st.Removed++

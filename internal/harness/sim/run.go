@@ -245,8 +245,7 @@ const settleTimeouts = 5
 // put on standby answered for their slots, and a fallback then abandoned
 // what they held, which the loss ledgers rightly counted lost (tiers seed
 // 400618, docs/design/sim.md). A layout that keeps a dead server for
-// good (the last BackupPS, for a process restarted under its ID) is read
-// at the bound.
+// good (the last server on the ring) is read at the bound.
 func (c *Cluster) settle() {
 	l, err := c.coord.Layout(c.ctx, 0)
 	if err != nil {

@@ -48,6 +48,36 @@ func TestStageSwitchesInSimulation(t *testing.T) {
 	})
 }
 
+// TestLastBackupPSDies kills the only BackupPS of a stage-2 (and a
+// stage-3) cluster without notice, and a reliable machine joins later:
+// the cluster leaves the tiers for stage 1 on the ActivePS ring, and
+// training finishes with no acknowledged increment lost or applied twice.
+// Kept in the layout, the dead BackupPS stood the job still (the ActivePS
+// held their acknowledgements for its ledger) until the time limit.
+func TestLastBackupPSDies(t *testing.T) {
+	for _, stage := range []tier.Stage{tier.Stage2, tier.Stage3} {
+		t.Run(fmt.Sprint("stage ", stage), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				sc := sim.Scenario{
+					Config: sim.Config{Seed: 27, Servers: 3, Workers: 2, Stage: stage, SyncInterval: 200 * time.Millisecond,
+						ServerClass: func(i int) string { return map[bool]string{true: "transient"}[i == 1 || i == 2] },
+						WorkerClass: func(int) string { return "transient" }},
+					Workload: sim.Counters{Staleness: 2},
+					Faults: sim.Schedule{
+						{At: time.Second, Fault: sim.KillServer{Target: sim.Target{ID: "server-0"}}},
+						{At: 3 * time.Second, Fault: sim.JoinServer{Class: "reliable"}},
+					},
+					Invariants: []sim.Invariant{sim.ExactlyOnce{}, sim.Staleness{}},
+				}
+				rep := runScenario(t, sc, true)
+				if len(rep.Losses.Slots) > 0 {
+					t.Errorf("slots %v lost every copy, although the ActivePS held them", rep.Losses.Slots)
+				}
+			})
+		})
+	}
+}
+
 // TestTierRevocationWithNotice revokes every transient machine of a
 // stage-2 cluster with notice: the ActivePS hand their slots to the
 // BackupPS (a switch to stage 1) and nothing is lost.
