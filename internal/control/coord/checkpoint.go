@@ -481,7 +481,10 @@ func (m *Machine) Resume(r Resumed) map[int][]uint64 {
 	if r.InPass != nil {
 		m.resumePass(r.InPass, vers)
 	}
+	// The checkpoint resumed from is the last committed: the status said
+	// none until this run committed one, after a resume from checkpoint 2.
 	m.st.Checkpoint.Seq = r.Seq
+	m.st.Checkpoint.Committed, m.st.Checkpoint.CommittedPass, m.st.Checkpoint.CommittedInside = r.Seq, r.Pass, r.InPass != nil
 	if r.Next > r.Seq+1 {
 		m.st.Checkpoint.Seq = r.Next - 1 // the next one begun is numbered Next
 	}
