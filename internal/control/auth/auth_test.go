@@ -225,7 +225,7 @@ func TestTokenFileOpenToOthers(t *testing.T) {
 // the tokens in force.
 func TestTokenFileReloads(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "tokens")
-	stamp := time.Now()
+	stamp := time.Now().Add(-time.Hour) // each edit long settled (settleTokens)
 	write := func(body string) {
 		t.Helper()
 		// In place, as an editor does: a new modification time is set
@@ -303,8 +303,60 @@ func TestTokenFileReloads(t *testing.T) {
 	if err := os.WriteFile(tmp, []byte("admin "+adminTok+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.Chtimes(tmp, stamp, stamp); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
 	}
 	check("renamed over", map[string]int{adminTok: 200, newWorker: 401})
+}
+
+// TestTokenFileSettles: a tokens file is taken once it has stayed
+// unchanged for settleTokens. Written a line at a time (a shell's printf
+// into it, by hand), it was read between two writes, valid but short, and
+// a running worker whose line came later was refused and exited.
+func TestTokenFileSettles(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens")
+	long := time.Now().Add(-time.Hour)
+	write := func(body string, stamp time.Time) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(path, stamp, stamp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const newWorker = "worker-token-abcdefghij"
+	write("admin "+adminTok+"\nworker "+workerTok+"\n", long)
+	f, err := OpenTokens(path, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	f.now = func() time.Time { return now }
+	check := func(when string, want map[string]bool) {
+		t.Helper()
+		for tok, ok := range want {
+			if _, got := f.Role(tok); got != ok {
+				t.Errorf("%s: token %s known %v, want %v", when, tok, got, ok)
+			}
+		}
+	}
+	write("admin "+adminTok+"\n", now) // the first line of a rewrite
+	check("half written", map[string]bool{adminTok: true, workerTok: true})
+	write("admin "+adminTok+"\nworker "+workerTok+"\nworker "+newWorker+"\n", now)
+	check("written, not settled", map[string]bool{workerTok: true, newWorker: false})
+	now = now.Add(settleTokens)
+	check("settled", map[string]bool{workerTok: true, newWorker: true})
+
+	// Stamped ahead of this host's clock: taken once seen unchanged for
+	// settleTokens.
+	write("admin "+adminTok+"\n", now.Add(time.Hour))
+	check("ahead, first seen", map[string]bool{adminTok: true, workerTok: true})
+	now = now.Add(settleTokens / 2)
+	check("ahead, seen a while", map[string]bool{workerTok: true})
+	now = now.Add(settleTokens / 2)
+	check("ahead, settled", map[string]bool{adminTok: true, workerTok: false})
 }

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Role is what a token allows.
@@ -104,16 +105,30 @@ type TokenSet interface {
 // token is refused at once rather than after a polling interval. A change
 // that leaves the file unreadable, open to others or invalid keeps the
 // tokens in force and warns once for each new error: a half-done edit
-// must not lock every node out.
+// must not lock every node out. A change is taken once it has settled
+// (settleTokens): a file written a line at a time was read between two
+// writes, valid but short, and the nodes whose lines were not yet written
+// were refused and exited.
 type TokenFile struct {
 	path string
 	log  *slog.Logger
+	now  func() time.Time
 
-	mu     sync.Mutex
-	fi     os.FileInfo // of the file last loaded
-	tokens *Tokens
-	warned string // the last error warned of, "" since a good load
+	mu      sync.Mutex
+	fi      os.FileInfo // of the file last loaded
+	tokens  *Tokens
+	warned  string      // the last error warned of, "" since a good load
+	pending os.FileInfo // a change seen but not settled, since seen
+	seen    time.Time
 }
+
+// settleTokens is how long a changed tokens file must stay unchanged
+// before it is taken: by its modification time, or, for one stamped
+// ahead of this host's clock (a network file system's), since it was
+// first seen. A revocation so holds within half a second, not at the
+// very next request; a writer paused longer than that mid-file is still
+// read half-written.
+const settleTokens = 500 * time.Millisecond
 
 // OpenTokens loads the tokens file at path, failing as LoadTokens does;
 // later changes are logged to log (slog.Default if nil).
@@ -129,7 +144,7 @@ func OpenTokens(path string, log *slog.Logger) (*TokenFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &TokenFile{path: path, log: log, fi: fi, tokens: t}, nil
+	return &TokenFile{path: path, log: log, now: time.Now, fi: fi, tokens: t}, nil
 }
 
 // Role returns the role of token under the file as it is now, or as it
@@ -142,7 +157,10 @@ func (f *TokenFile) current() *Tokens {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fi, err := os.Stat(f.path)
-	if err == nil && os.SameFile(fi, f.fi) && fi.ModTime().Equal(f.fi.ModTime()) && fi.Size() == f.fi.Size() {
+	if err == nil && sameFile(fi, f.fi) {
+		return f.tokens
+	}
+	if err == nil && !f.settled(fi) {
 		return f.tokens
 	}
 	var t *Tokens
@@ -161,6 +179,22 @@ func (f *TokenFile) current() *Tokens {
 	f.fi, f.tokens, f.warned = fi, t, ""
 	f.log.Warn("tokens file reloaded: its tokens count from this request on", "file", f.path, "tokens", len(t.roles))
 	return t
+}
+
+// settled says whether the changed file fi has stayed as it is for
+// settleTokens, by its modification time or since it was first seen.
+func (f *TokenFile) settled(fi os.FileInfo) bool {
+	now := f.now()
+	if f.pending == nil || !sameFile(fi, f.pending) {
+		f.pending, f.seen = fi, now
+	}
+	return now.Sub(fi.ModTime()) >= settleTokens || now.Sub(f.seen) >= settleTokens
+}
+
+// sameFile says whether a and b are the same file unchanged: its
+// identity, modification time and size.
+func sameFile(a, b os.FileInfo) bool {
+	return os.SameFile(a, b) && a.ModTime().Equal(b.ModTime()) && a.Size() == b.Size()
 }
 
 // ErrExposed: a file of tokens that others than its owner may read or

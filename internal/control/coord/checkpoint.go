@@ -241,6 +241,15 @@ func (m *Machine) abandonIfServerGone() {
 		m.log.Warn("checkpoint abandoned", "seq", ck.Seq, "server", id, "err", why)
 		m.note(api.EventCheckpoint, id, fmt.Sprintf("checkpoint %d abandoned: %s", ck.Seq, why))
 		m.st.Checkpoint.Abandoned, m.st.Checkpoint.Why = ck.Seq, why
+		// One inside a pass is taken again on the ring as it is now: its
+		// servers hold the slots the one gone headed. Begun for a
+		// server's leave that leaves fewer than k, it named that server,
+		// which drained out before writing, and no checkpoint came of the
+		// leave at all (a drill: notice, abandoned 7 ms later, the last
+		// server killed a second after, nothing to resume from).
+		if m.st.Checkpoint.MidPass != nil && len(m.st.Layout.Servers) > 0 && !m.st.Layout.JobDone {
+			m.st.Checkpoint.Now = true
+		}
 		m.endCheckpoint()
 		return
 	}
@@ -481,7 +490,10 @@ func (m *Machine) Resume(r Resumed) map[int][]uint64 {
 	if r.InPass != nil {
 		m.resumePass(r.InPass, vers)
 	}
+	// The checkpoint resumed from is the last committed: the status said
+	// none until this run committed one, after a resume from checkpoint 2.
 	m.st.Checkpoint.Seq = r.Seq
+	m.st.Checkpoint.Committed, m.st.Checkpoint.CommittedPass, m.st.Checkpoint.CommittedInside = r.Seq, r.Pass, r.InPass != nil
 	if r.Next > r.Seq+1 {
 		m.st.Checkpoint.Seq = r.Next - 1 // the next one begun is numbered Next
 	}

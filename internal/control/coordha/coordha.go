@@ -17,6 +17,7 @@ import (
 	"github.com/terrace-ml/terrace/internal/control/meta"
 	"github.com/terrace-ml/terrace/internal/dataplane/transport"
 	"github.com/terrace-ml/terrace/internal/placement/layout"
+	"github.com/terrace-ml/terrace/internal/storage/checkpoint"
 )
 
 // errListen: a replica that leads could not bind its listen address.
@@ -136,6 +137,12 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 			if errors.Is(err, errListen) {
 				return err // no later term can listen either
+			}
+			if errors.Is(err, checkpoint.ErrNoCheckpoint) {
+				// --resume with nothing to resume from: no later term
+				// finds more. Campaigning again, the replica sat
+				// unreachable for good after one warning.
+				return err
 			}
 			cfg.Logger.Warn("stepped down as coordinator; campaigning again", "id", cfg.ID, "err", err)
 			if cfg.SteppedDown != nil {

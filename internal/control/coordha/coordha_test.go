@@ -15,6 +15,7 @@ import (
 	"github.com/terrace-ml/terrace/internal/control/coord"
 	"github.com/terrace-ml/terrace/internal/control/coordha"
 	"github.com/terrace-ml/terrace/internal/control/meta"
+	"github.com/terrace-ml/terrace/internal/storage/checkpoint"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -243,4 +244,19 @@ func TestNextTermListensWhereTheFirstDid(t *testing.T) {
 	}
 	stop()
 	<-done
+}
+
+// TestResumeWithNoCheckpoint: a replica started with --resume over a
+// checkpoint directory that holds no complete checkpoint (empty, or each
+// record damaged) and no saved state fails saying so; it stepped down and
+// campaigned again for good, unreachable after one warning.
+func TestResumeWithNoCheckpoint(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e := embedded(ctx, t)
+	err := coordha.Run(ctx, coordha.Config{ID: "a", Listen: "127.0.0.1:0", Endpoints: e.Endpoints(), Prefix: "/noresume-test",
+		Options: coord.Options{Servers: 1, Workers: 1, CheckpointDir: t.TempDir(), Resume: true}})
+	if !errors.Is(err, checkpoint.ErrNoCheckpoint) || ctx.Err() != nil {
+		t.Fatalf("Run --resume over an empty checkpoint directory: %v (context %v), want %v", err, ctx.Err(), checkpoint.ErrNoCheckpoint)
+	}
 }
