@@ -16,14 +16,20 @@ import (
 // tiers, the stage and why, the spread of the workers' clocks, the
 // machines alive by class and, where the prices are known, what they cost.
 
-// noteNode records the machine node role/id runs on (its ID when it
-// named none), for the status; not saved: a new leader learns it again
-// from the layout (servers) and from each worker's class by rank.
+// noteNode records the machine node role/id runs on, for the status
+// (State.Machines, saved; a node that named none runs on its own, named
+// by its ID).
 func (m *Machine) noteNode(j *api.Join) {
-	if m.machineOf == nil {
-		m.machineOf = map[string]string{}
+	key := j.Role + "/" + j.ID
+	switch {
+	case j.Machine != "" && j.Machine != j.ID:
+		if m.st.Machines == nil {
+			m.st.Machines = map[string]string{}
+		}
+		m.st.Machines[key] = j.Machine
+	case m.st.Machines[key] != "":
+		delete(m.st.Machines, key) // back under its ID on a machine of its own
 	}
-	m.machineOf[j.Role+"/"+j.ID] = cmp.Or(j.Machine, j.ID)
 	if j.Role == api.RoleServer && m.lastLeft == j.ID {
 		m.lastLeft = "" // back under its ID: no longer gone
 	}
@@ -48,7 +54,7 @@ func (m *Machine) noteClock(rank int, clock int64, beat bool) {
 // nodeMachine returns the machine and the class of a node.
 func (m *Machine) nodeMachine(n *api.NodeStatus) (string, tier.Class) {
 	l := &m.st.Layout
-	machine := m.machineOf[n.Role+"/"+n.ID]
+	machine := m.st.Machines[n.Role+"/"+n.ID]
 	if machine == "" && n.Role == api.RoleServer {
 		for _, list := range [][]ring.Server{l.Servers, l.Joining, l.Backup, l.Standby} {
 			if i := slices.IndexFunc(list, func(s ring.Server) bool { return s.ID == n.ID }); i >= 0 {

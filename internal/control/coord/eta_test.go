@@ -1,6 +1,7 @@
 package coord
 
 import (
+	"maps"
 	"testing"
 	"time"
 
@@ -106,5 +107,35 @@ func TestGoneSurvivesFailover(t *testing.T) {
 	}
 	if s := state(m); s != "left" {
 		t.Fatalf("a new leader shows the drained worker %s, want left", s)
+	}
+}
+
+// TestMachinesSurviveFailover: a new leader's status names the machine
+// each node joined with. Kept only in memory, it named each worker's ID
+// after a takeover: two transient machines of two nodes each were
+// counted as four, and charged so at --price.
+func TestMachinesSurviveFailover(t *testing.T) {
+	r := &jobRig{t: t, m: NewMachine(Config{Servers: 1, Workers: 1, Partitions: 1, Replication: 1}, t0)}
+	r.step(func(m *Machine, id uint64) {
+		m.Join(id, api.Join{Role: api.RoleServer, ID: "s0", Addr: "127.0.0.1:1", Machine: "m0"})
+	})
+	r.step(func(m *Machine, id uint64) { m.Join(id, api.Join{Role: api.RoleWorker, ID: "w0", Machine: "m0"}) })
+	machines := func(m *Machine) map[string]string {
+		got := map[string]string{}
+		for _, n := range m.Status().Nodes {
+			got[n.ID] = n.Machine
+		}
+		return got
+	}
+	want := map[string]string{"s0": "m0", "w0": "m0"}
+	if got := machines(r.m); !maps.Equal(got, want) {
+		t.Fatalf("the leader names machines %v, want %v", got, want)
+	}
+	m, err := RestoreMachine(r.m.cfg, r.saved, 0, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := machines(m); !maps.Equal(got, want) {
+		t.Fatalf("a new leader names machines %v, want %v", got, want)
 	}
 }

@@ -72,11 +72,9 @@ type Machine struct {
 	// started, every job's (the metric and the rate; the job's own count
 	// is State.Trained; not saved).
 	trained int64
-	// machineOf is each node's machine by "role/id", clocks each worker
-	// rank's last reported clock, from its heartbeats once one carried
-	// it (beatClocks), else from its progress records (cluster.go; not
-	// saved).
-	machineOf  map[string]string
+	// clocks is each worker rank's last reported clock, from its
+	// heartbeats once one carried it (beatClocks), else from its
+	// progress records (cluster.go; not saved).
 	clocks     map[int]int64
 	beatClocks map[int]bool
 	// noticed is the last eviction notice on the timeline of each node

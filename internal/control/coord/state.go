@@ -104,6 +104,12 @@ type State struct {
 	// EventFailed), for status: a new leader that did not know showed
 	// every drained worker as dead, and no server that had left.
 	Gone map[string]string `json:"gone,omitempty"`
+	// Machines is the machine each node named at its join, by
+	// "role/id", where it is not the node's ID: saved, since workers are
+	// in no layout, and a new leader that did not know showed each
+	// worker's ID as its machine (two transient machines counted as
+	// four, and charged so at --price).
+	Machines map[string]string `json:"machines,omitempty"`
 }
 
 // StageChange is one stage switch: started at Started, published (the
