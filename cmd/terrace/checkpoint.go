@@ -158,9 +158,12 @@ func stepOf(st *api.Status, seq uint64) (step checkpointStep, finished bool, err
 // per change of step otherwise (nothing with quiet).
 func waitCheckpoint(ctx context.Context, cc *api.Client, seq uint64, w io.Writer, quiet bool) (checkpointResult, error) {
 	tty := !quiet && isTerminal(w)
-	every := time.Second
+	// Polled every 50 ms at first, then less often, up to once a second:
+	// polled once a second from the start, a checkpoint committed in 30 ms
+	// was reported as committed in 1.00 s.
+	every, most := 50*time.Millisecond, time.Second
 	if tty {
-		every = barEvery
+		most = barEvery
 	}
 	pout := &progressOut{w: w}
 	var bar *progressbar.ProgressBar
@@ -171,7 +174,7 @@ func waitCheckpoint(ctx context.Context, cc *api.Client, seq uint64, w io.Writer
 		}
 	}()
 	start, last := time.Now(), ""
-	t := time.NewTicker(every)
+	t := time.NewTimer(every)
 	defer t.Stop()
 	for {
 		st, err := cc.Status(ctx)
@@ -206,5 +209,7 @@ func waitCheckpoint(ctx context.Context, cc *api.Client, seq uint64, w io.Writer
 			return checkpointResult{}, fmt.Errorf("checkpoint %d: %w", seq, ctx.Err())
 		case <-t.C:
 		}
+		every = min(2*every, most)
+		t.Reset(every)
 	}
 }

@@ -169,7 +169,11 @@ func (m *Machine) checkpointNow(why string) {
 		mp.InPass = InPass{Pass: m.st.DoneBefore, Pieces: m.savedPieces(w)}
 	}
 	m.beginCheckpoint(e, mp)
-	m.note(api.EventCheckpoint, "", fmt.Sprintf("checkpoint %d inside pass %d begins: %s", ck.Seq, e+2, why))
+	where := fmt.Sprintf("inside pass %d", e+2)
+	if len(mp.Pieces) == 0 {
+		where = fmt.Sprintf("after pass %d (nothing of the next granted yet)", e+1) // committed as a boundary's
+	}
+	m.note(api.EventCheckpoint, "", fmt.Sprintf("checkpoint %d %s begins: %s", ck.Seq, where, why))
 	m.publish()
 }
 
@@ -412,7 +416,7 @@ func (m *Machine) checkpointStatus() *api.CheckpointStatus {
 	cs := &api.CheckpointStatus{Dir: m.cfg.CheckpointDir, Requested: ck.Requested, Seq: ck.Seq,
 		Committed: ck.Committed, CommittedPass: ck.CommittedPass, CommittedInside: ck.CommittedInside, Abandoned: ck.Abandoned, Why: ck.Why}
 	if l := m.st.Layout.Checkpoint; l != nil {
-		cs.InProgress, cs.Pass, cs.Servers, cs.Inside = true, l.Pass, len(l.Servers), ck.MidPass != nil
+		cs.InProgress, cs.Pass, cs.Servers, cs.Inside = true, l.Pass, len(l.Servers), ck.MidPass != nil && len(ck.MidPass.Pieces) > 0
 		for _, s := range l.Servers {
 			if ck.Reported[s] {
 				cs.Written++
