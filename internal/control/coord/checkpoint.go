@@ -109,6 +109,11 @@ type MidPass struct {
 	MaxClock int64            `json:"max_clock"`
 }
 
+// inside says whether the checkpoint begun as mp is one inside a pass:
+// mp recorded pieces of it (nil at a boundary; none when nothing of the
+// pass was granted yet, which commits as the boundary's).
+func (mp *MidPass) inside() bool { return mp != nil && len(mp.Pieces) > 0 }
+
 // CheckpointStat describes a committed checkpoint.
 type CheckpointStat struct {
 	Seq     uint64  `json:"seq"`
@@ -170,7 +175,7 @@ func (m *Machine) checkpointNow(why string) {
 	}
 	m.beginCheckpoint(e, mp)
 	where := fmt.Sprintf("inside pass %d", e+2)
-	if len(mp.Pieces) == 0 {
+	if !mp.inside() {
 		where = fmt.Sprintf("after pass %d (nothing of the next granted yet)", e+1) // committed as a boundary's
 	}
 	m.note(api.EventCheckpoint, "", fmt.Sprintf("checkpoint %d %s begins: %s", ck.Seq, where, why))
@@ -341,7 +346,7 @@ func (m *Machine) commitIfReported() {
 		// As recorded when it began: the states stay named until it
 		// ends (referenced), though the partitions move on.
 		c.MaxClock, c.States = mp.MaxClock, maps.Clone(mp.States)
-		if len(mp.Pieces) > 0 {
+		if mp.inside() {
 			ip := mp.InPass
 			ip.Pieces = slices.Clone(ip.Pieces)
 			c.InPass = &ip
@@ -375,8 +380,7 @@ func (m *Machine) Committed(seq uint64, err error) {
 	} else {
 		m.ckptDone = append(m.ckptDone, CheckpointStat{Seq: seq, Pass: ck.Pass, Seconds: m.now.Sub(m.st.Checkpoint.Started).Seconds()})
 		m.st.Checkpoint.Committed, m.st.Checkpoint.CommittedPass = seq, ck.Pass
-		mp := m.st.Checkpoint.MidPass
-		m.st.Checkpoint.CommittedInside = mp != nil && len(mp.Pieces) > 0 // as its record says
+		m.st.Checkpoint.CommittedInside = m.st.Checkpoint.MidPass.inside() // as its record says
 		m.note(api.EventCheckpoint, "", fmt.Sprintf("checkpoint %d committed", seq))
 	}
 	m.endCheckpoint()
@@ -416,7 +420,7 @@ func (m *Machine) checkpointStatus() *api.CheckpointStatus {
 	cs := &api.CheckpointStatus{Dir: m.cfg.CheckpointDir, Requested: ck.Requested, Seq: ck.Seq,
 		Committed: ck.Committed, CommittedPass: ck.CommittedPass, CommittedInside: ck.CommittedInside, Abandoned: ck.Abandoned, Why: ck.Why}
 	if l := m.st.Layout.Checkpoint; l != nil {
-		cs.InProgress, cs.Pass, cs.Servers, cs.Inside = true, l.Pass, len(l.Servers), ck.MidPass != nil && len(ck.MidPass.Pieces) > 0
+		cs.InProgress, cs.Pass, cs.Servers, cs.Inside = true, l.Pass, len(l.Servers), ck.MidPass.inside()
 		for _, s := range l.Servers {
 			if ck.Reported[s] {
 				cs.Written++

@@ -60,7 +60,6 @@ func TestAuditCountsEveryPushAndRow(t *testing.T) {
 	cfg.Train, cfg.Passes, cfg.Batch = train, passes, 17
 	var mu sync.Mutex
 	seen := map[int]int64{}
-	closed := map[int]int64{}
 	onAck := func(rank int, acked int64, _ time.Time) error {
 		mu.Lock()
 		defer mu.Unlock()
@@ -70,7 +69,28 @@ func TestAuditCountsEveryPushAndRow(t *testing.T) {
 		seen[rank] = acked
 		return nil
 	}
-	_, err = l.RunWorkers(ctx, func(ctx context.Context, c *ps.Client) (any, error) {
+	closed, perWorker, perRow := trainAudited(t, ctx, l, cfg, onAck, workers, rows)
+	for rank := range workers {
+		if closed[rank] == 0 || float32(closed[rank]) != perWorker[rank] || seen[rank] != closed[rank] {
+			t.Errorf("rank %d: auditor counted %d acknowledged, hook saw %d, servers hold %v", rank, closed[rank], seen[rank], perWorker[rank])
+		}
+	}
+	for r, n := range perRow {
+		if n != passes {
+			t.Errorf("row %d trained %v times, want %d", r, n, passes)
+		}
+	}
+}
+
+// trainAudited trains lr with cfg on l's workers, each under the drill's
+// audit (onAck its hook), and reads the audit back: what each rank's
+// auditor counted acknowledged, and the servers' counts by worker and by
+// row.
+func trainAudited(t *testing.T, ctx context.Context, l *node.Local, cfg lr.Config, onAck func(int, int64, time.Time) error, workers, rows int) (closed map[int]int64, perWorker, perRow []float32) {
+	t.Helper()
+	var mu sync.Mutex
+	closed = map[int]int64{}
+	_, err := l.RunWorkers(ctx, func(ctx context.Context, c *ps.Client) (any, error) {
 		a, err := drill.StartAudit(ctx, c, onAck)
 		if err != nil {
 			return nil, err
@@ -90,18 +110,9 @@ func TestAuditCountsEveryPushAndRow(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	perWorker, perRow, err := drill.ReadAudit(ctx, c, workers, rows)
+	perWorker, perRow, err = drill.ReadAudit(ctx, c, workers, rows)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for rank := range workers {
-		if closed[rank] == 0 || float32(closed[rank]) != perWorker[rank] || seen[rank] != closed[rank] {
-			t.Errorf("rank %d: auditor counted %d acknowledged, hook saw %d, servers hold %v", rank, closed[rank], seen[rank], perWorker[rank])
-		}
-	}
-	for r, n := range perRow {
-		if n != passes {
-			t.Errorf("row %d trained %v times, want %d", r, n, passes)
-		}
-	}
+	return closed, perWorker, perRow
 }

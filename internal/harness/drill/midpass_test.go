@@ -111,31 +111,7 @@ func TestResumeInsidePass(t *testing.T) {
 	// The second cluster resumes from it and trains to the end.
 	l = local(true)
 	defer l.Close()
-	closed := map[int]int64{}
-	_, err = l.RunWorkers(ctx, func(ctx context.Context, c *ps.Client) (any, error) {
-		a, err := drill.StartAudit(ctx, c, func(int, int64, time.Time) error { return nil })
-		if err != nil {
-			return nil, err
-		}
-		rep, err := lr.Run(ctx, c, cfg)
-		n := a.Close()
-		mu.Lock()
-		closed[c.Rank()] = n
-		mu.Unlock()
-		return rep, err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := ps.Dial(ctx, l.CoordAddr, ps.Options{Rank: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	perWorker, perRow, err := drill.ReadAudit(ctx, c, workers, rows)
-	if err != nil {
-		t.Fatal(err)
-	}
+	closed, perWorker, perRow := trainAudited(t, ctx, l, cfg, func(int, int64, time.Time) error { return nil }, workers, rows)
 	for r := range workers {
 		if want := float32(saved.ByRank[r] + closed[r]); perWorker[r] != want {
 			t.Errorf("rank %d: servers hold %v increments; want the checkpoint's %d and the %d acknowledged since", r, perWorker[r], saved.ByRank[r], closed[r])
