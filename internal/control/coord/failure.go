@@ -45,6 +45,7 @@ func (m *Machine) Tick(now time.Time) {
 	m.expireWorkers()
 	m.judgeSuspects()
 	m.expireCuts()
+	m.returnToTiers()
 }
 
 // Heartbeat records that rank is alive. It is answered at once: it

@@ -296,6 +296,7 @@ func (m *Machine) removeServer(id, addr string) bool {
 	delete(m.st.Synced, id)
 	m.newEpoch()
 	m.st.Removed++
+	m.cancelGather("", "the last reliable server on the ring, "+id+", is gone")
 	m.keepFinalRing()
 	// Joiners are not promoted here even if every remaining server synced
 	// them: the slots the departed server headed have new heads, which
@@ -325,12 +326,20 @@ func (m *Machine) LeaveServer(id uint64, server string) {
 		m.fail(id, fmt.Errorf("%w: server %s is not on the ring", api.ErrBadRequest, server))
 		return
 	}
+	if !slices.Contains(l.Leaving, server) {
+		m.cancelGather(server, "the last reliable server on the ring, "+server+", is leaving")
+	}
 	if len(l.Servers)-len(l.Leaving) <= 1 && !slices.Contains(l.Leaving, server) && m.leaveBeforeTables(id, server) {
 		return
 	}
 	if len(l.Servers)-len(l.Leaving) <= 1 && !slices.Contains(l.Leaving, server) {
 		m.fail(id, fmt.Errorf("%w: %s: its slots have nowhere to go%s", api.ErrLastServer, server, m.checkpointOnLeave(server, true)))
 		return
+	}
+	if m.st.Regather != 0 && slices.Contains(l.Leaving, server) {
+		// A transient server of a gather, noticed: it leaves for good
+		// at the gather's end instead of waiting on standby.
+		m.noticeGathered(server)
 	}
 	if !slices.Contains(l.Leaving, server) {
 		m.note(api.EventDrain, server, "server asked to leave: shipping its slots")
@@ -431,18 +440,29 @@ func (m *Machine) promote() bool {
 	// over the one the final holder received, acknowledged pushes and all
 	// (docs/design/tiers.md, "Two drains at once with one copy").
 	allLeft := !slices.ContainsFunc(l.Leaving, func(id string) bool { return !done(id) })
+	var standby []ring.Server
 	for _, id := range l.Leaving {
 		if !allLeft {
 			leaving = append(leaving, id)
 			continue
 		}
+		if i := slices.IndexFunc(servers, func(s ring.Server) bool { return s.ID == id }); i >= 0 && m.gathered(servers[i]) {
+			// A gather's transient server waits on standby for the
+			// switch back into the tiers (tiers.go, gatherForTiers).
+			standby = append(standby, servers[i])
+			m.note(api.EventRing, id, "off the ring to standby: its slots gathered onto the reliable servers")
+		} else {
+			m.note(api.EventLeft, id, "drained: left the ring, its slots shipped")
+			m.st.Removed++
+		}
 		servers = slices.DeleteFunc(servers, func(s ring.Server) bool { return s.ID == id })
 		delete(m.st.Synced, id)
-		m.note(api.EventLeft, id, "drained: left the ring, its slots shipped")
-		m.st.Removed++
 	}
 	if len(joining) == len(l.Joining) && len(leaving) == len(l.Leaving) {
 		return false
+	}
+	if len(standby) > 0 {
+		l.Standby = append(slices.Clone(l.Standby), standby...)
 	}
 	l.Servers, l.Joining, l.Leaving = servers, joining, leaving
 	m.newEpoch()

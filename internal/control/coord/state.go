@@ -65,8 +65,13 @@ type State struct {
 	// stage 1 or formed so, and no epoch began since: no head and no
 	// BackupPS changed). A switch to stage 1 then flushes (tiers.go).
 	StageIntact bool `json:"stage_intact,omitempty"`
-	// Noticed are the ActivePS that announced their departure.
+	// Noticed are the ActivePS that announced their departure (and the
+	// transient servers of a gather, below).
 	Noticed map[string]bool `json:"noticed,omitempty"`
+	// Regather is the stage a gather leads back to (tiers.go,
+	// gatherForTiers): a stage-1 ring's transient servers drain to
+	// standby, and the switch to Regather follows. 0: none under way.
+	Regather tier.Stage `json:"regather,omitempty"`
 	// Loss is what the BackupPS's ledgers counted at fallbacks (loss.go).
 	Loss api.Loss `json:"loss,omitzero"`
 	// LossSeen are the pushes the last fallbacks' reports counted, so

@@ -421,6 +421,8 @@ func (m *Machine) switchStage(to tier.Stage, reason string) error {
 		return fmt.Errorf("%w: the cluster runs without tiers (start the coordinator with a stage)", ErrStage)
 	case l.Switch != nil:
 		return fmt.Errorf("%w: a switch %d -> %d is in progress", ErrStage, l.Switch.From, l.Switch.To)
+	case m.st.Regather != 0:
+		return fmt.Errorf("%w: the transient servers are draining to standby for a switch 1 -> %d", ErrStage, m.st.Regather)
 	case len(l.Joining) > 0 || len(l.Leaving) > 0:
 		return fmt.Errorf("%w: servers are joining or leaving", ErrStage)
 	case from == to:
@@ -436,9 +438,10 @@ func (m *Machine) switchStage(to tier.Stage, reason string) error {
 		return nil
 	case from == tier.Stage1 && slices.ContainsFunc(l.Servers, func(s ring.Server) bool { return s.Class == tier.Transient }):
 		// Left the tiers when the last BackupPS went (leaveTiers), or
-		// formed without a reliable server: its ring would become the
-		// BackupPS, on machines that may go at once.
-		return fmt.Errorf("%w: the ring holds transient servers: no reliable ring to become the BackupPS", ErrStage)
+		// formed without a reliable server: its ring cannot become the
+		// BackupPS, on machines that may go at once. Its slots are
+		// gathered onto its reliable servers first.
+		return m.gatherForTiers(to, reason)
 	case from == tier.Stage1:
 		var tra []ring.Server
 		for _, s := range l.Standby {
@@ -476,6 +479,117 @@ func (m *Machine) switchStage(to tier.Stage, reason string) error {
 	m.resetSync()
 	m.publish()
 	return nil
+}
+
+// gatherForTiers begins the way back into the tiers from a stage-1 ring
+// that holds transient servers (docs/design/tiers.md, "Back into the
+// tiers"): they drain off the ring by the ordinary drain, every slot going
+// to the reliable servers, and go to standby (promote); the switch to
+// stage to follows at the next tick (returnToTiers), from a ring of
+// reliable servers alone, as any switch from stage 1.
+func (m *Machine) gatherForTiers(to tier.Stage, reason string) error {
+	l := &m.st.Layout
+	var rel, tra []string
+	transient := 0
+	for _, s := range slices.Concat(l.Servers, l.Standby) {
+		if s.Class == tier.Transient {
+			transient++
+		}
+	}
+	for _, s := range l.Servers {
+		if s.Class == tier.Transient {
+			tra = append(tra, s.ID)
+		} else {
+			rel = append(rel, s.ID)
+		}
+	}
+	if len(rel) == 0 {
+		return fmt.Errorf("%w: the ring holds transient servers only: no reliable server to gather its slots and become the BackupPS", ErrStage)
+	}
+	if err := to.Formable(len(rel), transient); err != nil {
+		return fmt.Errorf("%w: %v", ErrStage, err)
+	}
+	l.Leaving = tra
+	for _, id := range tra {
+		m.st.Synced[id] = map[string]bool{}
+	}
+	m.st.Regather = to
+	m.note(api.EventStage, "", fmt.Sprintf("back into the tiers, 1 -> %d: the transient servers %v drain to standby, every slot gathered onto the reliable servers %v, then the switch: %s", to, tra, rel, reason))
+	m.resetSync()
+	m.publish()
+	return nil
+}
+
+// gathered reports whether server, a transient server drained off the
+// ring by a gather, goes to standby rather than out of the cluster: it
+// was not noticed meanwhile.
+func (m *Machine) gathered(s ring.Server) bool {
+	return m.st.Regather != 0 && s.Class == tier.Transient && !m.st.Noticed[s.ID]
+}
+
+// noticeGathered records that server, a transient server a gather drains,
+// was noticed: it leaves at the gather's end instead of going to standby.
+func (m *Machine) noticeGathered(server string) {
+	if m.st.Noticed == nil {
+		m.st.Noticed = map[string]bool{}
+	}
+	m.st.Noticed[server] = true
+	m.dirty = true
+}
+
+// cancelGather takes a gather back when the ring is left without a
+// reliable server to gather onto, but except (its last one lost or
+// leaving): the transient servers' drains end and the cluster stays in
+// stage 1 on its ring. It reports whether it did.
+func (m *Machine) cancelGather(except, why string) bool {
+	l := &m.st.Layout
+	if m.st.Regather == 0 || slices.ContainsFunc(l.Servers, func(s ring.Server) bool {
+		return s.Class != tier.Transient && s.ID != except && !slices.Contains(l.Leaving, s.ID)
+	}) {
+		return false
+	}
+	l.Leaving = slices.DeleteFunc(slices.Clone(l.Leaving), func(id string) bool {
+		if i := slices.IndexFunc(l.Servers, func(s ring.Server) bool { return s.ID == id }); i >= 0 && l.Servers[i].Class == tier.Transient && !m.st.Noticed[id] {
+			delete(m.st.Synced, id)
+			return true
+		}
+		return false
+	})
+	m.note(api.EventStage, "", fmt.Sprintf("the way back into stage %d is cancelled: %s; stage 1 goes on on its ring", m.st.Regather, why))
+	m.log.Warn("the way back into the tiers is cancelled: no reliable server left on the ring to gather the slots onto", "stage", m.st.Regather, "why", why)
+	m.st.Regather = 0
+	m.dirty = true
+	m.resetSync()
+	return true
+}
+
+// returnToTiers, at each tick, moves a tiered cluster that runs stage 1 on
+// a ring with transient servers back into its stage: once its transient
+// servers are gathered to standby (Regather), it begins the switch; and a
+// cluster started with a stage above 1 whose ring holds a reliable server
+// beside transient ones (it left the tiers when its last BackupPS went,
+// and a reliable server joined since) begins the gather.
+func (m *Machine) returnToTiers() {
+	l := &m.st.Layout
+	if m.cfg.Stage <= tier.Stage1 || !l.Ready || l.JobDone || l.Switch != nil || len(l.Joining) > 0 || len(l.Leaving) > 0 || l.CurrentStage() != tier.Stage1 {
+		return
+	}
+	if to := m.st.Regather; to != 0 {
+		m.st.Regather, m.st.Noticed = 0, nil
+		m.dirty = true
+		if err := m.switchStage(to, "back into the tiers: every slot gathered onto the reliable servers"); err != nil {
+			m.note(api.EventStage, "", fmt.Sprintf("the switch back into stage %d after the gather is refused: %v; stage 1 goes on on the reliable servers", to, err))
+			m.log.Warn("the switch back into the tiers after the gather is refused", "stage", to, "err", err)
+		}
+		return
+	}
+	tra := slices.ContainsFunc(l.Servers, func(s ring.Server) bool { return s.Class == tier.Transient })
+	rel := slices.ContainsFunc(l.Servers, func(s ring.Server) bool { return s.Class != tier.Transient })
+	if tra && rel {
+		if err := m.gatherForTiers(m.cfg.Stage, "a reliable server is on the ring again"); err != nil {
+			m.log.Debug("no way back into the tiers yet", "err", err)
+		}
+	}
 }
 
 // noticeTiered handles an eviction notice of ActivePS server (a drained

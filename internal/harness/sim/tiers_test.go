@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -76,6 +77,47 @@ func TestLastBackupPSDies(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestBackIntoTheTiers: after the last BackupPS's death took a stage-2
+// cluster out of the tiers, a reliable machine joins, and the cluster goes
+// back into stage 2 by itself (its transient servers gathered to standby,
+// then the switch; docs/design/tiers.md, "Back into the tiers"). Every
+// transient machine is then revoked without notice: the cluster falls
+// back to the new BackupPS, losing at most one sync interval's worth.
+// Before, the cluster stayed in stage 1 on a ring of transient servers
+// and the reliable one, with k = 2: the revocation took both copies of
+// every slot the two transient servers shared.
+func TestBackIntoTheTiers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sc := sim.Scenario{
+			Config: sim.Config{Seed: 28, Servers: 3, Workers: 2, Stage: tier.Stage2, SyncInterval: 200 * time.Millisecond,
+				ServerClass: func(i int) string { return map[bool]string{true: "transient"}[i == 1 || i == 2] }},
+			Workload: sim.Counters{Staleness: 2},
+			Faults: sim.Schedule{
+				{At: 500 * time.Millisecond, Fault: sim.KillServer{Target: sim.Target{ID: "server-0"}}},
+				{At: time.Second, Fault: sim.JoinServer{Class: "reliable"}},
+				{At: 2 * time.Second, Fault: sim.Revoke{Class: "transient", Replace: -1}},
+			},
+			Invariants: []sim.Invariant{sim.ExactlyOnce{}, sim.Staleness{}},
+		}
+		rep := runScenario(t, sc, true)
+		back := false
+		for _, e := range rep.Timeline {
+			if strings.Contains(e, "FAULT revoke") {
+				break
+			}
+			back = back || strings.Contains(e, "stage 2 backup [server-3]")
+		}
+		if !back {
+			t.Errorf("the cluster did not go back into stage 2 with server-3 as its BackupPS before the revocation")
+		}
+		t.Logf("%d keys short by %d acknowledged increments in slots %v; bound (one sync interval's worth) %d",
+			rep.Losses.Keys, rep.Losses.Increments, rep.Losses.Slots, rep.LossBound)
+		if rep.Losses.Increments > rep.LossBound {
+			t.Errorf("lost %d acknowledged increments at the revocation, more than one sync interval's worth (%d)", rep.Losses.Increments, rep.LossBound)
+		}
+	})
 }
 
 // TestTierRevocationWithNotice revokes every transient machine of a
