@@ -156,6 +156,9 @@ func printStatus(w io.Writer, coordinator string, st *api.Status) {
 	if st.UpdatesAtRisk > 0 {
 		fmt.Fprintf(w, "LOST  %d acknowledged updates at fallbacks (of %d at risk)\n", st.UpdatesLost, st.UpdatesAtRisk)
 	}
+	if n := st.LedgersUnreported; n > 0 {
+		fmt.Fprintf(w, "LOST  at least %d acknowledged updates at fallbacks: %d BackupPS ledger(s) died or left before reporting\n", st.UpdatesLost, n)
+	}
 	printSlotLosses(w, st)
 	if j := st.Job; j.Accounted > 0 {
 		fmt.Fprintf(w, "EXAMPLES  %d passes accounted: %d repeated, %d skipped\n", j.Accounted, j.Repeated, j.Skipped)

@@ -123,6 +123,9 @@ func printTiers(w io.Writer, t *drill.TierReport) {
 	if t.UpdatesLost != nil && t.UpdatesLostBound != nil {
 		fmt.Fprintf(w, "terrace: tiers: updates lost %d by the ledgers' count (at risk: %d, one sync interval's worth)\n", *t.UpdatesLost, *t.UpdatesLostBound)
 	}
+	if t.LedgersUnreported > 0 {
+		fmt.Fprintf(w, "terrace: tiers: %d BackupPS ledger(s) died or left before reporting: the updates lost are at least the count above\n", t.LedgersUnreported)
+	}
 	if t.UpdatesLostAudit != nil && t.UpdatesLostLedgerAudit != nil {
 		fmt.Fprintf(w, "terrace: tiers: audit pushes lost %d by the audit's count, %d by the ledgers' (%d in flight)\n", *t.UpdatesLostAudit, *t.UpdatesLostLedgerAudit, *t.UpdatesLostInFlight)
 	}

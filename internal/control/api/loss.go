@@ -117,8 +117,11 @@ type Loss struct {
 	BoundByTable map[string]int64 `json:"bound_by_table,omitempty"`
 	// ByWorker splits UpdatesLost by table name, then by worker rank.
 	ByWorker map[string]map[int]int64 `json:"by_worker,omitempty"`
-	// Reports counts the ledgers that reported.
-	Reports int `json:"reports"`
+	// Reports counts the ledgers that reported; Unreported the ledgers a
+	// fallback made heads that died or left before their report, whose
+	// pushes lost are missing from UpdatesLost (then a lower bound).
+	Reports    int `json:"reports"`
+	Unreported int `json:"unreported,omitempty"`
 }
 
 // ReportLoss sends a BackupPS's loss count to the coordinator.

@@ -96,6 +96,10 @@ type Status struct {
 	// risk (docs/design/tiers.md).
 	UpdatesLost   int64 `json:"updates_lost,omitempty"`
 	UpdatesAtRisk int64 `json:"updates_at_risk,omitempty"`
+	// LedgersUnreported counts the BackupPS a fallback made heads that
+	// died or left before reporting their ledger: UpdatesLost is then a
+	// lower bound.
+	LedgersUnreported int `json:"ledgers_unreported,omitempty"`
 	// CopiesLost counts the times every copy of some slots was gone
 	// before a new copy was complete (k servers holding them failed
 	// together), SlotLosses the last of them (docs/design/resilience.md,

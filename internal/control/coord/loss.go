@@ -133,12 +133,28 @@ func (m *Machine) ReportLoss(id uint64, r api.LossReport) {
 	loss.ByWorker = byWorker
 	allowed := count(r.Allowed, seenAllowed, newAllowed, &loss.UpdatesLostBound, &loss.BoundByTable, nil)
 	loss.Reports++
+	m.st.LossPending = slices.DeleteFunc(slices.Clone(m.st.LossPending), func(s string) bool { return s == r.From })
 	m.rememberLoss(r.Epoch, at, LossSeen{Epoch: r.Epoch, Lost: newLost.list(), Allowed: newAllowed.list()})
 	m.dirty = true
 	m.note(api.EventLoss, r.From, fmt.Sprintf("fallback at epoch %d: %d acknowledged updates lost of %d allowed in the round at risk (%d and %d new); %d lost in all",
 		r.Epoch, api.CountPushes(r.Lost), api.CountPushes(r.Allowed), lost, allowed, loss.UpdatesLost))
 	m.log.Warn("acknowledged updates lost at a fallback", "backupps", r.From, "epoch", r.Epoch, "lost", api.CountPushes(r.Lost), "allowed", api.CountPushes(r.Allowed), "total", loss.UpdatesLost)
 	m.reply(Reply{ID: id})
+}
+
+// ledgerGone counts the ledger of server lost when it dies or leaves
+// before reporting the last fallback's loss (its report comes after a
+// grace, server.DefaultFallbackGrace): the pushes it counted lost are
+// missing from the count, which is then a lower bound, and said so.
+func (m *Machine) ledgerGone(server, how string) {
+	if !slices.Contains(m.st.LossPending, server) {
+		return
+	}
+	m.st.LossPending = slices.DeleteFunc(slices.Clone(m.st.LossPending), func(s string) bool { return s == server })
+	m.st.Loss.Unreported++
+	m.dirty = true
+	m.note(api.EventLoss, server, fmt.Sprintf("%s before its ledger reported the last fallback's loss: the count of acknowledged updates lost (%d) is short by what it held, a lower bound", how, m.st.Loss.UpdatesLost))
+	m.log.Warn("a BackupPS's ledger is gone before its report: the count of updates lost at the fallback is a lower bound", "server", server, "how", how)
 }
 
 // rememberLoss saves what the reports of the fallback of epoch counted

@@ -134,6 +134,9 @@ var events = map[string]func(h *harness, td *datadriven.TestData){
 		h.m.Rebuilt(h.id(), api.Rebuilt{From: h.str(td, "from", ""), Version: v})
 	},
 	"server-failed": func(h *harness, td *datadriven.TestData) { h.m.ServerFailed(h.id(), h.str(td, "id", ""), "") },
+	"report-loss": func(h *harness, td *datadriven.TestData) {
+		h.m.ReportLoss(h.id(), api.LossReport{From: h.str(td, "from", ""), Epoch: uint64(h.int(td, "epoch", 0))})
+	},
 	"member-gone": func(h *harness, td *datadriven.TestData) {
 		h.m.MemberGone(h.id(), h.str(td, "role", ""), h.str(td, "id", ""), h.str(td, "inc", ""))
 	},
@@ -189,6 +192,10 @@ var inspections = map[string]func(h *harness, td *datadriven.TestData){
 	"states": func(h *harness, td *datadriven.TestData) { h.printStates() },
 	"status": func(h *harness, td *datadriven.TestData) { h.printStatus() },
 	"lost":   func(h *harness, td *datadriven.TestData) { h.printLost() },
+	"loss": func(h *harness, td *datadriven.TestData) {
+		l := h.m.Loss()
+		fmt.Fprintf(&h.out, "updates lost %d of %d at risk, %d reports, %d unreported\n", l.UpdatesLost, l.UpdatesLostBound, l.Reports, l.Unreported)
+	},
 }
 
 func (h *harness) newMachine(td *datadriven.TestData) {

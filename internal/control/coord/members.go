@@ -275,6 +275,9 @@ func (m *Machine) lastServerDown(server, why string) {
 
 func (m *Machine) removeServer(id, addr string) bool {
 	if handled, removed := m.removeTiered(id, addr); handled {
+		if removed {
+			m.ledgerGone(id, "failed")
+		}
 		return removed
 	}
 	l := &m.st.Layout
@@ -296,6 +299,7 @@ func (m *Machine) removeServer(id, addr string) bool {
 	delete(m.st.Synced, id)
 	m.newEpoch()
 	m.st.Removed++
+	m.ledgerGone(id, "failed")
 	m.cancelGather("", "the last reliable server on the ring, "+id+", is gone")
 	m.keepFinalRing()
 	// Joiners are not promoted here even if every remaining server synced
@@ -454,6 +458,7 @@ func (m *Machine) promote() bool {
 		} else {
 			m.note(api.EventLeft, id, "drained: left the ring, its slots shipped")
 			m.st.Removed++
+			m.ledgerGone(id, "left")
 		}
 		servers = slices.DeleteFunc(servers, func(s ring.Server) bool { return s.ID == id })
 		delete(m.st.Synced, id)

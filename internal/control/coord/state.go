@@ -77,6 +77,9 @@ type State struct {
 	// LossSeen are the pushes the last fallbacks' reports counted, so
 	// that a new leader counts each once too (loss.go).
 	LossSeen []LossSeen `json:"loss_seen,omitempty"`
+	// LossPending are the servers the last fallback made heads whose
+	// ledger has not reported yet (loss.go, ledgerGone).
+	LossPending []string `json:"loss_pending,omitempty"`
 	// Copies is the account of which servers hold a complete copy of
 	// which slots (copies.go); CopiesLost counts the times every copy of
 	// some slots was lost, SlotLosses the last keepSlotLosses of them.

@@ -30,7 +30,7 @@ func (m *Machine) Status() api.Status {
 	st.Job.Accounted, st.Job.Repeated, st.Job.Skipped = m.examplesAccounted()
 	st.Stage = int(l.CurrentStage())
 	st.Checkpoint = m.checkpointStatus()
-	st.UpdatesLost, st.UpdatesAtRisk = m.st.Loss.UpdatesLost, m.st.Loss.UpdatesLostBound
+	st.UpdatesLost, st.UpdatesAtRisk, st.LedgersUnreported = m.st.Loss.UpdatesLost, m.st.Loss.UpdatesLostBound, m.st.Loss.Unreported
 	st.CopiesLost, st.SlotLosses = m.st.CopiesLost, slices.Clone(m.st.SlotLosses)
 	if risk, err := m.copies.AtRisk(); err == nil {
 		st.UnderReplicated = copies.Share(risk)

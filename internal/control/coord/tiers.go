@@ -352,6 +352,10 @@ func (m *Machine) fallback(dead, reason string) {
 	}
 	l.Servers, l.Backup, l.Joining, l.Leaving = l.Backup, nil, nil, nil
 	l.Standby = append(slices.Clone(l.Standby), standby...)
+	m.st.LossPending = nil
+	for _, s := range l.Servers {
+		m.st.LossPending = append(m.st.LossPending, s.ID)
+	}
 	l.Stage, l.Switch = tier.Stage1, nil
 	for j := range m.st.Synced {
 		delete(m.st.Synced, j)

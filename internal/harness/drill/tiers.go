@@ -58,8 +58,11 @@ type TierReport struct {
 	// terrace_coordinator_updates_lost_total); UpdatesLostBound is what
 	// the ledgers allowed in the rounds at risk (one sync interval's
 	// worth, by the gate). UpdatesLostByTable splits UpdatesLost.
-	UpdatesLost        *int64           `json:"updates_lost"`
-	UpdatesLostBound   *int64           `json:"updates_lost_bound"`
+	UpdatesLost      *int64 `json:"updates_lost"`
+	UpdatesLostBound *int64 `json:"updates_lost_bound"`
+	// LedgersUnreported counts the ledgers gone before their report
+	// (api.Loss.Unreported): UpdatesLost is then a lower bound.
+	LedgersUnreported  int              `json:"ledgers_unreported,omitempty"`
 	UpdatesLostByTable map[string]int64 `json:"updates_lost_by_table,omitempty"`
 	// UpdatesLostAudit is the audit's count of the acknowledged audit
 	// pushes lost at those revocations, UpdatesLostLedgerAudit the
@@ -217,7 +220,7 @@ func (d *drill) fillLoss(tr *TierReport, revoked bool) {
 	if d.stage != nil {
 		loss = d.stage.Loss
 	}
-	tr.UpdatesLost, tr.UpdatesLostBound = &loss.UpdatesLost, &loss.UpdatesLostBound
+	tr.UpdatesLost, tr.UpdatesLostBound, tr.LedgersUnreported = &loss.UpdatesLost, &loss.UpdatesLostBound, loss.Unreported
 	tr.UpdatesLostByTable = loss.ByTable
 	lost := d.rep.AckedUpdatesLost
 	if lost == nil {

@@ -347,11 +347,12 @@ func (f SlowWorker) Apply(ctx context.Context, c *Cluster) {
 // killed. Killed or drained workers are replaced after Replace (never if
 // negative) by workers of the configured class. Servers are not replaced:
 // with every copy of a slot on the class, the slot is lost (Copies
-// counts it).
+// counts it). With ServersOnly, only the class's servers are taken.
 type Revoke struct {
-	Class   string
-	Notice  time.Duration
-	Replace time.Duration
+	Class       string
+	Notice      time.Duration
+	Replace     time.Duration
+	ServersOnly bool
 }
 
 func (f Revoke) String() string {
@@ -361,7 +362,7 @@ func (f Revoke) String() string {
 func (f Revoke) Apply(ctx context.Context, c *Cluster) {
 	var hit []*Node
 	for _, n := range slices.Concat(c.Alive(RoleServer), c.Alive(RoleWorker)) {
-		if n.Class == f.Class {
+		if n.Class == f.Class && (n.Role == RoleServer || !f.ServersOnly) {
 			hit = append(hit, n)
 		}
 	}

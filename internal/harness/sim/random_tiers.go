@@ -1,9 +1,11 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -97,6 +99,58 @@ func RandomTiers(seed uint64) Scenario {
 		at += ms(r, 300, 1500) + lasts
 	}
 	return Scenario{Config: cfg, Workload: w, Faults: s, Invariants: []Invariant{ExactlyOnce{}, Staleness{}, LedgerCounts{}}}
+}
+
+// RandomBackups draws RandomTiers(seed)'s scenario and adds the loss of
+// every reliable server at once, at a random time within the faults'
+// span (without notice, or in one case in two with a notice of 0.5–3 s),
+// when they are the BackupPS (LoseBackups), and one or two reliable
+// machines added 0.5–3 s after it ends, with no revocation of the
+// transient machines in between or within 2 s after: the cluster leaves the tiers when
+// its last BackupPS goes, and goes back into them once a reliable server
+// is on the ring again (docs/design/tiers.md, "Back into the tiers").
+func RandomBackups(seed uint64) Scenario {
+	sc := RandomTiers(seed)
+	r := rand.New(rand.NewPCG(seed, 0xbac4))
+	at := ms(r, 500, int(faultsUntil/time.Millisecond))
+	lose := LoseBackups{}
+	ends := at
+	if r.IntN(2) == 0 {
+		lose.Notice = ms(r, 500, 3000)
+		ends += lose.Notice
+	}
+	back := AddMachines{Class: "reliable", N: 1 + r.IntN(2)}
+	backAt := ends + ms(r, 500, 3000)
+	// Out of the tiers nothing reliable holds the model: a revocation of
+	// every transient machine then loses all of it, which no design
+	// survives. None is drawn from the loss until 2 s after the reliable
+	// machines come back (the way back takes two handoffs).
+	faults := slices.DeleteFunc(slices.Clone(sc.Faults), func(t Timed) bool {
+		_, revoke := t.Fault.(Revoke)
+		return revoke && t.At >= at && t.At < backAt+2*time.Second
+	})
+	faults = append(faults, Timed{at, lose}, Timed{backAt, back})
+	slices.SortStableFunc(faults, func(a, b Timed) int { return cmp.Compare(a.At, b.At) })
+	sc.Faults = faults
+	return sc
+}
+
+// LoseBackups takes every reliable server at once, as Revoke does, when
+// they are the BackupPS: the cluster runs stage 2 or 3 with no switch in
+// progress. Otherwise (stage 1, where they are the ring and every slot
+// would lose every copy, or a switch under way) it is skipped.
+type LoseBackups struct{ Notice time.Duration }
+
+func (f LoseBackups) String() string {
+	return fmt.Sprintf("lose every BackupPS with %v notice", f.Notice)
+}
+
+func (f LoseBackups) Apply(ctx context.Context, c *Cluster) {
+	if l := c.Layout(); l.CurrentStage() < tier.Stage2 || l.Switch != nil || len(l.Backup) == 0 {
+		c.Note("skip %v: stage %d, switch %v", f, l.CurrentStage(), l.Switch != nil)
+		return
+	}
+	Revoke{Class: "reliable", Notice: f.Notice, Replace: -1, ServersOnly: true}.Apply(ctx, c)
 }
 
 // AddMachines adds N machines of Class at once, as a spot market grants

@@ -107,12 +107,12 @@ func TestSimulation(t *testing.T) {
 		seeds = append(seeds, seed)
 	}
 	mix := os.Getenv("TERRACE_SIM_MIX")
-	if os.Getenv("TERRACE_SIM_SEED") == "" && mix != "tiers" {
+	if os.Getenv("TERRACE_SIM_SEED") == "" && mix != "tiers" && mix != "backups" {
 		seeds = append(seeds, regressionSeeds...)
 	}
 	draw, ok := mixes[mix]
 	if !ok {
-		t.Fatalf("TERRACE_SIM_MIX=%q: want drains, stragglers, tiers or nothing", mix)
+		t.Fatalf("TERRACE_SIM_MIX=%q: want drains, stragglers, tiers, backups or nothing", mix)
 	}
 	runSchedules(t, mix, draw, seeds, n <= detailUpTo)
 }
@@ -123,12 +123,13 @@ var mixes = map[string]func(seed uint64) sim.Scenario{
 	"drains":     sim.RandomDrains,
 	"stragglers": sim.RandomStragglers,
 	"tiers":      sim.RandomTiers,
+	"backups":    sim.RandomBackups,
 }
 
 // runSchedules runs the schedules draw gives for seeds, two at a time
 // (t.Parallel), and reports the failing ones by kind.
 func runSchedules(t *testing.T, mix string, draw func(uint64) sim.Scenario, seeds []uint64, detail bool) {
-	sum := summary{lossAllowed: mix == "tiers"}
+	sum := summary{lossAllowed: mix == "tiers" || mix == "backups"}
 	t.Cleanup(func() { sum.report(t, len(seeds)) })
 	for _, seed := range seeds {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
