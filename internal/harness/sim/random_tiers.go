@@ -106,7 +106,8 @@ func RandomTiers(seed uint64) Scenario {
 // span (without notice, or in one case in two with a notice of 0.5–3 s),
 // when they are the BackupPS (LoseBackups), and one or two reliable
 // machines added 0.5–3 s after it ends, with no revocation of the
-// transient machines in between or within 2 s after: the cluster leaves the tiers when
+// transient machines from 2 s before the loss to 2 s after the addition:
+// the cluster leaves the tiers when
 // its last BackupPS goes, and goes back into them once a reliable server
 // is on the ring again (docs/design/tiers.md, "Back into the tiers").
 func RandomBackups(seed uint64) Scenario {
@@ -123,11 +124,12 @@ func RandomBackups(seed uint64) Scenario {
 	backAt := ends + ms(r, 500, 3000)
 	// Out of the tiers nothing reliable holds the model: a revocation of
 	// every transient machine then loses all of it, which no design
-	// survives. None is drawn from the loss until 2 s after the reliable
-	// machines come back (the way back takes two handoffs).
+	// survives. None is drawn from 2 s before the loss (a fallback the
+	// revocation starts would make the BackupPS the ring) until 2 s after
+	// the reliable machines come back (the way back takes two handoffs).
 	faults := slices.DeleteFunc(slices.Clone(sc.Faults), func(t Timed) bool {
 		_, revoke := t.Fault.(Revoke)
-		return revoke && t.At >= at && t.At < backAt+2*time.Second
+		return revoke && t.At >= at-2*time.Second && t.At < backAt+2*time.Second
 	})
 	faults = append(faults, Timed{at, lose}, Timed{backAt, back})
 	slices.SortStableFunc(faults, func(a, b Timed) int { return cmp.Compare(a.At, b.At) })
