@@ -519,6 +519,7 @@ func (m *Machine) gatherForTiers(to tier.Stage, reason string) error {
 	}
 	m.st.Regather = to
 	m.note(api.EventStage, "", fmt.Sprintf("back into the tiers, 1 -> %d: the transient servers %v drain to standby, every slot gathered onto the reliable servers %v, then the switch: %s", to, tra, rel, reason))
+	m.log.Info("back into the tiers: the transient servers drain to standby, every slot gathered onto the reliable servers, then the switch", "stage", to, "transient", tra, "reliable", rel, "reason", reason)
 	m.resetSync()
 	m.publish()
 	return nil
