@@ -138,6 +138,9 @@ func (m *Machine) describeTiers(st *api.Status) {
 	case l.Switch != nil:
 		st.Switching = fmt.Sprintf("%d -> %d", l.Switch.From, l.Switch.To)
 		st.StageReason = l.Switch.Reason
+	case m.st.Regather != 0:
+		st.Switching = fmt.Sprintf("1 -> %d", m.st.Regather)
+		st.StageReason = "back into the tiers: gathering every slot onto the reliable servers first"
 	case len(h) > 0:
 		st.StageReason = h[len(h)-1].Reason
 	case m.cfg.StageReason != "":

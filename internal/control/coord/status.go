@@ -43,6 +43,8 @@ func (m *Machine) Status() api.Status {
 	for _, s := range l.Servers {
 		state, holds := "serving", fmt.Sprintf("%.0f%% of slots (primary)", 100*share[s.ID])
 		switch {
+		case slices.Contains(l.Leaving, s.ID) && m.gathered(s):
+			state = "to standby"
 		case slices.Contains(l.Leaving, s.ID):
 			state = "leaving"
 		case m.leftLast(s.ID):
