@@ -82,6 +82,10 @@ func (l *ledger) allow(p wire.Pair, held scope, ancestors ...uint64) {
 		for _, a := range ancestors {
 			ak := pairKey{p.Client, a}
 			l.byAncestor[ak] = append(l.byAncestor[ak], k)
+			// The client re-sends push a as parts: a was failed back
+			// to it, never acknowledged, though its retraction may
+			// have died with the ActivePS that failed it back.
+			l.drop(ak)
 		}
 	}
 	l.open[k] = e

@@ -35,7 +35,7 @@ var regressionSeeds = []uint64{71349, 71351}
 //	{"tiers", 29}: {[]string{sim.KindStall}, "stage 3 with no transient worker alive"},
 //
 // The last ones fixed (tiers 29, 143, 610, 611, 1341, 1377, 1608, 1670,
-// 1704, 1721, 1911, 2605, 50074, 132665, 331209, 381327, 400618) are
+// 1704, 1721, 1911, 2605, 50074, 132665, 331209, 381327, 400618, 490520) are
 // tierRegressionSeeds.
 var openSeeds = map[mixSeed]openFinding{}
 

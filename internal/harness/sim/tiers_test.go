@@ -240,7 +240,7 @@ const defaultTierSchedules = 40
 // server kill the coordinator had not detected yet, partly from heads
 // the fallback that followed put on standby, so the ledgers' rightful
 // count looked high (fixed in the harness: Cluster.settle).
-var tierRegressionSeeds = []uint64{88, 102, 232, 352, 2258, 143, 1341, 1670, 1704, 1721, 1911, 610, 611, 1608, 2605, 1377, 50074, 132665, 331209, 381327, 400618}
+var tierRegressionSeeds = []uint64{88, 102, 232, 352, 2258, 143, 1341, 1670, 1704, 1721, 1911, 610, 611, 1608, 2605, 1377, 50074, 132665, 331209, 381327, 400618, 490520}
 
 // TestTierSimulation runs the first seeded random schedules of tiers of
 // reliability (sim.RandomTiers: stage switches, bulk revocations with and
