@@ -33,6 +33,11 @@ type Client struct {
 	bases []string
 	cur   atomic.Int32
 	hc    *http.Client
+	// beat sends heartbeats alone, on connections of their own: the
+	// coordinator takes the close of the connection a worker's last
+	// heartbeat came on as news of its death, and a connection that other
+	// requests share closes when one of them is given up on.
+	beat *http.Client
 	// Token, when set, is sent as a bearer token with every request: the
 	// join token of the role this node asks for.
 	Token string
@@ -84,6 +89,10 @@ func NewClient(addrs string, d Dialer) *Client {
 			c.hc.Transport = &http.Transport{DialTLSContext: dial}
 			scheme = "https://"
 		}
+	}
+	c.beat = &http.Client{Timeout: c.hc.Timeout, Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	if c.hc.Transport != nil {
+		c.beat.Transport = c.hc.Transport.(*http.Transport).Clone()
 	}
 	for _, a := range strings.Split(addrs, ",") {
 		if a = strings.TrimSpace(a); a == "" {
@@ -219,7 +228,11 @@ func (c *Client) doOne(ctx context.Context, base, route, query string, in, out a
 	if j := c.job.Load(); j >= 0 {
 		req.Header.Set(HeaderJob, strconv.FormatInt(j, 10))
 	}
-	resp, err := c.hc.Do(req)
+	hc := c.hc
+	if route == RouteHeartbeat {
+		hc = c.beat
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("coordinator %s: %w", base, err)
