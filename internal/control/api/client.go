@@ -38,9 +38,11 @@ type Client struct {
 	// heartbeat came on as news of its death, and a connection that other
 	// requests share closes when one of them is given up on.
 	beat *http.Client
-	// Token, when set, is sent as a bearer token with every request: the
-	// join token of the role this node asks for.
-	Token string
+	// Token, when set, returns the bearer token sent with every request
+	// (none if it returns ""): the join token of the role this node asks
+	// for, read at each request so that a node follows its token file
+	// (auth.NodeToken).
+	Token func() string
 	// RetryFor bounds how long a call keeps trying while no coordinator
 	// answers (a failover in progress) before it fails.
 	RetryFor time.Duration
@@ -222,8 +224,10 @@ func (c *Client) doOne(ctx context.Context, base, route, query string, in, out a
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if c.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.Token)
+	if c.Token != nil {
+		if tok := c.Token(); tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
 	}
 	if j := c.job.Load(); j >= 0 {
 		req.Header.Set(HeaderJob, strconv.FormatInt(j, 10))

@@ -250,3 +250,33 @@ func TestBadAddress(t *testing.T) {
 		t.Fatalf("WaitReachable: %v, want ErrBadAddress", err)
 	}
 }
+
+// TestTokenAtEachRequest: the client asks for its token at every request,
+// heartbeats (on their own connections) included, so that a node whose
+// token file changed presents the new token from its next request on.
+func TestTokenAtEachRequest(t *testing.T) {
+	got := make(chan string, 4)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Get("Authorization")
+		w.Write([]byte("{}"))
+	}))
+	defer hs.Close()
+	c := NewClient(hs.URL, nil)
+	tok := "first-token-0123456789"
+	c.Token = func() string { return tok }
+	if err := c.Heartbeat(t.Context(), 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	tok = "second-token-0123456789"
+	if err := c.Leave(t.Context(), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Heartbeat(t.Context(), 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{"Bearer first-token-0123456789", "Bearer second-token-0123456789", "Bearer second-token-0123456789"} {
+		if h := <-got; h != want {
+			t.Errorf("request %d: Authorization %q, want %q", i, h, want)
+		}
+	}
+}
