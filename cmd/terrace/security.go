@@ -40,7 +40,7 @@ func (f *securityFlags) register(fs *pflag.FlagSet, coordinator bool) {
 		fs.StringVar(&f.tokens, "tokens", "", "file of join tokens, lines of \"role token\" (roles: admin, server, worker, read); no tokens needed if empty")
 		return
 	}
-	fs.StringVar(&f.tokenFile, "token-file", "", "file holding this node's join token (default: $"+auth.EnvToken+")")
+	fs.StringVar(&f.tokenFile, "token-file", "", "file holding this node's join token, re-read when it changes (default: $"+auth.EnvToken+")")
 }
 
 // files returns the PEM files, or ok false when TLS is off.
@@ -75,10 +75,12 @@ func (f *securityFlags) network(inner transport.Network, log *slog.Logger) (*tls
 
 // node returns a server's or worker's network and join token: TLS over
 // inner (an emulated link, or TCP if nil) when TLS is asked for, else inner.
-func (f *securityFlags) node(role auth.Role, inner transport.Network, log *slog.Logger) (transport.Network, string, error) {
-	tok, err := auth.ReadToken(f.tokenFile, role, os.Getenv)
+// The token comes from --token-file, followed as it changes
+// (auth.NodeToken), else from the environment.
+func (f *securityFlags) node(role auth.Role, inner transport.Network, log *slog.Logger) (transport.Network, func() string, error) {
+	tok, err := f.token(role, log)
 	if err != nil {
-		return nil, "", err
+		return nil, nil, err
 	}
 	nw, err := f.network(inner, log)
 	if err != nil {
@@ -88,6 +90,19 @@ func (f *securityFlags) node(role auth.Role, inner transport.Network, log *slog.
 		return inner, tok, nil
 	}
 	return nw, tok, nil
+}
+
+// token returns the node's join token of role, at each call.
+func (f *securityFlags) token(role auth.Role, log *slog.Logger) (func() string, error) {
+	if f.tokenFile == "" {
+		tok, err := auth.ReadToken("", role, os.Getenv)
+		return func() string { return tok }, err
+	}
+	nt, err := auth.OpenNodeToken(f.tokenFile, role, log)
+	if err != nil {
+		return nil, err
+	}
+	return nt.Token, nil
 }
 
 // client returns a client of the coordinator at addrs for a command that

@@ -104,7 +104,7 @@ func (c tlsCluster) probe(t *testing.T, addr string, files pki.Files, token stri
 		t.Fatal(err)
 	}
 	cl := api.NewClient(addr, tlsnet.New(nil, src, nil))
-	cl.Token, cl.RetryFor = token, time.Millisecond
+	cl.Token, cl.RetryFor = func() string { return token }, time.Millisecond
 	return cl
 }
 

@@ -33,9 +33,16 @@ type Client struct {
 	bases []string
 	cur   atomic.Int32
 	hc    *http.Client
-	// Token, when set, is sent as a bearer token with every request: the
-	// join token of the role this node asks for.
-	Token string
+	// beat sends heartbeats alone, on connections of their own: the
+	// coordinator takes the close of the connection a worker's last
+	// heartbeat came on as news of its death, and a connection that other
+	// requests share closes when one of them is given up on.
+	beat *http.Client
+	// Token, when set, returns the bearer token sent with every request
+	// (none if it returns ""): the join token of the role this node asks
+	// for, read at each request so that a node follows its token file
+	// (auth.NodeToken).
+	Token func() string
 	// RetryFor bounds how long a call keeps trying while no coordinator
 	// answers (a failover in progress) before it fails.
 	RetryFor time.Duration
@@ -84,6 +91,10 @@ func NewClient(addrs string, d Dialer) *Client {
 			c.hc.Transport = &http.Transport{DialTLSContext: dial}
 			scheme = "https://"
 		}
+	}
+	c.beat = &http.Client{Timeout: c.hc.Timeout, Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	if c.hc.Transport != nil {
+		c.beat.Transport = c.hc.Transport.(*http.Transport).Clone()
 	}
 	for _, a := range strings.Split(addrs, ",") {
 		if a = strings.TrimSpace(a); a == "" {
@@ -213,13 +224,19 @@ func (c *Client) doOne(ctx context.Context, base, route, query string, in, out a
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if c.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.Token)
+	if c.Token != nil {
+		if tok := c.Token(); tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
 	}
 	if j := c.job.Load(); j >= 0 {
 		req.Header.Set(HeaderJob, strconv.FormatInt(j, 10))
 	}
-	resp, err := c.hc.Do(req)
+	hc := c.hc
+	if route == RouteHeartbeat {
+		hc = c.beat
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("coordinator %s: %w", base, err)

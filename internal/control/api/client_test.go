@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -248,5 +249,70 @@ func TestBadAddress(t *testing.T) {
 	}
 	if err := NewClient("127.0.0.1:127.0.0.1", nil).WaitReachable(t.Context()); !errors.Is(err, ErrBadAddress) {
 		t.Fatalf("WaitReachable: %v, want ErrBadAddress", err)
+	}
+}
+
+// TestTokenAtEachRequest: the client asks for its token at every request,
+// heartbeats (on their own connections) included, so that a node whose
+// token file changed presents the new token from its next request on.
+func TestTokenAtEachRequest(t *testing.T) {
+	got := make(chan string, 4)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Get("Authorization")
+		w.Write([]byte("{}"))
+	}))
+	defer hs.Close()
+	c := NewClient(hs.URL, nil)
+	tok := "first-token-0123456789"
+	c.Token = func() string { return tok }
+	if err := c.Heartbeat(t.Context(), 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	tok = "second-token-0123456789"
+	if err := c.Leave(t.Context(), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Heartbeat(t.Context(), 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{"Bearer first-token-0123456789", "Bearer second-token-0123456789", "Bearer second-token-0123456789"} {
+		if h := <-got; h != want {
+			t.Errorf("request %d: Authorization %q, want %q", i, h, want)
+		}
+	}
+}
+
+// TestHeartbeatsOnTheirOwnConnections: heartbeats never share a
+// connection with other requests, whose give-up closes it: the
+// coordinator takes the close of a worker's heartbeat connection as news
+// of its death.
+func TestHeartbeatsOnTheirOwnConnections(t *testing.T) {
+	from := map[string]map[string]bool{} // path -> remote addresses
+	var mu sync.Mutex
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		if from[r.URL.Path] == nil {
+			from[r.URL.Path] = map[string]bool{}
+		}
+		from[r.URL.Path][r.RemoteAddr] = true
+		mu.Unlock()
+		w.Write([]byte("{}"))
+	}))
+	defer hs.Close()
+	c := NewClient(hs.URL, nil)
+	for range 3 {
+		if err := c.Leave(t.Context(), 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Heartbeat(t.Context(), 0, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for a := range from["/v1/heartbeat"] {
+		if from["/v1/leave"][a] {
+			t.Errorf("a heartbeat and another request shared connection %s", a)
+		}
 	}
 }

@@ -335,7 +335,7 @@ func TestTokenFileSettles(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	f.now = func() time.Time { return now }
+	f.f.now = func() time.Time { return now }
 	check := func(when string, want map[string]bool) {
 		t.Helper()
 		for tok, ok := range want {
@@ -359,4 +359,69 @@ func TestTokenFileSettles(t *testing.T) {
 	check("ahead, seen a while", map[string]bool{workerTok: true})
 	now = now.Add(settleTokens / 2)
 	check("ahead, settled", map[string]bool{adminTok: true, workerTok: false})
+}
+
+// TestNodeTokenFollowsItsFile: a node's own token file is followed as the
+// coordinator's tokens file is: a new token counts once the file has
+// settled, and a change that leaves no valid token keeps the last good
+// one, warning once per error.
+func TestNodeTokenFollowsItsFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "worker.token")
+	const newTok, newerTok = "worker-token-new-0123456789", "worker-token-newer-0123456789"
+	now := time.Now()
+	stamp := now.Add(-time.Hour)
+	write := func(body string, mode os.FileMode, settled bool) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(path, mode); err != nil {
+			t.Fatal(err)
+		}
+		stamp = stamp.Add(time.Second) // apart from the last write's
+		at := stamp
+		if !settled {
+			at = now
+		}
+		if err := os.Chtimes(path, at, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("worker "+workerTok+"\n", 0o600, true)
+	var log bytes.Buffer
+	nt, err := OpenNodeToken(path, RoleWorker, slog.New(slog.NewTextHandler(&log, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nt.f.now = func() time.Time { return now }
+	check := func(when, want string) {
+		t.Helper()
+		if got := nt.Token(); got != want {
+			t.Errorf("%s: token %q, want %q", when, got, want)
+		}
+	}
+	check("opened", workerTok)
+	write("worker "+newTok+"\n", 0o600, false)
+	check("rotated, not settled", workerTok)
+	now = now.Add(settleTokens)
+	check("rotated, settled", newTok)
+	if !strings.Contains(log.String(), "token file reloaded") {
+		t.Errorf("no reload logged: %s", log.String())
+	}
+
+	// Broken changes keep the token in force, each warned of once.
+	write("read "+readTok+"\n", 0o600, true) // no line that grants worker
+	check("no worker line", newTok)
+	check("no worker line, again", newTok)
+	write(newerTok+"\n", 0o644, true)
+	check("open to others", newTok)
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	check("removed", newTok)
+	if n := strings.Count(log.String(), "token file changed but not taken"); n != 3 {
+		t.Errorf("%d warnings for three broken changes:\n%s", n, log.String())
+	}
+	write(newerTok+"\n", 0o600, true) // a token alone
+	check("fixed", newerTok)
 }

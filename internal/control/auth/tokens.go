@@ -109,20 +109,9 @@ type TokenSet interface {
 // (settleTokens): a file written a line at a time was read between two
 // writes, valid but short, and the nodes whose lines were not yet written
 // were refused and exited.
-type TokenFile struct {
-	path string
-	log  *slog.Logger
-	now  func() time.Time
+type TokenFile struct{ f *followed[*Tokens] }
 
-	mu      sync.Mutex
-	fi      os.FileInfo // of the file last loaded
-	tokens  *Tokens
-	warned  string      // the last error warned of, "" since a good load
-	pending os.FileInfo // a change seen but not settled, since seen
-	seen    time.Time
-}
-
-// settleTokens is how long a changed tokens file must stay unchanged
+// settleTokens is how long a changed token file must stay unchanged
 // before it is taken: by its modification time, or, for one stamped
 // ahead of this host's clock (a network file system's), since it was
 // first seen. A revocation so holds within half a second, not at the
@@ -133,57 +122,119 @@ const settleTokens = 500 * time.Millisecond
 // OpenTokens loads the tokens file at path, failing as LoadTokens does;
 // later changes are logged to log (slog.Default if nil).
 func OpenTokens(path string, log *slog.Logger) (*TokenFile, error) {
-	if log == nil {
-		log = slog.Default()
-	}
-	fi, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("auth: tokens file: %w", err)
-	}
-	t, err := LoadTokens(path)
+	f, err := follow(path, "tokens file", log, LoadTokens)
 	if err != nil {
 		return nil, err
 	}
-	return &TokenFile{path: path, log: log, now: time.Now, fi: fi, tokens: t}, nil
+	f.reloaded = "tokens file reloaded: its tokens count from this request on"
+	f.notTaken = "tokens file changed but not taken: the tokens in force stay until it is fixed"
+	f.attrs = func(t *Tokens) []any { return []any{"tokens", len(t.roles)} }
+	return &TokenFile{f}, nil
 }
 
 // Role returns the role of token under the file as it is now, or as it
 // last was valid.
 func (f *TokenFile) Role(token string) (Role, bool) {
-	return f.current().Role(token)
+	return f.f.current().Role(token)
 }
 
-func (f *TokenFile) current() *Tokens {
+// NodeToken is a node's own join token, read from its token file
+// (ReadToken) and followed as the coordinator's TokenFile follows its
+// file: a new token written there is presented from the next request on,
+// with no restart, and a change that leaves the file without a valid
+// token keeps the token in force and warns once for each new error.
+type NodeToken struct{ f *followed[string] }
+
+// OpenNodeToken reads the token of role in the file at path, failing as
+// ReadToken does; later changes are logged to log (slog.Default if nil).
+func OpenNodeToken(path string, role Role, log *slog.Logger) (*NodeToken, error) {
+	f, err := follow(path, "token file", log, func(path string) (string, error) {
+		return ReadToken(path, role, nil)
+	})
+	if err != nil {
+		return nil, err
+	}
+	f.reloaded = "token file reloaded: this node presents its new token from this request on"
+	f.notTaken = "token file changed but not taken: this node presents its last good token until it is fixed"
+	return &NodeToken{f}, nil
+}
+
+// Token returns the token of the file as it is now, or as it last was
+// valid.
+func (t *NodeToken) Token() string { return t.f.current() }
+
+// followed is a file of tokens and what was last loaded from it, loaded
+// again once a change has settled (settleTokens), and kept when the
+// change does not load. It serves TokenFile and NodeToken, so that the
+// coordinator's tokens and a node's own follow their files one way.
+type followed[T any] struct {
+	path string
+	what string // "tokens file", "token file"
+	log  *slog.Logger
+	now  func() time.Time
+	load func(path string) (T, error)
+	// What a reload and a change not taken log, and the attributes of
+	// what was loaded that they add.
+	reloaded, notTaken string
+	attrs              func(T) []any
+
+	mu      sync.Mutex
+	fi      os.FileInfo // of the file last loaded
+	val     T
+	warned  string      // the last error warned of, "" since a good load
+	pending os.FileInfo // a change seen but not settled, since seen
+	seen    time.Time
+}
+
+// follow loads the file at path (what names it in errors) and follows it.
+func follow[T any](path, what string, log *slog.Logger, load func(string) (T, error)) (*followed[T], error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("auth: %s: %w", what, err)
+	}
+	v, err := load(path)
+	if err != nil {
+		return nil, err
+	}
+	return &followed[T]{path: path, what: what, log: log, now: time.Now, load: load, fi: fi, val: v,
+		attrs: func(T) []any { return nil }}, nil
+}
+
+// current returns what the file holds now, or held when it last loaded.
+func (f *followed[T]) current() T {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fi, err := os.Stat(f.path)
 	if err == nil && sameFile(fi, f.fi) {
-		return f.tokens
+		return f.val
 	}
 	if err == nil && !f.settled(fi) {
-		return f.tokens
+		return f.val
 	}
-	var t *Tokens
+	var v T
 	if err == nil {
-		t, err = LoadTokens(f.path)
+		v, err = f.load(f.path)
 	} else {
-		err = fmt.Errorf("auth: tokens file: %w", err)
+		err = fmt.Errorf("auth: %s: %w", f.what, err)
 	}
 	if err != nil {
 		if err.Error() != f.warned {
 			f.warned = err.Error()
-			f.log.Warn("tokens file changed but not taken: the tokens in force stay until it is fixed", "file", f.path, "tokens", len(f.tokens.roles), "err", err)
+			f.log.Warn(f.notTaken, append([]any{"file", f.path, "err", err}, f.attrs(f.val)...)...)
 		}
-		return f.tokens
+		return f.val
 	}
-	f.fi, f.tokens, f.warned = fi, t, ""
-	f.log.Warn("tokens file reloaded: its tokens count from this request on", "file", f.path, "tokens", len(t.roles))
-	return t
+	f.fi, f.val, f.warned = fi, v, ""
+	f.log.Warn(f.reloaded, append([]any{"file", f.path}, f.attrs(v)...)...)
+	return v
 }
 
 // settled says whether the changed file fi has stayed as it is for
 // settleTokens, by its modification time or since it was first seen.
-func (f *TokenFile) settled(fi os.FileInfo) bool {
+func (f *followed[T]) settled(fi os.FileInfo) bool {
 	now := f.now()
 	if f.pending == nil || !sameFile(fi, f.pending) {
 		f.pending, f.seen = fi, now

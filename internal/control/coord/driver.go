@@ -119,6 +119,9 @@ type Coordinator struct {
 
 	kick chan struct{} // wakes Run
 	wg   sync.WaitGroup
+	// conns holds each open connection of the HTTP API's *beatConn, and
+	// beatConns each worker rank's last heartbeat's.
+	conns, beatConns sync.Map
 
 	// The timeline and the metrics (events.go, metrics.go, status.go).
 	events     *eventLog
@@ -283,6 +286,18 @@ func (c *Coordinator) Heartbeat(rank int, clock int64) error {
 	return c.m.Heartbeat(rank, clock)
 }
 
+// HeartbeatConnClosed tells the machine that the connection worker
+// rank's last heartbeat came on has closed (Machine.HeartbeatConnClosed).
+func (c *Coordinator) HeartbeatConnClosed(rank int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.failed != nil {
+		return
+	}
+	c.m.SetNow(time.Now())
+	c.m.HeartbeatConnClosed(rank)
+}
+
 // call steps the machine with a request and waits for its reply, which
 // Run sends once the state it depends on is saved.
 func (c *Coordinator) call(ctx context.Context, step func(m *Machine, id uint64)) (Reply, error) {
@@ -328,11 +343,12 @@ func (c *Coordinator) poke() {
 }
 
 // Run drives the machine until ctx ends: it ticks four times per failure
-// timeout (a silent worker is declared dead 1 to 1.25 timeouts after its
+// timeout, at least every maxTickEvery (a silent worker is declared dead
+// within a quarter timeout, or a quarter second, of the timeout after its
 // last heartbeat), and hands each Ready to cycle.
 func (c *Coordinator) Run(ctx context.Context) {
 	defer c.wg.Wait()
-	t := time.NewTicker(c.failureTimeout() / 4)
+	t := time.NewTicker(min(c.failureTimeout()/4, maxTickEvery))
 	defer t.Stop()
 	for {
 		for c.cycle(ctx) {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/terrace-ml/terrace/internal/control/api"
+	"github.com/terrace-ml/terrace/internal/dataplane/simnet"
 	"github.com/terrace-ml/terrace/internal/placement/layout"
 	"github.com/terrace-ml/terrace/internal/storage/checkpoint"
 	"github.com/terrace-ml/terrace/table"
@@ -670,4 +671,49 @@ func TestResumeInsidePass(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestKilledWorkerFoundInHalfATimeout: a worker whose process dies
+// closes the connection its heartbeats came on, and the coordinator
+// declares it dead half a failure timeout later, where a silent worker
+// (its connection open) waits the whole timeout.
+func TestKilledWorkerFoundInHalfATimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const timeout = 3 * time.Second
+		n := simnet.New(simnet.Config{Seed: 1})
+		defer n.Close()
+		ln, err := n.Host("coordinator").Listen("coordinator:7070")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := New(Options{Servers: 1, Workers: 2, Partitions: 2, FailureTimeout: timeout})
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		go c.Serve(ctx, ln, nil)
+		join(t, c, api.Join{Role: api.RoleServer, ID: "s0", Addr: "a:1"})
+		clients := map[string]*api.Client{}
+		for _, w := range []string{"w0", "w1"} {
+			join(t, c, api.Join{Role: api.RoleWorker, ID: w})
+			clients[w] = api.NewClient(ln.Addr().String(), n.Host(w))
+			clients[w].RetryFor = 0
+		}
+		for rank, w := range []string{"w0", "w1"} {
+			if err := clients[w].Heartbeat(ctx, rank, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		start := time.Now()
+		n.Crash("w0")                          // killed: its connection resets
+		n.Partition("w1", "coordinator")       // silent: its connection stays open
+		time.Sleep(timeout/2 + 2*maxTickEvery) // fake time
+		synctest.Wait()
+		if f := c.current().Finished; !slices.Equal(f, []int{0}) {
+			t.Fatalf("%v after the kill: finished %v, want [0] (the killed worker alone)", time.Since(start), f)
+		}
+		time.Sleep(timeout)
+		synctest.Wait()
+		if f := c.current().Finished; !slices.Equal(f, []int{0, 1}) {
+			t.Fatalf("a timeout after the partition: finished %v, want [0 1]", f)
+		}
+	})
 }

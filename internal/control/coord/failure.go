@@ -17,14 +17,24 @@ import (
 // leaves the ring.
 const DefaultFailureTimeout = layout.DefaultFailureTimeout
 
-// suspect is a worker whose etcd registration ended at at (MemberGone),
-// judged half a failure timeout later.
+// maxTickEvery bounds the driver's tick, which is otherwise a quarter of
+// the failure timeout: a suspect (half a timeout) or a silent worker is
+// judged at most this late, as under the 1 s timeout this was written for.
+const maxTickEvery = 250 * time.Millisecond
+
+// suspect is a worker that may have died at at, judged half a failure
+// timeout later: dead unless heard of since. Two things make one: the
+// end of its etcd registration (MemberGone, which id answers) and the
+// close of the connection its last heartbeat came on
+// (HeartbeatConnClosed, id 0: nobody waits).
 type suspect struct {
 	id     uint64
 	rank   int
 	worker string
-	inc    string
+	inc    string // the incarnation it joined with ("" without etcd)
 	at     time.Time
+	why    string // "etcd registration ended", "heartbeat connection closed"
+	heard  bool   // a heartbeat came after the suspicion
 }
 
 // SetNow moves the machine's clock to now (it never goes back), without
@@ -62,7 +72,14 @@ func (m *Machine) Heartbeat(rank int, clock int64) error {
 	return nil
 }
 
-func (m *Machine) beat(rank int) { m.beats[rank] = m.now }
+func (m *Machine) beat(rank int) {
+	m.beats[rank] = m.now
+	for i := range m.suspects {
+		if m.suspects[i].rank == rank {
+			m.suspects[i].heard = true
+		}
+	}
+}
 
 func (m *Machine) checkRank(rank int) error {
 	if rank < 0 || rank >= m.st.Layout.Workers {
@@ -183,7 +200,7 @@ func (m *Machine) MemberGone(id uint64, role, node, inc string) {
 	switch role {
 	case api.RoleWorker:
 		if r, ok := m.st.Workers[node]; ok && !m.finished(r) {
-			m.suspects = append(m.suspects, suspect{id: id, rank: r, worker: node, inc: inc, at: m.now})
+			m.suspects = append(m.suspects, suspect{id: id, rank: r, worker: node, inc: inc, at: m.now, why: "etcd registration ended"})
 			return
 		}
 	case api.RoleServer:
@@ -197,6 +214,27 @@ func (m *Machine) MemberGone(id uint64, role, node, inc string) {
 	m.reply(Reply{ID: id})
 }
 
+// HeartbeatConnClosed is told that the connection the last heartbeat of
+// worker rank came on has closed. A killed process's connections close
+// at once, where a live one closes a connection rarely (one the
+// coordinator found idle, a request its worker gave up on) and then
+// heartbeats on another within a fifth of the failure timeout. So this is
+// a suspicion, judged as an ended etcd registration is, half a failure
+// timeout later: the death of a process on a live machine is found in
+// half a timeout, and only the silent case (a vanished machine, a
+// stopped or starved process) waits the whole timeout.
+func (m *Machine) HeartbeatConnClosed(rank int) {
+	node := m.workerName(rank)
+	if _, ok := m.st.Workers[node]; !ok || m.finished(rank) {
+		return
+	}
+	if slices.ContainsFunc(m.suspects, func(s suspect) bool { return s.rank == rank && !s.heard }) {
+		return
+	}
+	inc := m.st.Incarnations[api.RoleWorker+"/"+node]
+	m.suspects = append(m.suspects, suspect{rank: rank, worker: node, inc: inc, at: m.now, why: "heartbeat connection closed"})
+}
+
 // judgeSuspects decides on every suspect whose grace has run out.
 func (m *Machine) judgeSuspects() {
 	grace := m.failureTimeout() / 2
@@ -207,20 +245,27 @@ func (m *Machine) judgeSuspects() {
 		r := s.rank
 		_, reported := m.st.Reports[r]
 		switch {
-		case !m.current(api.RoleWorker, s.worker, s.inc) || m.finished(r) || reported:
-			m.reply(Reply{ID: s.id}) // gone already, or it finished its work and exited
-		case m.beats[r].After(s.at):
-			m.log.Info("worker's etcd registration ended, but it heartbeats: kept", "worker", s.worker, "rank", r)
-			m.reply(Reply{ID: s.id})
+		case m.st.Incarnations[api.RoleWorker+"/"+s.worker] != s.inc || m.st.Workers[s.worker] != r || m.finished(r) || reported:
+			m.answer(s.id, false) // gone already, or it finished its work and exited
+		case s.heard || m.beats[r].After(s.at):
+			m.log.Info("worker's "+s.why+", but it heartbeats: kept", "worker", s.worker, "rank", r)
+			m.answer(s.id, false)
 		default:
-			m.log.Warn("worker's etcd registration ended and it is silent: its pieces return to the pool", "worker", s.worker, "rank", r)
-			m.note(api.EventFailed, s.worker, "worker's etcd registration ended and it is silent")
+			m.log.Warn("worker's "+s.why+" and it is silent: its pieces return to the pool", "worker", s.worker, "rank", r)
+			m.note(api.EventFailed, s.worker, "worker's "+s.why+" and it is silent")
 			m.finish(r)
 			m.publish()
-			m.reply(Reply{ID: s.id, Removed: true})
+			m.answer(s.id, true)
 		}
 		return true
 	})
+}
+
+// answer replies to request id (none if 0) whether a node was taken out.
+func (m *Machine) answer(id uint64, removed bool) {
+	if id != 0 {
+		m.reply(Reply{ID: id, Removed: removed})
+	}
 }
 
 // Probed reports the dial that a Probe asked for: alive if the server

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/terrace-ml/terrace/internal/control/api"
@@ -32,8 +33,15 @@ func (c *Coordinator) Handler() http.Handler {
 	mux.HandleFunc(api.RouteReport, c.serveReport)
 	mux.HandleFunc(api.RouteReports, func(w http.ResponseWriter, r *http.Request) { reply(w, c.Reports(), nil) })
 	mux.HandleFunc(api.RouteHealth, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
-	handle(mux, api.RouteHeartbeat, func(_ context.Context, b api.Beat) (any, error) {
-		return struct{}{}, c.Heartbeat(b.Rank, b.Clock)
+	handle(mux, api.RouteHeartbeat, func(ctx context.Context, b api.Beat) (any, error) {
+		if err := c.Heartbeat(b.Rank, b.Clock); err != nil {
+			return nil, err
+		}
+		if bc, ok := ctx.Value(beatConnKey{}).(*beatConn); ok {
+			bc.rank.Store(int64(b.Rank))
+			c.beatConns.Store(b.Rank, bc)
+		}
+		return struct{}{}, nil
 	})
 	handle(mux, api.RouteLeave, func(ctx context.Context, r api.Rank) (any, error) {
 		_, err := c.call(ctx, func(m *Machine, id uint64) { m.Leave(id, r.Rank) })
@@ -252,7 +260,8 @@ func (c *Coordinator) Serve(ctx context.Context, ln net.Listener, log *slog.Logg
 	// the whole body within ReadTimeout. Replies are not bounded, since a
 	// long-poll holds one for api.PollWait.
 	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 60 * time.Second,
-		IdleTimeout: 2 * api.PollWait, MaxHeaderBytes: 64 << 10, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		IdleTimeout: 2 * api.PollWait, MaxHeaderBytes: 64 << 10, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ConnContext: c.tagConn, ConnState: c.connState}
 	var bg sync.WaitGroup
 	defer bg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
@@ -269,4 +278,37 @@ func (c *Coordinator) Serve(ctx context.Context, ln net.Listener, log *slog.Logg
 		return fmt.Errorf("coordinator: %w", err)
 	}
 	return nil
+}
+
+// beatConn is a connection of the HTTP API: the rank whose heartbeat it
+// carried last (-1: none), so that its close is news of that worker
+// (Machine.HeartbeatConnClosed).
+type beatConn struct{ rank atomic.Int64 }
+
+type beatConnKey struct{}
+
+// tagConn gives every accepted connection its beatConn, which its
+// requests' contexts carry.
+func (c *Coordinator) tagConn(ctx context.Context, nc net.Conn) context.Context {
+	bc := &beatConn{}
+	bc.rank.Store(-1)
+	c.conns.Store(nc, bc)
+	return context.WithValue(ctx, beatConnKey{}, bc)
+}
+
+// connState tells the machine of the close of the connection a worker's
+// last heartbeat came on (an earlier one's close is no news).
+func (c *Coordinator) connState(nc net.Conn, s http.ConnState) {
+	if s != http.StateClosed && s != http.StateHijacked {
+		return
+	}
+	v, ok := c.conns.LoadAndDelete(nc)
+	if !ok {
+		return
+	}
+	bc := v.(*beatConn)
+	r := int(bc.rank.Load())
+	if r >= 0 && c.beatConns.CompareAndDelete(r, bc) {
+		c.HeartbeatConnClosed(r)
+	}
 }

@@ -123,8 +123,9 @@ var events = map[string]func(h *harness, td *datadriven.TestData){
 			fmt.Fprintf(&h.out, "heartbeat: %v\n", err)
 		}
 	},
-	"leave":        func(h *harness, td *datadriven.TestData) { h.m.Leave(h.id(), h.int(td, "rank", 0)) },
-	"leave-server": func(h *harness, td *datadriven.TestData) { h.m.LeaveServer(h.id(), h.str(td, "id", "")) },
+	"heartbeat-conn-closed": func(h *harness, td *datadriven.TestData) { h.m.HeartbeatConnClosed(h.int(td, "rank", 0)) },
+	"leave":                 func(h *harness, td *datadriven.TestData) { h.m.Leave(h.id(), h.int(td, "rank", 0)) },
+	"leave-server":          func(h *harness, td *datadriven.TestData) { h.m.LeaveServer(h.id(), h.str(td, "id", "")) },
 	"synced": func(h *harness, td *datadriven.TestData) {
 		v := uint64(h.int(td, "version", int(h.m.published.Version)))
 		h.m.Synced(h.id(), api.Synced{From: h.str(td, "from", ""), Joiner: h.str(td, "joiner", ""), Version: v})

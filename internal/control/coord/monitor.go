@@ -11,11 +11,20 @@ import (
 )
 
 // Failure detection: the coordinator holds a connection to every server
-// and pings it, five times per failure timeout. A killed process closes
-// its sockets, which the coordinator sees at once; a machine that vanishes
-// silently misses its pings. Either way one re-dial decides, so that a
-// slow network does not evict a live server on a single missed ping.
-func (c *Coordinator) pingEvery() time.Duration   { return c.failureTimeout() / 5 }
+// and pings it, five times per failure timeout and at least every
+// maxPingEvery. A killed process closes its sockets, which the next ping
+// sees at once; a machine that vanishes silently misses its pings. Either
+// way one re-dial decides, so that a slow network does not evict a live
+// server on a single missed ping. A ping may take 4/5 of the timeout.
+func (c *Coordinator) pingEvery() time.Duration {
+	return min(c.failureTimeout()/5, maxPingEvery)
+}
+
+// maxPingEvery bounds the interval of pings: a killed server is found
+// within it (and a refused dial), whatever the timeout, as under the 1 s
+// timeout this was written for.
+const maxPingEvery = 200 * time.Millisecond
+
 func (c *Coordinator) pingTimeout() time.Duration { return c.failureTimeout() * 4 / 5 }
 
 func (c *Coordinator) failureTimeout() time.Duration {

@@ -11,8 +11,11 @@ import (
 
 // SessionTTL is the lease, in seconds, behind a coordinator's leadership:
 // a leader that stops renewing it is replaced about this long (plus up to
-// half a second of etcd's expiry scan) later.
-const SessionTTL = 1
+// half a second of etcd's expiry scan) later. It was 1 until the
+// eighteenth session: on a loaded host a live coordinator's own lease
+// lapsed 2 to 11 times a minute, each a step-down, a restore and a change
+// lost (docs/design/resilience.md, "A failure timeout for loaded hosts").
+const SessionTTL = 3
 
 // Leadership is one term of a coordinator as leader.
 type Leadership struct {

@@ -38,7 +38,10 @@ type Config struct {
 	Replication int
 	// Partitions is how many data partitions workers lease (6).
 	Partitions int
-	// FailureTimeout is the coordinator's (its default if 0).
+	// FailureTimeout is the coordinator's (1 s if 0, the coordinator's
+	// default until the eighteenth session: the random schedules'
+	// partitions of up to 2 s were drawn against it, and under the 3 s
+	// default most would make no detection).
 	FailureTimeout time.Duration
 	// MinDelay and MaxDelay bound a link's one-way delay (0.2 and 2 ms).
 	MinDelay, MaxDelay time.Duration
@@ -80,6 +83,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.TimeLimit == 0 {
 		c.TimeLimit = 2 * time.Minute
+	}
+	if c.FailureTimeout == 0 {
+		c.FailureTimeout = time.Second
 	}
 	return c
 }

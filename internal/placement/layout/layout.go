@@ -178,7 +178,12 @@ func (l *Layout) MachineClass(id string) (tier.Class, bool) {
 }
 
 // DefaultFailureTimeout is the failure timeout of a layout that sets none.
-const DefaultFailureTimeout = time.Second
+// It was 1 s until the eighteenth session; a host starved by load held
+// etcd registrations and the coordinator's pings past that, and took live
+// nodes out (docs/design/resilience.md, "A failure timeout for loaded
+// hosts"). A killed process is still found sooner: its closed
+// connections are the news.
+const DefaultFailureTimeout = 3 * time.Second
 
 // FailureTimeout is how long a node may stay silent before it is declared
 // dead; it is also the lease of the nodes' etcd registrations.

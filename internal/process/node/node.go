@@ -82,8 +82,9 @@ type ServerConfig struct {
 	Notices <-chan evict.Notice
 	// Network is what the server listens and dials on (TCP if nil).
 	Network transport.Network
-	// Token is the server's join token (none if empty).
-	Token string
+	// Token returns the server's join token at each request (none if nil
+	// or ""; api.Client.Token).
+	Token func() string
 	// OnRebuilt: see server.Options. The server reports each rebuild to
 	// the coordinator too.
 	OnRebuilt func(version uint64)
@@ -397,8 +398,9 @@ type WorkerConfig struct {
 	Notices <-chan evict.Notice
 	// Network is what the worker dials on (TCP if nil).
 	Network transport.Network
-	// Token is the worker's join token (none if empty).
-	Token string
+	// Token returns the worker's join token at each request (none if nil
+	// or ""; api.Client.Token).
+	Token func() string
 	// Metrics: see NodeMetrics.
 	Metrics NodeMetrics
 	// Machine and Class are the machine the worker runs on and its class
