@@ -282,6 +282,12 @@ func (m *Machine) RequestCheckpoint(id uint64, now bool) {
 	case now && l.Resume != nil:
 		m.fail(id, fmt.Errorf("%w: the servers are still loading checkpoint %d", api.ErrBadRequest, l.Resume.Seq))
 		return
+	case now && len(l.Tables) == 0 && !l.JobDone:
+		// Nothing to hold: it committed a checkpoint of no tables and no
+		// job, the newest a resume would take; with no server on the
+		// ring yet, it named none and waited for good.
+		m.fail(id, fmt.Errorf("%w: job %d has no tables yet, so a checkpoint now would hold nothing: ask once it trains, or without --now for one at its first pass boundary", api.ErrBadRequest, l.Job+1))
+		return
 	}
 	if now && !l.JobDone {
 		seq := m.st.Checkpoint.Seq + 1 // begun now, or next, after the one in progress
