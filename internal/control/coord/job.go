@@ -275,6 +275,7 @@ func (m *Machine) leaveAtEnd(id uint64, server string) bool {
 		}
 		m.log.Warn(lost, "server", server)
 		m.note(api.EventLeft, server, lost)
+		m.abandonIfServerGone()
 	}
 	m.replyLayout(id)
 	return true

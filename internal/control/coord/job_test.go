@@ -330,6 +330,42 @@ func TestLastLeftSurvivesFailover(t *testing.T) {
 	}
 }
 
+// TestCheckpointAfterLastLeft: once the last server left after the job
+// with the model, a checkpoint is refused, saying so, and one begun
+// before it left is abandoned. Both named the gone server and waited
+// for good (by hand: checkpoint --now --wait after the last server's
+// SIGTERM, "servers writing 0/1" until killed).
+func TestCheckpointAfterLastLeft(t *testing.T) {
+	cfg := Config{Servers: 2, Workers: 2, Partitions: 2, Replication: 2, CheckpointDir: "ck"}
+	r := newJobRig(t, cfg)
+	for rank := range 2 {
+		r.step(func(m *Machine, id uint64) { m.Report(id, rank, []byte(`{}`)) })
+	}
+	if err := r.leave("s0"); err != nil {
+		t.Fatal(err)
+	}
+	r.drained("s0")
+	r.m.st.DoneBefore = 1 // a pass trained (the rig trains none): a finished job's checkpoint begins at once
+	if rep := r.step(func(m *Machine, id uint64) { m.RequestCheckpoint(id, true) }); rep.Err != nil || r.m.published.Checkpoint == nil {
+		t.Fatalf("a checkpoint after the job: %v, in progress %v", rep.Err, r.m.published.Checkpoint)
+	}
+	if err := r.leave("s1"); err != nil {
+		t.Fatalf("the last server leaves after the job: %v", err)
+	}
+	if ck := r.m.st.Checkpoint; r.m.published.Checkpoint != nil || ck.Abandoned != 1 {
+		t.Fatalf("checkpoint 1 of the server that left: in progress %v, abandoned %d", r.m.published.Checkpoint, ck.Abandoned)
+	}
+	for _, now := range []bool{false, true} {
+		rep := r.step(func(m *Machine, id uint64) { m.RequestCheckpoint(id, now) })
+		if !errors.Is(rep.Err, api.ErrBadRequest) || !strings.Contains(rep.Err.Error(), "model went with it") {
+			t.Fatalf("a checkpoint (now %v) after the last server left: %v", now, rep.Err)
+		}
+	}
+	if l := r.m.published; l.Checkpoint != nil {
+		t.Fatalf("checkpoint %d begun with no server holding the model", l.Checkpoint.Seq)
+	}
+}
+
 // TestExamplesAccount: each pass's examples account arrives with its
 // evaluation; the status sums them, only the first result of a pass
 // counts, a pass with rows repeated or skipped is an event, and a new
