@@ -102,6 +102,10 @@ func TestMistakesNameTheFlag(t *testing.T) {
 		{[]string{"bench", "stragglers", "--servers", "100000"}, "--servers 100000: a cluster on this host takes at most 256"},
 		{[]string{"bench", "stragglers", "--repeats", "-1"}, "--repeats -1: need at least 1"},
 		{[]string{"certs", "list", "--dir", filepath.Join(dir, "none")}, "--dir " + filepath.Join(dir, "none")},
+		// A mistyped subcommand printed the group's help and exited 0.
+		{[]string{"bench", "wrie"}, `unknown command "wrie" for "terrace bench": did you mean "wire"?`},
+		{[]string{"certs", "bogus"}, `unknown command "bogus" for "terrace certs"`},
+		{[]string{"tokens", "neww"}, `unknown command "neww" for "terrace tokens"`},
 		// Not a flag's value, but the same silence: it waited 30 s, saying nothing.
 		{[]string{"checkpoint", "--coordinator", "127.0.0.1:1", "--timeout", "1s"}, "terrace: coordinator http://127.0.0.1:1 unreachable (Get "},
 	} {
