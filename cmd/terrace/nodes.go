@@ -110,6 +110,9 @@ address, comma-separated.`,
 				}
 				ha.Listen, ha.Options, ha.Logger, ha.Ready = listen, o, log, ready
 				ha.SteppedDown = func() { terms <- nil }
+				ha.Standby = func(leader string) {
+					fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator standing by: %s leads, and this one takes over if it fails\n", leader)
+				}
 				if etcd != "" {
 					ha.Endpoints = strings.Split(etcd, ",")
 				}
