@@ -286,7 +286,7 @@ func (m *Machine) RequestCheckpoint(id uint64, now bool) {
 		// Nothing to hold: it committed a checkpoint of no tables and no
 		// job, the newest a resume would take; with no server on the
 		// ring yet, it named none and waited for good.
-		m.fail(id, fmt.Errorf("%w: job %d has no tables yet, so a checkpoint now would hold nothing: ask once it trains, or without --now for one at its first pass boundary", api.ErrBadRequest, l.Job+1))
+		m.fail(id, fmt.Errorf("%w: job %d has no tables yet: ask once it trains, or without --now for one at its first pass boundary", api.ErrNothingToCheckpoint, l.Job+1))
 		return
 	case m.modelGone():
 		// It named the server gone, and waited for good.
@@ -294,7 +294,7 @@ func (m *Machine) RequestCheckpoint(id uint64, now bool) {
 		if c := m.st.Checkpoint.Committed; c != 0 {
 			newest = fmt.Sprintf("the newest is %d", c)
 		}
-		m.fail(id, fmt.Errorf("%w: the last server left after job %d and the model went with it: nothing to checkpoint (%s)", api.ErrBadRequest, l.Job+1, newest))
+		m.fail(id, fmt.Errorf("%w: the last server left after job %d and the model went with it (%s)", api.ErrNothingToCheckpoint, l.Job+1, newest))
 		return
 	}
 	if now && !l.JobDone {

@@ -357,7 +357,7 @@ func TestCheckpointAfterLastLeft(t *testing.T) {
 	}
 	for _, now := range []bool{false, true} {
 		rep := r.step(func(m *Machine, id uint64) { m.RequestCheckpoint(id, now) })
-		if !errors.Is(rep.Err, api.ErrBadRequest) || !strings.Contains(rep.Err.Error(), "model went with it") {
+		if !errors.Is(rep.Err, api.ErrNothingToCheckpoint) || !strings.Contains(rep.Err.Error(), "model went with it") {
 			t.Fatalf("a checkpoint (now %v) after the last server left: %v", now, rep.Err)
 		}
 	}
