@@ -1,9 +1,13 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/terrace-ml/terrace/internal/control/api"
 )
@@ -39,5 +43,24 @@ func TestCheckpointSteps(t *testing.T) {
 				t.Errorf("step %q, want it to say %q", step.what, tc.what)
 			}
 		})
+	}
+}
+
+// TestCheckpointNowBeforeJob: terrace checkpoint --now before any job has
+// tables is refused, naming why, and exits 1. It committed a checkpoint
+// of no tables and no job, which a resume would take as the newest; with
+// no server joined yet, --wait waited for good ("servers writing 0/0").
+func TestCheckpointNowBeforeJob(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	addr := startCoordinator(t, ctx, "--in-memory", "--servers", "1", "--workers", "1", "--replication", "1", "--checkpoint-dir", dir)
+	out, err := exec.CommandContext(ctx, terrace(t), "checkpoint", "--coordinator", addr, "--now", "--wait").CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(string(out), "no tables yet") {
+		t.Fatalf("checkpoint --now before any job: %v\n%s", err, out)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Fatalf("checkpoint directory after the refusal holds %d entries", len(ents))
 	}
 }

@@ -152,3 +152,20 @@ func TestStoppedReplicaSaysWhoGoesOn(t *testing.T) {
 		t.Errorf("a lone coordinator: %q", got)
 	}
 }
+
+// TestStandbySaysSo: a coordinator replica that another leads says that
+// it stands by, naming the leader. It printed nothing until it led, and
+// could not be told from a start that hung.
+func TestStandbySaysSo(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	etcd := freePorts(t, 1)[0]
+	a, lead := startWatched(t, ctx, "listening on", "coordinator", "--id", "a", "--listen", "127.0.0.1:0", "--etcd-client", etcd,
+		"--etcd-dir", t.TempDir())
+	t.Cleanup(func() { a.Process.Kill(); a.Wait() })
+	lead.await(t, ctx)
+	b, standby := startWatched(t, ctx, "terrace coordinator standing by: a leads", "coordinator", "--id", "b", "--listen", "127.0.0.1:0",
+		"--etcd", etcd)
+	t.Cleanup(func() { b.Process.Kill(); b.Wait() })
+	standby.await(t, ctx)
+}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/terrace-ml/terrace/data"
+	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/control/coord"
 )
 
@@ -347,4 +348,36 @@ func TestLastServerCheckpointsOnNotice(t *testing.T) {
 		t.Fatalf("checkpoint %d after pass %d names the pass in progress wrongly: %+v", ck.Seq, ck.Pass, ck.InPass)
 	}
 	t.Logf("checkpoint %d inside pass %d (counted from 0): %+v", ck.Seq, ck.InPass.Pass, ck.InPass.Pieces)
+}
+
+// TestWorkerPortInUseSubmitsNothing: a worker whose --metrics-listen or
+// --peer-addr port is taken exits 1 naming the flag before it submits its
+// flags' job. It failed only after, and the job it left, which no worker
+// trained, refused the next worker's flags ("the cluster runs another
+// job: --passes 3, but the cluster's job has passes 10").
+func TestWorkerPortInUseSubmitsNothing(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	addr := startCoordinator(t, ctx, "--in-memory", "--servers", "1", "--workers", "1", "--replication", "1")
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	for _, flags := range [][]string{{"--metrics-listen", taken.Addr().String()}, {"--reassign", "--peer-addr", taken.Addr().String()}} {
+		args := append([]string{"worker", "--coordinator", addr, "--passes", "3",
+			"--train", repoFile("datasets/a9a/a9a.gz"), "--test", repoFile("datasets/a9a/a9a.t.gz")}, flags...)
+		out, err := exec.CommandContext(ctx, terrace(t), args...).CombinedOutput()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(string(out), flags[len(flags)-2]+" "+taken.Addr().String()) {
+			t.Fatalf("worker %v on a port in use: %v\n%s", flags, err, out)
+		}
+		st, err := api.NewClient(addr, nil).JobStatus(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Job != nil {
+			t.Fatalf("worker %v on a port in use submitted its job: %+v", flags, *st.Job)
+		}
+	}
 }

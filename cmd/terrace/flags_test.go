@@ -34,6 +34,13 @@ func TestMistakesNameTheFlag(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "lda", "topic_word_counts.tsv"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	damaged := filepath.Join(dir, "etcd")
+	if err := os.MkdirAll(filepath.Join(damaged, "member", "snap"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(damaged, "member", "snap", "db"), make([]byte, 5000), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -102,6 +109,12 @@ func TestMistakesNameTheFlag(t *testing.T) {
 		{[]string{"bench", "stragglers", "--servers", "100000"}, "--servers 100000: a cluster on this host takes at most 256"},
 		{[]string{"bench", "stragglers", "--repeats", "-1"}, "--repeats -1: need at least 1"},
 		{[]string{"certs", "list", "--dir", filepath.Join(dir, "none")}, "--dir " + filepath.Join(dir, "none")},
+		// etcd panicked in a goroutine of its own: a goroutine dump, exit 2.
+		{[]string{"coordinator", "--listen", "127.0.0.1:0", "--etcd-dir", damaged}, "data directory damaged: " + damaged},
+		// A mistyped subcommand printed the group's help and exited 0.
+		{[]string{"bench", "wrie"}, `unknown command "wrie" for "terrace bench": did you mean "wire"?`},
+		{[]string{"certs", "bogus"}, `unknown command "bogus" for "terrace certs"`},
+		{[]string{"tokens", "neww"}, `unknown command "neww" for "terrace tokens"`},
 		// Not a flag's value, but the same silence: it waited 30 s, saying nothing.
 		{[]string{"checkpoint", "--coordinator", "127.0.0.1:1", "--timeout", "1s"}, "terrace: coordinator http://127.0.0.1:1 unreachable (Get "},
 	} {

@@ -36,6 +36,7 @@ func main() {
 		}
 	}
 	checkOutputsFirst(root)
+	refuseUnknownSubcommands(root)
 	start := time.Now()
 	cmd, err := root.ExecuteContextC(ctx)
 	if errors.Is(err, node.ErrDrained) {
@@ -94,6 +95,31 @@ func checkOutputsFirst(c *cobra.Command) {
 			return err
 		}
 		return checkCoordinatorFlag(cmd)
+	}
+}
+
+// refuseUnknownSubcommands makes every command under c that only groups
+// others (bench, certs, tokens) refuse a word that names none of them,
+// and exit 1: "terrace bench wrie" printed bench's help and exited 0, so
+// a typo in a script passed for a run. Alone, such a command still
+// prints its help.
+func refuseUnknownSubcommands(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		refuseUnknownSubcommands(sub)
+		if !sub.HasSubCommands() || sub.Runnable() {
+			continue
+		}
+		sub.SuggestionsMinimumDistance = 2 // cobra's own default, set only where it finds commands
+		sub.RunE = func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return cmd.Help()
+			}
+			err := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+				err += fmt.Sprintf(": did you mean %q?", s[0])
+			}
+			return errors.New(err + " (" + cmd.CommandPath() + " --help lists them)")
+		}
 	}
 }
 

@@ -110,6 +110,9 @@ address, comma-separated.`,
 				}
 				ha.Listen, ha.Options, ha.Logger, ha.Ready = listen, o, log, ready
 				ha.SteppedDown = func() { terms <- nil }
+				ha.Standby = func(leader string) {
+					fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator standing by: %s leads, and this one takes over if it fails\n", leader)
+				}
 				if etcd != "" {
 					ha.Endpoints = strings.Split(etcd, ",")
 				}
@@ -341,6 +344,15 @@ func (w *workerFlags) setup() error {
 	if w.cfg.Network, err = w.machine.network(); err != nil {
 		return err
 	}
+	// Fixed local ports are tried before the worker submits its flags'
+	// job: one already in use failed only after, leaving a job no worker
+	// trains, which refused the next worker's flags.
+	if err := checkPortFree("--metrics-listen", w.cfg.Metrics.Listen); err != nil {
+		return err
+	}
+	if err := checkPortFree("--peer-addr", w.peers.addr); err != nil {
+		return err
+	}
 	if w.cfg.ID == "" {
 		h, _ := os.Hostname()
 		w.cfg.ID = fmt.Sprintf("worker-%s-%d", h, os.Getpid())
@@ -362,6 +374,21 @@ func (w *workerFlags) run(ctx context.Context, job node.Job) (any, error) {
 	}
 	defer done()
 	return node.RunWorker(ctx, w.cfg, job)
+}
+
+// checkPortFree refuses addr, flag's value, when it names a port that
+// something on this host already listens on. An empty address or port 0
+// (any) passes; the port is let go at once, so a process that takes it in
+// between is still found when the node listens.
+func checkPortFree(flag, addr string) error {
+	if _, port, err := net.SplitHostPort(addr); err != nil || port == "0" {
+		return nil // none, any, or malformed: the listen itself says
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", flag, addr, err)
+	}
+	return ln.Close()
 }
 
 func workerCmd() *cobra.Command {

@@ -13,6 +13,10 @@ var (
 	// ErrBadRequest: the request is malformed or names what does not
 	// exist (a rank out of range, an unknown role).
 	ErrBadRequest = errors.New("coordinator: bad request")
+	// ErrNothingToCheckpoint: a checkpoint was asked for where no server
+	// holds anything to write (the job has no tables yet, or the last
+	// server left after the job with the model). It wraps ErrBadRequest.
+	ErrNothingToCheckpoint = fmt.Errorf("%w: nothing to checkpoint", ErrBadRequest)
 	// ErrFull: the cluster already has every node it waits for.
 	ErrFull = errors.New("coordinator: cluster already has every node it expects")
 	// ErrTableConflict: a different table of that name exists.
@@ -70,6 +74,7 @@ type Code string
 // The codes, one per sentinel; CodeInternal is any other failure.
 const (
 	CodeBadRequest    Code = "bad_request"
+	CodeNothingToCkpt Code = "nothing_to_checkpoint"
 	CodeInvalidTable  Code = "invalid_table" // table.ErrInvalid
 	CodeFull          Code = "full"
 	CodeTableConflict Code = "table_conflict"
@@ -102,6 +107,7 @@ var codes = []struct {
 	{CodeNotPersisted, ErrNotPersisted, http.StatusServiceUnavailable},
 	{CodeInvalidTable, table.ErrInvalid, http.StatusBadRequest},
 	{CodeStateTooLarge, ErrStateTooLarge, http.StatusRequestEntityTooLarge},
+	{CodeNothingToCkpt, ErrNothingToCheckpoint, http.StatusConflict}, // before ErrBadRequest, which it wraps
 	{CodeBadRequest, ErrBadRequest, http.StatusBadRequest},
 	{CodeFull, ErrFull, http.StatusConflict},
 	{CodeTableConflict, ErrTableConflict, http.StatusConflict},

@@ -233,8 +233,8 @@ func (m *Machine) checkpointOnLeave(server string, last bool) string {
 }
 
 // abandonIfServerGone abandons the checkpoint in progress when a server
-// it names left the ring (failed, restarted, or drained) before it
-// reported its part: nothing would commit it, and one at a boundary would
+// it names left the ring (failed, restarted, or drained), or left last
+// after the job with the model (leaveAtEnd), before it reported its part: nothing would commit it, and one at a boundary would
 // hold the next pass for good; the slots that server headed are in no
 // part (a drained server's went to servers that may have written first).
 func (m *Machine) abandonIfServerGone() {
@@ -243,7 +243,7 @@ func (m *Machine) abandonIfServerGone() {
 		return
 	}
 	for _, id := range ck.Servers {
-		if m.st.Checkpoint.Reported[id] || slices.ContainsFunc(m.st.Layout.Servers, func(s ring.Server) bool { return s.ID == id }) {
+		if m.st.Checkpoint.Reported[id] || !m.leftLast(id) && slices.ContainsFunc(m.st.Layout.Servers, func(s ring.Server) bool { return s.ID == id }) {
 			continue
 		}
 		why := fmt.Sprintf("server %s left the ring before writing its part", id)
@@ -282,6 +282,20 @@ func (m *Machine) RequestCheckpoint(id uint64, now bool) {
 	case now && l.Resume != nil:
 		m.fail(id, fmt.Errorf("%w: the servers are still loading checkpoint %d", api.ErrBadRequest, l.Resume.Seq))
 		return
+	case now && len(l.Tables) == 0 && !l.JobDone:
+		// Nothing to hold: it committed a checkpoint of no tables and no
+		// job, the newest a resume would take; with no server on the
+		// ring yet, it named none and waited for good.
+		m.fail(id, fmt.Errorf("%w: job %d has no tables yet: ask once it trains, or without --now for one at its first pass boundary", api.ErrNothingToCheckpoint, l.Job+1))
+		return
+	case m.modelGone():
+		// It named the server gone, and waited for good.
+		newest := "none was taken"
+		if c := m.st.Checkpoint.Committed; c != 0 {
+			newest = fmt.Sprintf("the newest is %d", c)
+		}
+		m.fail(id, fmt.Errorf("%w: the last server left after job %d and the model went with it (%s)", api.ErrNothingToCheckpoint, l.Job+1, newest))
+		return
 	}
 	if now && !l.JobDone {
 		seq := m.st.Checkpoint.Seq + 1 // begun now, or next, after the one in progress
@@ -296,10 +310,18 @@ func (m *Machine) RequestCheckpoint(id uint64, now bool) {
 	m.checkpointIfDone()
 }
 
+// modelGone reports whether the last server left after the job with the
+// model (leaveAtEnd): it stays on the ring, but no server holds anything
+// a checkpoint could write.
+func (m *Machine) modelGone() bool {
+	l := &m.st.Layout
+	return l.JobDone && len(l.Servers) == 1 && m.leftLast(l.Servers[0].ID)
+}
+
 // checkpointIfDone begins a requested checkpoint of a finished job: no
 // pass boundary is left to begin it at.
 func (m *Machine) checkpointIfDone() {
-	if m.st.Layout.JobDone && !m.st.Layout.Shutdown && m.st.Checkpoint.Requested && m.st.DoneBefore > 0 {
+	if m.st.Layout.JobDone && !m.st.Layout.Shutdown && m.st.Checkpoint.Requested && m.st.DoneBefore > 0 && !m.modelGone() {
 		seq := m.st.Checkpoint.Seq
 		if m.startCheckpoint(m.st.DoneBefore - 1); m.st.Checkpoint.Seq != seq {
 			m.publish()

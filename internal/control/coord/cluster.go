@@ -30,8 +30,8 @@ func (m *Machine) noteNode(j *api.Join) {
 	case m.st.Machines[key] != "":
 		delete(m.st.Machines, key) // back under its ID on a machine of its own
 	}
-	if j.Role == api.RoleServer && m.lastLeft == j.ID {
-		m.lastLeft = "" // back under its ID: no longer gone
+	if j.Role == api.RoleServer && m.st.LastLeft == j.ID {
+		m.st.LastLeft, m.dirty = "", true // back under its ID: no longer gone
 	}
 }
 

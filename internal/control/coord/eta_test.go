@@ -39,6 +39,20 @@ func TestETAs(t *testing.T) {
 	}
 }
 
+// TestNoETAWhenDone: a finished job's status has no ETA. Its pass ETA
+// was the time to train a whole pass again at the last minute's rate.
+func TestNoETAWhenDone(t *testing.T) {
+	st := api.Status{Definition: &api.JobStatus{Job: &api.Job{Passes: 3}, PassesDone: 3},
+		Job: api.Progress{Pass: 3, Partitions: 8, Examples: 2400, Rate: 100}}
+	if pass, _ := statusETAs(st); pass == 0 {
+		t.Fatal("the running job's last pass boundary has no pass ETA")
+	}
+	st.Definition.Done = true
+	if pass, job := statusETAs(st); pass != 0 || job != 0 {
+		t.Fatalf("a finished job: pass ETA %v, job ETA %v; want none", pass, job)
+	}
+}
+
 // TestExamplesSurviveFailover: a new leader's status counts the job's
 // rows trained before it took over. It counted only those it saw, and
 // estimated the job's ETA from them against every partition done: a

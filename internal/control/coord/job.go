@@ -267,14 +267,15 @@ func (m *Machine) leaveAtEnd(id uint64, server string) bool {
 	if !l.LastAfterJob(server) {
 		return false
 	}
-	if m.lastLeft != server {
-		m.lastLeft = server
+	if m.st.LastLeft != server {
+		m.st.LastLeft, m.dirty = server, true
 		lost := fmt.Sprintf("the last server left after job %d: the job's model went with it (export it, or take a checkpoint, before stopping the last server)", l.Job+1)
 		if ck := m.st.Checkpoint; ck.Committed != 0 {
 			lost += fmt.Sprintf("; the newest checkpoint is %d", ck.Committed)
 		}
 		m.log.Warn(lost, "server", server)
 		m.note(api.EventLeft, server, lost)
+		m.abandonIfServerGone()
 	}
 	m.replyLayout(id)
 	return true
@@ -284,7 +285,7 @@ func (m *Machine) leaveAtEnd(id uint64, server string) bool {
 // job with the model (leaveAtEnd) and stays on the ring until others take
 // its place (dropLeftRing): its exit is no failure.
 func (m *Machine) leftLast(server string) bool {
-	return server != "" && server == m.lastLeft && slices.ContainsFunc(m.st.Layout.Servers, func(s ring.Server) bool { return s.ID == server })
+	return server != "" && server == m.st.LastLeft && slices.ContainsFunc(m.st.Layout.Servers, func(s ring.Server) bool { return s.ID == server })
 }
 
 // endedWithCluster reports whether losing server is the cluster's planned

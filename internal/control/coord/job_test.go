@@ -201,6 +201,28 @@ func TestJobEnd(t *testing.T) {
 	}
 }
 
+// leave asks for server s to leave, and returns the reply's error.
+func (r *jobRig) leave(s string) error {
+	r.t.Helper()
+	return r.step(func(m *Machine, id uint64) { m.LeaveServer(id, s) }).Err
+}
+
+// drained reports, as servers do, the rebuild and the handoff of a
+// draining leaver, and fails the test if it is still on the ring after.
+func (r *jobRig) drained(leaver string) {
+	r.t.Helper()
+	l := r.m.published
+	for _, s := range l.Servers {
+		r.step(func(m *Machine, id uint64) { m.Rebuilt(id, api.Rebuilt{From: s.ID, Version: l.Version}) })
+	}
+	for _, s := range l.Servers {
+		r.step(func(m *Machine, id uint64) { m.Synced(id, api.Synced{From: s.ID, Joiner: leaver, Version: l.Version}) })
+	}
+	if slices.ContainsFunc(r.m.published.Servers, func(s ring.Server) bool { return s.ID == leaver }) {
+		r.t.Fatalf("%s still on the ring once every head shipped its slots", leaver)
+	}
+}
+
 // TestLeaveAfterJob: on a cluster that stays up, a server that leaves
 // after the job drains as during it, its slots shipped to the servers
 // that stay (it left at once, and was then found dead and its slots
@@ -215,24 +237,7 @@ func TestLeaveAfterJob(t *testing.T) {
 	if l := r.m.published; !l.JobDone || l.Shutdown || len(l.Servers) != 3 {
 		t.Fatalf("after the job: job_done %v shutdown %v, %d servers", l.JobDone, l.Shutdown, len(l.Servers))
 	}
-	leave := func(s string) error {
-		t.Helper()
-		return r.step(func(m *Machine, id uint64) { m.LeaveServer(id, s) }).Err
-	}
-	drained := func(leaver string) {
-		t.Helper()
-		l := r.m.published
-		// As servers do: the rebuild's report, then the synced ones.
-		for _, s := range l.Servers {
-			r.step(func(m *Machine, id uint64) { m.Rebuilt(id, api.Rebuilt{From: s.ID, Version: l.Version}) })
-		}
-		for _, s := range l.Servers {
-			r.step(func(m *Machine, id uint64) { m.Synced(id, api.Synced{From: s.ID, Joiner: leaver, Version: l.Version}) })
-		}
-		if slices.ContainsFunc(r.m.published.Servers, func(s ring.Server) bool { return s.ID == leaver }) {
-			t.Fatalf("%s still on the ring once every head shipped its slots", leaver)
-		}
-	}
+	leave, drained := r.leave, r.drained
 	if err := leave("s0"); err != nil {
 		t.Fatal(err)
 	}
@@ -283,6 +288,81 @@ func TestLeaveAfterJob(t *testing.T) {
 	}
 	if l := r.m.published; len(l.Servers) != 1 || l.Servers[0].ID != "s3" || len(l.Joining) != 0 {
 		t.Fatalf("the next job's ring %v, joining %v; want s3 alone on the ring", l.Servers, l.Joining)
+	}
+}
+
+// TestLastLeftSurvivesFailover: the last server, which left after the
+// job with the model, is still known as gone by a coordinator restored
+// from the saved state. One that did not know showed it serving every
+// slot, and the next job's servers waited for good for a copy from it
+// (by hand: the coordinator SIGTERMed and started again on its
+// --etcd-dir, a job submitted, its workers "no server of the layout
+// reachable").
+func TestLastLeftSurvivesFailover(t *testing.T) {
+	cfg := Config{Servers: 2, Workers: 2, Partitions: 2, Replication: 2}
+	r := newJobRig(t, cfg)
+	for rank := range 2 {
+		r.step(func(m *Machine, id uint64) { m.Report(id, rank, []byte(`{}`)) })
+	}
+	if err := r.leave("s0"); err != nil {
+		t.Fatal(err)
+	}
+	r.drained("s0")
+	if err := r.leave("s1"); err != nil {
+		t.Fatalf("the last server leaves after the job: %v", err)
+	}
+	m, err := RestoreMachine(cfg, r.saved, 0, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.m = m
+	for _, n := range r.m.Status().Nodes {
+		if n.ID == "s1" && n.State != "left" {
+			t.Fatalf("status of the last server after a failover: %q, want left", n.State)
+		}
+	}
+	r.step(func(m *Machine, id uint64) { m.Join(id, api.Join{Role: api.RoleServer, ID: "s2", Addr: "127.0.0.1:3"}) })
+	if rep := r.step(func(m *Machine, id uint64) { m.SubmitJob(id, api.Job{App: "lr", Passes: 1}) }); rep.Err != nil {
+		t.Fatal(rep.Err)
+	}
+	if l := r.m.published; len(l.Servers) != 1 || l.Servers[0].ID != "s2" || len(l.Joining) != 0 {
+		t.Fatalf("the next job's ring after a failover %v, joining %v; want s2 alone on the ring", l.Servers, l.Joining)
+	}
+}
+
+// TestCheckpointAfterLastLeft: once the last server left after the job
+// with the model, a checkpoint is refused, saying so, and one begun
+// before it left is abandoned. Both named the gone server and waited
+// for good (by hand: checkpoint --now --wait after the last server's
+// SIGTERM, "servers writing 0/1" until killed).
+func TestCheckpointAfterLastLeft(t *testing.T) {
+	cfg := Config{Servers: 2, Workers: 2, Partitions: 2, Replication: 2, CheckpointDir: "ck"}
+	r := newJobRig(t, cfg)
+	for rank := range 2 {
+		r.step(func(m *Machine, id uint64) { m.Report(id, rank, []byte(`{}`)) })
+	}
+	if err := r.leave("s0"); err != nil {
+		t.Fatal(err)
+	}
+	r.drained("s0")
+	r.m.st.DoneBefore = 1 // a pass trained (the rig trains none): a finished job's checkpoint begins at once
+	if rep := r.step(func(m *Machine, id uint64) { m.RequestCheckpoint(id, true) }); rep.Err != nil || r.m.published.Checkpoint == nil {
+		t.Fatalf("a checkpoint after the job: %v, in progress %v", rep.Err, r.m.published.Checkpoint)
+	}
+	if err := r.leave("s1"); err != nil {
+		t.Fatalf("the last server leaves after the job: %v", err)
+	}
+	if ck := r.m.st.Checkpoint; r.m.published.Checkpoint != nil || ck.Abandoned != 1 {
+		t.Fatalf("checkpoint 1 of the server that left: in progress %v, abandoned %d", r.m.published.Checkpoint, ck.Abandoned)
+	}
+	for _, now := range []bool{false, true} {
+		rep := r.step(func(m *Machine, id uint64) { m.RequestCheckpoint(id, now) })
+		if !errors.Is(rep.Err, api.ErrNothingToCheckpoint) || !strings.Contains(rep.Err.Error(), "model went with it") {
+			t.Fatalf("a checkpoint (now %v) after the last server left: %v", now, rep.Err)
+		}
+	}
+	if l := r.m.published; l.Checkpoint != nil {
+		t.Fatalf("checkpoint %d begun with no server holding the model", l.Checkpoint.Seq)
 	}
 }
 

@@ -78,11 +78,8 @@ type Machine struct {
 	clocks     map[int]int64
 	beatClocks map[int]bool
 	// noticed is the last eviction notice on the timeline of each node
-	// (noteNotice), lastLeft the last server, which left after a job with
-	// the model and stays on the ring until others take its place
-	// (leaveAtEnd, dropLeftRing; neither saved).
-	noticed  map[string]string
-	lastLeft string
+	// (noteNotice; not saved).
+	noticed map[string]string
 	// committing: the Commit of the checkpoint in progress was handed
 	// out, and its outcome (Committed) is awaited.
 	committing bool

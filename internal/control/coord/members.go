@@ -369,8 +369,8 @@ func (m *Machine) leaveBeforeTables(id uint64, server string) bool {
 	if len(l.Tables) > 0 || l.JobDone || m.cfg.Stage != 0 || len(l.Servers) != 1 || l.Servers[0].ID != server {
 		return false
 	}
-	if m.lastLeft != server {
-		m.lastLeft = server
+	if m.st.LastLeft != server {
+		m.st.LastLeft, m.dirty = server, true
 		m.note(api.EventLeft, server, "the last server left before the job's first table, holding nothing: the next server to join takes its place")
 	}
 	m.dropLeftRing()

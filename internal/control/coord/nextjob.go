@@ -89,7 +89,7 @@ func (m *Machine) dropLeftRing() {
 		delete(m.st.Synced, j.ID)
 		m.note(api.EventRing, j.ID, "on the ring in place of the server that left after the last job: nothing to copy")
 	}
-	l.Servers, l.Joining, m.lastLeft = servers, nil, ""
+	l.Servers, l.Joining, m.st.LastLeft = servers, nil, ""
 	m.newEpoch()
 	m.resetSync()
 	m.publish()

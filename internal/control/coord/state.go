@@ -118,6 +118,12 @@ type State struct {
 	// worker's ID as its machine (two transient machines counted as
 	// four, and charged so at --price).
 	Machines map[string]string `json:"machines,omitempty"`
+	// LastLeft is the last server, which left after a job with the model
+	// (leaveAtEnd) or before the job's first table (leaveBeforeTables),
+	// and stays on the ring until others take its place (dropLeftRing).
+	// Saved: a new leader that did not know showed it serving every slot,
+	// and the next job's joiners waited for good for a copy from it.
+	LastLeft string `json:"last_left,omitempty"`
 }
 
 // StageChange is one stage switch: started at Started, published (the

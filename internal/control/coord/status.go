@@ -181,11 +181,7 @@ func (c *Coordinator) statusLocked(now time.Time) api.Status {
 	c.m.SetNow(now)
 	st := c.m.Status()
 	st.Job.Rate = trainingRate(c.samples)
-	passes := 0
-	if d := st.Definition; d != nil && d.Job != nil && !d.Done {
-		passes = d.Job.Passes
-	}
-	st.Job.ETA, st.Job.JobETA = etas(st.Job, passes)
+	st.Job.ETA, st.Job.JobETA = statusETAs(st)
 	st.Events = c.events.last()
 	c.meter.advance(now, st.Machines)
 	if c.meter.priced() {
@@ -193,6 +189,22 @@ func (c *Coordinator) statusLocked(now time.Time) api.Status {
 		st.Dollars, st.DollarsPerHour = &dollars, &perHour
 	}
 	return st
+}
+
+// statusETAs is st's pass and job ETAs: none once the job is done. A
+// finished job's status showed a pass ETA (lr on a9a: "pass 60/60 ...
+// pass eta 700ms"), the time to train a whole pass again at the last
+// minute's rate.
+func statusETAs(st api.Status) (pass, job time.Duration) {
+	d := st.Definition
+	if d != nil && d.Done {
+		return 0, 0
+	}
+	passes := 0
+	if d != nil && d.Job != nil {
+		passes = d.Job.Passes
+	}
+	return etas(st.Job, passes)
 }
 
 // etas is the time the pass in progress and the job's passes (passes in

@@ -23,6 +23,12 @@ import (
 // errListen: a replica that leads could not bind its listen address.
 var errListen = errors.New("cannot listen on")
 
+// standbyReads is how many reads of the election a second apart must
+// find the same other leader before a standby says so: longer than a
+// lapsing term's lease (meta.SessionTTL, which etcd may extend by an
+// election timeout when it restarts).
+const standbyReads = meta.SessionTTL + 3
+
 // listenWait bounds how long a replica that leads tries its listen
 // address: its previous term frees it at once (Run returns only after
 // Serve did).
@@ -48,6 +54,9 @@ type Config struct {
 	// again (what Ready handed out no longer serves).
 	Ready       func(c *coord.Coordinator, addr string)
 	SteppedDown func()
+	// Standby, when set, is told once a campaign finds another replica
+	// leading, with its ID: a standby prints nothing else until it leads.
+	Standby func(leader string)
 	// Network is what the HTTP API listens on and, unless
 	// Options.Network is set, what the failure detector dials (TCP if nil).
 	Network transport.Network
@@ -157,10 +166,50 @@ func Run(ctx context.Context, cfg Config) error {
 	return nil
 }
 
+// announceStandby tells standby, once, the leader's ID once a replica
+// other than id has led through standbyReads reads of the election a
+// second apart, until ctx ends. A replica that waits to lead printed
+// nothing at all, and its user could not tell a standby from a hung
+// start. A coordinator SIGKILLed and started again on its --etcd-dir
+// finds its dead term's key for a second or two (etcd restores a
+// lease's TTL when it restarts), and said it stood by that one.
+func announceStandby(ctx context.Context, st *meta.Store, id string, standby func(leader string)) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	seen, reads := "", 0
+	for {
+		leader, err := st.Leader(ctx)
+		switch {
+		case err != nil || leader == id:
+			seen, reads = "", 0
+		case leader == seen:
+			reads++
+		default:
+			seen, reads = leader, 1
+		}
+		if reads >= standbyReads {
+			standby(leader)
+			return
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
 // lead campaigns, and once elected restores the saved state and serves
 // until ctx ends (nil) or the lead is lost (an error).
 func lead(ctx context.Context, st *meta.Store, cfg *Config) error {
+	stopAnnounce := func() {}
+	if cfg.Standby != nil {
+		var actx context.Context
+		actx, stopAnnounce = context.WithCancel(ctx)
+		go announceStandby(actx, st, cfg.ID, cfg.Standby)
+	}
 	l, err := st.Campaign(ctx, cfg.ID)
+	stopAnnounce() // this replica leads, or stops
 	if err != nil {
 		return fmt.Errorf("coordinator %s: campaign: %w", cfg.ID, err)
 	}

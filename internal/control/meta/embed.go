@@ -81,6 +81,9 @@ func StartEmbedded(ctx context.Context, c EmbedConfig) (*Embedded, error) {
 	if err := checkDirFree(c.Dir); err != nil {
 		return nil, err
 	}
+	if err := checkDB(c.Dir); err != nil {
+		return nil, err
+	}
 	if c.Name == "" {
 		c.Name = "terrace"
 	}

@@ -2,6 +2,8 @@ package meta
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -73,6 +75,32 @@ func TestEmbeddedDirInUse(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second): // etcd logs "flocked by another process" at 10 s and waits on
 		t.Fatal("a second member on a live one's directory still starting: it waits for the lock")
+	}
+}
+
+// TestEmbeddedDamagedDB: a data directory whose database is truncated or
+// overwritten is refused with ErrDataDamaged naming it. etcd panicked in
+// a goroutine of its own ("failed to open database"), and the
+// coordinator ended in a goroutine dump with exit 2.
+func TestEmbeddedDamagedDB(t *testing.T) {
+	for name, body := range map[string][]byte{"truncated": make([]byte, 5000), "overwritten": []byte(strings.Repeat("garbage!", 1024))} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			snap := filepath.Join(dir, "member", "snap")
+			if err := os.MkdirAll(snap, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(snap, "db"), body, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			e, err := StartEmbedded(ctxT(t, 10*time.Second), EmbedConfig{Dir: dir})
+			if err == nil {
+				e.Close()
+			}
+			if !errors.Is(err, ErrDataDamaged) || !strings.Contains(err.Error(), dir) {
+				t.Fatalf("a member on a damaged database: %v, want ErrDataDamaged naming %s", err, dir)
+			}
+		})
 	}
 }
 

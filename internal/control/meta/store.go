@@ -30,6 +30,9 @@ var (
 	// ErrDirInUse means another process holds an embedded member's data
 	// directory open.
 	ErrDirInUse = errors.New("data directory in use")
+	// ErrDataDamaged means an embedded member's data directory holds a
+	// database that does not open (truncated or overwritten).
+	ErrDataDamaged = errors.New("data directory damaged")
 )
 
 // OpenTimeout bounds how long Open waits for etcd to answer.

@@ -354,6 +354,9 @@ func (r *run) checkpoint(ctx context.Context) (uint64, error) {
 	}
 	now := r.flat.elastic
 	seq, err := r.cluster.RequestCheckpoint(ctx, now)
+	if errors.Is(err, api.ErrNothingToCheckpoint) {
+		return 0, nil // asked now before the job's tables: nothing trained yet
+	}
 	if err != nil {
 		return 0, err
 	}
