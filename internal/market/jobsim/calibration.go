@@ -226,9 +226,11 @@ func DefaultCalibration() Calibration {
 		DrainSeconds:        10,
 		SyncIntervalSeconds: 1,
 		StartSeconds:        0, // not modelled: the first machines' join stands for it
-		// The coordinator's default failure timeout (1 s), a silent node
-		// declared dead 1 to 1.25 of it after its last heartbeat.
-		RevocationSeconds: 1.25,
+		// The coordinator's default failure timeout (3 s since the
+		// eighteenth session), a silent node declared dead within a tick
+		// (250 ms) of it after its last heartbeat: a machine the market
+		// takes without notice is silent, not a closed connection.
+		RevocationSeconds: 3.25,
 		Replication:       2,
 		// A placeholder model of 1 GiB (values and FTRL state); the
 		// checkpoint it gives is under a second (below), so the figures
