@@ -3,6 +3,7 @@ package coord
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -49,6 +50,59 @@ func (m *Machine) noteClock(rank int, clock int64, beat bool) {
 		return
 	}
 	m.clocks[rank] = clock
+	if m.clockSeen == nil {
+		m.clockSeen = map[int]clockHist{}
+	}
+	m.clockSeen[rank] = clockHist{m.clockSeen[rank][1], {clock, m.now}}
+}
+
+// clockSample is a worker's clock as noted at a time; clockHist a
+// rank's last two.
+type clockSample struct {
+	clock int64
+	at    time.Time
+}
+
+type clockHist [2]clockSample
+
+// clockSpread returns the spread of ranks' clocks at one instant: the
+// latest by which every rank has reported, each rank's clock then
+// interpolated between its last two reports. The reports come at
+// different moments (heartbeats a fifth of a failure timeout apart), and
+// lr's workers tick about a thousand clocks a second, so the last clocks
+// as reported spread by tens under SSP(2) where the workers are within
+// three (walk6, eighteenth session: 0 to 50 from one poll to the next).
+func (m *Machine) clockSpread(ranks []int) int64 {
+	var at time.Time
+	for i, r := range ranks {
+		if t := m.clockSeen[r][1].at; i == 0 || t.Before(at) {
+			at = t
+		}
+	}
+	var lo, hi int64
+	for i, r := range ranks {
+		c := m.clockSeen[r].at(at)
+		if i == 0 {
+			lo, hi = c, c
+		}
+		lo, hi = min(lo, c), max(hi, c)
+	}
+	return hi - lo
+}
+
+// at returns the clock at t: the last report's if t is not before it
+// or there is no report before it, the one before's if t is not after
+// that, else interpolated between the two.
+func (s clockHist) at(t time.Time) int64 {
+	prev, last := s[0], s[1]
+	switch {
+	case !t.Before(last.at) || prev.at.IsZero():
+		return last.clock
+	case !t.After(prev.at):
+		return prev.clock
+	}
+	f := float64(t.Sub(prev.at)) / float64(last.at.Sub(prev.at))
+	return prev.clock + int64(math.Round(f*float64(last.clock-prev.clock)))
 }
 
 // nodeMachine returns the machine and the class of a node.
@@ -102,8 +156,7 @@ func alive(state string) bool {
 func (m *Machine) describeTiers(st *api.Status) {
 	l := &m.st.Layout
 	machines := map[string]tier.Class{}
-	first := true
-	var lo, hi int64
+	var training []int
 	for i := range st.Nodes {
 		n := &st.Nodes[i]
 		n.Machine, n.Class = m.nodeMachine(n)
@@ -113,17 +166,14 @@ func (m *Machine) describeTiers(st *api.Status) {
 		if c, ok := m.clocks[n.Rank]; ok && n.Role == api.RoleWorker {
 			n.Clock = c
 			if n.State == "training" {
-				if first {
-					lo, hi, first = c, c, false
-				}
-				lo, hi = min(lo, c), max(hi, c)
+				training = append(training, n.Rank)
 			}
 		}
 		if alive(n.State) {
 			machines[n.Machine] = n.Class
 		}
 	}
-	st.Job.Staleness = hi - lo
+	st.Job.Staleness = m.clockSpread(training)
 	for _, c := range machines {
 		if c == tier.Transient {
 			st.Machines.Transient++

@@ -141,3 +141,32 @@ func (h *harness) printLost() {
 			l.Version, l.Epoch, l.Servers, l.SpreadCount, l.Spread, 100*l.Share)
 	}
 }
+
+// TestClockSpreadAtOneInstant: workers report their clocks at different
+// moments, so the spread of the last clocks as reported counted the time
+// between reports: two workers in step, ticking a thousand clocks a
+// second, showed 100 clocks apart from reports 100 ms apart (walk6: 0 to
+// 50 from one poll to the next under SSP(2)). Interpolated to the latest
+// instant every worker has reported by, they are 0 apart; a worker that
+// stands still is still seen behind.
+func TestClockSpreadAtOneInstant(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	m := &Machine{}
+	note := func(rank int, clock int64, at time.Time) { m.now = at; m.noteClock(rank, clock, true) }
+	note(0, 0, ms(0))
+	note(1, 100, ms(100))
+	note(0, 200, ms(200))
+	note(1, 300, ms(300))
+	if got := m.clockSpread([]int{0, 1}); got != 0 {
+		t.Errorf("in step: spread %d, want 0 (as reported: %d)", got, m.clocks[1]-m.clocks[0])
+	}
+	note(2, 50, ms(100))
+	note(2, 50, ms(300))
+	if got := m.clockSpread([]int{0, 1, 2}); got != 150 {
+		t.Errorf("rank 2 standing at 50: spread %d, want 150 (rank 0 at 200 by 200 ms)", got)
+	}
+	if got := m.clockSpread([]int{0}); got != 0 {
+		t.Errorf("one worker: spread %d, want 0", got)
+	}
+}

@@ -77,6 +77,9 @@ type Machine struct {
 	// progress records (cluster.go; not saved).
 	clocks     map[int]int64
 	beatClocks map[int]bool
+	// clockSeen is, by rank, the last two clocks noted and when
+	// (clockSpread: the spread at one instant; not saved).
+	clockSeen map[int]clockHist
 	// noticed is the last eviction notice on the timeline of each node
 	// (noteNotice; not saved).
 	noticed map[string]string
