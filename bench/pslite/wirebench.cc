@@ -208,8 +208,6 @@ class Worker {
     }
   }
 
-  const Options& options() const { return o_; }
-
  private:
   Options o_;
   ps::KVWorker<float> kv_;
