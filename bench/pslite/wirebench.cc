@@ -37,7 +37,36 @@ struct Options {
   int keys = 16;
   int rounds = 5;
   std::string report;
+  // ops names the figures to time, comma-separated (all four by default;
+  // one alone, e.g. "push", to profile it).
+  std::string ops = "push_pull,push,pull,push_then_pull";
 };
+
+enum Op { kPushPull, kPush, kPull, kPushThenPull };
+
+// ParseOps reads --ops; every role checks it before ps-lite starts, so a
+// bad name stops the launch at once instead of leaving the others waiting.
+std::vector<std::pair<std::string, Op>> ParseOps(const std::string& list) {
+  const std::vector<std::pair<std::string, Op>> known = {
+      {"push_pull", kPushPull}, {"push", kPush}, {"pull", kPull}, {"push_then_pull", kPushThenPull}};
+  std::vector<std::pair<std::string, Op>> ops;
+  std::istringstream in(list);
+  std::string name;
+  while (std::getline(in, name, ',')) {
+    auto it = std::find_if(known.begin(), known.end(),
+                           [&](const std::pair<std::string, Op>& k) { return k.first == name; });
+    if (it == known.end()) {
+      fprintf(stderr, "wirebench: --ops: unknown figure %s\n", name.c_str());
+      exit(2);
+    }
+    ops.push_back(*it);
+  }
+  if (ops.empty()) {
+    fprintf(stderr, "wirebench: --ops names no figure\n");
+    exit(2);
+  }
+  return ops;
+}
 
 Options ParseFlags(int argc, char* argv[]) {
   Options o;
@@ -58,8 +87,10 @@ Options ParseFlags(int argc, char* argv[]) {
       o.rounds = std::stoi(next());
     } else if (a == "--report") {
       o.report = next();
+    } else if (a == "--ops") {
+      o.ops = next();
     } else {
-      fprintf(stderr, "usage: wirebench [--bytes 67108864] [--keys 16] [--rounds 5] [--report FILE]\n");
+      fprintf(stderr, "usage: wirebench [--bytes 67108864] [--keys 16] [--rounds 5] [--report FILE] [--ops push_pull,push,pull,push_then_pull]\n");
       exit(2);
     }
   }
@@ -67,6 +98,7 @@ Options ParseFlags(int argc, char* argv[]) {
     fprintf(stderr, "wirebench: --bytes must be a positive multiple of 4*--keys, --keys and --rounds positive\n");
     exit(2);
   }
+  ParseOps(o.ops);
   return o;
 }
 
@@ -142,8 +174,6 @@ double ProcessCPU(const std::vector<std::string>& pids) {
   for (const auto& p : pids) s += ThreadsCPUSeconds(p);
   return s;
 }
-
-enum Op { kPushPull, kPush, kPull, kPushThenPull };
 
 const char* OpName(Op op) {
   switch (op) {
@@ -235,12 +265,8 @@ void RunWorker(const Options& o) {
   // The 2-server figures take `terrace bench wire`'s 2s names; it times
   // push+pull only on two servers, push and pull alone are extra here.
   std::string sfx = servers == 1 ? "" : "_" + std::to_string(servers) + "s";
-  std::vector<Figure> figs = {
-      {kPushPull, "push_pull" + sfx, {}, {}},
-      {kPush, "push" + sfx, {}, {}},
-      {kPull, "pull" + sfx, {}, {}},
-      {kPushThenPull, "push_then_pull" + sfx, {}, {}},
-  };
+  std::vector<Figure> figs;
+  for (const auto& op : ParseOps(o.ops)) figs.push_back({op.second, op.first + sfx, {}, {}});
   std::vector<std::string> pids = CPUPids();
   w.Do(kPushPull);  // warm-up: creates the keys on the servers
   for (int r = 0; r < o.rounds; ++r) {
