@@ -67,11 +67,20 @@ stop() {
 trap stop EXIT
 trap 'stop; exit 130' INT TERM
 
-port=$((20000 + $$ % 20000))
+# The scheduler's port: below the kernel's ephemeral range (32768 and up
+# here), where `terrace bench wire`'s own connections take theirs, and not
+# listened on (a scheduler that cannot bind aborts).
+port=$((20000 + $$ % 10000))
+free_port() {
+	port=$((port + 1))
+	while [ -n "$(ss -Htln "sport = :$port")" ]; do
+		port=$((port + 1))
+	done
+}
 # pslite SERVERS REPORT LOG: ps-lite's local launcher (its tests/local.sh):
 # a scheduler, the servers and one worker, separate processes on 127.0.0.1.
 pslite() {
-	port=$((port + 1))
+	free_port
 	export DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=$port DMLC_NUM_SERVER=$1 DMLC_NUM_WORKER=1 \
 		DMLC_NODE_HOST=127.0.0.1 DMLC_INTERFACE=lo
 	DMLC_ROLE=scheduler timeout 300 "$out/wirebench" --rounds "$rounds" >>"$3" 2>&1 &
@@ -92,21 +101,28 @@ pslite() {
 	pids+=($!)
 	# Any process that fails fails the run (a worker whose server has died
 	# would wait for it until its timeout); the rest exit after the
-	# worker's Finalize.
-	local done st p left
+	# worker's Finalize. Polled: `wait -n` does not see a process that
+	# exited before it was called.
+	local st p left
 	while [ ${#pids[@]} -gt 0 ]; do
-		st=0
-		wait -n -p done "${pids[@]}" || st=$?
-		if [ "$st" -ne 0 ]; then
-			echo "ps-lite with $1 server(s): a process exited with status $st; $3:" >&2
-			tail -20 "$3" >&2
-			exit 1
-		fi
 		left=()
 		for p in "${pids[@]}"; do
-			[ "$p" = "$done" ] || left+=("$p")
+			if kill -0 "$p" 2>/dev/null; then
+				left+=("$p")
+				continue
+			fi
+			st=0
+			wait "$p" || st=$?
+			if [ "$st" -ne 0 ]; then
+				echo "ps-lite with $1 server(s): a process exited with status $st; $3:" >&2
+				tail -20 "$3" >&2
+				exit 1
+			fi
 		done
 		pids=("${left[@]}")
+		if [ ${#pids[@]} -gt 0 ]; then
+			sleep 0.1
+		fi
 	done
 	kids=""
 }
