@@ -14,16 +14,15 @@
 // It is our program, written against ps-lite's public KVWorker/KVServer
 // API (Apache-2.0); no ps-lite source is copied here.
 #include <dirent.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <functional>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -68,8 +67,8 @@ std::vector<std::pair<std::string, Op>> ParseOps(const std::string& list) {
   return ops;
 }
 
-Options ParseFlags(int argc, char* argv[]) {
-  Options o;
+void ParseArgs(int argc, char* argv[], Options* out) {
+  Options& o = *out;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -93,6 +92,16 @@ Options ParseFlags(int argc, char* argv[]) {
       fprintf(stderr, "usage: wirebench [--bytes 67108864] [--keys 16] [--rounds 5] [--report FILE] [--ops push_pull,push,pull,push_then_pull]\n");
       exit(2);
     }
+  }
+}
+
+Options ParseFlags(int argc, char* argv[]) {
+  Options o;
+  try {
+    ParseArgs(argc, argv, &o);
+  } catch (const std::logic_error& e) {  // std::stoi and std::stoull on a bad number
+    fprintf(stderr, "wirebench: a flag's number does not parse (%s)\n", e.what());
+    exit(2);
   }
   if (o.keys < 1 || o.rounds < 1 || o.bytes % (4 * o.keys) != 0 || o.bytes == 0) {
     fprintf(stderr, "wirebench: --bytes must be a positive multiple of 4*--keys, --keys and --rounds positive\n");
