@@ -282,12 +282,33 @@ func TestLeaveAfterJob(t *testing.T) {
 	}
 	// The next job on new servers: they take the ring of the server that
 	// left (the job waited for good for its copy).
-	r.step(func(m *Machine, id uint64) { m.Join(id, api.Join{Role: api.RoleServer, ID: "s3", Addr: "127.0.0.1:4"}) })
-	if rep := r.step(func(m *Machine, id uint64) { m.SubmitJob(id, api.Job{App: "lr", Passes: 1}) }); rep.Err != nil {
+	r.nextJobOn(t, "s3", "127.0.0.1:4")
+}
+
+// endThenDrain ends the job (both ranks report) and drains server off
+// the ring, leaving the last one.
+func (r *jobRig) endThenDrain(t *testing.T, server string) {
+	t.Helper()
+	for rank := range 2 {
+		r.step(func(m *Machine, id uint64) { m.Report(id, rank, []byte(`{}`)) })
+	}
+	if err := r.leave(server); err != nil {
+		t.Fatal(err)
+	}
+	r.drained(server)
+}
+
+// nextJobOn joins a new server (id at addr) and submits a job, which must
+// find the server alone on the ring: the last server left with the
+// model, and the job waited for good for a copy from it.
+func (r *jobRig) nextJobOn(t *testing.T, id, addr string) {
+	t.Helper()
+	r.step(func(m *Machine, rid uint64) { m.Join(rid, api.Join{Role: api.RoleServer, ID: id, Addr: addr}) })
+	if rep := r.step(func(m *Machine, rid uint64) { m.SubmitJob(rid, api.Job{App: "lr", Passes: 1}) }); rep.Err != nil {
 		t.Fatal(rep.Err)
 	}
-	if l := r.m.published; len(l.Servers) != 1 || l.Servers[0].ID != "s3" || len(l.Joining) != 0 {
-		t.Fatalf("the next job's ring %v, joining %v; want s3 alone on the ring", l.Servers, l.Joining)
+	if l := r.m.published; len(l.Servers) != 1 || l.Servers[0].ID != id || len(l.Joining) != 0 {
+		t.Fatalf("the next job's ring %v, joining %v; want %s alone on the ring", l.Servers, l.Joining, id)
 	}
 }
 
@@ -301,13 +322,7 @@ func TestLeaveAfterJob(t *testing.T) {
 func TestLastLeftSurvivesFailover(t *testing.T) {
 	cfg := Config{Servers: 2, Workers: 2, Partitions: 2, Replication: 2}
 	r := newJobRig(t, cfg)
-	for rank := range 2 {
-		r.step(func(m *Machine, id uint64) { m.Report(id, rank, []byte(`{}`)) })
-	}
-	if err := r.leave("s0"); err != nil {
-		t.Fatal(err)
-	}
-	r.drained("s0")
+	r.endThenDrain(t, "s0")
 	if err := r.leave("s1"); err != nil {
 		t.Fatalf("the last server leaves after the job: %v", err)
 	}
@@ -321,13 +336,7 @@ func TestLastLeftSurvivesFailover(t *testing.T) {
 			t.Fatalf("status of the last server after a failover: %q, want left", n.State)
 		}
 	}
-	r.step(func(m *Machine, id uint64) { m.Join(id, api.Join{Role: api.RoleServer, ID: "s2", Addr: "127.0.0.1:3"}) })
-	if rep := r.step(func(m *Machine, id uint64) { m.SubmitJob(id, api.Job{App: "lr", Passes: 1}) }); rep.Err != nil {
-		t.Fatal(rep.Err)
-	}
-	if l := r.m.published; len(l.Servers) != 1 || l.Servers[0].ID != "s2" || len(l.Joining) != 0 {
-		t.Fatalf("the next job's ring after a failover %v, joining %v; want s2 alone on the ring", l.Servers, l.Joining)
-	}
+	r.nextJobOn(t, "s2", "127.0.0.1:3")
 }
 
 // TestCheckpointAfterLastLeft: once the last server left after the job
@@ -338,13 +347,7 @@ func TestLastLeftSurvivesFailover(t *testing.T) {
 func TestCheckpointAfterLastLeft(t *testing.T) {
 	cfg := Config{Servers: 2, Workers: 2, Partitions: 2, Replication: 2, CheckpointDir: "ck"}
 	r := newJobRig(t, cfg)
-	for rank := range 2 {
-		r.step(func(m *Machine, id uint64) { m.Report(id, rank, []byte(`{}`)) })
-	}
-	if err := r.leave("s0"); err != nil {
-		t.Fatal(err)
-	}
-	r.drained("s0")
+	r.endThenDrain(t, "s0")
 	r.m.st.DoneBefore = 1 // a pass trained (the rig trains none): a finished job's checkpoint begins at once
 	if rep := r.step(func(m *Machine, id uint64) { m.RequestCheckpoint(id, true) }); rep.Err != nil || r.m.published.Checkpoint == nil {
 		t.Fatalf("a checkpoint after the job: %v, in progress %v", rep.Err, r.m.published.Checkpoint)
