@@ -234,8 +234,9 @@ func (m *Machine) checkpointOnLeave(server string, last bool) string {
 
 // abandonIfServerGone abandons the checkpoint in progress when a server
 // it names left the ring (failed, restarted, or drained), or left last
-// after the job with the model (leaveAtEnd), before it reported its part: nothing would commit it, and one at a boundary would
-// hold the next pass for good; the slots that server headed are in no
+// after the job with the model (leaveAtEnd), before it reported its
+// part: nothing would commit it, and one at a boundary would hold the
+// next pass for good; the slots that server headed are in no
 // part (a drained server's went to servers that may have written first).
 func (m *Machine) abandonIfServerGone() {
 	ck := m.st.Layout.Checkpoint

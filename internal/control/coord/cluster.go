@@ -39,7 +39,7 @@ func (m *Machine) noteNode(j *api.Join) {
 // noteClock records the clock worker rank reported.
 func (m *Machine) noteClock(rank int, clock int64, beat bool) {
 	if m.clocks == nil {
-		m.clocks, m.beatClocks = map[int]int64{}, map[int]bool{}
+		m.clocks, m.beatClocks = map[int]clockHist{}, map[int]bool{}
 	}
 	if beat {
 		m.beatClocks[rank] = true
@@ -49,11 +49,7 @@ func (m *Machine) noteClock(rank int, clock int64, beat bool) {
 		// heartbeats, and seconds old from a slowed worker.
 		return
 	}
-	m.clocks[rank] = clock
-	if m.clockSeen == nil {
-		m.clockSeen = map[int]clockHist{}
-	}
-	m.clockSeen[rank] = clockHist{m.clockSeen[rank][1], {clock, m.now}}
+	m.clocks[rank] = clockHist{m.clocks[rank][1], {clock, m.now}}
 }
 
 // clockSample is a worker's clock as noted at a time; clockHist a
@@ -75,13 +71,13 @@ type clockHist [2]clockSample
 func (m *Machine) clockSpread(ranks []int) int64 {
 	var at time.Time
 	for i, r := range ranks {
-		if t := m.clockSeen[r][1].at; i == 0 || t.Before(at) {
+		if t := m.clocks[r][1].at; i == 0 || t.Before(at) {
 			at = t
 		}
 	}
 	var lo, hi int64
 	for i, r := range ranks {
-		c := m.clockSeen[r].at(at)
+		c := m.clocks[r].at(at)
 		if i == 0 {
 			lo, hi = c, c
 		}
@@ -163,8 +159,8 @@ func (m *Machine) describeTiers(st *api.Status) {
 		if n.Role == api.RoleServer && m.cfg.Stage != 0 {
 			n.Tier = m.serverTier(n)
 		}
-		if c, ok := m.clocks[n.Rank]; ok && n.Role == api.RoleWorker {
-			n.Clock = c
+		if h, ok := m.clocks[n.Rank]; ok && n.Role == api.RoleWorker {
+			n.Clock = h[1].clock
 			if n.State == "training" {
 				training = append(training, n.Rank)
 			}

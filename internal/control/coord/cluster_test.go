@@ -159,7 +159,7 @@ func TestClockSpreadAtOneInstant(t *testing.T) {
 	note(0, 200, ms(200))
 	note(1, 300, ms(300))
 	if got := m.clockSpread([]int{0, 1}); got != 0 {
-		t.Errorf("in step: spread %d, want 0 (as reported: %d)", got, m.clocks[1]-m.clocks[0])
+		t.Errorf("in step: spread %d, want 0 (as reported: %d)", got, m.clocks[1][1].clock-m.clocks[0][1].clock)
 	}
 	note(2, 50, ms(100))
 	note(2, 50, ms(300))

@@ -133,7 +133,7 @@ func (m *Machine) ReportLoss(id uint64, r api.LossReport) {
 	loss.ByWorker = byWorker
 	allowed := count(r.Allowed, seenAllowed, newAllowed, &loss.UpdatesLostBound, &loss.BoundByTable, nil)
 	loss.Reports++
-	m.st.LossPending = slices.DeleteFunc(slices.Clone(m.st.LossPending), func(s string) bool { return s == r.From })
+	m.reported(r.From)
 	m.rememberLoss(r.Epoch, at, LossSeen{Epoch: r.Epoch, Lost: newLost.list(), Allowed: newAllowed.list()})
 	m.dirty = true
 	m.note(api.EventLoss, r.From, fmt.Sprintf("fallback at epoch %d: %d acknowledged updates lost of %d allowed in the round at risk (%d and %d new); %d lost in all",
@@ -147,14 +147,23 @@ func (m *Machine) ReportLoss(id uint64, r api.LossReport) {
 // grace, server.DefaultFallbackGrace): the pushes it counted lost are
 // missing from the count, which is then a lower bound, and said so.
 func (m *Machine) ledgerGone(server, how string) {
-	if !slices.Contains(m.st.LossPending, server) {
+	if !m.reported(server) {
 		return
 	}
-	m.st.LossPending = slices.DeleteFunc(slices.Clone(m.st.LossPending), func(s string) bool { return s == server })
 	m.st.Loss.Unreported++
 	m.dirty = true
 	m.note(api.EventLoss, server, fmt.Sprintf("%s before its ledger reported the last fallback's loss: the count of acknowledged updates lost (%d) is short by what it held, a lower bound", how, m.st.Loss.UpdatesLost))
 	m.log.Warn("a BackupPS's ledger is gone before its report: the count of updates lost at the fallback is a lower bound", "server", server, "how", how)
+}
+
+// reported takes server off the heads that owe the last fallback's
+// report, and says whether it was one.
+func (m *Machine) reported(server string) bool {
+	if !slices.Contains(m.st.LossPending, server) {
+		return false
+	}
+	m.st.LossPending = slices.DeleteFunc(slices.Clone(m.st.LossPending), func(s string) bool { return s == server })
+	return true
 }
 
 // rememberLoss saves what the reports of the fallback of epoch counted

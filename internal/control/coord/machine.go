@@ -72,14 +72,11 @@ type Machine struct {
 	// started, every job's (the metric and the rate; the job's own count
 	// is State.Trained; not saved).
 	trained int64
-	// clocks is each worker rank's last reported clock, from its
-	// heartbeats once one carried it (beatClocks), else from its
-	// progress records (cluster.go; not saved).
-	clocks     map[int]int64
+	// clocks is each worker rank's last two reported clocks and when,
+	// from its heartbeats once one carried it (beatClocks), else from
+	// its progress records (cluster.go; not saved).
+	clocks     map[int]clockHist
 	beatClocks map[int]bool
-	// clockSeen is, by rank, the last two clocks noted and when
-	// (clockSpread: the spread at one instant; not saved).
-	clockSeen map[int]clockHist
 	// noticed is the last eviction notice on the timeline of each node
 	// (noteNotice; not saved).
 	noticed map[string]string

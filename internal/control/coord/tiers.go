@@ -494,12 +494,6 @@ func (m *Machine) switchStage(to tier.Stage, reason string) error {
 func (m *Machine) gatherForTiers(to tier.Stage, reason string) error {
 	l := &m.st.Layout
 	var rel, tra []string
-	transient := 0
-	for _, s := range slices.Concat(l.Servers, l.Standby) {
-		if s.Class == tier.Transient {
-			transient++
-		}
-	}
 	for _, s := range l.Servers {
 		if s.Class == tier.Transient {
 			tra = append(tra, s.ID)
@@ -510,7 +504,13 @@ func (m *Machine) gatherForTiers(to tier.Stage, reason string) error {
 	if len(rel) == 0 {
 		return fmt.Errorf("%w: the ring holds transient servers only: no reliable server to gather its slots and become the BackupPS", ErrStage)
 	}
-	if err := to.Formable(len(rel), transient); err != nil {
+	standby := 0
+	for _, s := range l.Standby {
+		if s.Class == tier.Transient {
+			standby++
+		}
+	}
+	if err := to.Formable(len(rel), len(tra)+standby); err != nil {
 		return fmt.Errorf("%w: %v", ErrStage, err)
 	}
 	l.Leaving = tra
