@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"time"
@@ -54,6 +55,7 @@ type Authenticator interface {
 // goroutine, owned by the Conn, writes.
 type Conn struct {
 	nc           net.Conn
+	bw           BuffersWriter // nc's, or its rawSock's; nil for net.Buffers' own
 	Reader       *wire.Reader
 	WriteTimeout time.Duration
 	auth         bool
@@ -82,9 +84,15 @@ func NewConn(nc net.Conn, maxPayload int) *Conn {
 		tc.SetWriteBuffer(4 << 20)
 	}
 	a, ok := nc.(Authenticator)
-	br := bufio.NewReaderSize(nc, readBuffer)
+	var r io.Reader = nc
+	bw, _ := nc.(BuffersWriter)
+	if s := newRawSock(nc); s != nil {
+		r, bw = s, s
+	}
+	br := bufio.NewReaderSize(r, readBuffer)
 	c := &Conn{
 		nc:           nc,
+		bw:           bw,
 		Reader:       wire.NewReader(br, maxPayload),
 		WriteTimeout: DefaultWriteTimeout,
 		auth:         ok && a.Authenticated(),
@@ -207,8 +215,8 @@ func (c *Conn) writeLoop() {
 			}
 			w := bufs // WriteTo consumes its receiver
 			var err error
-			if bw, ok := c.nc.(BuffersWriter); ok {
-				_, err = bw.WriteBuffers(&w)
+			if c.bw != nil {
+				_, err = c.bw.WriteBuffers(&w)
 			} else {
 				_, err = w.WriteTo(c.nc)
 			}

@@ -82,10 +82,11 @@ func (v *vecReader) ReadVec(bufs [][]byte) (int, error) {
 }
 
 // readv is one readv(2) of v.iov into v.n and v.err, for RawConn.Read:
-// it reports false to wait for the socket to be readable again.
+// it reports false to wait for the socket to be readable again. A raw
+// system call, as rawSock's are.
 func (v *vecReader) readv(fd uintptr) bool {
 	for {
-		r, _, e := unix.Syscall(unix.SYS_READV, fd, uintptr(unsafe.Pointer(&v.iov[0])), uintptr(len(v.iov)))
+		r, _, e := unix.RawSyscall(unix.SYS_READV, fd, uintptr(unsafe.Pointer(&v.iov[0])), uintptr(len(v.iov)))
 		if e == unix.EINTR {
 			continue
 		}

@@ -76,6 +76,42 @@ func (u *Updater) Apply(v []float32, st [][]float32, g []float32) bool {
 	panic("optim: Apply on an Updater not made by New")
 }
 
+// SumKeys is Apply of the Sum rule over the consecutive keys of v, w floats
+// a key: each key whose sums are all finite gets them and each other key is
+// left untouched and counted in refused. Where the vector kernel takes
+// whole keys (a width that divides its round), it adds in one pass, where
+// Apply checks a call's sums before it commits any and so reads them
+// twice; ok is false where it does not (another rule, another width, no
+// kernel), and the caller goes through Apply.
+func (u *Updater) SumKeys(v, g []float32, w int) (refused int, ok bool) {
+	if u.kind != table.Sum || w <= 0 || sumLanes%w != 0 || sumHead(sumLanes) == 0 {
+		return 0, false
+	}
+	g = g[:len(v)]
+	off := 0
+	for {
+		off += sumRun(v[off:], g[off:])
+		if len(v)-off < sumLanes {
+			break
+		}
+		// The round at off holds a key whose sum is not finite, and the
+		// kernel changed nothing of it: its keys one by one.
+		for end := off + sumLanes; off < end; off += w {
+			if !sum(v[off:off+w], g[off:off+w]) {
+				refused++
+			}
+		}
+	}
+	if off < len(v) && !sum(v[off:], g[off:]) {
+		for ; off < len(v); off += w {
+			if !sum(v[off:off+w], g[off:off+w]) {
+				refused++
+			}
+		}
+	}
+	return refused, true
+}
+
 // The finiteness tests work on the bit pattern: adding one to an all-ones
 // exponent carries into the sign bit, and for every finite value it does
 // not. OR-ing the sums over a vector then needs one branch at the end and

@@ -25,3 +25,13 @@ func sumKernel(v, g []float32) bool { return sumAVX2(v, g[:len(v)]) }
 //
 //go:noescape
 func sumAVX2(v, g []float32) bool
+
+// sumRun adds g to v whole rounds at a time while every sum is finite and
+// returns how many floats it added (see sumRunAVX2); only where sumHead
+// gives the kernel a head.
+func sumRun(v, g []float32) int { return sumRunAVX2(v, g[:len(v)]) }
+
+// sumRunAVX2 is sumRun 8 floats an instruction, in one pass (sum_amd64.s).
+//
+//go:noescape
+func sumRunAVX2(v, g []float32) int

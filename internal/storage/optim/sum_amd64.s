@@ -74,3 +74,49 @@ refuse:
 	VZEROUPPER
 	MOVB $0, ret+48(FP)
 	RET
+
+// func sumRunAVX2(v, g []float32) int
+//
+// len(g) >= len(v). Adds g to v one round of 32 floats at a time, in one
+// pass, while every sum of a round is finite, and returns how many floats
+// it added: the whole rounds of v, or the offset of the first round with
+// an Inf or NaN sum, which it leaves untouched, as it does the floats
+// short of a round at the end.
+TEXT ·sumRunAVX2(SB), NOSPLIT, $0-56
+	MOVQ v_base+0(FP), DI
+	MOVQ v_len+8(FP), BX
+	MOVQ g_base+24(FP), SI
+	ANDQ $-32, BX
+	SHLQ $2, BX
+	VPBROADCASTD expmask<>(SB), Y15
+	XORQ AX, AX
+
+round:
+	CMPQ AX, BX
+	JAE  ended
+	SUMS
+	VPAND    Y15, Y0, Y4
+	VPAND    Y15, Y1, Y5
+	VPAND    Y15, Y2, Y6
+	VPAND    Y15, Y3, Y7
+	VPCMPEQD Y15, Y4, Y4
+	VPCMPEQD Y15, Y5, Y5
+	VPCMPEQD Y15, Y6, Y6
+	VPCMPEQD Y15, Y7, Y7
+	VPOR     Y4, Y5, Y5
+	VPOR     Y6, Y7, Y7
+	VPOR     Y5, Y7, Y7
+	VPTEST   Y7, Y7
+	JNZ      ended
+	VMOVUPS  Y0, 0(DI)(AX*1)
+	VMOVUPS  Y1, 32(DI)(AX*1)
+	VMOVUPS  Y2, 64(DI)(AX*1)
+	VMOVUPS  Y3, 96(DI)(AX*1)
+	ADDQ     $128, AX
+	JMP      round
+
+ended:
+	SHRQ $2, AX
+	VZEROUPPER
+	MOVQ AX, ret+48(FP)
+	RET

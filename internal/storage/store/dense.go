@@ -211,6 +211,9 @@ func (t *Table) pushGroup(g uint64, vals []float32) (refused int, ok bool) {
 // lie one after another in v: a table without optimizer state.
 func (t *Table) applyFlat(v, g []float32) (refused int) {
 	w := t.width
+	if r, ok := t.upd.SumKeys(v, g, w); ok {
+		return r
+	}
 	step := t.perApply * w
 	for lo := 0; lo < len(v); lo += step {
 		hi := min(lo+step, len(v))
