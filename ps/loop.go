@@ -112,8 +112,7 @@ func (c *Client) currentObserver() Observer {
 // partition trained by some worker): it is the pass's barrier. After a
 // Drain it stops at the next minibatch boundary, records how far it got
 // (and the partition state there) and returns an error wrapping
-// ErrDrained. A lease revoked by the cluster going back to a checkpoint
-// (api.ErrRewound) is dropped, and work asked for again.
+// ErrDrained.
 func (c *Client) EachPartition(ctx context.Context, pass int, loop Loop) error {
 	loop, err := loop.withDefaults()
 	if err != nil {
@@ -130,14 +129,7 @@ func (c *Client) EachPartition(ctx context.Context, pass int, loop Loop) error {
 		if l == nil {
 			return nil
 		}
-		if err := c.train(ctx, l, &loop); errors.Is(err, api.ErrRewound) {
-			// The cluster went back to a checkpoint (coordinator
-			// --on-copies-lost resume): the lease is revoked, its pushes
-			// waited for (stop), and its rows are trained again from the
-			// checkpoint's offsets by whoever takes them.
-			c.log.Warn("the cluster went back to a checkpoint: the lease is dropped, and work asked for again", "pass", pass+1, "partition", l.Partition, "err", err)
-			continue
-		} else if err != nil {
+		if err := c.train(ctx, l, &loop); err != nil {
 			// Counted from 1, as the apps, status and events count.
 			return fmt.Errorf("ps: pass %d partition %d: %w", pass+1, l.Partition, err)
 		}

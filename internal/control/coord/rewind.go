@@ -138,10 +138,8 @@ func (m *Machine) cannotRewind(r Resumed) string {
 		return fmt.Sprintf("is of job %d, the cluster trains job %d", r.JobNumber, l.Job+1)
 	case len(r.States) > 0 || len(m.st.PartStates) > 0:
 		return "holds partition states, which going back does not restore (not built)"
-	case next != m.st.DoneBefore:
-		// The workers' pass loop goes forward only, and the passes'
-		// evaluations would need undoing.
-		return fmt.Sprintf("resumes pass %d and the job trains pass %d: going back a pass is not built", next+1, m.st.DoneBefore+1)
+	case next > m.st.DoneBefore:
+		return fmt.Sprintf("resumes pass %d and the job trains pass %d: it is ahead of the job", next+1, m.st.DoneBefore+1)
 	}
 	for _, t := range r.Tables {
 		if !slices.ContainsFunc(l.Tables, func(u layout.Table) bool { return u.ID == t.ID && u.Spec == t.Spec }) {
@@ -167,21 +165,35 @@ func (m *Machine) rewind(r Resumed, lossVersion uint64) {
 		st.Checkpoint.Now = false
 		m.endCheckpoint()
 	}
-	for e := range st.Passes {
-		if e >= st.DoneBefore {
-			delete(st.Passes, e)
-		}
+	// The passes after the checkpoint's are trained and evaluated again.
+	next := r.Pass + 1
+	if r.InPass != nil {
+		next = r.InPass.Pass
 	}
+	st.Passes, st.DoneBefore = map[int]*Pass{}, next
 	if r.InPass != nil {
 		m.resumePass(r.InPass, nil)
 	}
-	m.cutSince = map[cutKey]time.Time{}
-	m.waiting = slices.DeleteFunc(m.waiting, func(w waiter) bool {
-		if w.split != nil {
-			m.fail(w.id, fmt.Errorf("%w: the piece to split went back to checkpoint %d", api.ErrNoSplit, r.Seq))
+	for p, e := range st.Evals {
+		if p > next && !(e.Result != nil && e.Result.Restored) {
+			delete(st.Evals, p)
 		}
-		return w.split != nil
-	})
+	}
+	m.cutSince = map[cutKey]time.Time{}
+	st.Behind = map[int]bool{}
+	for _, rank := range st.Workers {
+		if !m.finished(rank) {
+			st.Behind[rank] = true
+		}
+	}
+	for _, w := range m.waiting {
+		err := fmt.Errorf("%w: the cluster goes back to checkpoint %d", api.ErrRewound, r.Seq)
+		if w.split != nil {
+			err = fmt.Errorf("%w: the piece to split went back to checkpoint %d", api.ErrNoSplit, r.Seq)
+		}
+		m.fail(w.id, err)
+	}
+	m.waiting = nil
 	st.RewoundGrants = st.Grants
 	st.Rewinds++
 	where := fmt.Sprintf("after pass %d", r.Pass+1)
@@ -200,4 +212,20 @@ func (m *Machine) rewind(r Resumed, lossVersion uint64) {
 	m.note(api.EventCheckpoint, "", fmt.Sprintf("going back to checkpoint %d (%s): slots lost every copy; every server loads it again, the leases granted before are revoked and the pass goes on from its offsets", r.Seq, where))
 	m.newEpoch()
 	m.publish()
+}
+
+// behind refuses, with api.ErrRewound, what rank asks of pass e (counted
+// from 0) when the cluster went back before it and rank has not gone
+// back yet; rank goes back once it asks of the pass the job is in or one
+// before (ps.RunPasses starts its passes again on the refusal).
+func (m *Machine) behind(rank, e int) error {
+	if !m.st.Behind[rank] {
+		return nil
+	}
+	if e <= m.st.DoneBefore {
+		delete(m.st.Behind, rank)
+		m.dirty = true
+		return nil
+	}
+	return fmt.Errorf("%w: rank %d asks of pass %d, and the job is in pass %d (%s)", api.ErrRewound, rank, e+1, m.st.DoneBefore+1, m.st.LastRewind)
 }

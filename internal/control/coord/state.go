@@ -95,6 +95,11 @@ type State struct {
 	Rewinds       int        `json:"rewinds,omitempty"`
 	LastRewind    string     `json:"last_rewind,omitempty"`
 	RewoundGrants uint64     `json:"rewound_grants,omitempty"`
+	// Behind are the worker ranks that have not gone back since the last
+	// rewind: until a rank asks for work of a pass the job is in or
+	// before, what it asks of a later pass is refused (api.ErrRewound),
+	// and it starts its passes again.
+	Behind map[int]bool `json:"behind,omitempty"`
 	// RankClass is the class of each worker rank's machine.
 	RankClass map[int]tier.Class `json:"rank_class,omitempty"`
 

@@ -69,6 +69,10 @@ func (m *Machine) Acquire(id uint64, a api.Acquire) {
 		return
 	}
 	m.beat(a.Rank)
+	if err := m.behind(a.Rank, a.Pass); err != nil {
+		m.fail(id, err)
+		return
+	}
 	if !m.tryAcquire(id, a.Rank, a.Pass) {
 		m.waiting = append(m.waiting, waiter{id: id, rank: a.Rank, pass: a.Pass})
 	}
