@@ -149,13 +149,13 @@ func (m *Machine) cannotRewind(r Resumed) string {
 	return ""
 }
 
-// rewind takes the live cluster back to checkpoint r: the pass in
-// progress is r's (its pieces free at their offsets, or whole at the
-// pass's start), every lease granted before is revoked, the checkpoint
-// in progress is abandoned, and a layout that begins an epoch and is not
-// ready asks every server to empty its tables and load r's slots
-// (Restored makes it ready again once all have). Clocks stay: a worker's
-// clock counts its steps, and the servers' reads wait on it.
+// rewind takes the live cluster back to checkpoint r: the job is in r's
+// pass again (rewindPasses), every lease granted before is revoked
+// (revokeLeases), the checkpoint in progress is abandoned, and a layout
+// that begins an epoch and is not ready asks every server to empty its
+// tables and load r's slots (Restored makes it ready again once all
+// have). Clocks stay: a worker's clock counts its steps, and the
+// servers' reads wait on it.
 func (m *Machine) rewind(r Resumed, lossVersion uint64) {
 	st, l := &m.st, &m.st.Layout
 	if ck := l.Checkpoint; ck != nil && !m.committing {
@@ -165,36 +165,8 @@ func (m *Machine) rewind(r Resumed, lossVersion uint64) {
 		st.Checkpoint.Now = false
 		m.endCheckpoint()
 	}
-	// The passes after the checkpoint's are trained and evaluated again.
-	next := r.Pass + 1
-	if r.InPass != nil {
-		next = r.InPass.Pass
-	}
-	st.Passes, st.DoneBefore = map[int]*Pass{}, next
-	if r.InPass != nil {
-		m.resumePass(r.InPass, nil)
-	}
-	for p, e := range st.Evals {
-		if p > next && !(e.Result != nil && e.Result.Restored) {
-			delete(st.Evals, p)
-		}
-	}
-	m.cutSince = map[cutKey]time.Time{}
-	st.Behind = map[int]bool{}
-	for _, rank := range st.Workers {
-		if !m.finished(rank) {
-			st.Behind[rank] = true
-		}
-	}
-	for _, w := range m.waiting {
-		err := fmt.Errorf("%w: the cluster goes back to checkpoint %d", api.ErrRewound, r.Seq)
-		if w.split != nil {
-			err = fmt.Errorf("%w: the piece to split went back to checkpoint %d", api.ErrNoSplit, r.Seq)
-		}
-		m.fail(w.id, err)
-	}
-	m.waiting = nil
-	st.RewoundGrants = st.Grants
+	m.rewindPasses(r)
+	m.revokeLeases(r.Seq)
 	st.Rewinds++
 	where := fmt.Sprintf("after pass %d", r.Pass+1)
 	if r.InPass != nil {
@@ -209,9 +181,50 @@ func (m *Machine) rewind(r Resumed, lossVersion uint64) {
 	}
 	m.copiesChanged = true
 	m.log.Warn("slots lost every copy: the cluster goes back to the newest checkpoint", "seq", r.Seq, "where", where, "rewinds", st.Rewinds)
-	m.note(api.EventCheckpoint, "", fmt.Sprintf("going back to checkpoint %d (%s): slots lost every copy; every server loads it again, the leases granted before are revoked and the pass goes on from its offsets", r.Seq, where))
+	m.note(api.EventCheckpoint, "", fmt.Sprintf("going back to checkpoint %d (%s): slots lost every copy; every server loads it again, the leases granted before are revoked and training goes on from its offsets", r.Seq, where))
 	m.newEpoch()
 	m.publish()
+}
+
+// rewindPasses puts the job back in checkpoint r's pass, its pieces
+// free at r's offsets (or whole, from a boundary): the passes after it
+// are trained and evaluated again.
+func (m *Machine) rewindPasses(r Resumed) {
+	next := r.Pass + 1
+	if r.InPass != nil {
+		next = r.InPass.Pass
+	}
+	m.st.Passes, m.st.DoneBefore = map[int]*Pass{}, next
+	if r.InPass != nil {
+		m.resumePass(r.InPass, nil)
+	}
+	for p := range m.st.Evals { // by passes complete, from 1
+		if p > next {
+			delete(m.st.Evals, p)
+		}
+	}
+	m.cutSince = map[cutKey]time.Time{}
+}
+
+// revokeLeases revokes every lease granted so far and fails the parked
+// asks for work and splits, going back to checkpoint seq: every live
+// rank is behind until it asks of the job's pass again (behind).
+func (m *Machine) revokeLeases(seq uint64) {
+	m.st.RewoundGrants = m.st.Grants
+	m.st.Behind = map[int]bool{}
+	for _, rank := range m.st.Workers {
+		if !m.finished(rank) {
+			m.st.Behind[rank] = true
+		}
+	}
+	for _, w := range m.waiting {
+		err := fmt.Errorf("%w: the cluster goes back to checkpoint %d", api.ErrRewound, seq)
+		if w.split != nil {
+			err = fmt.Errorf("%w: the piece to split went back to checkpoint %d", api.ErrNoSplit, seq)
+		}
+		m.fail(w.id, err)
+	}
+	m.waiting = nil
 }
 
 // behind refuses, with api.ErrRewound, what rank asks of pass e (counted
