@@ -195,6 +195,9 @@ var inspections = map[string]func(h *harness, td *datadriven.TestData){
 	"states": func(h *harness, td *datadriven.TestData) { h.printStates() },
 	"status": func(h *harness, td *datadriven.TestData) { h.printStatus() },
 	"lost":   func(h *harness, td *datadriven.TestData) { h.printLost() },
+	"at-risk": func(h *harness, td *datadriven.TestData) {
+		fmt.Fprintf(&h.out, "under-replicated %.1f%% of the ring\n", 100*h.m.Status().UnderReplicated)
+	},
 	"loss": func(h *harness, td *datadriven.TestData) {
 		l := h.m.Loss()
 		fmt.Fprintf(&h.out, "updates lost %d of %d at risk, %d reports, %d unreported\n", l.UpdatesLost, l.UpdatesLostBound, l.Reports, l.Unreported)
