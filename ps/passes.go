@@ -2,6 +2,7 @@ package ps
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -63,6 +64,22 @@ func (c *Client) RunPasses(ctx context.Context, p Passes) error {
 		}
 		return err
 	}
+	for {
+		err := c.runPasses(ctx, p, orders, eval, account, &secs, record)
+		if !errors.Is(err, api.ErrRewound) {
+			return err
+		}
+		// The cluster went back to a checkpoint (coordinator
+		// --on-copies-lost resume): the passes start again from the
+		// first, as a worker joining a resumed job's do; those the
+		// checkpoint holds are done at once, and evaluated already.
+		c.log.Warn("the cluster went back to a checkpoint: this worker's lease is dropped and its passes start again from the checkpoint's", "err", err)
+	}
+}
+
+// runPasses runs p's passes once, until the end or an error.
+func (c *Client) runPasses(ctx context.Context, p Passes, orders map[int]func(pass, partition int) []int, eval func(int) EvalFunc,
+	account accountFunc, secs *float64, record func([]PassResult, error) error) error {
 	for pass := range p.N {
 		start := time.Now()
 		loop := p.Loop(pass)
@@ -78,7 +95,7 @@ func (c *Client) RunPasses(ctx context.Context, p Passes) error {
 		if eval == nil {
 			continue
 		}
-		secs = time.Since(start).Seconds()
+		*secs = time.Since(start).Seconds()
 		if err := record(c.evaluatePass(ctx, pass+1, eval(pass), account)); err != nil {
 			return err
 		}

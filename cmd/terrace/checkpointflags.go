@@ -1,6 +1,27 @@
 package main
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/terrace-ml/terrace/internal/control/coord"
+)
+
+// onCopiesLostUsage is --on-copies-lost's help, the coordinator's and
+// train's.
+const onCopiesLostUsage = "when slots lose every copy (k servers killed at once): continue with them empty, or resume, taking the live cluster back to the newest checkpoint in --checkpoint-dir"
+
+// checkOnCopiesLost reads --on-copies-lost: resume needs a checkpoint
+// directory to go back to.
+func checkOnCopiesLost(s, dir string) (coord.CopiesLostPolicy, error) {
+	p, err := coord.ParseCopiesLostPolicy(s)
+	if err != nil {
+		return "", fmt.Errorf("--on-copies-lost %q: want continue or resume", s)
+	}
+	if p == coord.OnCopiesLostResume && dir == "" {
+		return "", fmt.Errorf("--on-copies-lost resume needs --checkpoint-dir: it goes back to the newest checkpoint there")
+	}
+	return p, nil
+}
 
 // defaultCheckpointKeep is how many cluster checkpoints a job keeps: the
 // newest, and two to fall back on should it be damaged.

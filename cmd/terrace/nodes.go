@@ -25,7 +25,7 @@ import (
 func coordinatorCmd() *cobra.Command {
 	var o coord.Options
 	var ha coordha.Config
-	var listen, reportPath, eventsPath, etcd, logLevel, dashListen string
+	var listen, reportPath, eventsPath, etcd, logLevel, dashListen, onCopiesLost string
 	var exitWhenDone, inMemory bool
 	var sec securityFlags
 	var tiers coordTierFlags
@@ -67,6 +67,9 @@ address, comma-separated.`,
 				return err
 			}
 			if err := checkCheckpointFlags(o.CheckpointDir, o.CheckpointEvery, o.CheckpointKeep, o.Resume); err != nil {
+				return err
+			}
+			if o.OnCopiesLost, err = checkOnCopiesLost(onCopiesLost, o.CheckpointDir); err != nil {
 				return err
 			}
 			o.ExitWhenDone = exitWhenDone
@@ -209,6 +212,7 @@ address, comma-separated.`,
 	fs.IntVar(&o.CheckpointEvery, "checkpoint-every", 0, "take a checkpoint after every N training passes (0: never)")
 	fs.IntVar(&o.CheckpointKeep, "checkpoint-keep", defaultCheckpointKeep, "after each checkpoint, remove those older than the newest N (0: keep every one)")
 	fs.BoolVar(&o.Resume, "resume", false, "start from the newest committed checkpoint in --checkpoint-dir")
+	fs.StringVar(&onCopiesLost, "on-copies-lost", string(coord.OnCopiesLostContinue), onCopiesLostUsage)
 	logLevelVar(fs, &logLevel, "warn")
 	fs.StringVar(&dashListen, "dashboard-listen", "", "also serve the dashboard read-only on this address, plain HTTP (for a browser without a client certificate under --tls-dir; keep it on loopback and tunnel to it)")
 	sec.register(fs, true)

@@ -107,6 +107,13 @@ func printSlotLosses(w io.Writer, st *api.Status) {
 			fmt.Fprintf(w, "  epoch %d: %s held the only copies of %s and %.2f%% of the ring beyond\n", l.Epoch, strings.Join(l.Servers, " and "), slots, 100*l.Share)
 		}
 	}
+	if st.Rewinds > 0 {
+		times := fmt.Sprintf("%d times", st.Rewinds)
+		if st.Rewinds == 1 {
+			times = "once"
+		}
+		fmt.Fprintf(w, "REWOUND  the cluster went back to its newest checkpoint after slots lost every copy, %s; the last: %s\n", times, st.LastRewind)
+	}
 	if st.UnderReplicated > 0 {
 		fmt.Fprintf(w, "UNDER-REPLICATED  %.2f%% of the ring has fewer copies than k until its rebuild is reported\n", 100*st.UnderReplicated)
 	}

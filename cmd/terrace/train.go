@@ -146,7 +146,7 @@ func trainCmd() *cobra.Command {
 	var tiers tierTrainFlags
 	var sf straggleFlags
 	var servers, workers, partitions, replication, checkpointEvery, checkpointKeep int
-	var checkpointDir, resumeDir string
+	var checkpointDir, resumeDir, onCopiesLost string
 	var reportPath, logLevel string
 	cmd := &cobra.Command{
 		Use:   "train",
@@ -196,7 +196,7 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 			if d.processes {
 				// Checkpoints of a cluster of processes are its
 				// coordinators' (train_checkpoint.go).
-				ck, err := newProcessCheckpoints(checkpointDir, checkpointEvery, checkpointKeep, resumeDir)
+				ck, err := newProcessCheckpoints(checkpointDir, checkpointEvery, checkpointKeep, resumeDir, onCopiesLost)
 				if err != nil {
 					return err
 				}
@@ -229,9 +229,13 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 			if err := checkCheckpointFlags(checkpointDir, checkpointEvery, checkpointKeep, false); err != nil {
 				return err
 			}
+			policy, err := checkOnCopiesLost(onCopiesLost, checkpointDir)
+			if err != nil {
+				return err
+			}
 			l, err := node.StartLocal(ctx, node.LocalConfig{Servers: servers, Workers: workers, Partitions: partitions, Replication: replication, Account: d.account,
 				CheckpointDir: checkpointDir, CheckpointEvery: checkpointEvery, CheckpointKeep: checkpointKeep, Resume: resumeDir != "", Logger: log,
-				FailureTimeout: d.failAfter})
+				FailureTimeout: d.failAfter, OnCopiesLost: policy})
 			if err != nil && resumeDir != "" {
 				return fmt.Errorf("--resume %s: %w", resumeDir, err)
 			}
@@ -292,6 +296,7 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 	fs.IntVar(&checkpointEvery, "checkpoint-every", 0, "take a checkpoint after every N passes (0: never)")
 	fs.IntVar(&checkpointKeep, "checkpoint-keep", defaultCheckpointKeep, "after each checkpoint, remove those older than the newest N (0: keep every one)")
 	fs.StringVar(&resumeDir, "resume", "", "continue from the newest committed checkpoint in this directory (passes already done are skipped)")
+	fs.StringVar(&onCopiesLost, "on-copies-lost", string(coord.OnCopiesLostContinue), onCopiesLostUsage)
 	fs.StringVar(&reportPath, "report", "", "write the JSON report to this file")
 	logLevelVar(fs, &logLevel, "warn")
 	addConfigFlag(cmd)

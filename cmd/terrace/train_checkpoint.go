@@ -7,6 +7,7 @@ import (
 	"io"
 	"strconv"
 
+	"github.com/terrace-ml/terrace/internal/control/coord"
 	"github.com/terrace-ml/terrace/internal/harness/drill"
 )
 
@@ -15,14 +16,15 @@ import (
 // --checkpoint-every, --checkpoint-keep, --resume), as a cluster started
 // by hand would.
 type processCheckpoints struct {
-	dir         string
-	every, keep int
-	resume      bool
+	dir          string
+	every, keep  int
+	resume       bool
+	onCopiesLost coord.CopiesLostPolicy
 }
 
 // newProcessCheckpoints checks the flags as train without --processes
 // does: --resume DIR alone names the directory too.
-func newProcessCheckpoints(dir string, every, keep int, resumeDir string) (processCheckpoints, error) {
+func newProcessCheckpoints(dir string, every, keep int, resumeDir, onCopiesLost string) (processCheckpoints, error) {
 	if resumeDir != "" && dir == "" {
 		dir = resumeDir
 	}
@@ -32,7 +34,11 @@ func newProcessCheckpoints(dir string, every, keep int, resumeDir string) (proce
 	if err := checkCheckpointFlags(dir, every, keep, resumeDir != ""); err != nil {
 		return processCheckpoints{}, err
 	}
-	return processCheckpoints{dir: dir, every: every, keep: keep, resume: resumeDir != ""}, nil
+	policy, err := checkOnCopiesLost(onCopiesLost, dir)
+	if err != nil {
+		return processCheckpoints{}, err
+	}
+	return processCheckpoints{dir: dir, every: every, keep: keep, resume: resumeDir != "", onCopiesLost: policy}, nil
 }
 
 // apply gives the coordinators the flags and, for a resumed job, gives
@@ -44,7 +50,7 @@ func (p processCheckpoints) apply(ctx context.Context, out io.Writer, cfg *drill
 		return nil
 	}
 	cfg.CoordArgs = append(cfg.CoordArgs, "--checkpoint-dir", p.dir, "--checkpoint-every", strconv.Itoa(p.every),
-		"--checkpoint-keep", strconv.Itoa(p.keep))
+		"--checkpoint-keep", strconv.Itoa(p.keep), "--on-copies-lost", string(p.onCopiesLost))
 	if !p.resume {
 		return nil
 	}

@@ -123,11 +123,14 @@ func (s *Server) install(l *layout.Layout, rm *ring.Map, ch chains) (installed, 
 		s.ckptSeq = ck.Seq
 		a.checkpoint = ck
 	}
-	if r := l.Resume; r != nil && r.Seq != s.restoredSeq {
+	if r := l.Resume; r != nil && (r.Seq != s.restoredSeq || r.Rewind != s.restoredRewind) {
 		// Loaded once, under the first layout that asks: the slots a
 		// server holds only shrink as more servers join, so this is a
 		// superset of what it will hold.
-		s.restoredSeq = r.Seq
+		s.restoredSeq, s.restoredRewind = r.Seq, r.Rewind
+		if r.Rewind > 0 {
+			s.emptyTablesLocked()
+		}
 		a.resume = r
 	}
 	a.finished, a.ready = l.Finished, l.Ready

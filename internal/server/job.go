@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/terrace-ml/terrace/internal/placement/layout"
+	"github.com/terrace-ml/terrace/internal/storage/store"
 )
 
 // nextJobLocked forgets the job before l's, on a cluster that runs jobs
@@ -24,4 +25,24 @@ func (s *Server) nextJobLocked(l *layout.Layout) {
 	s.cons = consistency[func(), *bspPush]{}
 	s.clockMu.Unlock()
 	s.log.Info("next job: the old job's tables dropped, clocks restarted", "job", l.Job+1)
+}
+
+// emptyTablesLocked gives every table an empty store, before the live
+// cluster loads a checkpoint again (layout.Checkpoint.Rewind,
+// docs/design/resilience.md, "Going back to a checkpoint"): a key the
+// checkpoint does not hold must read as it did then, unwritten. A
+// request resolved under an older layout holds the old store, and is
+// refused at its apply (the epoch changed). The caller holds applyMu
+// and mu.
+func (s *Server) emptyTablesLocked() {
+	for id, t := range s.tables {
+		st, err := store.New(t.spec)
+		if err != nil {
+			// The spec made a store before: this cannot happen.
+			s.log.Error("a table cannot be emptied before a rewind; it keeps its values", "table", t.spec.Name, "err", err)
+			continue
+		}
+		s.tables[id] = &tableState{id: id, spec: t.spec, store: st}
+	}
+	s.log.Warn("going back to a checkpoint: every table emptied before it loads again", "tables", len(s.tables))
 }

@@ -111,7 +111,10 @@ type Server struct {
 	// still right under the same gen.
 	gen                  uint64
 	ckptSeq, restoredSeq uint64
-	lastRebuild          chan struct{} // closed when the newest rebuild is done
+	// restoredRewind is the rewind of the last checkpoint loaded
+	// (layout.Checkpoint.Rewind).
+	restoredRewind int
+	lastRebuild    chan struct{} // closed when the newest rebuild is done
 
 	// applies counts the pushes that started changing the store, so that
 	// a replicator can tell whether any did while it read a round's state

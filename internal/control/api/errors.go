@@ -30,6 +30,11 @@ var (
 	// or had left; its leases went to others. It wraps ErrLeaseLost. The
 	// process may join again, under a new incarnation, as a new worker.
 	ErrDeclaredDead = fmt.Errorf("%w: worker declared dead", ErrLeaseLost)
+	// ErrRewound: the cluster went back to a checkpoint after slots lost
+	// every copy (coordinator --on-copies-lost resume), revoking every
+	// lease granted before: the worker drops its lease and asks for work
+	// again. It wraps ErrLeaseLost.
+	ErrRewound = fmt.Errorf("%w: the cluster went back to a checkpoint", ErrLeaseLost)
 	// ErrNoSplit: the piece asked for cannot be split now (no live worker
 	// holds it, another split of it is pending, its holder declined, died,
 	// drained or did not answer within the failure timeout).
@@ -80,6 +85,7 @@ const (
 	CodeTableConflict Code = "table_conflict"
 	CodeLeaseLost     Code = "lease_lost"
 	CodeDeclaredDead  Code = "declared_dead"
+	CodeRewound       Code = "rewound"
 	CodeNoSplit       Code = "no_split"
 	CodeNoState       Code = "no_state"
 	CodeStateTooLarge Code = "state_too_large"
@@ -112,6 +118,7 @@ var codes = []struct {
 	{CodeFull, ErrFull, http.StatusConflict},
 	{CodeTableConflict, ErrTableConflict, http.StatusConflict},
 	{CodeDeclaredDead, ErrDeclaredDead, http.StatusConflict}, // before ErrLeaseLost, which it wraps
+	{CodeRewound, ErrRewound, http.StatusConflict},           // before ErrLeaseLost, which it wraps
 	{CodeLeaseLost, ErrLeaseLost, http.StatusConflict},
 	{CodeNoSplit, ErrNoSplit, http.StatusConflict},
 	{CodeNoState, ErrNoState, http.StatusNotFound},

@@ -106,6 +106,11 @@ type Status struct {
 	// "Slots that lost every copy").
 	CopiesLost int        `json:"copies_lost,omitempty"`
 	SlotLosses []SlotLoss `json:"slot_losses,omitempty"`
+	// Rewinds counts the times the cluster went back to a checkpoint after
+	// such a loss (coordinator --on-copies-lost resume), LastRewind says
+	// the last (docs/design/resilience.md, "Going back to a checkpoint").
+	Rewinds    int    `json:"rewinds,omitempty"`
+	LastRewind string `json:"last_rewind,omitempty"`
 	// UnderReplicated is the share of the hash ring whose slots have fewer
 	// complete copies than their chains have members, as the coordinator
 	// knows: a rebuild not reported finished yet, or slots started again

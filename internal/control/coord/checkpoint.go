@@ -579,6 +579,13 @@ func (m *Machine) Restored(id uint64, c api.Checkpointed) {
 			return
 		}
 	}
+	if l.Resume.Rewind > 0 {
+		// Gone back on a live cluster: it formed long ago, though a
+		// worker may have died since (publish counts them).
+		l.Ready = true
+		m.note(api.EventCheckpoint, "", fmt.Sprintf("back at checkpoint %d: every server loaded it again; work is granted again", l.Resume.Seq))
+		m.log.Warn("back at the checkpoint: training goes on from it", "seq", l.Resume.Seq)
+	}
 	l.Resume = nil
 	m.st.Checkpoint.Restored = nil
 	m.publish()

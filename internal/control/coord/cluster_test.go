@@ -140,6 +140,9 @@ func (h *harness) printLost() {
 		fmt.Fprintf(&h.out, "v%d epoch %d: servers %v held the copies of %d slots of the first 1024 (%s), %.1f%% of the ring\n",
 			l.Version, l.Epoch, l.Servers, l.SpreadCount, l.Spread, 100*l.Share)
 	}
+	if st.Rewinds > 0 {
+		fmt.Fprintf(&h.out, "rewound %d times: %s\n", st.Rewinds, st.LastRewind)
+	}
 }
 
 // TestClockSpreadAtOneInstant: workers report their clocks at different

@@ -111,6 +111,36 @@ func (c *Coordinator) readStates(ctx context.Context, states map[int][]uint64) (
 // damaged ones (a damaged record, server part or partition state), into the machine, and its partition states into the
 // store.
 func (c *Coordinator) resume(dir string) error {
+	r, states, pieces, err := c.latestCommit(dir)
+	if err != nil {
+		return fmt.Errorf("coord: resume: %w", err)
+	}
+	vers := c.m.Resume(r)
+	for p, blob := range states {
+		for i, v := range vers[p] {
+			piece := blob
+			if n := pieces[p]; len(n) > 0 {
+				off := sum(n[:i])
+				piece = blob[off : off+n[i]]
+			}
+			c.states.(*memStates).put(p, v, piece) // Open's store, until SetStateStore
+		}
+	}
+	return nil
+}
+
+// rewindTo reads the newest intact checkpoint under dir for the machine
+// to go back to (Machine.Rewound).
+func (c *Coordinator) rewindTo(dir string) {
+	r, _, _, err := c.latestCommit(dir)
+	c.event(func(m *Machine) { m.Rewound(r, err) })
+}
+
+// latestCommit reads the newest committed checkpoint under dir, passing
+// over damaged ones (a damaged record, server part or partition state):
+// what the machine resumes from, and its partitions' states with the
+// byte lengths of their pieces (commitMeta.StatePieces).
+func (c *Coordinator) latestCommit(dir string) (Resumed, map[int][]byte, map[int][]int, error) {
 	var m commitMeta
 	var states map[int][]byte
 	_, _, skipped, err := checkpoint.LatestCommit(dir, func(seq uint64, raw []byte) error {
@@ -137,30 +167,20 @@ func (c *Coordinator) resume(dir string) error {
 		c.log.Warn("passing over a damaged checkpoint commit", "err", s)
 	}
 	if err != nil {
-		return fmt.Errorf("coord: resume: %w", err)
+		return Resumed{}, nil, nil, err
 	}
 	next, err := checkpoint.NextClusterSeq(dir)
 	if err != nil {
-		return fmt.Errorf("coord: resume: %w", err)
+		return Resumed{}, nil, nil, err
 	}
 	counts := map[int]int{}
 	for p := range states {
 		counts[p] = max(1, len(m.StatePieces[p]))
 	}
-	vers := c.m.Resume(Resumed{Dir: dir, Seq: m.Seq, Pass: m.Pass, Servers: m.Servers, Tables: m.Tables,
+	r := Resumed{Dir: dir, Seq: m.Seq, Pass: m.Pass, Servers: m.Servers, Tables: m.Tables,
 		Partitions: m.Partitions, MaxClock: m.MaxClock, States: counts, Job: m.Job, JobNumber: m.JobNumber, Next: next,
-		InPass: m.InPass})
-	for p, blob := range states {
-		for i, v := range vers[p] {
-			piece := blob
-			if n := m.StatePieces[p]; len(n) > 0 {
-				off := sum(n[:i])
-				piece = blob[off : off+n[i]]
-			}
-			c.states.(*memStates).put(p, v, piece) // Open's store, until SetStateStore
-		}
-	}
-	return nil
+		InPass: m.InPass}
+	return r, states, m.StatePieces, nil
 }
 
 // decodeCommit reads a commit record; one written before the training

@@ -89,6 +89,7 @@ func (m *Machine) reportSlotLoss(loss copies.Loss, l *layout.Layout) {
 	m.note(api.EventLost, strings.Join(servers, ","), describeSlotLoss(sl, l.K()))
 	m.log.Warn("every copy of some slots is lost: their acknowledged updates are gone", "servers", servers, "version", l.Version,
 		"spread_slots", sl.SpreadCount, "slots", sl.Spread, "share", sl.Share, "k", l.K())
+	m.rewindOnLoss(l.Version)
 }
 
 // describeSlotLoss is the timeline's account of a loss.

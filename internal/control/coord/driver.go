@@ -70,6 +70,8 @@ type Options struct {
 	// only change is periodic progress (Config.ProgressGap;
 	// DefaultProgressGap if 0, none if negative).
 	ProgressGap time.Duration
+	// OnCopiesLost: Config.OnCopiesLost.
+	OnCopiesLost CopiesLostPolicy
 }
 
 // DefaultProgressGap bounds periodic progress to 50 saves a second: a
@@ -82,7 +84,7 @@ func (o Options) config() Config {
 		Replication: o.Replication, CheckpointDir: o.CheckpointDir, CheckpointEvery: o.CheckpointEvery,
 		FailureTimeout: o.FailureTimeout, Membership: o.Membership, Logger: o.Logger,
 		Stage: o.Stage, SyncInterval: o.SyncInterval, ExitWhenDone: o.ExitWhenDone, StageReason: o.StageReason,
-		ProgressGap: o.progressGap()}
+		ProgressGap: o.progressGap(), OnCopiesLost: o.OnCopiesLost}
 }
 
 func (o Options) progressGap() time.Duration {
@@ -483,6 +485,9 @@ func (c *Coordinator) effects(ctx context.Context, rd Ready) {
 				c.prune(ck.Dir)
 			}
 		})
+	}
+	if rw := rd.Rewind; rw != nil {
+		c.goEffect(func() { c.rewindTo(rw.Dir) })
 	}
 	for _, p := range rd.Probes {
 		c.goEffect(func() {

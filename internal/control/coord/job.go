@@ -126,6 +126,10 @@ func diffJobs(a, b *api.Job) string {
 // ClaimEval hands rank the evaluation of pass c.Pass if no live worker
 // holds it, and every earlier one that is due again (late).
 func (m *Machine) ClaimEval(id uint64, c api.EvalClaim) {
+	if err := m.behind(c.Rank, c.Pass); err != nil {
+		m.fail(id, err)
+		return
+	}
 	var got []int
 	for _, p := range m.evalPasses() {
 		e := m.st.Evals[p]
@@ -162,6 +166,11 @@ func (e *Eval) due(m *Machine) bool {
 // EvalResult records an evaluation's result.
 func (m *Machine) EvalResult(id uint64, r api.PassResult) {
 	e := m.st.Evals[r.Pass]
+	if m.st.Behind[r.Rank] && (e == nil || r.Pass > m.st.DoneBefore) {
+		// Evaluated before the cluster went back.
+		m.fail(id, m.behind(r.Rank, r.Pass))
+		return
+	}
 	if e == nil {
 		m.fail(id, fmt.Errorf("%w: no evaluation of pass %d was handed out", api.ErrBadRequest, r.Pass))
 		return

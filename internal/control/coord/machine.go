@@ -44,6 +44,9 @@ type Config struct {
 	StageReason string
 	// ExitWhenDone: the cluster ends with its job (Layout.Shutdown).
 	ExitWhenDone bool
+	// OnCopiesLost is what the cluster does when slots lose every copy
+	// (rewind.go; "": OnCopiesLostContinue).
+	OnCopiesLost CopiesLostPolicy
 	// ProgressGap, if above 0, is the least time between a save and the
 	// next one whose only change is periodic progress (progress.go); 0
 	// saves every change at once.
@@ -126,6 +129,9 @@ type Ready struct {
 	Drops []StateRef
 	// Commit asks for a checkpoint's commit record to be written.
 	Commit *Commit
+	// Rewind asks for the newest intact checkpoint, to go back to
+	// (Rewound).
+	Rewind *RewindRead
 	// Probes ask for servers to be dialled (MemberGone).
 	Probes []Probe
 	// AllReported: every worker has reported or is gone; EndedJob is the
@@ -223,6 +229,7 @@ func RestoreMachine(cfg Config, blob []byte, epoch uint64, now time.Time) (*Mach
 	m.published = m.snapshot()
 	m.dueAgain()
 	m.commitIfReported()
+	m.askRewindAgain()
 	return m, nil
 }
 
@@ -291,7 +298,7 @@ func (m *Machine) replyLayout(id uint64) { m.reply(Reply{ID: id, wantLayout: tru
 func (m *Machine) hasReady() bool {
 	o := &m.out
 	return m.inflight == nil && (m.dirty || m.layoutChanged || len(o.Replies) > 0 || len(o.Drops) > 0 ||
-		o.Commit != nil || len(o.Probes) > 0 || o.AllReported || len(o.Events) > 0)
+		o.Commit != nil || o.Rewind != nil || len(o.Probes) > 0 || o.AllReported || len(o.Events) > 0)
 }
 
 // Ready hands out what must be done since the last Ready, and false if

@@ -2,6 +2,7 @@ package coord
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -156,7 +157,8 @@ var events = map[string]func(h *harness, td *datadriven.TestData){
 	"restored": func(h *harness, td *datadriven.TestData) {
 		h.m.Restored(h.id(), api.Checkpointed{From: h.str(td, "from", ""), Seq: uint64(h.int(td, "seq", 1)), Error: h.str(td, "error", "")})
 	},
-	"resume": (*harness).resume,
+	"resume":  (*harness).resume,
+	"rewound": (*harness).rewound,
 	"tick": func(h *harness, td *datadriven.TestData) {
 		d, err := time.ParseDuration(td.CmdArgs[0].Key)
 		if err != nil {
@@ -193,6 +195,9 @@ var inspections = map[string]func(h *harness, td *datadriven.TestData){
 	"states": func(h *harness, td *datadriven.TestData) { h.printStates() },
 	"status": func(h *harness, td *datadriven.TestData) { h.printStatus() },
 	"lost":   func(h *harness, td *datadriven.TestData) { h.printLost() },
+	"at-risk": func(h *harness, td *datadriven.TestData) {
+		fmt.Fprintf(&h.out, "under-replicated %.1f%% of the ring\n", 100*h.m.Status().UnderReplicated)
+	},
 	"loss": func(h *harness, td *datadriven.TestData) {
 		l := h.m.Loss()
 		fmt.Fprintf(&h.out, "updates lost %d of %d at risk, %d reports, %d unreported\n", l.UpdatesLost, l.UpdatesLostBound, l.Reports, l.Unreported)
@@ -210,7 +215,7 @@ func (h *harness) newMachine(td *datadriven.TestData) {
 	}
 	h.cfg = Config{ProgressGap: gap, Servers: h.int(td, "servers", 1), Workers: h.int(td, "workers", 1), Partitions: h.int(td, "partitions", 2),
 		Replication: h.int(td, "replication", 1), FailureTimeout: timeout, CheckpointDir: h.str(td, "ckpt-dir", ""),
-		CheckpointEvery: h.int(td, "ckpt-every", 0), Stage: tier.Stage(h.int(td, "stage", 0)), StageReason: h.str(td, "stage-reason", ""), Logger: slog.New(slog.NewTextHandler(&h.out, &slog.HandlerOptions{ReplaceAttr: noTime}))}
+		CheckpointEvery: h.int(td, "ckpt-every", 0), OnCopiesLost: CopiesLostPolicy(h.str(td, "on-copies-lost", "")), Stage: tier.Stage(h.int(td, "stage", 0)), StageReason: h.str(td, "stage-reason", ""), Logger: slog.New(slog.NewTextHandler(&h.out, &slog.HandlerOptions{ReplaceAttr: noTime}))}
 	h.now, h.etcd, h.rows = t0, td.HasArg("etcd"), h.int(td, "rows", 100)
 	h.saved, h.epoch, h.rd, h.holding, h.probes = nil, 0, nil, false, nil
 	h.blobs, h.trained, h.rev = map[StateRef]string{}, map[[2]int][]span{}, 100
@@ -409,6 +414,27 @@ func (h *harness) resume(td *datadriven.TestData) {
 	}
 }
 
+// rewound answers the machine's Rewind with the newest intact checkpoint
+// as the driver reads it: seq, pass, servers and pieces as for resume;
+// job= its job number (the cluster's job by default); none: there is
+// none.
+func (h *harness) rewound(td *datadriven.TestData) {
+	if td.HasArg("none") {
+		h.m.Rewound(Resumed{}, errors.New("no committed checkpoint"))
+		return
+	}
+	r := Resumed{Dir: "ckpt", Seq: uint64(h.int(td, "seq", 1)), Pass: h.int(td, "pass", 0),
+		Servers: strings.Split(h.str(td, "servers", "s0"), "+"), Partitions: h.cfg.Partitions,
+		Tables: slices.Clone(h.m.st.Layout.Tables), JobNumber: uint64(h.int(td, "job", int(h.m.st.Layout.Job)+1))}
+	if s := h.str(td, "pieces", ""); s != "" {
+		r.InPass = &InPass{Pass: r.Pass + 1, Pieces: h.parsePieces(td, s)}
+		if err := r.InPass.check(r.Pass, r.Partitions); err != nil {
+			h.t.Fatalf("%s: %v", td.Pos, err)
+		}
+	}
+	h.m.Rewound(r, nil)
+}
+
 // drive takes the machine's Ready, saves it and advances, unless holding.
 func (h *harness) drive() {
 	for !h.holding || h.rd == nil {
@@ -477,6 +503,9 @@ func (h *harness) printReady(rd *Ready) {
 		if ip := c.InPass; ip != nil {
 			fmt.Fprintf(&h.out, "commit: inside pass %d: %s\n", ip.Pass, savedPieces(ip.Pieces))
 		}
+	}
+	if rd.Rewind != nil {
+		fmt.Fprintf(&h.out, "rewind: read the newest intact checkpoint under %s\n", rd.Rewind.Dir)
 	}
 	for _, p := range rd.Probes {
 		fmt.Fprintf(&h.out, "probe: %s at %s\n", p.ID, p.Addr)
@@ -577,6 +606,9 @@ func (h *harness) printLayout(what string, l *layout.Layout) {
 	}
 	if c := l.Resume; c != nil {
 		fmt.Fprintf(&h.out, " resume %d", c.Seq)
+		if c.Rewind > 0 {
+			fmt.Fprintf(&h.out, " rewind %d", c.Rewind)
+		}
 	}
 	if l.Ready {
 		fmt.Fprintf(&h.out, " ready")

@@ -71,6 +71,8 @@ var (
 		"Acknowledged updates lost at fallbacks after revocations without notice, as the BackupPS's loss ledgers counted them.", nil, nil)
 	descCopiesLost = prometheus.NewDesc("terrace_coordinator_copies_lost_total",
 		"Times every copy of some slots was gone before a new copy was complete (k servers holding them failed together): their acknowledged updates are lost (the lost event says which).", nil, nil)
+	descRewinds = prometheus.NewDesc("terrace_coordinator_rewinds_total",
+		"Times the cluster went back to its newest checkpoint after slots lost every copy (coordinator --on-copies-lost resume).", nil, nil)
 	descRepeated = prometheus.NewDesc("terrace_coordinator_examples_repeated_total",
 		"Example trainings beyond one per row and pass, in the passes accounted so far (a dead worker's rows after its last progress record, trained again).", nil, nil)
 	descSkipped = prometheus.NewDesc("terrace_coordinator_examples_skipped_total",
@@ -91,7 +93,7 @@ func (cc *coordCollector) Describe(ch chan<- *prometheus.Desc) {
 	cc.metrics.events.Describe(ch)
 	cc.metrics.requests.Describe(ch)
 	for _, d := range []*prometheus.Desc{descNodes, descEpoch, descLeases, descTrained, descPass, descDone, descCkpt,
-		descStage, descMachs, descSpread, descCost, descCostRate, descLost, descAtRisk, descCopiesLost, descRepeated, descSkipped, descAccounted} {
+		descStage, descMachs, descSpread, descCost, descCostRate, descLost, descAtRisk, descCopiesLost, descRewinds, descRepeated, descSkipped, descAccounted} {
 		ch <- d
 	}
 }
@@ -129,6 +131,7 @@ func (cc *coordCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descLost, prometheus.CounterValue, float64(st.UpdatesLost))
 	ch <- prometheus.MustNewConstMetric(descAtRisk, prometheus.CounterValue, float64(st.UpdatesAtRisk))
 	ch <- prometheus.MustNewConstMetric(descCopiesLost, prometheus.CounterValue, float64(st.CopiesLost))
+	ch <- prometheus.MustNewConstMetric(descRewinds, prometheus.CounterValue, float64(st.Rewinds))
 	ch <- prometheus.MustNewConstMetric(descRepeated, prometheus.CounterValue, float64(st.Job.Repeated))
 	ch <- prometheus.MustNewConstMetric(descSkipped, prometheus.CounterValue, float64(st.Job.Skipped))
 	ch <- prometheus.MustNewConstMetric(descAccounted, prometheus.GaugeValue, float64(st.Job.Accounted))

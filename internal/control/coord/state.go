@@ -86,6 +86,20 @@ type State struct {
 	Copies     copies.Saved   `json:"copies,omitzero"`
 	CopiesLost int            `json:"copies_lost,omitempty"`
 	SlotLosses []api.SlotLoss `json:"slot_losses,omitempty"`
+	// Rewind is a decision to go back to the newest checkpoint after such
+	// a loss, until the driver has read it (rewind.go); Rewinds counts the
+	// times the cluster went back, LastRewind says the last, and
+	// RewoundGrants is the last grant number revoked by going back: a
+	// report under a lease numbered up to it is refused (api.ErrRewound).
+	Rewind        *RewindAsk `json:"rewind,omitempty"`
+	Rewinds       int        `json:"rewinds,omitempty"`
+	LastRewind    string     `json:"last_rewind,omitempty"`
+	RewoundGrants uint64     `json:"rewound_grants,omitempty"`
+	// Behind are the worker ranks that have not gone back since the last
+	// rewind: until a rank asks for work of a pass the job is in or
+	// before, what it asks of a later pass is refused (api.ErrRewound),
+	// and it starts its passes again.
+	Behind map[int]bool `json:"behind,omitempty"`
 	// RankClass is the class of each worker rank's machine.
 	RankClass map[int]tier.Class `json:"rank_class,omitempty"`
 

@@ -32,6 +32,7 @@ func (m *Machine) Status() api.Status {
 	st.Checkpoint = m.checkpointStatus()
 	st.UpdatesLost, st.UpdatesAtRisk, st.LedgersUnreported = m.st.Loss.UpdatesLost, m.st.Loss.UpdatesLostBound, m.st.Loss.Unreported
 	st.CopiesLost, st.SlotLosses = m.st.CopiesLost, slices.Clone(m.st.SlotLosses)
+	st.Rewinds, st.LastRewind = m.st.Rewinds, m.st.LastRewind
 	if risk, err := m.copies.AtRisk(); err == nil {
 		st.UnderReplicated = copies.Share(risk)
 	}

@@ -69,6 +69,10 @@ func (m *Machine) Acquire(id uint64, a api.Acquire) {
 		return
 	}
 	m.beat(a.Rank)
+	if err := m.behind(a.Rank, a.Pass); err != nil {
+		m.fail(id, err)
+		return
+	}
 	if !m.tryAcquire(id, a.Rank, a.Pass) {
 		m.waiting = append(m.waiting, waiter{id: id, rank: a.Rank, pass: a.Pass})
 	}
@@ -76,7 +80,9 @@ func (m *Machine) Acquire(id uint64, a api.Acquire) {
 
 // tryAcquire answers an Acquire if it can, and reports whether it did.
 func (m *Machine) tryAcquire(id uint64, rank, e int) bool {
-	if m.checkpointHolds(e) {
+	if m.checkpointHolds(e) || m.st.Layout.Resume != nil && m.st.Layout.Resume.Rewind > 0 {
+		// Going back to a checkpoint: no work until every server has
+		// loaded it.
 		return false
 	}
 	w := m.pass(e)
@@ -241,6 +247,9 @@ func (m *Machine) reportedPiece(u api.Update) (*Pass, int, error) {
 		return nil, -1, nil
 	}
 	lost := fmt.Errorf("%w: no piece of partition %d of pass %d is leased to rank %d under grant %d", api.ErrLeaseLost, u.Partition, u.Pass, u.Rank, u.Lease)
+	if u.Lease != 0 && u.Lease <= m.st.RewoundGrants {
+		lost = fmt.Errorf("%w: grant %d of partition %d of pass %d was revoked (%s)", api.ErrRewound, u.Lease, u.Partition, u.Pass, m.st.LastRewind)
+	}
 	w := m.st.Passes[u.Pass]
 	if w == nil {
 		return nil, -1, lost

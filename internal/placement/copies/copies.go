@@ -229,6 +229,27 @@ func (a *Account) Restarted(id string) (Loss, error) {
 	return a.drop(cur, a.latest().Tiered, func(h string, _ []string) bool { return h == id }), nil
 }
 
+// Reset counts every member of the newest placement's chains as holding
+// their slots: the live cluster loaded a checkpoint again (a rewind,
+// docs/design/resilience.md), each server the slots of its chains, as a
+// resume's servers do before the cluster forms.
+func (a *Account) Reset() error {
+	if len(a.placements) == 0 || a.arcs == nil {
+		return nil
+	}
+	cur, err := a.ringsOf(a.latest())
+	if err != nil {
+		return err
+	}
+	a.arcs = nil
+	a.refine(cur.bounds())
+	for i := range a.arcs {
+		a.arcs[i].Holders = cur.members(a.arcs[i].Hi)
+	}
+	a.merge()
+	return nil
+}
+
 // drop takes the holders that gone selects off every arc, and returns the
 // arcs it left with no holder (not reported with tiers); their head under
 // cur starts them again.

@@ -214,6 +214,11 @@ type Checkpoint struct {
 	Seq     uint64   `json:"seq"`
 	Pass    int      `json:"pass"`
 	Servers []string `json:"servers,omitempty"`
+	// Rewind, in a Resume, numbers the times the live cluster went back
+	// to a checkpoint (0: a resume of a cluster that starts): a server
+	// empties its tables and loads the checkpoint once per rewind, though
+	// it loaded the same Seq before.
+	Rewind int `json:"rewind,omitempty"`
 }
 
 // Ring builds the range map of l.

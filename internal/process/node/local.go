@@ -28,7 +28,9 @@ type LocalConfig struct {
 	CheckpointEvery int
 	CheckpointKeep  int
 	Resume          bool
-	Logger          *slog.Logger
+	// OnCopiesLost: coord.Options.
+	OnCopiesLost coord.CopiesLostPolicy
+	Logger       *slog.Logger
 	// Network, when set, gives each node, by ID ("coordinator",
 	// "server-0", "worker-1"), the network it listens and dials on; nil
 	// means TCP on loopback.
@@ -76,7 +78,7 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 			Listen: "127.0.0.1:0", Network: l.network("coordinator"),
 			Options: coord.Options{Servers: cfg.Servers, Workers: cfg.Workers, Partitions: cfg.Partitions, Replication: cfg.Replication, Account: cfg.Account,
 				CheckpointDir: cfg.CheckpointDir, CheckpointEvery: cfg.CheckpointEvery, CheckpointKeep: cfg.CheckpointKeep, Resume: cfg.Resume,
-				FailureTimeout: cfg.FailureTimeout, Prices: cfg.Prices},
+				FailureTimeout: cfg.FailureTimeout, Prices: cfg.Prices, OnCopiesLost: cfg.OnCopiesLost},
 			Logger: cfg.Logger,
 			Ready: func(c *coord.Coordinator, addr string) {
 				if cfg.Persist != nil {
