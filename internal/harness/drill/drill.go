@@ -208,6 +208,11 @@ type Report struct {
 	// (events.go), beside the audit's examples_repeated and
 	// examples_skipped.
 	Account *ExamplesAccount `json:"examples_account,omitempty"`
+	// CopiesLost and Rewinds are the coordinator's counts at the end:
+	// layouts that lost every copy of some slots, and times the cluster
+	// went back to its newest checkpoint for it (--on-copies-lost resume).
+	CopiesLost int `json:"copies_lost,omitempty"`
+	Rewinds    int `json:"rewinds,omitempty"`
 	// Events is the coordinator's timeline at the end (events.go).
 	Events []api.Event `json:"events,omitempty"`
 	// History is the coordinator's samples of the cluster over time

@@ -34,6 +34,13 @@ func (d *drill) timeline(ctx context.Context) {
 		return
 	}
 	d.rep.Account = AccountOf(st.Job)
+	d.rep.CopiesLost, d.rep.Rewinds = st.CopiesLost, st.Rewinds
+	if st.CopiesLost > 0 && st.Rewinds == 0 {
+		d.rep.note("every copy of some slots was lost %d time(s) (k servers at once; terrace events: kind lost): their acknowledged updates are gone", st.CopiesLost)
+	}
+	if st.Rewinds > 0 {
+		d.rep.note("slots lost every copy %d time(s), and the cluster went back to its newest checkpoint %d time(s), the last %s: what was trained after it was dropped and trained again, and the audit counts the dropped updates as lost", st.CopiesLost, st.Rewinds, st.LastRewind)
+	}
 }
 
 // ExamplesAccount is the coordinator's examples account of a job (ps's
