@@ -166,3 +166,31 @@ func consume(b *net.Buffers, n int) {
 		*b = (*b)[1:]
 	}
 }
+
+// RawTCP returns nc with its reads and writes made as a Conn makes them,
+// raw system calls (rawSock), or nc itself where it is not plain TCP: the
+// raw-TCP ceilings of `terrace bench wire` take the same path as the
+// connections they are compared with, so that the ratios measure the
+// protocol and not how the runtime makes a system call.
+func RawTCP(nc net.Conn) net.Conn {
+	s := newRawSock(nc)
+	if s == nil {
+		return nc
+	}
+	return &rawTCP{TCPConn: s.tc, s: s}
+}
+
+// rawTCP is RawTCP's connection: a *net.TCPConn with rawSock's reads and
+// writes. One goroutine may read while another writes.
+type rawTCP struct {
+	*net.TCPConn
+	s *rawSock
+}
+
+func (c *rawTCP) Read(p []byte) (int, error) { return c.s.Read(p) }
+
+func (c *rawTCP) Write(p []byte) (int, error) {
+	b := net.Buffers{p}
+	n, err := c.s.WriteBuffers(&b)
+	return int(n), err
+}

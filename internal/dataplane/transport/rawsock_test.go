@@ -121,3 +121,27 @@ func TestRawSockErrors(t *testing.T) {
 		t.Fatalf("read after our close: %v, want net.ErrClosed", err)
 	}
 }
+
+// RawTCP wraps plain TCP only, and its Write and Read carry the bytes.
+func TestRawTCP(t *testing.T) {
+	p, q := net.Pipe()
+	defer p.Close()
+	defer q.Close()
+	if RawTCP(p) != p {
+		t.Error("RawTCP wrapped a connection that is not TCP")
+	}
+	a, b := tcpPair(t)
+	ra, rb := RawTCP(a), RawTCP(b)
+	if _, ok := ra.(*rawTCP); !ok {
+		t.Fatalf("RawTCP(%T) = %T, want its raw wrapper", a, ra)
+	}
+	msg := bytes.Repeat([]byte("terrace "), 100_000)
+	go func() {
+		ra.Write(msg)
+		ra.Close()
+	}()
+	got, err := io.ReadAll(rb)
+	if err != nil || !bytes.Equal(got, msg) {
+		t.Fatalf("read %d bytes (%v), want the %d written", len(got), err, len(msg))
+	}
+}

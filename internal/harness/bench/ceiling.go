@@ -93,9 +93,7 @@ func loopbackPair(ctx context.Context) (client, server net.Conn, err error) {
 		client.Close()
 		return nil, nil, errors.New("bench: accept failed")
 	}
-	tune(client)
-	tune(server)
-	return client, server, nil
+	return tune(client), tune(server), nil
 }
 
 // serveDuplex reads frames and writes a reply of the same size for each

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"sync"
+
+	"github.com/terrace-ml/terrace/internal/dataplane/transport"
 )
 
 // rawPair is the baseline for every wire figure: two goroutines, each with
@@ -54,8 +56,7 @@ func newRawPair(ctx context.Context, size int) (*rawPair, error) {
 		ln.Close()
 		return nil, fmt.Errorf("bench: raw tcp: accept: %w", err)
 	}
-	tune(client)
-	tune(server)
+	client, server = tune(client), tune(server)
 	p := &rawPair{ln: ln, client: client, send: make([]byte, size), recv: make([]byte, size), served: make(chan error, 1)}
 	for i := range p.send {
 		p.send[i] = byte(i * 7)
@@ -66,14 +67,16 @@ func newRawPair(ctx context.Context, size int) (*rawPair, error) {
 	return p, nil
 }
 
-// tune gives the sockets the options transport.NewConn gives its own, so
-// that the ratio measures the protocol and not the socket settings.
-func tune(c net.Conn) {
+// tune gives the sockets the options transport.NewConn gives its own, and
+// its way of reading and writing them (raw system calls), so that the
+// ratio measures the protocol and not the socket settings.
+func tune(c net.Conn) net.Conn {
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 		tc.SetReadBuffer(4 << 20)
 		tc.SetWriteBuffer(4 << 20)
 	}
+	return transport.RawTCP(c)
 }
 
 func serveRaw(c net.Conn, size int) error {
