@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
 	"syscall"
 	"unsafe"
 
@@ -181,16 +182,28 @@ func RawTCP(nc net.Conn) net.Conn {
 }
 
 // rawTCP is RawTCP's connection: a *net.TCPConn with rawSock's reads and
-// writes. One goroutine may read while another writes.
+// writes. Like any net.Conn it may be read and written from several
+// goroutines at once: reads take rmu and writes wmu, since rawSock keeps
+// one reader's and one writer's state.
 type rawTCP struct {
 	*net.TCPConn
-	s *rawSock
+	s        *rawSock
+	rmu, wmu sync.Mutex
+	wb       [1][]byte // Write's one buffer
 }
 
-func (c *rawTCP) Read(p []byte) (int, error) { return c.s.Read(p) }
+func (c *rawTCP) Read(p []byte) (int, error) {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	return c.s.Read(p)
+}
 
 func (c *rawTCP) Write(p []byte) (int, error) {
-	b := net.Buffers{p}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.wb[0] = p
+	b := net.Buffers(c.wb[:])
 	n, err := c.s.WriteBuffers(&b)
+	c.wb[0] = nil // drop the reference to the caller's memory
 	return int(n), err
 }

@@ -145,3 +145,41 @@ func TestRawTCP(t *testing.T) {
 		t.Fatalf("read %d bytes (%v), want the %d written", len(got), err, len(msg))
 	}
 }
+
+// Several goroutines may write a RawTCP connection at once, as any
+// net.Conn: every write arrives whole (run under -race).
+func TestRawTCPConcurrentWrites(t *testing.T) {
+	a, b := tcpPair(t)
+	ra, rb := RawTCP(a), RawTCP(b)
+	const writers, each = 4, 500
+	done := make(chan error, writers)
+	for w := range writers {
+		go func() {
+			msg := bytes.Repeat([]byte{byte('a' + w)}, 64)
+			for range each {
+				if _, err := ra.Write(msg); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	go func() {
+		for range writers {
+			if err := <-done; err != nil {
+				t.Error(err)
+			}
+		}
+		ra.Close()
+	}()
+	got, err := io.ReadAll(rb)
+	if err != nil || len(got) != writers*each*64 {
+		t.Fatalf("read %d bytes (%v), want %d", len(got), err, writers*each*64)
+	}
+	for i := 0; i < len(got); i += 64 { // whole 64-byte writes, never interleaved
+		if c := bytes.Count(got[i:i+64], got[i:i+1]); c != 64 {
+			t.Fatalf("write at byte %d interleaved with another", i)
+		}
+	}
+}

@@ -234,7 +234,9 @@ func TestRecordsNegotiated(t *testing.T) {
 		t.Fatal("the echo differs from what was sent")
 	}
 	c.Close()
-	if sc := (<-accepted).(*serverConn); sc.rec == nil {
+	// handshake (its sync.Once) orders the test's read of rec after the
+	// serving goroutine's write.
+	if sc := (<-accepted).(*serverConn); sc.handshake() != nil || sc.rec == nil {
 		t.Fatal("the listener did not switch to records")
 	}
 

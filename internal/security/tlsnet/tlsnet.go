@@ -73,7 +73,7 @@ func (n *Network) Dial(ctx context.Context, addr string) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	tune(nc)
+	nc = tune(nc)
 	bc := newBatchConn(nc)
 	cfg := n.src.ClientConfig(host)
 	cfg.NextProtos = []string{alpnRecords, "http/1.1"}
@@ -136,7 +136,7 @@ func (l *listener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	tune(nc)
+	nc = tune(nc)
 	bc := newBatchConn(nc)
 	return &serverConn{Conn: tls.Server(bc, l.cfg), n: l.n, bc: bc}, nil
 }
@@ -323,11 +323,13 @@ func answerPlainHTTP(err error) {
 }
 
 // tune sets what transport.NewConn sets on a bare TCP socket, which it
-// cannot reach through the TLS connection.
-func tune(nc net.Conn) {
+// cannot reach through the TLS connection, and reads and writes it as a
+// Conn does, with raw system calls (transport.RawTCP).
+func tune(nc net.Conn) net.Conn {
 	if tc, ok := nc.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 		tc.SetReadBuffer(4 << 20)
 		tc.SetWriteBuffer(4 << 20)
 	}
+	return transport.RawTCP(nc)
 }
