@@ -18,6 +18,7 @@ import (
 	"github.com/terrace-ml/terrace/internal/control/auth"
 	"github.com/terrace-ml/terrace/internal/control/coord"
 	"github.com/terrace-ml/terrace/internal/control/coordha"
+	"github.com/terrace-ml/terrace/internal/dataplane/transport"
 	"github.com/terrace-ml/terrace/internal/process/node"
 	"github.com/terrace-ml/terrace/internal/server"
 )
@@ -305,6 +306,9 @@ type workerFlags struct {
 	sec                  securityFlags
 	machine              machineFlags
 	peers                peerFlags
+	// ports holds the fixed ports setup claimed until the worker's own
+	// servers take them; its caller lets go of any left once done.
+	ports *transport.Held
 }
 
 func (w *workerFlags) register(fs *pflag.FlagSet) {
@@ -341,16 +345,21 @@ func (w *workerFlags) setup() error {
 	if w.cfg.Machine, w.cfg.Class, err = w.machine.parse(); err != nil {
 		return err
 	}
-	if w.cfg.Network, err = w.machine.network(); err != nil {
+	base, err := w.machine.network()
+	if err != nil {
 		return err
 	}
-	// Fixed local ports are tried before the worker submits its flags'
+	// Fixed local ports are claimed before the worker submits its flags'
 	// job: one already in use failed only after, leaving a job no worker
-	// trains, which refused the next worker's flags.
-	if err := checkPortFree("--metrics-listen", w.cfg.Metrics.Listen); err != nil {
+	// trains, which refused the next worker's flags. They are held, not
+	// tried and let go, so that no process takes one in between.
+	w.ports = transport.NewHeld(base)
+	w.cfg.Network = w.ports
+	if err := holdPort(w.ports, "--metrics-listen", w.cfg.Metrics.Listen); err != nil {
 		return err
 	}
-	if err := checkPortFree("--peer-addr", w.peers.addr); err != nil {
+	if err := holdPort(w.ports, "--peer-addr", w.peers.addr); err != nil {
+		w.ports.Close()
 		return err
 	}
 	if w.cfg.ID == "" {
@@ -358,8 +367,11 @@ func (w *workerFlags) setup() error {
 		w.cfg.ID = fmt.Sprintf("worker-%s-%d", h, os.Getpid())
 	}
 	w.cfg.Logger = newLogger(w.logLevel)
-	w.cfg.Network, w.cfg.Token, err = w.sec.node(auth.RoleWorker, w.cfg.Network, w.cfg.Logger)
-	return err
+	if w.cfg.Network, w.cfg.Token, err = w.sec.node(auth.RoleWorker, w.cfg.Network, w.cfg.Logger); err != nil {
+		w.ports.Close()
+		return err
+	}
+	return nil
 }
 
 // run runs job as a worker until it ends, draining on a notice; setup
@@ -376,19 +388,18 @@ func (w *workerFlags) run(ctx context.Context, job node.Job) (any, error) {
 	return node.RunWorker(ctx, w.cfg, job)
 }
 
-// checkPortFree refuses addr, flag's value, when it names a port that
-// something on this host already listens on. An empty address or port 0
-// (any) passes; the port is let go at once, so a process that takes it in
-// between is still found when the node listens.
-func checkPortFree(flag, addr string) error {
+// holdPort claims addr, flag's value, on ports when it names a fixed
+// port, and refuses it when something on this host already listens
+// there. An empty address or port 0 (any) holds nothing; a malformed one
+// is left to the listen itself, which names it.
+func holdPort(ports *transport.Held, flag, addr string) error {
 	if _, port, err := net.SplitHostPort(addr); err != nil || port == "0" {
-		return nil // none, any, or malformed: the listen itself says
+		return nil
 	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
+	if err := ports.Hold(addr); err != nil {
 		return fmt.Errorf("%s %s: %w", flag, addr, err)
 	}
-	return ln.Close()
+	return nil
 }
 
 func workerCmd() *cobra.Command {
@@ -401,6 +412,7 @@ func workerCmd() *cobra.Command {
 			if err := w.setup(); err != nil {
 				return err
 			}
+			defer w.ports.Close()
 			// Waiting for the coordinator or the cluster's job, a worker
 			// holds nothing: SIGTERM ends the wait (it killed the worker
 			// silently, exit 143, before its drain watched for it).
