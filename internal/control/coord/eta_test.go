@@ -1,6 +1,7 @@
 package coord
 
 import (
+	"fmt"
 	"maps"
 	"testing"
 	"time"
@@ -43,13 +44,42 @@ func TestETAs(t *testing.T) {
 // was the time to train a whole pass again at the last minute's rate.
 func TestNoETAWhenDone(t *testing.T) {
 	st := api.Status{Definition: &api.JobStatus{Job: &api.Job{Passes: 3}, PassesDone: 3},
-		Job: api.Progress{Pass: 3, Partitions: 8, Examples: 2400, Rate: 100}}
+		Job:   api.Progress{Pass: 3, Partitions: 8, Examples: 2400, Rate: 100},
+		Nodes: []api.NodeStatus{{Role: api.RoleWorker, ID: "w0", State: "training"}}}
 	if pass, _ := statusETAs(st); pass == 0 {
 		t.Fatal("the running job's last pass boundary has no pass ETA")
 	}
 	st.Definition.Done = true
 	if pass, job := statusETAs(st); pass != 0 || job != 0 {
 		t.Fatalf("a finished job: pass ETA %v, job ETA %v; want none", pass, job)
+	}
+}
+
+// TestNoETAWithoutWorkers: a job no worker is alive to train has no ETA.
+// Once every worker had drained, its job ETA grew with the decaying rate
+// ("job eta 21s", 24s, 38s, 51s 5 s apart: lr on a9a, both workers
+// SIGTERMed mid-job).
+func TestNoETAWithoutWorkers(t *testing.T) {
+	st := api.Status{Definition: &api.JobStatus{Job: &api.Job{Passes: 150}, PassesDone: 41},
+		Job: api.Progress{Pass: 41, Partitions: 8, Examples: 1335001, Rate: 93684}}
+	for _, tc := range []struct {
+		states []string
+		eta    bool
+	}{
+		{[]string{"training", "left"}, true},
+		{[]string{"idle", "dead"}, true},
+		{[]string{"left", "left"}, false},
+		{[]string{"dead", "left"}, false},
+		{nil, false},
+	} {
+		st.Nodes = []api.NodeStatus{{Role: api.RoleServer, ID: "s0", State: "serving"}}
+		for i, s := range tc.states {
+			st.Nodes = append(st.Nodes, api.NodeStatus{Role: api.RoleWorker, ID: fmt.Sprint("w", i), State: s})
+		}
+		pass, job := statusETAs(st)
+		if (pass != 0 && job != 0) != tc.eta {
+			t.Errorf("workers %v: pass ETA %v, job ETA %v; want an ETA: %v", tc.states, pass, job, tc.eta)
+		}
 	}
 }
 

@@ -231,13 +231,19 @@ func (c *Coordinator) statusLocked(now time.Time) api.Status {
 	return st
 }
 
-// statusETAs is st's pass and job ETAs: none once the job is done. A
+// statusETAs is st's pass and job ETAs: none once the job is done, or
+// while no worker is alive to train it. A
 // finished job's status showed a pass ETA (lr on a9a: "pass 60/60 ...
 // pass eta 700ms"), the time to train a whole pass again at the last
 // minute's rate.
+//
+// Nor has a job with no worker alive to train it: every worker drained
+// or dead, the job's ETA grew with the decaying rate ("job eta 21s",
+// then 24s, 38s, 51s 5 s apart) for a job that trains nothing until a
+// worker joins.
 func statusETAs(st api.Status) (pass, job time.Duration) {
 	d := st.Definition
-	if d != nil && d.Done {
+	if d != nil && d.Done || !slices.ContainsFunc(st.Nodes, workerAlive) {
 		return 0, 0
 	}
 	passes := 0
@@ -245,6 +251,12 @@ func statusETAs(st api.Status) (pass, job time.Duration) {
 		passes = d.Job.Passes
 	}
 	return etas(st.Job, passes)
+}
+
+// workerAlive says whether n is a worker that may train: joined, and not
+// gone or finished.
+func workerAlive(n api.NodeStatus) bool {
+	return n.Role == api.RoleWorker && (n.State == "idle" || n.State == "training")
 }
 
 // etas is the time the pass in progress and the job's passes (passes in
