@@ -512,6 +512,15 @@ func runWorker(ctx context.Context, cfg WorkerConfig, cc *api.Client, metrics *p
 			cfg.Logger.Warn("notice before the cluster formed: leaving, with nothing to hand off")
 			return nil, ErrDrained
 		}
+		if errors.Is(jctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil && errors.Is(err, ps.ErrNoServer) {
+			// The cluster formed: its servers are what is missing. It
+			// said "the cluster did not form ... waits for every server
+			// and worker its coordinator expects" (a whole cluster
+			// SIGKILLed, its coordinator started again on its
+			// --etcd-dir, new servers joining, the last old one gone).
+			return nil, fmt.Errorf("worker %s: no server of the cluster's ring answered within the join timeout (%v, --join-timeout): the cluster formed, but the servers holding its slots are unreachable (terrace status; if they are gone, every copy of the model went with them, and the way on is a checkpoint: coordinator --resume): %w",
+				cfg.ID, cfg.JoinTimeout, err)
+		}
 		if errors.Is(jctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
 			// It said only "ps: waiting for the cluster layout: ...
 			// context deadline exceeded".
