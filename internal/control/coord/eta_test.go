@@ -215,3 +215,44 @@ func TestRateOfADoneJob(t *testing.T) {
 		t.Fatalf("the next job's rate %v, want 50", got)
 	}
 }
+
+// TestLastServerDownInStatus: the last server on the ring found dead is
+// kept there (its slots have nowhere to go), and the status says it is
+// down, with no ETA, until it answers again. It showed "serving 100% of
+// slots" and a job ETA for a job that waited for it (lr on a9a: the
+// whole cluster SIGKILLed and its coordinator started again on its
+// --etcd-dir, the one old server left on the ring gone).
+func TestLastServerDownInStatus(t *testing.T) {
+	r := newJobRig(t, Config{Servers: 2, Workers: 2, Partitions: 2, Replication: 2})
+	if rep := r.step(func(m *Machine, id uint64) { m.SubmitJob(id, api.Job{App: "lr", Passes: 3}) }); rep.Err != nil {
+		t.Fatal(rep.Err)
+	}
+	trainRows(t, r, 300)
+	state := func() (string, bool) {
+		st := r.m.Status()
+		st.Job = api.Progress{Pass: 1, Partitions: 2, Done: 1, Examples: 300, Rate: 100} // an ETA but for the servers
+		pass, _ := statusETAs(st)
+		for _, n := range st.Nodes {
+			if n.ID == "s0" {
+				return n.State, pass != 0
+			}
+		}
+		return "", pass != 0
+	}
+	if rep := r.step(func(m *Machine, id uint64) { m.ServerFailed(id, "s1", "") }); !rep.Removed {
+		t.Fatal("s1 failed and was kept while s0 holds its slots")
+	}
+	if s, eta := state(); s != "serving" || !eta {
+		t.Fatalf("s0, the last server, alive: %q, an ETA %v", s, eta)
+	}
+	if rep := r.step(func(m *Machine, id uint64) { m.ServerFailed(id, "s0", "") }); rep.Removed {
+		t.Fatal("the last server on the ring was removed")
+	}
+	if s, eta := state(); s != "down" || eta {
+		t.Fatalf("s0, the last server, dead: %q, an ETA %v; want down, none", s, eta)
+	}
+	r.step(func(m *Machine, id uint64) { m.ServerAnswers(id, "s0", "127.0.0.1:1") })
+	if s, eta := state(); s != "serving" || !eta {
+		t.Fatalf("s0 answering again: %q, an ETA %v", s, eta)
+	}
+}

@@ -49,6 +49,12 @@ func (m *Machine) Status() api.Status {
 			state = "leaving"
 		case m.leftLast(s.ID):
 			state, holds = goneState(api.EventLeft), "nothing: it left with its slots"
+		case m.serverDown(s):
+			// It showed "serving" once dead, kept on the ring for want
+			// of another server: a whole cluster SIGKILLed and started
+			// again on its --etcd-dir, the last server past its drain's
+			// deadline.
+			state, holds = "down", "every slot, and no answer: the job waits for it"
 		}
 		st.Nodes = append(st.Nodes, api.NodeStatus{Role: api.RoleServer, ID: s.ID, Addr: s.Addr, State: state, Holds: holds})
 	}
@@ -232,18 +238,19 @@ func (c *Coordinator) statusLocked(now time.Time) api.Status {
 }
 
 // statusETAs is st's pass and job ETAs: none once the job is done, or
-// while no worker is alive to train it. A
+// while nothing can train it. A
 // finished job's status showed a pass ETA (lr on a9a: "pass 60/60 ...
 // pass eta 700ms"), the time to train a whole pass again at the last
 // minute's rate.
 //
-// Nor has a job with no worker alive to train it: every worker drained
+// Nor has a job with no worker alive to train it, or whose last server
+// is down: every worker drained
 // or dead, the job's ETA grew with the decaying rate ("job eta 21s",
 // then 24s, 38s, 51s 5 s apart) for a job that trains nothing until a
 // worker joins.
 func statusETAs(st api.Status) (pass, job time.Duration) {
 	d := st.Definition
-	if d != nil && d.Done || !slices.ContainsFunc(st.Nodes, workerAlive) {
+	if d != nil && d.Done || !slices.ContainsFunc(st.Nodes, workerAlive) || slices.ContainsFunc(st.Nodes, serverDown) {
 		return 0, 0
 	}
 	passes := 0
@@ -252,6 +259,9 @@ func statusETAs(st api.Status) (pass, job time.Duration) {
 	}
 	return etas(st.Job, passes)
 }
+
+// serverDown says whether n is a server found dead and kept on the ring.
+func serverDown(n api.NodeStatus) bool { return n.Role == api.RoleServer && n.State == "down" }
 
 // workerAlive says whether n is a worker that may train: joined, and not
 // gone or finished.
