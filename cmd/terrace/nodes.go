@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -15,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/control/auth"
 	"github.com/terrace-ml/terrace/internal/control/coord"
 	"github.com/terrace-ml/terrace/internal/control/coordha"
@@ -123,6 +125,7 @@ address, comma-separated.`,
 			var cur *coord.Coordinator
 			var job uint64 // the number of the job whose end done tells
 			var shown jobProgress
+			var span jobSpan
 			tick := time.NewTicker(200 * time.Millisecond)
 			defer tick.Stop()
 			for {
@@ -149,11 +152,12 @@ address, comma-separated.`,
 					shown.show(cmd.OutOrStdout(), st)
 					fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator: job %d done: %d pass(es) trained; every worker reported or is gone\n", job, st.PassesDone)
 					rep := newJobReport(st, flagValues(cmd.Flags(), func(string) bool { return true }), cur.Reports())
-					rep.History = cur.History()
+					var events []api.Event
+					events, rep.History = span.take(ctx, cur)
 					if err := writeReport(reportPath, rep); err != nil {
 						return err
 					}
-					if err := writeReport(eventsPath, cur.Events(ctx, 0, false)); err != nil {
+					if err := writeReport(eventsPath, events); err != nil {
 						return err
 					}
 					if exitWhenDone {
@@ -196,7 +200,7 @@ address, comma-separated.`,
 	fs.BoolVar(&o.Account, "account", false, "workers keep the examples account: one more push per minibatch, for the rows each pass trained more or fewer times than once (terrace status, /metrics)")
 	fs.DurationVar(&o.FailureTimeout, "failure-timeout", coord.DefaultFailureTimeout, "declare a node dead after this long without a heartbeat or an answer to pings; also the lease of its etcd registration")
 	fs.StringVar(&reportPath, "report", "", "write the workers' reports to this JSON file once all have reported (each job's replaces the last's)")
-	fs.StringVar(&eventsPath, "events", "", "write the event timeline to this JSON file once all workers have reported (for terrace plot)")
+	fs.StringVar(&eventsPath, "events", "", "write the job's event timeline to this JSON file once all workers have reported, each job's replacing the last's (for terrace plot)")
 	fs.BoolVar(&exitWhenDone, "exit-when-done", false, "end the cluster with its job: once every worker has reported, the coordinator and its servers exit 0")
 	fs.StringVar(&ha.ID, "id", "", "this coordinator's name in the election (host name and pid if empty)")
 	fs.StringVar(&etcd, "etcd", "", "endpoints of an external etcd cluster, comma-separated (default: embed a member)")
@@ -439,6 +443,30 @@ func workerCmd() *cobra.Command {
 	w.register(cmd.Flags())
 	addConfigFlag(cmd)
 	return cmd
+}
+
+// jobSpan cuts the cluster's timeline and samples to one job's, those
+// after the jobs before, as --report holds one job's passes. Written whole,
+// a second job's --events held the first's too, and terrace plot drew the
+// first job's faults and stage switches against the second's passes, each
+// placed by the first job's event for a pass of its number.
+type jobSpan struct {
+	after uint64    // the last event of the jobs before
+	from  time.Time // the last sample of the jobs before
+}
+
+// take returns the job's events and samples, and moves the span past
+// them.
+func (s *jobSpan) take(ctx context.Context, c *coord.Coordinator) ([]api.Event, []api.Sample) {
+	events := c.Events(ctx, s.after, false)
+	history := slices.DeleteFunc(c.History(), func(x api.Sample) bool { return !x.Time.After(s.from) })
+	if n := len(events); n > 0 {
+		s.after = events[n-1].Seq
+	}
+	if n := len(history); n > 0 {
+		s.from = history[n-1].Time
+	}
+	return events, history
 }
 
 // whereStateIs tells a coordinator stopped mid-job how the cluster can go
