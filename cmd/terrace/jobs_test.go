@@ -241,3 +241,44 @@ func TestWorkerWithoutJobWaits(t *testing.T) {
 		t.Error("the waiting worker exited 0 without saying what it trained")
 	}
 }
+
+// TestCoordinatorRestartedBetweenJobs: a coordinator started again on its
+// --etcd-dir after its job was done waits for the next job, and tells that
+// one's end as its own. It waited for the done job's end, and told the next
+// one's as the done one's ("job 1 done: 2 pass(es)", "ready for job 2",
+// "job 2 done", "ready for job 3"), writing its report twice.
+func TestCoordinatorRestartedBetweenJobs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs six processes")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	coordArgs := []string{"coordinator", "--listen", "127.0.0.1:0", "--servers", "1", "--workers", "1", "--replication", "1",
+		"--etcd-dir", filepath.Join(dir, "etcd")}
+	c1, co1 := startWatched(t, ctx, "ready for job 2", coordArgs...)
+	defer func() { c1.Process.Kill(); c1.Wait() }()
+	addr := coordinatorAddr(t, ctx, co1)
+	s, so := start(t, ctx, "server", "--coordinator", addr, "--log-level", "warn")
+	go io.Copy(io.Discard, so)
+	defer func() { s.Process.Kill(); s.Wait() }()
+	data := []string{"--train", repoFile("datasets/a9a/a9a.gz"), "--test", repoFile("datasets/a9a/a9a.t.gz")}
+	if b, err := exec.CommandContext(ctx, terrace(t), append([]string{"worker", "--coordinator", addr, "--passes", "1"}, data...)...).CombinedOutput(); err != nil {
+		t.Fatalf("job 1's worker: %v\n%s", err, b)
+	}
+	co1.await(t, ctx)
+	c1.Process.Signal(syscall.SIGTERM)
+	c1.Wait()
+
+	c2, co2 := startWatched(t, ctx, "job 2 done", append(coordArgs[:2:2], append([]string{addr}, coordArgs[3:]...)...)...)
+	defer func() { c2.Process.Kill(); c2.Wait() }()
+	if b, err := exec.CommandContext(ctx, terrace(t), append([]string{"worker", "--coordinator", addr, "--passes", "2", "--join-timeout", "1m"}, data...)...).CombinedOutput(); err != nil {
+		t.Fatalf("job 2's worker: %v\n%s", err, b)
+	}
+	co2.await(t, ctx)
+	out := co2.String()
+	if !strings.Contains(out, "job 1 was done before this coordinator led; ready for job 2") || strings.Contains(out, "job 1 done") ||
+		!strings.Contains(out, "job 2 done: 2 pass(es) trained") {
+		t.Fatalf("a coordinator started again after job 1, through job 2:\n%s", out)
+	}
+}

@@ -141,6 +141,15 @@ address, comma-separated.`,
 					st := cur.JobStatus()
 					shown.lead(cmd.OutOrStdout(), st)
 					job = st.Number
+					if st.Done && st.Job != nil && !exitWhenDone {
+						// It ended under an earlier leader, which told it:
+						// wait for the next. Waiting for it, a coordinator
+						// started again between jobs told the next one's
+						// end as this one's ("job 1 done: 4 pass(es)",
+						// "ready for job 2", "job 2 done").
+						job++
+						fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator: job %d was done before this coordinator led; ready for job %d: terrace submit JOB.yaml, then start its workers\n", st.Number, job)
+					}
 					done = cur.JobEnded(job)
 				case <-tick.C:
 					if cur != nil {

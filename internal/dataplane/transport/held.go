@@ -32,9 +32,6 @@ func (h *Held) Hold(addr string) error {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if old, ok := h.held[addr]; ok {
-		old.Close()
-	}
 	h.held[addr] = ln
 	return nil
 }
