@@ -285,6 +285,9 @@ func drainServer(ctx context.Context, cc *api.Client, s *server.Server, cfg Serv
 			if ctx.Err() != nil {
 				return nil
 			}
+			if end.done.Load() && leftAfterJob(ctx, cc, cfg, n) {
+				return ErrDrained
+			}
 			return fmt.Errorf("server %s: the last server on the ring left at its notice's deadline with every slot it held", cfg.ID)
 		}
 		return fmt.Errorf("server %s: drain: %w", cfg.ID, err)
@@ -304,6 +307,22 @@ func drainServer(ctx context.Context, cc *api.Client, s *server.Server, cfg Serv
 	case <-dctx.Done():
 	}
 	return ErrDrained
+}
+
+// leftAfterJob asks, at its notice's deadline, that the last server on
+// the ring leave as the last one after the job does, the job having ended
+// while it served out its notice: the coordinator then says that it left
+// with the model. It exited 1 unannounced, and the status showed it
+// serving every slot for good.
+func leftAfterJob(ctx context.Context, cc *api.Client, cfg ServerConfig, n evict.Notice) bool {
+	lctx, cancel := context.WithTimeout(ctx, afterJobReach)
+	defer cancel()
+	l, err := cc.DrainServer(lctx, cfg.ID, api.Notice{Source: n.Source, Detail: n.Detail, Deadline: time.Now().Add(afterJobReach)})
+	if err != nil || !l.LastAfterJob(cfg.ID) {
+		return false
+	}
+	cfg.Logger.Warn("the job ended while the last server on the ring served out its notice: it leaves as after the job, and the job's model goes with it")
+	return true
 }
 
 // onlyOrOff reports whether servers, a ring, is id alone or lacks it.
