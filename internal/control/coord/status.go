@@ -238,16 +238,12 @@ func (c *Coordinator) statusLocked(now time.Time) api.Status {
 }
 
 // statusETAs is st's pass and job ETAs: none once the job is done, or
-// while nothing can train it. A
-// finished job's status showed a pass ETA (lr on a9a: "pass 60/60 ...
+// while nothing can train it (no worker alive, or the last server down).
+// A finished job's status showed a pass ETA (lr on a9a: "pass 60/60 ...
 // pass eta 700ms"), the time to train a whole pass again at the last
-// minute's rate.
-//
-// Nor has a job with no worker alive to train it, or whose last server
-// is down: every worker drained
-// or dead, the job's ETA grew with the decaying rate ("job eta 21s",
-// then 24s, 38s, 51s 5 s apart) for a job that trains nothing until a
-// worker joins.
+// minute's rate; with every worker drained, the job's ETA grew with the
+// decaying rate ("job eta 21s", then 24s, 38s, 51s 5 s apart) for a job
+// that trains nothing until a worker joins.
 func statusETAs(st api.Status) (pass, job time.Duration) {
 	d := st.Definition
 	if d != nil && d.Done || !slices.ContainsFunc(st.Nodes, workerAlive) || slices.ContainsFunc(st.Nodes, serverDown) {
