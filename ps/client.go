@@ -132,9 +132,15 @@ func Connect(ctx context.Context, ctl Control, o Options) (*Client, error) {
 	}
 	c := &Client{ctl: ctl, opts: o, log: o.Logger, conns: map[string]*transport.Client{}, tables: map[string]*Table{}, refresh: make(chan struct{}, 1), id: rand.Uint64(), obs: newClientObs()}
 	var after uint64
+	var unreachable error // the last ready layout's, none of whose servers answered
 	for {
 		l, err := ctl.Layout(ctx, after)
 		if err != nil {
+			if unreachable != nil {
+				// It said only "waiting for the cluster layout", as if
+				// the cluster had not formed, when its servers were gone.
+				return nil, fmt.Errorf("ps: waiting for a layout with a server that answers: %w, after %w", err, unreachable)
+			}
 			return nil, fmt.Errorf("ps: waiting for the cluster layout: %w", err)
 		}
 		if l.Ready {
@@ -145,6 +151,7 @@ func Connect(ctx context.Context, ctl Control, o Options) (*Client, error) {
 			if errors.Is(err, ErrClosed) || ctx.Err() != nil {
 				return nil, err
 			}
+			unreachable = err
 			// No server of the layout is reachable: a class-wide
 			// revocation kills every ActivePS before the coordinator
 			// falls back to the BackupPS. Wait for a newer layout, as
@@ -258,13 +265,10 @@ func (c *Client) install(ctx context.Context, l *layout.Layout) error {
 		}
 	}
 	if len(conns) == 0 {
-		return fmt.Errorf("%w (layout %d): %w", errNoServer, l.Version, errors.Join(dialErrs...))
+		return fmt.Errorf("%w (layout %d): %w", ErrNoServer, l.Version, errors.Join(dialErrs...))
 	}
 	return nil
 }
-
-// errNoServer: no server of a layout answered a dial.
-var errNoServer = errors.New("ps: no server of the layout reachable")
 
 // installWaiting installs l or, while none of its servers is reachable,
 // the next layout the coordinator publishes, until ctx ends. A class-wide
@@ -276,7 +280,7 @@ var errNoServer = errors.New("ps: no server of the layout reachable")
 func (c *Client) installWaiting(ctx context.Context, l *layout.Layout) error {
 	for {
 		err := c.install(ctx, l)
-		if err == nil || !errors.Is(err, errNoServer) || ctx.Err() != nil {
+		if err == nil || !errors.Is(err, ErrNoServer) || ctx.Err() != nil {
 			return err
 		}
 		c.log.Warn("no server of the layout reachable; waiting for a newer one", "version", l.Version, "err", err)

@@ -25,6 +25,8 @@ var (
 	ErrClosed = errors.New("ps: client closed")
 	// ErrNoTable: no table has that name.
 	ErrNoTable = errors.New("ps: no such table")
+	// ErrNoServer: no server of the cluster's layout answered a dial.
+	ErrNoServer = errors.New("ps: no server of the layout reachable")
 )
 
 // ServerError is a server's refusal of a request.

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/terrace-ml/terrace/internal/harness/bench"
+	"github.com/terrace-ml/terrace/internal/plotfile"
 	"github.com/terrace-ml/terrace/internal/process/node"
 	"github.com/terrace-ml/terrace/table"
 )
@@ -48,6 +49,21 @@ over time under the first pattern, without and with reassignment.
 			if o.Repeats < 1 {
 				return fmt.Errorf("--repeats %d: need at least 1", o.Repeats)
 			}
+			// Each of these was found, or taken, only once every run was
+			// done: a --plot of another kind failed the bench at its end,
+			// its report unwritten; a negative --work and a --consistency,
+			// which the bench sets for each run itself, were taken.
+			if plotPath != "" {
+				if err := plotfile.Check(plotPath); err != nil {
+					return fmt.Errorf("--plot %w", err)
+				}
+			}
+			if o.Work < 0 {
+				return fmt.Errorf("--work %v: want 0 or more", o.Work)
+			}
+			if cmd.Flags().Changed("consistency") {
+				return fmt.Errorf("--consistency: the bench runs BSP, and SSP with each --staleness, itself")
+			}
 			o.Patterns = []string{"one:4x", "random:3x", "machine:5x@2s-6s", "powerlaw:1.5"}
 			if patterns != "" {
 				o.Patterns = strings.Split(patterns, ",")
@@ -86,15 +102,16 @@ over time under the first pattern, without and with reassignment.
 				fmt.Fprintf(cmd.OutOrStdout(), "%s %-18s bsp %.2fx  ssp(%d) %.2fx  rr %.2fx  (ideal %.2fs; bound %.2fx; %d reassignments)\n",
 					rep.App, n, r.BSPOverIdeal, r.BestStaleness, r.SSPOverIdeal, r.RROverIdeal, r.Ideal.Seconds, r.Bound, r.RR.Reassignments)
 			}
+			if err := writeReport(reportPath, rep); err != nil {
+				return err
+			}
 			if plotPath != "" && len(o.Patterns) > 0 {
 				r := rep.Patterns[strings.TrimSpace(o.Patterns[0])]
 				best := r.SSP[slices.Index(staleness, r.BestStaleness)]
 				titles := []string{fmt.Sprintf("%s, %s, %s, no reassignment", rep.App, o.Patterns[0], best.Consistency), fmt.Sprintf("%s, %s, %s, with reassignment", rep.App, o.Patterns[0], r.RR.Consistency)}
-				if err := bench.PlotProgress(plotPath, titles, []*bench.StragglerRun{best, r.RR}); err != nil {
-					return err
-				}
+				return bench.PlotProgress(plotPath, titles, []*bench.StragglerRun{best, r.RR})
 			}
-			return writeReport(reportPath, rep)
+			return nil
 		},
 	}
 	fs := cmd.Flags()

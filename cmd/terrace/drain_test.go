@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -348,6 +350,87 @@ func TestLastServerCheckpointsOnNotice(t *testing.T) {
 		t.Fatalf("checkpoint %d after pass %d names the pass in progress wrongly: %+v", ck.Seq, ck.Pass, ck.InPass)
 	}
 	t.Logf("checkpoint %d inside pass %d (counted from 0): %+v", ck.Seq, ck.InPass.Pass, ck.InPass.Pieces)
+}
+
+// TestLastServerNoticedDuringJob: the last server on the ring, SIGTERMed
+// during the job, serves out its notice and, the job having ended
+// meanwhile, leaves at the deadline as the last server after a job does:
+// exit 0, and the status says it left with the model. It exited 1
+// unannounced, and the status showed it serving every slot for good.
+func TestLastServerNoticedDuringJob(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	addr := startCoordinator(t, ctx, "--in-memory", "--servers", "1", "--workers", "1", "--replication", "1")
+	s, sw := startWatched(t, ctx, "cannot drain", "server", "--coordinator", addr, "--id", "s0", "--grace", "15s")
+	defer func() { s.Process.Kill(); s.Wait() }()
+	w, ww := startWatched(t, ctx, " 1/10 ", "worker", "--coordinator", addr, "--passes", "10",
+		"--train", repoFile("datasets/a9a/a9a.gz"), "--test", repoFile("datasets/a9a/a9a.t.gz"))
+	defer func() { w.Process.Kill(); w.Wait() }()
+	ww.await(t, ctx)
+	s.Process.Signal(syscall.SIGTERM)
+	sw.await(t, ctx)
+	if err := w.Wait(); err != nil {
+		t.Fatalf("the worker: %v\n%s", err, ww)
+	}
+	if err := s.Wait(); err != nil {
+		t.Fatalf("the last server, noticed during the job, at its deadline after the job: %v\n%s", err, sw)
+	}
+	st, err := api.NewClient(addr, nil).Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range st.Nodes {
+		if n.ID == "s0" && n.State != "left" {
+			t.Fatalf("the last server, gone after the job: %q, %q", n.State, n.Holds)
+		}
+	}
+}
+
+// TestWorkerHoldsItsPorts: a worker's fixed --metrics-listen port is its
+// own from its start, while it waits for its coordinator, and it serves
+// its metrics there once it trains. The port was tried and let go before
+// the worker submitted its job, so a process that took it in between
+// failed the worker after the submission.
+func TestWorkerHoldsItsPorts(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	free := func() string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		return ln.Addr().String()
+	}
+	coordAddr, metrics := free(), free()
+	waiting := &lineWatcher{want: "coordinator unreachable", seen: make(chan struct{})}
+	serving := &lineWatcher{want: "metrics on http://" + metrics, seen: make(chan struct{})}
+	w := exec.CommandContext(ctx, terrace(t), "worker", "--coordinator", coordAddr, "--metrics-listen", metrics,
+		"--passes", "1", "--train", repoFile("datasets/a9a/a9a.gz"), "--test", repoFile("datasets/a9a/a9a.t.gz"))
+	w.Stdout = io.MultiWriter(waiting, serving)
+	w.Stderr = w.Stdout
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { w.Process.Kill(); w.Wait() }()
+	waiting.await(t, ctx)
+	if ln, err := net.Listen("tcp", metrics); err == nil {
+		ln.Close()
+		t.Fatalf("another process could listen on the --metrics-listen %s of a worker waiting for its coordinator", metrics)
+	}
+	_, out := start(t, ctx, "coordinator", "--listen", coordAddr, "--in-memory", "--servers", "1", "--workers", "1", "--replication", "1")
+	go drain(out)
+	_, out = start(t, ctx, "server", "--coordinator", coordAddr, "--id", "s0")
+	go drain(out)
+	serving.await(t, ctx)
+	resp, err := http.Get("http://" + metrics + "/metrics")
+	if err != nil {
+		t.Fatalf("the worker's metrics on its held port: %v\n%s", err, serving)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("the worker's metrics on its held port: %s", resp.Status)
+	}
 }
 
 // TestWorkerPortInUseSubmitsNothing: a worker whose --metrics-listen or

@@ -108,6 +108,10 @@ func TestMistakesNameTheFlag(t *testing.T) {
 		{[]string{"bench", "stragglers", "--workers", "0"}, "--workers 0: need at least 1"},
 		{[]string{"bench", "stragglers", "--servers", "100000"}, "--servers 100000: a cluster on this host takes at most 256"},
 		{[]string{"bench", "stragglers", "--repeats", "-1"}, "--repeats -1: need at least 1"},
+		// Found once every run was done, the report unwritten; or taken.
+		{[]string{"bench", "stragglers", "--plot", filepath.Join(dir, "p.txt")}, "--plot " + filepath.Join(dir, "p.txt") + ": want a .svg or .png file"},
+		{[]string{"bench", "stragglers", "--work", "-1ms"}, "--work -1ms: want 0 or more"},
+		{[]string{"bench", "stragglers", "--consistency", "bogus"}, "--consistency: the bench runs BSP, and SSP with each --staleness, itself"},
 		{[]string{"certs", "list", "--dir", filepath.Join(dir, "none")}, "--dir " + filepath.Join(dir, "none")},
 		// etcd panicked in a goroutine of its own: a goroutine dump, exit 2.
 		{[]string{"coordinator", "--listen", "127.0.0.1:0", "--etcd-dir", damaged}, "data directory damaged: " + damaged},

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/terrace-ml/terrace/internal/control/api"
 )
 
 // TestClusterRunsJobsOneAfterAnother is the stay-up cluster of issue 13
@@ -29,7 +31,7 @@ func TestClusterRunsJobsOneAfterAnother(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 	coordCmd, out := start(t, ctx, "coordinator", "--listen", "127.0.0.1:0", "--servers", "2", "--workers", "2", "--in-memory",
-		"--checkpoint-dir", dir+"/ck")
+		"--checkpoint-dir", dir+"/ck", "--events", dir+"/events.json", "--report", dir+"/report.json")
 	line, err := out.ReadString('\n')
 	if err != nil {
 		t.Fatal(err)
@@ -90,6 +92,8 @@ func TestClusterRunsJobsOneAfterAnother(t *testing.T) {
 		waitFor(fmt.Sprintf("job %d done", job))
 	}
 	runWorkers(1)
+	waitFor("ready for job 2")
+	first, _ := jobFiles(t, dir)
 	checkpointDoneJob(ctx, t, addr, dir+"/ck")
 	// A worker with no job flags after the job says the job is done, not
 	// that there is none, waits for the next, and at its join timeout
@@ -99,6 +103,15 @@ func TestClusterRunsJobsOneAfterAnother(t *testing.T) {
 		t.Fatalf("a worker with no job flags after job 1: %v\n%s", err, late)
 	}
 	runWorkers(2, "--app", "lda", "--train", repoFile("datasets/kos/doc_word_count.tsv.gz"), "--passes", "1")
+	// Each job's --events and history are its own, as its --report's
+	// passes are: the second job's held the first's too, and terrace plot
+	// drew the first job's events against the second's passes.
+	waitFor("ready for job 3")
+	second, history := jobFiles(t, dir)
+	end := first[len(first)-1]
+	if len(second) == 0 || second[0].Seq <= end.Seq || len(history) == 0 || !history[0].Time.After(end.Time) {
+		t.Fatalf("job 2's events from %+v and samples from %+v; want them after job 1's last event %+v", second[:min(1, len(second))], history[:min(1, len(history))], end)
+	}
 	// A job no worker has started is replaced by another, and submit
 	// says so (it said "job submitted" as of a first job).
 	if b, err := exec.CommandContext(ctx, terrace(t), "submit", "--coordinator", addr, jobFile).CombinedOutput(); err != nil || !bytes.Contains(b, []byte("job submitted")) {
@@ -121,6 +134,26 @@ func TestClusterRunsJobsOneAfterAnother(t *testing.T) {
 	if err := coordCmd.Wait(); err != nil {
 		t.Errorf("coordinator after SIGTERM: %v", err)
 	}
+}
+
+// jobFiles reads the coordinator's --events and --report's history in dir.
+func jobFiles(t *testing.T, dir string) ([]api.Event, []api.Sample) {
+	t.Helper()
+	var events []api.Event
+	var rep struct{ History []api.Sample }
+	for name, v := range map[string]any{"events.json": &events, "report.json": &rep} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, v); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	if len(events) == 0 {
+		t.Fatal("no events written")
+	}
+	return events, rep.History
 }
 
 // checkpointDoneJob takes a checkpoint of a finished job with terrace
@@ -206,5 +239,46 @@ func TestWorkerWithoutJobWaits(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Error("the waiting worker exited 0 without saying what it trained")
+	}
+}
+
+// TestCoordinatorRestartedBetweenJobs: a coordinator started again on its
+// --etcd-dir after its job was done waits for the next job, and tells that
+// one's end as its own. It waited for the done job's end, and told the next
+// one's as the done one's ("job 1 done: 2 pass(es)", "ready for job 2",
+// "job 2 done", "ready for job 3"), writing its report twice.
+func TestCoordinatorRestartedBetweenJobs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs six processes")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	coordArgs := []string{"coordinator", "--listen", "127.0.0.1:0", "--servers", "1", "--workers", "1", "--replication", "1",
+		"--etcd-dir", filepath.Join(dir, "etcd")}
+	c1, co1 := startWatched(t, ctx, "ready for job 2", coordArgs...)
+	defer func() { c1.Process.Kill(); c1.Wait() }()
+	addr := coordinatorAddr(t, ctx, co1)
+	s, so := start(t, ctx, "server", "--coordinator", addr, "--log-level", "warn")
+	go io.Copy(io.Discard, so)
+	defer func() { s.Process.Kill(); s.Wait() }()
+	data := []string{"--train", repoFile("datasets/a9a/a9a.gz"), "--test", repoFile("datasets/a9a/a9a.t.gz")}
+	if b, err := exec.CommandContext(ctx, terrace(t), append([]string{"worker", "--coordinator", addr, "--passes", "1"}, data...)...).CombinedOutput(); err != nil {
+		t.Fatalf("job 1's worker: %v\n%s", err, b)
+	}
+	co1.await(t, ctx)
+	c1.Process.Signal(syscall.SIGTERM)
+	c1.Wait()
+
+	c2, co2 := startWatched(t, ctx, "job 2 done", append(coordArgs[:2:2], append([]string{addr}, coordArgs[3:]...)...)...)
+	defer func() { c2.Process.Kill(); c2.Wait() }()
+	if b, err := exec.CommandContext(ctx, terrace(t), append([]string{"worker", "--coordinator", addr, "--passes", "2", "--join-timeout", "1m"}, data...)...).CombinedOutput(); err != nil {
+		t.Fatalf("job 2's worker: %v\n%s", err, b)
+	}
+	co2.await(t, ctx)
+	out := co2.String()
+	if !strings.Contains(out, "job 1 was done before this coordinator led; ready for job 2") || strings.Contains(out, "job 1 done") ||
+		!strings.Contains(out, "job 2 done: 2 pass(es) trained") {
+		t.Fatalf("a coordinator started again after job 1, through job 2:\n%s", out)
 	}
 }

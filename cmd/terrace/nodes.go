@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -15,9 +16,11 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/control/auth"
 	"github.com/terrace-ml/terrace/internal/control/coord"
 	"github.com/terrace-ml/terrace/internal/control/coordha"
+	"github.com/terrace-ml/terrace/internal/dataplane/transport"
 	"github.com/terrace-ml/terrace/internal/process/node"
 	"github.com/terrace-ml/terrace/internal/server"
 )
@@ -125,6 +128,7 @@ address, comma-separated.`,
 			var cur *coord.Coordinator
 			var job uint64 // the number of the job whose end done tells
 			var shown jobProgress
+			var span jobSpan
 			tick := time.NewTicker(200 * time.Millisecond)
 			defer tick.Stop()
 			for {
@@ -140,6 +144,15 @@ address, comma-separated.`,
 					st := cur.JobStatus()
 					shown.lead(cmd.OutOrStdout(), st)
 					job = st.Number
+					if st.Done && st.Job != nil && !exitWhenDone {
+						// It ended under an earlier leader, which told it:
+						// wait for the next. Waiting for it, a coordinator
+						// started again between jobs told the next one's
+						// end as this one's ("job 1 done: 4 pass(es)",
+						// "ready for job 2", "job 2 done").
+						job++
+						fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator: job %d was done before this coordinator led; ready for job %d: terrace submit JOB.yaml, then start its workers\n", st.Number, job)
+					}
 					done = cur.JobEnded(job)
 				case <-tick.C:
 					if cur != nil {
@@ -151,11 +164,12 @@ address, comma-separated.`,
 					shown.show(cmd.OutOrStdout(), st)
 					fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator: job %d done: %d pass(es) trained; every worker reported or is gone\n", job, st.PassesDone)
 					rep := newJobReport(st, flagValues(cmd.Flags(), func(string) bool { return true }), cur.Reports())
-					rep.History = cur.History()
+					var events []api.Event
+					events, rep.History = span.take(ctx, cur)
 					if err := writeReport(reportPath, rep); err != nil {
 						return err
 					}
-					if err := writeReport(eventsPath, cur.Events(ctx, 0, false)); err != nil {
+					if err := writeReport(eventsPath, events); err != nil {
 						return err
 					}
 					if exitWhenDone {
@@ -198,7 +212,7 @@ address, comma-separated.`,
 	fs.BoolVar(&o.Account, "account", false, "workers keep the examples account: one more push per minibatch, for the rows each pass trained more or fewer times than once (terrace status, /metrics)")
 	fs.DurationVar(&o.FailureTimeout, "failure-timeout", coord.DefaultFailureTimeout, "declare a node dead after this long without a heartbeat or an answer to pings; also the lease of its etcd registration")
 	fs.StringVar(&reportPath, "report", "", "write the workers' reports to this JSON file once all have reported (each job's replaces the last's)")
-	fs.StringVar(&eventsPath, "events", "", "write the event timeline to this JSON file once all workers have reported (for terrace plot)")
+	fs.StringVar(&eventsPath, "events", "", "write the job's event timeline to this JSON file once all workers have reported, each job's replacing the last's (for terrace plot)")
 	fs.BoolVar(&exitWhenDone, "exit-when-done", false, "end the cluster with its job: once every worker has reported, the coordinator and its servers exit 0")
 	fs.StringVar(&ha.ID, "id", "", "this coordinator's name in the election (host name and pid if empty)")
 	fs.StringVar(&etcd, "etcd", "", "endpoints of an external etcd cluster, comma-separated (default: embed a member)")
@@ -309,6 +323,9 @@ type workerFlags struct {
 	sec                  securityFlags
 	machine              machineFlags
 	peers                peerFlags
+	// ports holds the fixed ports setup claimed until the worker's own
+	// servers take them; its caller lets go of any left once done.
+	ports *transport.Held
 }
 
 func (w *workerFlags) register(fs *pflag.FlagSet) {
@@ -345,16 +362,21 @@ func (w *workerFlags) setup() error {
 	if w.cfg.Machine, w.cfg.Class, err = w.machine.parse(); err != nil {
 		return err
 	}
-	if w.cfg.Network, err = w.machine.network(); err != nil {
+	base, err := w.machine.network()
+	if err != nil {
 		return err
 	}
-	// Fixed local ports are tried before the worker submits its flags'
+	// Fixed local ports are claimed before the worker submits its flags'
 	// job: one already in use failed only after, leaving a job no worker
-	// trains, which refused the next worker's flags.
-	if err := checkPortFree("--metrics-listen", w.cfg.Metrics.Listen); err != nil {
+	// trains, which refused the next worker's flags. They are held, not
+	// tried and let go, so that no process takes one in between.
+	w.ports = transport.NewHeld(base)
+	w.cfg.Network = w.ports
+	if err := holdPort(w.ports, "--metrics-listen", w.cfg.Metrics.Listen); err != nil {
 		return err
 	}
-	if err := checkPortFree("--peer-addr", w.peers.addr); err != nil {
+	if err := holdPort(w.ports, "--peer-addr", w.peers.addr); err != nil {
+		w.ports.Close()
 		return err
 	}
 	if w.cfg.ID == "" {
@@ -362,8 +384,11 @@ func (w *workerFlags) setup() error {
 		w.cfg.ID = fmt.Sprintf("worker-%s-%d", h, os.Getpid())
 	}
 	w.cfg.Logger = newLogger(w.logLevel)
-	w.cfg.Network, w.cfg.Token, err = w.sec.node(auth.RoleWorker, w.cfg.Network, w.cfg.Logger)
-	return err
+	if w.cfg.Network, w.cfg.Token, err = w.sec.node(auth.RoleWorker, w.cfg.Network, w.cfg.Logger); err != nil {
+		w.ports.Close()
+		return err
+	}
+	return nil
 }
 
 // run runs job as a worker until it ends, draining on a notice; setup
@@ -380,19 +405,18 @@ func (w *workerFlags) run(ctx context.Context, job node.Job) (any, error) {
 	return node.RunWorker(ctx, w.cfg, job)
 }
 
-// checkPortFree refuses addr, flag's value, when it names a port that
-// something on this host already listens on. An empty address or port 0
-// (any) passes; the port is let go at once, so a process that takes it in
-// between is still found when the node listens.
-func checkPortFree(flag, addr string) error {
+// holdPort claims addr, flag's value, on ports when it names a fixed
+// port, and refuses it when something on this host already listens
+// there. An empty address or port 0 (any) holds nothing; a malformed one
+// is left to the listen itself, which names it.
+func holdPort(ports *transport.Held, flag, addr string) error {
 	if _, port, err := net.SplitHostPort(addr); err != nil || port == "0" {
-		return nil // none, any, or malformed: the listen itself says
+		return nil
 	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
+	if err := ports.Hold(addr); err != nil {
 		return fmt.Errorf("%s %s: %w", flag, addr, err)
 	}
-	return ln.Close()
+	return nil
 }
 
 func workerCmd() *cobra.Command {
@@ -405,6 +429,7 @@ func workerCmd() *cobra.Command {
 			if err := w.setup(); err != nil {
 				return err
 			}
+			defer w.ports.Close()
 			// Waiting for the coordinator or the cluster's job, a worker
 			// holds nothing: SIGTERM ends the wait (it killed the worker
 			// silently, exit 143, before its drain watched for it).
@@ -431,6 +456,30 @@ func workerCmd() *cobra.Command {
 	w.register(cmd.Flags())
 	addConfigFlag(cmd)
 	return cmd
+}
+
+// jobSpan cuts the cluster's timeline and samples to one job's, those
+// after the jobs before, as --report holds one job's passes. Written whole,
+// a second job's --events held the first's too, and terrace plot drew the
+// first job's faults and stage switches against the second's passes, each
+// placed by the first job's event for a pass of its number.
+type jobSpan struct {
+	after uint64    // the last event of the jobs before
+	from  time.Time // the last sample of the jobs before
+}
+
+// take returns the job's events and samples, and moves the span past
+// them.
+func (s *jobSpan) take(ctx context.Context, c *coord.Coordinator) ([]api.Event, []api.Sample) {
+	events := c.Events(ctx, s.after, false)
+	history := slices.DeleteFunc(c.History(), func(x api.Sample) bool { return !x.Time.After(s.from) })
+	if n := len(events); n > 0 {
+		s.after = events[n-1].Seq
+	}
+	if n := len(history); n > 0 {
+		s.from = history[n-1].Time
+	}
+	return events, history
 }
 
 // whereStateIs tells a coordinator stopped mid-job how the cluster can go

@@ -43,3 +43,24 @@ func TestWorkerClusterNotFormed(t *testing.T) {
 		t.Fatalf("a worker of a cluster that never formed: %v\n%s", err, out)
 	}
 }
+
+// TestWorkerServersGone: a worker of a formed cluster whose only server is
+// gone says that its servers are unreachable when its join timeout ends.
+// It said "the cluster did not form ... it waits for every server and
+// worker its coordinator expects" (a whole cluster SIGKILLed, its
+// coordinator started again on its --etcd-dir, the last server gone).
+func TestWorkerServersGone(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	addr := startCoordinator(t, ctx, "--in-memory", "--servers", "1", "--workers", "1", "--replication", "1")
+	s, sw := startWatched(t, ctx, "joined", "server", "--coordinator", addr, "--id", "s0")
+	sw.await(t, ctx)
+	s.Process.Kill()
+	s.Wait()
+	out, err := exec.CommandContext(ctx, terrace(t), "worker", "--coordinator", addr, "--join-timeout", "2s", "--log-level", "error",
+		"--train", repoFile(defaultTrain), "--test", repoFile(defaultTest), "--passes", "1").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "no server of the cluster's ring answered within the join timeout (2s, --join-timeout)") ||
+		!strings.Contains(string(out), "server s0") {
+		t.Fatalf("a worker of a cluster whose server is gone: %v\n%s", err, out)
+	}
+}

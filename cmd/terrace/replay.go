@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	"github.com/terrace-ml/terrace/internal/market/policy"
 	"github.com/terrace-ml/terrace/internal/market/replay"
 	"github.com/terrace-ml/terrace/internal/market/trace"
+	"github.com/terrace-ml/terrace/internal/plotfile"
 )
 
 type replayFlags struct {
@@ -130,8 +130,8 @@ func (f replayFlags) check() error {
 		return fmt.Errorf("--design %q: want %s", f.design, strings.Join(policy.Designs, ", "))
 	case f.starts < 1:
 		return fmt.Errorf("--starts %d: want at least 1", f.starts)
-	case f.plot != "" && !slices.Contains([]string{".svg", ".png"}, strings.ToLower(filepath.Ext(f.plot))):
-		return fmt.Errorf("--plot %s: want a .svg or .png file", f.plot)
+	case f.plot != "" && plotfile.Check(f.plot) != nil:
+		return fmt.Errorf("--plot %w", plotfile.Check(f.plot))
 	case !(f.speedup > 0) || math.IsInf(f.speedup, 0):
 		return fmt.Errorf("--speedup %g: want a positive factor", f.speedup)
 	case !(f.passes > 0) || math.IsInf(f.passes, 0):

@@ -697,6 +697,7 @@ func drillWorkerCmd() *cobra.Command {
 			if err := w.setup(); err != nil {
 				return err
 			}
+			defer w.ports.Close()
 			// The drill accounts one rank per process (its audit log,
 			// its rank marker): a worker declared dead while alive exits,
 			// as the drill's fencing expects.

@@ -13,19 +13,28 @@ import (
 	"gonum.org/v1/plot/vg/vgsvg"
 )
 
+// Check refuses a path WriteColumn cannot write: one that ends neither in
+// .svg nor .png. A command checks its plot's path before its work, which
+// the plot ends.
+func Check(path string) error {
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".svg", ".png":
+		return nil
+	}
+	return fmt.Errorf("%s: want a .svg or .png file", path)
+}
+
 // WriteColumn draws plots one above the other, each panel width wide and
 // panelHeight high, on a shared left edge, and writes them to path as SVG
 // (.svg) or PNG (.png); any other extension is an error naming the file.
 func WriteColumn(path string, plots []*plot.Plot, width, panelHeight vg.Length) error {
+	if err := Check(path); err != nil {
+		return fmt.Errorf("plot %w", err)
+	}
 	h := vg.Length(len(plots)) * panelHeight
-	var canvas vg.CanvasWriterTo
-	switch strings.ToLower(filepath.Ext(path)) {
-	case ".svg":
-		canvas = vgsvg.New(width, h)
-	case ".png":
+	var canvas vg.CanvasWriterTo = vgsvg.New(width, h)
+	if strings.ToLower(filepath.Ext(path)) == ".png" {
 		canvas = vgimg.PngCanvas{Canvas: vgimg.New(width, h)}
-	default:
-		return fmt.Errorf("plot %s: want a .svg or .png file", path)
 	}
 	rows := make([][]*plot.Plot, len(plots))
 	for i, p := range plots {

@@ -258,9 +258,15 @@ func (c *Coordinator) History() []api.Sample {
 	return append(slices.Clone(c.meter.history), sampleOf(now))
 }
 
+// sampleOf is st at its time: a finished job's status rate is that of its
+// last minute of training, and nothing trains at st.Time.
 func sampleOf(st api.Status) api.Sample {
+	rate := st.Job.Rate
+	if st.Definition != nil && st.Definition.Done {
+		rate = 0
+	}
 	return api.Sample{Time: st.Time, Stage: st.Stage, Machines: st.Machines, Dollars: st.Dollars,
-		Rate: st.Job.Rate, Staleness: st.Job.Staleness, Examples: st.Job.Examples}
+		Rate: rate, Staleness: st.Job.Staleness, Examples: st.Job.Examples}
 }
 
 // Notice records a worker's eviction notice on the timeline (request id);

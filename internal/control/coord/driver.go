@@ -134,7 +134,7 @@ type Coordinator struct {
 	// saved state was gone (NoteResumedLost).
 	resumedLost struct{ self, msg string }
 	metrics     *coordMetrics
-	samples     []sample
+	rate        rateSamples  // the training rate's (status.go)
 	meter       clusterMeter // cost and samples over time (cluster.go)
 }
 

@@ -1,6 +1,7 @@
 package coord
 
 import (
+	"fmt"
 	"maps"
 	"testing"
 	"time"
@@ -43,13 +44,42 @@ func TestETAs(t *testing.T) {
 // was the time to train a whole pass again at the last minute's rate.
 func TestNoETAWhenDone(t *testing.T) {
 	st := api.Status{Definition: &api.JobStatus{Job: &api.Job{Passes: 3}, PassesDone: 3},
-		Job: api.Progress{Pass: 3, Partitions: 8, Examples: 2400, Rate: 100}}
+		Job:   api.Progress{Pass: 3, Partitions: 8, Examples: 2400, Rate: 100},
+		Nodes: []api.NodeStatus{{Role: api.RoleWorker, ID: "w0", State: "training"}}}
 	if pass, _ := statusETAs(st); pass == 0 {
 		t.Fatal("the running job's last pass boundary has no pass ETA")
 	}
 	st.Definition.Done = true
 	if pass, job := statusETAs(st); pass != 0 || job != 0 {
 		t.Fatalf("a finished job: pass ETA %v, job ETA %v; want none", pass, job)
+	}
+}
+
+// TestNoETAWithoutWorkers: a job no worker is alive to train has no ETA.
+// Once every worker had drained, its job ETA grew with the decaying rate
+// ("job eta 21s", 24s, 38s, 51s 5 s apart: lr on a9a, both workers
+// SIGTERMed mid-job).
+func TestNoETAWithoutWorkers(t *testing.T) {
+	st := api.Status{Definition: &api.JobStatus{Job: &api.Job{Passes: 150}, PassesDone: 41},
+		Job: api.Progress{Pass: 41, Partitions: 8, Examples: 1335001, Rate: 93684}}
+	for _, tc := range []struct {
+		states []string
+		eta    bool
+	}{
+		{[]string{"training", "left"}, true},
+		{[]string{"idle", "dead"}, true},
+		{[]string{"left", "left"}, false},
+		{[]string{"dead", "left"}, false},
+		{nil, false},
+	} {
+		st.Nodes = []api.NodeStatus{{Role: api.RoleServer, ID: "s0", State: "serving"}}
+		for i, s := range tc.states {
+			st.Nodes = append(st.Nodes, api.NodeStatus{Role: api.RoleWorker, ID: fmt.Sprint("w", i), State: s})
+		}
+		pass, job := statusETAs(st)
+		if (pass != 0 && job != 0) != tc.eta {
+			t.Errorf("workers %v: pass ETA %v, job ETA %v; want an ETA: %v", tc.states, pass, job, tc.eta)
+		}
 	}
 }
 
@@ -151,5 +181,78 @@ func TestMachinesSurviveFailover(t *testing.T) {
 	}
 	if got := machines(m); !maps.Equal(got, want) {
 		t.Fatalf("a new leader names machines %v, want %v", got, want)
+	}
+}
+
+// TestRateOfADoneJob: a finished job's status keeps the rate of its last
+// minute of training, and the next job's starts afresh. The rate decayed
+// to 0 in the minute after the job (lr on a9a: 140,804, 128,319 and
+// 116,289 rows/s 5 s apart once done).
+func TestRateOfADoneJob(t *testing.T) {
+	var r rateSamples
+	at := func(sec float64) time.Time { return t0.Add(time.Duration(sec * float64(time.Second))) }
+	for s := 0; s <= 10; s++ {
+		r.add(at(float64(s)), int64(100*s), false)
+	}
+	// The last rows, then the workers' evaluation and reports: the job is
+	// done 2.5 s after its last row.
+	r.add(at(10.5), 1050, false) // under a second after the last: not taken
+	r.add(at(11), 1100, false)
+	r.add(at(12), 1100, false)
+	r.add(at(13.5), 1100, true)
+	for _, sec := range []float64{14, 30, 75, 200} {
+		r.add(at(sec), 1100, true)
+		if got := r.rate(); got != 100 {
+			t.Fatalf("%v s after a job that trained 100 rows/s to its end at 11 s: rate %v", sec, got)
+		}
+	}
+	// The next job starts at 300 s, after an idle wait.
+	r.add(at(300), 1100, false)
+	r.add(at(310), 1100, false)
+	r.add(at(311), 1150, false)
+	r.add(at(313), 1250, false)
+	if got := r.rate(); got != 50 {
+		t.Fatalf("the next job's rate %v, want 50", got)
+	}
+}
+
+// TestLastServerDownInStatus: the last server on the ring found dead is
+// kept there (its slots have nowhere to go), and the status says it is
+// down, with no ETA, until it answers again. It showed "serving 100% of
+// slots" and a job ETA for a job that waited for it (lr on a9a: the
+// whole cluster SIGKILLed and its coordinator started again on its
+// --etcd-dir, the one old server left on the ring gone).
+func TestLastServerDownInStatus(t *testing.T) {
+	r := newJobRig(t, Config{Servers: 2, Workers: 2, Partitions: 2, Replication: 2})
+	if rep := r.step(func(m *Machine, id uint64) { m.SubmitJob(id, api.Job{App: "lr", Passes: 3}) }); rep.Err != nil {
+		t.Fatal(rep.Err)
+	}
+	trainRows(t, r, 300)
+	state := func() (string, bool) {
+		st := r.m.Status()
+		st.Job = api.Progress{Pass: 1, Partitions: 2, Done: 1, Examples: 300, Rate: 100} // an ETA but for the servers
+		pass, _ := statusETAs(st)
+		for _, n := range st.Nodes {
+			if n.ID == "s0" {
+				return n.State, pass != 0
+			}
+		}
+		return "", pass != 0
+	}
+	if rep := r.step(func(m *Machine, id uint64) { m.ServerFailed(id, "s1", "") }); !rep.Removed {
+		t.Fatal("s1 failed and was kept while s0 holds its slots")
+	}
+	if s, eta := state(); s != "serving" || !eta {
+		t.Fatalf("s0, the last server, alive: %q, an ETA %v", s, eta)
+	}
+	if rep := r.step(func(m *Machine, id uint64) { m.ServerFailed(id, "s0", "") }); rep.Removed {
+		t.Fatal("the last server on the ring was removed")
+	}
+	if s, eta := state(); s != "down" || eta {
+		t.Fatalf("s0, the last server, dead: %q, an ETA %v; want down, none", s, eta)
+	}
+	r.step(func(m *Machine, id uint64) { m.ServerAnswers(id, "s0", "127.0.0.1:1") })
+	if s, eta := state(); s != "serving" || !eta {
+		t.Fatalf("s0 answering again: %q, an ETA %v", s, eta)
 	}
 }

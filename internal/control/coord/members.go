@@ -273,6 +273,23 @@ func (m *Machine) lastServerDown(server, why string) {
 	m.note(api.EventFailed, server, "the last server on the ring "+why+": the job waits for it (if it is gone, every copy of the model is lost: resume from a checkpoint)")
 }
 
+// ServerAnswers is told that a server the monitor found dead, and kept,
+// answers again. The last server on the ring said to be down is then up:
+// a partition that healed, a server stopped (SIGSTOP) and continued.
+func (m *Machine) ServerAnswers(id uint64, server, addr string) {
+	if len(m.st.Layout.Servers) == 1 && m.lastDown == server+"@"+addr {
+		m.lastDown = ""
+		m.log.Warn("the last server on the ring answers again: the job goes on", "server", server)
+	}
+	m.reply(Reply{ID: id})
+}
+
+// serverDown reports whether s is the last server on the ring, said to
+// be down and not heard from since.
+func (m *Machine) serverDown(s ring.Server) bool {
+	return len(m.st.Layout.Servers) == 1 && m.lastDown == s.ID+"@"+s.Addr
+}
+
 func (m *Machine) removeServer(id, addr string) bool {
 	if handled, removed := m.removeTiered(id, addr); handled {
 		if removed {

@@ -63,9 +63,17 @@ func (c *Coordinator) Monitor(ctx context.Context, log *slog.Logger) {
 				// A server that exits on purpose (with a cluster that
 				// ends with its job, or the last one after the job) is
 				// not removed, nor news; the last one failing during
-				// the job is said by the machine (lastServerDown).
-				if c.watchServer(wctx, id, addr) && c.RemoveServer(ctx, id, addr) {
-					log.Warn("server failed: removed from the layout", "server", id, "addr", addr)
+				// the job is said by the machine (lastServerDown), and
+				// said to be up again once it answers.
+				for c.watchServer(wctx, id, addr) {
+					if c.RemoveServer(ctx, id, addr) {
+						log.Warn("server failed: removed from the layout", "server", id, "addr", addr)
+						return
+					}
+					if !c.awaitAnswer(wctx, addr) {
+						return
+					}
+					c.call(ctx, func(m *Machine, rid uint64) { m.ServerAnswers(rid, id, addr) })
 				}
 			}(s.ID, s.Addr)
 		}
@@ -97,6 +105,25 @@ func (c *Coordinator) watchServer(ctx context.Context, id, addr string) bool {
 		// The connection broke or went silent: one fresh dial decides.
 	}
 	return false
+}
+
+// awaitAnswer dials addr once a failure timeout until it answers a ping
+// (true) or ctx ends (false): a server kept in the layout once found
+// dead, which may come back.
+func (c *Coordinator) awaitAnswer(ctx context.Context, addr string) bool {
+	t := time.NewTicker(c.failureTimeout())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+		if conn, err := c.probe(ctx, addr); err == nil {
+			conn.Close()
+			return true
+		}
+	}
 }
 
 func (c *Coordinator) probe(ctx context.Context, addr string) (*transport.Client, error) {

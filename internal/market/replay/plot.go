@@ -2,6 +2,7 @@ package replay
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/terrace-ml/terrace/internal/plotfile"
 
@@ -14,37 +15,71 @@ import (
 // Plot writes, for the first start, five panels over time (hours from
 // the start): the reference type's lowest spot price with each policy's
 // mean bid, transient and reliable machines held, the tier stage, and
-// cumulative dollars. SVG or PNG by the file's extension.
+// cumulative dollars. SVG or PNG by the file's extension. A policy that
+// never bids (on-demand) is left out of the bid's panel, and one that
+// never runs tiers out of the stage's: they were drawn as lines at 0, a
+// bid of nothing and a stage 0 that no cluster has.
 func Plot(path string, rep *Report, names []string) error {
 	panels := []struct {
 		title, y string
 		value    func(Sample) float64
 		price    bool
+		omitNone bool // leave out a policy whose value is 0 throughout
 	}{
-		{"spot price (lowest zone of the job's type) and mean bid", "$/hour", func(s Sample) float64 { return s.MeanBid }, true},
-		{"transient machines", "machines", func(s Sample) float64 { return float64(s.Transient) }, false},
-		{"reliable machines", "machines", func(s Sample) float64 { return float64(s.Reliable) }, false},
-		{"stage", "stage", func(s Sample) float64 { return float64(s.Stage) }, false},
-		{"dollars so far", "$", func(s Sample) float64 { return s.Dollars }, false},
+		{"spot price (lowest zone of the job's type) and mean bid", "$/hour", func(s Sample) float64 { return s.MeanBid }, true, true},
+		{"transient machines", "machines", func(s Sample) float64 { return float64(s.Transient) }, false, false},
+		{"reliable machines", "machines", func(s Sample) float64 { return float64(s.Reliable) }, false, false},
+		{"stage (policies with tiers)", "stage", func(s Sample) float64 { return float64(s.Stage) }, false, true},
+		{"dollars so far", "$", func(s Sample) float64 { return s.Dollars }, false, false},
 	}
 	plots := make([]*plot.Plot, len(panels))
 	for i, pn := range panels {
 		p := plot.New()
 		p.Title.Text, p.X.Label.Text, p.Y.Label.Text = pn.title, "hours from the start", pn.y
-		var series []any
-		for _, name := range names {
-			series = append(series, name, points(rep.Timelines[name], pn.value))
+		// Each policy keeps its colour and dashes in every panel, the
+		// panels that leave some out too.
+		for _, name := range drawn(rep, names, pn.value, pn.omitNone) {
+			if err := addLine(p, slices.Index(names, name), name, points(rep.Timelines[name], pn.value)); err != nil {
+				return err
+			}
 		}
 		if tl := rep.Timelines[names[0]]; pn.price && len(tl) > 0 {
-			series = append(series, "spot price", points(tl, func(s Sample) float64 { return s.Price }))
-		}
-		if err := plotutil.AddLines(p, series...); err != nil {
-			return fmt.Errorf("plot: %w", err)
+			if err := addLine(p, len(names), "spot price", points(tl, func(s Sample) float64 { return s.Price })); err != nil {
+				return err
+			}
 		}
 		p.Legend.Top = true
 		plots[i] = p
 	}
 	return plotfile.WriteColumn(path, plots, 22*vg.Centimeter, 7*vg.Centimeter)
+}
+
+// addLine draws xy on p in the style plotutil gives the style-th line,
+// named in the legend.
+func addLine(p *plot.Plot, style int, name string, xy plotter.XYs) error {
+	l, err := plotter.NewLine(xy)
+	if err != nil {
+		return fmt.Errorf("plot: %w", err)
+	}
+	l.Color, l.Dashes = plotutil.Color(style), plotutil.Dashes(style)
+	p.Add(l)
+	p.Legend.Add(name, l)
+	return nil
+}
+
+// drawn are the policies of names a panel of value draws: with omitNone,
+// those whose value is not 0 throughout.
+func drawn(rep *Report, names []string, value func(Sample) float64, omitNone bool) []string {
+	if !omitNone {
+		return names
+	}
+	var out []string
+	for _, name := range names {
+		if slices.ContainsFunc(rep.Timelines[name], func(s Sample) bool { return value(s) != 0 }) {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 func points(tl []Sample, f func(Sample) float64) plotter.XYs {

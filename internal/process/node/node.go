@@ -285,6 +285,9 @@ func drainServer(ctx context.Context, cc *api.Client, s *server.Server, cfg Serv
 			if ctx.Err() != nil {
 				return nil
 			}
+			if end.done.Load() && leftAfterJob(ctx, cc, cfg, n) {
+				return ErrDrained
+			}
 			return fmt.Errorf("server %s: the last server on the ring left at its notice's deadline with every slot it held", cfg.ID)
 		}
 		return fmt.Errorf("server %s: drain: %w", cfg.ID, err)
@@ -304,6 +307,22 @@ func drainServer(ctx context.Context, cc *api.Client, s *server.Server, cfg Serv
 	case <-dctx.Done():
 	}
 	return ErrDrained
+}
+
+// leftAfterJob asks, at its notice's deadline, that the last server on
+// the ring leave as the last one after the job does, the job having ended
+// while it served out its notice: the coordinator then says that it left
+// with the model. It exited 1 unannounced, and the status showed it
+// serving every slot for good.
+func leftAfterJob(ctx context.Context, cc *api.Client, cfg ServerConfig, n evict.Notice) bool {
+	lctx, cancel := context.WithTimeout(ctx, afterJobReach)
+	defer cancel()
+	l, err := cc.DrainServer(lctx, cfg.ID, api.Notice{Source: n.Source, Detail: n.Detail, Deadline: time.Now().Add(afterJobReach)})
+	if err != nil || !l.LastAfterJob(cfg.ID) {
+		return false
+	}
+	cfg.Logger.Warn("the job ended while the last server on the ring served out its notice: it leaves as after the job, and the job's model goes with it")
+	return true
 }
 
 // onlyOrOff reports whether servers, a ring, is id alone or lacks it.
@@ -511,6 +530,15 @@ func runWorker(ctx context.Context, cfg WorkerConfig, cc *api.Client, metrics *p
 			// (a worker that left is not given work again).
 			cfg.Logger.Warn("notice before the cluster formed: leaving, with nothing to hand off")
 			return nil, ErrDrained
+		}
+		if errors.Is(jctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil && errors.Is(err, ps.ErrNoServer) {
+			// The cluster formed: its servers are what is missing. It
+			// said "the cluster did not form ... waits for every server
+			// and worker its coordinator expects" (a whole cluster
+			// SIGKILLed, its coordinator started again on its
+			// --etcd-dir, new servers joining, the last old one gone).
+			return nil, fmt.Errorf("worker %s: no server of the cluster's ring answered within the join timeout (%v, --join-timeout): the cluster formed, but the servers holding its slots are unreachable (terrace status; if they are gone, every copy of the model went with them, and the way on is a checkpoint: coordinator --resume): %w",
+				cfg.ID, cfg.JoinTimeout, err)
 		}
 		if errors.Is(jctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
 			// It said only "ps: waiting for the cluster layout: ...

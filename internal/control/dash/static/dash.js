@@ -202,7 +202,8 @@ async function pollStatus() {
       renderNodes(s.nodes || []);
       renderCluster(s);
       renderTests((s.definition && s.definition.results) || []);
-      addSample({ t: Date.parse(s.time), rate: s.job.rate, staleness: s.job.staleness,
+      // A finished job's rate is its last minute's: nothing trains now.
+      addSample({ t: Date.parse(s.time), rate: def && def.done ? 0 : s.job.rate, staleness: s.job.staleness,
         reliable: s.machines.reliable, transient: s.machines.transient });
       renderCharts();
       const c = document.getElementById("conn");
