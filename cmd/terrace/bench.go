@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"runtime/pprof"
@@ -32,6 +33,9 @@ func benchCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if wireTLS {
+				if cmd.Flags().Changed("sparse-keys") {
+					return errors.New("--sparse-keys with --tls: the TLS measurement is dense only (drop one of them)")
+				}
 				return benchTLS(cmd, wireReport, func() (*bench.TLSReport, error) { return bench.WireTLS(cmd.Context(), wo, cmd.ErrOrStderr()) })
 			}
 			out, set, finish := stepBar(cmd.ErrOrStderr(), "rounds")

@@ -106,6 +106,7 @@ func TestMistakesNameTheFlag(t *testing.T) {
 		{[]string{"status", "--coordinator", "127.0.0.1:1", "--watch", "--every", "0s"}, "--every 0s: want a positive interval"},
 		{[]string{"bench", "stragglers", "--staleness", "2,-1"}, "--staleness -1: want 0 or more clocks"},
 		{[]string{"bench", "stragglers", "--workers", "0"}, "--workers 0: need at least 1"},
+		{[]string{"bench", "wire", "--tls", "--sparse-keys", "5"}, "--sparse-keys with --tls: the TLS measurement is dense only"},
 		{[]string{"bench", "stragglers", "--servers", "100000"}, "--servers 100000: a cluster on this host takes at most 256"},
 		{[]string{"bench", "stragglers", "--repeats", "-1"}, "--repeats -1: need at least 1"},
 		// Found once every run was done, the report unwritten; or taken.
