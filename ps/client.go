@@ -133,8 +133,20 @@ func Connect(ctx context.Context, ctl Control, o Options) (*Client, error) {
 	c := &Client{ctl: ctl, opts: o, log: o.Logger, conns: map[string]*transport.Client{}, tables: map[string]*Table{}, refresh: make(chan struct{}, 1), id: rand.Uint64(), obs: newClientObs()}
 	var after uint64
 	var unreachable error // the last ready layout's, none of whose servers answered
+	var seen atomic.Pointer[layout.Layout]
+	if o.Rank >= 0 {
+		// The worker joined before it connects, and the coordinator times
+		// its silence from then. Until a layout's servers answer (a
+		// cluster restarted whole waits for its servers to come back),
+		// it heartbeats all the same: silent for the failure timeout, it
+		// was declared dead and never trained.
+		wctx, stopWaiting := context.WithCancel(ctx)
+		defer stopWaiting()
+		go c.beatWhileConnecting(wctx, &seen)
+	}
+	var failed *layout.Layout // the ready layout none of whose servers answered
 	for {
-		l, err := ctl.Layout(ctx, after)
+		l, err := c.nextLayout(ctx, after, failed)
 		if err != nil {
 			if unreachable != nil {
 				// It said only "waiting for the cluster layout", as if
@@ -143,6 +155,7 @@ func Connect(ctx context.Context, ctl Control, o Options) (*Client, error) {
 			}
 			return nil, fmt.Errorf("ps: waiting for the cluster layout: %w", err)
 		}
+		seen.Store(l)
 		if l.Ready {
 			err := c.install(ctx, l)
 			if err == nil {
@@ -151,12 +164,16 @@ func Connect(ctx context.Context, ctl Control, o Options) (*Client, error) {
 			if errors.Is(err, ErrClosed) || ctx.Err() != nil {
 				return nil, err
 			}
-			unreachable = err
 			// No server of the layout is reachable: a class-wide
 			// revocation kills every ActivePS before the coordinator
-			// falls back to the BackupPS. Wait for a newer layout, as
-			// refreshLayout does for a running client.
-			c.log.Warn("no server of the layout reachable; waiting for a newer one", "version", l.Version, "err", err)
+			// falls back to the BackupPS, or a cluster restarted whole
+			// waits for its servers. Wait for a newer layout, as
+			// refreshLayout does for a running client, and try this one
+			// again meanwhile (nextLayout).
+			if failed == nil || failed.Version != l.Version {
+				c.log.Warn("no server of the layout reachable; waiting for a newer one, or for these to answer", "version", l.Version, "err", err)
+			}
+			unreachable, failed = err, l
 		}
 		after = l.Version
 	}
@@ -181,6 +198,25 @@ func Connect(ctx context.Context, ctl Control, o Options) (*Client, error) {
 		go c.follow(hctx)
 	}
 	return c, nil
+}
+
+// nextLayout returns the first layout whose version is above after. With
+// failed, a ready layout none of whose servers answered, it returns failed
+// again if no newer one comes within a fifth of its failure timeout: a
+// server may come back at its address under the same layout (the last
+// server on the ring, restarted, stays on it), and a worker waiting only
+// for a newer layout waited until its join timeout.
+func (c *Client) nextLayout(ctx context.Context, after uint64, failed *layout.Layout) (*layout.Layout, error) {
+	if failed == nil {
+		return c.ctl.Layout(ctx, after)
+	}
+	wait, cancel := context.WithTimeout(ctx, failed.FailureTimeout()/5)
+	defer cancel()
+	l, err := c.ctl.Layout(wait, after)
+	if err != nil && wait.Err() != nil && ctx.Err() == nil {
+		return failed, nil
+	}
+	return l, err
 }
 
 // install adopts layout l, dialling servers that are new.

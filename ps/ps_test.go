@@ -9,6 +9,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -521,6 +522,83 @@ func TestLostServerNeverHangs(t *testing.T) {
 // for the cluster layout: context deadline exceeded", and a worker took it
 // for a cluster that had not formed (a whole cluster SIGKILLed and its
 // coordinator started again on its --etcd-dir, the last server gone).
+// beatCounter is staticControl that counts heartbeats.
+type beatCounter struct {
+	staticControl
+	beats atomic.Int32
+}
+
+func (b *beatCounter) Heartbeat(context.Context, int, int64) error {
+	b.beats.Add(1)
+	return nil
+}
+
+// TestConnectHeartbeatsWhileWaiting: a worker waiting in Connect for a
+// layout whose servers answer (a cluster restarted whole, its servers not
+// back yet) heartbeats meanwhile. It said nothing until it connected, and
+// the coordinator declared it dead at the failure timeout: it never
+// trained once the servers came back.
+func TestConnectHeartbeatsWhileWaiting(t *testing.T) {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := ln.Addr().String()
+	ln.Close()
+	l := fakeLayout(addr)
+	l.FailureTimeoutMillis = 250 // a heartbeat every 50 ms
+	ctl := &beatCounter{staticControl: staticControl{l}}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if _, err := ps.Connect(ctx, ctl, ps.Options{Rank: 0}); err == nil {
+		t.Fatal("connected to a closed port")
+	}
+	if n := ctl.beats.Load(); n < 2 {
+		t.Fatalf("%d heartbeats while Connect waited 1 s against a 250 ms failure timeout; want one every 50 ms", n)
+	}
+	got := ctl.beats.Load()
+	time.Sleep(200 * time.Millisecond)
+	if n := ctl.beats.Load(); n > got+1 { // one may have been under way as Connect returned
+		t.Fatalf("heartbeats went on after Connect returned: %d, then %d", got, n)
+	}
+}
+
+// TestConnectWhenServerReturns: a worker whose layout's only server does
+// not answer connects once the server answers again at its address under
+// the same layout (the last server on the ring, restarted, stays on it).
+// It waited only for a newer layout, which never came, until its join
+// timeout.
+func TestConnectWhenServerReturns(t *testing.T) {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := ln.Addr().String()
+	ln.Close()
+	l := fakeLayout(addr)
+	l.FailureTimeoutMillis = 250 // tried again every 50 ms
+	back := make(chan struct{})
+	go func() {
+		defer close(back)
+		time.Sleep(300 * time.Millisecond)
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				if _, err := ln.Accept(); err != nil {
+					return
+				}
+			}
+		}()
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := ps.Connect(ctx, staticControl{l}, ps.Options{Rank: 0})
+	<-back
+	if err != nil {
+		t.Fatalf("Connect after the server came back under the same layout: %v", err)
+	}
+	c.Close()
+}
+
 func TestConnectFailsClearly(t *testing.T) {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	addr := ln.Addr().String()

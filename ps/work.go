@@ -43,6 +43,30 @@ func (c *Client) heartbeat(ctx context.Context) {
 	}
 }
 
+// beatWhileConnecting heartbeats, every fifth of the failure timeout of
+// the newest layout seen, until ctx ends (Connect has connected, or gives
+// up): heartbeat's work without the servers, which are not reached yet.
+func (c *Client) beatWhileConnecting(ctx context.Context, seen *atomic.Pointer[layout.Layout]) {
+	for {
+		every := layout.DefaultFailureTimeout / 5
+		if l := seen.Load(); l != nil {
+			every = l.FailureTimeout() / 5
+		}
+		t := time.NewTimer(every)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		bctx, cancel := context.WithTimeout(ctx, every*4)
+		if err := c.ctl.Heartbeat(bctx, c.opts.Rank, 0); err != nil && ctx.Err() == nil {
+			c.log.Debug("heartbeat while connecting failed", "err", err)
+		}
+		cancel()
+	}
+}
+
 // restateClock sends this worker's clock (or wire.ClockIdle) to every
 // server again, re-dialling those whose connection broke. A clock that a
 // broken connection lost is otherwise only made good by the next Tick,
