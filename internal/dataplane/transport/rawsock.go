@@ -89,16 +89,25 @@ func (s *rawSock) Read(p []byte) (int, error) {
 // readFD is one read(2) of s.p, for RawConn.Read: it reports false to wait
 // for the socket to be readable again.
 func (s *rawSock) readFD(fd uintptr) bool {
+	var done bool
+	s.rn, s.rerr, done = rawCall(unix.SYS_READ, fd, unsafe.Pointer(&s.p[0]), len(s.p))
+	return done
+}
+
+// rawCall makes the raw system call trap(fd, p, n), a read or a write of
+// the socket, again while a signal interrupts it, and returns the bytes
+// it copied (0 on an error), its errno, and whether it is done: false on
+// EAGAIN, for RawConn to wait until the socket is ready.
+func rawCall(trap, fd uintptr, p unsafe.Pointer, n int) (copied int, errno syscall.Errno, done bool) {
 	for {
-		r, _, e := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&s.p[0])), uintptr(len(s.p)))
+		r, _, e := unix.RawSyscall(trap, fd, uintptr(p), uintptr(n))
 		if e == unix.EINTR {
 			continue
 		}
-		s.rn, s.rerr = int(r), e
 		if e != 0 {
-			s.rn = 0
+			return 0, e, e != unix.EAGAIN
 		}
-		return e != unix.EAGAIN
+		return int(r), 0, true
 	}
 }
 
@@ -108,18 +117,7 @@ func (s *rawSock) readFD(fd uintptr) bool {
 func (s *rawSock) WriteBuffers(b *net.Buffers) (int64, error) {
 	var total int64
 	for len(*b) > 0 {
-		s.iov = s.iov[:0]
-		for _, p := range *b {
-			if len(s.iov) == maxIovecs {
-				break
-			}
-			if len(p) == 0 {
-				continue
-			}
-			iov := unix.Iovec{Base: &p[0]}
-			iov.SetLen(len(p))
-			s.iov = append(s.iov, iov)
-		}
+		s.iov = iovecs(s.iov[:0], *b)
 		if len(s.iov) == 0 {
 			*b = (*b)[:0]
 			break
@@ -141,17 +139,9 @@ func (s *rawSock) WriteBuffers(b *net.Buffers) (int64, error) {
 // writevFD writes s.iov with writev(2), for RawConn.Write: it reports false
 // to wait for the socket to be writable again when it took nothing.
 func (s *rawSock) writevFD(fd uintptr) bool {
-	for {
-		r, _, e := unix.RawSyscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&s.iov[0])), uintptr(len(s.iov)))
-		if e == unix.EINTR {
-			continue
-		}
-		s.wn, s.werr = int(r), e
-		if e != 0 {
-			s.wn = 0
-		}
-		return e != unix.EAGAIN
-	}
+	var done bool
+	s.wn, s.werr, done = rawCall(unix.SYS_WRITEV, fd, unsafe.Pointer(&s.iov[0]), len(s.iov))
+	return done
 }
 
 // consume drops the first n bytes of b.

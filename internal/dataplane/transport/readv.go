@@ -51,18 +51,7 @@ func (v *vecReader) ReadVec(bufs [][]byte) (int, error) {
 	if v.br.Buffered() > 0 {
 		return v.br.Read(bufs[0])
 	}
-	if len(bufs) > maxIovecs {
-		bufs = bufs[:maxIovecs]
-	}
-	v.iov = v.iov[:0]
-	for _, b := range bufs {
-		if len(b) == 0 {
-			continue
-		}
-		iov := unix.Iovec{Base: &b[0]}
-		iov.SetLen(len(b))
-		v.iov = append(v.iov, iov)
-	}
+	v.iov = iovecs(v.iov[:0], bufs)
 	if len(v.iov) == 0 {
 		return 0, nil
 	}
@@ -85,16 +74,27 @@ func (v *vecReader) ReadVec(bufs [][]byte) (int, error) {
 // it reports false to wait for the socket to be readable again. A raw
 // system call, as rawSock's are.
 func (v *vecReader) readv(fd uintptr) bool {
-	for {
-		r, _, e := unix.RawSyscall(unix.SYS_READV, fd, uintptr(unsafe.Pointer(&v.iov[0])), uintptr(len(v.iov)))
-		if e == unix.EINTR {
+	n, errno, done := rawCall(unix.SYS_READV, fd, unsafe.Pointer(&v.iov[0]), len(v.iov))
+	v.n, v.err = n, nil
+	if errno != 0 {
+		v.err = errno
+	}
+	return done
+}
+
+// iovecs appends to dst an iovec for each non-empty buffer of bufs, at
+// most maxIovecs in all.
+func iovecs(dst []unix.Iovec, bufs [][]byte) []unix.Iovec {
+	for _, b := range bufs {
+		if len(dst) == maxIovecs {
+			break
+		}
+		if len(b) == 0 {
 			continue
 		}
-		if e != 0 {
-			v.n, v.err = 0, e
-			return e != unix.EAGAIN
-		}
-		v.n, v.err = int(r), nil
-		return true
+		iov := unix.Iovec{Base: &b[0]}
+		iov.SetLen(len(b))
+		dst = append(dst, iov)
 	}
+	return dst
 }
