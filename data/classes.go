@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 )
 
@@ -49,7 +50,7 @@ func ReadClasses(path string) (*Classes, error) {
 			return readIDX(br, path)
 		case 1:
 			// Read as LIBSVM it was "label \x00\x00\b\x01... is not a number".
-			return nil, idxError(path, `an IDX labels file: give the images file (train-images-idx3-ubyte.gz), whose labels are read from the labels file beside it`, nil)
+			return nil, idxError(path, fmt.Sprintf("an IDX labels file: give the images file (%s), whose labels are read from the labels file beside it", imagesFile(path)), nil)
 		}
 	}
 	x, err := parseLIBSVM(br, path, classLabels)
@@ -62,6 +63,16 @@ func ReadClasses(path string) (*Classes, error) {
 		c.NumClasses = max(c.NumClasses, int(v)+1)
 	}
 	return c, nil
+}
+
+// imagesFile names the IDX images file that labels file path goes with,
+// for a message: t10k-labels-idx1-ubyte.gz's is t10k-images-idx3-ubyte.gz
+// (the message named train's whatever the file).
+func imagesFile(path string) string {
+	if base := filepath.Base(path); strings.Contains(base, "labels-idx1") {
+		return strings.Replace(base, "labels-idx1", "images-idx3", 1)
+	}
+	return "train-images-idx3-ubyte.gz"
 }
 
 // labelsFile is the IDX labels file that goes with images file path.

@@ -72,6 +72,15 @@ func TestReadClassesBad(t *testing.T) {
 	if _, err := ReadClasses(labels); !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), "an IDX labels file: give the images file") {
 		t.Errorf("the labels file given for the images: %v", err)
 	}
+	// A test set's labels name the test set's images (the message named
+	// train-images-idx3-ubyte.gz for --test t10k-labels-idx1-ubyte.gz).
+	t10k := filepath.Join(filepath.Dir(labels), "t10k-labels-idx1-ubyte.gz")
+	if err := os.Rename(labels, t10k); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadClasses(t10k); err == nil || !strings.Contains(err.Error(), "give the images file (t10k-images-idx3-ubyte.gz)") {
+		t.Errorf("the test set's labels file given for its images: %v", err)
+	}
 	fewer := writeIDX(t, t.TempDir(), 3, false, 0)
 	lab := binary.BigEndian.AppendUint32(nil, 0x801)
 	lab = binary.BigEndian.AppendUint32(lab, 2)

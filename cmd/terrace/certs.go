@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -28,8 +29,8 @@ elsewhere (cert-manager, Vault) work too: pass --tls-ca, --tls-cert, --tls-key.`
 		Short: "Make a cluster CA in --dir (ca.crt, and ca.key readable by its owner only)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if days < 1 {
-				return fmt.Errorf("--days %d: want at least 1", days)
+			if err := checkDays(days); err != nil {
+				return err
 			}
 			if err := pki.Init(dir, "", pki.Options{Validity: time.Duration(days) * 24 * time.Hour}); err != nil {
 				return err
@@ -49,8 +50,8 @@ elsewhere (cert-manager, Vault) work too: pass --tls-ca, --tls-cert, --tls-key.`
 		Short: "Make a node certificate signed by the CA in --dir, written to --dir/NAME/ (ca.crt, node.crt, node.key)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if nodeDays < 1 {
-				return fmt.Errorf("--days %d: want at least 1", nodeDays)
+			if err := checkDays(nodeDays); err != nil {
+				return err
 			}
 			out, err := pki.Issue(dir, name, strings.Split(hosts, ","), pki.Options{Validity: time.Duration(nodeDays) * 24 * time.Hour})
 			if err != nil {
@@ -97,6 +98,17 @@ elsewhere (cert-manager, Vault) work too: pass --tls-ca, --tls-cert, --tls-key.`
 	list.Flags().StringVar(&dir, "dir", ".", "directory to list")
 	cmd.AddCommand(initCmd, issue, list)
 	return cmd
+}
+
+// maxDays is the longest validity a time.Duration holds (about 292
+// years); a longer --days wrapped around to a date nobody asked for.
+const maxDays = int(math.MaxInt64 / int64(24*time.Hour))
+
+func checkDays(days int) error {
+	if days < 1 || days > maxDays {
+		return fmt.Errorf("--days %d: want 1 to %d", days, maxDays)
+	}
+	return nil
 }
 
 func tokensCmd() *cobra.Command {

@@ -11,12 +11,17 @@ import (
 )
 
 // TestCertsDaysRefused: --days 0 or below is refused, naming the flag; it
-// used to issue a certificate of the default validity without a word.
+// used to issue a certificate of the default validity without a word. So
+// is a --days too long for a time.Duration, which issued a certificate
+// expiring on a wrapped-around date (100000000 days: 80136 days left).
 func TestCertsDaysRefused(t *testing.T) {
 	dir := t.TempDir()
 	for _, args := range [][]string{
 		{"init", "--dir", dir, "--days", "0"},
 		{"issue", "--dir", dir, "--name", "n", "--hosts", "127.0.0.1", "--days", "-3"},
+		// More than a time.Duration holds: it wrapped round to another date.
+		{"init", "--dir", dir, "--days", "100000000"},
+		{"issue", "--dir", dir, "--name", "n", "--hosts", "127.0.0.1", "--days", "100000000"},
 	} {
 		c := certsCmd()
 		c.SetArgs(args)

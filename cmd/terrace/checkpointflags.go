@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/terrace-ml/terrace/internal/control/coord"
 )
@@ -39,6 +40,25 @@ func checkCheckpointFlags(dir string, every, keep int, resume bool) error {
 		return fmt.Errorf("--checkpoint-every needs --checkpoint-dir")
 	case resume && dir == "":
 		return fmt.Errorf("--resume needs --checkpoint-dir")
+	case every > 0:
+		return checkWritableDir(dir)
 	}
 	return nil
+}
+
+// checkWritableDir makes checkpoint directory dir if it is missing and
+// checks that a file can be written in it: the coordinator writes its
+// commit records there. A directory it could not make or write in
+// abandoned every checkpoint, with a WARN line each, and the job ended
+// without one, exit 0.
+func checkWritableDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("--checkpoint-dir %s: checkpoints cannot be written there: %w", dir, err)
+	}
+	f, err := os.CreateTemp(dir, ".terrace-write-check-*")
+	if err != nil {
+		return fmt.Errorf("--checkpoint-dir %s: checkpoints cannot be written there: %w", dir, err)
+	}
+	f.Close()
+	return os.Remove(f.Name())
 }

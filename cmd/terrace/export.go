@@ -295,6 +295,13 @@ func useTrain(j *api.Job, train string) error {
 	return fmt.Errorf("the job's training data %s is not there (moved? give --train, where it is now): %w", j.Train, err)
 }
 
+// committedWhere says where in training checkpoint ck was taken. A
+// checkpoint inside pass 49 was said to be "after pass 48": the model
+// holds the rows of pass 49 trained before it too.
+func committedWhere(ck coord.Committed) string {
+	return checkpointWhere(ck.Pass, ck.InPass != nil)
+}
+
 // exportCheckpoint writes the model of the newest committed checkpoint
 // under dir that is intact to out, saying why it passed over newer ones, as the live export does: no cluster is needed, and
 // the model is the one of the pass the checkpoint was taken after.
@@ -320,6 +327,6 @@ func exportCheckpoint(ctx context.Context, w io.Writer, dir, train, out string) 
 	if err := exportModel(ctx, checkpointSource{ck}, j, out); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "terrace: exported the %s model of checkpoint %d (after pass %d) to %s\n", j.App, ck.Seq, ck.Pass+1, out)
+	fmt.Fprintf(w, "terrace: exported the %s model of checkpoint %d (%s) to %s\n", j.App, ck.Seq, committedWhere(ck), out)
 	return nil
 }

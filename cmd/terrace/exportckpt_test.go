@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/terrace-ml/terrace/data"
+	"github.com/terrace-ml/terrace/internal/control/coord"
 )
 
 // trainWithCheckpoint trains args for two passes with a checkpoint after
@@ -177,5 +178,17 @@ func TestCheckpointDirOfAnotherJob(t *testing.T) {
 	out, err := exec.Command(terrace(t), "export", "--checkpoint-dir", ck, "--out", filepath.Join(dir, "m")).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "exported the lr model of checkpoint 3 ") {
 		t.Fatalf("export after lasso's two checkpoints and lr's one: %v\n%s", err, out)
+	}
+}
+
+// TestExportSaysInsidePass: the export of a checkpoint taken inside pass
+// 49 says so, as the status and checkpoint --wait do; it said "after
+// pass 48", and the model holds rows of pass 49 too.
+func TestExportSaysInsidePass(t *testing.T) {
+	if got := committedWhere(coord.Committed{Pass: 47, InPass: &coord.InPass{Pass: 48}}); got != "inside pass 49" {
+		t.Errorf("a checkpoint inside pass 49: %q", got)
+	}
+	if got := committedWhere(coord.Committed{Pass: 47}); got != "after pass 48" {
+		t.Errorf("a checkpoint after pass 48: %q", got)
 	}
 }

@@ -213,11 +213,6 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 				job = audited(job, timeline.Record)
 			}
 			log := newLogger(logLevel)
-			fmt.Fprintf(out, "terrace: training %s on %d server(s) and %d worker(s), consistency %s\n", a.app, servers, workers, a.consistency)
-			if a.app == "lr" && lrTestPath(a.train, a.test) == "" {
-				fmt.Fprintf(out, "terrace: --train without --test: no held-out evaluation (pass --test to score the model)\n")
-			}
-			start := time.Now()
 			switch {
 			case resumeDir != "" && checkpointDir == "":
 				checkpointDir = resumeDir
@@ -233,6 +228,11 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 			if err != nil {
 				return err
 			}
+			fmt.Fprintf(out, "terrace: training %s on %d server(s) and %d worker(s), consistency %s\n", a.app, servers, workers, a.consistency)
+			if a.app == "lr" && lrTestPath(a.train, a.test) == "" {
+				fmt.Fprintf(out, "terrace: --train without --test: no held-out evaluation (pass --test to score the model)\n")
+			}
+			start := time.Now()
 			l, err := node.StartLocal(ctx, node.LocalConfig{Servers: servers, Workers: workers, Partitions: partitions, Replication: replication, Account: d.account,
 				CheckpointDir: checkpointDir, CheckpointEvery: checkpointEvery, CheckpointKeep: checkpointKeep, Resume: resumeDir != "", Logger: log,
 				FailureTimeout: d.failAfter, OnCopiesLost: policy})

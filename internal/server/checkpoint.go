@@ -70,9 +70,14 @@ func bySlot(in func(slot uint64) bool) func(key uint64) bool {
 // slots this server holds (as head or along a chain) and reports.
 func (s *Server) restoreFrom(ctx context.Context, ck layout.Checkpoint, ch chains) {
 	n, err := s.restore(ctx, ck, ch)
-	if err != nil {
+	switch {
+	case err != nil && ctx.Err() != nil:
+		// The server is stopping (train refused the job and shut its
+		// cluster down): nothing failed.
+		s.log.Info("restore stopped: the server is stopping", "seq", ck.Seq)
+	case err != nil:
 		s.log.Warn("restore failed", "seq", ck.Seq, "err", err)
-	} else {
+	default:
 		s.log.Info("restored from checkpoint", "seq", ck.Seq, "keys", n)
 	}
 	if s.opts.OnRestored != nil {

@@ -637,7 +637,7 @@ func (s *Server) handle(c *conn, h wire.Header, p []byte) {
 			s.replyError(c, h, code, err.Error())
 		}
 	case wire.TPing:
-		s.replyOK(c, h.ReqID, s.Epoch())
+		s.send(c, transport.Outgoing{Frame: wire.NewFrame(wire.Header{Type: wire.TReply, Epoch: s.Epoch(), ReqID: h.ReqID}, wire.PingReply(s.opts.ID))})
 	case wire.TReplicate:
 		if c.hello.Role != wire.RoleReplica {
 			s.replyError(c, h, wire.CodeBadRequest, "replication from a client connection")

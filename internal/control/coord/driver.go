@@ -491,7 +491,7 @@ func (c *Coordinator) effects(ctx context.Context, rd Ready) {
 	}
 	for _, p := range rd.Probes {
 		c.goEffect(func() {
-			conn, err := c.probe(ctx, p.Addr)
+			conn, err := c.probe(ctx, p.ID, p.Addr)
 			if err == nil {
 				conn.Close()
 			}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/dataplane/simnet"
 	"github.com/terrace-ml/terrace/internal/placement/layout"
+	"github.com/terrace-ml/terrace/internal/server"
 	"github.com/terrace-ml/terrace/internal/storage/checkpoint"
 	"github.com/terrace-ml/terrace/table"
 )
@@ -336,6 +338,31 @@ func TestMemberGoneDials(t *testing.T) {
 	}
 	if c.MemberGone(ctx, api.RoleServer, "s0", "old") {
 		t.Fatal("an earlier incarnation's registration took a server out")
+	}
+}
+
+// TestOtherServerAtAddress: a server whose address another server now
+// listens at (a cluster stopped and started again on the same ports) is
+// taken out; the other's answers to the pings kept it in the layout,
+// holding its slots, and the new servers joined for good.
+func TestOtherServerAtAddress(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := server.New(server.Options{ID: "new"})
+	go s.Serve(t.Context(), ln)
+	addr := ln.Addr().String()
+	c := New(Options{Servers: 2, Workers: 1, Replication: 2, FailureTimeout: 200 * time.Millisecond})
+	cl := serve(t, c)
+	ctx := t.Context()
+	cl.JoinServer(ctx, "old", addr, "i0")
+	cl.JoinServer(ctx, "new", addr, "i1")
+	if !c.MemberGone(ctx, api.RoleServer, "old", "i0") {
+		t.Fatal("a server whose address another server answers at stayed")
+	}
+	if c.MemberGone(ctx, api.RoleServer, "new", "i1") {
+		t.Fatal("the server that answers at its address was taken out")
 	}
 }
 

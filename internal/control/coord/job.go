@@ -44,6 +44,12 @@ func (m *Machine) SubmitJob(id uint64, j api.Job) {
 		m.reply(Reply{ID: id, Job: m.st.Job, Err: fmt.Errorf("%w: the checkpoint resumed from is of %s, not %s: this job cannot go on from its model",
 			api.ErrJobConflict, modelOf(m.st.Job), modelOf(&j))})
 		return
+	case m.st.ResumedJob && len(m.st.Workers) == 0 && j.Passes > 0 && j.Passes < m.st.DoneBefore:
+		// It trained nothing, evaluated nothing and wrote no --model: the
+		// passes it asks for are behind the model resumed.
+		m.reply(Reply{ID: id, Job: m.st.Job, Err: fmt.Errorf("%w: the checkpoint resumed from holds %d passes of %s: a job of %d passes cannot go on from it (ask for %d or more)",
+			api.ErrJobConflict, m.st.DoneBefore, modelOf(m.st.Job), j.Passes, m.st.DoneBefore)})
+		return
 	case m.st.Job == nil, m.st.ResumedJob && len(m.st.Workers) == 0:
 		m.st.Job, m.st.ResumedJob = &j, false
 		m.dirty = true

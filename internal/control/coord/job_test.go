@@ -489,6 +489,22 @@ func TestResumedJob(t *testing.T) {
 		}
 	}
 
+	// Fewer passes than the checkpoint holds: refused, saying how many it
+	// holds. It trained nothing and wrote no model, and exited 0.
+	m = NewMachine(Config{Servers: 2, Workers: 2, Partitions: 2, Replication: 2}, t0)
+	m.Resume(Resumed{Dir: "ckpt", Seq: 1, Pass: 4, Job: &ckpt})
+	r = &jobRig{t: t, m: m}
+	fewer := ckpt
+	fewer.Passes = 3
+	if rep := r.step(func(m *Machine, id uint64) { m.SubmitJob(id, fewer) }); !errors.Is(rep.Err, api.ErrJobConflict) || !strings.Contains(rep.Err.Error(), "ask for 5 or more") {
+		t.Errorf("a job of 3 passes on a checkpoint after pass 5: %v, want ErrJobConflict asking for 5 or more", rep.Err)
+	}
+	same := ckpt
+	same.Passes = 5
+	if rep := r.step(func(m *Machine, id uint64) { m.SubmitJob(id, same) }); rep.Err != nil {
+		t.Errorf("a job of as many passes as the checkpoint holds: %v, want it taken (it evaluates and writes the model)", rep.Err)
+	}
+
 	// Resumed and joined before anyone submitted: the checkpoint's job is
 	// in force.
 	m = NewMachine(Config{Servers: 2, Workers: 2, Partitions: 2, Replication: 2}, t0)

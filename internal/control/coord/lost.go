@@ -2,6 +2,7 @@ package coord
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -51,13 +52,13 @@ func Lost(ctx context.Context, o Options, blob []byte, window time.Duration) (Lo
 	for _, s := range all {
 		lost.Servers = append(lost.Servers, s.ID)
 		wg.Add(1)
-		go func(addr string) {
+		go func(id, addr string) {
 			defer wg.Done()
-			if c.holdsLayout(pctx, addr) {
+			if c.holdsLayout(pctx, id, addr) {
 				holds.Store(true)
 				cancel() // one is enough
 			}
-		}(s.Addr)
+		}(s.ID, s.Addr)
 	}
 	wg.Wait()
 	slices.Sort(lost.Servers)
@@ -65,16 +66,20 @@ func Lost(ctx context.Context, o Options, blob []byte, window time.Duration) (Lo
 	return lost, !holds.Load() && ctx.Err() == nil
 }
 
-// holdsLayout pings the server at addr until it answers or ctx ends, and
+// holdsLayout pings server id at addr until it answers or ctx ends, and
 // reports whether it answered with a configuration epoch (a process that
-// was given a layout).
-func (c *Coordinator) holdsLayout(ctx context.Context, addr string) bool {
+// was given a layout). Another server answering there holds none of it.
+func (c *Coordinator) holdsLayout(ctx context.Context, id, addr string) bool {
 	for ctx.Err() == nil {
 		dctx, cancel := context.WithTimeout(ctx, c.pingTimeout())
 		conn, err := transport.Dial(dctx, addr, transport.DialOptions{Hello: wire.Hello{Worker: wire.NoWorker, Node: "coordinator"}, DialTimeout: c.pingTimeout(), Network: c.opts.Network})
 		if err == nil {
-			epoch, perr := pingEpoch(dctx, conn)
+			epoch, perr := pingEpoch(dctx, id, conn)
 			conn.Close()
+			if errors.Is(perr, errOtherServer) {
+				cancel()
+				return false
+			}
 			if perr == nil {
 				cancel()
 				return epoch > 0

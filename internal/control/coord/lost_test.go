@@ -16,22 +16,24 @@ import (
 // TestLost: a saved state's model is lost when no server of its layout
 // answers as a process with a layout, and not lost while one does, or
 // when its job was not under way. A new process at a saved server's
-// address (a server restarted under its ID and port) holds nothing.
+// address (a server restarted under its ID and port) holds nothing, and
+// nor does another server there that a new coordinator configured: it
+// answered with an epoch and was taken for the saved one.
 func TestLost(t *testing.T) {
 	ctx := context.Background()
-	startServer := func(configured bool) string {
+	startServer := func(id string, configured bool) string {
 		t.Helper()
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
-		s := server.New(server.Options{ID: "s"})
+		s := server.New(server.Options{ID: id})
 		sctx, cancel := context.WithCancel(ctx)
 		go s.Serve(sctx, ln)
 		t.Cleanup(cancel)
 		addr := ln.Addr().String()
 		if configured {
-			if err := s.Configure(&layout.Layout{Version: 1, Epoch: 7, Servers: []ring.Server{{ID: "s", Addr: addr}}}); err != nil {
+			if err := s.Configure(&layout.Layout{Version: 1, Epoch: 7, Servers: []ring.Server{{ID: id, Addr: addr}}}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -68,7 +70,9 @@ func TestLost(t *testing.T) {
 	}
 	o := Options{FailureTimeout: 200 * time.Millisecond}
 	const window = time.Second
-	live, fresh := startServer(true), startServer(false)
+	// The saved servers are a, b, ... by their place in addrs.
+	liveA, liveB, fresh := startServer("a", true), startServer("b", true), startServer("a", false)
+	other := startServer("other", true) // a server of a new cluster, at a's port
 	for _, c := range []struct {
 		name string
 		blob []byte
@@ -76,8 +80,9 @@ func TestLost(t *testing.T) {
 	}{
 		{"every server gone", saved(true, true, false, gone(), gone()), true},
 		{"a new process at the saved address", saved(true, true, false, fresh, gone()), true},
-		{"the ring server gone, a BackupPS alive", saved(true, true, false, gone(), live), false},
-		{"the ring server alive", saved(true, true, false, live), false},
+		{"another cluster's server at the saved address", saved(true, true, false, other, gone()), true},
+		{"the ring server gone, a BackupPS alive", saved(true, true, false, gone(), liveB), false},
+		{"the ring server alive", saved(true, true, false, liveA), false},
 		{"no job", saved(false, true, false, gone()), false},
 		{"the ring not formed", saved(true, false, false, gone()), false},
 		{"the job done", saved(true, true, true, gone()), false},

@@ -2,6 +2,8 @@ package coord
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -70,7 +72,7 @@ func (c *Coordinator) Monitor(ctx context.Context, log *slog.Logger) {
 						log.Warn("server failed: removed from the layout", "server", id, "addr", addr)
 						return
 					}
-					if !c.awaitAnswer(wctx, addr) {
+					if !c.awaitAnswer(wctx, id, addr) {
 						return
 					}
 					c.call(ctx, func(m *Machine, rid uint64) { m.ServerAnswers(rid, id, addr) })
@@ -96,21 +98,21 @@ func (c *Coordinator) Monitor(ctx context.Context, log *slog.Logger) {
 // ctx ends first.
 func (c *Coordinator) watchServer(ctx context.Context, id, addr string) bool {
 	for ctx.Err() == nil {
-		conn, err := c.probe(ctx, addr)
+		conn, err := c.probe(ctx, id, addr)
 		if err != nil {
 			return ctx.Err() == nil
 		}
-		c.pingLoop(ctx, conn)
+		c.pingLoop(ctx, id, conn)
 		conn.Close()
 		// The connection broke or went silent: one fresh dial decides.
 	}
 	return false
 }
 
-// awaitAnswer dials addr once a failure timeout until it answers a ping
-// (true) or ctx ends (false): a server kept in the layout once found
-// dead, which may come back.
-func (c *Coordinator) awaitAnswer(ctx context.Context, addr string) bool {
+// awaitAnswer dials addr once a failure timeout until server id answers a
+// ping there (true) or ctx ends (false): a server kept in the layout once
+// found dead, which may come back.
+func (c *Coordinator) awaitAnswer(ctx context.Context, id, addr string) bool {
 	t := time.NewTicker(c.failureTimeout())
 	defer t.Stop()
 	for {
@@ -119,29 +121,29 @@ func (c *Coordinator) awaitAnswer(ctx context.Context, addr string) bool {
 			return false
 		case <-t.C:
 		}
-		if conn, err := c.probe(ctx, addr); err == nil {
+		if conn, err := c.probe(ctx, id, addr); err == nil {
 			conn.Close()
 			return true
 		}
 	}
 }
 
-func (c *Coordinator) probe(ctx context.Context, addr string) (*transport.Client, error) {
+func (c *Coordinator) probe(ctx context.Context, id, addr string) (*transport.Client, error) {
 	dctx, cancel := context.WithTimeout(ctx, c.pingTimeout())
 	defer cancel()
 	conn, err := transport.Dial(dctx, addr, transport.DialOptions{Hello: wire.Hello{Worker: wire.NoWorker, Node: "coordinator"}, DialTimeout: c.pingTimeout(), Network: c.opts.Network})
 	if err != nil {
 		return nil, err
 	}
-	if err := ping(dctx, conn); err != nil {
+	if err := ping(dctx, id, conn); err != nil {
 		conn.Close()
 		return nil, err
 	}
 	return conn, nil
 }
 
-// pingLoop pings until a ping fails or ctx ends.
-func (c *Coordinator) pingLoop(ctx context.Context, conn *transport.Client) {
+// pingLoop pings server id until a ping fails or ctx ends.
+func (c *Coordinator) pingLoop(ctx context.Context, id string, conn *transport.Client) {
 	t := time.NewTicker(c.pingEvery())
 	defer t.Stop()
 	for {
@@ -151,7 +153,7 @@ func (c *Coordinator) pingLoop(ctx context.Context, conn *transport.Client) {
 		case <-t.C:
 		}
 		pctx, cancel := context.WithTimeout(ctx, c.pingTimeout())
-		err := ping(pctx, conn)
+		err := ping(pctx, id, conn)
 		cancel()
 		if err != nil {
 			return
@@ -159,25 +161,43 @@ func (c *Coordinator) pingLoop(ctx context.Context, conn *transport.Client) {
 	}
 }
 
-func ping(ctx context.Context, conn *transport.Client) error {
-	_, err := pingEpoch(ctx, conn)
+// errOtherServer: the process answering at a server's address is
+// another server. A whole cluster stopped and started again on the same
+// ports gave the dead servers' addresses to new ones, whose answers kept
+// the dead ones in the layout, holding every slot, and the new ones
+// joining for good.
+var errOtherServer = errors.New("another server answers at its address")
+
+// ping pings server id, failing if another server answers.
+func ping(ctx context.Context, id string, conn *transport.Client) error {
+	_, err := pingEpoch(ctx, id, conn)
 	return err
 }
 
-// pingEpoch pings and returns the configuration epoch the server answers
-// with: 0 until a coordinator has given it a layout.
-func pingEpoch(ctx context.Context, conn *transport.Client) (uint64, error) {
+// pingEpoch pings server id and returns the configuration epoch it
+// answers with: 0 until a coordinator has given it a layout. The answer
+// of another server is errOtherServer; one naming no server (a server
+// of an earlier version) is taken as id's.
+func pingEpoch(ctx context.Context, id string, conn *transport.Client) (uint64, error) {
 	type pong struct {
 		epoch uint64
 		err   error
 	}
 	done := make(chan pong, 1)
-	id := conn.NextID()
-	conn.Call(wire.NewFrame(wire.Header{Type: wire.TPing, ReqID: id}), id, &transport.Call{
+	req := conn.NextID()
+	conn.Call(wire.NewFrame(wire.Header{Type: wire.TPing, ReqID: req}), req, &transport.Call{
 		OnReply: func(h wire.Header, r *wire.Reader) error {
-			_, err := r.Payload(h)
+			p, err := r.Payload(h)
+			if err != nil {
+				done <- pong{err: err}
+				return err
+			}
+			who, err := wire.ParsePingReply(p)
+			if err == nil && who != "" && who != id {
+				err = fmt.Errorf("coord: pinging %s: %w: %s", id, errOtherServer, who)
+			}
 			done <- pong{h.Epoch, err}
-			return err
+			return nil
 		},
 		OnFail: func(err error) { done <- pong{err: err} },
 	}, nil)
@@ -187,7 +207,7 @@ func pingEpoch(ctx context.Context, conn *transport.Client) (uint64, error) {
 	case <-conn.Done():
 		return 0, transport.ErrConnLost
 	case <-ctx.Done():
-		conn.Forget(id)
+		conn.Forget(req)
 		return 0, ctx.Err()
 	}
 }

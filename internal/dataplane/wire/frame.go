@@ -39,7 +39,9 @@ const (
 	// TReplicate carries the full state of keys from a range's head to
 	// the other servers of its chain; body: Replicate.
 	TReplicate Type = 8
-	// TPing asks for an empty reply at once: the coordinator's liveness probe.
+	// TPing asks for a reply at once: the coordinator's liveness probe. The
+	// reply names the server that answers (PingReply), so that another
+	// server listening at a failed one's address does not keep it alive.
 	TPing Type = 9
 	// TLedger carries, from an ActivePS to a BackupPS, the pairs of pushes
 	// it is about to acknowledge, each scoped to the slots the BackupPS

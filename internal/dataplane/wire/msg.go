@@ -395,6 +395,23 @@ func ParseReply(p []byte) (refused uint32, vals []byte, err error) {
 	return binary.LittleEndian.Uint32(p), p[ReplyPrefixSize:], nil
 }
 
+// PingReply is the reply to a ping: the reply prefix, then the ID of the
+// server that answers.
+func PingReply(id string) []byte {
+	var pre [ReplyPrefixSize]byte
+	PutReply(&pre, 0)
+	return append(pre[:], id...)
+}
+
+// ParsePingReply decodes the ID a ping's reply names ("" from a server
+// that names none).
+func ParsePingReply(p []byte) (string, error) {
+	if len(p) < ReplyPrefixSize {
+		return "", fmt.Errorf("%w: ping reply of %d bytes", ErrTruncated, len(p))
+	}
+	return string(p[ReplyPrefixSize:]), nil
+}
+
 // The clock sentinels: the two clocks above every real clock that a worker
 // sends (and a server counts it at) when it holds no one back.
 const (

@@ -217,8 +217,10 @@ func (r *Run) start() time.Time {
 
 // eventRows are the event kinds the lower panel shows, one row each, top
 // down; grants and passes are left out (there are too many to read).
+// Losses are shown: every copy of some slots gone (lost), and the updates
+// a tiered fallback lost (loss).
 var eventRows = []string{api.EventJoin, api.EventJoining, api.EventRing, api.EventNotice, api.EventDrain, api.EventLeft,
-	api.EventFailed, api.EventStage, api.EventSplit, api.EventCheckpoint, api.EventLeader}
+	api.EventFailed, api.EventLost, api.EventLoss, api.EventStage, api.EventSplit, api.EventCheckpoint, api.EventLeader}
 
 // Draw writes the plot to w as format "svg" or "png".
 func (r *Run) Draw(w io.Writer, format string) error {
@@ -357,13 +359,39 @@ func vline(p *gplot.Plot, x, lo, hi float64, c color.Color, legend string, named
 	}
 }
 
-// eventsPlot draws the coordinator's events, one row per kind, with the
-// node named beside each failure, drain and departure.
+// eventMarks places each event of a shown kind, and each fault, on its
+// row of rows (top down), with the node named beside failures, losses,
+// drains and departures.
+func (r *Run) eventMarks(rows []string) (plotter.XYs, []string) {
+	t0 := r.start()
+	row := func(kind string) float64 { return float64(len(rows) - slices.Index(rows, kind)) }
+	var pts plotter.XYs
+	var labels []string
+	for _, e := range r.Events {
+		if !slices.Contains(eventRows, e.Kind) {
+			continue
+		}
+		pts = append(pts, plotter.XY{X: e.Time.Sub(t0).Seconds(), Y: row(e.Kind)})
+		switch e.Kind {
+		case api.EventFailed, api.EventLost, api.EventLoss, api.EventNotice, api.EventDrain, api.EventLeft, api.EventLeader:
+			labels = append(labels, " "+e.Node)
+		default:
+			labels = append(labels, "")
+		}
+	}
+	for _, f := range r.Faults {
+		pts = append(pts, plotter.XY{X: f.Seconds, Y: row("fault")})
+		labels = append(labels, " "+f.Action+" "+f.Node)
+	}
+	return pts, labels
+}
+
+// eventsPlot draws the coordinator's events, one row per kind
+// (eventMarks).
 func (r *Run) eventsPlot() (*gplot.Plot, error) {
 	p := gplot.New()
 	p.Title.Text = "Events (coordinator's timeline) and faults"
 	p.X.Label.Text = "seconds after training started"
-	t0 := r.start()
 	rows := slices.Clone(eventRows)
 	if len(r.Faults) > 0 {
 		rows = append(rows, "fault")
@@ -374,25 +402,7 @@ func (r *Run) eventsPlot() (*gplot.Plot, error) {
 	}
 	p.Y.Tick.Marker = gplot.ConstantTicks(ticks)
 	p.Y.Min, p.Y.Max = 0.3, float64(len(rows))+0.7
-	row := func(kind string) float64 { return float64(len(rows) - slices.Index(rows, kind)) }
-	var pts plotter.XYs
-	var labels []string
-	for _, e := range r.Events {
-		if !slices.Contains(eventRows, e.Kind) {
-			continue
-		}
-		pts = append(pts, plotter.XY{X: e.Time.Sub(t0).Seconds(), Y: row(e.Kind)})
-		switch e.Kind {
-		case api.EventFailed, api.EventNotice, api.EventDrain, api.EventLeft, api.EventLeader:
-			labels = append(labels, " "+e.Node)
-		default:
-			labels = append(labels, "")
-		}
-	}
-	for _, f := range r.Faults {
-		pts = append(pts, plotter.XY{X: f.Seconds, Y: row("fault")})
-		labels = append(labels, " "+f.Action+" "+f.Node)
-	}
+	pts, labels := r.eventMarks(rows)
 	if len(pts) == 0 {
 		p.X.Min, p.X.Max = 0, 1
 		return p, nil

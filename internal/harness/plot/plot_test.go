@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"gonum.org/v1/plot/plotter"
 
 	"github.com/terrace-ml/terrace/internal/control/api"
 )
@@ -111,5 +114,33 @@ func TestResumedReport(t *testing.T) {
 	}
 	if lo := p.Y.Min; lo < 0.29 {
 		t.Errorf("the metrics' axis starts at %v: a missing value drew as 0", lo)
+	}
+}
+
+// TestLossesDrawn: every copy of some slots lost (k servers killed at
+// once) and a fallback's lost updates are drawn on rows of their own,
+// naming the nodes; the events panel left them out, so a drill's plot
+// showed two failures and nothing of the data they took with them.
+func TestLossesDrawn(t *testing.T) {
+	r, err := Parse(report(t, 3), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := r.Events[0].Time
+	r.Events = append(r.Events,
+		api.Event{Seq: 100, Time: t0.Add(1600 * time.Millisecond), Kind: api.EventLost, Node: "server-0,server-1"},
+		api.Event{Seq: 101, Time: t0.Add(1700 * time.Millisecond), Kind: api.EventLoss, Node: "server-2"})
+	rows := append(slices.Clone(eventRows), "fault")
+	pts, labels := r.eventMarks(rows)
+	for _, want := range []struct{ kind, node string }{{api.EventLost, "server-0,server-1"}, {api.EventLoss, "server-2"}} {
+		i := slices.Index(rows, want.kind)
+		if i < 0 {
+			t.Errorf("no %q row in the events panel (%v)", want.kind, rows)
+			continue
+		}
+		y := float64(len(rows) - i)
+		if !slices.ContainsFunc(pts, func(p plotter.XY) bool { return p.Y == y }) || !slices.Contains(labels, " "+want.node) {
+			t.Errorf("the %q event of %s not drawn: points %v, labels %q", want.kind, want.node, pts, labels)
+		}
 	}
 }

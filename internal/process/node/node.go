@@ -489,6 +489,36 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, job Job) (any, error) {
 	}
 }
 
+// fullRetry is how often a worker refused as one too many asks again
+// while the cluster forms.
+const fullRetry = time.Second
+
+// joinWorker joins as j, asking again while the cluster refuses it as one
+// worker too many (api.ErrFull): that is only while it forms, and a
+// worker that died before it formed (SIGKILL or Ctrl-C while it waited
+// for servers) keeps its rank until then, when it is found dead and a
+// worker may join as another rank. The replacement exited 1 on "full".
+// ctx (the join timeout) bounds the wait, as it bounds the wait for the
+// cluster to form.
+func joinWorker(ctx context.Context, cc *api.Client, j api.Join, log *slog.Logger) (api.Joined, error) {
+	said := false
+	for {
+		joined, err := cc.JoinAs(ctx, j)
+		if !errors.Is(err, api.ErrFull) {
+			return joined, err
+		}
+		if !said {
+			log.Warn("the forming cluster has every worker it expects: waiting for it to form, then joining as one more", "err", err)
+			said = true
+		}
+		select {
+		case <-ctx.Done():
+			return joined, err
+		case <-time.After(fullRetry):
+		}
+	}
+}
+
 // runWorker is one membership of RunWorker's: join, connect, run, report.
 func runWorker(ctx context.Context, cfg WorkerConfig, cc *api.Client, metrics *prometheus.Registry, job Job) (any, error) {
 	nctx, notices := beforeJoin(ctx, cfg.Notices)
@@ -502,7 +532,7 @@ func runWorker(ctx context.Context, cfg WorkerConfig, cc *api.Client, metrics *p
 		return nil, fmt.Errorf("worker %s: %w", cfg.ID, err)
 	}
 	inc := newIncarnation()
-	joined, err := cc.JoinAs(jctx, api.Join{Role: api.RoleWorker, ID: cfg.ID, Addr: cfg.PeerAddr, Incarnation: inc, Machine: cfg.Machine, Class: cfg.Class})
+	joined, err := joinWorker(jctx, cc, api.Join{Role: api.RoleWorker, ID: cfg.ID, Addr: cfg.PeerAddr, Incarnation: inc, Machine: cfg.Machine, Class: cfg.Class}, cfg.Logger)
 	rank := joined.Rank
 	if err != nil {
 		if noticedBeforeJoin(jctx) {

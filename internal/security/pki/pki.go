@@ -39,6 +39,9 @@ var (
 	ErrExists = errors.New("pki: already exists")
 	// ErrInvalid: a file is not the PEM it should be, or a name is unusable.
 	ErrInvalid = errors.New("pki: invalid")
+	// ErrOutlivesCA: a node certificate would be valid past its CA's
+	// expiry (or the CA has expired), when every peer stops trusting it.
+	ErrOutlivesCA = errors.New("pki: certificate would outlive its CA")
 )
 
 // Files names the three PEM files a node uses.
@@ -139,6 +142,9 @@ func Issue(caDir, name string, hosts []string, o Options) (string, error) {
 		return "", err
 	}
 	nb, na := o.window(DefaultNodeValidity)
+	if err := withinCA(ca, caDir, nb, na); err != nil {
+		return "", fmt.Errorf("pki: issue %s: %w", name, err)
+	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
 		Subject:      pkix.Name{CommonName: name, Organization: []string{"terrace"}},
@@ -173,6 +179,24 @@ func Issue(caDir, name string, hosts []string, o Options) (string, error) {
 		return "", err
 	}
 	return out, writeFile(filepath.Join(out, CACert), caPEM, 0o644)
+}
+
+// withinCA checks that a node certificate valid from nb to na stays
+// inside its CA's validity: a chain is verified against every
+// certificate in it, so a node certificate outliving its CA is refused by
+// every peer from the CA's expiry on, while `certs list` would show it
+// valid.
+func withinCA(ca *x509.Certificate, caDir string, nb, na time.Time) error {
+	end := ca.NotAfter.UTC().Format(time.RFC3339)
+	if !nb.Before(ca.NotAfter) {
+		return fmt.Errorf("%w: the CA in %s expired on %s (make a new CA: security.md, Rotation)", ErrOutlivesCA, caDir, end)
+	}
+	if na.After(ca.NotAfter) {
+		most := int(ca.NotAfter.Sub(nb).Hours() / 24)
+		return fmt.Errorf("%w: valid until %s, past the expiry of the CA in %s on %s (at most %d days from now)",
+			ErrOutlivesCA, na.UTC().Format(time.RFC3339), caDir, end, most)
+	}
+	return nil
 }
 
 // Info describes one certificate file, for `terrace certs list`.

@@ -120,3 +120,29 @@ func TestSourceReloads(t *testing.T) {
 		t.Fatal("reloading a garbage key succeeded")
 	}
 }
+
+// TestIssueWithinCA: a node certificate that would outlive its CA, or one
+// signed by a CA already expired, is refused with ErrInvalid, saying
+// how many days are left; it was written and listed valid, while every
+// peer refuses its chain from the CA's expiry on.
+func TestIssueWithinCA(t *testing.T) {
+	dir := t.TempDir()
+	if err := Init(dir, "", Options{Validity: 30 * 24 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Issue(dir, "long", []string{"127.0.0.1"}, Options{Validity: 365 * 24 * time.Hour})
+	if !errors.Is(err, ErrOutlivesCA) || !strings.Contains(err.Error(), "at most 29 days") {
+		t.Fatalf("a node certificate past its CA's expiry: %v, want ErrInvalid with at most 29 days", err)
+	}
+	if _, err := Issue(dir, "short", []string{"127.0.0.1"}, Options{Validity: 20 * 24 * time.Hour}); err != nil {
+		t.Fatalf("a node certificate inside its CA's validity: %v", err)
+	}
+
+	old := t.TempDir()
+	if err := Init(old, "", Options{NotBefore: time.Now().Add(-72 * time.Hour), Validity: 24 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Issue(old, "n", []string{"127.0.0.1"}, Options{Validity: time.Hour}); !errors.Is(err, ErrOutlivesCA) || !strings.Contains(err.Error(), "expired") {
+		t.Fatalf("issue from an expired CA: %v, want ErrInvalid saying it expired", err)
+	}
+}
