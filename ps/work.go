@@ -29,17 +29,20 @@ func (c *Client) heartbeat(ctx context.Context) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+		// The first at once: the coordinator judges a worker whose
+		// heartbeat connection closed in half a failure timeout, and one
+		// that died before its first heartbeat only at the timeout.
 		bctx, cancel := context.WithTimeout(ctx, every*4)
 		if err := c.ctl.Heartbeat(bctx, c.opts.Rank, c.clock.Load()); err != nil && ctx.Err() == nil {
 			c.log.Warn("heartbeat failed", "err", err)
 		}
 		c.restateClock(bctx)
 		cancel()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 	}
 }
 
@@ -52,6 +55,11 @@ func (c *Client) beatWhileConnecting(ctx context.Context, seen *atomic.Pointer[l
 		if l := seen.Load(); l != nil {
 			every = l.FailureTimeout() / 5
 		}
+		bctx, cancel := context.WithTimeout(ctx, every*4)
+		if err := c.ctl.Heartbeat(bctx, c.opts.Rank, 0); err != nil && ctx.Err() == nil {
+			c.log.Debug("heartbeat while connecting failed", "err", err)
+		}
+		cancel()
 		t := time.NewTimer(every)
 		select {
 		case <-ctx.Done():
@@ -59,11 +67,6 @@ func (c *Client) beatWhileConnecting(ctx context.Context, seen *atomic.Pointer[l
 			return
 		case <-t.C:
 		}
-		bctx, cancel := context.WithTimeout(ctx, every*4)
-		if err := c.ctl.Heartbeat(bctx, c.opts.Rank, 0); err != nil && ctx.Err() == nil {
-			c.log.Debug("heartbeat while connecting failed", "err", err)
-		}
-		cancel()
 	}
 }
 
