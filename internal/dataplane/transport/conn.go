@@ -86,7 +86,8 @@ func NewConn(nc net.Conn, maxPayload int) *Conn {
 	a, ok := nc.(Authenticator)
 	var r io.Reader = nc
 	bw, _ := nc.(BuffersWriter)
-	if s := newRawSock(nc); s != nil {
+	s := newRawSock(nc)
+	if s != nil {
 		r, bw = s, s
 	}
 	br := bufio.NewReaderSize(r, readBuffer)
@@ -100,8 +101,8 @@ func NewConn(nc net.Conn, maxPayload int) *Conn {
 		stopped:      make(chan struct{}),
 	}
 	c.Reader.Authenticated = c.auth
-	if v := newVecReader(nc, br); v != nil {
-		c.Reader.Vec = v
+	if s != nil {
+		c.Reader.Vec = newVecReader(s.rc, br)
 	}
 	go c.writeLoop()
 	return c

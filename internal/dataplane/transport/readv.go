@@ -3,7 +3,6 @@ package transport
 import (
 	"bufio"
 	"io"
-	"net"
 	"syscall"
 	"unsafe"
 
@@ -29,17 +28,9 @@ type vecReader struct {
 	err  error
 }
 
-// newVecReader returns a vecReader for a plain TCP connection, or nil
-// for any other (TLS decrypts in user space anyway).
-func newVecReader(nc net.Conn, br *bufio.Reader) *vecReader {
-	tc, ok := nc.(*net.TCPConn)
-	if !ok {
-		return nil
-	}
-	rc, err := tc.SyscallConn()
-	if err != nil {
-		return nil
-	}
+// newVecReader returns a vecReader over rc, a plain TCP connection's
+// (rawSock's: TLS decrypts in user space anyway), behind br.
+func newVecReader(rc syscall.RawConn, br *bufio.Reader) *vecReader {
 	v := &vecReader{br: br, rc: rc}
 	v.read = v.readv
 	return v
