@@ -127,10 +127,7 @@ func (m *Machine) Rewound(r Resumed, err error) {
 // can.
 func (m *Machine) cannotRewind(r Resumed) string {
 	l := &m.st.Layout
-	next := r.Pass + 1 // the pass a resume from it trains
-	if r.InPass != nil {
-		next = r.InPass.Pass
-	}
+	next := r.Pass + 1 // the pass a resume from it trains (InPass.check: the one it was taken inside)
 	switch {
 	case l.JobDone || len(l.Tables) == 0 || l.Resume != nil:
 		return "came too late: the job ended, or the servers are loading a checkpoint"
@@ -190,10 +187,7 @@ func (m *Machine) rewind(r Resumed, lossVersion uint64) {
 // free at r's offsets (or whole, from a boundary): the passes after it
 // are trained and evaluated again.
 func (m *Machine) rewindPasses(r Resumed) {
-	next := r.Pass + 1
-	if r.InPass != nil {
-		next = r.InPass.Pass
-	}
+	next := r.Pass + 1 // as Resume: an InPass is of this pass (InPass.check)
 	m.st.Passes, m.st.DoneBefore = map[int]*Pass{}, next
 	if r.InPass != nil {
 		m.resumePass(r.InPass, nil)
