@@ -112,8 +112,8 @@ func ReadLIBLINEAR(r io.Reader, name string) (*Model, error) {
 		case "nr_class":
 			// liblinear writes 2 for its regression models.
 		case "nr_feature":
-			if nf, err = strconv.Atoi(f[1]); err != nil || nf < 0 {
-				return nil, lr.Errorf("nr_feature %q", f[1])
+			if nf, err = strconv.Atoi(f[1]); err != nil || nf < 0 || nf > math.MaxInt32 {
+				return nil, lr.Errorf("nr_feature %q: want a whole number from 0 to %d", f[1], math.MaxInt32)
 			}
 		case "bias":
 			if bias, err = strconv.ParseFloat(f[1], 64); err != nil || math.IsNaN(bias) || math.IsInf(bias, 0) {
@@ -140,13 +140,15 @@ func ReadLIBLINEAR(r io.Reader, name string) (*Model, error) {
 		}
 		return v, nil
 	}
-	m := &Model{W: make([]float64, nf+1)}
+	// Grown as the weights come, not nf+1 at once: a damaged nr_feature
+	// of 1e11 ran out of memory before the first weight was read.
+	m := &Model{W: make([]float64, 1, min(nf+1, 1<<20))}
 	for idx := 1; idx <= nf; idx++ {
 		v, err := weight()
 		if err != nil {
 			return nil, err
 		}
-		m.W[idx] = v
+		m.W = append(m.W, v)
 	}
 	if bias >= 0 {
 		v, err := weight()

@@ -63,6 +63,10 @@ func TestModelFileDamaged(t *testing.T) {
 		"classification": {strings.Replace(good, "L2R_L2LOSS_SVR", "L2R_LR", 1), "m:1"},
 		"no w":           {strings.Replace(good, "w\n", "", 1), "m:5"},
 		"two weights":    {strings.Replace(good, "0.5 \n", "0.5 0.5\n", 1), "m:6"},
+		// Found by FuzzReadLIBLINEAR (twentieth session): the reader made
+		// nr_feature weights at once and ran out of memory.
+		"huge nr_feature": {strings.Replace(good, "nr_feature 2", "nr_feature 2000000000", 1), "m:9"},
+		"nr_feature 1e11": {strings.Replace(good, "nr_feature 2", "nr_feature 99999999999", 1), "m:3"},
 	} {
 		_, err := ReadLIBLINEAR(strings.NewReader(tc.file), "m")
 		if !errors.Is(err, ErrBadModel) || !strings.Contains(err.Error(), tc.line+":") {

@@ -128,14 +128,20 @@ func ReadLIBLINEAR(r io.Reader) (*Model, error) {
 			}
 			flip = first <= 0
 		case "nr_feature":
+			if len(f) != 2 {
+				return nil, fmt.Errorf("%w: nr_feature %v", ErrModelFormat, f[1:])
+			}
 			n, err := strconv.Atoi(f[1])
 			if err != nil || n < 0 {
 				return nil, fmt.Errorf("%w: nr_feature %q", ErrModelFormat, f[1])
 			}
 			nf = n
 		case "bias":
+			if len(f) != 2 {
+				return nil, fmt.Errorf("%w: bias %v", ErrModelFormat, f[1:])
+			}
 			b, err := strconv.ParseFloat(f[1], 64)
-			if err != nil {
+			if err != nil || math.IsNaN(b) || math.IsInf(b, 0) {
 				return nil, fmt.Errorf("%w: bias %q", ErrModelFormat, f[1])
 			}
 			bias = b

@@ -57,6 +57,11 @@ func TestLIBLINEARBadFiles(t *testing.T) {
 		"NaN weight":                   "solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nnr_feature 1\nbias 1\nw\nNaN\n1\n",
 		"infinite weight":              "solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nnr_feature 1\nbias 1\nw\n+Inf\n1\n",
 		"huge nr_feature":              "solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nnr_feature 100000000000\nbias 1\nw\n1\n",
+		// Found by FuzzReadLIBLINEAR (twentieth session): a key with no
+		// value panicked with an index out of range.
+		"nr_feature alone": "nr_feature\n",
+		"bias alone":       "solver_type L2R_LR\nbias\n",
+		"NaN bias":         "solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nnr_feature 1\nbias NaN\nw\n1\n",
 	} {
 		if _, err := ReadLIBLINEAR(strings.NewReader(in)); !errors.Is(err, ErrModelFormat) {
 			t.Errorf("%s: %v, want ErrModelFormat", name, err)

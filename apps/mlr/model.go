@@ -186,8 +186,8 @@ func readLIBLINEARHeader(lr *modelfile.Reader) (labels []int, nf int, bias float
 				return nil, 0, 0, lr.Errorf("nr_feature %s: want a whole number from 0 to %d", f[1], math.MaxInt32)
 			}
 		case "bias":
-			if bias, err = strconv.ParseFloat(f[1], 64); err != nil {
-				return nil, 0, 0, lr.Errorf("bias %s: not a number", f[1])
+			if bias, err = strconv.ParseFloat(f[1], 64); err != nil || math.IsNaN(bias) || math.IsInf(bias, 0) {
+				return nil, 0, 0, lr.Errorf("bias %s: not a finite number", f[1])
 			}
 		}
 	}

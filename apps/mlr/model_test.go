@@ -66,6 +66,7 @@ func TestReadLIBLINEAR(t *testing.T) {
 		{"a row short", strings.Replace(good, "4 5 6 ", "4 5 ", 1), "m:7:"},
 		{"not a number", strings.Replace(good, "7 8", "7 x", 1), "m:8:"},
 		{"bytes after", good + "1 2 3 \n", "m:10:"},
+		{"NaN bias", strings.Replace(good, "bias 1", "bias NaN", 1), "m:5:"},
 	} {
 		_, err := ReadLIBLINEAR(strings.NewReader(c.file), "m")
 		if !errors.Is(err, ErrLIBLINEAR) || !strings.Contains(err.Error(), c.at) {
