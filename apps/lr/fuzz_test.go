@@ -2,6 +2,7 @@ package lr
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 )
 
@@ -12,6 +13,8 @@ func FuzzReadLIBLINEAR(f *testing.F) {
 	f.Add([]byte("solver_type L2R_LR\nnr_class 2\nlabel 0 1\nnr_feature 0\nbias 1\nw\n0.1\n"))
 	f.Add([]byte("solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nnr_feature 99999999999\nbias 1\nw\n"))
 	f.Fuzz(func(t *testing.T, in []byte) {
-		_, _ = ReadLIBLINEAR(bytes.NewReader(in))
+		if _, err := ReadLIBLINEAR(bytes.NewReader(in), "m.model"); err != nil && !strings.Contains(err.Error(), "m.model") {
+			t.Fatalf("error does not name the file: %v", err)
+		}
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/terrace-ml/terrace/data"
+	"github.com/terrace-ml/terrace/internal/modelfile"
 	"github.com/terrace-ml/terrace/keyspace"
 	"github.com/terrace-ml/terrace/metrics"
 	"github.com/terrace-ml/terrace/ps"
@@ -25,7 +26,7 @@ type Model struct {
 
 // ErrModelFormat is returned for a model file that is not a binary L2R_LR
 // liblinear model with a bias.
-var ErrModelFormat = errors.New("lr: not a liblinear binary logistic regression model")
+var ErrModelFormat = errors.New("not a liblinear binary logistic regression model")
 
 // PullModel pulls the weights from the servers and folds the feature
 // scaling into them (w_raw = w_scaled * s), so that the model scores raw
@@ -96,104 +97,88 @@ func (m *Model) SaveLIBLINEAR(path, pos, neg string) error {
 	return f.Close()
 }
 
-// ReadLIBLINEAR reads a binary L2R_LR model with bias 1 (as written by
-// WriteLIBLINEAR or by liblinear's train -s 0 -B 1). A model whose first
-// label is the negative class (0 or -1) has its weights negated.
-func ReadLIBLINEAR(r io.Reader) (*Model, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	var nf int
-	flip, bias := false, -1.0
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
+// ReadLIBLINEAR reads a binary L2R_LR model (as written by WriteLIBLINEAR
+// or by liblinear's train -s 0), named name in its errors, with the line. A
+// model whose first label is the negative class (0 or -1) has its weights
+// negated; the bias feature, when the file has one (bias >= 0), is W[0]'s.
+func ReadLIBLINEAR(r io.Reader, name string) (*Model, error) {
+	lr := modelfile.NewReader(r, "lr model", name, ErrModelFormat)
+	nf, bias := -1, -1.0
+	solver, classes, flip := false, false, false
+	for {
+		f, err := lr.Line()
+		if err != nil {
+			return nil, err
+		}
 		if len(f) == 0 {
 			continue
 		}
-		switch f[0] {
-		case "solver_type":
-			if len(f) < 2 || f[1] != "L2R_LR" {
-				return nil, fmt.Errorf("%w: solver %v", ErrModelFormat, f[1:])
+		if len(f) == 1 && f[0] == "w" {
+			break
+		}
+		switch {
+		case f[0] == "solver_type":
+			if len(f) != 2 || f[1] != "L2R_LR" {
+				return nil, lr.Errorf("solver %v: want L2R_LR (logistic regression)", f[1:])
 			}
-		case "nr_class":
-			if len(f) < 2 || f[1] != "2" {
-				return nil, fmt.Errorf("%w: %v classes", ErrModelFormat, f[1:])
+			solver = true
+		case f[0] == "nr_class":
+			if len(f) != 2 || f[1] != "2" {
+				return nil, lr.Errorf("%v classes: want 2 (a model of more is mlr's)", f[1:])
 			}
-		case "label":
+			classes = true
+		case f[0] == "label":
 			if len(f) != 3 {
-				return nil, fmt.Errorf("%w: labels %v", ErrModelFormat, f[1:])
+				return nil, lr.Errorf("labels %v: want two", f[1:])
 			}
 			first, err := strconv.ParseFloat(f[1], 64)
 			if err != nil {
-				return nil, fmt.Errorf("%w: label %q", ErrModelFormat, f[1])
+				return nil, lr.Errorf("label %q is not a number", f[1])
 			}
 			flip = first <= 0
-		case "nr_feature":
-			if len(f) != 2 {
-				return nil, fmt.Errorf("%w: nr_feature %v", ErrModelFormat, f[1:])
+		case f[0] == "nr_feature" && len(f) == 2:
+			if nf, err = strconv.Atoi(f[1]); err != nil || nf < 0 || nf > math.MaxInt32 {
+				return nil, lr.Errorf("nr_feature %q: want a whole number from 0 to %d", f[1], math.MaxInt32)
 			}
-			n, err := strconv.Atoi(f[1])
-			if err != nil || n < 0 {
-				return nil, fmt.Errorf("%w: nr_feature %q", ErrModelFormat, f[1])
+		case f[0] == "bias" && len(f) == 2:
+			if bias, err = strconv.ParseFloat(f[1], 64); err != nil || math.IsNaN(bias) || math.IsInf(bias, 0) {
+				return nil, lr.Errorf("bias %q is not a finite number", f[1])
 			}
-			nf = n
-		case "bias":
-			if len(f) != 2 {
-				return nil, fmt.Errorf("%w: bias %v", ErrModelFormat, f[1:])
-			}
-			b, err := strconv.ParseFloat(f[1], 64)
-			if err != nil || math.IsNaN(b) || math.IsInf(b, 0) {
-				return nil, fmt.Errorf("%w: bias %q", ErrModelFormat, f[1])
-			}
-			bias = b
-		case "w":
-			return readWeights(sc, nf, bias, flip)
+		default:
+			return nil, lr.Errorf("want a header line (solver_type, nr_class, label, nr_feature, bias) or w, got %q", strings.Join(f, " "))
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return nil, err
+	if !solver || !classes || nf < 0 {
+		return nil, lr.Errorf("the header lacks solver_type, nr_class or nr_feature")
 	}
-	return nil, fmt.Errorf("%w: no weights", ErrModelFormat)
-}
-
-func readWeights(sc *bufio.Scanner, nf int, bias float64, flip bool) (*Model, error) {
 	n := nf
 	if bias >= 0 {
 		n++
 	}
-	// Not n at once: a corrupt nr_feature of 1e11 panicked allocating.
+	// Grown as the weights come, not n at once: a corrupt nr_feature of
+	// 1e11 panicked allocating.
 	ws := make([]float32, 0, min(n, 1<<20))
-	for len(ws) < n && sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) != 1 {
-			return nil, fmt.Errorf("%w: weight line %q", ErrModelFormat, sc.Text())
+	for len(ws) < n {
+		f, err := lr.Line()
+		if err != nil {
+			return nil, err
 		}
-		v, err := strconv.ParseFloat(f[0], 32)
-		if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
-			// NaN scored every example NaN (logloss NaN, AUC 0.66).
-			return nil, fmt.Errorf("%w: weight %q", ErrModelFormat, f[0])
+		if len(f) != 1 {
+			return nil, lr.Errorf("want one weight, got %d fields", len(f))
+		}
+		// A NaN weight scored every example NaN (logloss NaN, AUC 0.66).
+		if ws, err = lr.Floats(ws, f); err != nil {
+			return nil, err
 		}
 		if flip {
-			v = -v
+			ws[len(ws)-1] = -ws[len(ws)-1]
 		}
-		ws = append(ws, float32(v))
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
-	if len(ws) < n {
-		return nil, fmt.Errorf("%w: %d weights, want %d", ErrModelFormat, len(ws), n)
 	}
 	// Weights beyond nr_feature (and the bias) mean the header does not
 	// describe them: a smaller nr_feature, or no bias line, scored with
 	// the weights shifted (a9a at 0.55 accuracy, without a word).
-	extra := 0
-	for sc.Scan() {
-		if strings.TrimSpace(sc.Text()) != "" {
-			extra++
-		}
-	}
-	if extra > 0 {
-		return nil, fmt.Errorf("%w: %d weight lines beyond the %d that nr_feature %d and bias %g make", ErrModelFormat, extra, n, nf, bias)
+	if err := lr.End(fmt.Sprintf("the %d weights that nr_feature %d and bias %g make", n, nf, bias)); err != nil {
+		return nil, err
 	}
 	m := &Model{W: make([]float32, nf+2)}
 	for idx := 1; idx <= nf; idx++ {

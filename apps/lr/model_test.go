@@ -20,7 +20,7 @@ func TestLIBLINEARRoundTrip(t *testing.T) {
 	if b.String() != want {
 		t.Fatalf("model file:\n%s\nwant:\n%s", b.String(), want)
 	}
-	got, err := ReadLIBLINEAR(&b)
+	got, err := ReadLIBLINEAR(&b, "m")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +32,7 @@ func TestLIBLINEARRoundTrip(t *testing.T) {
 	// liblinear's own training may list the negative label first: its
 	// weights then score the negative class.
 	flipped := strings.Replace(want, "label 1 -1", "label -1 1", 1)
-	got, err = ReadLIBLINEAR(strings.NewReader(flipped))
+	got, err = ReadLIBLINEAR(strings.NewReader(flipped), "m")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func TestLIBLINEARBadFiles(t *testing.T) {
 		"bias alone":       "solver_type L2R_LR\nbias\n",
 		"NaN bias":         "solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nnr_feature 1\nbias NaN\nw\n1\n",
 	} {
-		if _, err := ReadLIBLINEAR(strings.NewReader(in)); !errors.Is(err, ErrModelFormat) {
+		if _, err := ReadLIBLINEAR(strings.NewReader(in), "m"); !errors.Is(err, ErrModelFormat) {
 			t.Errorf("%s: %v, want ErrModelFormat", name, err)
 		}
 	}

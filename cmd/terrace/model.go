@@ -232,7 +232,7 @@ func predictCmd() *cobra.Command {
 			}
 			f, err := os.Open(model)
 			if err != nil {
-				return fmt.Errorf("--model %s: %w", model, err)
+				return fmt.Errorf("--model: %w", err)
 			}
 			defer f.Close()
 			br := bufio.NewReader(f)
@@ -258,9 +258,9 @@ func predictCmd() *cobra.Command {
 				}
 				return predictClasses(cmd.OutOrStdout(), m, m.Classes, model, dataPath, out)
 			}
-			m, err := lr.ReadLIBLINEAR(br)
+			m, err := lr.ReadLIBLINEAR(br, model)
 			if err != nil {
-				return fmt.Errorf("--model %s: %w", model, err)
+				return fmt.Errorf("--model: %w", err)
 			}
 			d, err := data.ReadLIBSVM(dataPath)
 			if err != nil {
