@@ -171,8 +171,8 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 		OnCheckpointed: func(seq uint64, err error) {
 			report("checkpoint", func(ctx context.Context) error { return cc.Checkpointed(ctx, cfg.ID, seq, err) })
 		},
-		OnRestored: func(seq uint64, err error) {
-			report("restore", func(ctx context.Context) error { return cc.Restored(ctx, cfg.ID, seq, err) })
+		OnRestored: func(seq uint64, rewind int, err error) {
+			report("restore", func(ctx context.Context) error { return cc.Restored(ctx, cfg.ID, seq, rewind, err) })
 		},
 		OnLoss: func(r server.LossReport) {
 			rep := lossReport(cfg.ID, r)
