@@ -128,9 +128,11 @@ type Client struct {
 	obs    *clientObs // metrics.go; nil in some tests
 
 	// said are the servers ("id@addr") said to be unreachable since they
-	// last answered a dial (unreachableSaid).
+	// last answered a dial (unreachableSaid); others, those at whose
+	// address another server answered, by the ID that did (otherServer).
 	saidMu sync.Mutex
 	said   map[string]bool
+	others map[string]string
 
 	// drained is closed by Drain (made on first use: drainInit).
 	drained   chan struct{}
@@ -277,6 +279,14 @@ func (c *Client) install(ctx context.Context, l *layout.Layout) error {
 				// dials it every fifth of a failure timeout.
 				c.log.Debug("server unreachable", "server", s.ID, "addr", s.Addr, "err", err)
 			default:
+				c.log.Warn("server unreachable", "server", s.ID, "addr", s.Addr, "err", err)
+			}
+			dialErrs = append(dialErrs, fmt.Errorf("ps: server %s: %w", s.ID, err))
+			continue
+		}
+		if err := c.stillOther(ctx, cc, s); err != nil {
+			cc.Close()
+			if !c.unreachableSaid(s, true) {
 				c.log.Warn("server unreachable", "server", s.ID, "addr", s.Addr, "err", err)
 			}
 			dialErrs = append(dialErrs, fmt.Errorf("ps: server %s: %w", s.ID, err))
@@ -454,6 +464,81 @@ func (c *Client) unreachableSaid(s ring.Server, down bool) bool {
 		delete(c.said, key)
 	}
 	return said
+}
+
+// errOtherServer: another server answers at a server's address.
+var errOtherServer = errors.New("another server answers at its address")
+
+// checkServer asks the server this client reaches as id who it is, after
+// it refused a request's placement (keys not its own, a key list or table
+// it does not know) under the epoch this client holds.
+// Another server answers at a dead server's address once the port is
+// given to it (the README's `terrace server`, started again without --id,
+// names itself anew): it refused every request, and the worker's retries
+// ran out in about a second ("key 0 belongs to server s0"). Found so, the
+// connection is closed and the address taken as unreachable until id
+// answers there again (stillOther), so the requests wait for it as for a
+// dead server.
+func (c *Client) checkServer(id string) {
+	c.mu.RLock()
+	cc := c.conns[id]
+	var srv ring.Server
+	if c.rm != nil {
+		if i := c.rm.Index(id); i >= 0 {
+			srv = c.rm.Servers[i]
+		}
+	}
+	c.mu.RUnlock()
+	if cc == nil || srv.ID == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.dialTimeout())
+	who, _, err := cc.Ping(ctx)
+	cancel()
+	if err != nil || who == "" || who == id {
+		return
+	}
+	c.saidMu.Lock()
+	if c.others == nil {
+		c.others = map[string]string{}
+	}
+	c.others[id+"@"+srv.Addr] = who
+	c.saidMu.Unlock()
+	c.log.Warn("another server answers at a server's address: taken as unreachable until the server answers there again", "server", id, "addr", srv.Addr, "answers", who)
+	cc.Close()
+}
+
+// stillOther checks, on a new connection to s, whether the server that
+// answered at its address before (checkServer) still does: err says so.
+func (c *Client) stillOther(ctx context.Context, cc *transport.Client, s ring.Server) error {
+	key := s.ID + "@" + s.Addr
+	c.saidMu.Lock()
+	other := c.others[key]
+	c.saidMu.Unlock()
+	if other == "" {
+		return nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, c.dialTimeout())
+	who, _, err := cc.Ping(pctx)
+	cancel()
+	switch {
+	case err != nil:
+		return fmt.Errorf("asking who answers at %s: %w", s.Addr, err)
+	case who != "" && who != s.ID:
+		return fmt.Errorf("%w: %s answers at %s", errOtherServer, who, s.Addr)
+	}
+	c.saidMu.Lock()
+	delete(c.others, key)
+	c.saidMu.Unlock()
+	return nil
+}
+
+// dialTimeout is Options.DialTimeout, 5 s if 0 (as transport.Dial's).
+func (c *Client) dialTimeout() time.Duration {
+	if c.opts.DialTimeout > 0 {
+		return c.opts.DialTimeout
+	}
+	return 5 * time.Second
 }
 
 // unreachable names the servers of l this client holds no connection to;

@@ -28,16 +28,16 @@ func oneServerLayout(addr string) *layout.Layout {
 		Servers: []ring.Server{{ID: "s0", Addr: addr}}, Tables: []layout.Table{{ID: 1, Spec: spec}}}
 }
 
-// serveAt runs server s0 of l at addr until the returned kill, which
+// serveAt runs server id (of l, or another) at addr until the returned kill, which
 // closes its listener and connections and returns once it has stopped,
 // as a SIGKILLed process's are.
-func serveAt(t *testing.T, addr string, l *layout.Layout) (kill func()) {
+func serveAt(t *testing.T, id, addr string, l *layout.Layout) (kill func()) {
 	t.Helper()
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := server.New(server.Options{ID: "s0"})
+	s := server.New(server.Options{ID: id})
 	if err := s.Configure(l); err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func connectAndKill(t *testing.T, ctx context.Context, wait time.Duration) (*ps.
 	addr := ln.Addr().String()
 	ln.Close()
 	l := oneServerLayout(addr)
-	kill := serveAt(t, addr, l)
+	kill := serveAt(t, "s0", addr, l)
 	c, err := ps.Connect(ctx, staticControl{l}, ps.Options{Rank: 0, ServerWait: wait})
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +97,7 @@ func TestRunningClientWaitsForItsServer(t *testing.T) {
 	back := make(chan struct{})
 	time.AfterFunc(500*time.Millisecond, func() {
 		defer close(back)
-		serveAt(t, addr, l)
+		serveAt(t, "s0", addr, l)
 	})
 	err := f.Wait(ctx)
 	<-back
@@ -137,5 +137,37 @@ func TestDrainStopsWaitingForServers(t *testing.T) {
 	err := f.Wait(ctx)
 	if !errors.Is(err, ps.ErrDrained) || !errors.Is(err, ps.ErrNoServer) {
 		t.Fatalf("a push of a draining worker with the only server gone: %v; want ErrDrained and ErrNoServer", err)
+	}
+}
+
+// TestRunningClientWaitsPastAnotherServer: another server (started again
+// without its ID) answers at the dead server's address and refuses every
+// key as not its own; the client takes the address as unreachable and
+// waits, and the push goes through once s0 answers there again. Its
+// retries ran out within a second ("giving up after 21 attempts: ...
+// key 1 belongs to server s0").
+func TestRunningClientWaitsPastAnotherServer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, tb, addr, l := connectAndKill(t, ctx, time.Minute)
+	other := serveAt(t, "s9", addr, l)
+	f := tb.Push([]uint64{1}, []float32{2})
+	back := make(chan struct{})
+	time.AfterFunc(time.Second, func() {
+		defer close(back)
+		other()
+		serveAt(t, "s0", addr, l)
+	})
+	err := f.Wait(ctx)
+	<-back
+	if err != nil {
+		t.Fatalf("a push while another server answered at s0's address, then s0 again: %v", err)
+	}
+	// And with another server there for good: ErrNoServer, saying so.
+	_, tb2, addr2, l2 := connectAndKill(t, ctx, 500*time.Millisecond)
+	serveAt(t, "s9", addr2, l2)
+	err = tb2.Push([]uint64{1}, []float32{2}).Wait(ctx)
+	if !errors.Is(err, ps.ErrNoServer) || !strings.Contains(err.Error(), "s9 answers at "+addr2) {
+		t.Fatalf("a push with another server at s0's address for good: %v; want ErrNoServer saying s9 answers at %s", err, addr2)
 	}
 }

@@ -467,6 +467,11 @@ func (t *Table) retry(o *op, p *part, seenEpoch, seq uint64, cause error) {
 		return
 	}
 	time.Sleep(time.Duration(n) * 5 * time.Millisecond)
+	if se := (*ServerError)(nil); seenEpoch == 0 && errors.As(cause, &se) {
+		// A placement refusal under this client's epoch: the server
+		// is behind, or not the one this client means (checkServer).
+		t.c.checkServer(se.Server)
+	}
 	wait := t.c.opts.ServerWait
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	err := t.c.refreshLayout(ctx, seenEpoch)
