@@ -129,7 +129,7 @@ type Client struct {
 
 	// said are the servers ("id@addr") said to be unreachable since they
 	// last answered a dial (unreachableSaid); others, those at whose
-	// address another server answered, by the ID that did (otherServer).
+	// address another server answered, by the ID that did (checkServer).
 	saidMu sync.Mutex
 	said   map[string]bool
 	others map[string]string
