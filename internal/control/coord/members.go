@@ -35,6 +35,12 @@ func (m *Machine) joinServer(id uint64, j api.Join) {
 		return
 	}
 	restarted := m.incarnate(api.RoleServer, j.ID, j.Incarnation)
+	if m.rewinding() && m.lastDown == j.ID+"@"+j.Addr {
+		// Back while the servers load a checkpoint gone back to: it
+		// loads it too, and is not the dead server a joiner replaces
+		// (replaceDownLast).
+		m.lastDown = ""
+	}
 	if restarted {
 		// Before any layout that keeps it a member: the new process
 		// holds nothing (docs/design/resilience.md, "Slots that lost
