@@ -66,7 +66,17 @@ type Options struct {
 	Logger     *slog.Logger
 	// Network makes the connections to servers (TCP if nil).
 	Network transport.Network
+	// ServerWait is how long an operation waits for a server of its
+	// layout to answer again, or for a layout without it, before it fails
+	// with ErrNoServer (DefaultServerWait if 0): the last server on the
+	// ring, restarted at its address, stays on it with no newer layout.
+	// `terrace worker` passes its --join-timeout.
+	ServerWait time.Duration
 }
+
+// DefaultServerWait is Options.ServerWait's default, the worker's join
+// timeout's.
+const DefaultServerWait = 30 * time.Second
 
 // Client is a worker's connection to every server.
 type Client struct {
@@ -117,6 +127,13 @@ type Client struct {
 	linger map[*transport.Client]bool
 	obs    *clientObs // metrics.go; nil in some tests
 
+	// said are the servers ("id@addr") said to be unreachable since they
+	// last answered a dial (unreachableSaid); others, those at whose
+	// address another server answered, by the ID that did (checkServer).
+	saidMu sync.Mutex
+	said   map[string]bool
+	others map[string]string
+
 	// drained is closed by Drain (made on first use: drainInit).
 	drained   chan struct{}
 	drainInit sync.Once
@@ -129,6 +146,9 @@ func Connect(ctx context.Context, ctl Control, o Options) (*Client, error) {
 	}
 	if o.MaxRefused == 0 {
 		o.MaxRefused = 1000
+	}
+	if o.ServerWait <= 0 {
+		o.ServerWait = DefaultServerWait
 	}
 	c := &Client{ctl: ctl, opts: o, log: o.Logger, conns: map[string]*transport.Client{}, tables: map[string]*Table{}, refresh: make(chan struct{}, 1), id: rand.Uint64(), obs: newClientObs()}
 	var after uint64
@@ -254,13 +274,26 @@ func (c *Client) install(ctx context.Context, l *layout.Layout) error {
 			case ctx.Err() != nil:
 			case l.JobDone && l.Shutdown:
 				c.log.Debug("server exited with the cluster", "server", s.ID, "addr", s.Addr, "err", err)
+			case c.unreachableSaid(s, true):
+				// Said once until it answers: a client waiting for it
+				// dials it every fifth of a failure timeout.
+				c.log.Debug("server unreachable", "server", s.ID, "addr", s.Addr, "err", err)
 			default:
 				c.log.Warn("server unreachable", "server", s.ID, "addr", s.Addr, "err", err)
 			}
 			dialErrs = append(dialErrs, fmt.Errorf("ps: server %s: %w", s.ID, err))
 			continue
 		}
+		if err := c.stillOther(ctx, cc, s); err != nil {
+			cc.Close()
+			if !c.unreachableSaid(s, true) {
+				c.log.Warn("server unreachable", "server", s.ID, "addr", s.Addr, "err", err)
+			}
+			dialErrs = append(dialErrs, fmt.Errorf("ps: server %s: %w", s.ID, err))
+			continue
+		}
 		conns[s.ID] = cc
+		c.unreachableSaid(s, false)
 		sent[cc] = c.sendClockOn(cc, rm.Epoch)
 	}
 	c.tellMu.Lock() // before mu, as enterClock takes them
@@ -307,25 +340,19 @@ func (c *Client) install(ctx context.Context, l *layout.Layout) error {
 }
 
 // installWaiting installs l or, while none of its servers is reachable,
-// the next layout the coordinator publishes, until ctx ends. A class-wide
-// revocation takes every ActivePS at once, and the coordinator falls
-// back to the BackupPS only once it has found them gone: the layouts in
-// between reach no server. A worker that met one while opening its
-// tables or after a server's "stale epoch" failed (simulation, tiers
-// seed 50074: a replacement worker started 11 ms before the revocation).
+// waits for one to answer or for a newer layout (awaitServers), until ctx
+// ends. A class-wide revocation takes every ActivePS at once, and the
+// coordinator falls back to the BackupPS only once it has found them
+// gone: the layouts in between reach no server. A worker that met one
+// while opening its tables or after a server's "stale epoch" failed
+// (simulation, tiers seed 50074: a replacement worker started 11 ms
+// before the revocation).
 func (c *Client) installWaiting(ctx context.Context, l *layout.Layout) error {
-	for {
-		err := c.install(ctx, l)
-		if err == nil || !errors.Is(err, ErrNoServer) || ctx.Err() != nil {
-			return err
-		}
-		c.log.Warn("no server of the layout reachable; waiting for a newer one", "version", l.Version, "err", err)
-		next, lerr := c.ctl.Layout(ctx, l.Version)
-		if lerr != nil {
-			return errors.Join(err, lerr)
-		}
-		l = next
+	err := c.install(ctx, l)
+	if err == nil || !errors.Is(err, ErrNoServer) || ctx.Err() != nil {
+		return err
 	}
+	return c.awaitServers(ctx, l, err)
 }
 
 // current returns the layout, range map and connections in use.
@@ -340,7 +367,8 @@ func (c *Client) current() (*ring.Map, map[string]*transport.Client, error) {
 
 // refreshLayout fetches a layout newer than epoch seen when a server said
 // it has one; with seen 0 it re-installs the current layout, which re-dials
-// any connection that broke.
+// any connection that broke, and waits while a server of it does not
+// answer (awaitServers).
 func (c *Client) refreshLayout(ctx context.Context, seen uint64) error {
 	select {
 	case c.refresh <- struct{}{}:
@@ -352,30 +380,16 @@ func (c *Client) refreshLayout(ctx context.Context, seen uint64) error {
 	cur := c.lay
 	c.mu.RUnlock()
 	if seen == 0 {
-		// No server of the layout reachable is no error yet: the
-		// coordinator may have published one without them.
-		if err := c.install(ctx, cur); err == nil {
-			c.mu.RLock()
-			missing := len(c.conns) < len(cur.Servers)
-			c.mu.RUnlock()
-			if !missing {
+		err := c.install(ctx, cur)
+		if err == nil {
+			if err = c.unreachable(cur); err == nil {
 				return nil
 			}
 		}
-		// A server of this layout is unreachable: wait for the coordinator
-		// to publish one without it. A layout with no reachable server
-		// (a class-wide revocation takes the ActivePS one by one before
-		// the fallback to the BackupPS) is waited past, until ctx ends.
-		for {
-			l, err := c.ctl.Layout(ctx, cur.Version)
-			if err != nil {
-				return err
-			}
-			if err := c.install(ctx, l); err == nil || ctx.Err() != nil {
-				return err
-			}
-			cur = l
+		if ctx.Err() != nil {
+			return err
 		}
+		return c.awaitServers(ctx, cur, err)
 	}
 	if cur.Epoch > seen {
 		return nil // another goroutine already moved on
@@ -385,6 +399,179 @@ func (c *Client) refreshLayout(ctx context.Context, seen uint64) error {
 		return err
 	}
 	return c.installWaiting(ctx, l)
+}
+
+// awaitServers waits, after a server of layout cur did not answer (err
+// says which), for the coordinator to publish a layout it can install, or
+// for cur's servers to answer again: it tries cur again every fifth of its
+// failure timeout (nextLayout), as Connect does. It waited only for a
+// newer layout, and the last server on the ring, restarted at its
+// address, stays on it with none: the worker gave up. A layout with no
+// reachable server (a class-wide revocation takes the ActivePS one by one
+// before the fallback to the BackupPS) is waited past. It returns when
+// ctx ends, with err, or at once, wrapping ErrDrained too, once the
+// client is draining and no server of its layout answers: nothing it
+// sends can be acknowledged, and the drain records what was.
+func (c *Client) awaitServers(ctx context.Context, cur *layout.Layout, err error) error {
+	said := false
+	for {
+		if c.Draining() && errors.Is(err, ErrNoServer) {
+			return fmt.Errorf("%w: %w", ErrDrained, err)
+		}
+		if !said && errors.Is(err, ErrNoServer) {
+			c.log.Warn("no server of the layout answers: waiting for one to answer again, or for a newer layout", "version", cur.Version, "err", err)
+			said = true
+		}
+		l, lerr := c.nextLayout(ctx, cur.Version, cur)
+		if ctx.Err() != nil {
+			lerr = ctx.Err() // the patience's end, not the coordinator's
+		}
+		if lerr != nil {
+			return fmt.Errorf("%w, after %w", lerr, err)
+		}
+		ierr := c.install(ctx, l)
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w, after %w", ctx.Err(), err)
+		}
+		if ierr == nil {
+			if l.Version != cur.Version {
+				return nil
+			}
+			if ierr = c.unreachable(l); ierr == nil {
+				return nil
+			}
+		}
+		if said && ierr != nil && !errors.Is(ierr, ErrNoServer) {
+			said = false // some answer: say it again should they all stop
+		}
+		cur, err = l, ierr
+	}
+}
+
+// unreachableSaid reports whether server s was said to be unreachable
+// since it last answered, and records whether it is now (down).
+func (c *Client) unreachableSaid(s ring.Server, down bool) bool {
+	c.saidMu.Lock()
+	defer c.saidMu.Unlock()
+	key := s.ID + "@" + s.Addr
+	said := c.said[key]
+	switch {
+	case down && c.said == nil:
+		c.said = map[string]bool{key: true}
+	case down:
+		c.said[key] = true
+	default:
+		delete(c.said, key)
+	}
+	return said
+}
+
+// errOtherServer: another server answers at a server's address.
+var errOtherServer = errors.New("another server answers at its address")
+
+// checkServer asks the server this client reaches as id who it is, after
+// it refused a request's placement (keys not its own, a key list or table
+// it does not know) under the epoch this client holds.
+// Another server answers at a dead server's address once the port is
+// given to it (the README's `terrace server`, started again without --id,
+// names itself anew): it refused every request, and the worker's retries
+// ran out in about a second ("key 0 belongs to server s0"). Found so, the
+// connection is closed and the address taken as unreachable until id
+// answers there again (stillOther), so the requests wait for it as for a
+// dead server.
+func (c *Client) checkServer(id string) {
+	c.mu.RLock()
+	cc := c.conns[id]
+	var srv ring.Server
+	if c.rm != nil {
+		if i := c.rm.Index(id); i >= 0 {
+			srv = c.rm.Servers[i]
+		}
+	}
+	c.mu.RUnlock()
+	if cc == nil || srv.ID == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.dialTimeout())
+	who, _, err := cc.Ping(ctx)
+	cancel()
+	if err != nil || who == "" || who == id {
+		return
+	}
+	c.saidMu.Lock()
+	if c.others == nil {
+		c.others = map[string]string{}
+	}
+	c.others[id+"@"+srv.Addr] = who
+	c.saidMu.Unlock()
+	c.log.Warn("another server answers at a server's address: taken as unreachable until the server answers there again", "server", id, "addr", srv.Addr, "answers", who)
+	cc.Close()
+}
+
+// stillOther checks, on a new connection to s, whether the server that
+// answered at its address before (checkServer) still does: err says so.
+func (c *Client) stillOther(ctx context.Context, cc *transport.Client, s ring.Server) error {
+	key := s.ID + "@" + s.Addr
+	c.saidMu.Lock()
+	other := c.others[key]
+	c.saidMu.Unlock()
+	if other == "" {
+		return nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, c.dialTimeout())
+	who, _, err := cc.Ping(pctx)
+	cancel()
+	switch {
+	case err != nil:
+		return fmt.Errorf("asking who answers at %s: %w", s.Addr, err)
+	case who != "" && who != s.ID:
+		return fmt.Errorf("%w: %s answers at %s", errOtherServer, who, s.Addr)
+	}
+	c.saidMu.Lock()
+	delete(c.others, key)
+	c.saidMu.Unlock()
+	return nil
+}
+
+// dialTimeout is Options.DialTimeout, 5 s if 0 (as transport.Dial's).
+func (c *Client) dialTimeout() time.Duration {
+	if c.opts.DialTimeout > 0 {
+		return c.opts.DialTimeout
+	}
+	return 5 * time.Second
+}
+
+// unreachable names the servers of l this client holds no connection to;
+// nil if none.
+func (c *Client) unreachable(l *layout.Layout) error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var missing []string
+	for _, s := range l.Servers {
+		if cc := c.conns[s.ID]; cc == nil || cc.Err() != nil {
+			missing = append(missing, s.ID)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return fmt.Errorf("ps: servers %v of layout %d unreachable", missing, l.Version)
+}
+
+// redial re-installs the current layout, which re-dials the connections
+// that broke, unless another goroutine is refreshing the layout: it
+// re-dials them, and may be waiting for a server to answer, which the
+// heartbeat must not wait behind.
+func (c *Client) redial(ctx context.Context) {
+	select {
+	case c.refresh <- struct{}{}:
+		defer func() { <-c.refresh }()
+	default:
+		return
+	}
+	if l := c.Layout(); l != nil {
+		_ = c.install(ctx, l)
+	}
 }
 
 // follow installs every layout the coordinator publishes, so that a worker

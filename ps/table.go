@@ -2,6 +2,7 @@ package ps
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -466,10 +467,20 @@ func (t *Table) retry(o *op, p *part, seenEpoch, seq uint64, cause error) {
 		return
 	}
 	time.Sleep(time.Duration(n) * 5 * time.Millisecond)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if se := (*ServerError)(nil); seenEpoch == 0 && errors.As(cause, &se) {
+		// A placement refusal under this client's epoch: the server
+		// is behind, or not the one this client means (checkServer).
+		t.c.checkServer(se.Server)
+	}
+	wait := t.c.opts.ServerWait
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	err := t.c.refreshLayout(ctx, seenEpoch)
 	cancel()
-	if err != nil {
+	switch {
+	case err != nil && errors.Is(err, ErrNoServer) && !errors.Is(err, ErrDrained):
+		o.f.partDone(fmt.Errorf("ps: table %q: no server of the layout answered within %v (ServerWait): %w (after %w)", t.spec.Name, wait, err, cause))
+		return
+	case err != nil:
 		o.f.partDone(fmt.Errorf("ps: table %q: %w (after %w)", t.spec.Name, err, cause))
 		return
 	}

@@ -88,7 +88,7 @@ func (c *Client) restateClock(ctx context.Context) {
 		}
 	}
 	if broken {
-		_ = c.refreshLayout(ctx, 0) // dials, and sends the clock on each new connection
+		c.redial(ctx) // sends the clock on each new connection
 	}
 }
 

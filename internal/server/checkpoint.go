@@ -81,7 +81,7 @@ func (s *Server) restoreFrom(ctx context.Context, ck layout.Checkpoint, ch chain
 		s.log.Info("restored from checkpoint", "seq", ck.Seq, "keys", n)
 	}
 	if s.opts.OnRestored != nil {
-		s.opts.OnRestored(ck.Seq, err)
+		s.opts.OnRestored(ck.Seq, ck.Rewind, err)
 	}
 }
 

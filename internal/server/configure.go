@@ -45,8 +45,11 @@ type installed struct {
 	// prevRebuild is closed when the previous layout's rebuild is done;
 	// rebuilt is to close when this one's is.
 	prevRebuild, rebuilt chan struct{}
-	checkpoint, resume   *layout.Checkpoint
-	finished             []int
+	// prevRestore is closed when the previous load of a checkpoint is
+	// done; restored is to close when this layout's (resume) is.
+	prevRestore, restored chan struct{}
+	checkpoint, resume    *layout.Checkpoint
+	finished              []int
 	// ready: the layout's cluster has formed (layout.Ready).
 	ready bool
 	// lossEpoch is the epoch of a fallback whose loss this server counts.
@@ -132,6 +135,12 @@ func (s *Server) install(l *layout.Layout, rm *ring.Map, ch chains) (installed, 
 			s.emptyTablesLocked()
 		}
 		a.resume = r
+		// A load started over (a server left the ring during the one
+		// before, docs/design/resilience.md) begins once the one before
+		// has ended, so that nothing of it is written after this one
+		// reports.
+		a.prevRestore, a.restored = s.lastRestore, make(chan struct{})
+		s.lastRestore = a.restored
 	}
 	a.finished, a.ready = l.Finished, l.Ready
 	return a, nil
@@ -217,7 +226,17 @@ func (s *Server) follow(a installed) {
 		s.spawn(func(ctx context.Context) { s.checkpointTo(ctx, *ck) })
 	}
 	if r := a.resume; r != nil {
-		s.spawn(func(ctx context.Context) { s.restoreFrom(ctx, *r, a.cur) })
+		s.spawn(func(ctx context.Context) {
+			defer close(a.restored)
+			if a.prevRestore != nil {
+				select {
+				case <-a.prevRestore:
+				case <-ctx.Done():
+					return
+				}
+			}
+			s.restoreFrom(ctx, *r, a.cur)
+		})
 	}
 	if a.lossEpoch != 0 {
 		s.spawn(func(ctx context.Context) { s.countLoss(ctx, a.lossEpoch) })

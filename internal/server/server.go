@@ -43,9 +43,10 @@ type Options struct {
 	// counts copies of slots with it.
 	OnRebuilt func(version uint64)
 	// OnCheckpointed and OnRestored are told when this server has written
-	// its part of a cluster checkpoint, or loaded its slots from one.
+	// its part of a cluster checkpoint, or loaded its slots from one (for
+	// load rewind: layout.Checkpoint.Rewind).
 	OnCheckpointed func(seq uint64, err error)
-	OnRestored     func(seq uint64, err error)
+	OnRestored     func(seq uint64, rewind int, err error)
 	// Network makes the connections to peer servers (TCP if nil).
 	Network transport.Network
 	// AckPolicy, when set, gives the acknowledgement policy of the stream
@@ -115,6 +116,7 @@ type Server struct {
 	// (layout.Checkpoint.Rewind).
 	restoredRewind int
 	lastRebuild    chan struct{} // closed when the newest rebuild is done
+	lastRestore    chan struct{} // closed when the newest load of a checkpoint is done
 
 	// applies counts the pushes that started changing the store, so that
 	// a replicator can tell whether any did while it read a round's state

@@ -77,10 +77,10 @@ func (c *Client) Checkpointed(ctx context.Context, from string, seq uint64, err 
 	return c.do(ctx, RouteCheckpointed, "", Checkpointed{From: from, Seq: seq, Error: errText(err)}, nil)
 }
 
-// Restored reports that server from loaded its slots of checkpoint seq
-// (err nil) or could not.
-func (c *Client) Restored(ctx context.Context, from string, seq uint64, err error) error {
-	return c.do(ctx, RouteRestored, "", Checkpointed{From: from, Seq: seq, Error: errText(err)}, nil)
+// Restored reports that server from loaded its slots of checkpoint seq,
+// for load rewind (layout.Checkpoint.Rewind), or could not (err).
+func (c *Client) Restored(ctx context.Context, from string, seq uint64, rewind int, err error) error {
+	return c.do(ctx, RouteRestored, "", Checkpointed{From: from, Seq: seq, Rewind: rewind, Error: errText(err)}, nil)
 }
 
 func errText(err error) string {

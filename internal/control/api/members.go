@@ -61,7 +61,10 @@ type Rebuilt struct {
 // Checkpointed reports that server From wrote (or loaded) its part of
 // cluster checkpoint Seq, or failed to (Error).
 type Checkpointed struct {
-	From  string `json:"from"`
-	Seq   uint64 `json:"seq"`
-	Error string `json:"error,omitempty"`
+	From string `json:"from"`
+	Seq  uint64 `json:"seq"`
+	// Rewind, in a report of a load, is the layout.Checkpoint.Rewind the
+	// server loaded for (0 for a resume of a cluster that starts).
+	Rewind int    `json:"rewind,omitempty"`
+	Error  string `json:"error,omitempty"`
 }

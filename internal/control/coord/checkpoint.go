@@ -555,7 +555,9 @@ func (m *Machine) resumePass(ip *InPass, vers map[int][]uint64) {
 // resumed from; once every ring server has, the layout may become Ready.
 func (m *Machine) Restored(id uint64, c api.Checkpointed) {
 	r := m.st.Layout.Resume
-	if r == nil || r.Seq != c.Seq {
+	if r == nil || r.Seq != c.Seq || r.Rewind != c.Rewind {
+		// Not the load in progress: one started over since (a server
+		// left the ring during it, reloadRewind) counts only its own.
 		m.reply(Reply{ID: id})
 		return
 	}

@@ -38,6 +38,16 @@ func (m *Machine) followCopies(l *layout.Layout) {
 			// A layout the machine built has a valid ring: this cannot happen.
 			m.log.Error("the account of copies cannot follow the layout: it counts nothing more", "version", l.Version, "err", err)
 		}
+		if r := l.Resume; r != nil && r.Rewind > 0 {
+			// Every member loads the slots of its chains from the
+			// checkpoint gone back to, as a resume's servers do before
+			// the cluster forms: a server that left during the load
+			// took nothing with it (reloadRewind).
+			more = copies.Loss{}
+			if err := m.copies.Reset(); err != nil {
+				m.log.Error("the account of copies cannot count the slots loaded again", "err", err)
+			}
+		}
 		m.copiesChanged = true
 		loss.Arcs = append(loss.Arcs, more.Arcs...)
 	} else {
@@ -50,6 +60,9 @@ func (m *Machine) followCopies(l *layout.Layout) {
 // (a new incarnation joined): it holds nothing, though it joins again.
 // What that lost is reported at the next Ready (followCopies).
 func (m *Machine) restartedCopies(server string) {
+	if m.rewinding() {
+		return // the new process loads the checkpoint gone back to, as the others do
+	}
 	loss, err := m.copies.Restarted(server)
 	if err != nil {
 		m.log.Error("the account of copies cannot follow a restart", "server", server, "err", err)

@@ -155,7 +155,11 @@ var events = map[string]func(h *harness, td *datadriven.TestData){
 		h.m.Committed(uint64(h.int(td, "seq", 1)), err)
 	},
 	"restored": func(h *harness, td *datadriven.TestData) {
-		h.m.Restored(h.id(), api.Checkpointed{From: h.str(td, "from", ""), Seq: uint64(h.int(td, "seq", 1)), Error: h.str(td, "error", "")})
+		load := 0 // the load in progress, unless rewind= names another
+		if r := h.m.st.Layout.Resume; r != nil {
+			load = r.Rewind
+		}
+		h.m.Restored(h.id(), api.Checkpointed{From: h.str(td, "from", ""), Seq: uint64(h.int(td, "seq", 1)), Rewind: h.int(td, "rewind", load), Error: h.str(td, "error", "")})
 	},
 	"resume":  (*harness).resume,
 	"rewound": (*harness).rewound,

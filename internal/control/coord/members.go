@@ -35,6 +35,12 @@ func (m *Machine) joinServer(id uint64, j api.Join) {
 		return
 	}
 	restarted := m.incarnate(api.RoleServer, j.ID, j.Incarnation)
+	if m.rewinding() && m.lastDown == j.ID+"@"+j.Addr {
+		// Back while the servers load a checkpoint gone back to: it
+		// loads it too, and is not the dead server a joiner replaces
+		// (replaceDownLast).
+		m.lastDown = ""
+	}
 	if restarted {
 		// Before any layout that keeps it a member: the new process
 		// holds nothing (docs/design/resilience.md, "Slots that lost
@@ -73,7 +79,9 @@ func (m *Machine) joinServer(id uint64, j api.Join) {
 		m.fail(id, err)
 		return
 	}
-	if len(l.Joining) > 0 && l.Joining[len(l.Joining)-1].ID == j.ID {
+	if m.replaceDownLast() {
+		m.note(api.EventJoin, j.ID, "server at "+j.Addr+": it loads the checkpoint gone back to")
+	} else if len(l.Joining) > 0 && l.Joining[len(l.Joining)-1].ID == j.ID {
 		m.note(api.EventJoining, j.ID, "server joins a running cluster at "+j.Addr+": pre-copying its slots")
 	} else {
 		m.note(api.EventJoin, j.ID, "server at "+j.Addr)
@@ -261,7 +269,7 @@ func (m *Machine) ServerFailed(id uint64, server, addr string) {
 // brings the server back, so this is said, not acted on.
 func (m *Machine) lastServerDown(server, why string) {
 	l := &m.st.Layout
-	if !l.Ready || l.JobDone || m.cfg.Stage != 0 || len(l.Servers) != 1 || l.Servers[0].ID != server {
+	if !l.Ready && !m.rewinding() || l.JobDone || m.cfg.Stage != 0 || len(l.Servers) != 1 || l.Servers[0].ID != server {
 		return
 	}
 	key := server + "@" + l.Servers[0].Addr
@@ -269,6 +277,16 @@ func (m *Machine) lastServerDown(server, why string) {
 		return // both detectors found it: said once
 	}
 	m.lastDown = key
+	if m.rewinding() {
+		// Its copy is not owed: the next server to join takes its place
+		// and loads the checkpoint (replaceDownLast).
+		m.log.Error("the last server on the ring "+why+" while the servers load the checkpoint gone back to: the next server to join takes its place and loads it", "server", server)
+		m.note(api.EventFailed, server, "the last server on the ring "+why+" while the servers load the checkpoint gone back to: the next server to join takes its place")
+		if m.replaceDownLast() {
+			m.publish()
+		}
+		return
+	}
 	m.log.Error("the last server on the ring "+why+": the job waits for it; if it is gone, every copy of the model went with it, and the way on is the newest checkpoint: stop the coordinator and start it again with --resume and its --checkpoint-dir (it resumes from the checkpoint when no server of the cluster holds the model)", "server", server)
 	m.note(api.EventFailed, server, "the last server on the ring "+why+": the job waits for it (if it is gone, every copy of the model is lost: resume from a checkpoint)")
 }
@@ -317,6 +335,7 @@ func (m *Machine) removeServer(id, addr string) bool {
 	m.newEpoch()
 	m.st.Removed++
 	m.ledgerGone(id, "failed")
+	m.reloadRewind(id)
 	m.cancelGather("", "the last reliable server on the ring, "+id+", is gone")
 	m.keepFinalRing()
 	// Joiners are not promoted here even if every remaining server synced

@@ -179,37 +179,11 @@ func ping(ctx context.Context, id string, conn *transport.Client) error {
 // of another server is errOtherServer; one naming no server (a server
 // of an earlier version) is taken as id's.
 func pingEpoch(ctx context.Context, id string, conn *transport.Client) (uint64, error) {
-	type pong struct {
-		epoch uint64
-		err   error
+	who, epoch, err := conn.Ping(ctx)
+	if err == nil && who != "" && who != id {
+		err = fmt.Errorf("coord: pinging %s: %w: %s", id, errOtherServer, who)
 	}
-	done := make(chan pong, 1)
-	req := conn.NextID()
-	conn.Call(wire.NewFrame(wire.Header{Type: wire.TPing, ReqID: req}), req, &transport.Call{
-		OnReply: func(h wire.Header, r *wire.Reader) error {
-			p, err := r.Payload(h)
-			if err != nil {
-				done <- pong{err: err}
-				return err
-			}
-			who, err := wire.ParsePingReply(p)
-			if err == nil && who != "" && who != id {
-				err = fmt.Errorf("coord: pinging %s: %w: %s", id, errOtherServer, who)
-			}
-			done <- pong{h.Epoch, err}
-			return nil
-		},
-		OnFail: func(err error) { done <- pong{err: err} },
-	}, nil)
-	select {
-	case p := <-done:
-		return p.epoch, p.err
-	case <-conn.Done():
-		return 0, transport.ErrConnLost
-	case <-ctx.Done():
-		conn.Forget(req)
-		return 0, ctx.Err()
-	}
+	return epoch, err
 }
 
 // RemoveServer takes a failed server (at addr; "" for any) out of the

@@ -7,6 +7,7 @@ import (
 
 	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/placement/layout"
+	"github.com/terrace-ml/terrace/internal/placement/ring"
 )
 
 // Going back to a checkpoint when slots lose every copy
@@ -164,19 +165,17 @@ func (m *Machine) rewind(r Resumed, lossVersion uint64) {
 	}
 	m.rewindPasses(r)
 	m.revokeLeases(r.Seq)
+	load := m.nextLoad()
 	st.Rewinds++
 	where := fmt.Sprintf("after pass %d", r.Pass+1)
 	if r.InPass != nil {
 		where = fmt.Sprintf("inside pass %d", r.InPass.Pass+1)
 	}
 	st.LastRewind = fmt.Sprintf("back to checkpoint %d (%s) after the loss at layout v%d", r.Seq, where, lossVersion)
-	l.Resume = &layout.Checkpoint{Dir: r.Dir, Seq: r.Seq, Pass: r.Pass, Servers: slices.Clone(r.Servers), Rewind: st.Rewinds}
+	l.Resume = &layout.Checkpoint{Dir: r.Dir, Seq: r.Seq, Pass: r.Pass, Servers: slices.Clone(r.Servers), Rewind: load}
 	st.Checkpoint.Restored = map[string]bool{}
 	l.Ready = false
-	if err := m.copies.Reset(); err != nil {
-		m.log.Error("the account of copies cannot count the slots loaded again", "err", err)
-	}
-	m.copiesChanged = true
+	m.replaceDownLast() // found dead before: a server waiting to join takes its place
 	m.log.Warn("slots lost every copy: the cluster goes back to the newest checkpoint", "seq", r.Seq, "where", where, "rewinds", st.Rewinds)
 	m.note(api.EventCheckpoint, "", fmt.Sprintf("going back to checkpoint %d (%s): slots lost every copy; every server loads it again, the leases granted before are revoked and training goes on from its offsets", r.Seq, where))
 	m.newEpoch()
@@ -235,4 +234,78 @@ func (m *Machine) behind(rank, e int) error {
 		return nil
 	}
 	return fmt.Errorf("%w: rank %d asks of pass %d, and the job is in pass %d (%s)", api.ErrRewound, rank, e+1, m.st.DoneBefore+1, m.st.LastRewind)
+}
+
+// rewinding reports whether the servers are loading a checkpoint the live
+// cluster went back to.
+func (m *Machine) rewinding() bool {
+	r := m.st.Layout.Resume
+	return r != nil && r.Rewind > 0
+}
+
+// nextLoad numbers a new load of a checkpoint gone back to: a server
+// empties its tables and loads again at each number it has not loaded
+// (a state saved before RewindLoads counted its loads by Rewinds).
+func (m *Machine) nextLoad() int {
+	m.st.RewindLoads = max(m.st.RewindLoads, m.st.Rewinds) + 1
+	return m.st.RewindLoads
+}
+
+// reloadRewind starts the load of the checkpoint gone back to over, in
+// the layout about to be published, after server left the ring during
+// it: the servers loaded the slots of their chains on a ring with it, and
+// its slots fall to servers that may not have loaded them. Every server
+// empties its tables and loads again, and reports the new load
+// (Restored counts only those). The load held for good on a server that
+// was dead, or left slots to servers that had not loaded them.
+func (m *Machine) reloadRewind(server string) {
+	if !m.rewinding() {
+		return
+	}
+	l := &m.st.Layout
+	r := *l.Resume
+	r.Rewind = m.nextLoad()
+	l.Resume = &r
+	m.st.Checkpoint.Restored = map[string]bool{}
+	m.dirty = true
+	m.log.Warn("a server left the ring while the servers load the checkpoint gone back to: every server loads it again", "server", server, "seq", r.Seq, "load", r.Rewind)
+	m.note(api.EventCheckpoint, server, fmt.Sprintf("left the ring while the servers load checkpoint %d: every server loads it again on the ring without it", r.Seq))
+}
+
+// replaceDownLast takes the last server on the ring, found dead, off the
+// ring while the servers load a checkpoint gone back to, once another
+// server can take its place: nothing of its is owed then (the checkpoint
+// has every slot), and the load waited for its report for good (all of
+// k + 1 servers SIGKILLed at once: the rewind was decided on k, the last
+// was kept). The servers waiting to join go on the ring with it, as the
+// servers of a forming cluster do: they load the checkpoint too, and
+// have nothing to pre-copy. Reports whether it did.
+func (m *Machine) replaceDownLast() bool {
+	l := &m.st.Layout
+	if !m.rewinding() || m.lastDown == "" {
+		return false
+	}
+	i := slices.IndexFunc(l.Servers, func(s ring.Server) bool { return s.ID+"@"+s.Addr == m.lastDown })
+	if i < 0 || len(l.Servers) == 1 && len(l.Joining) == 0 {
+		return false
+	}
+	down := l.Servers[i]
+	m.lastDown = ""
+	servers := slices.Delete(slices.Clone(l.Servers), i, i+1)
+	for _, j := range l.Joining {
+		servers = append(servers, j)
+		delete(m.st.Synced, j.ID)
+		m.note(api.EventRing, j.ID, "joined the ring: the servers load the checkpoint gone back to, with nothing to pre-copy")
+	}
+	l.Servers, l.Joining = servers, nil
+	l.Leaving = slices.DeleteFunc(slices.Clone(l.Leaving), func(s string) bool { return s == down.ID })
+	delete(m.st.Synced, down.ID)
+	m.st.Removed++
+	m.ledgerGone(down.ID, "failed")
+	m.log.Warn("the last server on the ring, found dead while the servers load the checkpoint gone back to, is taken off the ring: the servers that joined load it in its place", "server", down.ID)
+	m.note(api.EventFailed, down.ID, "found dead while the servers load the checkpoint gone back to: taken off the ring, the servers that joined load the checkpoint in its place")
+	m.newEpoch()
+	m.reloadRewind(down.ID)
+	m.resetSync()
+	return true
 }

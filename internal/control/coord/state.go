@@ -91,8 +91,12 @@ type State struct {
 	// times the cluster went back, LastRewind says the last, and
 	// RewoundGrants is the last grant number revoked by going back: a
 	// report under a lease numbered up to it is refused (api.ErrRewound).
+	// RewindLoads numbers the loads of checkpoints gone back to: one per
+	// rewind, and one more each time a server left the ring during a load
+	// (layout.Checkpoint.Rewind; reloadRewind).
 	Rewind        *RewindAsk `json:"rewind,omitempty"`
 	Rewinds       int        `json:"rewinds,omitempty"`
+	RewindLoads   int        `json:"rewind_loads,omitempty"`
 	LastRewind    string     `json:"last_rewind,omitempty"`
 	RewoundGrants uint64     `json:"rewound_grants,omitempty"`
 	// Behind are the worker ranks that have not gone back since the last

@@ -101,6 +101,44 @@ func (c *Client) Call(f *wire.Frame, reqID uint64, call *Call, done func(error))
 	}})
 }
 
+// Ping asks the server at the other end who it is: it returns the ID its
+// reply names ("" from a server that names none) and the configuration
+// epoch it answers with (0 until a coordinator has given it a layout).
+// Another process may answer at a server's address once it is gone (a
+// port given to a new server): the coordinator's failure detector and a
+// worker's client tell it by the ID.
+func (c *Client) Ping(ctx context.Context) (server string, epoch uint64, err error) {
+	type pong struct {
+		who   string
+		epoch uint64
+		err   error
+	}
+	done := make(chan pong, 1)
+	req := c.NextID()
+	c.Call(wire.NewFrame(wire.Header{Type: wire.TPing, ReqID: req}), req, &Call{
+		OnReply: func(h wire.Header, r *wire.Reader) error {
+			p, err := r.Payload(h)
+			if err != nil {
+				done <- pong{err: err}
+				return err
+			}
+			who, err := wire.ParsePingReply(p)
+			done <- pong{who, h.Epoch, err}
+			return nil
+		},
+		OnFail: func(err error) { done <- pong{err: err} },
+	}, nil)
+	select {
+	case p := <-done:
+		return p.who, p.epoch, p.err
+	case <-c.Done():
+		return "", 0, ErrConnLost
+	case <-ctx.Done():
+		c.Forget(req)
+		return "", 0, ctx.Err()
+	}
+}
+
 // Forget drops a pending call whose caller gave up; a late reply is then
 // read and discarded.
 func (c *Client) Forget(reqID uint64) {

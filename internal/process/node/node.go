@@ -171,8 +171,8 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 		OnCheckpointed: func(seq uint64, err error) {
 			report("checkpoint", func(ctx context.Context) error { return cc.Checkpointed(ctx, cfg.ID, seq, err) })
 		},
-		OnRestored: func(seq uint64, err error) {
-			report("restore", func(ctx context.Context) error { return cc.Restored(ctx, cfg.ID, seq, err) })
+		OnRestored: func(seq uint64, rewind int, err error) {
+			report("restore", func(ctx context.Context) error { return cc.Restored(ctx, cfg.ID, seq, rewind, err) })
 		},
 		OnLoss: func(r server.LossReport) {
 			rep := lossReport(cfg.ID, r)
@@ -551,7 +551,7 @@ func runWorker(ctx context.Context, cfg WorkerConfig, cc *api.Client, metrics *p
 	// may take long: a notice meanwhile still ends the wait. It was watched
 	// only from here on, so a worker waiting for an absent server ignored
 	// SIGTERM for its whole join timeout and then exited 1.
-	c, err := ps.Connect(jctx, cc, ps.Options{Rank: rank, NodeID: cfg.ID, Logger: cfg.Logger, Network: cfg.Network})
+	c, err := ps.Connect(jctx, cc, ps.Options{Rank: rank, NodeID: cfg.ID, Logger: cfg.Logger, Network: cfg.Network, ServerWait: cfg.JoinTimeout})
 	cfg.Notices = notices()
 	if err != nil {
 		if noticedBeforeJoin(jctx) {
@@ -633,6 +633,12 @@ func runWorker(ctx context.Context, cfg WorkerConfig, cc *api.Client, metrics *p
 		cfg.Logger.Warn("drained: declared dead meanwhile, its leases already handed on", "err", err)
 		return nil, ErrDrained
 	}
+	if errors.Is(err, ps.ErrDrained) && errors.Is(err, ps.ErrNoServer) {
+		// Told to leave while no server of the ring answered: nothing
+		// sent since the lease's last progress record can be
+		// acknowledged. It exited 1 at its wait's end, unannounced.
+		cfg.Logger.Warn("draining while no server of the ring answers: the pushes since each lease's last progress record are not acknowledged; the leases go back to the pool from their recorded offsets, and those rows are trained again by whoever takes them", "err", err)
+	}
 	if errors.Is(err, ps.ErrDrained) {
 		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
@@ -641,6 +647,13 @@ func runWorker(ctx context.Context, cfg WorkerConfig, cc *api.Client, metrics *p
 		}
 		cfg.Logger.Warn("drained: progress recorded, leases returned")
 		return nil, ErrDrained
+	}
+	if err != nil && errors.Is(err, ps.ErrNoServer) {
+		// Its ring's servers stopped answering mid-job and none came back
+		// within its patience. It said only "context deadline exceeded
+		// (after ps: server s0: no connection)", after a fixed 10 s.
+		return nil, fmt.Errorf("worker %s (rank %d): no server of the cluster's ring answered within the join timeout (%v, --join-timeout), which is also how long a running worker waits for its servers: terrace status says which are down; if they are gone, every copy of the model went with them, and the way on is a checkpoint (coordinator --resume, or --on-copies-lost resume while the cluster runs), then start this worker again: %w",
+			cfg.ID, rank, cfg.JoinTimeout, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("worker %s (rank %d): %w", cfg.ID, rank, err)
