@@ -246,7 +246,8 @@ func TestWorkerWithoutJobWaits(t *testing.T) {
 // --etcd-dir after its job was done waits for the next job, and tells that
 // one's end as its own. It waited for the done job's end, and told the next
 // one's as the done one's ("job 1 done: 2 pass(es)", "ready for job 2",
-// "job 2 done", "ready for job 3"), writing its report twice.
+// "job 2 done", "ready for job 3"), writing its report twice; and its
+// first line said it was "waiting for 1 server(s) and 1 worker(s)".
 func TestCoordinatorRestartedBetweenJobs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs six processes")
@@ -277,7 +278,8 @@ func TestCoordinatorRestartedBetweenJobs(t *testing.T) {
 	}
 	co2.await(t, ctx)
 	out := co2.String()
-	if !strings.Contains(out, "job 1 was done before this coordinator led; ready for job 2") || strings.Contains(out, "job 1 done") ||
+	if !strings.Contains(out, "from its saved state: job 1 was done before this coordinator led; ready for job 2") || strings.Contains(out, "job 1 done") ||
+		strings.Contains(out, "waiting for") ||
 		!strings.Contains(out, "job 2 done: 2 pass(es) trained") {
 		t.Fatalf("a coordinator started again after job 1, through job 2:\n%s", out)
 	}
