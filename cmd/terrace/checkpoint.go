@@ -51,12 +51,21 @@ Needs the admin role on a cluster with tokens.`,
 				return err
 			}
 			cc.RetryFor = 30 * time.Second
-			if err := reach(ctx, cc, cmd.ErrOrStderr(), cc.RetryFor); err != nil {
+			// The user's own --timeout, too short for the asking, is named:
+			// --timeout 1ms said the live coordinator "accepts
+			// connections but does not answer".
+			unasked := func(err error) error {
+				if timeout > 0 && ctx.Err() != nil {
+					return fmt.Errorf("checkpoint: not asked for within --timeout %s (the coordinator had no time to answer): %w", timeout, err)
+				}
 				return fmt.Errorf("checkpoint: %w", err)
+			}
+			if err := reach(ctx, cc, cmd.ErrOrStderr(), cc.RetryFor); err != nil {
+				return unasked(err)
 			}
 			seq, err := cc.RequestCheckpoint(ctx, now)
 			if err != nil {
-				return fmt.Errorf("checkpoint: %w", err)
+				return unasked(err)
 			}
 			out := cmd.OutOrStdout()
 			switch {
