@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -174,6 +175,20 @@ func (f replayFlags) config(note io.Writer) (replay.Config, []string, error) {
 	if err != nil {
 		return cfg, nil, err
 	}
+	// Every file named is checked before any is read: a missing second
+	// trace or calibration was found only after the first trace was
+	// read (0.6 s for a month of prices).
+	var preempts []string
+	if f.marketName == "persecond" {
+		if preempts, err = fileList("--preemptions", f.preemptions); err != nil {
+			return cfg, nil, err
+		}
+	}
+	if f.calibration != "" {
+		if err := readableFile("--calibration", f.calibration); err != nil {
+			return cfg, nil, err
+		}
+	}
 	prices, err := trace.ReadPricesFiles(paths, f.product)
 	if err != nil {
 		return cfg, nil, fmt.Errorf("--prices: %w", err)
@@ -186,11 +201,7 @@ func (f replayFlags) config(note io.Writer) (replay.Config, []string, error) {
 	}
 	var avail []*trace.Availability
 	if f.marketName == "persecond" {
-		paths, err := fileList("--preemptions", f.preemptions)
-		if err != nil {
-			return cfg, nil, err
-		}
-		for _, p := range paths {
+		for _, p := range preempts {
 			a, err := trace.ReadAvailability(p)
 			if err != nil {
 				return cfg, nil, fmt.Errorf("--preemptions: %w", err)
@@ -198,7 +209,7 @@ func (f replayFlags) config(note io.Writer) (replay.Config, []string, error) {
 			avail = append(avail, a)
 		}
 		if n := len(prices.Series); len(avail) > n {
-			fmt.Fprintf(note, "replay: %d preemption traces for %d markets (assigned in turn): %s not used\n", len(avail), n, strings.Join(paths[n:], ", "))
+			fmt.Fprintf(note, "replay: %d preemption traces for %d markets (assigned in turn): %s not used\n", len(avail), n, strings.Join(preempts[n:], ", "))
 		}
 	}
 	cal, err := jobsim.LoadCalibration(f.calibration)
@@ -264,9 +275,28 @@ func fileList(flag, list string) ([]string, error) {
 		if p = strings.TrimSpace(p); p == "" {
 			return nil, fmt.Errorf("%s %q: an empty file name in the list", flag, list)
 		}
+		if err := readableFile(flag, p); err != nil {
+			return nil, err
+		}
 		paths = append(paths, p)
 	}
 	return paths, nil
+}
+
+// readableFile refuses a file that cannot be opened for reading, or is a
+// directory, naming the flag that gave it.
+func readableFile(flag, path string) error {
+	fh, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", flag, err)
+	}
+	defer fh.Close()
+	if st, err := fh.Stat(); err != nil {
+		return fmt.Errorf("%s: %w", flag, err)
+	} else if st.IsDir() {
+		return fmt.Errorf("%s %s: a directory, not a file", flag, path)
+	}
+	return nil
 }
 
 // nearestType is the trace's instance type whose work rate is nearest

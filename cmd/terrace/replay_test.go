@@ -79,7 +79,14 @@ func TestReplayBadInput(t *testing.T) {
 		{"preemptions in the bid market", append(base, "--preemptions", "/nonexistent"), "--preemptions is for --market persecond"},
 		{"stray comma in prices", []string{"--prices", prices + ",", "--policy", "all", "--simulate", "--report", report}, `--prices "` + prices + `,": an empty file name`},
 		{"stray comma in preemptions", append(base, "--market", "persecond", "--preemptions", ",x.json"), `--preemptions ",x.json": an empty file name`},
-		{"no such preemption trace", append(base, "--market", "persecond", "--preemptions", "/nonexistent.json"), "--preemptions: read trace: open /nonexistent.json"},
+		{"no such preemption trace", append(base, "--market", "persecond", "--preemptions", "/nonexistent.json"), "--preemptions: open /nonexistent.json"},
+		// Every file is checked before any is read (twentieth session):
+		// each was found missing only after the traces before it were
+		// read, and here after the empty trace was refused.
+		{"a missing trace after another", []string{"--prices", empty + ",/nonexistent.csv", "--policy", "all", "--simulate", "--report", report}, "--prices: open /nonexistent.csv"},
+		{"a missing calibration", []string{"--prices", empty, "--calibration", "/nonexistent.json", "--policy", "all", "--simulate", "--report", report}, "--calibration: open /nonexistent.json"},
+		{"a missing preemption trace", []string{"--prices", empty, "--market", "persecond", "--preemptions", "/nonexistent.json", "--policy", "all", "--simulate", "--report", report}, "--preemptions: open /nonexistent.json"},
+		{"a directory for a trace", []string{"--prices", filepath.Dir(empty), "--policy", "all", "--simulate", "--report", report}, "a directory, not a file"},
 		{"on-demand price of no market", append(base, "--ondemand-prices", "c3.xlarge=0.21,c3.xlage=0.2"), "c3.xlage"},
 		{"from not a time", append(base, "--from", "yesterday"), `--from "yesterday": want a time`},
 		{"plot neither svg nor png", append(base, "--plot", "cost.pdf"), "--plot cost.pdf: want a .svg or .png file"},
