@@ -54,6 +54,7 @@ func (m *Machine) nextJob(j api.Job) {
 	m.beats, m.cutSince = map[int]time.Time{}, map[cutKey]time.Time{}
 	m.suspects = nil
 	st.Trained, st.TrainedFrom = 0, 0
+	st.TrainBegan, st.TrainedAt = time.Time{}, time.Time{}
 	for _, w := range m.waiting {
 		m.fail(w.id, fmt.Errorf("%w: the job ended", api.ErrLeaseLost))
 	}

@@ -194,6 +194,20 @@ func (r *rateSamples) rate() float64 {
 	return trainingRate(s)
 }
 
+// finishedRate is a done job's training rate: its rows over the time from
+// its first grant to its last rows recorded, both saved. The samples, a
+// second apart, put a short job's rows in too few seconds (5 lr passes
+// on a9a in under 2 s showed 162,805 rows/s, every row in one second's
+// samples), and lived in the leader's memory (a new leader showed 0).
+// False while the job runs, or if it trained nothing.
+func (m *Machine) finishedRate() (float64, bool) {
+	st := &m.st
+	if !st.Layout.JobDone || st.TrainBegan.IsZero() || !st.TrainedAt.After(st.TrainBegan) {
+		return 0, false
+	}
+	return float64(st.Trained) / st.TrainedAt.Sub(st.TrainBegan).Seconds(), true
+}
+
 // trainingRate is the rows a second of samples, from the last sample
 // before training began in them: the wait for a job's workers (the idle
 // minute before a cluster's next job) is not the job's. A second job's
@@ -228,6 +242,9 @@ func (c *Coordinator) statusLocked(now time.Time) api.Status {
 	c.m.SetNow(now)
 	st := c.m.Status()
 	st.Job.Rate = c.rate.rate()
+	if r, ok := c.m.finishedRate(); ok {
+		st.Job.Rate = r
+	}
 	st.Job.ETA, st.Job.JobETA = statusETAs(st)
 	st.Events = c.events.last()
 	c.meter.advance(now, st.Machines)

@@ -156,6 +156,9 @@ func (m *Machine) freePiece(w *Pass, rank int) (int, int) {
 // grant leases piece i of partition p to rank under a new grant number.
 func (m *Machine) grant(w *Pass, p, i, rank int) api.Grant {
 	m.st.Grants++
+	if m.st.TrainBegan.IsZero() {
+		m.st.TrainBegan = m.now
+	}
 	pc := &w.Parts[p][i]
 	pc.Rank, pc.Grant = rank, m.st.Grants
 	m.dirty = true
@@ -207,6 +210,9 @@ func (m *Machine) Progress(id uint64, u api.Update, head, tail uint64) {
 	} else {
 		m.trained += int64(u.Offset - pc.Offset)
 		m.st.Trained += int64(u.Offset - pc.Offset)
+		if u.Offset > pc.Offset {
+			m.st.TrainedAt = m.now
+		}
 		pc.Offset = u.Offset
 		if u.HasState {
 			old := pc.States
