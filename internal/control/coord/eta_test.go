@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -302,5 +303,42 @@ func TestRateOfAShortJob(t *testing.T) {
 		if got := c.statusLocked(t0.Add(time.Minute)).Job.Rate; math.Abs(got-1000) > 1e-6 {
 			t.Errorf("%s: a done job's rate %v rows/s, want 1000 (300 rows in 300 ms)", who, got)
 		}
+	}
+}
+
+// TestLastServerDiesAfterJob: the last server on the ring found dead after
+// the job is said to be gone with the model, shown dead, and replaced by
+// the next job's server. Nothing was said (lastServerDown stopped at the
+// job's end), the status showed it serving every slot for good, also one
+// that served out its notice as the job ended and exited at its deadline.
+func TestLastServerDiesAfterJob(t *testing.T) {
+	for _, how := range []string{"pings", "registration"} {
+		t.Run(how, func(t *testing.T) {
+			r := newJobRig(t, Config{Servers: 2, Workers: 2, Partitions: 2, Replication: 2})
+			r.endThenDrain(t, "s0")
+			r.events = nil
+			if how == "pings" {
+				r.step(func(m *Machine, id uint64) { m.ServerFailed(id, "s1", "") })
+			} else {
+				r.step(func(m *Machine, id uint64) { // as failure.go's probe of a lapsed registration
+					m.lastServerDown("s1", "lost its etcd registration and does not answer a dial")
+					m.reply(Reply{ID: id})
+				})
+			}
+			var said bool
+			for _, e := range r.events {
+				said = said || e.Kind == api.EventFailed && e.Node == "s1" && strings.Contains(e.Cause, "model went with it")
+			}
+			var state string
+			for _, n := range r.m.Status().Nodes {
+				if n.ID == "s1" {
+					state = n.State
+				}
+			}
+			if !said || state != "dead" {
+				t.Fatalf("the last server dead after the job: said %v (%v), shown %q", said, r.events, state)
+			}
+			r.nextJobOn(t, "s2", "127.0.0.1:3")
+		})
 	}
 }

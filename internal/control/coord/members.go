@@ -260,6 +260,9 @@ func (m *Machine) ServerFailed(id uint64, server, addr string) {
 // workers giving up after their join timeout. A partition that heals
 // brings the server back, so this is said, not acted on.
 func (m *Machine) lastServerDown(server, why string) {
+	if m.diedAfterJob(server, why) {
+		return
+	}
 	l := &m.st.Layout
 	if !l.Ready || l.JobDone || m.cfg.Stage != 0 || len(l.Servers) != 1 || l.Servers[0].ID != server {
 		return

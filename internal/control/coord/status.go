@@ -48,6 +48,8 @@ func (m *Machine) Status() api.Status {
 			state = "to standby"
 		case slices.Contains(l.Leaving, s.ID):
 			state = "leaving"
+		case m.leftLast(s.ID) && m.st.Gone[s.ID] == api.EventFailed:
+			state, holds = goneState(api.EventFailed), "nothing: its slots went down with it after the job"
 		case m.leftLast(s.ID):
 			state, holds = goneState(api.EventLeft), "nothing: it left with its slots"
 		case m.serverDown(s):
