@@ -169,7 +169,11 @@ func (m *Machine) grant(w *Pass, p, i, rank int) api.Grant {
 // settle answers the parked Acquires that can be answered now.
 func (m *Machine) settle() {
 	m.waiting = slices.DeleteFunc(m.waiting, func(w waiter) bool {
-		return w.split == nil && m.tryAcquire(w.id, w.rank, w.pass)
+		if w.split == nil && m.tryAcquire(w.id, w.rank, w.pass) {
+			m.enter(w.rank)
+			return true
+		}
+		return false
 	})
 }
 
