@@ -40,6 +40,10 @@ servers writing (a progress bar on a terminal, a line per step otherwise) and ex
 Needs the admin role on a cluster with tokens.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if timeout < 0 {
+				// Taken as 0: waited as long as it took.
+				return fmt.Errorf("--timeout %v: want a positive duration, or 0 to wait as long as it takes", timeout)
+			}
 			ctx := cmd.Context()
 			if timeout > 0 {
 				var cancel context.CancelFunc
@@ -56,7 +60,7 @@ Needs the admin role on a cluster with tokens.`,
 			// connections but does not answer".
 			unasked := func(err error) error {
 				if timeout > 0 && ctx.Err() != nil {
-					return fmt.Errorf("checkpoint: not asked for within --timeout %s (the coordinator had no time to answer): %w", timeout, err)
+					return fmt.Errorf("checkpoint: not asked for within --timeout %s: %w", timeout, err)
 				}
 				return fmt.Errorf("checkpoint: %w", err)
 			}
