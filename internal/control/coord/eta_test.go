@@ -304,6 +304,16 @@ func TestRateOfAShortJob(t *testing.T) {
 			t.Errorf("%s: a done job's rate %v rows/s, want 1000 (300 rows in 300 ms)", who, got)
 		}
 	}
+	// A running job's, at a new leader with no samples yet: it showed 0.
+	running, err := RestoreMachine(r.m.cfg, r.saved, 0, t0.Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	running.st.Layout.JobDone = false
+	next.m = running
+	if got := next.statusLocked(t0.Add(time.Minute)).Job.Rate; math.Abs(got-1000) > 1e-6 {
+		t.Errorf("a new leader, with no samples: a running job's rate %v rows/s, want 1000", got)
+	}
 }
 
 // TestLastServerDiesAfterJob: the last server on the ring found dead after

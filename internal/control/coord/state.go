@@ -124,7 +124,7 @@ type State struct {
 	TrainedFrom int   `json:"trained_from,omitempty"`
 	// TrainBegan is when the job's first piece was granted, TrainedAt
 	// when its last rows were recorded: a done job's rate is Trained
-	// over the time between (status.go, finishedRate). Saved: the rate of
+	// over the time between (status.go, jobRate). Saved: the rate of
 	// samples a second apart lived in the leader's memory, and a new
 	// leader showed a finished job's rate as 0.
 	TrainBegan time.Time `json:"train_began,omitzero"`

@@ -196,15 +196,17 @@ func (r *rateSamples) rate() float64 {
 	return trainingRate(s)
 }
 
-// finishedRate is a done job's training rate: its rows over the time from
-// its first grant to its last rows recorded, both saved. The samples, a
-// second apart, put a short job's rows in too few seconds (5 lr passes
-// on a9a in under 2 s showed 162,805 rows/s, every row in one second's
-// samples), and lived in the leader's memory (a new leader showed 0).
-// False while the job runs, or if it trained nothing.
-func (m *Machine) finishedRate() (float64, bool) {
+// jobRate is the job's training rate from its start: its rows over the
+// time from its first grant to its last rows recorded, both saved; false
+// if it trained nothing. A done job's rate is this: the samples, a second
+// apart, put a short job's rows in too few seconds (5 lr passes on a9a in
+// under 2 s showed 162,805 rows/s, every row in one second's samples), and
+// lived in the leader's memory (a new leader showed 0). So is a running
+// job's until the leader has two samples: a new leader showed 0 rows/s
+// for its first seconds.
+func (m *Machine) jobRate() (float64, bool) {
 	st := &m.st
-	if !st.Layout.JobDone || st.TrainBegan.IsZero() || !st.TrainedAt.After(st.TrainBegan) {
+	if st.TrainBegan.IsZero() || !st.TrainedAt.After(st.TrainBegan) {
 		return 0, false
 	}
 	return float64(st.Trained) / st.TrainedAt.Sub(st.TrainBegan).Seconds(), true
@@ -244,7 +246,7 @@ func (c *Coordinator) statusLocked(now time.Time) api.Status {
 	c.m.SetNow(now)
 	st := c.m.Status()
 	st.Job.Rate = c.rate.rate()
-	if r, ok := c.m.finishedRate(); ok {
+	if r, ok := c.m.jobRate(); ok && (c.m.st.Layout.JobDone || len(c.rate.s) < 2) {
 		st.Job.Rate = r
 	}
 	st.Job.ETA, st.Job.JobETA = statusETAs(st)
