@@ -47,7 +47,7 @@ func TestNextJob(t *testing.T) {
 
 	second := first
 	second.Passes = 2
-	r.m.st.Trained = 400000 // the first job's rows (runJob records no progress)
+	r.m.st.Trained = 400000                        // the first job's rows (runJob records no progress)
 	if err := r.m.Heartbeat(0, 7994); err != nil { // its clock: the next job's rank 0 showed it
 		t.Fatal(err)
 	}
