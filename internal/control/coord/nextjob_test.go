@@ -47,8 +47,9 @@ func TestNextJob(t *testing.T) {
 
 	second := first
 	second.Passes = 2
-	r.m.st.Trained = 400000                        // the first job's rows (runJob records no progress)
-	if err := r.m.Heartbeat(0, 7994); err != nil { // its clock: the next job's rank 0 showed it
+	r.m.st.Trained = 400000 // the first job's rows (runJob records no progress)
+	// Rank 0's clock: the next job's rank 0 was shown at it.
+	if err := r.m.Heartbeat(0, 7994); err != nil {
 		t.Fatal(err)
 	}
 	if rep := r.step(func(m *Machine, id uint64) { m.SubmitJob(id, second) }); rep.Err != nil || *rep.Job != second {
