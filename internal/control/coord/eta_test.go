@@ -321,6 +321,7 @@ func TestRateOfAShortJob(t *testing.T) {
 // the next job's server. Nothing was said (lastServerDown stopped at the
 // job's end), the status showed it serving every slot for good, also one
 // that served out its notice as the job ended and exited at its deadline.
+// One only stopped that answers again is back, with the model.
 func TestLastServerDiesAfterJob(t *testing.T) {
 	for _, how := range []string{"pings", "registration"} {
 		t.Run(how, func(t *testing.T) {
@@ -337,7 +338,7 @@ func TestLastServerDiesAfterJob(t *testing.T) {
 			}
 			var said bool
 			for _, e := range r.events {
-				said = said || e.Kind == api.EventFailed && e.Node == "s1" && strings.Contains(e.Cause, "model went with it")
+				said = said || e.Kind == api.EventFailed && e.Node == "s1" && strings.Contains(e.Cause, "gone with the job's model")
 			}
 			var state string
 			for _, n := range r.m.Status().Nodes {
@@ -348,6 +349,14 @@ func TestLastServerDiesAfterJob(t *testing.T) {
 			if !said || state != "dead" {
 				t.Fatalf("the last server dead after the job: said %v (%v), shown %q", said, r.events, state)
 			}
+			// Only stopped (SIGSTOP), it answers again with the model.
+			r.step(func(m *Machine, id uint64) { m.ServerAnswers(id, "s1", "127.0.0.1:2") })
+			for _, n := range r.m.Status().Nodes {
+				if n.ID == "s1" && n.State != "serving" {
+					t.Fatalf("the last server answering again after the job: %q, want serving", n.State)
+				}
+			}
+			r.step(func(m *Machine, id uint64) { m.ServerFailed(id, "s1", "") })
 			r.nextJobOn(t, "s2", "127.0.0.1:3")
 		})
 	}

@@ -303,7 +303,8 @@ func (m *Machine) leaveAtEnd(id uint64, server string) bool {
 // Nothing was said of it, the status showed it serving every slot for
 // good (also one that served out its notice as the job ended and could
 // not tell the coordinator), and the next job's joiners waited for a copy
-// from it. It reports whether server was that server.
+// from it. One only stopped that answers again is back (ServerAnswers).
+// It reports whether server was that server.
 func (m *Machine) diedAfterJob(server, why string) bool {
 	l := &m.st.Layout
 	if !l.JobDone || l.Shutdown || len(l.Servers) != 1 || l.Servers[0].ID != server || len(l.Leaving) > 0 || m.st.LastLeft == server ||
@@ -311,7 +312,7 @@ func (m *Machine) diedAfterJob(server, why string) bool {
 		return false
 	}
 	m.st.LastLeft, m.dirty = server, true
-	lost := fmt.Sprintf("the last server on the ring %s after job %d: the job's model went with it (export it, or take a checkpoint, while a server holds it); a server that joins takes its place for the next job", why, l.Job+1)
+	lost := fmt.Sprintf("the last server on the ring %s after job %d: taken as gone with the job's model (export it, or take a checkpoint, while a server holds it); a server that joins takes its place for the next job, and it is back if it answers again", why, l.Job+1)
 	if ck := m.st.Checkpoint; ck.Committed != 0 {
 		lost += fmt.Sprintf("; the newest checkpoint is %d", ck.Committed)
 	}
