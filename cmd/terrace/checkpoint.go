@@ -103,7 +103,7 @@ Needs the admin role on a cluster with tokens.`,
 	fs.StringVar(&coordinator, "coordinator", "127.0.0.1:7070", "coordinator address (several, comma-separated, for replicas)")
 	fs.BoolVar(&now, "now", false, "checkpoint inside the pass in progress, not at its end")
 	fs.BoolVar(&wait, "wait", false, "wait until the checkpoint is committed, showing its progress")
-	fs.DurationVar(&timeout, "timeout", 0, "with --wait: give up after this long (0: wait as long as it takes)")
+	fs.DurationVar(&timeout, "timeout", 0, "give up after this long, reaching the coordinator included (with --wait: until the commit; 0: wait as long as it takes)")
 	fs.BoolVar(&asJSON, "json", false, "print JSON: the checkpoint asked for, or with --wait the committed one (pass counted from 0 as the API counts it, passes_done the passes it holds; no progress)")
 	sec.register(fs, false)
 	return cmd
