@@ -284,3 +284,19 @@ func TestCoordinatorRestartedBetweenJobs(t *testing.T) {
 		t.Fatalf("a coordinator started again after job 1, through job 2:\n%s", out)
 	}
 }
+
+// TestCoordinatorStoppedBeforeAJob: a coordinator stopped before any job
+// was submitted says so. It said "stopped during job 1, 0 pass(es) done"
+// of a job nobody had submitted.
+func TestCoordinatorStoppedBeforeAJob(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	c, w := startWatched(t, ctx, "listening on", "coordinator", "--listen", "127.0.0.1:0", "--in-memory")
+	defer func() { c.Process.Kill(); c.Wait() }()
+	w.await(t, ctx)
+	c.Process.Signal(syscall.SIGTERM)
+	c.Wait()
+	if out := w.String(); !strings.Contains(out, "stopped before a job was submitted") || strings.Contains(out, "during job") {
+		t.Fatalf("a coordinator stopped before any job said:\n%s", out)
+	}
+}

@@ -190,11 +190,16 @@ address, comma-separated.`,
 					}
 				case err := <-errc:
 					if err == nil && cur != nil && done != nil && cmd.Context().Err() != nil {
-						if js := cur.JobStatus(); js.Done {
+						switch js := cur.JobStatus(); {
+						case js.Done:
 							// Between jobs: "during job 2, 150 passes done"
 							// read as if job 2 had run.
 							fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator: stopped after job %d was done, before another was submitted: %s\n", js.Number, whereStateIs(inMemory, etcd, ha.Embed.Dir, ha.Embed.InitialCluster))
-						} else {
+						case js.Job == nil:
+							// "during job 1, 0 pass(es) done", of a job
+							// nobody had submitted.
+							fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator: stopped before a job was submitted: %s\n", whereStateIs(inMemory, etcd, ha.Embed.Dir, ha.Embed.InitialCluster))
+						default:
 							fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator: stopped during job %d, %d pass(es) done: %s\n", job, js.PassesDone, whereStateIs(inMemory, etcd, ha.Embed.Dir, ha.Embed.InitialCluster))
 						}
 					}
