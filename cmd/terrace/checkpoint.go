@@ -40,6 +40,10 @@ servers writing (a progress bar on a terminal, a line per step otherwise) and ex
 Needs the admin role on a cluster with tokens.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if timeout < 0 {
+				// Taken as 0: waited as long as it took.
+				return fmt.Errorf("--timeout %v: want a positive duration, or 0 to wait as long as it takes", timeout)
+			}
 			ctx := cmd.Context()
 			if timeout > 0 {
 				var cancel context.CancelFunc
@@ -51,12 +55,21 @@ Needs the admin role on a cluster with tokens.`,
 				return err
 			}
 			cc.RetryFor = 30 * time.Second
-			if err := reach(ctx, cc, cmd.ErrOrStderr(), cc.RetryFor); err != nil {
+			// The user's own --timeout, too short for the asking, is named:
+			// --timeout 1ms said the live coordinator "accepts
+			// connections but does not answer".
+			unasked := func(err error) error {
+				if timeout > 0 && ctx.Err() != nil {
+					return fmt.Errorf("checkpoint: not asked for within --timeout %s: %w", timeout, err)
+				}
 				return fmt.Errorf("checkpoint: %w", err)
+			}
+			if err := reach(ctx, cc, cmd.ErrOrStderr(), cc.RetryFor); err != nil {
+				return unasked(err)
 			}
 			seq, err := cc.RequestCheckpoint(ctx, now)
 			if err != nil {
-				return fmt.Errorf("checkpoint: %w", err)
+				return unasked(err)
 			}
 			out := cmd.OutOrStdout()
 			switch {
@@ -90,7 +103,7 @@ Needs the admin role on a cluster with tokens.`,
 	fs.StringVar(&coordinator, "coordinator", "127.0.0.1:7070", "coordinator address (several, comma-separated, for replicas)")
 	fs.BoolVar(&now, "now", false, "checkpoint inside the pass in progress, not at its end")
 	fs.BoolVar(&wait, "wait", false, "wait until the checkpoint is committed, showing its progress")
-	fs.DurationVar(&timeout, "timeout", 0, "with --wait: give up after this long (0: wait as long as it takes)")
+	fs.DurationVar(&timeout, "timeout", 0, "give up after this long, reaching the coordinator included (with --wait: until the commit; 0: wait as long as it takes)")
 	fs.BoolVar(&asJSON, "json", false, "print JSON: the checkpoint asked for, or with --wait the committed one (pass counted from 0 as the API counts it, passes_done the passes it holds; no progress)")
 	sec.register(fs, false)
 	return cmd

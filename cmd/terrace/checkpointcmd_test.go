@@ -64,3 +64,18 @@ func TestCheckpointNowBeforeJob(t *testing.T) {
 		t.Fatalf("checkpoint directory after the refusal holds %d entries", len(ents))
 	}
 }
+
+// TestCheckpointTimeoutTooShort: a --timeout too short to ask for the
+// checkpoint is named as the cause. --timeout 1ms said the live
+// coordinator "accepts connections but does not answer".
+func TestCheckpointTimeoutTooShort(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	addr := startCoordinator(t, ctx, "--in-memory", "--servers", "1", "--workers", "1", "--replication", "1", "--checkpoint-dir", t.TempDir())
+	for _, d := range []string{"1ns", "1ms"} {
+		out, err := exec.CommandContext(ctx, terrace(t), "checkpoint", "--coordinator", addr, "--wait", "--timeout", d).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "within --timeout "+d) || strings.Contains(string(out), "does not answer") {
+			t.Fatalf("checkpoint --wait --timeout %s: %v\n%s", d, err, out)
+		}
+	}
+}

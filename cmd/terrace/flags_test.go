@@ -122,6 +122,11 @@ func TestMistakesNameTheFlag(t *testing.T) {
 		{[]string{"tokens", "neww"}, `unknown command "neww" for "terrace tokens"`},
 		// Not a flag's value, but the same silence: it waited 30 s, saying nothing.
 		{[]string{"checkpoint", "--coordinator", "127.0.0.1:1", "--timeout", "1s"}, "terrace: coordinator http://127.0.0.1:1 unreachable (Get "},
+		// Asked with, and the coordinator said unreachable; or taken as 0
+		// (twentieth session).
+		{[]string{"status", "--coordinator", "127.0.0.1:1", "--timeout", "0s"}, "--timeout 0s: want a positive duration"},
+		{[]string{"export", "--coordinator", "127.0.0.1:1", "--out", filepath.Join(dir, "m"), "--timeout", "-1s"}, "--timeout -1s: want a positive duration"},
+		{[]string{"checkpoint", "--coordinator", "127.0.0.1:1", "--timeout", "-1s"}, "--timeout -1s: want a positive duration, or 0"},
 	} {
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		out, err := exec.CommandContext(ctx, terrace(t), tc.args...).CombinedOutput()

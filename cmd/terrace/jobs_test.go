@@ -246,7 +246,8 @@ func TestWorkerWithoutJobWaits(t *testing.T) {
 // --etcd-dir after its job was done waits for the next job, and tells that
 // one's end as its own. It waited for the done job's end, and told the next
 // one's as the done one's ("job 1 done: 2 pass(es)", "ready for job 2",
-// "job 2 done", "ready for job 3"), writing its report twice.
+// "job 2 done", "ready for job 3"), writing its report twice; and its
+// first line said it was "waiting for 1 server(s) and 1 worker(s)".
 func TestCoordinatorRestartedBetweenJobs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs six processes")
@@ -277,8 +278,25 @@ func TestCoordinatorRestartedBetweenJobs(t *testing.T) {
 	}
 	co2.await(t, ctx)
 	out := co2.String()
-	if !strings.Contains(out, "job 1 was done before this coordinator led; ready for job 2") || strings.Contains(out, "job 1 done") ||
+	if !strings.Contains(out, "from its saved state: job 1 was done before this coordinator led; ready for job 2") || strings.Contains(out, "job 1 done") ||
+		strings.Contains(out, "waiting for") ||
 		!strings.Contains(out, "job 2 done: 2 pass(es) trained") {
 		t.Fatalf("a coordinator started again after job 1, through job 2:\n%s", out)
+	}
+}
+
+// TestCoordinatorStoppedBeforeAJob: a coordinator stopped before any job
+// was submitted says so. It said "stopped during job 1, 0 pass(es) done"
+// of a job nobody had submitted.
+func TestCoordinatorStoppedBeforeAJob(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	c, w := startWatched(t, ctx, "listening on", "coordinator", "--listen", "127.0.0.1:0", "--in-memory")
+	defer func() { c.Process.Kill(); c.Wait() }()
+	w.await(t, ctx)
+	c.Process.Signal(syscall.SIGTERM)
+	c.Wait()
+	if out := w.String(); !strings.Contains(out, "stopped before a job was submitted") || strings.Contains(out, "during job") {
+		t.Fatalf("a coordinator stopped before any job said:\n%s", out)
 	}
 }

@@ -114,6 +114,10 @@ A job that ends its cluster writes its model itself: give the job
 			if out == "" {
 				return errors.New("--out is required: where to write the model")
 			}
+			if timeout <= 0 {
+				// It asked, and said the coordinator was unreachable.
+				return fmt.Errorf("--timeout %v: want a positive duration", timeout)
+			}
 			ctx := cmd.Context()
 			if ckptDir != "" {
 				return exportCheckpoint(ctx, cmd.OutOrStdout(), ckptDir, train, out)

@@ -100,7 +100,7 @@ address, comma-separated.`,
 				if led {
 					fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator leading again on %s, from its saved state\n", addr)
 				} else {
-					fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator listening on %s, waiting for %d server(s) and %d worker(s)\n", addr, o.Servers, o.Workers)
+					fmt.Fprintln(cmd.OutOrStdout(), leadBanner(addr, o, c.JobStatus(), exitWhenDone))
 					if o.Replication > o.Servers {
 						fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator: each key on every server until %d are on the ring (--replication %d): chains grow as servers join\n", o.Replication, o.Replication)
 					}
@@ -145,13 +145,13 @@ address, comma-separated.`,
 					shown.lead(cmd.OutOrStdout(), st)
 					job = st.Number
 					if st.Done && st.Job != nil && !exitWhenDone {
-						// It ended under an earlier leader, which told it:
-						// wait for the next. Waiting for it, a coordinator
-						// started again between jobs told the next one's
-						// end as this one's ("job 1 done: 4 pass(es)",
-						// "ready for job 2", "job 2 done").
+						// It ended under an earlier leader, which told it
+						// (and leadBanner says so): wait for the next.
+						// Waiting for it, a coordinator started again
+						// between jobs told the next one's end as this
+						// one's ("job 1 done: 4 pass(es)", "ready for job
+						// 2", "job 2 done").
 						job++
-						fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator: job %d was done before this coordinator led; ready for job %d: terrace submit JOB.yaml, then start its workers\n", st.Number, job)
 					}
 					done = cur.JobEnded(job)
 				case <-tick.C:
@@ -190,11 +190,16 @@ address, comma-separated.`,
 					}
 				case err := <-errc:
 					if err == nil && cur != nil && done != nil && cmd.Context().Err() != nil {
-						if js := cur.JobStatus(); js.Done {
+						switch js := cur.JobStatus(); {
+						case js.Done:
 							// Between jobs: "during job 2, 150 passes done"
 							// read as if job 2 had run.
 							fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator: stopped after job %d was done, before another was submitted: %s\n", js.Number, whereStateIs(inMemory, etcd, ha.Embed.Dir, ha.Embed.InitialCluster))
-						} else {
+						case js.Job == nil:
+							// "during job 1, 0 pass(es) done", of a job
+							// nobody had submitted.
+							fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator: stopped before a job was submitted: %s\n", whereStateIs(inMemory, etcd, ha.Embed.Dir, ha.Embed.InitialCluster))
+						default:
 							fmt.Fprintf(cmd.OutOrStdout(), "terrace coordinator: stopped during job %d, %d pass(es) done: %s\n", job, js.PassesDone, whereStateIs(inMemory, etcd, ha.Embed.Dir, ha.Embed.InitialCluster))
 						}
 					}
@@ -233,6 +238,25 @@ address, comma-separated.`,
 	tiers.register(fs)
 	addConfigFlag(cmd)
 	return cmd
+}
+
+// leadBanner is the first line of a coordinator that leads: what it does
+// now. One started again on its --etcd-dir after a job said it was
+// "waiting for 3 server(s) and 2 worker(s)", whose servers had joined
+// long before and whose job was done.
+func leadBanner(addr string, o coord.Options, st api.JobStatus, exitWhenDone bool) string {
+	head := "terrace coordinator listening on " + addr
+	switch {
+	case st.Job != nil && st.Done && exitWhenDone:
+		return fmt.Sprintf("%s, from its saved state: job %d was done before this coordinator led; ending the cluster (--exit-when-done)", head, st.Number)
+	case st.Job != nil && st.Done:
+		return fmt.Sprintf("%s, from its saved state: job %d was done before this coordinator led; ready for job %d: terrace submit JOB.yaml, then start its workers", head, st.Number, st.Number+1)
+	case st.Job != nil:
+		return fmt.Sprintf("%s, from its saved state: job %d under way, %d pass(es) of %d done, %d server(s) on the ring", head, st.Number, st.PassesDone, st.Job.Passes, len(st.Servers))
+	case len(st.Servers) > 0:
+		return fmt.Sprintf("%s, from its saved state: %d server(s) joined, waiting for %d server(s) and %d worker(s) in all", head, len(st.Servers), o.Servers, o.Workers)
+	}
+	return fmt.Sprintf("%s, waiting for %d server(s) and %d worker(s)", head, o.Servers, o.Workers)
 }
 
 func serverCmd() *cobra.Command {

@@ -32,6 +32,10 @@ func statusCmd() *cobra.Command {
 			if watch && every <= 0 {
 				return fmt.Errorf("--every %v: want a positive interval (it polled the coordinator without pause)", every)
 			}
+			if timeout <= 0 {
+				// It asked, and said the coordinator was unreachable.
+				return fmt.Errorf("--timeout %v: want a positive duration", timeout)
+			}
 			cc, _, err := sec.client(coordinator, auth.RoleRead)
 			if err != nil {
 				return err

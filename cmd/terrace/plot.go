@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -38,6 +39,9 @@ format follows --out's extension.`,
 				}
 			}
 			run, err := plot.Parse(rep, evs)
+			if errors.Is(err, plot.ErrBadEvents) {
+				return fmt.Errorf("--events %s: %w", eventsPath, err)
+			}
 			if err != nil {
 				return fmt.Errorf("%s: %w", args[0], err)
 			}
@@ -53,6 +57,11 @@ format follows --out's extension.`,
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "terrace: plotted %d pass(es) and %d event(s) to %s\n", len(run.Passes), len(run.Events), out)
+			if len(run.Events) == 0 && eventsPath == "" {
+				// A coordinator's report holds none: they are in its
+				// --events file, which a user did not know to give.
+				fmt.Fprintf(cmd.ErrOrStderr(), "terrace: %s holds no events: a coordinator's are in its --events file (terrace plot %s --events FILE)\n", args[0], args[0])
+			}
 			return nil
 		},
 	}

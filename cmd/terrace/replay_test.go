@@ -57,6 +57,8 @@ func TestReplayBadInput(t *testing.T) {
 	report := filepath.Join(t.TempDir(), "r.json")
 	empty := filepath.Join(t.TempDir(), "empty.csv")
 	os.WriteFile(empty, nil, 0o644)
+	badJSON := filepath.Join(t.TempDir(), "bad.json")
+	os.WriteFile(badJSON, []byte("{"), 0o644)
 	base := []string{"--prices", prices, "--policy", "all", "--simulate", "--report", report}
 	cases := []struct {
 		name  string
@@ -79,7 +81,20 @@ func TestReplayBadInput(t *testing.T) {
 		{"preemptions in the bid market", append(base, "--preemptions", "/nonexistent"), "--preemptions is for --market persecond"},
 		{"stray comma in prices", []string{"--prices", prices + ",", "--policy", "all", "--simulate", "--report", report}, `--prices "` + prices + `,": an empty file name`},
 		{"stray comma in preemptions", append(base, "--market", "persecond", "--preemptions", ",x.json"), `--preemptions ",x.json": an empty file name`},
-		{"no such preemption trace", append(base, "--market", "persecond", "--preemptions", "/nonexistent.json"), "--preemptions: read trace: open /nonexistent.json"},
+		{"no such preemption trace", append(base, "--market", "persecond", "--preemptions", "/nonexistent.json"), "--preemptions: open /nonexistent.json"},
+		// Every file is checked before any is read (twentieth session):
+		// each was found missing only after the traces before it were
+		// read, and here after the empty trace was refused.
+		{"a missing trace after another", []string{"--prices", empty + ",/nonexistent.csv", "--policy", "all", "--simulate", "--report", report}, "--prices: open /nonexistent.csv"},
+		{"a missing calibration", []string{"--prices", empty, "--calibration", "/nonexistent.json", "--policy", "all", "--simulate", "--report", report}, "--calibration: open /nonexistent.json"},
+		{"a missing preemption trace", []string{"--prices", empty, "--market", "persecond", "--preemptions", "/nonexistent.json", "--policy", "all", "--simulate", "--report", report}, "--preemptions: open /nonexistent.json"},
+		// The flags' forms, the calibration and its app before the trace
+		// too: here the empty trace was refused first.
+		{"a span not a duration, before the trace", []string{"--prices", empty, "--for", "-1h", "--policy", "all", "--simulate", "--report", report}, `--for "-1h": want a positive duration`},
+		{"a start not a time, before the trace", []string{"--prices", empty, "--from", "yesterday", "--policy", "all", "--simulate", "--report", report}, `--from "yesterday": want a time`},
+		{"a malformed calibration, before the trace", []string{"--prices", empty, "--calibration", badJSON, "--policy", "all", "--simulate", "--report", report}, "calibration " + badJSON},
+		{"an app the calibration lacks, before the trace", []string{"--prices", empty, "--app", "bert", "--policy", "all", "--simulate", "--report", report}, `--app "bert"`},
+		{"a directory for a trace", []string{"--prices", filepath.Dir(empty), "--policy", "all", "--simulate", "--report", report}, "a directory, not a file"},
 		{"on-demand price of no market", append(base, "--ondemand-prices", "c3.xlarge=0.21,c3.xlage=0.2"), "c3.xlage"},
 		{"from not a time", append(base, "--from", "yesterday"), `--from "yesterday": want a time`},
 		{"plot neither svg nor png", append(base, "--plot", "cost.pdf"), "--plot cost.pdf: want a .svg or .png file"},

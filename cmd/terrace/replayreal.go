@@ -80,10 +80,7 @@ func (f replayFlags) checkReal() error {
 	case f.real.perMachine < 1:
 		return fmt.Errorf("--workers-per-machine %d: want at least 1", f.real.perMachine)
 	}
-	d, err := parseSpan(f.span)
-	if err != nil || d <= 0 {
-		return fmt.Errorf("--for %q: want a positive duration such as 24h or 2d", f.span)
-	}
+	d, _ := parseSpan(f.span) // its form checked by check
 	if wall := time.Duration(float64(d) / f.speedup); wall > f.real.maxWall {
 		return fmt.Errorf("--for %s at --speedup %g is %v of wall time, more than --max-wall %v: shorten --for or raise --speedup", f.span, f.speedup, wall.Round(time.Second), f.real.maxWall)
 	}
@@ -94,7 +91,7 @@ func (f replayFlags) checkReal() error {
 // and writes the report.
 func runRealReplay(cmd *cobra.Command, f replayFlags, cfg replay.Config, names []string, start time.Time) error {
 	out := cmd.ErrOrStderr()
-	d, _ := parseSpan(f.span) // checked by checkReal
+	d, _ := parseSpan(f.span) // checked by check
 	for _, name := range names {
 		if err := realreplay.CheckBound(name, cfg.Design, cfg.Cal); err != nil {
 			example := "local-lr-a9a.json"

@@ -309,7 +309,7 @@ func (c *Client) WaitReachable(ctx context.Context) error {
 			// coordinator that "accepts connections but does not
 			// answer" (no answer within 0s), one that had refused
 			// every connection for 30 s.
-			return fmt.Errorf("%w: %s: %v", ErrUnavailable, strings.Join(c.bases, ","), cmp.Or(last, err))
+			return fmt.Errorf("%w: %s: %w", ErrUnavailable, strings.Join(c.bases, ","), cmp.Or(last, err))
 		}
 		base := c.bases[i%len(c.bases)]
 		// A coordinator that accepts and never answers (stopped, or
@@ -325,6 +325,13 @@ func (c *Client) WaitReachable(ctx context.Context) error {
 		}
 		start := time.Now()
 		resp, err := c.hc.Do(req)
+		if err != nil && ctx.Err() != nil {
+			// The caller's time ran out, not the try's: a coordinator
+			// that answers in a millisecond was said to accept
+			// connections and not answer under checkpoint --timeout 1ms.
+			cancel()
+			return fmt.Errorf("%w: %s: the time given ran out after %v, before an answer: %w", ErrUnavailable, base, time.Since(start).Round(time.Millisecond), ctx.Err())
+		}
 		if err != nil && tctx.Err() != nil {
 			err = fmt.Errorf("no answer within %v (it accepts connections but does not answer: stopped, or overloaded?)", time.Since(start).Round(100*time.Millisecond))
 			try = min(2*try, c.hc.Timeout)

@@ -110,6 +110,21 @@ func TestUnreachable(t *testing.T) {
 	}
 }
 
+// TestReachOutOfTime: a caller whose time runs out during a try is told
+// so (context.DeadlineExceeded), not that the coordinator "accepts
+// connections but does not answer": checkpoint --timeout 1ms said that
+// of a live coordinator.
+func TestReachOutOfTime(t *testing.T) {
+	slow := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
+	defer slow.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond) // under healthTimeout
+	defer cancel()
+	err := NewClient(slow.URL, nil).WaitReachable(ctx)
+	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "does not answer") {
+		t.Fatalf("WaitReachable with the caller's time out mid-try: %v", err)
+	}
+}
+
 // TestReachableStandbyFirst: a leader listed after a standby (which
 // listens on no port) is reached without a word; every node of a
 // replicated coordinator, given the README's list, warned at its start

@@ -198,7 +198,9 @@ type Progress struct {
 	Done       int `json:"done"`
 	// Examples counts the job's rows recorded as trained (a resumed job's
 	// since its checkpoint, whose ExamplesFrom partitions were complete
-	// before); Rate is rows per second over the last minute, ETA the
+	// before); Rate is rows per second over the last minute (a finished
+	// job's: its rows over the time from its first lease to its last
+	// rows), ETA the
 	// time the pass in progress would take to finish at that rate, and
 	// JobETA the time the job's remaining passes would (each 0 when
 	// unknown).

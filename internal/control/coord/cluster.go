@@ -49,7 +49,24 @@ func (m *Machine) noteClock(rank int, clock int64, beat bool) {
 		// heartbeats, and seconds old from a slowed worker.
 		return
 	}
-	m.clocks[rank] = clockHist{m.clocks[rank][1], {clock, m.now}}
+	prev := m.clocks[rank][1]
+	if !prev.at.After(m.entered[rank]) {
+		prev = clockSample{} // a jump to the others' clock, not a rate to interpolate
+	}
+	m.clocks[rank] = clockHist{prev, {clock, m.now}}
+}
+
+// enter records that rank, answered after it waited for work, enters at
+// the clock the servers count it at. Until it tells its clock again, the
+// one it told before it waited is left out of the spread: a worker back
+// from waiting while the others trained a partition read as that far
+// behind them ("staleness 51 clocks" under ssp:2, lr's minibatches of a
+// partition), and interpolating across the jump read as a gap too.
+func (m *Machine) enter(rank int) {
+	if m.entered == nil {
+		m.entered = map[int]time.Time{}
+	}
+	m.entered[rank] = m.now
 }
 
 // clockSample is a worker's clock as noted at a time; clockHist a
@@ -161,7 +178,7 @@ func (m *Machine) describeTiers(st *api.Status) {
 		}
 		if h, ok := m.clocks[n.Rank]; ok && n.Role == api.RoleWorker {
 			n.Clock = h[1].clock
-			if n.State == "training" {
+			if n.State == "training" && h[1].at.After(m.entered[n.Rank]) {
 				training = append(training, n.Rank)
 			}
 		}

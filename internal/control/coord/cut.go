@@ -144,6 +144,7 @@ func (m *Machine) cut(e int, w *Pass, p, i int, c *api.Cut, tail uint64) {
 		return
 	}
 	m.reply(Reply{ID: wt.id, Grant: m.grant(w, p, i+1, asked.By)})
+	m.enter(asked.By)
 }
 
 // dropCut forgets the pending cut on pc, failing its asker's wait.

@@ -3,10 +3,13 @@ package coord
 import (
 	"fmt"
 	"maps"
+	"math"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/terrace-ml/terrace/internal/control/api"
+	"github.com/terrace-ml/terrace/table"
 )
 
 // TestETAs: the pass's ETA counts the partitions it has left, the job's
@@ -254,5 +257,107 @@ func TestLastServerDownInStatus(t *testing.T) {
 	r.step(func(m *Machine, id uint64) { m.ServerAnswers(id, "s0", "127.0.0.1:1") })
 	if s, eta := state(); s != "serving" || !eta {
 		t.Fatalf("s0 answering again: %q, an ETA %v", s, eta)
+	}
+}
+
+// TestRateOfAShortJob: a finished job's rate is its rows over the time
+// from its first lease to its last rows, at the leader and at a new one.
+// From samples a second apart, a job of 300 ms showed all its rows in one
+// second (5 lr passes in under 2 s: 162,805 rows/s); a new leader, which
+// had no samples, showed 0.
+func TestRateOfAShortJob(t *testing.T) {
+	r := newJobRig(t, Config{Servers: 2, Workers: 2, Partitions: 2, Replication: 2})
+	if rep := r.step(func(m *Machine, id uint64) { m.SubmitJob(id, api.Job{App: "lr", Passes: 1}) }); rep.Err != nil {
+		t.Fatal(rep.Err)
+	}
+	r.m.SetNow(t0.Add(10 * time.Second)) // the first lease
+	if rep := r.step(func(m *Machine, id uint64) { m.CreateTable(id, table.Spec{Name: "w", Width: 1}) }); rep.Err != nil {
+		t.Fatal(rep.Err)
+	}
+	g := r.step(func(m *Machine, id uint64) { m.Acquire(id, api.Acquire{Rank: 0, Pass: 0}) }).Grant
+	r.m.SetNow(t0.Add(10*time.Second + 300*time.Millisecond)) // its rows, 300 ms later
+	if rep := r.step(func(m *Machine, id uint64) {
+		m.Progress(id, api.Update{Rank: 0, Pass: 0, Partition: g.Partition, Offset: g.Offset + 300, Lease: g.Lease}, 0, 0)
+	}); rep.Err != nil {
+		t.Fatal(rep.Err)
+	}
+	r.m.SetNow(t0.Add(12 * time.Second)) // evaluation and reports
+	for rank := range 2 {
+		r.step(func(m *Machine, id uint64) { m.Report(id, rank, []byte(`{}`)) })
+	}
+	if !r.m.published.JobDone {
+		t.Fatal("the job is not done")
+	}
+	leader := New(Options{Servers: 2, Workers: 2, Partitions: 2})
+	leader.m = r.m
+	leader.rate.add(t0.Add(10*time.Second), 0, false)
+	leader.rate.add(t0.Add(11*time.Second), 300, false)
+	leader.rate.add(t0.Add(12*time.Second), 300, true)
+	restored, err := RestoreMachine(r.m.cfg, r.saved, 0, t0.Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := New(Options{Servers: 2, Workers: 2, Partitions: 2})
+	next.m = restored
+	for who, c := range map[string]*Coordinator{"the leader": leader, "a new leader": next} {
+		if got := c.statusLocked(t0.Add(time.Minute)).Job.Rate; math.Abs(got-1000) > 1e-6 {
+			t.Errorf("%s: a done job's rate %v rows/s, want 1000 (300 rows in 300 ms)", who, got)
+		}
+	}
+	// A running job's, at a new leader with no samples yet: it showed 0.
+	running, err := RestoreMachine(r.m.cfg, r.saved, 0, t0.Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	running.st.Layout.JobDone = false
+	next.m = running
+	if got := next.statusLocked(t0.Add(time.Minute)).Job.Rate; math.Abs(got-1000) > 1e-6 {
+		t.Errorf("a new leader, with no samples: a running job's rate %v rows/s, want 1000", got)
+	}
+}
+
+// TestLastServerDiesAfterJob: the last server on the ring found dead after
+// the job is said to be gone with the model, shown dead, and replaced by
+// the next job's server. Nothing was said (lastServerDown stopped at the
+// job's end), the status showed it serving every slot for good, also one
+// that served out its notice as the job ended and exited at its deadline.
+// One only stopped that answers again is back, with the model.
+func TestLastServerDiesAfterJob(t *testing.T) {
+	for _, how := range []string{"pings", "registration"} {
+		t.Run(how, func(t *testing.T) {
+			r := newJobRig(t, Config{Servers: 2, Workers: 2, Partitions: 2, Replication: 2})
+			r.endThenDrain(t, "s0")
+			r.events = nil
+			if how == "pings" {
+				r.step(func(m *Machine, id uint64) { m.ServerFailed(id, "s1", "") })
+			} else {
+				r.step(func(m *Machine, id uint64) { // as failure.go's probe of a lapsed registration
+					m.lastServerDown("s1", "lost its etcd registration and does not answer a dial")
+					m.reply(Reply{ID: id})
+				})
+			}
+			var said bool
+			for _, e := range r.events {
+				said = said || e.Kind == api.EventFailed && e.Node == "s1" && strings.Contains(e.Cause, "gone with the job's model")
+			}
+			var state string
+			for _, n := range r.m.Status().Nodes {
+				if n.ID == "s1" {
+					state = n.State
+				}
+			}
+			if !said || state != "dead" {
+				t.Fatalf("the last server dead after the job: said %v (%v), shown %q", said, r.events, state)
+			}
+			// Only stopped (SIGSTOP), it answers again with the model.
+			r.step(func(m *Machine, id uint64) { m.ServerAnswers(id, "s1", "127.0.0.1:2") })
+			for _, n := range r.m.Status().Nodes {
+				if n.ID == "s1" && n.State != "serving" {
+					t.Fatalf("the last server answering again after the job: %q, want serving", n.State)
+				}
+			}
+			r.step(func(m *Machine, id uint64) { m.ServerFailed(id, "s1", "") })
+			r.nextJobOn(t, "s2", "127.0.0.1:3")
+		})
 	}
 }

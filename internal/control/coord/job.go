@@ -296,6 +296,32 @@ func (m *Machine) leaveAtEnd(id uint64, server string) bool {
 	return true
 }
 
+// diedAfterJob takes the last server on the ring, found dead after the
+// job, as gone with the finished job's model, as leaveAtEnd takes one
+// that leaves then: said in the log and the timeline, shown dead in the
+// status, and replaced by the next server to join (dropLeftRing).
+// Nothing was said of it, the status showed it serving every slot for
+// good (also one that served out its notice as the job ended and could
+// not tell the coordinator), and the next job's joiners waited for a copy
+// from it. One only stopped that answers again is back (ServerAnswers).
+// It reports whether server was that server.
+func (m *Machine) diedAfterJob(server, why string) bool {
+	l := &m.st.Layout
+	if !l.JobDone || l.Shutdown || len(l.Servers) != 1 || l.Servers[0].ID != server || len(l.Leaving) > 0 || m.st.LastLeft == server ||
+		m.cfg.Stage != 0 && (l.CurrentStage() != tier.Stage1 || l.Switch != nil) {
+		return false
+	}
+	m.st.LastLeft, m.dirty = server, true
+	lost := fmt.Sprintf("the last server on the ring %s after job %d: taken as gone with the job's model (export it, or take a checkpoint, while a server holds it); a server that joins takes its place for the next job, and it is back if it answers again", why, l.Job+1)
+	if ck := m.st.Checkpoint; ck.Committed != 0 {
+		lost += fmt.Sprintf("; the newest checkpoint is %d", ck.Committed)
+	}
+	m.log.Error(lost, "server", server)
+	m.note(api.EventFailed, server, lost)
+	m.abandonIfServerGone()
+	return true
+}
+
 // leftLast reports whether server is the last server, which left after a
 // job with the model (leaveAtEnd) and stays on the ring until others take
 // its place (dropLeftRing): its exit is no failure.

@@ -80,6 +80,11 @@ type Machine struct {
 	// its progress records (cluster.go; not saved).
 	clocks     map[int]clockHist
 	beatClocks map[int]bool
+	// entered is when each rank was last answered after it waited for
+	// work (a parked Acquire or Split): it then enters at the servers'
+	// clock (ps.Client.enterClock), so its clocks heard before are no
+	// measure of it (cluster.go, noteClock).
+	entered map[int]time.Time
 	// noticed is the last eviction notice on the timeline of each node
 	// (noteNotice; not saved).
 	noticed map[string]string

@@ -268,6 +268,9 @@ func (m *Machine) ServerFailed(id uint64, server, addr string) {
 // workers giving up after their join timeout. A partition that heals
 // brings the server back, so this is said, not acted on.
 func (m *Machine) lastServerDown(server, why string) {
+	if m.diedAfterJob(server, why) {
+		return
+	}
 	l := &m.st.Layout
 	if !l.Ready && !m.rewinding() || l.JobDone || m.cfg.Stage != 0 || len(l.Servers) != 1 || l.Servers[0].ID != server {
 		return
@@ -295,9 +298,18 @@ func (m *Machine) lastServerDown(server, why string) {
 // answers again. The last server on the ring said to be down is then up:
 // a partition that healed, a server stopped (SIGSTOP) and continued.
 func (m *Machine) ServerAnswers(id uint64, server, addr string) {
-	if len(m.st.Layout.Servers) == 1 && m.lastDown == server+"@"+addr {
+	l := &m.st.Layout
+	if len(l.Servers) == 1 && m.lastDown == server+"@"+addr {
 		m.lastDown = ""
 		m.log.Warn("the last server on the ring answers again: the job goes on", "server", server)
+	}
+	if len(l.Servers) == 1 && l.Servers[0].ID == server && l.Servers[0].Addr == addr && m.st.LastLeft == server && m.st.Gone[server] == api.EventFailed {
+		// Found dead after the job (diedAfterJob), and only stopped: it
+		// holds the model still.
+		m.st.LastLeft, m.dirty = "", true
+		delete(m.st.Gone, server)
+		m.log.Warn("the last server on the ring answers again after the job: the job's model is back", "server", server)
+		m.note(api.EventJoin, server, "the last server on the ring answers again after the job, with the job's model")
 	}
 	m.reply(Reply{ID: id})
 }

@@ -52,8 +52,12 @@ func (m *Machine) nextJob(j api.Job) {
 	st.TableBase = m.lastTable()
 	st.Job = &j
 	m.beats, m.cutSince = map[int]time.Time{}, map[cutKey]time.Time{}
+	// The ranks' clocks were the old job's: status showed the next job's
+	// workers at them (7,994 and 7,985 before their first minibatch).
+	m.clocks, m.beatClocks, m.entered = nil, nil, nil
 	m.suspects = nil
 	st.Trained, st.TrainedFrom = 0, 0
+	st.TrainBegan, st.TrainedAt = time.Time{}, time.Time{}
 	for _, w := range m.waiting {
 		m.fail(w.id, fmt.Errorf("%w: the job ended", api.ErrLeaseLost))
 	}

@@ -48,6 +48,10 @@ func TestNextJob(t *testing.T) {
 	second := first
 	second.Passes = 2
 	r.m.st.Trained = 400000 // the first job's rows (runJob records no progress)
+	// Rank 0's clock: the next job's rank 0 was shown at it.
+	if err := r.m.Heartbeat(0, 7994); err != nil {
+		t.Fatal(err)
+	}
 	if rep := r.step(func(m *Machine, id uint64) { m.SubmitJob(id, second) }); rep.Err != nil || *rep.Job != second {
 		t.Fatalf("the next job: %v, %+v", rep.Err, rep.Job)
 	}
@@ -64,8 +68,8 @@ func TestNextJob(t *testing.T) {
 	}
 	st := r.m.JobStatus()
 	if st.Number != 2 || st.PassesDone != 0 || len(st.Results) != 0 || len(st.Workers) != 0 || len(r.m.st.Reports) != 0 ||
-		len(r.m.st.Passes) != 0 || len(r.m.st.Evals) != 0 || len(r.m.beats) != 0 {
-		t.Fatalf("state of the next job: %+v; reports %v passes %v evals %v beats %v", st, r.m.st.Reports, r.m.st.Passes, r.m.st.Evals, r.m.beats)
+		len(r.m.st.Passes) != 0 || len(r.m.st.Evals) != 0 || len(r.m.beats) != 0 || len(r.m.clocks) != 0 {
+		t.Fatalf("state of the next job: %+v; reports %v passes %v evals %v beats %v clocks %v", st, r.m.st.Reports, r.m.st.Passes, r.m.st.Evals, r.m.beats, r.m.clocks)
 	}
 	// A heartbeat late from the old job's rank 1 starts no failure timeout.
 	if err := r.m.Heartbeat(1, 0); !errors.Is(err, api.ErrBadRequest) {

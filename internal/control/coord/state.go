@@ -126,6 +126,13 @@ type State struct {
 	// the rows it saw alone against every partition of the job.
 	Trained     int64 `json:"trained,omitempty"`
 	TrainedFrom int   `json:"trained_from,omitempty"`
+	// TrainBegan is when the job's first piece was granted, TrainedAt
+	// when its last rows were recorded: a done job's rate is Trained
+	// over the time between (status.go, jobRate). Saved: the rate of
+	// samples a second apart lived in the leader's memory, and a new
+	// leader showed a finished job's rate as 0.
+	TrainBegan time.Time `json:"train_began,omitzero"`
+	TrainedAt  time.Time `json:"trained_at,omitzero"`
 	// Gone is how each node taken out went (api.EventLeft or
 	// EventFailed), for status: a new leader that did not know showed
 	// every drained worker as dead, and no server that had left.

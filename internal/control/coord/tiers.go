@@ -683,7 +683,10 @@ func (m *Machine) promoteSwitch(done func(string) bool) bool {
 	} else {
 		for _, s := range leavers {
 			if m.st.Noticed[s.ID] {
+				// Said and kept in Gone: the status left every ActivePS
+				// evicted with notice out, as if it had never been.
 				m.st.Removed++
+				m.note(api.EventLeft, s.ID, "server left as the switch to stage 1 ended: the reliable servers, now the ring, hold its slots")
 				continue
 			}
 			l.Standby = append(l.Standby, s)

@@ -156,6 +156,9 @@ func (m *Machine) freePiece(w *Pass, rank int) (int, int) {
 // grant leases piece i of partition p to rank under a new grant number.
 func (m *Machine) grant(w *Pass, p, i, rank int) api.Grant {
 	m.st.Grants++
+	if m.st.TrainBegan.IsZero() {
+		m.st.TrainBegan = m.now
+	}
 	pc := &w.Parts[p][i]
 	pc.Rank, pc.Grant = rank, m.st.Grants
 	m.dirty = true
@@ -166,7 +169,11 @@ func (m *Machine) grant(w *Pass, p, i, rank int) api.Grant {
 // settle answers the parked Acquires that can be answered now.
 func (m *Machine) settle() {
 	m.waiting = slices.DeleteFunc(m.waiting, func(w waiter) bool {
-		return w.split == nil && m.tryAcquire(w.id, w.rank, w.pass)
+		if w.split == nil && m.tryAcquire(w.id, w.rank, w.pass) {
+			m.enter(w.rank)
+			return true
+		}
+		return false
 	})
 }
 
@@ -207,6 +214,9 @@ func (m *Machine) Progress(id uint64, u api.Update, head, tail uint64) {
 	} else {
 		m.trained += int64(u.Offset - pc.Offset)
 		m.st.Trained += int64(u.Offset - pc.Offset)
+		if u.Offset > pc.Offset {
+			m.st.TrainedAt = m.now
+		}
 		pc.Offset = u.Offset
 		if u.HasState {
 			old := pc.States

@@ -26,6 +26,15 @@ import (
 // ErrNoData is returned for a report with nothing to draw.
 var ErrNoData = errors.New("plot: the report has no passes and no events")
 
+// ErrTimelineAsReport is returned for an event timeline (a coordinator's
+// --events file) given as the report: it said "json: cannot unmarshal
+// array into Go value of type map[string]json.RawMessage".
+var ErrTimelineAsReport = errors.New("plot: an event timeline, not a report: give the coordinator's --report, and this file with --events")
+
+// ErrBadEvents wraps a timeline given beside the report that cannot be
+// read, so that the caller names its file, not the report's.
+var ErrBadEvents = errors.New("plot: events")
+
 // Pass is one training pass as a worker reported it: when it ended, in
 // seconds after training started, and its metrics by name ("pass" is its
 // number).
@@ -67,6 +76,10 @@ var (
 func Parse(report, events []byte) (*Run, error) {
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(report, &top); err != nil {
+		var timeline []api.Event
+		if json.Unmarshal(report, &timeline) == nil {
+			return nil, ErrTimelineAsReport
+		}
 		return nil, fmt.Errorf("plot: report: %w", err)
 	}
 	workers := map[string]json.RawMessage{}
@@ -136,7 +149,7 @@ func Parse(report, events []byte) (*Run, error) {
 	}
 	if len(r.Events) == 0 && events != nil {
 		if err := json.Unmarshal(events, &r.Events); err != nil {
-			return nil, fmt.Errorf("plot: events: %w", err)
+			return nil, fmt.Errorf("%w: %w", ErrBadEvents, err)
 		}
 	}
 	var drill struct {

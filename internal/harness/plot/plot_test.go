@@ -85,6 +85,15 @@ func TestParseBadReports(t *testing.T) {
 			t.Errorf("empty: %v, want ErrNoData", err)
 		}
 	}
+	// A coordinator's --events file given as the report, and its report
+	// given as the events: each said only that JSON did not unmarshal.
+	timeline := `[{"time": "2026-11-29T03:00:00Z", "kind": "join", "node": "s0"}]`
+	if _, err := Parse([]byte(timeline), nil); !errors.Is(err, ErrTimelineAsReport) {
+		t.Errorf("a timeline as the report: %v, want ErrTimelineAsReport", err)
+	}
+	if _, err := Parse([]byte(`{"0": {}}`), []byte(`{"0": {}}`)); !errors.Is(err, ErrBadEvents) {
+		t.Errorf("a report as the events: %v, want ErrBadEvents", err)
+	}
 }
 
 // TestResumedReport: a coordinator's report of a resumed job lists the

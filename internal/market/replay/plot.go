@@ -18,7 +18,8 @@ import (
 // cumulative dollars. SVG or PNG by the file's extension. A policy that
 // never bids (on-demand) is left out of the bid's panel, and one that
 // never runs tiers out of the stage's: they were drawn as lines at 0, a
-// bid of nothing and a stage 0 that no cluster has.
+// bid of nothing and a stage 0 that no cluster has. The legends stand
+// right of the panels, where they hide no curve.
 func Plot(path string, rep *Report, names []string) error {
 	panels := []struct {
 		title, y string
@@ -32,10 +33,19 @@ func Plot(path string, rep *Report, names []string) error {
 		{"stage (policies with tiers)", "stage", func(s Sample) float64 { return float64(s.Stage) }, false, true},
 		{"dollars so far", "$", func(s Sample) float64 { return s.Dollars }, false, false},
 	}
+	// One time axis for every panel: the stage's, which draws only the
+	// policies with tiers, ended where they did, under the others' end.
+	hours := 0.0
+	for _, name := range names {
+		if tl := rep.Timelines[name]; len(tl) > 0 {
+			hours = max(hours, tl[len(tl)-1].At.Sub(tl[0].At).Hours())
+		}
+	}
 	plots := make([]*plot.Plot, len(panels))
 	for i, pn := range panels {
 		p := plot.New()
 		p.Title.Text, p.X.Label.Text, p.Y.Label.Text = pn.title, "hours from the start", pn.y
+		p.X.Min, p.X.Max = 0, hours
 		// Each policy keeps its colour and dashes in every panel, the
 		// panels that leave some out too.
 		for _, name := range drawn(rep, names, pn.value, pn.omitNone) {
@@ -48,10 +58,9 @@ func Plot(path string, rep *Report, names []string) error {
 				return err
 			}
 		}
-		p.Legend.Top = true
 		plots[i] = p
 	}
-	return plotfile.WriteColumn(path, plots, 22*vg.Centimeter, 7*vg.Centimeter)
+	return plotfile.WriteColumnLegendsOutside(path, plots, 27*vg.Centimeter, 7*vg.Centimeter)
 }
 
 // addLine draws xy on p in the style plotutil gives the style-th line,

@@ -264,6 +264,7 @@ const advanceEvery = 200 * time.Millisecond
 func (r *run) loop(ctx context.Context) error {
 	end, what := r.cfg.Horizon(r.start, r.name != "ondemand")
 	nextSample, lastLine, lastFrac := r.start, time.Now(), time.Now()
+	shown := 0.0 // the fraction told last: work lost to an eviction does not take the bar back
 	for r.job.Finished().IsZero() {
 		t := Earliest(r.prov.Next(), r.job.Next(), r.mgr.Wake())
 		if r.cfg.Sample > 0 && (t.IsZero() || nextSample.Before(t)) {
@@ -292,8 +293,9 @@ func (r *run) loop(ctx context.Context) error {
 		}
 		if r.cfg.fraction != nil && time.Since(lastFrac) > advanceEvery {
 			lastFrac = time.Now()
-			if st := r.job.Status(); st.Total > 0 {
-				r.cfg.fraction(st.Done / st.Total)
+			if st := r.job.Status(); st.Total > 0 && st.Done/st.Total > shown {
+				shown = st.Done / st.Total
+				r.cfg.fraction(shown)
 			}
 		}
 		if r.cfg.Progress != nil && r.cfg.Every > 0 && time.Since(lastLine) > r.cfg.Every {

@@ -1,12 +1,15 @@
 package node
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -59,4 +62,38 @@ func TestDrainNoTablesCoordinatorGone(t *testing.T) {
 	if !errors.Is(err, ErrDrained) {
 		t.Fatalf("drain with no table and no coordinator: %v, want %v", err, ErrDrained)
 	}
+}
+
+// TestDrainDuringJobSaysCoordinatorGone: a server draining during the job
+// whose coordinator does not answer says that it waits for it. It waited
+// silent for its grace (30 s), then exited 1.
+func TestDrainDuringJobSaysCoordinatorGone(t *testing.T) {
+	cc := api.NewClient("127.0.0.1:1", nil)
+	cc.RetryFor = 3 * drainReach // the drain asks for longer than the warning waits
+	var log syncBuffer
+	cfg := ServerConfig{ID: "s0", Logger: slog.New(slog.NewTextHandler(&log, nil))}
+	if err := drainServer(t.Context(), cc, nil, cfg, evict.Notice{Source: "signal", Deadline: time.Now().Add(time.Minute)}, &jobEnd{}); err == nil {
+		t.Fatal("a drain during the job with no coordinator succeeded")
+	}
+	if !strings.Contains(log.String(), "the coordinator does not answer: waiting for it") {
+		t.Fatalf("the server's log said nothing of the coordinator:\n%s", log.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer that goroutines may write to.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -249,6 +249,9 @@ func drainServer(ctx context.Context, cc *api.Client, s *server.Server, cfg Serv
 		cfg.Logger.Warn("the job is done, or holds no table yet, and the coordinator does not answer: leaving without a handoff", "waited", afterJobReach)
 		return ErrDrained
 	}
+	if !end.done.Load() && !end.noTables.Load() {
+		go warnUnanswered(dctx, cc, cfg.Logger, n.Deadline)
+	}
 	l, err := leaveRing(dctx, cc, cfg, n, end)
 	if errors.Is(err, errCoordinatorGone) {
 		cfg.Logger.Warn("the job is done and the coordinator does not answer: leaving without a handoff", "waited", afterJobReach)
@@ -324,6 +327,22 @@ func leftAfterJob(ctx context.Context, cc *api.Client, cfg ServerConfig, n evict
 	cfg.Logger.Warn("the job ended while the last server on the ring served out its notice: it leaves as after the job, and the job's model goes with it")
 	return true
 }
+
+// warnUnanswered says, once, that the coordinator does not answer a drain
+// during the job: the server waits for it until its notice's deadline,
+// and said nothing meanwhile (SIGTERMed after its coordinator stopped, it
+// was silent for its 30 s grace, then exited 1).
+func warnUnanswered(ctx context.Context, cc *api.Client, log *slog.Logger, deadline time.Time) {
+	rctx, cancel := context.WithTimeout(ctx, drainReach)
+	defer cancel()
+	if cc.WaitReachable(rctx) != nil && ctx.Err() == nil {
+		log.Warn("the coordinator does not answer: waiting for it to take this server's slots until the notice's deadline (a coordinator started again in time does); then the server leaves with them", "deadline", deadline)
+	}
+}
+
+// drainReach is how long a drain during the job waits for the coordinator
+// before it says that it waits (warnUnanswered).
+const drainReach = time.Second
 
 // onlyOrOff reports whether servers, a ring, is id alone or lacks it.
 func onlyOrOff(servers []ring.Server, id string) bool {
