@@ -58,7 +58,7 @@ type Saved struct {
 // reference for stores (meta's keeps the same in etcd).
 func (s *Saved) Apply(sv *Save) {
 	s.State = sv.State
-	if sv.Rewrite || s.Gen != sv.Gen || s.Parts == nil {
+	if sv.Rewrite || s.Parts == nil {
 		s.Gen, s.Parts = sv.Gen, map[int][]byte{}
 	}
 	for p, b := range sv.Parts {
