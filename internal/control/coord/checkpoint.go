@@ -496,6 +496,7 @@ func (m *Machine) Resume(r Resumed) map[int][]uint64 {
 		m.st.Layout.Partitions = r.Partitions
 	}
 	m.st.Passes, m.st.DoneBefore, m.st.MaxClock = map[int]*Pass{}, r.Pass+1, r.MaxClock
+	m.rewriteParts()
 	m.st.Trained, m.st.TrainedFrom = 0, m.st.DoneBefore
 	if r.Job != nil {
 		j := *r.Job
@@ -539,12 +540,13 @@ func (m *Machine) Resume(r Resumed) map[int][]uint64 {
 // starts from the partition's state, as a new pass's does (a partition
 // with state was kept as one piece from its first row: savedPieces).
 func (m *Machine) resumePass(ip *InPass, vers map[int][]uint64) {
-	w := &Pass{Parts: make([][]Piece, m.st.Layout.Partitions)}
+	parts := make([][]Piece, m.st.Layout.Partitions)
 	for _, sp := range ip.Pieces {
-		w.Parts[sp.Partition] = append(w.Parts[sp.Partition], Piece{Start: sp.Start, End: sp.End, Offset: sp.Offset, Rank: -1, Done: sp.Done})
+		parts[sp.Partition] = append(parts[sp.Partition], Piece{Start: sp.Start, End: sp.End, Offset: sp.Offset, Rank: -1, Done: sp.Done})
 	}
+	w := newPass(parts)
 	for p, pcs := range w.Parts {
-		if !w.complete(p) {
+		if !w.done[p] {
 			pcs[0].States = slices.Clone(vers[p])
 		}
 	}

@@ -66,6 +66,7 @@ func (m *Machine) Split(id uint64, s api.Split) {
 		m.note(api.EventSplit, m.workerName(s.Rank), fmt.Sprintf("asks rank %d to cut pass %d partition %d piece %s from row %d", pc.Rank, s.Pass+1, s.Partition, pc, s.From))
 		pc.Cut = &PendingCut{By: s.Rank, From: s.From}
 		m.cutSince[cutKey{s.Pass, s.Partition, pc.Start}] = m.now
+		m.changed(w, s.Partition)
 		m.dirty = true
 	case pc.Cut.By != s.Rank:
 		m.fail(id, fmt.Errorf("%w: a split of piece %s is pending", noSplit, pc))
@@ -111,6 +112,7 @@ func (m *Machine) cut(e int, w *Pass, p, i int, c *api.Cut, tail uint64) {
 	pc := &w.Parts[p][i]
 	asked := pc.Cut
 	pc.Cut = nil
+	m.changed(w, p)
 	delete(m.cutSince, cutKey{e, p, pc.Start})
 	if c.Declined || pc.End != api.ToEnd && c.At >= pc.End {
 		m.unref(p, tail)
@@ -128,6 +130,7 @@ func (m *Machine) cut(e int, w *Pass, p, i int, c *api.Cut, tail uint64) {
 	m.log.Info("piece cut", "pass", e, "partition", p, "piece", pc.String(), "at", c.At, "holder", pc.Rank)
 	pc.End = c.At
 	w.Parts[p] = slices.Insert(w.Parts[p], i+1, t)
+	m.changed(w, p)
 	if asked == nil {
 		return
 	}
@@ -153,6 +156,7 @@ func (m *Machine) dropCut(e, p int, pc *Piece, why string) {
 	m.answerSplit(pc.Cut.By, e, p, fmt.Errorf("%w: piece %s of partition %d: %s", api.ErrNoSplit, pc, p, why))
 	delete(m.cutSince, cutKey{e, p, pc.Start})
 	pc.Cut = nil
+	m.changed(nil, p) // a cut does not change what is complete
 	m.dirty = true
 }
 

@@ -138,12 +138,13 @@ type Coordinator struct {
 	meter       clusterMeter // cost and samples over time (cluster.go)
 }
 
-// Persist saves the coordinator's state (blob). placement is set when the
-// save begins a new epoch: it is the layout about to be published, and
-// Persist returns the number the epoch gets, the revision of its write in
-// etcd (or 0 to keep the coordinator's own count). That number must
-// exceed every epoch saved before.
-type Persist func(ctx context.Context, blob []byte, placement *layout.Layout) (epoch uint64, err error)
+// Persist saves the coordinator's state: s, as one whole that a
+// successor reads with the saves before it (Saved.Apply). placement is
+// set when the save begins a new epoch: it is the layout about to be
+// published, and Persist returns the number the epoch gets, the revision
+// of its write in etcd (or 0 to keep the coordinator's own count). That
+// number must exceed every epoch saved before.
+type Persist func(ctx context.Context, s *Save, placement *layout.Layout) (epoch uint64, err error)
 
 // saveTimeout bounds one save; one that takes longer fails, and the
 // coordinator stops answering (its successor goes on from the last save).
@@ -202,11 +203,11 @@ func (c *Coordinator) SetPersist(save Persist) {
 	c.persist = save
 }
 
-// Restore replaces the coordinator's state with one a previous leader
+// Restore replaces the coordinator's state with what a previous leader
 // saved, before Run. epoch, if not 0, is the number Persist gave the last
 // epoch saved: the state saved with it did not know it yet.
-func (c *Coordinator) Restore(blob []byte, epoch uint64) error {
-	m, err := RestoreMachine(c.opts.config(), blob, epoch, time.Now())
+func (c *Coordinator) Restore(saved Saved, epoch uint64) error {
+	m, err := RestoreMachine(c.opts.config(), saved, epoch, time.Now())
 	if err != nil {
 		return err
 	}

@@ -194,7 +194,7 @@ func TestHeartbeatsNotBehindSave(t *testing.T) {
 		const timeout = time.Second
 		c := New(Options{Servers: 1, Workers: 1, Partitions: 1, FailureTimeout: timeout})
 		var slow atomic.Bool
-		c.SetPersist(func(ctx context.Context, blob []byte, _ *layout.Layout) (uint64, error) {
+		c.SetPersist(func(ctx context.Context, _ *Save, _ *layout.Layout) (uint64, error) {
 			if slow.Load() {
 				time.Sleep(3 * timeout) // fake time
 			}
@@ -243,7 +243,7 @@ func join(t *testing.T, c *Coordinator, j api.Join) {
 // more, and shows no layout, with a code that sends clients elsewhere.
 func TestFailedSaveStops(t *testing.T) {
 	c := New(Options{Servers: 1, Workers: 1})
-	c.SetPersist(func(context.Context, []byte, *layout.Layout) (uint64, error) {
+	c.SetPersist(func(context.Context, *Save, *layout.Layout) (uint64, error) {
 		return 0, errors.New("etcd: lost the lead")
 	})
 	cl := serve(t, c)
@@ -265,7 +265,7 @@ func TestStopDuringSaveIsNoError(t *testing.T) {
 	var logged bytes.Buffer
 	c := New(Options{Servers: 1, Workers: 1, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
 	saving := make(chan struct{})
-	c.SetPersist(func(ctx context.Context, _ []byte, _ *layout.Layout) (uint64, error) {
+	c.SetPersist(func(ctx context.Context, _ *Save, _ *layout.Layout) (uint64, error) {
 		close(saving)
 		<-ctx.Done()
 		return 0, fmt.Errorf("meta: put snapshot: %w", ctx.Err())
@@ -295,10 +295,11 @@ func TestStopDuringSaveIsNoError(t *testing.T) {
 // TestEpochNumberedByStore: under etcd the save that begins an epoch
 // numbers it; a restored coordinator goes on from that number.
 func TestEpochNumberedByStore(t *testing.T) {
-	var saved []byte
+	var saved Saved
 	rev := uint64(100)
-	persist := func(_ context.Context, b []byte, l *layout.Layout) (uint64, error) {
-		saved, rev = append(saved[:0], b...), rev+7
+	persist := func(_ context.Context, s *Save, l *layout.Layout) (uint64, error) {
+		saved.Apply(s)
+		rev += 7
 		if l == nil {
 			return 0, nil
 		}

@@ -62,16 +62,28 @@ func (m *Machine) passOf(w *Pass) int {
 }
 
 // eventLog is the timeline in memory: the last MaxEvents events of each
-// class, in order, and a channel closed whenever more arrive, for
-// followers.
+// class, each class in order, and a channel closed whenever more arrive,
+// for followers. The classes are kept apart so that forgetting the
+// oldest of one costs nothing: kept as one slice, every grant's event
+// moved the two thousand before it (3% of a coordinator's processor time
+// in a pass of 32,561 partitions, more than its state machine took).
 type eventLog struct {
-	mu      sync.Mutex
-	evs     []api.Event
-	next    uint64 // the next sequence number
-	changed chan struct{}
+	mu             sync.Mutex
+	routine, other []api.Event
+	next           uint64 // the next sequence number
+	changed        chan struct{}
 }
 
 func newEventLog() *eventLog { return &eventLog{next: 1, changed: make(chan struct{})} }
+
+// keep appends e to its class.
+func (l *eventLog) keep(e api.Event) {
+	if api.RoutineEvent(e.Kind) {
+		l.routine = append(l.routine, e)
+	} else {
+		l.other = append(l.other, e)
+	}
+}
 
 // add numbers evs, stamps epoch on each, and keeps them.
 func (l *eventLog) add(evs []api.Event, epoch uint64) []api.Event {
@@ -82,52 +94,34 @@ func (l *eventLog) add(evs []api.Event, epoch uint64) []api.Event {
 		e.Seq, e.Epoch = l.next, epoch
 		l.next++
 		out[i] = e
+		l.keep(e)
 	}
-	l.evs = append(l.evs, out...)
 	l.trim()
 	close(l.changed)
 	l.changed = make(chan struct{})
 	return out
 }
 
-// load replaces the log with evs, saved by a previous leader.
+// load replaces the log with evs, saved by a previous leader, oldest
+// first.
 func (l *eventLog) load(evs []api.Event) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.evs = slices.Clone(evs)
+	l.routine, l.other = nil, nil
+	for _, e := range evs {
+		l.keep(e)
+	}
 	l.trim()
-	if n := len(l.evs); n > 0 {
-		l.next = max(l.next, l.evs[n-1].Seq+1)
+	if n := len(evs); n > 0 {
+		l.next = max(l.next, evs[n-1].Seq+1)
 	}
 }
 
 // trim forgets the oldest events of each class beyond MaxEvents; l.mu is
 // held.
 func (l *eventLog) trim() {
-	var routine, other int
-	for _, e := range l.evs {
-		if api.RoutineEvent(e.Kind) {
-			routine++
-		} else {
-			other++
-		}
-	}
-	routine, other = routine-MaxEvents, other-MaxEvents
-	if routine <= 0 && other <= 0 {
-		return
-	}
-	// In order, so the oldest of each class go first.
-	l.evs = slices.DeleteFunc(l.evs, func(e api.Event) bool {
-		n := &other
-		if api.RoutineEvent(e.Kind) {
-			n = &routine
-		}
-		if *n > 0 {
-			*n--
-			return true
-		}
-		return false
-	})
+	l.routine = l.routine[max(0, len(l.routine)-MaxEvents):]
+	l.other = l.other[max(0, len(l.other)-MaxEvents):]
 }
 
 // kept returns where each class of the log starts.
@@ -135,27 +129,33 @@ func (l *eventLog) kept() api.EventsKept {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var k api.EventsKept
-	for _, e := range l.evs {
-		switch {
-		case api.RoutineEvent(e.Kind) && k.Routine == 0:
-			k.Routine = e.Seq
-		case !api.RoutineEvent(e.Kind) && k.Other == 0:
-			k.Other = e.Seq
-		}
-		if k.Routine != 0 && k.Other != 0 {
-			break
-		}
+	if len(l.routine) > 0 {
+		k.Routine = l.routine[0].Seq
+	}
+	if len(l.other) > 0 {
+		k.Other = l.other[0].Seq
 	}
 	return k
 }
 
-// after returns the events numbered above seq, waiting for one until ctx
-// ends if wait is set.
+// after returns the events numbered above seq, in order, waiting for one
+// until ctx ends if wait is set.
 func (l *eventLog) after(ctx context.Context, seq uint64, wait bool) []api.Event {
+	from := func(evs []api.Event) []api.Event {
+		i, _ := slices.BinarySearchFunc(evs, seq+1, func(e api.Event, s uint64) int { return cmp.Compare(e.Seq, s) })
+		return evs[i:]
+	}
 	for {
 		l.mu.Lock()
-		i, _ := slices.BinarySearchFunc(l.evs, seq+1, func(e api.Event, s uint64) int { return cmp.Compare(e.Seq, s) })
-		evs := slices.Clone(l.evs[i:])
+		r, o := from(l.routine), from(l.other)
+		evs := make([]api.Event, 0, len(r)+len(o))
+		for len(r) > 0 || len(o) > 0 {
+			if len(o) == 0 || len(r) > 0 && r[0].Seq < o[0].Seq {
+				evs, r = append(evs, r[0]), r[1:]
+			} else {
+				evs, o = append(evs, o[0]), o[1:]
+			}
+		}
 		ch := l.changed
 		l.mu.Unlock()
 		if len(evs) > 0 || !wait {

@@ -126,11 +126,12 @@ func TestTimeline(t *testing.T) {
 	c2 := New(Options{Servers: 2, Workers: 1, Partitions: 2, Replication: 2})
 	c.mu.Lock()
 	blob, err := json.Marshal(c.m.st)
+	gen := c.m.st.PartsGen
 	c.mu.Unlock()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c2.Restore(blob, 0); err != nil {
+	if err := c2.Restore(Saved{State: blob, Gen: gen}, 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := c2.SetEventStore(ctx, store, "c1"); err != nil {

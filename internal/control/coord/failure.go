@@ -165,6 +165,7 @@ func (m *Machine) finish(rank int) {
 				pc := &w.Parts[p][i]
 				if pc.Rank == rank {
 					pc.Rank = -1
+					m.changed(w, p)
 				}
 				if pc.Cut != nil && (pc.Rank < 0 || pc.Cut.By == rank) {
 					m.dropCut(e, p, pc, "its holder or its asker is gone")

@@ -18,7 +18,7 @@ type jobRig struct {
 	t      *testing.T
 	m      *Machine
 	id     uint64
-	saved  []byte
+	saved  Saved
 	events []api.Event // every Ready's
 }
 
@@ -46,7 +46,7 @@ func (r *jobRig) step(f func(m *Machine, id uint64)) Reply {
 			break
 		}
 		if rd.Save != nil {
-			r.saved = rd.Save
+			r.saved.Apply(rd.Save)
 		}
 		r.events = append(r.events, rd.Events...)
 		for i := range rd.Replies {

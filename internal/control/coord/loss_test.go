@@ -21,7 +21,9 @@ func saveAndRestore(t *testing.T, cfg Config, m *Machine, now time.Time) *Machin
 	if err := m.Advance(0); err != nil {
 		t.Fatal(err)
 	}
-	m2, err := RestoreMachine(cfg, rd.Save, 0, now)
+	var saved Saved
+	saved.Apply(rd.Save)
+	m2, err := RestoreMachine(cfg, saved, 0, now)
 	if err != nil {
 		t.Fatal(err)
 	}

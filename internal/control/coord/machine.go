@@ -1,7 +1,6 @@
 package coord
 
 import (
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -107,6 +106,11 @@ type Machine struct {
 	// Ready (restartedCopies).
 	restartLoss copies.Loss
 
+	// partsDirty are the partitions whose records changed since the
+	// last save; rewrite: the next save rewrites every record (parts.go).
+	partsDirty map[int]struct{}
+	rewrite    bool
+
 	// What the next Ready carries.
 	dirty         bool // st changed since the last Ready
 	layoutChanged bool
@@ -122,7 +126,7 @@ type Machine struct {
 // Probes) follow, and feed their results back as events.
 type Ready struct {
 	// Save is the state to save, marshalled; nil when unchanged.
-	Save []byte
+	Save *Save
 	// Placement, when set, is the layout of the save that begins an epoch,
 	// which the store numbers (Persist).
 	Placement *layout.Layout
@@ -192,7 +196,10 @@ func NewMachine(cfg Config, now time.Time) *Machine {
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
 	}
-	m.beats, m.cutSince = map[int]time.Time{}, map[cutKey]time.Time{}
+	m.beats, m.cutSince, m.partsDirty = map[int]time.Time{}, map[cutKey]time.Time{}, map[int]struct{}{}
+	// The first save starts a generation of records of its own: a store
+	// holds none of another's after it.
+	m.rewrite = true
 	m.st.Layout.Membership = cfg.Membership
 	m.st.Layout.FailureTimeoutMillis = cfg.FailureTimeout.Milliseconds()
 	m.st.Layout.SyncIntervalMillis = cfg.SyncInterval.Milliseconds()
@@ -202,16 +209,16 @@ func NewMachine(cfg Config, now time.Time) *Machine {
 }
 
 // RestoreMachine returns the machine of a coordinator that takes over
-// from the one that saved blob, at time now. epoch, if not 0, is the
-// number the store gave the last epoch saved: the state saved with it did
-// not know it yet. Every worker gets a fresh failure timeout.
-func RestoreMachine(cfg Config, blob []byte, epoch uint64, now time.Time) (*Machine, error) {
-	st, err := decodeState(blob)
+// from the one that saved what saved holds, at time now. epoch, if not 0,
+// is the number the store gave the last epoch saved: the state saved with
+// it did not know it yet. Every worker gets a fresh failure timeout.
+func RestoreMachine(cfg Config, saved Saved, epoch uint64, now time.Time) (*Machine, error) {
+	st, inline, err := decodeSaved(saved)
 	if err != nil {
 		return nil, err
 	}
 	m := NewMachine(cfg, now)
-	m.st = st
+	m.st, m.rewrite = st, inline
 	if m.copies, err = copies.Restore(st.Copies); err != nil {
 		return nil, fmt.Errorf("coord: saved state: %w", err)
 	}
@@ -325,11 +332,7 @@ func (m *Machine) Ready() (Ready, bool) {
 	m.out = Ready{}
 	if m.dirty {
 		m.saveCopies()
-		blob, err := json.Marshal(m.st)
-		if err != nil {
-			panic(fmt.Sprintf("coord: marshalling the state: %v", err)) // plain data: cannot fail
-		}
-		rd.Save = blob
+		rd.Save = m.save()
 		m.lastSave = m.now
 	}
 	if m.layoutChanged {

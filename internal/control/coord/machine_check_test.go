@@ -1,6 +1,11 @@
 package coord
 
 import (
+	"bytes"
+	"encoding/json"
+	"maps"
+	"slices"
+
 	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/placement/layout"
 )
@@ -27,6 +32,7 @@ func (h *harness) checkLayout(l *layout.Layout) {
 func (h *harness) check() {
 	h.t.Helper()
 	for _, e := range h.m.passNumbers() {
+		h.checkIndex(e, h.m.st.Passes[e])
 		held := map[int]bool{}
 		for p, pcs := range h.m.st.Passes[e].Parts {
 			for i, pc := range pcs {
@@ -67,6 +73,51 @@ func (h *harness) checkStored(p int, vers []uint64) {
 	for _, v := range vers {
 		if _, ok := h.blobs[StateRef{p, v}]; !ok {
 			h.t.Fatalf("partition %d's state version %d is named but not stored (dropped?)", p, v)
+		}
+	}
+}
+
+// checkSave fails the test if the store, once sv is saved on what it
+// holds, does not restore to the machine's state as sv took it: a change
+// to a partition whose record was not marked dirty (parts.go).
+func (h *harness) checkSave(sv *Save) {
+	h.t.Helper()
+	img := Saved{State: h.saved.State, Gen: h.saved.Gen, Parts: maps.Clone(h.saved.Parts)}
+	img.Apply(sv)
+	st, _, err := decodeSaved(img)
+	if err != nil {
+		h.t.Fatalf("the store after a save: %v", err)
+	}
+	got, err := json.Marshal(st)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	want, err := json.Marshal(h.m.st)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		h.t.Fatalf("the store after a save restores to\n%s\nand the machine's state is\n%s", got, want)
+	}
+}
+
+// checkIndex fails the test if pass e's index of its pieces (Pass.count)
+// is not what indexing them afresh gives: a change it did not follow.
+func (h *harness) checkIndex(e int, w *Pass) {
+	h.t.Helper()
+	fresh := newPass(w.Parts)
+	if w.left() != fresh.left() || !slices.Equal(w.done, fresh.done) || !slices.Equal(w.free, fresh.free) {
+		h.t.Fatalf("pass %d's index: %d left, complete %v, free %v; its pieces: %d left, complete %v, free %v",
+			e, w.left(), w.done, w.free, fresh.left(), fresh.done, fresh.free)
+	}
+	for p, free := range w.free {
+		if free && (p < w.firstFree || len(w.byClass) > 0 && p < w.byClass[p%len(w.byClass)]) {
+			h.t.Fatalf("pass %d: partition %d has a free piece below the index's bounds %d, %v", e, p, w.firstFree, w.byClass)
+		}
+	}
+	for rank, p := range fresh.holder {
+		if got, _ := h.m.heldBy(w, rank); got != p {
+			h.t.Fatalf("pass %d: rank %d holds a piece of partition %d, and the index says %d", e, rank, p, got)
 		}
 	}
 }

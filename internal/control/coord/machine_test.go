@@ -43,7 +43,7 @@ type harness struct {
 	nextID  uint64
 	cmds    map[uint64]string // the command of each request
 	waits   map[uint64]bool   // requests not answered yet
-	saved   []byte            // the last state saved
+	saved   Saved             // what the store holds
 	epoch   uint64            // the last epoch the store numbered
 	rev     uint64            // the fake store's revision, with etcd
 	etcd    bool              // number epochs by revision, as etcd does
@@ -221,7 +221,7 @@ func (h *harness) newMachine(td *datadriven.TestData) {
 		Replication: h.int(td, "replication", 1), FailureTimeout: timeout, CheckpointDir: h.str(td, "ckpt-dir", ""),
 		CheckpointEvery: h.int(td, "ckpt-every", 0), OnCopiesLost: CopiesLostPolicy(h.str(td, "on-copies-lost", "")), Stage: tier.Stage(h.int(td, "stage", 0)), StageReason: h.str(td, "stage-reason", ""), Logger: slog.New(slog.NewTextHandler(&h.out, &slog.HandlerOptions{ReplaceAttr: noTime}))}
 	h.now, h.etcd, h.rows = t0, td.HasArg("etcd"), h.int(td, "rows", 100)
-	h.saved, h.epoch, h.rd, h.holding, h.probes = nil, 0, nil, false, nil
+	h.saved, h.epoch, h.rd, h.holding, h.probes = Saved{}, 0, nil, false, nil
 	h.blobs, h.trained, h.rev = map[StateRef]string{}, map[[2]int][]span{}, 100
 	if h.cmds == nil {
 		h.cmds, h.waits = map[uint64]string{}, map[uint64]bool{}
@@ -340,7 +340,7 @@ func (h *harness) probed(td *datadriven.TestData) {
 // that takes over does: what was not saved is lost, and so are the
 // requests waiting.
 func (h *harness) restore(td *datadriven.TestData) {
-	if h.saved == nil {
+	if h.saved.State == nil {
 		h.t.Fatalf("%s: nothing saved", td.Pos)
 	}
 	m, err := RestoreMachine(h.cfg, h.saved, h.epoch, h.now)
@@ -446,6 +446,9 @@ func (h *harness) drive() {
 		if !ok {
 			return
 		}
+		if rd.Save != nil {
+			h.checkSave(rd.Save)
+		}
 		h.rd = &rd
 		if h.holding {
 			fmt.Fprintf(&h.out, "saving (held)\n")
@@ -464,7 +467,7 @@ func (h *harness) advance() {
 	h.rd = nil
 	var epoch uint64
 	if rd.Save != nil {
-		h.saved = rd.Save
+		h.saved.Apply(rd.Save)
 		h.rev += 7 // other writes come between
 		if h.etcd && rd.Placement != nil {
 			epoch = h.rev

@@ -45,6 +45,7 @@ func (m *Machine) nextJob(j api.Job) {
 		delete(m.st.Gone, id)
 	}
 	st.Passes, st.DoneBefore, st.MaxClock, st.PartStates = map[int]*Pass{}, 0, 0, map[int][]uint64{}
+	m.rewriteParts()
 	st.Workers, st.Reports, st.Evals, st.RankClass = map[string]int{}, map[int]json.RawMessage{}, map[int]*Eval{}, nil
 	forgetWorkers(st.Incarnations)
 	forgetWorkers(st.Metrics)

@@ -188,6 +188,7 @@ func (m *Machine) rewind(r Resumed, lossVersion uint64) {
 func (m *Machine) rewindPasses(r Resumed) {
 	next := r.Pass + 1 // as Resume: an InPass is of this pass (InPass.check)
 	m.st.Passes, m.st.DoneBefore = map[int]*Pass{}, next
+	m.rewriteParts()
 	if r.InPass != nil {
 		m.resumePass(r.InPass, nil)
 	}

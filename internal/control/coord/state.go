@@ -53,6 +53,13 @@ type State struct {
 	// from them.
 	PartStates   map[int][]uint64 `json:"part_states,omitempty"`
 	NextStateVer uint64           `json:"next_state_version,omitempty"`
+	// Passes and PartStates are saved as a record per partition
+	// (parts.go), not in the blob (which saved them until the twentieth
+	// session, and is still read so): InProgress lists the passes in
+	// Passes as of the save, PartsGen numbers the generation of records
+	// the blob goes with.
+	InProgress []int  `json:"in_progress,omitempty"`
+	PartsGen   uint64 `json:"parts_gen,omitempty"`
 
 	Checkpoint Checkpointing `json:"checkpointing"`
 
@@ -158,6 +165,25 @@ type StageChange = api.StageChange
 // Pass is one training pass's pieces, by partition, in row order.
 type Pass struct {
 	Parts [][]Piece `json:"parts"`
+	// An index of the pieces, kept by Machine.changed, so that asking for
+	// work does not look at every partition (parts.go): done says which
+	// partitions are complete, and notDone counts the others; free which
+	// have a free piece, none below firstFree, nor below byClass[c] among
+	// those of class c (p mod len(byClass)); holder is the partition each
+	// rank holds a piece of, or held last.
+	done      []bool
+	notDone   int
+	free      []bool
+	firstFree int
+	byClass   []int
+	holder    map[int]int
+}
+
+// newPass returns a pass of these pieces, counted.
+func newPass(parts [][]Piece) *Pass {
+	w := &Pass{Parts: parts}
+	w.count()
+	return w
 }
 
 // Piece is the rows [Start, End) of a partition in a pass (End: api.ToEnd
@@ -247,11 +273,6 @@ func decodeState(blob []byte) (State, error) {
 	st.Synced, st.Passes, st.PartStates = orEmpty(st.Synced), orEmpty(st.Passes), orEmpty(st.PartStates)
 	st.Metrics = orEmpty(st.Metrics)
 	st.Evals = orEmpty(st.Evals)
-	for e, p := range st.Passes {
-		if p == nil || len(p.Parts) != st.Layout.Partitions {
-			return State{}, fmt.Errorf("coord: saved state: pass %d has no pieces for its %d partitions", e, st.Layout.Partitions)
-		}
-	}
 	return st, nil
 }
 
@@ -268,12 +289,41 @@ func (w *Pass) complete(p int) bool {
 }
 
 // left counts the partitions not yet complete.
-func (w *Pass) left() int {
-	n := 0
+func (w *Pass) left() int { return w.notDone }
+
+// count indexes every partition's pieces.
+func (w *Pass) count() {
+	w.done, w.notDone = make([]bool, len(w.Parts)), len(w.Parts)
+	w.free, w.firstFree, w.byClass, w.holder = make([]bool, len(w.Parts)), 0, nil, map[int]int{}
 	for p := range w.Parts {
-		if !w.complete(p) {
-			n++
+		w.recount(p)
+	}
+}
+
+// recount follows a change to partition p's pieces.
+func (w *Pass) recount(p int) {
+	c := w.complete(p)
+	switch {
+	case c && !w.done[p]:
+		w.notDone--
+	case !c && w.done[p]:
+		w.notDone++
+	}
+	w.done[p] = c
+	w.free[p] = false
+	for _, pc := range w.Parts[p] {
+		switch {
+		case pc.Done:
+		case pc.Rank < 0:
+			w.free[p] = true
+		default:
+			w.holder[pc.Rank] = p
 		}
 	}
-	return n
+	if w.free[p] {
+		w.firstFree = min(w.firstFree, p)
+		if n := len(w.byClass); n > 0 {
+			w.byClass[p%n] = min(w.byClass[p%n], p)
+		}
+	}
 }

@@ -3,6 +3,7 @@ package coord
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -129,11 +130,11 @@ func (m *Machine) ringShare() map[string]float64 {
 func (m *Machine) heldPieces() map[int][]string {
 	out := map[int][]string{}
 	for _, e := range m.passNumbers() {
-		for p, pcs := range m.st.Passes[e].Parts {
-			for _, pc := range pcs {
-				if pc.Rank >= 0 && !pc.Done {
-					out[pc.Rank] = append(out[pc.Rank], fmt.Sprintf("%d/%d%s@%d", e, p, &pc, pc.Offset))
-				}
+		w := m.st.Passes[e]
+		for _, rank := range slices.Sorted(maps.Keys(w.holder)) {
+			if p, i := m.heldBy(w, rank); p >= 0 {
+				pc := &w.Parts[p][i]
+				out[rank] = append(out[rank], fmt.Sprintf("%d/%d%s@%d", e, p, pc, pc.Offset))
 			}
 		}
 	}

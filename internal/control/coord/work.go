@@ -48,10 +48,13 @@ func (m *Machine) pass(e int) *Pass {
 	if w := m.st.Passes[e]; w != nil {
 		return w
 	}
-	w := &Pass{Parts: make([][]Piece, m.st.Layout.Partitions)}
-	for p := range w.Parts {
-		w.Parts[p] = []Piece{{Start: 0, End: api.ToEnd, Rank: -1, States: slices.Clone(m.st.PartStates[p])}}
+	parts := make([][]Piece, m.st.Layout.Partitions)
+	for p := range parts {
+		parts[p] = []Piece{freshPiece(m.st.PartStates[p])}
 	}
+	// Fresh pieces are in no record (parts.go): the blob's list of passes
+	// says the pass began.
+	w := newPass(parts)
 	m.st.Passes[e] = w
 	m.dirty = true
 	return w
@@ -123,34 +126,49 @@ func (m *Machine) checkpointHolds(e int) bool {
 	return true
 }
 
-// heldBy finds the piece of w that rank holds; -1 if none.
+// heldBy finds the piece of w that rank holds; -1 if none. A rank holds
+// at most one piece of a pass: the one its last grant gave it, which the
+// index names unless it is no longer held.
 func (m *Machine) heldBy(w *Pass, rank int) (int, int) {
-	for p := range w.Parts {
-		if i := slices.IndexFunc(w.Parts[p], func(pc Piece) bool { return !pc.Done && pc.Rank == rank }); i >= 0 {
-			return p, i
-		}
+	p, ok := w.holder[rank]
+	if !ok {
+		return -1, -1
 	}
+	if i := slices.IndexFunc(w.Parts[p], func(pc Piece) bool { return !pc.Done && pc.Rank == rank }); i >= 0 {
+		return p, i
+	}
+	delete(w.holder, rank)
 	return -1, -1
 }
 
 // freePiece finds a free piece of w for rank, in its own partitions (p
-// mod workers) first; -1 if none is free.
+// mod workers) first, the first in row order; -1 if none is free. The
+// index's lower bounds only rise here, past partitions without one, and
+// fall where a piece is freed, so that a pass's searches look at each
+// partition about once.
 func (m *Machine) freePiece(w *Pass, rank int) (int, int) {
 	n := max(1, m.st.Layout.Workers)
-	bp, bi := -1, -1
-	for p := range w.Parts {
-		i := slices.IndexFunc(w.Parts[p], func(pc Piece) bool { return !pc.Done && pc.Rank < 0 })
-		if i < 0 {
-			continue
-		}
-		if p%n == rank%n {
-			return p, i
-		}
-		if bp < 0 {
-			bp, bi = p, i
+	if len(w.byClass) != n {
+		w.byClass = make([]int, n) // the number of workers changed: from the start
+		for c := range n {
+			w.byClass[c] = c
 		}
 	}
-	return bp, bi
+	first := func(p int) int {
+		return slices.IndexFunc(w.Parts[p], func(pc Piece) bool { return !pc.Done && pc.Rank < 0 })
+	}
+	c := rank % n
+	for ; w.byClass[c] < len(w.Parts); w.byClass[c] += n {
+		if p := w.byClass[c]; w.free[p] {
+			return p, first(p)
+		}
+	}
+	for ; w.firstFree < len(w.Parts); w.firstFree++ {
+		if p := w.firstFree; w.free[p] {
+			return p, first(p)
+		}
+	}
+	return -1, -1
 }
 
 // grant leases piece i of partition p to rank under a new grant number.
@@ -161,6 +179,7 @@ func (m *Machine) grant(w *Pass, p, i, rank int) api.Grant {
 	}
 	pc := &w.Parts[p][i]
 	pc.Rank, pc.Grant = rank, m.st.Grants
+	m.changed(w, p)
 	m.dirty = true
 	m.note(api.EventGrant, m.workerName(rank), fmt.Sprintf("pass %d partition %d rows %s from %d", m.passOf(w)+1, p, pc, pc.Offset))
 	return api.Grant{Partition: p, Start: pc.Start, Offset: pc.Offset, End: pc.End, States: slices.Clone(pc.States), Lease: pc.Grant}
@@ -224,6 +243,7 @@ func (m *Machine) Progress(id uint64, u api.Update, head, tail uint64) {
 			m.unref(u.Partition, old...)
 		}
 	}
+	m.changed(w, u.Partition)
 	r := api.ProgressReply{End: pc.End}
 	if len(pc.States) == 1 {
 		r.State = pc.States[0]
@@ -282,6 +302,7 @@ func (m *Machine) reportedPiece(u api.Update) (*Pass, int, error) {
 func (m *Machine) completePiece(e int, w *Pass, p, i int) {
 	pc := &w.Parts[p][i]
 	pc.Done, pc.Rank = true, -1
+	m.changed(w, p) // and its states, below, once it is complete
 	if pc.Cut != nil {
 		m.dropCut(e, p, pc, "its holder completed it first")
 	}

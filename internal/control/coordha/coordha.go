@@ -237,7 +237,7 @@ func lead(ctx context.Context, st *meta.Store, cfg *Config) error {
 	}
 	switch {
 	case err == nil:
-		if err := c.Restore(saved.State, saved.Epoch); err != nil {
+		if err := c.Restore(coord.Saved{State: saved.State, Gen: saved.Gen, Parts: saved.Parts}, saved.Epoch); err != nil {
 			return err
 		}
 		cfg.Logger.Warn("took over as coordinator; state restored", "id", cfg.ID)
@@ -265,12 +265,12 @@ func lead(ctx context.Context, st *meta.Store, cfg *Config) error {
 	stepDown := make(chan error, 1)
 	// The configuration epoch is the revision of the save that begins it,
 	// which also writes the placement (meta's design note).
-	c.SetPersist(func(ctx context.Context, blob []byte, lay *layout.Layout) (uint64, error) {
+	c.SetPersist(func(ctx context.Context, sv *coord.Save, lay *layout.Layout) (uint64, error) {
 		var p *meta.Placement
 		if lay != nil {
 			p = &meta.Placement{Servers: lay.Servers, VNodes: lay.VNodes, Replication: min(lay.K(), len(lay.Servers))}
 		}
-		epoch, err := st.PutSnapshot(ctx, l, blob, p)
+		epoch, err := st.PutSnapshot(ctx, l, meta.Save{State: sv.State, Gen: sv.Gen, Parts: sv.Parts, Rewrite: sv.Rewrite}, p)
 		if errors.Is(err, meta.ErrNotLeader) {
 			err = fmt.Errorf("%w: %w", api.ErrNotLeader, err)
 		}

@@ -546,7 +546,7 @@ func TestForgetState(t *testing.T) {
 	}
 	defer lead.Resign(ctx)
 	p := &Placement{Servers: []ring.Server{{ID: "s1", Addr: "a"}}}
-	e1, err := s.PutSnapshot(ctx, lead, []byte(`{"x":1}`), p)
+	e1, err := s.PutSnapshot(ctx, lead, Save{State: []byte(`{"x":1}`), Gen: 1, Parts: map[int][]byte{0: []byte("r")}, Rewrite: true}, p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -571,10 +571,13 @@ func TestForgetState(t *testing.T) {
 	if _, err := s.PartState(ctx, 3, 7); !errors.Is(err, ErrNotFound) {
 		t.Errorf("partition state after ForgetState: err = %v, want ErrNotFound", err)
 	}
+	if n := countKeys(t, s, s.partsKey()); n != 0 {
+		t.Errorf("%d partition records after ForgetState", n)
+	}
 	if evs, err := s.Events(ctx); err != nil || len(evs) != 1 {
 		t.Errorf("events after ForgetState: %v, %v; want the one kept", evs, err)
 	}
-	e2, err := s.PutSnapshot(ctx, lead, []byte(`{"x":2}`), p)
+	e2, err := s.PutSnapshot(ctx, lead, Save{State: []byte(`{"x":2}`)}, p)
 	if err != nil {
 		t.Fatal(err)
 	}

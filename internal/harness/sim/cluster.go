@@ -293,7 +293,7 @@ func (c *Cluster) goNode(fn func()) {
 func (c *Cluster) startCoordinator() error {
 	// Epochs numbered as etcd revisions would be: growing, with gaps.
 	var rev uint64
-	persist := func(_ context.Context, _ []byte, placement *layout.Layout) (uint64, error) {
+	persist := func(_ context.Context, _ *coord.Save, placement *layout.Layout) (uint64, error) {
 		rev += 3
 		if placement == nil {
 			return 0, nil
