@@ -282,8 +282,8 @@ func (m *Machine) Probed(p Probe, alive bool) {
 		return
 	}
 	if !m.removeServer(p.ID, p.Addr) {
-		m.lastServerDown(p.ID, "lost its etcd registration and does not answer a dial")
-		m.reply(Reply{ID: p.ReqID})
+		replaced := m.lastServerDown(p.ID, "lost its etcd registration and does not answer a dial")
+		m.reply(Reply{ID: p.ReqID, Removed: replaced})
 		return
 	}
 	m.log.Warn("server's etcd registration ended and it does not answer: removed from the layout", "server", p.ID, "addr", p.Addr)

@@ -35,10 +35,12 @@ func (m *Machine) joinServer(id uint64, j api.Join) {
 		return
 	}
 	restarted := m.incarnate(api.RoleServer, j.ID, j.Incarnation)
-	if m.rewinding() && m.lastDown == j.ID+"@"+j.Addr {
-		// Back while the servers load a checkpoint gone back to: it
-		// loads it too, and is not the dead server a joiner replaces
-		// (replaceDownLast).
+	if m.lastDown == j.ID+"@"+j.Addr {
+		// The last server found dead is back under its ID at its
+		// address (started again, or a partition healed): it is not
+		// the dead server a joiner replaces (replaceDownLast). While
+		// the servers load a checkpoint gone back to it loads it too;
+		// a new process holds nothing (restartedServer says so).
 		m.lastDown = ""
 	}
 	if restarted {
@@ -80,7 +82,11 @@ func (m *Machine) joinServer(id uint64, j api.Join) {
 		return
 	}
 	if m.replaceDownLast() {
-		m.note(api.EventJoin, j.ID, "server at "+j.Addr+": it loads the checkpoint gone back to")
+		if m.rewinding() {
+			m.note(api.EventJoin, j.ID, "server at "+j.Addr+": it loads the checkpoint gone back to")
+		} else {
+			m.note(api.EventJoin, j.ID, "server at "+j.Addr+": it takes the slots of the dead last server")
+		}
 	} else if len(l.Joining) > 0 && l.Joining[len(l.Joining)-1].ID == j.ID {
 		m.note(api.EventJoining, j.ID, "server joins a running cluster at "+j.Addr+": pre-copying its slots")
 	} else {
@@ -255,43 +261,99 @@ func (m *Machine) ServerFailed(id uint64, server, addr string) {
 	case removed:
 		m.note(api.EventFailed, server, "server does not answer pings: its slots fall to their chains' next servers")
 	default:
-		m.lastServerDown(server, "does not answer pings")
+		removed = m.lastServerDown(server, "does not answer pings")
 	}
 	m.reply(Reply{ID: id, Removed: removed})
 }
 
-// lastServerDown says that the last server on the ring stopped answering.
-// It cannot be taken out (its slots would have nowhere to go), so the job
-// waits for it; if it is gone, every copy of the model went with it. A
-// whole cluster SIGKILLed and started again on its --etcd-dir (new
-// servers joining, the old ones gone) waited so without a word, its new
-// workers giving up after their join timeout. A partition that heals
-// brings the server back, so this is said, not acted on.
-func (m *Machine) lastServerDown(server, why string) {
+// lastServerDown says that the last server on the ring stopped
+// answering, and reports whether a server that joins took its place. It
+// cannot be taken out alone (its slots would have nowhere to go), so the
+// job waits for it or for a server to join in its place (replaceDownLast):
+// a whole cluster SIGKILLed and started again on its --etcd-dir (new
+// servers joining, the old ones gone) waited without a word, and the
+// README's `terrace server` started again without --id (a new ID) waited
+// for good as a joiner, pre-copying from the dead server.
+func (m *Machine) lastServerDown(server, why string) bool {
 	if m.diedAfterJob(server, why) {
-		return
+		return false
 	}
 	l := &m.st.Layout
 	if !l.Ready && !m.rewinding() || l.JobDone || m.cfg.Stage != 0 || len(l.Servers) != 1 || l.Servers[0].ID != server {
-		return
+		return false
 	}
 	key := server + "@" + l.Servers[0].Addr
 	if m.lastDown == key {
-		return // both detectors found it: said once
+		return false // both detectors found it: said once
 	}
 	m.lastDown = key
 	if m.rewinding() {
 		// Its copy is not owed: the next server to join takes its place
-		// and loads the checkpoint (replaceDownLast).
+		// and loads the checkpoint.
 		m.log.Error("the last server on the ring "+why+" while the servers load the checkpoint gone back to: the next server to join takes its place and loads it", "server", server)
 		m.note(api.EventFailed, server, "the last server on the ring "+why+" while the servers load the checkpoint gone back to: the next server to join takes its place")
-		if m.replaceDownLast() {
-			m.publish()
-		}
-		return
+	} else {
+		m.log.Error("the last server on the ring "+why+": the job waits for it, or for a new server to join in its place; if it is gone, every copy of the model went with it: a server that joins takes its slots empty (--on-copies-lost resume goes back to the newest checkpoint then), or stop the coordinator and start it again with --resume and its --checkpoint-dir", "server", server)
+		m.note(api.EventFailed, server, "the last server on the ring "+why+": the job waits for it or for a server to join in its place (if it is gone, every copy of the model is lost)")
 	}
-	m.log.Error("the last server on the ring "+why+": the job waits for it; if it is gone, every copy of the model went with it, and the way on is the newest checkpoint: stop the coordinator and start it again with --resume and its --checkpoint-dir (it resumes from the checkpoint when no server of the cluster holds the model)", "server", server)
-	m.note(api.EventFailed, server, "the last server on the ring "+why+": the job waits for it (if it is gone, every copy of the model is lost: resume from a checkpoint)")
+	if !m.replaceDownLast() {
+		return false
+	}
+	m.publish()
+	return true
+}
+
+// replaceDownLast takes the last server on the ring, found dead, off the
+// ring once another server can take its place, and reports whether it
+// did. The servers waiting to join go on the ring with it at once, as the
+// servers of a forming cluster do: what they would pre-copy is the dead
+// server's. Slots it held the only copy of (k = 1, or its chains' other
+// servers failed before it) are lost, and the account of copies reports
+// them (going back to the newest checkpoint with --on-copies-lost
+// resume); while the servers load a checkpoint gone back to, nothing of
+// its is owed (the checkpoint has every slot), and the load waited for
+// its report for good (all of k + 1 servers SIGKILLed at once: the rewind
+// was decided on k, the last was kept). A joiner pre-copying from the dead
+// server waited for good too: the README's `terrace server` started again
+// at the dead one's port without --id names itself anew.
+func (m *Machine) replaceDownLast() bool {
+	l := &m.st.Layout
+	if m.lastDown == "" {
+		return false
+	}
+	i := slices.IndexFunc(l.Servers, func(s ring.Server) bool { return s.ID+"@"+s.Addr == m.lastDown })
+	if i < 0 || len(l.Servers) == 1 && len(l.Joining) == 0 {
+		return false
+	}
+	down := l.Servers[i]
+	m.lastDown = ""
+	rewinding := m.rewinding()
+	servers := slices.Delete(slices.Clone(l.Servers), i, i+1)
+	for _, j := range l.Joining {
+		servers = append(servers, j)
+		delete(m.st.Synced, j.ID)
+		if rewinding {
+			m.note(api.EventRing, j.ID, "joined the ring: the servers load the checkpoint gone back to, with nothing to pre-copy")
+		} else {
+			m.note(api.EventRing, j.ID, "joined the ring in the place of the dead last server "+down.ID+", with nothing to pre-copy")
+		}
+	}
+	l.Servers, l.Joining = servers, nil
+	l.Leaving = slices.DeleteFunc(slices.Clone(l.Leaving), func(s string) bool { return s == down.ID })
+	delete(m.st.Synced, down.ID)
+	m.st.Removed++
+	m.ledgerGone(down.ID, "failed")
+	if rewinding {
+		m.log.Warn("the last server on the ring, found dead while the servers load the checkpoint gone back to, is taken off the ring: the servers that joined load it in its place", "server", down.ID)
+		m.note(api.EventFailed, down.ID, "found dead while the servers load the checkpoint gone back to: taken off the ring, the servers that joined load the checkpoint in its place")
+	} else {
+		m.log.Warn("the last server on the ring, found dead, is taken off the ring: the servers that joined take its slots", "server", down.ID)
+		m.note(api.EventFailed, down.ID, "the last server on the ring, found dead: taken off the ring, the servers that joined take its slots")
+	}
+	m.newEpoch()
+	m.reloadRewind(down.ID)
+	m.resetSync()
+	return true
 }
 
 // ServerAnswers is told that a server the monitor found dead, and kept,

@@ -7,7 +7,6 @@ import (
 
 	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/placement/layout"
-	"github.com/terrace-ml/terrace/internal/placement/ring"
 )
 
 // Going back to a checkpoint when slots lose every copy
@@ -271,42 +270,4 @@ func (m *Machine) reloadRewind(server string) {
 	m.dirty = true
 	m.log.Warn("a server left the ring while the servers load the checkpoint gone back to: every server loads it again", "server", server, "seq", r.Seq, "load", r.Rewind)
 	m.note(api.EventCheckpoint, server, fmt.Sprintf("left the ring while the servers load checkpoint %d: every server loads it again on the ring without it", r.Seq))
-}
-
-// replaceDownLast takes the last server on the ring, found dead, off the
-// ring while the servers load a checkpoint gone back to, once another
-// server can take its place: nothing of its is owed then (the checkpoint
-// has every slot), and the load waited for its report for good (all of
-// k + 1 servers SIGKILLed at once: the rewind was decided on k, the last
-// was kept). The servers waiting to join go on the ring with it, as the
-// servers of a forming cluster do: they load the checkpoint too, and
-// have nothing to pre-copy. Reports whether it did.
-func (m *Machine) replaceDownLast() bool {
-	l := &m.st.Layout
-	if !m.rewinding() || m.lastDown == "" {
-		return false
-	}
-	i := slices.IndexFunc(l.Servers, func(s ring.Server) bool { return s.ID+"@"+s.Addr == m.lastDown })
-	if i < 0 || len(l.Servers) == 1 && len(l.Joining) == 0 {
-		return false
-	}
-	down := l.Servers[i]
-	m.lastDown = ""
-	servers := slices.Delete(slices.Clone(l.Servers), i, i+1)
-	for _, j := range l.Joining {
-		servers = append(servers, j)
-		delete(m.st.Synced, j.ID)
-		m.note(api.EventRing, j.ID, "joined the ring: the servers load the checkpoint gone back to, with nothing to pre-copy")
-	}
-	l.Servers, l.Joining = servers, nil
-	l.Leaving = slices.DeleteFunc(slices.Clone(l.Leaving), func(s string) bool { return s == down.ID })
-	delete(m.st.Synced, down.ID)
-	m.st.Removed++
-	m.ledgerGone(down.ID, "failed")
-	m.log.Warn("the last server on the ring, found dead while the servers load the checkpoint gone back to, is taken off the ring: the servers that joined load it in its place", "server", down.ID)
-	m.note(api.EventFailed, down.ID, "found dead while the servers load the checkpoint gone back to: taken off the ring, the servers that joined load the checkpoint in its place")
-	m.newEpoch()
-	m.reloadRewind(down.ID)
-	m.resetSync()
-	return true
 }
