@@ -104,6 +104,17 @@ func TestServerInterruptSaysSo(t *testing.T) {
 	}
 }
 
+// TestEventsEmptySaysSo: events on a coordinator with nothing on its
+// timeline yet says so (it printed nothing, as if it had not reached it).
+func TestEventsEmptySaysSo(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	addr := startCoordinator(t, ctx, "--in-memory", "--servers", "1", "--workers", "1")
+	if out := events(t, ctx, addr); !strings.Contains(out, "has no events yet") {
+		t.Fatalf("events on an empty timeline said %q", out)
+	}
+}
+
 // TestEventsFollowSaysCoordinatorGone: events --follow whose coordinator
 // goes says that it cannot reach it while it retries (30 s of silence,
 // then an error, before).

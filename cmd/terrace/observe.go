@@ -308,6 +308,10 @@ func eventsCmd() *cobra.Command {
 					}
 					return err
 				}
+				if len(evs) == 0 && !follow && !asJSON && after == 0 {
+					// It printed nothing, as if it had failed to reach it.
+					fmt.Fprintln(cmd.ErrOrStderr(), "terrace: the coordinator's timeline has no events yet")
+				}
 				for _, e := range evs {
 					after = max(after, e.Seq)
 					if e.Kind == api.EventEnd {

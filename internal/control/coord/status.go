@@ -58,7 +58,7 @@ func (m *Machine) Status() api.Status {
 			// of another server: a whole cluster SIGKILLed and started
 			// again on its --etcd-dir, the last server past its drain's
 			// deadline.
-			state, holds = "down", "every slot, and no answer: the job waits for it"
+			state, holds = "down", "every slot, and no answer: the job waits for it, or for a server to join in its place"
 		}
 		st.Nodes = append(st.Nodes, api.NodeStatus{Role: api.RoleServer, ID: s.ID, Addr: s.Addr, State: state, Holds: holds})
 	}
