@@ -18,6 +18,9 @@ func (s *Server) build(todo []batch) []wire.Replicate {
 	var agg aggregate
 	for _, bt := range todo {
 		for _, e := range bt.entries {
+			if e.rolledBack() {
+				continue
+			}
 			if e.copy != nil || e.deferred != nil {
 				b.entry(e)
 				continue
@@ -27,6 +30,20 @@ func (s *Server) build(todo []batch) []wire.Replicate {
 	}
 	agg.export(&b)
 	return append(b.msgs, b.cur)
+}
+
+// rolledBack reports whether e carries the state of a store a rewind
+// emptied (emptyTablesLocked): a rebuild's copy, or a push applied
+// before the rewind, still queued. Sent after it, stamped with the new
+// epoch, the state read from the old store replaced the checkpoint's
+// values on the peer, which had loaded it itself, and the updates the
+// rewind rolled back came back (simulation, TERRACE_SIM_MIX=rewind seeds
+// 17 and 134). The entry's waiters are answered with its round's.
+func (e entry) rolledBack() bool {
+	if e.copy != nil {
+		return e.copy.t.emptied.Load()
+	}
+	return slices.ContainsFunc(e.items, func(it item) bool { return it.t.emptied.Load() })
 }
 
 // aggregate is the pushes of a round merged by key: a key pushed n times

@@ -75,3 +75,33 @@ func TestRoundAggregates(t *testing.T) {
 		}
 	}
 }
+
+// TestRoundAfterRewindDropsOldState: once a rewind emptied the tables
+// (emptyTablesLocked), a rebuild's copy and a push's state still queued
+// from the old store ship nothing: sent under the new epoch, they
+// replaced the checkpoint's values a peer had loaded (simulation,
+// TERRACE_SIM_MIX=rewind seeds 17 and 134).
+func TestRoundAfterRewindDropsOldState(t *testing.T) {
+	s := New(Options{ID: "s0"})
+	l := &layout.Layout{Version: 1, Epoch: 1, Workers: 1, Ready: true, Servers: []ring.Server{{ID: "s0", Addr: "127.0.0.1:1"}},
+		Tables: []layout.Table{{ID: 1, Spec: table.Spec{Name: "w", Width: 1}}}}
+	if err := s.Configure(l); err != nil {
+		t.Fatal(err)
+	}
+	_, _, old, _ := s.target(1)
+	old.store.Push([]uint64{1, 200}, []float32{3, 4})
+	var slots keyspace.SlotSet
+	slots.AddKeys([]uint64{1, 200})
+	copied := entry{copy: &slotCopy{t: old, slots: slots}}
+	pushed := entry{items: []item{{t: old, keys: keyspace.KeyList([]uint64{1, 200})}}, pairs: []wire.Pair{{Client: 7, Seq: 1, Table: 1}}}
+	s.applyMu.Lock()
+	s.mu.Lock()
+	s.emptyTablesLocked()
+	s.mu.Unlock()
+	s.applyMu.Unlock()
+	for _, m := range s.build([]batch{{entries: []entry{copied, pushed}}}) {
+		if len(m.Replace) > 0 || len(m.States) > 0 || len(m.Pairs) > 0 {
+			t.Errorf("a round built after the rewind ships the emptied store's state: replace %v, states %v, pairs %v", m.Replace, m.States, m.Pairs)
+		}
+	}
+}

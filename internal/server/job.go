@@ -32,8 +32,9 @@ func (s *Server) nextJobLocked(l *layout.Layout) {
 // docs/design/resilience.md, "Going back to a checkpoint"): a key the
 // checkpoint does not hold must read as it did then, unwritten. A
 // request resolved under an older layout holds the old store, and is
-// refused at its apply (the epoch changed). The caller holds applyMu
-// and mu.
+// refused at its apply (the epoch changed); a copy or a push's state
+// read from the old store and not sent yet is dropped (entry.rolledBack).
+// The caller holds applyMu and mu.
 func (s *Server) emptyTablesLocked() {
 	for id, t := range s.tables {
 		st, err := store.New(t.spec)
@@ -42,6 +43,7 @@ func (s *Server) emptyTablesLocked() {
 			s.log.Error("a table cannot be emptied before a rewind; it keeps its values", "table", t.spec.Name, "err", err)
 			continue
 		}
+		t.emptied.Store(true)
 		s.tables[id] = &tableState{id: id, spec: t.spec, store: st}
 	}
 	s.log.Warn("going back to a checkpoint: every table emptied before it loads again", "tables", len(s.tables))

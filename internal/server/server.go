@@ -170,6 +170,9 @@ type tableState struct {
 	id    uint32
 	spec  table.Spec
 	store *store.Table
+	// emptied is set once a rewind replaced this store by an empty one
+	// (emptyTablesLocked): its state is rolled back, and no longer sent.
+	emptied atomic.Bool
 }
 
 type counters struct {

@@ -249,6 +249,22 @@ func (b *Book) Acked(k uint64, since int64) int64 {
 	return n
 }
 
+// Count returns the acknowledged increments of key k for which keep,
+// given the events at which the push began and was acknowledged, is true.
+func (b *Book) Count(k uint64, keep func(begun, at int64) bool) int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var n int64
+	for _, l := range b.ranks {
+		for _, a := range l.acks[k] {
+			if keep(a.begun, a.at) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
 // Keys returns, in order, every key a push was recorded for.
 func (b *Book) Keys() []uint64 {
 	b.mu.Lock()

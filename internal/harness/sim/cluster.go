@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -57,6 +58,12 @@ type Config struct {
 	// BackupPS every SyncInterval (the coordinator's default if 0).
 	Stage        tier.Stage
 	SyncInterval time.Duration
+	// CheckpointEvery, when set, gives the coordinator a checkpoint
+	// directory (a temporary one, removed when the run ends) and takes a
+	// checkpoint every that many passes; OnCopiesLost is the coordinator's
+	// --on-copies-lost (continue if empty).
+	CheckpointEvery int
+	OnCopiesLost    coord.CopiesLostPolicy
 }
 
 // tierClass is the machine class of a node of class name.
@@ -167,6 +174,33 @@ type Cluster struct {
 	violations []Violation
 	lossKeys   map[uint64]int64 // increments lost, by key
 	lossIncs   int64
+	ckptDir    string
+	rewinds    rewinds
+	seen       []versionMark // the layouts watchLayouts saw, in order
+}
+
+// versionMark is a layout version watchLayouts saw, and the book event
+// at which it did.
+type versionMark struct {
+	version uint64
+	event   int64
+}
+
+// markOf returns the book event at which watchLayouts first saw layout
+// version or a later one (it may skip versions), or a new event if it
+// saw none yet.
+func (c *Cluster) markOf(version uint64) int64 {
+	c.mu.Lock()
+	i, _ := slices.BinarySearchFunc(c.seen, version, func(m versionMark, v uint64) int { return cmp.Compare(m.version, v) })
+	var e int64
+	if i < len(c.seen) {
+		e = c.seen[i].event
+	}
+	c.mu.Unlock()
+	if e == 0 {
+		e = c.book.Mark()
+	}
+	return e
 }
 
 // Seed returns the cluster's seed.
@@ -307,7 +341,8 @@ func (c *Cluster) startCoordinator() error {
 			Listen: "127.0.0.1:0", Network: c.net.Host("coordinator"), Logger: c.log.With("node", "coordinator"),
 			Options: coord.Options{Servers: c.cfg.Servers, Workers: c.cfg.Workers, Partitions: c.cfg.Partitions,
 				Replication: c.cfg.Replication, FailureTimeout: c.cfg.FailureTimeout,
-				Stage: c.cfg.Stage, SyncInterval: c.cfg.SyncInterval},
+				Stage: c.cfg.Stage, SyncInterval: c.cfg.SyncInterval,
+				CheckpointDir: c.ckptDir, CheckpointEvery: c.cfg.CheckpointEvery, OnCopiesLost: c.cfg.OnCopiesLost},
 			Ready: func(co *coord.Coordinator, addr string) {
 				co.SetPersist(persist)
 				c.coord, c.coordAddr = co, addr
@@ -491,9 +526,14 @@ func (c *Cluster) watchLayouts() {
 			return
 		}
 		v = l.Version
+		e := c.book.Mark()
+		c.mu.Lock()
+		c.seen = append(c.seen, versionMark{l.Version, e})
+		c.mu.Unlock()
 		if err := c.copies.Layout(l); err != nil {
 			c.Violate(KindBroken, "layout v%d: %v", l.Version, err)
 		}
+		c.followRewinds(l)
 		var srv, join []string
 		for _, s := range l.Servers {
 			srv = append(srv, s.ID)

@@ -23,6 +23,10 @@ import (
 //   - a rebuild a head finished (server.Options.OnRebuilt): the members of
 //     the chains it heads under that layout, still members now, hold those
 //     slots from then on, provided the head held them itself;
+//   - a layout that loads a checkpoint the cluster went back to
+//     (layout.Checkpoint.Rewind): every live member holds its slots,
+//     rolled back to the checkpoint on purpose, as the coordinator's
+//     account counts them;
 //   - a slot's first push (Touch): before it, a slot has nothing to lose,
 //     and every live member of its chain holds it.
 //
@@ -43,6 +47,7 @@ type Copies struct {
 type slotCopies struct {
 	holders []string
 	losses  []int64 // book events at which the slot lost every copy
+	touched int64   // the book event of its first push
 }
 
 // placement is the chains of one layout.
@@ -113,6 +118,11 @@ func (c *Copies) Layout(l *layout.Layout) error {
 		}
 		members := p.members(sl)
 		c.dropLocked(sl, s, func(id string) bool { return !slices.Contains(members, id) })
+		if l.Resume != nil && l.Resume.Rewind > 0 {
+			// Gone back to a checkpoint: every member loads the slot
+			// from it, and holds it (rolled back on purpose).
+			s.holders = c.aliveLocked(members)
+		}
 	}
 	c.ready = c.ready || l.Ready
 	return nil
@@ -184,7 +194,15 @@ func (c *Copies) Touch(sl uint64) {
 	if c.slots[sl] != nil || c.latest == nil {
 		return
 	}
-	c.slots[sl] = &slotCopies{holders: c.aliveLocked(c.latest.members(sl))}
+	c.slots[sl] = &slotCopies{holders: c.aliveLocked(c.latest.members(sl)), touched: c.mark()}
+}
+
+// TouchedBefore reports whether slot sl got its first push before event.
+func (c *Copies) TouchedBefore(sl uint64, event int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.slots[sl]
+	return s != nil && s.touched < event
 }
 
 func (c *Copies) aliveLocked(ids []string) []string {

@@ -2,10 +2,12 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 
+	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/keyspace"
 	"github.com/terrace-ml/terrace/ps"
 	"github.com/terrace-ml/terrace/table"
@@ -43,6 +45,11 @@ type Counters struct {
 	// its pushes wait on their heads until their clock completes, and are
 	// acknowledged before then (docs/design/resilience.md, "BSP").
 	BSP bool
+	// NoState keeps no partition state (KindLostState is then not
+	// checked): a job with partition states never goes back to a
+	// checkpoint (coordinator --on-copies-lost resume), which the
+	// rewind mix needs.
+	NoState bool
 }
 
 func (w Counters) withDefaults() Counters {
@@ -85,7 +92,9 @@ func (w Counters) Run(ctx context.Context, c *Cluster, n *Node, cl *ps.Client) e
 	if err != nil {
 		return err
 	}
-	cl.KeepState(func(int) ps.PartitionState { return &trained{rows: make([]uint8, w.Rows)} })
+	if !w.NoState {
+		cl.KeepState(func(int) ps.PartitionState { return &trained{rows: make([]uint8, w.Rows)} })
+	}
 	if w.Reassign {
 		if err := cl.Reassign(ctx, ps.Reassign{Peers: c.peers.Peers(rank)}); err != nil {
 			return err
@@ -101,9 +110,17 @@ func (w Counters) Run(ctx context.Context, c *Cluster, n *Node, cl *ps.Client) e
 	for i := range order {
 		order[i] = i
 	}
-	for pass := range w.Passes {
+	for pass := 0; pass < w.Passes; pass++ {
 		n.Status("rank %d: asking for work in pass %d at clock %d", rank, pass, cl.Clock())
 		err := cl.EachPartition(ctx, pass, w.loop(c, n, cl, tb, pass, order))
+		if errors.Is(err, api.ErrRewound) {
+			// The cluster went back to a checkpoint: the passes start
+			// again from the first, as ps.RunPasses does; those the
+			// checkpoint holds are done at once.
+			c.Note("rank %d starts its passes again: %v", rank, err)
+			pass = -1
+			continue
+		}
 		if err != nil {
 			return err
 		}
@@ -132,7 +149,10 @@ func (w Counters) loop(c *Cluster, n *Node, cl *ps.Client, tb *ps.Table, pass in
 			if err := w.step(ctx, c, n, cl, tb, pass, b.Lease.Partition, b.Lo); err != nil {
 				return nil, fmt.Errorf("minibatch %d: %w", b.Lo, err)
 			}
-			st := b.Lease.State().(*trained)
+			st, ok := b.Lease.State().(*trained)
+			if !ok {
+				return nil, nil // Counters.NoState
+			}
 			if st.rows[b.Lo] == notHeld {
 				c.Violate(KindLostState, "rank %d pass %d partition %d: row %d trained outside its piece [%d, %d)", rank, pass, b.Lease.Partition, b.Lo, b.Lease.Start, b.Lease.End())
 			}
@@ -142,9 +162,10 @@ func (w Counters) loop(c *Cluster, n *Node, cl *ps.Client, tb *ps.Table, pass in
 		Completed: func(l *ps.Lease) {
 			// Rows a dead worker trained past its last progress are
 			// trained again, but each is in the state once per pass.
-			rows := l.State().(*trained).rows
-			if r := slices.IndexFunc(rows, func(t uint8) bool { return t != notHeld && int(t) != pass+1 }); r >= 0 {
-				c.Violate(KindLostState, "rank %d pass %d partition %d: row %d trained %d times by the state's account", rank, pass, l.Partition, r, rows[r])
+			if st, ok := l.State().(*trained); ok { // not with Counters.NoState
+				if r := slices.IndexFunc(st.rows, func(t uint8) bool { return t != notHeld && int(t) != pass+1 }); r >= 0 {
+					c.Violate(KindLostState, "rank %d pass %d partition %d: row %d trained %d times by the state's account", rank, pass, l.Partition, r, st.rows[r])
+				}
 			}
 			n.Status("rank %d: asking for work in pass %d at clock %d", rank, pass, cl.Clock())
 		},

@@ -9,7 +9,7 @@
 // and fake time moves only when every goroutine is blocked, so a seed
 // replays its run. Random draws the seeded schedules of TestSimulation.
 //
-// Faults are plain values (KillServer, JoinServer, Drain, KillWorker,
+// Faults are plain values (KillServer, KillServers, JoinServer, Drain, KillWorker,
 // Partition, Delay, Drop, SlowWorker, Revoke); a new kind is a type with
 // Apply and String built on Cluster's operations. Invariants are one
 // method, Check, reading two accounts kept outside the code under test:

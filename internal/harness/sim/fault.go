@@ -96,6 +96,11 @@ func ids(ns []*Node) []string {
 type KillServer struct {
 	Target
 	KeepCopies bool
+	// KeepOne (without KeepCopies) hits only while another server is
+	// alive: the rewind mix's kills may take the last copy of slots, not
+	// every server (the last server's death is docs/open.md's, not a
+	// rewind's).
+	KeepOne bool
 }
 
 func (f KillServer) String() string {
@@ -107,7 +112,13 @@ func (f KillServer) String() string {
 
 func (f KillServer) Apply(ctx context.Context, c *Cluster) {
 	if f.ID != "" || !f.KeepCopies {
-		if id := f.choose(ids(c.Alive(RoleServer))); id != "" {
+		alive := ids(c.Alive(RoleServer))
+		if f.KeepOne && len(alive) <= 1 {
+			c.Note("no kill (%d servers alive): a server joins instead", len(alive))
+			JoinServer{}.Apply(ctx, c)
+			return
+		}
+		if id := f.choose(alive); id != "" {
 			c.KillServer(id)
 		}
 		return

@@ -18,7 +18,9 @@ import (
 //
 // Where Copies says the key's slot lost every copy, the increments whose
 // push began before the last such loss may be missing (ExpectLoss counts
-// them); later ones may not.
+// them); later ones may not. After the cluster went back to a
+// checkpoint, with no loss of the slot since, it must hold what the
+// checkpoint holds and what was acknowledged after (checkRewound).
 type ExactlyOnce struct{}
 
 func (ExactlyOnce) Check(ctx context.Context, c *Cluster) []Violation {
@@ -29,11 +31,20 @@ func (ExactlyOnce) Check(ctx context.Context, c *Cluster) []Violation {
 	}
 	unc := c.book.Uncertain()
 	end := c.book.Mark()
+	rw, prev, rewound := c.lastRewind()
 	var bad []string
 	for i, k := range keys {
 		all, u, v := c.book.Acked(k, 0), unc[k], int64(got[i])
 		want := all
-		if lost := c.copies.LossBefore(keyspace.Slot(k), end); lost > 0 {
+		lost := c.copies.LossBefore(keyspace.Slot(k), end)
+		if rewound && lost < rw.at {
+			// Gone back to a checkpoint, with no loss of the slot since.
+			if msg := c.checkRewound(k, keyspace.Slot(k), rw, prev, v, u); msg != "" {
+				bad = append(bad, msg)
+			}
+			continue
+		}
+		if lost > 0 {
 			want = c.book.Acked(k, lost)
 			if v < all {
 				c.ExpectLoss(k, all-max(v, want))
@@ -72,13 +83,15 @@ func (c *Cluster) ReadFinal(ctx context.Context, table string, keys []uint64) ([
 }
 
 // Staleness checks every read the Book recorded against the SSP bound
-// (Book.CheckRead), owing nothing of what a slot lost with its last copy.
+// (Book.CheckRead), owing nothing of what a slot lost with its last copy,
+// nor, after a rewind, of what was pushed before the cluster was ready
+// again.
 type Staleness struct{}
 
 func (Staleness) Check(_ context.Context, c *Cluster) []Violation {
 	var out []Violation
 	for _, r := range c.book.Reads() {
-		if msg := c.book.CheckRead(r, c.copies.LossBefore); msg != "" {
+		if msg := c.book.CheckRead(r, c.lostBefore); msg != "" {
 			out = append(out, Violation{Kind: KindStale, Detail: msg})
 		}
 	}

@@ -1,9 +1,14 @@
 package sim
 
 import (
+	"cmp"
+	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
+
+	"github.com/terrace-ml/terrace/internal/control/coord"
 )
 
 // faultsUntil is when a random schedule's faults stop.
@@ -112,4 +117,66 @@ func RandomStragglers(seed uint64) Scenario {
 		sc.Workload = w
 	}
 	return sc
+}
+
+// RandomRewind is Random(seed) run with a checkpoint every pass and the
+// coordinator's --on-copies-lost resume, its job (Counters, 4 passes)
+// keeping no partition state (a job with some never goes back): of its
+// faults, drawn from the seed again, one in four server kills becomes a
+// kill of k servers at once (KillServers), which loses every copy of
+// some slots, followed 0.5–2 s later by a join, and one in three of the
+// other kills may take the last copy of slots being rebuilt (no
+// KeepCopies; KeepOne: never the last server alive). The invariants check the final model and the reads
+// through the rewinds, and that no rewind is needless
+// (KindNeedlessRewind).
+func RandomRewind(seed uint64) Scenario {
+	sc := Random(seed)
+	r := rand.New(rand.NewPCG(seed, 0x4e77))
+	sc.CheckpointEvery, sc.OnCopiesLost = 1, coord.OnCopiesLostResume
+	if w, ok := sc.Workload.(Counters); ok {
+		w.NoState, w.Passes = true, 4
+		sc.Workload = w
+	}
+	var s Schedule
+	for _, f := range sc.Faults {
+		k, ok := f.Fault.(KillServer)
+		switch x := r.IntN(12); {
+		case !ok:
+		case x < 3:
+			f.Fault = KillServers{N: sc.withDefaults().Replication, Pick: k.Pick}
+			s = append(s, f)
+			f = Timed{f.At + ms(r, 500, 2000), JoinServer{}}
+		case x < 6:
+			k.KeepCopies, k.KeepOne = false, true
+			f.Fault = k
+		}
+		s = append(s, f)
+	}
+	slices.SortStableFunc(s, func(a, b Timed) int { return cmp.Compare(a.At, b.At) })
+	sc.Faults = s
+	return sc
+}
+
+// KillServers kills N servers at once (a SIGKILL of each in the same
+// instant), drawn from Pick among those alive, when more than N are
+// alive; otherwise a server joins.
+type KillServers struct {
+	N    int
+	Pick uint64
+}
+
+func (f KillServers) String() string { return fmt.Sprintf("kill %d servers at once", f.N) }
+
+func (f KillServers) Apply(ctx context.Context, c *Cluster) {
+	alive := ids(c.Alive(RoleServer))
+	if len(alive) <= f.N {
+		c.Note("no kill of %d servers: %d alive; a server joins instead", f.N, len(alive))
+		JoinServer{}.Apply(ctx, c)
+		return
+	}
+	r := rand.New(rand.NewPCG(f.Pick, 0))
+	r.Shuffle(len(alive), func(i, j int) { alive[i], alive[j] = alive[j], alive[i] })
+	for _, id := range alive[:f.N] {
+		c.KillServer(id)
+	}
 }

@@ -3,6 +3,7 @@ package sim
 import (
 	"slices"
 
+	"github.com/terrace-ml/terrace/internal/control/api"
 	"github.com/terrace-ml/terrace/internal/placement/copies"
 	"github.com/terrace-ml/terrace/internal/placement/ring"
 )
@@ -27,10 +28,26 @@ func (c *Cluster) checkReportedLosses() {
 	}
 	st := c.coord.Status()
 	var arcs []copies.Arc
-	for _, l := range st.SlotLosses {
+	marks := make([]int64, len(st.SlotLosses)) // when Copies saw each loss's layout
+	for i, l := range st.SlotLosses {
+		marks[i] = c.markOf(l.Version)
 		for _, a := range l.Arcs {
 			arcs = append(arcs, copies.Arc{Lo: a.Lo, Hi: a.Hi})
 		}
+	}
+	// writtenLost reports whether a loss reported slot sl, pushed to
+	// before it: a slot first pushed to after the loss had nothing to
+	// lose, though the coordinator, which sees no pushes, names every
+	// slot of the arcs lost.
+	writtenLost := func(sl uint64) bool {
+		for i, l := range st.SlotLosses {
+			if c.copies.TouchedBefore(sl, marks[i]) && slices.ContainsFunc(l.Arcs, func(a api.HashRange) bool {
+				return copies.Contains([]copies.Arc{{Lo: a.Lo, Hi: a.Hi}}, ring.SlotHash(sl))
+			}) {
+				return true
+			}
+		}
+		return false
 	}
 	// Only the last losses keep their slots in the status: with more, a
 	// slot Copies says lost may be in an older one.
@@ -42,7 +59,7 @@ func (c *Cluster) checkReportedLosses() {
 		switch {
 		case lost && !reported && complete:
 			missed = append(missed, sl)
-		case reported && !lost:
+		case reported && !lost && writtenLost(sl):
 			extra = append(extra, sl)
 		}
 	}

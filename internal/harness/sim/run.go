@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -63,7 +64,7 @@ const (
 
 // Kinds lists the harness's kinds of violation in the order reports
 // list them.
-var Kinds = []string{KindExactlyOnce, KindStale, KindLostState, KindLedger, KindNotice, KindCopies, KindStall, KindFailed, KindBroken}
+var Kinds = []string{KindExactlyOnce, KindStale, KindLostState, KindLedger, KindNotice, KindCopies, KindNeedlessRewind, KindRewound, KindStall, KindFailed, KindBroken}
 
 // maxPerKind bounds the violations of one kind a report lists.
 const maxPerKind = 3
@@ -89,6 +90,10 @@ type Report struct {
 	// Reassignments is how many tails of pieces workers took from slow
 	// peers (Counters.Reassign).
 	Reassignments int64
+	// Rewinds, with Config.OnCopiesLost resume, counts the times the
+	// cluster went back to a checkpoint, and how many of those were
+	// needless by Copies' account.
+	Rewinds RewindFigures
 	// Ledger, with tiers, is what the BackupPS's loss ledgers counted at
 	// fallbacks, as the coordinator summed it (docs/design/tiers.md).
 	Ledger api.Loss
@@ -160,6 +165,16 @@ func Run(ctx context.Context, sc Scenario) *Report {
 		return a
 	}}))
 	rep := &Report{Seed: cfg.Seed}
+	if cfg.CheckpointEvery > 0 {
+		dir, err := os.MkdirTemp("", "terrace-sim-checkpoints-")
+		if err != nil {
+			cancel()
+			rep.Violations = []Violation{{Kind: KindBroken, Detail: fmt.Sprintf("checkpoint directory: %v", err)}}
+			return rep
+		}
+		defer os.RemoveAll(dir)
+		c.ckptDir = dir
+	}
 	if err := c.startNodes(); err != nil {
 		c.Violate(KindBroken, "the cluster did not start: %v", err)
 	} else {
@@ -184,6 +199,7 @@ func Run(ctx context.Context, sc Scenario) *Report {
 	rep.Reassignments = c.stolen.Load()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	rep.Rewinds = c.rewinds.figures()
 	rep.Violations = slices.Clone(c.violations)
 	rep.Timeline = slices.Clone(c.timeline)
 	rep.Losses.Keys, rep.Losses.Increments = len(c.lossKeys), c.lossIncs

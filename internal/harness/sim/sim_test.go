@@ -82,7 +82,9 @@ const detailUpTo = 10
 // drains and slow workers (sim.RandomDrains); TERRACE_SIM_MIX=stragglers
 // the same with rapid reassignment on (sim.RandomStragglers);
 // TERRACE_SIM_MIX=tiers draws tiers of reliability with stage switches,
-// bulk revocations and additions (sim.RandomTiers).
+// bulk revocations and additions (sim.RandomTiers); TERRACE_SIM_MIX=rewind
+// kills k servers at once with a checkpoint every pass and the
+// coordinator going back to it (sim.RandomRewind).
 func TestSimulation(t *testing.T) {
 	first, n := uint64(1), defaultSchedules
 	if testing.Short() {
@@ -112,7 +114,7 @@ func TestSimulation(t *testing.T) {
 	}
 	draw, ok := mixes[mix]
 	if !ok {
-		t.Fatalf("TERRACE_SIM_MIX=%q: want drains, stragglers, tiers, backups or nothing", mix)
+		t.Fatalf("TERRACE_SIM_MIX=%q: want drains, stragglers, tiers, backups, rewind or nothing", mix)
 	}
 	runSchedules(t, mix, draw, seeds, n <= detailUpTo)
 }
@@ -124,12 +126,13 @@ var mixes = map[string]func(seed uint64) sim.Scenario{
 	"stragglers": sim.RandomStragglers,
 	"tiers":      sim.RandomTiers,
 	"backups":    sim.RandomBackups,
+	"rewind":     sim.RandomRewind,
 }
 
 // runSchedules runs the schedules draw gives for seeds, two at a time
 // (t.Parallel), and reports the failing ones by kind.
 func runSchedules(t *testing.T, mix string, draw func(uint64) sim.Scenario, seeds []uint64, detail bool) {
-	sum := summary{lossAllowed: mix == "tiers" || mix == "backups"}
+	sum := summary{lossAllowed: mix == "tiers" || mix == "backups" || mix == "rewind"}
 	t.Cleanup(func() { sum.report(t, len(seeds)) })
 	for _, seed := range seeds {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
@@ -165,7 +168,7 @@ func runScenarioOf(t *testing.T, mix string, sc sim.Scenario, detail bool) *sim.
 	rep := sim.Run(t.Context(), sc)
 	if !rep.Failed() {
 		t.Logf("seed %d: %s; %d increments acknowledged, %d reads checked, training took %v of fake time%s",
-			sc.Seed, sc.Describe(), rep.Acked, rep.Reads, rep.TrainTime, lossNote(rep.Losses)+ledgerNote(rep))
+			sc.Seed, sc.Describe(), rep.Acked, rep.Reads, rep.TrainTime, lossNote(rep.Losses)+ledgerNote(rep)+rewindNote(rep))
 		if detail && testing.Verbose() {
 			t.Log(rep.Detail())
 		}
@@ -181,6 +184,14 @@ func runScenarioOf(t *testing.T, mix string, sc sim.Scenario, detail bool) *sim.
 	}
 	t.Error(msg)
 	return rep
+}
+
+// rewindNote is how often the cluster went back to a checkpoint.
+func rewindNote(rep *sim.Report) string {
+	if rep.Rewinds.Taken == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; went back to a checkpoint %d times", rep.Rewinds.Taken)
 }
 
 // ledgerNote is what the loss ledgers counted, with tiers.
@@ -207,6 +218,10 @@ type summary struct {
 	open    []uint64 // open findings that failed as known
 	lossy   []string
 	unknown int // rebuild reports for layouts Copies never saw
+	// rewinds sums the runs' rewinds (TERRACE_SIM_MIX=rewind), rewound
+	// counts the runs that took one.
+	rewinds sim.RewindFigures
+	rewound int
 	// lossAllowed: tiers lose slots at revocations without notice, and
 	// sim.LedgerCounts checks those losses against the system's count.
 	lossAllowed bool
@@ -216,6 +231,12 @@ func (s *summary) add(t *testing.T, mix string, sc sim.Scenario, rep *sim.Report
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.unknown += rep.UnknownCopies
+	s.rewinds.Taken += rep.Rewinds.Taken
+	s.rewinds.Needless += rep.Rewinds.Needless
+	s.rewinds.Unwritten += rep.Rewinds.Unwritten
+	if rep.Rewinds.Taken > 0 {
+		s.rewound++
+	}
 	if len(rep.Losses.Slots) > 0 {
 		s.lossy = append(s.lossy, fmt.Sprintf("%d%s", sc.Seed, lossNote(rep.Losses)))
 	}
@@ -239,6 +260,9 @@ func (s *summary) report(t *testing.T, n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t.Logf("%d schedules: %d failed, %d lost every copy of a slot, %d rebuild reports for layouts the account of copies never saw", n, s.failed, len(s.lossy), s.unknown)
+	if s.rewinds.Taken > 0 {
+		t.Logf("%d schedules went back to a checkpoint %d times: %d needless, %d after losses of no slot pushed to", s.rewound, s.rewinds.Taken, s.rewinds.Needless, s.rewinds.Unwritten)
+	}
 	if len(s.open) > 0 {
 		t.Logf("open findings (docs/design/sim.md) that failed as known: seeds %v", s.open)
 	}
