@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/terrace-ml/terrace/internal/control/coord"
 )
 
 // TestCheckpointDirWritable: periodic checkpoints into a directory that
@@ -25,5 +27,24 @@ func TestCheckpointDirWritable(t *testing.T) {
 	left, err := os.ReadDir(dir)
 	if err != nil || len(left) != 0 {
 		t.Errorf("the check left %v in %s (%v), want it made and empty", left, dir, err)
+	}
+}
+
+// TestOnCopiesLostAuto: by default a cluster with a checkpoint directory
+// goes back to its checkpoint when slots lose every copy, and one without
+// goes on; a policy given is kept.
+func TestOnCopiesLostAuto(t *testing.T) {
+	for _, c := range []struct {
+		flag, dir string
+		want      coord.CopiesLostPolicy
+	}{
+		{onCopiesLostAuto, "ckpt", coord.OnCopiesLostResume},
+		{onCopiesLostAuto, "", coord.OnCopiesLostContinue},
+		{"continue", "ckpt", coord.OnCopiesLostContinue},
+		{"resume", "ckpt", coord.OnCopiesLostResume},
+	} {
+		if got, err := checkOnCopiesLost(c.flag, c.dir); err != nil || got != c.want {
+			t.Errorf("--on-copies-lost %s with --checkpoint-dir %q: %q, %v; want %q", c.flag, c.dir, got, err, c.want)
+		}
 	}
 }

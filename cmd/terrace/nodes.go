@@ -231,7 +231,7 @@ address, comma-separated.`,
 	fs.IntVar(&o.CheckpointEvery, "checkpoint-every", 0, "take a checkpoint after every N training passes (0: never)")
 	fs.IntVar(&o.CheckpointKeep, "checkpoint-keep", defaultCheckpointKeep, "after each checkpoint, remove those older than the newest N (0: keep every one)")
 	fs.BoolVar(&o.Resume, "resume", false, "start from the newest committed checkpoint in --checkpoint-dir")
-	fs.StringVar(&onCopiesLost, "on-copies-lost", string(coord.OnCopiesLostContinue), onCopiesLostUsage)
+	fs.StringVar(&onCopiesLost, "on-copies-lost", onCopiesLostAuto, onCopiesLostUsage)
 	logLevelVar(fs, &logLevel, "warn")
 	fs.StringVar(&dashListen, "dashboard-listen", "", "also serve the dashboard read-only on this address, plain HTTP (for a browser without a client certificate under --tls-dir; keep it on loopback and tunnel to it)")
 	sec.register(fs, true)

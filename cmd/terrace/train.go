@@ -296,7 +296,7 @@ With no flags it trains sparse logistic regression on the a9a data the project s
 	fs.IntVar(&checkpointEvery, "checkpoint-every", 0, "take a checkpoint after every N passes (0: never)")
 	fs.IntVar(&checkpointKeep, "checkpoint-keep", defaultCheckpointKeep, "after each checkpoint, remove those older than the newest N (0: keep every one)")
 	fs.StringVar(&resumeDir, "resume", "", "continue from the newest committed checkpoint in this directory (passes already done are skipped)")
-	fs.StringVar(&onCopiesLost, "on-copies-lost", string(coord.OnCopiesLostContinue), onCopiesLostUsage)
+	fs.StringVar(&onCopiesLost, "on-copies-lost", onCopiesLostAuto, onCopiesLostUsage)
 	fs.StringVar(&reportPath, "report", "", "write the JSON report to this file")
 	logLevelVar(fs, &logLevel, "warn")
 	addConfigFlag(cmd)

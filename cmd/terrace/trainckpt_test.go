@@ -51,7 +51,7 @@ func TestProcessesCheckpointResume(t *testing.T) {
 		{"--resume " + filepath.Join(dir, "absent"), "no committed checkpoint"},
 		{"--resume " + ck + " --checkpoint-dir " + dir, "--resume " + ck + " and --checkpoint-dir"},
 		{"--on-copies-lost resume", "--on-copies-lost resume needs --checkpoint-dir"},
-		{"--on-copies-lost maybe --checkpoint-dir " + dir, `--on-copies-lost "maybe": want continue or resume`},
+		{"--on-copies-lost maybe --checkpoint-dir " + dir, `--on-copies-lost "maybe": want auto, continue or resume`},
 	} {
 		out, err := exec.Command(bin, append(append([]string{"train"}, data...), strings.Fields(c.args)...)...).CombinedOutput()
 		if err == nil || !strings.Contains(string(out), c.want) {
