@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -195,13 +196,15 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	errc := make(chan error, 3)
 	var end jobEnd
 	end.see(l)
+	var leaving atomic.Bool // a notice came: the layouts without it are its own doing
 	go func() { errc <- s.Serve(sctx, ln) }()
-	go func() { errc <- followLayout(sctx, cc, s, l.Version, cfg.Logger, &end) }()
+	go func() { errc <- followLayout(sctx, cc, s, l, cfg.ID, cfg.Logger, &end, &leaving) }()
 	if cfg.Notices != nil {
 		go func() {
 			select {
 			case n, ok := <-cfg.Notices:
 				if ok {
+					leaving.Store(true)
 					if end.shutdown.Load() {
 						// The cluster ends with its job: the server exits
 						// by itself, and nothing is to move.
@@ -392,10 +395,17 @@ func leaveRing(ctx context.Context, cc *api.Client, cfg ServerConfig, n evict.No
 	}
 }
 
-// followLayout installs every new layout the coordinator publishes. A
-// coordinator that stays unreachable for longer than the join timeout does
-// not stop the server: its data plane goes on serving the last layout.
-func followLayout(ctx context.Context, cc *api.Client, s *server.Server, version uint64, log *slog.Logger, end *jobEnd) error {
+// followLayout installs every new layout the coordinator publishes,
+// after first (installed already). A coordinator that stays unreachable
+// for longer than the join timeout does not stop the server: its data
+// plane goes on serving the last layout. A server the layouts stop naming
+// without a drain (its own, or asked of the coordinator) was taken out as
+// failed while it ran (paused,
+// starved or cut off for longer than the failure timeout): it owns
+// nothing and serves nothing from then on, which it says once, where it
+// went on silently as if it served (status showed it dead).
+func followLayout(ctx context.Context, cc *api.Client, s *server.Server, first *layout.Layout, id string, log *slog.Logger, end *jobEnd, leaving *atomic.Bool) error {
+	version, was := first.Version, inCluster(first, id)
 	for ctx.Err() == nil {
 		l, err := cc.Layout(ctx, version)
 		if err != nil {
@@ -416,8 +426,27 @@ func followLayout(ctx context.Context, cc *api.Client, s *server.Server, version
 		if end.see(l) {
 			return errClusterDone
 		}
+		if takenOut(was, l, id, leaving.Load()) {
+			log.Warn("taken out of the cluster as failed while running (paused, starved or cut off for longer than the failure timeout): this server owns and serves nothing now; stop it and start it again to join as a new server", "server", id, "epoch", l.Epoch)
+		}
+		was = inCluster(l, id)
 	}
 	return nil
+}
+
+// inCluster reports whether layout l names server id in a role other
+// than leaving: on the ring, joining, on standby or as a BackupPS.
+func inCluster(l *layout.Layout, id string) bool {
+	return !slices.Contains(l.Leaving, id) && slices.ContainsFunc(l.AllServers(), func(s ring.Server) bool { return s.ID == id })
+}
+
+// takenOut reports whether layout l took server id out of the cluster as
+// failed: the layout before had it in the cluster (was), l does not name
+// it at all, and it had no notice (leaving). A server that leaves is
+// first Leaving (a drain, its own or asked of the coordinator's API),
+// then gone; a failed one is just gone.
+func takenOut(was bool, l *layout.Layout, id string, leaving bool) bool {
+	return was && !leaving && !slices.ContainsFunc(l.AllServers(), func(s ring.Server) bool { return s.ID == id })
 }
 
 // Job is a worker's work: it trains through the client and returns a
