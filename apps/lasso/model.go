@@ -112,12 +112,12 @@ func ReadLIBLINEAR(r io.Reader, name string) (*Model, error) {
 		case "nr_class":
 			// liblinear writes 2 for its regression models.
 		case "nr_feature":
-			if nf, err = strconv.Atoi(f[1]); err != nil || nf < 0 || nf > math.MaxInt32 {
-				return nil, lr.Errorf("nr_feature %q: want a whole number from 0 to %d", f[1], math.MaxInt32)
+			if nf, err = lr.Features(f[1]); err != nil {
+				return nil, err
 			}
 		case "bias":
-			if bias, err = strconv.ParseFloat(f[1], 64); err != nil || math.IsNaN(bias) || math.IsInf(bias, 0) {
-				return nil, lr.Errorf("bias %q", f[1])
+			if bias, err = lr.Bias(f[1]); err != nil {
+				return nil, err
 			}
 		default:
 			return nil, lr.Errorf("unknown header line %q", strings.Join(f, " "))

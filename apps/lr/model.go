@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -137,12 +136,12 @@ func ReadLIBLINEAR(r io.Reader, name string) (*Model, error) {
 			}
 			flip = first <= 0
 		case f[0] == "nr_feature" && len(f) == 2:
-			if nf, err = strconv.Atoi(f[1]); err != nil || nf < 0 || nf > math.MaxInt32 {
-				return nil, lr.Errorf("nr_feature %q: want a whole number from 0 to %d", f[1], math.MaxInt32)
+			if nf, err = lr.Features(f[1]); err != nil {
+				return nil, err
 			}
 		case f[0] == "bias" && len(f) == 2:
-			if bias, err = strconv.ParseFloat(f[1], 64); err != nil || math.IsNaN(bias) || math.IsInf(bias, 0) {
-				return nil, lr.Errorf("bias %q is not a finite number", f[1])
+			if bias, err = lr.Bias(f[1]); err != nil {
+				return nil, err
 			}
 		default:
 			return nil, lr.Errorf("want a header line (solver_type, nr_class, label, nr_feature, bias) or w, got %q", strings.Join(f, " "))

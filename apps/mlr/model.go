@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"github.com/terrace-ml/terrace/internal/modelfile"
 	"io"
-	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -182,12 +181,12 @@ func readLIBLINEARHeader(lr *modelfile.Reader) (labels []int, nf int, bias float
 				labels = append(labels, l)
 			}
 		case "nr_feature":
-			if nf, err = strconv.Atoi(f[1]); err != nil || nf < 0 || nf > math.MaxInt32 {
-				return nil, 0, 0, lr.Errorf("nr_feature %s: want a whole number from 0 to %d", f[1], math.MaxInt32)
+			if nf, err = lr.Features(f[1]); err != nil {
+				return nil, 0, 0, err
 			}
 		case "bias":
-			if bias, err = strconv.ParseFloat(f[1], 64); err != nil || math.IsNaN(bias) || math.IsInf(bias, 0) {
-				return nil, 0, 0, lr.Errorf("bias %s: not a finite number", f[1])
+			if bias, err = lr.Bias(f[1]); err != nil {
+				return nil, 0, 0, err
 			}
 		}
 	}

@@ -83,6 +83,27 @@ func (lr *Reader) Floats(dst []float32, fields []string) ([]float32, error) {
 	return dst, nil
 }
 
+// Features reads the value of a liblinear header's nr_feature line: a
+// whole number from 0 to math.MaxInt32 (a damaged count is refused here,
+// before any weight is made for it).
+func (lr *Reader) Features(s string) (int, error) {
+	nf, err := strconv.Atoi(s)
+	if err != nil || nf < 0 || nf > math.MaxInt32 {
+		return 0, lr.Errorf("nr_feature %q: want a whole number from 0 to %d", s, math.MaxInt32)
+	}
+	return nf, nil
+}
+
+// Bias reads the value of a liblinear header's bias line: a finite
+// number, below 0 for none (a NaN was taken as none).
+func (lr *Reader) Bias(s string) (float64, error) {
+	b, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(b) || math.IsInf(b, 0) {
+		return 0, lr.Errorf("bias %q is not a finite number", s)
+	}
+	return b, nil
+}
+
 // HeaderValue returns the value of key in the header of a liblinear
 // model file whose start is head (the lines "key value" before the line
 // "w"), and whether the header has it: how a reader tells one kind of

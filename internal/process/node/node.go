@@ -400,10 +400,10 @@ func leaveRing(ctx context.Context, cc *api.Client, cfg ServerConfig, n evict.No
 // for longer than the join timeout does not stop the server: its data
 // plane goes on serving the last layout. A server the layouts stop naming
 // without a drain (its own, or asked of the coordinator) was taken out as
-// failed while it ran (paused,
-// starved or cut off for longer than the failure timeout): it owns
-// nothing and serves nothing from then on, which it says once, where it
-// went on silently as if it served (status showed it dead).
+// failed while it ran (paused, starved or cut off for longer than the
+// failure timeout): it owns nothing and serves nothing from then on,
+// which it says once, where it went on silently as if it served (status
+// showed it dead).
 func followLayout(ctx context.Context, cc *api.Client, s *server.Server, first *layout.Layout, id string, log *slog.Logger, end *jobEnd, leaving *atomic.Bool) error {
 	version, was := first.Version, inCluster(first, id)
 	for ctx.Err() == nil {
@@ -437,7 +437,12 @@ func followLayout(ctx context.Context, cc *api.Client, s *server.Server, first *
 // inCluster reports whether layout l names server id in a role other
 // than leaving: on the ring, joining, on standby or as a BackupPS.
 func inCluster(l *layout.Layout, id string) bool {
-	return !slices.Contains(l.Leaving, id) && slices.ContainsFunc(l.AllServers(), func(s ring.Server) bool { return s.ID == id })
+	return !slices.Contains(l.Leaving, id) && names(l, id)
+}
+
+// names reports whether layout l names server id in any role.
+func names(l *layout.Layout, id string) bool {
+	return slices.ContainsFunc(l.AllServers(), func(s ring.Server) bool { return s.ID == id })
 }
 
 // takenOut reports whether layout l took server id out of the cluster as
@@ -446,7 +451,7 @@ func inCluster(l *layout.Layout, id string) bool {
 // first Leaving (a drain, its own or asked of the coordinator's API),
 // then gone; a failed one is just gone.
 func takenOut(was bool, l *layout.Layout, id string, leaving bool) bool {
-	return was && !leaving && !slices.ContainsFunc(l.AllServers(), func(s ring.Server) bool { return s.ID == id })
+	return was && !leaving && !names(l, id)
 }
 
 // Job is a worker's work: it trains through the client and returns a
